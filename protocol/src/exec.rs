@@ -1,0 +1,362 @@
+//! The exec channel: one WebSocket per client connection, many execs on it.
+//!
+//! Control travels as JSON text messages ([`ClientMessage`] up, [`AgentMessage`]
+//! down). Output and stdin travel as binary [`Frame`]s so bulk bytes are never
+//! base64-encoded. Each frame names its exec and carries a sequence number
+//! equal to the byte offset of its first byte in that exec's output stream
+//! (stdout and stderr share one numbering, in the order the agent read them).
+//! Because sequence numbers are byte offsets, a client that lost its
+//! connection re-attaches with the offset it has seen up to, and the agent can
+//! say exactly how many bytes its ring no longer holds.
+//!
+//! Requests carry a client-chosen `tag` that the agent echoes in its reply, so
+//! a client can have several requests in flight on one connection.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Agent-assigned identifier of one exec, unique for the agent's lifetime.
+pub type ExecId = u64;
+
+/// What to run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExecSpec {
+    /// Program and arguments; `argv[0]` is looked up in `PATH`.
+    pub argv: Vec<String>,
+    /// Working directory; the agent's default workdir when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Variables added to (or overriding) the agent's base environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Keep stdin open for [`Channel::Stdin`] frames; otherwise it reads EOF at once.
+    #[serde(default)]
+    pub stdin: bool,
+    /// Interrupt the command (SIGINT, grace, SIGKILL) after this many milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Grace between SIGINT and SIGKILL for the timeout; the default grace when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+    /// Kill the command if no client has been attached for this long; never when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detach_timeout_ms: Option<u64>,
+}
+
+/// Requests from the client (JSON text messages).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientMessage {
+    /// Start a command; answered by [`AgentMessage::Started`] or [`AgentMessage::Error`].
+    /// The connection is attached to the new exec from its first byte.
+    Exec {
+        /// Echoed in the reply.
+        tag: u64,
+        /// What to run.
+        spec: ExecSpec,
+    },
+    /// Attach this connection to an exec (possibly started on another connection)
+    /// and replay its output from byte offset `from_seq`. Answered by
+    /// [`AgentMessage::Attached`]; replayed frames, live frames and the exit follow.
+    Attach {
+        /// Echoed in the reply.
+        tag: u64,
+        /// The exec to follow.
+        exec_id: ExecId,
+        /// First output byte offset wanted (0 for everything still held).
+        from_seq: u64,
+    },
+    /// SIGINT the exec's process group, wait `grace_ms`, then SIGKILL the group
+    /// and any descendant that escaped it. Answered by [`AgentMessage::InterruptAck`];
+    /// attached connections then see the exit.
+    Interrupt {
+        /// Echoed in the reply.
+        tag: u64,
+        /// The exec to stop.
+        exec_id: ExecId,
+        /// Grace before SIGKILL; the default grace when absent, 0 to kill at once.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grace_ms: Option<u64>,
+    },
+    /// Close the exec's stdin (EOF). Stdin bytes themselves travel as frames.
+    CloseStdin {
+        /// The exec whose stdin to close.
+        exec_id: ExecId,
+    },
+    /// Ask for an exec's state without attaching. Answered by [`AgentMessage::Status`].
+    Status {
+        /// Echoed in the reply.
+        tag: u64,
+        /// The exec to describe.
+        exec_id: ExecId,
+    },
+}
+
+/// Replies and events from the agent (JSON text messages).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentMessage {
+    /// The command is running.
+    Started {
+        /// The request's tag.
+        tag: u64,
+        /// Its id, for attach, interrupt and stdin frames.
+        exec_id: ExecId,
+        /// Its pid (and process group id) in the sandbox.
+        pid: u32,
+    },
+    /// This connection now follows the exec.
+    Attached {
+        /// The request's tag.
+        tag: u64,
+        /// The exec followed.
+        exec_id: ExecId,
+        /// Offset of the first byte that will be replayed.
+        next_seq: u64,
+        /// Bytes between the requested offset and `next_seq` that the ring no longer holds.
+        lost_bytes: u64,
+    },
+    /// The exec ended. Sent after its last output frame.
+    Exit {
+        /// The exec that ended.
+        exec_id: ExecId,
+        /// How it ended.
+        exit: ExitInfo,
+    },
+    /// Reply to an interrupt.
+    InterruptAck {
+        /// The request's tag.
+        tag: u64,
+        /// The exec named.
+        exec_id: ExecId,
+        /// Its state when the interrupt arrived; only `Running` means a signal was sent.
+        state: ExecState,
+    },
+    /// Reply to a status request.
+    Status {
+        /// The request's tag.
+        tag: u64,
+        /// The exec named.
+        exec_id: ExecId,
+        /// Its state.
+        state: ExecState,
+        /// How it ended, when it has.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit: Option<ExitInfo>,
+        /// Output bytes produced so far (the next sequence number).
+        output_bytes: u64,
+    },
+    /// A request failed, or an exec-level problem occurred.
+    Error {
+        /// The failed request's tag, when it was a request.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag: Option<u64>,
+        /// The exec concerned, when there is one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exec_id: Option<ExecId>,
+        /// Category.
+        kind: ErrorKind,
+        /// Human-readable explanation.
+        message: String,
+    },
+}
+
+/// Where an exec is in its life.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecState {
+    /// Still running (or being killed).
+    Running,
+    /// Ended; its result is still held.
+    Finished,
+    /// Never existed, or its result was dropped.
+    Unknown,
+}
+
+/// How an exec ended.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// Exit code, when the process exited normally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// Signal number, when a signal killed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Wall time from spawn to exit.
+    pub duration_ms: u64,
+    /// An interrupt request ended it.
+    #[serde(default)]
+    pub interrupted: bool,
+    /// Its timeout ended it.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// Total output bytes it produced (stdout and stderr).
+    #[serde(default)]
+    pub output_bytes: u64,
+}
+
+impl ExitInfo {
+    /// The shell convention: the exit code, or 128 + signal.
+    pub fn shell_code(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(code), _) => code,
+            (None, Some(signal)) => 128 + signal,
+            (None, None) => 255,
+        }
+    }
+}
+
+/// Categories of [`AgentMessage::Error`].
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The message could not be parsed or is invalid.
+    BadRequest,
+    /// The exec id is not known to this agent.
+    UnknownExec,
+    /// The command could not be started (not found, not executable, bad cwd).
+    SpawnFailed,
+    /// A limit was reached (too many execs).
+    LimitReached,
+    /// Something failed inside the agent.
+    Internal,
+}
+
+/// Which byte stream a frame belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Channel {
+    /// Client to agent: bytes for the exec's stdin.
+    Stdin = 0,
+    /// Agent to client: the exec's stdout.
+    Stdout = 1,
+    /// Agent to client: the exec's stderr.
+    Stderr = 2,
+}
+
+/// A binary WebSocket message: `[channel u8][exec_id u64 BE][seq u64 BE][payload]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// The stream.
+    pub channel: Channel,
+    /// The exec.
+    pub exec_id: ExecId,
+    /// Byte offset of `payload[0]` in the exec's output (0 for stdin frames).
+    pub seq: u64,
+    /// The bytes.
+    pub payload: Vec<u8>,
+}
+
+/// Size of the fixed frame header.
+pub const FRAME_HEADER_LEN: usize = 17;
+
+impl Frame {
+    /// Serializes the frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(FRAME_HEADER_LEN + self.payload.len());
+        out.push(self.channel as u8);
+        out.extend_from_slice(&self.exec_id.to_be_bytes());
+        out.extend_from_slice(&self.seq.to_be_bytes());
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// Parses a frame, refusing short input and unknown channels.
+    pub fn decode(bytes: &[u8]) -> Result<Self, FrameError> {
+        if bytes.len() < FRAME_HEADER_LEN {
+            return Err(FrameError::Short(bytes.len()));
+        }
+        let channel = match bytes[0] {
+            0 => Channel::Stdin,
+            1 => Channel::Stdout,
+            2 => Channel::Stderr,
+            other => return Err(FrameError::UnknownChannel(other)),
+        };
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&bytes[1..9]);
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&bytes[9..17]);
+        Ok(Self {
+            channel,
+            exec_id: u64::from_be_bytes(id),
+            seq: u64::from_be_bytes(seq),
+            payload: bytes[FRAME_HEADER_LEN..].to_vec(),
+        })
+    }
+}
+
+/// Why a binary message is not a frame.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    /// Fewer bytes than the header.
+    #[error("frame of {0} bytes is shorter than its {FRAME_HEADER_LEN}-byte header")]
+    Short(usize),
+    /// The channel byte is not 0, 1 or 2.
+    #[error("frame names unknown channel {0}")]
+    UnknownChannel(u8),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bad_ones_are_refused() {
+        let f = Frame {
+            channel: Channel::Stderr,
+            exec_id: 7,
+            seq: 1 << 40,
+            payload: b"hi".to_vec(),
+        };
+        assert_eq!(Frame::decode(&f.encode()), Ok(f));
+        assert_eq!(Frame::decode(&[1, 2]), Err(FrameError::Short(2)));
+        assert_eq!(Frame::decode(&[9; 17]), Err(FrameError::UnknownChannel(9)));
+    }
+
+    #[test]
+    fn messages_use_a_type_tag_and_tolerate_absent_optionals() {
+        let msg: ClientMessage =
+            serde_json::from_str(r#"{"type":"exec","tag":1,"spec":{"argv":["true"]}}"#).unwrap();
+        assert_eq!(
+            msg,
+            ClientMessage::Exec {
+                tag: 1,
+                spec: ExecSpec {
+                    argv: vec!["true".into()],
+                    ..Default::default()
+                }
+            }
+        );
+        let text = serde_json::to_string(&AgentMessage::InterruptAck {
+            tag: 2,
+            exec_id: 3,
+            state: ExecState::Unknown,
+        })
+        .unwrap();
+        assert!(
+            text.contains(r#""type":"interrupt_ack""#) && text.contains(r#""state":"unknown""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn shell_code_follows_the_shell_convention() {
+        assert_eq!(
+            ExitInfo {
+                code: Some(3),
+                ..Default::default()
+            }
+            .shell_code(),
+            3
+        );
+        assert_eq!(
+            ExitInfo {
+                signal: Some(9),
+                ..Default::default()
+            }
+            .shell_code(),
+            137
+        );
+    }
+}

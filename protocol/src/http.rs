@@ -1,0 +1,34 @@
+//! HTTP surface of the agent: paths, header names and the error body.
+//!
+//! The agent speaks HTTP/1.1. Exec is a WebSocket upgrade on [`PATH_EXEC`];
+//! everything else is a plain request. Every request but [`PATH_HEALTHZ`] is
+//! signed (see [`crate::auth`]).
+
+use serde::{Deserialize, Serialize};
+
+/// Unauthenticated liveness and version probe.
+pub const PATH_HEALTHZ: &str = "/healthz";
+/// WebSocket upgrade for the exec channel.
+pub const PATH_EXEC: &str = "/v1/exec";
+/// File push endpoint (`POST`, tar.gz body, `?mount=ABS_PATH`).
+pub const PATH_PUSH: &str = "/v1/push";
+
+/// The protocol version the client speaks.
+pub const HEADER_PROTOCOL: &str = "x-silo-protocol";
+/// Unix seconds at which the request was signed.
+pub const HEADER_TIMESTAMP: &str = "x-silo-timestamp";
+/// Random hex string, unique per request; defeats replay.
+pub const HEADER_NONCE: &str = "x-silo-nonce";
+/// Lowercase hex SHA-256 of the request body (of the empty string when there is none).
+pub const HEADER_CONTENT_SHA256: &str = "x-silo-content-sha256";
+/// Lowercase hex HMAC-SHA256 over the canonical request.
+pub const HEADER_SIGNATURE: &str = "x-silo-signature";
+
+/// JSON body of every non-2xx answer from the agent.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorBody {
+    /// Stable machine-readable category, e.g. `unauthorized`, `version_mismatch`.
+    pub kind: String,
+    /// Human-readable explanation; never contains key material.
+    pub message: String,
+}

@@ -1,0 +1,25 @@
+//! Everything silo-agent and the silo controller must agree on, and nothing else.
+//!
+//! The agent runs inside a sandbox and the controller runs on the host; they may
+//! be built at different times, so every type that crosses the wire lives here
+//! and carries the protocol version. This crate has no server code, no async
+//! runtime, no Docker and no SQLite: it is plain data, pure functions and one
+//! small piece of state (the nonce cache behind [`auth::Verifier`]).
+//!
+//! # Layout
+//! - [`version`]: the protocol version and the handshake header that checks it.
+//! - [`http`]: endpoint paths, header names and the JSON error body.
+//! - [`auth`]: request signing, verification, replay protection, key derivation.
+//! - [`exec`]: the exec channel: control messages (JSON) and output frames (binary).
+//! - [`health`]: the unauthenticated `GET /healthz` answer.
+//! - [`limits`]: defaults both sides need to know (ring size, grace, keepalive).
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod exec;
+pub mod health;
+pub mod http;
+pub mod limits;
+pub mod version;
+
+pub use version::PROTOCOL_VERSION;
