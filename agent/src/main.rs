@@ -1,1 +1,333 @@
-fn main() {}
+//! silo-agent: the process that runs as PID 1 in every sandbox.
+//!
+//! It reaps orphans, supervises an optional workload, runs commands for the
+//! controller over a signed WebSocket channel (with replay, interrupt and
+//! stdin), and shuts everything down in order when asked. It is one static
+//! binary with no runtime dependencies, so the same file works in any image;
+//! it also runs as an ordinary process (local backend, tests), where it makes
+//! itself a child subreaper to keep the same guarantees.
+//!
+//! # Layout
+//! - `config`: command-line flags, then the validated settings derived from them.
+//! - `reaper`: the single owner of `waitpid(-1)`; delivers statuses to registered pids.
+//! - `process`: the seam for signalling and finding processes (`/proc`), faked in tests.
+//! - `exec`: the exec registry: spawn, output ring and fan-out, stdin, interrupt, retention.
+//! - `workload`: the optional command after `--`, restarted with backoff.
+//! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
+//! - `activity`: what counts as use, for `--idle-timeout`.
+//! - `shutdown`: the shutdown phases every long-lived task watches.
+//!
+//! # Boot
+//! [`main`] runs these steps in order, each a small function below:
+//! `take_key_from_env` → `parse_args` → `init_logging` → `resolve_config` →
+//! `build_runtime` → `become_subreaper_if_not_pid1` → `install_signal_handlers` →
+//! `start_reaper` → `bind_listener` → `start_workload` → `serve_until_shutdown`.
+//! Nothing slow happens before the listener is bound.
+
+mod activity;
+mod config;
+mod exec;
+mod process;
+mod reaper;
+mod server;
+mod shutdown;
+mod workload;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use nix::sys::signal::Signal as NixSignal;
+use silo_protocol::auth::Verifier;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::activity::Activity;
+use crate::config::{Args, Config, KEY_ENV};
+use crate::exec::{ExecConfig, Execs};
+use crate::process::{ProcessOps, System};
+use crate::reaper::Reaper;
+use crate::server::AgentState;
+use crate::server::listener::Listener;
+use crate::shutdown::Phase;
+use crate::workload::Workload;
+
+/// Time the workload and execs get between SIGTERM and SIGKILL at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Time exec sessions get to deliver final exits and close after shutdown.
+const SESSION_FLUSH: Duration = Duration::from_secs(1);
+/// Time blocking helper threads get to finish when the runtime is dropped.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(100);
+/// Exit status when the agent cannot start.
+const EXIT_BOOT_FAILURE: u8 = 1;
+/// Environment variable choosing log detail.
+const LOG_ENV: &str = "SILO_AGENT_LOG";
+
+fn main() -> ExitCode {
+    let env_key = take_key_from_env();
+    let args = parse_args();
+    init_logging();
+    match run(args, env_key) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            tracing::error!("{err:#}");
+            ExitCode::from(EXIT_BOOT_FAILURE)
+        }
+    }
+}
+
+/// Reads the sandbox key from the environment and removes it, so no child
+/// (exec or workload) ever inherits it.
+fn take_key_from_env() -> Option<OsString> {
+    let key = std::env::var_os(KEY_ENV);
+    // SAFETY: this is the first thing `main` does, before the runtime or any
+    // other thread exists, so nothing can read the environment concurrently.
+    unsafe { std::env::remove_var(KEY_ENV) };
+    key
+}
+
+fn parse_args() -> Args {
+    Args::parse()
+}
+
+fn init_logging() {
+    let level = std::env::var(LOG_ENV)
+        .ok()
+        .and_then(|level| level.parse().ok())
+        .unwrap_or(tracing::Level::INFO);
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .with_max_level(level)
+        .init();
+}
+
+fn run(args: Args, env_key: Option<OsString>) -> anyhow::Result<u8> {
+    let config = resolve_config(args, env_key)?;
+    let runtime = build_runtime()?;
+    let code = runtime.block_on(boot(config));
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    code
+}
+
+fn resolve_config(args: Args, env_key: Option<OsString>) -> anyhow::Result<Config> {
+    Config::resolve(args, env_key).context("invalid configuration")
+}
+
+/// One thread: PID 1 should stay light, and nothing the agent does needs more.
+/// Blocking work (`/proc` walks) goes to tokio's on-demand blocking pool.
+fn build_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+async fn boot(config: Config) -> anyhow::Result<u8> {
+    let is_pid1 = std::process::id() == 1;
+    become_subreaper_if_not_pid1(is_pid1)?;
+    let signals = install_signal_handlers()?;
+    let reaper = start_reaper(signals.child);
+    let listener = bind_listener(&config).await?;
+    let boot_id = random_hex::<16>()?;
+    let ops: Arc<dyn ProcessOps> = Arc::new(System);
+    let workload = start_workload(&config, &reaper, &ops, &boot_id);
+    let execs = Execs::new(
+        ExecConfig {
+            workdir: config.workdir.clone(),
+            ring_bytes: config.ring_bytes,
+            default_grace: config.grace,
+        },
+        reaper,
+        ops,
+    )
+    .context("cannot seed exec ids")?;
+    let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+    let state = Arc::new(AgentState::new(
+        Verifier::new(config.key.clone()),
+        execs,
+        Arc::new(Activity::default()),
+        boot_id,
+    ));
+    tracing::info!(
+        listen = %listener.describe(),
+        version = env!("CARGO_PKG_VERSION"),
+        pid = std::process::id(),
+        "silo-agent ready"
+    );
+    let server = tokio::spawn(server::run(listener, Arc::clone(&state), phase_rx));
+    serve_until_shutdown(Serving {
+        signals: signals.control,
+        is_pid1,
+        idle_timeout: config.idle_timeout,
+        state,
+        workload,
+        phase_tx,
+        server,
+    })
+    .await
+}
+
+/// Without this, orphans of commands would be re-parented past the agent
+/// (to the host's init) when it does not run as PID 1, and escape its reaping.
+fn become_subreaper_if_not_pid1(is_pid1: bool) -> anyhow::Result<()> {
+    if !is_pid1 {
+        nix::sys::prctl::set_child_subreaper(true).context("cannot become a child subreaper")?;
+    }
+    Ok(())
+}
+
+struct Signals {
+    child: Signal,
+    control: ControlSignals,
+}
+
+struct ControlSignals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+/// Installed before any child exists, so no SIGCHLD and no stop request is missed.
+fn install_signal_handlers() -> anyhow::Result<Signals> {
+    let install = |kind: SignalKind, name: &str| {
+        signal(kind).with_context(|| format!("cannot install a {name} handler"))
+    };
+    Ok(Signals {
+        child: install(SignalKind::child(), "SIGCHLD")?,
+        control: ControlSignals {
+            term: install(SignalKind::terminate(), "SIGTERM")?,
+            int: install(SignalKind::interrupt(), "SIGINT")?,
+            hup: install(SignalKind::hangup(), "SIGHUP")?,
+        },
+    })
+}
+
+fn start_reaper(sigchld: Signal) -> Reaper {
+    let reaper = Reaper::default();
+    tokio::spawn(reaper.clone().run(sigchld));
+    reaper
+}
+
+async fn bind_listener(config: &Config) -> anyhow::Result<Listener> {
+    let tls = match &config.tls {
+        Some((cert, key)) => Some(server::tls::acceptor(cert, key).context("cannot set up TLS")?),
+        None => None,
+    };
+    Listener::bind(&config.listen, tls)
+        .await
+        .context("cannot bind the listener")
+}
+
+fn start_workload(
+    config: &Config,
+    reaper: &Reaper,
+    ops: &Arc<dyn ProcessOps>,
+    boot_id: &str,
+) -> Option<Workload> {
+    if config.workload.is_empty() {
+        return None;
+    }
+    Some(Workload::start(
+        config.workload.clone(),
+        config.restart,
+        reaper.clone(),
+        Arc::clone(ops),
+        boot_id,
+    ))
+}
+
+struct Serving {
+    signals: ControlSignals,
+    is_pid1: bool,
+    idle_timeout: Option<Duration>,
+    state: Arc<AgentState>,
+    workload: Option<Workload>,
+    phase_tx: watch::Sender<Phase>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// Why the agent stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    /// SIGTERM, or SIGINT as PID 1: exit with the workload's status.
+    Signal,
+    /// `--idle-timeout` elapsed: a clean exit.
+    Idle,
+}
+
+/// Serves until told to stop, then: stop accepting, SIGTERM the workload and
+/// every exec, SIGKILL what is left after [`SHUTDOWN_GRACE`], let sessions
+/// deliver the exits, and return the exit status.
+async fn serve_until_shutdown(mut s: Serving) -> anyhow::Result<u8> {
+    let reason = wait_for_stop(&mut s).await;
+    tracing::info!(?reason, "shutting down");
+    s.phase_tx.send_replace(Phase::Draining);
+    let stop_workload = async {
+        match s.workload.take() {
+            Some(workload) => workload.stop(SHUTDOWN_GRACE).await,
+            None => None,
+        }
+    };
+    let (workload_exit, ()) =
+        tokio::join!(stop_workload, s.state.execs.terminate_all(SHUTDOWN_GRACE));
+    s.phase_tx.send_replace(Phase::Closing);
+    if tokio::time::timeout(SESSION_FLUSH, &mut s.server)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections did not close in time");
+        s.server.abort();
+    }
+    let code = match (reason, workload_exit) {
+        (StopReason::Idle, _) | (_, None) => 0,
+        (StopReason::Signal, Some(exit)) => {
+            u8::try_from(exit.shell_code() & 0xff).unwrap_or(u8::MAX)
+        }
+    };
+    tracing::info!(code, "silo-agent exiting");
+    Ok(code)
+}
+
+/// SIGHUP (and SIGINT when not PID 1) are forwarded to the workload; SIGTERM
+/// (and SIGINT as PID 1) stop the agent. A stray terminal Ctrl-C must not take
+/// down the agent of a local sandbox, which is stopped with SIGTERM.
+async fn wait_for_stop(s: &mut Serving) -> StopReason {
+    let idle = async {
+        match s.idle_timeout {
+            Some(timeout) => {
+                activity::idle_for(&s.state.activity, &s.state.execs, timeout).await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(idle);
+    let forward = |workload: &Option<Workload>, signal: NixSignal| {
+        if let Some(workload) = workload {
+            workload.forward(signal);
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = s.signals.term.recv() => return StopReason::Signal,
+            _ = s.signals.int.recv() => {
+                if s.is_pid1 {
+                    return StopReason::Signal;
+                }
+                forward(&s.workload, NixSignal::SIGINT);
+            }
+            _ = s.signals.hup.recv() => forward(&s.workload, NixSignal::SIGHUP),
+            () = &mut idle => return StopReason::Idle,
+        }
+    }
+}
+
+fn random_hex<const N: usize>() -> anyhow::Result<String> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(|err| anyhow::anyhow!("no randomness: {err}"))?;
+    Ok(hex::encode(bytes))
+}

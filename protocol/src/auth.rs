@@ -322,7 +322,9 @@ mod tests {
         h: &SignedHeaders,
     ) -> Result<SignedHeaders, AuthError> {
         let headers: HashMap<&str, String> = h.pairs().into_iter().collect();
-        v.verify_at(now, method, pq, |name| headers.get(name).map(String::as_str))
+        v.verify_at(now, method, pq, |name| {
+            headers.get(name).map(String::as_str)
+        })
     }
 
     #[test]

@@ -1,0 +1,265 @@
+//! Command-line flags ([`Args`]), then the validated settings the agent runs
+//! with ([`Config`]).
+//!
+//! Parsing is two-staged so every check with a human-facing error (a key is
+//! present and well-formed, TLS goes with TCP, the workdir exists) happens in
+//! one place, before anything is bound or spawned. The controller relies on
+//! these exact flags.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use silo_protocol::auth::{AuthError, Key};
+use silo_protocol::limits::{DEFAULT_GRACE, DEFAULT_RING_BYTES, MAX_GRACE};
+
+use crate::workload::RestartPolicy;
+
+/// Environment variable that may carry the sandbox key (hex). The agent
+/// removes it from its environment before anything else, so children never see it.
+pub const KEY_ENV: &str = "SILO_AGENT_KEY";
+/// Where the agent listens unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "unix:/run/silo/agent.sock";
+const DEFAULT_GRACE_MS: u64 = DEFAULT_GRACE.as_millis() as u64;
+
+/// silo-agent: runs as PID 1 in a sandbox, reaps orphans, supervises an
+/// optional workload, and runs commands for the silo controller over a signed
+/// WebSocket channel.
+///
+/// The sandbox key comes from --key-file or the SILO_AGENT_KEY environment
+/// variable (64 hex digits); without one the agent refuses to start. Set
+/// SILO_AGENT_LOG to error, warn, info, debug or trace to change log detail.
+#[derive(Debug, Parser)]
+#[command(name = "silo-agent", version, verbatim_doc_comment)]
+pub struct Args {
+    /// Where to listen: unix:/PATH or tcp:HOST:PORT.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN, value_parser = parse_listen)]
+    pub listen: ListenAddr,
+    /// PEM certificate chain; serves TLS (TCP only).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// File holding the sandbox key (64 hex digits); overrides SILO_AGENT_KEY.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Working directory for execs that name none [default: the agent's cwd].
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Bytes of recent output each exec keeps for re-attach.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_RING_BYTES)]
+    pub ring_bytes: usize,
+    /// Default grace between SIGINT and SIGKILL on interrupt, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_GRACE_MS)]
+    pub grace_ms: u64,
+    /// When to restart the workload after it exits.
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = RestartPolicy::OnFailure)]
+    pub restart: RestartPolicy,
+    /// Exit after this many seconds with no request, no connection and no running exec.
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+    /// Command to supervise (after --).
+    #[arg(last = true, value_name = "WORKLOAD")]
+    pub workload: Vec<String>,
+}
+
+/// A listening address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A Unix socket path.
+    Unix(PathBuf),
+    /// `HOST:PORT` for TCP.
+    Tcp(String),
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unix(path) => write!(f, "unix:{}", path.display()),
+            Self::Tcp(addr) => write!(f, "tcp:{addr}"),
+        }
+    }
+}
+
+fn parse_listen(text: &str) -> Result<ListenAddr, String> {
+    if let Some(path) = text.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err("unix: needs a socket path".into());
+        }
+        Ok(ListenAddr::Unix(PathBuf::from(path)))
+    } else if let Some(addr) = text.strip_prefix("tcp:") {
+        match addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(ListenAddr::Tcp(addr.to_owned()))
+            }
+            _ => Err("tcp: needs HOST:PORT".into()),
+        }
+    } else {
+        Err("expected unix:/PATH or tcp:HOST:PORT".into())
+    }
+}
+
+/// The validated settings.
+#[derive(Debug)]
+pub struct Config {
+    /// Where to listen.
+    pub listen: ListenAddr,
+    /// Certificate and key files, when serving TLS.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// The sandbox key.
+    pub key: Key,
+    /// Default working directory of execs.
+    pub workdir: PathBuf,
+    /// Output bytes kept per exec.
+    pub ring_bytes: usize,
+    /// Default interrupt grace.
+    pub grace: Duration,
+    /// Workload restart policy.
+    pub restart: RestartPolicy,
+    /// Exit when idle this long.
+    pub idle_timeout: Option<Duration>,
+    /// Workload command; empty for none.
+    pub workload: Vec<String>,
+}
+
+/// Why the settings are unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Neither --key-file nor the environment variable gave a key.
+    #[error("no sandbox key: pass --key-file FILE or set {KEY_ENV} (64 hex digits)")]
+    NoKey,
+    /// The key file cannot be read.
+    #[error("cannot read key file {}", .path.display())]
+    KeyFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The key is not 64 hex digits.
+    #[error("bad sandbox key from {origin}")]
+    BadKey {
+        /// Where it came from.
+        origin: String,
+        /// What is wrong with it.
+        #[source]
+        source: AuthError,
+    },
+    /// TLS was asked for on a Unix socket.
+    #[error("--tls-cert and --tls-key need a tcp: listen address")]
+    TlsNeedsTcp,
+    /// The working directory is unusable.
+    #[error("working directory {} is not a directory", .0.display())]
+    Workdir(PathBuf),
+    /// The current directory cannot be determined.
+    #[error("cannot determine the current directory")]
+    Cwd(#[source] std::io::Error),
+}
+
+impl Config {
+    /// Validates `args`; `env_key` is the key variable's value, already removed
+    /// from the environment.
+    pub fn resolve(args: Args, env_key: Option<OsString>) -> Result<Self, ConfigError> {
+        let key = match (&args.key_file, env_key) {
+            (Some(path), _) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
+                        path: path.clone(),
+                        source,
+                    })?;
+                Key::from_hex(&text).map_err(|source| ConfigError::BadKey {
+                    origin: path.display().to_string(),
+                    source,
+                })?
+            }
+            (None, Some(value)) => {
+                let bad = |source| ConfigError::BadKey {
+                    origin: KEY_ENV.to_owned(),
+                    source,
+                };
+                Key::from_hex(value.to_str().ok_or(bad(AuthError::MalformedKey))?).map_err(bad)?
+            }
+            (None, None) => return Err(ConfigError::NoKey),
+        };
+        let tls = match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => {
+                if !matches!(args.listen, ListenAddr::Tcp(_)) {
+                    return Err(ConfigError::TlsNeedsTcp);
+                }
+                Some((cert, key))
+            }
+            _ => None,
+        };
+        let workdir = match args.workdir {
+            Some(dir) => dir,
+            None => std::env::current_dir().map_err(ConfigError::Cwd)?,
+        };
+        if !workdir.is_dir() {
+            return Err(ConfigError::Workdir(workdir));
+        }
+        Ok(Self {
+            listen: args.listen,
+            tls,
+            key,
+            workdir,
+            ring_bytes: args.ring_bytes,
+            grace: Duration::from_millis(args.grace_ms).min(MAX_GRACE),
+            restart: args.restart,
+            idle_timeout: args.idle_timeout.map(Duration::from_secs),
+            workload: args.workload,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+    fn args(extra: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("silo-agent").chain(extra.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn defaults_and_workload_after_dashes() {
+        let a = args(&["--", "sleep", "--flag", "1"]);
+        assert_eq!(a.listen, ListenAddr::Unix("/run/silo/agent.sock".into()));
+        assert_eq!(a.restart, RestartPolicy::OnFailure);
+        assert_eq!(a.workload, ["sleep", "--flag", "1"]);
+        let c = Config::resolve(a, Some(KEY.into())).unwrap();
+        assert_eq!(c.grace, DEFAULT_GRACE);
+        assert_eq!(c.ring_bytes, DEFAULT_RING_BYTES);
+    }
+
+    #[test]
+    fn listen_addresses_are_checked() {
+        assert_eq!(
+            parse_listen("tcp:[::1]:7000"),
+            Ok(ListenAddr::Tcp("[::1]:7000".into()))
+        );
+        assert!(parse_listen("tcp:7000").is_err());
+        assert!(parse_listen("unix:").is_err());
+        assert!(parse_listen("/run/x.sock").is_err());
+        let a = args(&["--restart", "never", "--listen", "tcp:0.0.0.0:1"]);
+        assert_eq!(a.restart, RestartPolicy::Never);
+    }
+
+    #[test]
+    fn key_is_required_and_checked_and_never_echoed() {
+        assert!(matches!(
+            Config::resolve(args(&[]), None),
+            Err(ConfigError::NoKey)
+        ));
+        let err = Config::resolve(args(&[]), Some("secretsecret".into())).unwrap_err();
+        assert!(!format!("{err:#?}").contains("secretsecret"));
+        let tls_on_unix = args(&["--tls-cert", "c", "--tls-key", "k"]);
+        assert!(matches!(
+            Config::resolve(tls_on_unix, Some(KEY.into())),
+            Err(ConfigError::TlsNeedsTcp)
+        ));
+    }
+}

@@ -1,0 +1,426 @@
+//! The exec registry: every command the controller asked to run, live or
+//! recently finished.
+//!
+//! [`Execs`] is the whole API the transport calls. It starts commands (each in
+//! its own session, through the reaper), streams their output to attached
+//! connections, replays it from a bounded ring on re-attach, feeds stdin,
+//! interrupts, and keeps finished results for a while so a client that lost
+//! its connection can still learn how a command ended. Nothing here knows
+//! about HTTP or WebSockets.
+//!
+//! Bounds: at most [`MAX_CONCURRENT_EXECS`] unfinished execs (a semaphore
+//! permit each); finished ones are kept for [`RETENTION`], at most
+//! [`MAX_FINISHED_EXECS`] of them, and their rings together within
+//! [`FINISHED_OUTPUT_BUDGET`], oldest evicted first. Each unfinished exec
+//! holds at most `ring_bytes` of output.
+
+pub(crate) mod kill;
+
+mod fanout;
+mod record;
+mod ring;
+mod run;
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nix::sys::signal::Signal;
+use silo_protocol::exec::{ErrorKind, ExecId, ExecSpec, ExecState};
+use silo_protocol::limits::MAX_GRACE;
+use tokio::sync::Semaphore;
+
+use crate::process::ProcessOps;
+use crate::reaper::Reaper;
+pub use fanout::{ConnId, Event, LagSignal, Subscriber};
+use record::ExecRecord;
+pub use record::{Attachment, StatusReport};
+
+/// Most execs that may be unfinished at once.
+pub const MAX_CONCURRENT_EXECS: usize = 128;
+/// Most finished execs whose result is kept.
+pub const MAX_FINISHED_EXECS: usize = 256;
+/// How long a finished exec's result is kept.
+pub const RETENTION: Duration = Duration::from_secs(10 * 60);
+/// Most output bytes kept, across all finished execs, for replay.
+pub const FINISHED_OUTPUT_BUDGET: usize = 64 * 1024 * 1024;
+/// Environment variable every exec's processes carry, so an interrupt can find
+/// descendants that left its process group.
+pub const EXEC_MARKER_VAR: &str = "SILO_EXEC_ID";
+
+/// Settings from the command line.
+#[derive(Debug, Clone)]
+pub struct ExecConfig {
+    /// Working directory of an exec that names none, and base of relative ones.
+    pub workdir: PathBuf,
+    /// Output bytes each exec keeps for replay.
+    pub ring_bytes: usize,
+    /// Grace between SIGINT and SIGKILL when a request names none.
+    pub default_grace: Duration,
+}
+
+/// Why an exec request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The spec is malformed.
+    #[error("invalid exec spec: {0}")]
+    BadSpec(String),
+    /// The working directory does not exist or is not a directory.
+    #[error("working directory {} is not a directory", .0.display())]
+    BadCwd(PathBuf),
+    /// The program could not be started.
+    #[error("cannot start {program:?}")]
+    Spawn {
+        /// `argv[0]`.
+        program: String,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
+    /// Too many execs are unfinished.
+    #[error("too many running execs (limit {0})")]
+    LimitReached(usize),
+    /// No such exec (never started, or its result was dropped).
+    #[error("no exec {0} on this agent")]
+    Unknown(ExecId),
+    /// Stdin was not requested, or has been closed.
+    #[error("exec {0} has no open stdin")]
+    StdinClosed(ExecId),
+    /// The output pipes could not be set up.
+    #[error("cannot set up output pipes")]
+    Pipes(#[source] io::Error),
+}
+
+impl ExecError {
+    /// The protocol's category for this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::BadSpec(_) | Self::StdinClosed(_) => ErrorKind::BadRequest,
+            Self::BadCwd(_) | Self::Spawn { .. } => ErrorKind::SpawnFailed,
+            Self::LimitReached(_) => ErrorKind::LimitReached,
+            Self::Unknown(_) => ErrorKind::UnknownExec,
+            Self::Pipes(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// A started exec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    /// Its id.
+    pub exec_id: ExecId,
+    /// Its pid (and process group id).
+    pub pid: u32,
+}
+
+/// The registry. Cheap to clone.
+#[derive(Clone)]
+pub struct Execs {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ExecConfig,
+    reaper: Reaper,
+    ops: Arc<dyn ProcessOps>,
+    table: Mutex<Table>,
+    /// One permit per unfinished exec.
+    slots: Arc<Semaphore>,
+    next_id: AtomicU64,
+}
+
+/// A finished exec waiting for eviction.
+struct Retired {
+    id: ExecId,
+    at: Instant,
+    bytes: usize,
+}
+
+#[derive(Default)]
+struct Table {
+    execs: HashMap<ExecId, Arc<ExecRecord>>,
+    /// Finished execs, oldest first.
+    retired: VecDeque<Retired>,
+    /// Sum of `retired[..].bytes`.
+    retired_bytes: usize,
+}
+
+impl Table {
+    fn evict(&mut self, now: Instant) {
+        while let Some(oldest) = self.retired.front() {
+            let over = self.retired.len() > MAX_FINISHED_EXECS
+                || self.retired_bytes > FINISHED_OUTPUT_BUDGET
+                || now.duration_since(oldest.at) >= RETENTION;
+            if !over {
+                break;
+            }
+            self.retired_bytes -= oldest.bytes;
+            self.execs.remove(&oldest.id);
+            self.retired.pop_front();
+        }
+    }
+}
+
+/// Random bits of the first exec id above the per-boot counter's 32 (21 + 32 = 53).
+const ID_EPOCH_MASK: u32 = (1 << 21) - 1;
+
+impl Execs {
+    /// An empty registry. Ids start at a random multiple of 2^32, so ids a
+    /// client remembers from an earlier boot do not name a new exec, and stay
+    /// below 2^53 so a JSON client in any language reads them exactly.
+    pub fn new(config: ExecConfig, reaper: Reaper, ops: Arc<dyn ProcessOps>) -> io::Result<Self> {
+        let mut seed = [0u8; 4];
+        getrandom::fill(&mut seed).map_err(|err| io::Error::other(err.to_string()))?;
+        let first_id = u64::from(u32::from_le_bytes(seed) & ID_EPOCH_MASK) << 32;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                reaper,
+                ops,
+                table: Mutex::default(),
+                slots: Arc::new(Semaphore::new(MAX_CONCURRENT_EXECS)),
+                next_id: AtomicU64::new(first_id.max(1)),
+            }),
+        })
+    }
+
+    /// Starts a command; `sub` follows its output from the first byte.
+    pub fn start(&self, spec: ExecSpec, sub: Subscriber) -> Result<Started, ExecError> {
+        validate(&spec)?;
+        let cwd = self.resolve_cwd(spec.cwd.as_deref())?;
+        let permit = Arc::clone(&self.inner.slots)
+            .try_acquire_owned()
+            .map_err(|_| ExecError::LimitReached(MAX_CONCURRENT_EXECS))?;
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let record = run::launch(&self.inner, id, &spec, &cwd, sub, permit)?;
+        Ok(Started {
+            exec_id: id,
+            pid: record.pid,
+        })
+    }
+
+    /// Replays from `from_seq` and follows what comes next (unless it has finished).
+    pub fn attach(
+        &self,
+        id: ExecId,
+        from_seq: u64,
+        sub: Subscriber,
+    ) -> Result<Attachment, ExecError> {
+        Ok(self.get(id)?.attach(from_seq, sub))
+    }
+
+    /// Stops sending an exec's output to a connection.
+    pub fn detach(&self, id: ExecId, conn: ConnId) {
+        if let Ok(record) = self.get(id) {
+            record.detach(conn);
+        }
+    }
+
+    /// SIGINT, grace (`grace`, else the default; clamped), then SIGKILL of
+    /// everything the exec started. Returns the state found; harmless on
+    /// finished and unknown execs.
+    pub fn interrupt(&self, id: ExecId, grace: Option<Duration>) -> ExecState {
+        let Ok(record) = self.get(id) else {
+            return ExecState::Unknown;
+        };
+        let state = record.begin_interrupt();
+        if state == ExecState::Running {
+            let grace = grace
+                .unwrap_or(self.inner.config.default_grace)
+                .min(MAX_GRACE);
+            tracing::debug!(exec_id = id, ?grace, "interrupting");
+            self.inner.kill(&record, Signal::SIGINT, grace);
+        }
+        state
+    }
+
+    /// State, exit and output size, without attaching.
+    pub fn status(&self, id: ExecId) -> StatusReport {
+        match self.get(id) {
+            Ok(record) => record.status(),
+            Err(_) => StatusReport {
+                state: ExecState::Unknown,
+                exit: None,
+                output_bytes: 0,
+            },
+        }
+    }
+
+    /// Queues bytes for the exec's stdin, waiting while its queue is full.
+    pub async fn write_stdin(&self, id: ExecId, data: Bytes) -> Result<(), ExecError> {
+        let tx = self.get(id)?.stdin().ok_or(ExecError::StdinClosed(id))?;
+        tx.send(data).await.map_err(|_| ExecError::StdinClosed(id))
+    }
+
+    /// Closes the exec's stdin once queued bytes are written.
+    pub fn close_stdin(&self, id: ExecId) -> Result<(), ExecError> {
+        if self.get(id)?.close_stdin() {
+            Ok(())
+        } else {
+            Err(ExecError::StdinClosed(id))
+        }
+    }
+
+    /// Unfinished execs.
+    pub fn running(&self) -> usize {
+        MAX_CONCURRENT_EXECS - self.inner.slots.available_permits()
+    }
+
+    /// Shutdown: SIGTERM every unfinished exec, SIGKILL what is left after
+    /// `grace`, then give their exits a moment to reach clients.
+    pub async fn terminate_all(&self, grace: Duration) {
+        let running: Vec<Arc<ExecRecord>> = self
+            .inner
+            .lock()
+            .execs
+            .values()
+            .filter(|record| !record.is_finished())
+            .cloned()
+            .collect();
+        let kills = running.iter().map(|record| {
+            kill::escalate(
+                Arc::clone(&self.inner.ops),
+                record.scope.clone(),
+                Signal::SIGTERM,
+                grace,
+                record.leader_gone(),
+            )
+        });
+        futures_util::future::join_all(kills).await;
+        let deadline = Instant::now() + run::LINGER * 3;
+        while self.running() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn get(&self, id: ExecId) -> Result<Arc<ExecRecord>, ExecError> {
+        let mut table = self.inner.lock();
+        table.evict(Instant::now());
+        table.execs.get(&id).cloned().ok_or(ExecError::Unknown(id))
+    }
+
+    fn resolve_cwd(&self, cwd: Option<&str>) -> Result<PathBuf, ExecError> {
+        let workdir = &self.inner.config.workdir;
+        let dir = match cwd {
+            None => workdir.clone(),
+            Some(dir) => workdir.join(Path::new(dir)),
+        };
+        if dir.is_dir() {
+            Ok(dir)
+        } else {
+            Err(ExecError::BadCwd(dir))
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn insert(&self, record: Arc<ExecRecord>) {
+        let mut table = self.lock();
+        table.evict(Instant::now());
+        table.execs.insert(record.id, record);
+    }
+
+    fn retire(&self, id: ExecId, bytes: usize) {
+        let mut table = self.lock();
+        table.retired.push_back(Retired {
+            id,
+            at: Instant::now(),
+            bytes,
+        });
+        table.retired_bytes += bytes;
+        table.evict(Instant::now());
+    }
+
+    /// Starts an escalation in the background; the exit reaches clients the usual way.
+    fn kill(&self, record: &ExecRecord, first: Signal, grace: Duration) {
+        tokio::spawn(kill::escalate(
+            Arc::clone(&self.ops),
+            record.scope.clone(),
+            first,
+            grace,
+            record.leader_gone(),
+        ));
+    }
+}
+
+/// Refuses what `execve` would refuse less clearly.
+fn validate(spec: &ExecSpec) -> Result<(), ExecError> {
+    let bad = |why: &str| Err(ExecError::BadSpec(why.to_owned()));
+    match spec.argv.first() {
+        None => return bad("argv is empty"),
+        Some(program) if program.is_empty() => return bad("argv[0] is empty"),
+        Some(_) => {}
+    }
+    if spec.argv.iter().any(|arg| arg.contains('\0')) {
+        return bad("argv contains a NUL byte");
+    }
+    for (name, value) in &spec.env {
+        if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+            return Err(ExecError::BadSpec(format!(
+                "environment variable {name:?} is not a valid NAME=value pair"
+            )));
+        }
+    }
+    if spec.cwd.as_deref().is_some_and(|cwd| cwd.contains('\0')) {
+        return bad("cwd contains a NUL byte");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_execve_would_choke_on_are_refused() {
+        let spec = |argv: &[&str]| ExecSpec {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        assert!(validate(&spec(&["true"])).is_ok());
+        assert!(validate(&spec(&[])).is_err());
+        assert!(validate(&spec(&[""])).is_err());
+        assert!(validate(&spec(&["a\0b"])).is_err());
+        let mut with_env = spec(&["true"]);
+        with_env.env.insert("A=B".into(), "x".into());
+        let err = validate(&with_env).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::BadRequest);
+    }
+
+    #[test]
+    fn eviction_honours_count_budget_and_age() {
+        let mut table = Table::default();
+        let now = Instant::now();
+        for id in 0..(MAX_FINISHED_EXECS as u64 + 5) {
+            table.retired.push_back(Retired {
+                id,
+                at: now,
+                bytes: 1,
+            });
+            table.retired_bytes += 1;
+        }
+        table.evict(now);
+        assert_eq!(table.retired.len(), MAX_FINISHED_EXECS);
+        assert_eq!(table.retired.front().map(|r| r.id), Some(5));
+
+        table.retired.push_back(Retired {
+            id: 999,
+            at: now,
+            bytes: FINISHED_OUTPUT_BUDGET,
+        });
+        table.retired_bytes += FINISHED_OUTPUT_BUDGET;
+        table.evict(now);
+        assert_eq!(table.retired.len(), 1, "only the newest fits the budget");
+
+        table.evict(now + RETENTION);
+        assert!(table.retired.is_empty());
+    }
+}

@@ -1,0 +1,286 @@
+//! One exec's shared state: output ring, attached connections, how it ended.
+//!
+//! The output pumps, the supervisor task and any number of connections touch
+//! an exec at once. Everything mutable sits behind one briefly-held lock, so
+//! numbering a chunk, storing it and handing it to subscribers is one step: a
+//! re-attach (replay then subscribe, under the same lock) can neither miss
+//! nor duplicate a chunk at the seam between replay and live output.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use silo_protocol::exec::{Channel, ExecId, ExecState, ExitInfo};
+use tokio::sync::{mpsc, watch};
+
+use super::fanout::{ConnId, Event, Fanout, Subscriber};
+use super::ring::{Replay, Ring};
+use crate::process::Scope;
+use crate::reaper::ProcessExit;
+
+/// Where an exec is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// The leader process is alive.
+    Running,
+    /// The leader has been reaped; output may still be draining.
+    Exited,
+    /// The exit was reported; the result is kept for queries and replay.
+    Finished(ExitInfo),
+}
+
+impl Phase {
+    fn can_interrupt(&self) -> bool {
+        !matches!(self, Self::Finished(_))
+    }
+}
+
+struct Shared {
+    ring: Ring,
+    fanout: Fanout,
+    phase: Phase,
+    interrupted: bool,
+    timed_out: bool,
+}
+
+/// Answer to an attach: what to replay, and the exit if it has already happened.
+#[derive(Debug)]
+pub struct Attachment {
+    /// Held output from the requested offset.
+    pub replay: Replay,
+    /// Set when the exec has finished (the connection was not subscribed).
+    pub exit: Option<ExitInfo>,
+}
+
+/// Answer to a status query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusReport {
+    /// Running, finished or unknown.
+    pub state: ExecState,
+    /// How it ended, once it has.
+    pub exit: Option<ExitInfo>,
+    /// Output bytes produced so far.
+    pub output_bytes: u64,
+}
+
+/// One exec, live or finished.
+pub struct ExecRecord {
+    /// Its id.
+    pub id: ExecId,
+    /// Its leader's pid, which is also its session and process group id.
+    pub pid: u32,
+    /// When it was spawned.
+    pub started: Instant,
+    /// What an interrupt must kill.
+    pub scope: Scope,
+    shared: Mutex<Shared>,
+    /// Turns true when the leader is reaped, so a kill in its grace wakes at once.
+    leader_gone: watch::Sender<bool>,
+    /// Turns true when the exit has been reported; the stdin writer stops on it.
+    finished: watch::Sender<bool>,
+    /// Number of attached connections; the detach timer watches it.
+    attached: watch::Sender<usize>,
+    /// The stdin queue; `None` when stdin was not asked for or has been closed.
+    stdin: Mutex<Option<mpsc::Sender<Bytes>>>,
+}
+
+impl ExecRecord {
+    /// A running exec whose output is followed by `first` from its first byte.
+    pub fn new(
+        id: ExecId,
+        pid: u32,
+        scope: Scope,
+        ring_bytes: usize,
+        first: Subscriber,
+        stdin: Option<mpsc::Sender<Bytes>>,
+    ) -> Self {
+        let mut fanout = Fanout::default();
+        fanout.add(first);
+        Self {
+            id,
+            pid,
+            started: Instant::now(),
+            scope,
+            shared: Mutex::new(Shared {
+                ring: Ring::new(ring_bytes),
+                fanout,
+                phase: Phase::Running,
+                interrupted: false,
+                timed_out: false,
+            }),
+            leader_gone: watch::channel(false).0,
+            finished: watch::channel(false).0,
+            attached: watch::channel(1).0,
+            stdin: Mutex::new(stdin),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn publish_attached(&self, shared: &Shared) {
+        let count = shared.fanout.len();
+        self.attached.send_if_modified(|old| {
+            let changed = *old != count;
+            *old = count;
+            changed
+        });
+    }
+
+    /// Numbers, stores and broadcasts a chunk of output.
+    pub fn append(&self, channel: Channel, data: Bytes) {
+        let mut shared = self.lock();
+        let seq = shared.ring.push(channel, data.clone());
+        let event = Event::Output {
+            exec_id: self.id,
+            seq,
+            channel,
+            data,
+        };
+        shared.fanout.send(self.id, &event);
+        self.publish_attached(&shared);
+    }
+
+    /// Replays from `from_seq` and, unless finished, subscribes `sub` to what follows.
+    pub fn attach(&self, from_seq: u64, sub: Subscriber) -> Attachment {
+        let mut shared = self.lock();
+        let replay = shared.ring.replay(from_seq);
+        let exit = match &shared.phase {
+            Phase::Finished(exit) => Some(exit.clone()),
+            Phase::Running | Phase::Exited => {
+                shared.fanout.add(sub);
+                None
+            }
+        };
+        self.publish_attached(&shared);
+        Attachment { replay, exit }
+    }
+
+    /// Stops sending to a connection.
+    pub fn detach(&self, conn: ConnId) {
+        let mut shared = self.lock();
+        shared.fanout.remove(conn);
+        self.publish_attached(&shared);
+    }
+
+    /// Running (leader alive or output draining) or finished, with the exit.
+    pub fn status(&self) -> StatusReport {
+        let shared = self.lock();
+        let (state, exit) = match &shared.phase {
+            Phase::Finished(exit) => (ExecState::Finished, Some(exit.clone())),
+            Phase::Running | Phase::Exited => (ExecState::Running, None),
+        };
+        StatusReport {
+            state,
+            exit,
+            output_bytes: shared.ring.end(),
+        }
+    }
+
+    /// Records an interrupt request. Returns the state it found; only
+    /// `Running` means the caller should go on to signal.
+    pub fn begin_interrupt(&self) -> ExecState {
+        let mut shared = self.lock();
+        if !shared.phase.can_interrupt() {
+            return ExecState::Finished;
+        }
+        // Once the leader is gone its status is already decided; the kill only
+        // clears what it left behind, so the exit does not claim it was interrupted.
+        if shared.phase == Phase::Running {
+            shared.interrupted = true;
+        }
+        ExecState::Running
+    }
+
+    /// Records that the timeout fired.
+    pub fn mark_timed_out(&self) {
+        let mut shared = self.lock();
+        if shared.phase == Phase::Running {
+            shared.timed_out = true;
+        }
+    }
+
+    /// The leader has been reaped.
+    pub fn leader_exited(&self) {
+        let mut shared = self.lock();
+        if shared.phase == Phase::Running {
+            shared.phase = Phase::Exited;
+        }
+        drop(shared);
+        self.leader_gone.send_replace(true);
+    }
+
+    /// Ends the exec: builds its exit, reports it to subscribers, forgets them.
+    pub fn finish(&self, status: Option<ProcessExit>, duration: Duration) -> ExitInfo {
+        let mut shared = self.lock();
+        let exit = ExitInfo {
+            code: match status {
+                Some(ProcessExit::Code(code)) => Some(code),
+                _ => None,
+            },
+            signal: match status {
+                Some(ProcessExit::Signal(signal)) => Some(signal),
+                _ => None,
+            },
+            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            interrupted: shared.interrupted,
+            timed_out: shared.timed_out,
+            output_bytes: shared.ring.end(),
+        };
+        shared.phase = Phase::Finished(exit.clone());
+        let event = Event::Exit {
+            exec_id: self.id,
+            exit: exit.clone(),
+        };
+        shared.fanout.send(self.id, &event);
+        shared.fanout.clear();
+        self.publish_attached(&shared);
+        drop(shared);
+        self.close_stdin();
+        self.finished.send_replace(true);
+        exit
+    }
+
+    /// Whether the exit has been reported.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.lock().phase, Phase::Finished(_))
+    }
+
+    /// Output bytes held in the ring.
+    pub fn held_bytes(&self) -> usize {
+        self.lock().ring.held()
+    }
+
+    /// Watches the leader being reaped.
+    pub fn leader_gone(&self) -> watch::Receiver<bool> {
+        self.leader_gone.subscribe()
+    }
+
+    /// Watches the exit being reported.
+    pub fn finished(&self) -> watch::Receiver<bool> {
+        self.finished.subscribe()
+    }
+
+    /// Watches the number of attached connections.
+    pub fn attached(&self) -> watch::Receiver<usize> {
+        self.attached.subscribe()
+    }
+
+    /// The stdin queue, while stdin is open.
+    pub fn stdin(&self) -> Option<mpsc::Sender<Bytes>> {
+        self.stdin
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Closes stdin (EOF once queued bytes are written). False if it was not open.
+    pub fn close_stdin(&self) -> bool {
+        self.stdin
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .is_some()
+    }
+}

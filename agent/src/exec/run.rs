@@ -1,0 +1,253 @@
+//! Starting one exec and seeing it through to its exit report.
+//!
+//! [`launch`] spawns the command through the reaper (new session, marker in
+//! its environment, stdin closed unless asked for) and hands it to a
+//! supervisor task. The supervisor pumps stdout and stderr into the exec's
+//! record, applies the timeout and the detach timeout, and after the leader
+//! is reaped waits for the pipes to reach EOF, but no longer than [`LINGER`]:
+//! a background child may hold them open forever, and the exit must still be
+//! reported. Only then is the exit sent, after the last output frame.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use nix::sys::signal::Signal;
+use silo_protocol::exec::{Channel, ExecId, ExecSpec};
+use silo_protocol::limits::{MAX_FRAME_PAYLOAD, MAX_GRACE};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
+use tokio::time::{Instant, sleep_until};
+
+use super::record::ExecRecord;
+use super::{EXEC_MARKER_VAR, ExecError, Inner, Subscriber};
+use crate::process::{Scope, new_session};
+use crate::reaper::ProcessExit;
+
+/// How long after the leader exits the pipes may stay open before the exit is
+/// reported anyway.
+pub const LINGER: Duration = Duration::from_millis(100);
+/// Stdin chunks queued per exec before a writer has to wait.
+const STDIN_QUEUE: usize = 16;
+/// Stands in for "never" in deadlines that are not armed.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// What the supervisor enforces.
+struct Limits {
+    timeout: Option<Duration>,
+    grace: Duration,
+    detach_after: Option<Duration>,
+}
+
+/// Spawns the command, registers it, and starts its supervisor.
+pub(super) fn launch(
+    inner: &Arc<Inner>,
+    id: ExecId,
+    spec: &ExecSpec,
+    cwd: &Path,
+    sub: Subscriber,
+    permit: OwnedSemaphorePermit,
+) -> Result<Arc<ExecRecord>, ExecError> {
+    let mut cmd = command(spec, cwd, id);
+    let (mut child, exit_rx) = inner
+        .reaper
+        .spawn(&mut cmd)
+        .map_err(|source| ExecError::Spawn {
+            program: spec.argv.first().cloned().unwrap_or_default(),
+            source,
+        })?;
+    let pid = child.id();
+    let leader = i32::try_from(pid).unwrap_or(0);
+    let (stdout, stderr, stdin) = match pipes(&mut child) {
+        Ok(pipes) => pipes,
+        Err(err) => {
+            inner.ops.signal_group(leader, Signal::SIGKILL);
+            return Err(ExecError::Pipes(err));
+        }
+    };
+    let scope = Scope {
+        leader,
+        marker: format!("{EXEC_MARKER_VAR}={id}"),
+    };
+    let (stdin_tx, stdin_rx) = match stdin {
+        Some(pipe) => {
+            let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+            (Some(tx), Some((pipe, rx)))
+        }
+        None => (None, None),
+    };
+    let record = Arc::new(ExecRecord::new(
+        id,
+        pid,
+        scope,
+        inner.config.ring_bytes,
+        sub,
+        stdin_tx,
+    ));
+    if let Some((pipe, rx)) = stdin_rx {
+        tokio::spawn(feed_stdin(pipe, rx, record.finished()));
+    }
+    inner.insert(Arc::clone(&record));
+    let limits = Limits {
+        timeout: spec.timeout_ms.map(Duration::from_millis),
+        grace: spec
+            .grace_ms
+            .map_or(inner.config.default_grace, Duration::from_millis)
+            .min(MAX_GRACE),
+        detach_after: spec.detach_timeout_ms.map(Duration::from_millis),
+    };
+    tracing::debug!(exec_id = id, pid, argv = ?spec.argv, "exec started");
+    tokio::spawn(supervise(
+        Arc::clone(inner),
+        Arc::clone(&record),
+        exit_rx,
+        (stdout, stderr),
+        limits,
+        permit,
+    ));
+    Ok(record)
+}
+
+fn command(spec: &ExecSpec, cwd: &Path, id: ExecId) -> Command {
+    let (program, args) = match spec.argv.split_first() {
+        Some((program, args)) => (program.as_str(), args),
+        None => ("", &[][..]),
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(cwd)
+        .envs(&spec.env)
+        // Set last so a spec cannot hide a command from interrupt.
+        .env(EXEC_MARKER_VAR, id.to_string())
+        .stdin(if spec.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    new_session(&mut cmd);
+    cmd
+}
+
+type Pipes = (pipe::Receiver, pipe::Receiver, Option<pipe::Sender>);
+
+fn pipes(child: &mut Child) -> io::Result<Pipes> {
+    let missing = || io::Error::other("child pipe was not created");
+    let stdout = OwnedFd::from(child.stdout.take().ok_or_else(missing)?);
+    let stderr = OwnedFd::from(child.stderr.take().ok_or_else(missing)?);
+    let stdin = child.stdin.take().map(OwnedFd::from);
+    Ok((
+        pipe::Receiver::from_owned_fd(stdout)?,
+        pipe::Receiver::from_owned_fd(stderr)?,
+        stdin.map(pipe::Sender::from_owned_fd).transpose()?,
+    ))
+}
+
+async fn supervise(
+    inner: Arc<Inner>,
+    record: Arc<ExecRecord>,
+    mut exit_rx: oneshot::Receiver<ProcessExit>,
+    (stdout, stderr): (pipe::Receiver, pipe::Receiver),
+    limits: Limits,
+    permit: OwnedSemaphorePermit,
+) {
+    let pumps = async {
+        tokio::join!(
+            pump(&record, Channel::Stdout, stdout),
+            pump(&record, Channel::Stderr, stderr)
+        );
+    };
+    tokio::pin!(pumps);
+    let mut pumps_done = false;
+
+    let far = Instant::now() + FAR_FUTURE;
+    let mut timeout_at = limits.timeout.map(|t| Instant::now() + t);
+    let mut attached = record.attached();
+    let mut watch_attached = limits.detach_after.is_some();
+    let mut detach_at: Option<Instant> = None;
+
+    let status = loop {
+        tokio::select! {
+            status = &mut exit_rx => break status.ok(),
+            () = &mut pumps, if !pumps_done => pumps_done = true,
+            () = sleep_until(timeout_at.unwrap_or(far)), if timeout_at.is_some() => {
+                timeout_at = None;
+                tracing::debug!(exec_id = record.id, "timeout");
+                record.mark_timed_out();
+                inner.kill(&record, Signal::SIGINT, limits.grace);
+            }
+            changed = attached.changed(), if watch_attached => {
+                if changed.is_err() {
+                    watch_attached = false;
+                } else if let Some(after) = limits.detach_after {
+                    detach_at = (*attached.borrow_and_update() == 0).then(|| Instant::now() + after);
+                }
+            }
+            () = sleep_until(detach_at.unwrap_or(far)), if detach_at.is_some() => {
+                detach_at = None;
+                watch_attached = false;
+                tracing::debug!(exec_id = record.id, "no client attached; killing");
+                inner.kill(&record, Signal::SIGINT, inner.config.default_grace);
+            }
+        }
+    };
+    let duration = record.started.elapsed();
+    if status.is_none() {
+        tracing::warn!(exec_id = record.id, "exit status was lost");
+    }
+    record.leader_exited();
+    if !pumps_done {
+        // Output a background child writes after this is dropped with the pipes.
+        let _ = tokio::time::timeout(LINGER, &mut pumps).await;
+    }
+    let exit = record.finish(status, duration);
+    tracing::debug!(exec_id = record.id, ?exit, "exec finished");
+    inner.retire(record.id, record.held_bytes());
+    drop(permit);
+}
+
+async fn pump(record: &ExecRecord, channel: Channel, mut pipe: pipe::Receiver) {
+    let mut buf = vec![0u8; MAX_FRAME_PAYLOAD];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => record.append(channel, Bytes::copy_from_slice(&buf[..n])),
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => {
+                tracing::warn!(exec_id = record.id, ?channel, %err, "output pipe failed");
+                break;
+            }
+        }
+    }
+}
+
+/// Writes queued stdin; EOF when the queue closes. Gives up when the exec has
+/// finished, since a process that never reads would otherwise hold this task.
+async fn feed_stdin(
+    mut pipe: pipe::Sender,
+    mut rx: mpsc::Receiver<Bytes>,
+    mut finished: watch::Receiver<bool>,
+) {
+    loop {
+        let data = tokio::select! {
+            data = rx.recv() => match data {
+                Some(data) => data,
+                None => break,
+            },
+            _ = finished.wait_for(|done| *done) => break,
+        };
+        tokio::select! {
+            written = pipe.write_all(&data) => if written.is_err() {
+                // The reader is gone (EPIPE); later writes are refused as closed.
+                break;
+            },
+            _ = finished.wait_for(|done| *done) => break,
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The seam between process-control decisions and the kernel.
+//!
+//! Kill escalation decides what to signal and when; this module sends the
+//! signals and walks `/proc` to find the processes that belong to a command.
+//! Keeping that behind [`ProcessOps`] lets the escalation logic be tested with
+//! a recording fake, and keeps every signal the agent sends in one place,
+//! behind guards that refuse to signal the agent itself or pid 0/1.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::{Pid, getpgrp, setsid};
+
+/// What belongs to one command: its session (led by `leader`, which is also
+/// its process group id) and every process whose environment carries `marker`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// Pid of the command's first process; its session and group id.
+    pub leader: i32,
+    /// An exact `NAME=value` environment entry that every process of the
+    /// command inherits, so descendants that left the session with their own
+    /// `setsid` can still be found.
+    pub marker: String,
+}
+
+/// Signalling and discovery of processes.
+pub trait ProcessOps: Send + Sync + 'static {
+    /// Sends `signal` to process group `pgid`. False when the group has no members.
+    fn signal_group(&self, pgid: i32, signal: Signal) -> bool;
+    /// Sends `signal` to one process.
+    fn signal_pid(&self, pid: i32, signal: Signal);
+    /// Whether process group `pgid` still has members.
+    fn group_alive(&self, pgid: i32) -> bool;
+    /// Live (not zombie) processes in `scope`: the leader's session, carriers
+    /// of the marker, and all their descendants.
+    fn members(&self, scope: &Scope) -> Vec<i32>;
+}
+
+/// The real kernel.
+#[derive(Debug, Default)]
+pub struct System;
+
+impl System {
+    /// Refuses targets that would hit the agent itself, init or everyone.
+    fn allowed(target: i32) -> bool {
+        target > 1 && target != own_pid() && target != getpgrp().as_raw()
+    }
+}
+
+impl ProcessOps for System {
+    fn signal_group(&self, pgid: i32, signal: Signal) -> bool {
+        if !Self::allowed(pgid) {
+            return false;
+        }
+        match killpg(Pid::from_raw(pgid), signal) {
+            Ok(()) => true,
+            Err(Errno::ESRCH) => false,
+            Err(err) => {
+                tracing::debug!(pgid, %err, "cannot signal process group");
+                true
+            }
+        }
+    }
+
+    fn signal_pid(&self, pid: i32, signal: Signal) {
+        if Self::allowed(pid) {
+            // ESRCH means it died on its own; nothing else can be done about EPERM.
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+
+    fn group_alive(&self, pgid: i32) -> bool {
+        Self::allowed(pgid) && !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
+    }
+
+    fn members(&self, scope: &Scope) -> Vec<i32> {
+        let Ok(dir) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let me = own_pid();
+        let procs: Vec<(i32, Stat)> = dir
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&pid| pid > 1 && pid != me)
+            .filter_map(|pid| Some((pid, read_stat(pid)?)))
+            .filter(|(_, stat)| !stat.dead)
+            .collect();
+        select_members(&procs, scope, |pid| has_marker(pid, &scope.marker))
+    }
+}
+
+/// Makes `cmd` start in a new session, so it leads its own process group and
+/// no signal aimed at it (or at the terminal the agent runs in) reaches the agent.
+pub fn new_session(cmd: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // setsid(2), which is async-signal-safe and touches no memory shared with
+    // the parent.
+    unsafe {
+        cmd.pre_exec(|| setsid().map(drop).map_err(io::Error::from));
+    }
+}
+
+fn own_pid() -> i32 {
+    i32::try_from(std::process::id()).unwrap_or(0)
+}
+
+/// The fields of `/proc/PID/stat` the walk needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    ppid: i32,
+    session: i32,
+    /// Zombie or dead: it holds no resources and cannot be signalled meaningfully.
+    dead: bool,
+}
+
+fn read_stat(pid: i32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Parses `pid (comm) state ppid pgrp session ...`; `comm` may hold spaces and
+/// parentheses, so fields are counted from the last `)`.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let _pgrp = fields.next()?;
+    let session = fields.next()?.parse().ok()?;
+    Some(Stat {
+        ppid,
+        session,
+        dead: matches!(state, "Z" | "X" | "x"),
+    })
+}
+
+fn has_marker(pid: i32, marker: &str) -> bool {
+    // Unreadable (another user's process, or gone): not ours to kill anyway.
+    fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| {
+            env.split(|&b| b == 0)
+                .any(|entry| entry == marker.as_bytes())
+        })
+        .unwrap_or(false)
+}
+
+/// The pure part of [`System::members`]: seeds by session and marker, then
+/// closes over the parent links so children that cleared their environment
+/// are still found while their parent is.
+fn select_members(procs: &[(i32, Stat)], scope: &Scope, marked: impl Fn(i32) -> bool) -> Vec<i32> {
+    let mut hit: HashSet<i32> = procs
+        .iter()
+        .filter(|(pid, stat)| *pid == scope.leader || stat.session == scope.leader || marked(*pid))
+        .map(|(pid, _)| *pid)
+        .collect();
+    loop {
+        let before = hit.len();
+        for (pid, stat) in procs {
+            if hit.contains(&stat.ppid) {
+                hit.insert(*pid);
+            }
+        }
+        if hit.len() == before {
+            break;
+        }
+    }
+    let mut out: Vec<i32> = hit.into_iter().collect();
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_survives_odd_command_names() {
+        let stat = parse_stat("42 (a b) c)) S 7 42 40 0 -1 4194304").unwrap();
+        assert_eq!(
+            stat,
+            Stat {
+                ppid: 7,
+                session: 40,
+                dead: false
+            }
+        );
+        assert!(parse_stat("43 (x) Z 1 43 43 0").unwrap().dead);
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn members_are_session_marker_and_descendants() {
+        let st = |ppid, session| Stat {
+            ppid,
+            session,
+            dead: false,
+        };
+        let procs = [
+            (10, st(1, 10)),  // the leader
+            (11, st(10, 10)), // in its session
+            (20, st(11, 20)), // escaped with setsid, keeps the marker
+            (21, st(20, 20)), // child of the escapee, cleared its environment
+            (30, st(1, 30)),  // unrelated
+            (31, st(30, 30)), // unrelated child
+        ];
+        let scope = Scope {
+            leader: 10,
+            marker: "SILO_EXEC_ID=1".into(),
+        };
+        assert_eq!(
+            select_members(&procs, &scope, |pid| pid == 20),
+            vec![10, 11, 20, 21]
+        );
+    }
+
+    #[test]
+    fn the_agent_never_signals_itself_or_init() {
+        assert!(!System::allowed(0));
+        assert!(!System::allowed(1));
+        assert!(!System::allowed(own_pid()));
+        assert!(!System.signal_group(own_pid(), Signal::SIGCONT));
+    }
+}

@@ -1,0 +1,276 @@
+//! The agent's transport: HTTP/1.1 on a Unix or TCP listener (TLS optional),
+//! with a WebSocket upgrade for the exec channel.
+//!
+//! [`run`] takes a bound listener and the shutdown phase; every loop selects
+//! its work against shutdown. Connections are limited by a semaphore permit
+//! taken before `accept` and held until the connection (or the exec session
+//! it upgraded to) ends. Handlers only parse and check; the work is done by
+//! the modules that own it (`exec`).
+//!
+//! # Layout
+//! - `listener`: binding Unix/TCP sockets, stale socket handling, accepting.
+//! - `tls`: rustls acceptor from PEM files.
+//! - `auth`: version check, then signature check, for every route but `/healthz`.
+//! - `exec_ws`: `GET /v1/exec`: admission and the WebSocket handshake.
+//! - `session`: one exec WebSocket connection after the upgrade.
+
+mod auth;
+mod exec_ws;
+pub mod listener;
+mod session;
+pub mod tls;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::Serialize;
+use silo_protocol::PROTOCOL_VERSION;
+use silo_protocol::auth::Verifier;
+use silo_protocol::health::Health;
+use silo_protocol::http::{ErrorBody, HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ, PATH_PUSH};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+
+use crate::activity::Activity;
+use crate::exec::{ConnId, Execs};
+use crate::shutdown::{self, Phase};
+use listener::{Accepted, Listener};
+
+/// Most simultaneous connections, exec sessions included.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Time a client gets to send its request headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time a client gets to finish its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after a failed accept (e.g. out of file descriptors) before retrying.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Response body type of every route.
+pub type Body = Full<Bytes>;
+
+/// What every connection needs.
+pub struct AgentState {
+    /// Checks request signatures against this sandbox's key.
+    pub verifier: Verifier,
+    /// The exec registry.
+    pub execs: Execs,
+    /// Use tracking for the idle timeout.
+    pub activity: Arc<Activity>,
+    /// When the agent started, for `uptime_ms`.
+    pub started: Instant,
+    /// Random per boot, reported by `/healthz`.
+    pub boot_id: String,
+    next_conn: AtomicU64,
+}
+
+impl AgentState {
+    /// Bundles the shared state.
+    pub fn new(verifier: Verifier, execs: Execs, activity: Arc<Activity>, boot_id: String) -> Self {
+        Self {
+            verifier,
+            execs,
+            activity,
+            started: Instant::now(),
+            boot_id,
+            next_conn: AtomicU64::new(1),
+        }
+    }
+
+    fn next_conn_id(&self) -> ConnId {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Held for a connection's life, including an exec session it upgraded to.
+pub struct ConnGuard {
+    _permit: OwnedSemaphorePermit,
+    /// Dropped last by the last connection, which lets [`run`] return.
+    _done: mpsc::Sender<()>,
+    /// The shutdown phase, which ends the connection.
+    phase: watch::Receiver<Phase>,
+}
+
+/// Serves until `phase` reaches [`Phase::Draining`], then waits for every
+/// connection and exec session to end (sessions end at [`Phase::Closing`]).
+pub async fn run(listener: Listener, state: Arc<AgentState>, phase: watch::Receiver<Phase>) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    let mut shutdown = phase.clone();
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&limit).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = shutdown::reached(&mut shutdown, Phase::Draining) => break,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown::reached(&mut shutdown, Phase::Draining) => break,
+        };
+        match accepted {
+            Ok(conn) => {
+                let guard = ConnGuard {
+                    _permit: permit,
+                    _done: done_tx.clone(),
+                    phase: phase.clone(),
+                };
+                tokio::spawn(serve(conn, Arc::clone(&state), guard));
+            }
+            Err(err) => {
+                tracing::warn!(%err, "accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+            }
+        }
+    }
+    listener.close();
+    drop(done_tx);
+    let _ = done_rx.recv().await;
+}
+
+/// Any connection stream. Serving through one boxed type keeps a single copy
+/// of hyper's connection machinery in the binary instead of one per transport.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+async fn serve(conn: Accepted, state: Arc<AgentState>, guard: ConnGuard) {
+    let io: Box<dyn Io> = match conn {
+        Accepted::Unix(stream) => Box::new(stream),
+        Accepted::Tcp(stream) => Box::new(stream),
+        Accepted::Tls(stream, acceptor) => {
+            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => Box::new(stream),
+                Ok(Err(err)) => return tracing::debug!(%err, "tls handshake failed"),
+                Err(_) => return tracing::debug!("tls handshake timed out"),
+            }
+        }
+    };
+    serve_http(io, state, guard).await;
+}
+
+async fn serve_http(io: Box<dyn Io>, state: Arc<AgentState>, guard: ConnGuard) {
+    let mut phase = guard.phase.clone();
+    let guard = Arc::new(guard);
+    let service = service_fn(move |req| {
+        let response = route(req, &state, &guard);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(err) = result {
+                tracing::debug!(%err, "connection ended with an error");
+            }
+        }
+        () = shutdown::reached(&mut phase, Phase::Draining) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+/// Maps a request to its handler.
+fn route(
+    req: Request<Incoming>,
+    state: &Arc<AgentState>,
+    guard: &Arc<ConnGuard>,
+) -> Response<Body> {
+    let method = req.method().clone();
+    let mut response = match (req.uri().path(), method) {
+        (PATH_HEALTHZ, Method::GET) => health(state),
+        (PATH_EXEC, Method::GET) => exec_ws::upgrade(req, state, guard),
+        (PATH_PUSH, Method::POST) => push(&req, state),
+        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH, _) => error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{} does not take {}", req.uri().path(), req.method()),
+        ),
+        (path, _) => error_response(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no route for {path}"),
+        ),
+    };
+    response
+        .headers_mut()
+        .insert(HEADER_PROTOCOL, HeaderValue::from(PROTOCOL_VERSION));
+    response
+}
+
+fn health(state: &AgentState) -> Response<Body> {
+    json_response(
+        StatusCode::OK,
+        &Health {
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            protocol_version: PROTOCOL_VERSION,
+            uptime_ms: u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            boot_id: state.boot_id.clone(),
+            pid: std::process::id(),
+        },
+    )
+}
+
+/// `POST /v1/push` (tar.gz bundle for a mount path): admitted like any signed
+/// request, then refused until the push module exists. The body's hash must be
+/// checked against the signed `x-silo-content-sha256` once it has been read.
+fn push(req: &Request<Incoming>, state: &AgentState) -> Response<Body> {
+    if let Err(err) = auth::admit(req, &state.verifier) {
+        return err.response();
+    }
+    state.activity.touch();
+    error_response(
+        StatusCode::NOT_IMPLEMENTED,
+        "not_implemented",
+        "push is not implemented by this agent yet",
+    )
+}
+
+/// A JSON response.
+pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
+    match serde_json::to_vec(value) {
+        Ok(json) => {
+            let mut response = Response::new(Full::new(Bytes::from(json)));
+            *response.status_mut() = status;
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            response
+        }
+        Err(err) => {
+            tracing::error!(%err, "cannot encode a response");
+            let mut response = Response::new(Full::default());
+            *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            response
+        }
+    }
+}
+
+/// A JSON [`ErrorBody`] response.
+pub fn error_response(
+    status: StatusCode,
+    kind: &str,
+    message: impl Into<String>,
+) -> Response<Body> {
+    json_response(
+        status,
+        &ErrorBody {
+            kind: kind.to_owned(),
+            message: message.into(),
+        },
+    )
+}

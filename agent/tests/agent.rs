@@ -1,0 +1,414 @@
+//! Black-box checks of the built agent binary on a temporary Unix socket,
+//! speaking the wire protocol directly (hyper for plain HTTP, tungstenite for
+//! the exec channel). The full end-to-end suite lives in the workspace's
+//! `tests/` crate; these only guard the agent's own contract.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed step should abort the test with its error"
+)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use silo_protocol::PROTOCOL_VERSION;
+use silo_protocol::auth::{EMPTY_BODY_SHA256, Key, sign};
+use silo_protocol::exec::{AgentMessage, Channel, ClientMessage, ExecSpec, ExitInfo, Frame};
+use silo_protocol::health::Health;
+use silo_protocol::http::{HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ};
+use tokio::net::UnixStream;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::client::ClientRequestBuilder;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+type Ws = WebSocketStream<UnixStream>;
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Agent {
+    child: Child,
+    dir: PathBuf,
+    key: Key,
+}
+
+impl Agent {
+    fn start(name: &str, extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("silo-agent-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = Key::generate().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_silo-agent"))
+            .arg("--listen")
+            .arg(format!("unix:{}", dir.join("agent.sock").display()))
+            .arg("--workdir")
+            .arg(&dir)
+            .args(extra)
+            .env("SILO_AGENT_KEY", key.to_hex())
+            .env(
+                "SILO_AGENT_LOG",
+                std::env::var("SILO_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let agent = Self { child, dir, key };
+        let deadline = Instant::now() + WAIT;
+        while std::os::unix::net::UnixStream::connect(agent.socket()).is_err() {
+            assert!(Instant::now() < deadline, "agent never listened");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        agent
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("agent.sock")
+    }
+
+    async fn healthz(&self) -> (u16, Bytes) {
+        let stream = UnixStream::connect(self.socket()).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let req = http::Request::get(PATH_HEALTHZ)
+            .header("host", "agent")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.into_body().collect().await.unwrap().to_bytes())
+    }
+
+    /// Opens the exec channel; `sign` false sends no signature, `version` overrides ours.
+    async fn connect(
+        &self,
+        sign_it: bool,
+        version: Option<&str>,
+    ) -> Result<Ws, tungstenite::Error> {
+        let stream = UnixStream::connect(self.socket()).await.unwrap();
+        let ours = PROTOCOL_VERSION.to_string();
+        let mut req = ClientRequestBuilder::new(format!("ws://agent{PATH_EXEC}").parse().unwrap())
+            .with_header(HEADER_PROTOCOL, version.unwrap_or(&ours));
+        if sign_it {
+            for (name, value) in sign(&self.key, "GET", PATH_EXEC, EMPTY_BODY_SHA256)
+                .unwrap()
+                .pairs()
+            {
+                req = req.with_header(name, value);
+            }
+        }
+        Ok(tokio_tungstenite::client_async(req, stream).await?.0)
+    }
+
+    async fn ws(&self) -> Ws {
+        self.connect(true, None).await.unwrap()
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "agent did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What came down the channel, decoded.
+#[derive(Debug)]
+enum In {
+    Msg(AgentMessage),
+    Out(Frame),
+}
+
+async fn send(ws: &mut Ws, msg: &ClientMessage) {
+    ws.send(Message::text(serde_json::to_string(msg).unwrap()))
+        .await
+        .unwrap();
+}
+
+async fn next(ws: &mut Ws) -> In {
+    loop {
+        let msg = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("agent went quiet")
+            .expect("channel closed")
+            .unwrap();
+        match msg {
+            Message::Text(text) => return In::Msg(serde_json::from_str(&text).unwrap()),
+            Message::Binary(bytes) => return In::Out(Frame::decode(&bytes).unwrap()),
+            _ => {}
+        }
+    }
+}
+
+async fn exec(ws: &mut Ws, tag: u64, spec: ExecSpec) -> u64 {
+    send(ws, &ClientMessage::Exec { tag, spec }).await;
+    match next(ws).await {
+        In::Msg(AgentMessage::Started {
+            tag: t, exec_id, ..
+        }) if t == tag => exec_id,
+        other => panic!("expected started, got {other:?}"),
+    }
+}
+
+/// Collects stdout+stderr of one exec until its exit.
+async fn until_exit(ws: &mut Ws, exec_id: u64) -> (String, ExitInfo) {
+    let mut out = Vec::new();
+    loop {
+        match next(ws).await {
+            In::Out(frame) if frame.exec_id == exec_id => {
+                assert_eq!(frame.seq, out.len() as u64, "frames are contiguous");
+                out.extend_from_slice(&frame.payload);
+            }
+            In::Msg(AgentMessage::Exit { exec_id: id, exit }) if id == exec_id => {
+                return (String::from_utf8_lossy(&out).into_owned(), exit);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn argv(args: &[&str]) -> ExecSpec {
+    ExecSpec {
+        argv: args.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn smoke_healthz_exec_and_rejections() {
+    let agent = Agent::start("smoke", &[]);
+    let (status, body) = agent.healthz().await;
+    assert_eq!(status, 200);
+    let health: Health = serde_json::from_slice(&body).unwrap();
+    assert_eq!(health.protocol_version, PROTOCOL_VERSION);
+
+    let mut ws = agent.ws().await;
+    let id = exec(&mut ws, 1, argv(&["echo", "hi"])).await;
+    let (out, exit) = until_exit(&mut ws, id).await;
+    assert_eq!(out, "hi\n");
+    assert_eq!(exit.code, Some(0));
+    assert_eq!(exit.output_bytes, 3);
+
+    // The key never reaches commands; the marker does.
+    let id = exec(&mut ws, 2, argv(&["env"])).await;
+    let (env, _) = until_exit(&mut ws, id).await;
+    assert!(!env.contains("SILO_AGENT_KEY"), "{env}");
+    assert!(env.contains(&format!("SILO_EXEC_ID={id}")), "{env}");
+
+    // Bad input gets an error and the connection stays usable.
+    ws.send(Message::text(r#"{"type":"exec","tag":9}"#))
+        .await
+        .unwrap();
+    match next(&mut ws).await {
+        In::Msg(AgentMessage::Error { tag: Some(9), .. }) => {}
+        other => panic!("expected error, got {other:?}"),
+    }
+    let id = exec(&mut ws, 3, argv(&["sh", "-c", "echo oops >&2; exit 3"])).await;
+    let (out, exit) = until_exit(&mut ws, id).await;
+    assert_eq!((out.as_str(), exit.code), ("oops\n", Some(3)));
+    send(
+        &mut ws,
+        &ClientMessage::Exec {
+            tag: 4,
+            spec: argv(&["/no/such/program"]),
+        },
+    )
+    .await;
+    assert!(matches!(
+        next(&mut ws).await,
+        In::Msg(AgentMessage::Error { tag: Some(4), .. })
+    ));
+
+    match agent.connect(false, None).await {
+        Err(tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status(), 401);
+            let body =
+                String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).into_owned();
+            assert!(body.contains("unauthorized"), "{body}");
+            assert!(!body.contains(&agent.key.to_hex()));
+        }
+        other => panic!("expected 401, got {:?}", other.map(|_| ())),
+    }
+    match agent.connect(true, Some("999")).await {
+        Err(tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 400),
+        other => panic!("expected 400, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[tokio::test]
+async fn interrupt_stops_sleep_promptly_and_reattach_replays() {
+    let agent = Agent::start("interrupt", &[]);
+    let mut ws = agent.ws().await;
+    let id = exec(&mut ws, 1, argv(&["sleep", "100"])).await;
+    let asked = Instant::now();
+    send(
+        &mut ws,
+        &ClientMessage::Interrupt {
+            tag: 2,
+            exec_id: id,
+            grace_ms: None,
+        },
+    )
+    .await;
+    let (_, exit) = until_exit(&mut ws, id).await;
+    let took = asked.elapsed();
+    assert!(exit.interrupted && exit.signal == Some(2), "{exit:?}");
+    assert!(took < Duration::from_secs(1), "interrupt took {took:?}");
+
+    // Output survives the connection that started it.
+    let script = "echo one; sleep 0.3; echo two";
+    let id = exec(&mut ws, 3, argv(&["sh", "-c", script])).await;
+    drop(ws);
+    let mut ws = agent.ws().await;
+    send(
+        &mut ws,
+        &ClientMessage::Attach {
+            tag: 4,
+            exec_id: id,
+            from_seq: 0,
+        },
+    )
+    .await;
+    match next(&mut ws).await {
+        In::Msg(AgentMessage::Attached {
+            next_seq: 0,
+            lost_bytes: 0,
+            ..
+        }) => {}
+        other => panic!("expected attached, got {other:?}"),
+    }
+    let (out, exit) = until_exit(&mut ws, id).await;
+    assert_eq!((out.as_str(), exit.code), ("one\ntwo\n", Some(0)));
+
+    // A finished exec replays from any offset, then reports its exit at once.
+    send(
+        &mut ws,
+        &ClientMessage::Attach {
+            tag: 5,
+            exec_id: id,
+            from_seq: 5,
+        },
+    )
+    .await;
+    assert!(matches!(
+        next(&mut ws).await,
+        In::Msg(AgentMessage::Attached { next_seq: 5, .. })
+    ));
+    match next(&mut ws).await {
+        In::Out(frame) => assert_eq!((frame.seq, frame.payload.as_slice()), (5, &b"wo\n"[..])),
+        other => panic!("expected a frame, got {other:?}"),
+    }
+    assert!(matches!(
+        next(&mut ws).await,
+        In::Msg(AgentMessage::Exit { .. })
+    ));
+    send(
+        &mut ws,
+        &ClientMessage::Interrupt {
+            tag: 6,
+            exec_id: id,
+            grace_ms: None,
+        },
+    )
+    .await;
+    match next(&mut ws).await {
+        In::Msg(AgentMessage::InterruptAck { state, .. }) => {
+            assert_eq!(state, silo_protocol::exec::ExecState::Finished);
+        }
+        other => panic!("expected ack, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn timeouts_fire_and_background_children_do_not_hold_the_exit() {
+    let agent = Agent::start("timeout", &[]);
+    let mut ws = agent.ws().await;
+    let spec = ExecSpec {
+        timeout_ms: Some(100),
+        grace_ms: Some(100),
+        // Ignores SIGINT, so only the SIGKILL after the grace ends it.
+        ..argv(&["sh", "-c", "trap '' INT; sleep 100"])
+    };
+    let id = exec(&mut ws, 1, spec).await;
+    let (_, exit) = until_exit(&mut ws, id).await;
+    assert!(exit.timed_out && !exit.interrupted, "{exit:?}");
+    assert_eq!(exit.signal, Some(9));
+
+    // The background sleep keeps stdout open; the exit still comes after a short linger.
+    let started = Instant::now();
+    let id = exec(&mut ws, 2, argv(&["sh", "-c", "sleep 5 & echo hi"])).await;
+    let (out, exit) = until_exit(&mut ws, id).await;
+    assert_eq!((out.as_str(), exit.code), ("hi\n", Some(0)));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Interrupting the lingering remains is harmless once it has finished.
+    send(
+        &mut ws,
+        &ClientMessage::Interrupt {
+            tag: 3,
+            exec_id: id,
+            grace_ms: Some(0),
+        },
+    )
+    .await;
+    assert!(matches!(
+        next(&mut ws).await,
+        In::Msg(AgentMessage::InterruptAck { .. })
+    ));
+}
+
+#[tokio::test]
+async fn stdin_is_fed_and_closed_on_request() {
+    let agent = Agent::start("stdin", &[]);
+    let mut ws = agent.ws().await;
+    let spec = ExecSpec {
+        stdin: true,
+        ..argv(&["cat"])
+    };
+    let id = exec(&mut ws, 1, spec).await;
+    let frame = Frame {
+        channel: Channel::Stdin,
+        exec_id: id,
+        seq: 0,
+        payload: b"fed\n".to_vec(),
+    };
+    ws.send(Message::binary(frame.encode())).await.unwrap();
+    send(&mut ws, &ClientMessage::CloseStdin { exec_id: id }).await;
+    let (out, exit) = until_exit(&mut ws, id).await;
+    assert_eq!((out.as_str(), exit.code), ("fed\n", Some(0)));
+
+    // Without `stdin: true` the command reads EOF at once instead of hanging.
+    let id = exec(&mut ws, 2, argv(&["cat"])).await;
+    let (out, exit) = until_exit(&mut ws, id).await;
+    assert_eq!((out.as_str(), exit.code), ("", Some(0)));
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_workload_and_exits_with_its_status() {
+    let mut agent = Agent::start("workload", &["--", "sleep", "100"]);
+    let status = agent.terminate();
+    // `sleep` dies of the forwarded SIGTERM: 128 + 15.
+    assert_eq!(status.code(), Some(143));
+
+    let mut bare = Agent::start("bare", &[]);
+    assert_eq!(bare.terminate().code(), Some(0));
+}
