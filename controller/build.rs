@@ -1,1 +1,195 @@
-fn main() {}
+//! Embeds the silo-agent binary in `silo`, so one file is all a user needs.
+//!
+//! With `SILO_AGENT_BIN` set, that file is embedded as is (an empty file, e.g.
+//! `/dev/null`, embeds nothing and leaves the run-time lookup to find the agent
+//! elsewhere). Otherwise the agent is built by a nested cargo for the static
+//! musl target, falling back to a static glibc build when that target is missing.
+//!
+//! The nested build uses its own target directory: cargo holds a lock on the
+//! outer one for the whole build, so sharing it would deadlock.
+
+use std::env;
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MUSL: &str = "x86_64-unknown-linux-musl";
+const GNU: &str = "x86_64-unknown-linux-gnu";
+/// Cargo profile of the embedded agent: `[profile.agent]` in the workspace manifest (tuned for size).
+const AGENT_PROFILE: &str = "agent";
+
+/// Variables that describe the outer build (its wrappers, flags, target and
+/// package) and would leak into the nested one. The jobserver (`CARGO_MAKEFLAGS`,
+/// `MAKEFLAGS`), `CARGO_HOME`, `PATH` and `RUSTUP_TOOLCHAIN` are deliberately kept.
+const LEAKY_VARS: &[&str] = &[
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTC_WRAPPER",
+    "RUSTC_LINKER",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "RUSTFLAGS",
+    "CARGO_TARGET_DIR",
+    "CARGO_BUILD_TARGET",
+    "CARGO_BUILD_TARGET_DIR",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_CRATE_NAME",
+    "TARGET",
+    "HOST",
+    "OUT_DIR",
+    "PROFILE",
+    "OPT_LEVEL",
+    "DEBUG",
+    "NUM_JOBS",
+];
+const LEAKY_PREFIXES: &[&str] = &[
+    "CARGO_CFG_",
+    "CARGO_FEATURE_",
+    "CARGO_PKG_",
+    "CARGO_MANIFEST_",
+    "DEP_",
+    "__CARGO",
+];
+
+fn main() {
+    if let Err(message) = run() {
+        // A build script reports failure by panicking; the message is what the user sees.
+        panic!("{message}");
+    }
+}
+
+fn run() -> Result<(), String> {
+    let manifest_dir = PathBuf::from(var("CARGO_MANIFEST_DIR")?);
+    let workspace = manifest_dir
+        .parent()
+        .ok_or("controller crate has no parent directory")?
+        .to_path_buf();
+    let out_dir = PathBuf::from(var("OUT_DIR")?);
+
+    println!("cargo:rerun-if-env-changed=SILO_AGENT_BIN");
+    for watched in [
+        "agent/src",
+        "agent/Cargo.toml",
+        "protocol/src",
+        "protocol/Cargo.toml",
+        "Cargo.lock",
+    ] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            workspace.join(watched).display()
+        );
+    }
+
+    let built = match env::var_os("SILO_AGENT_BIN") {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            println!("cargo:rerun-if-changed={}", path.display());
+            path
+        }
+        None => build_agent(&workspace)?,
+    };
+
+    let embedded = out_dir.join("silo-agent.embedded");
+    // Read and write rather than copy: the source may be /dev/null.
+    let bytes = fs::read(&built).map_err(|e| format!("reading agent {}: {e}", built.display()))?;
+    // An unchanged file keeps its mtime, so the crate is not recompiled for nothing.
+    if fs::read(&embedded).ok().as_deref() != Some(bytes.as_slice()) {
+        fs::write(&embedded, &bytes).map_err(|e| format!("writing {}: {e}", embedded.display()))?;
+    }
+    println!("cargo:rustc-env=SILO_EMBEDDED_AGENT={}", embedded.display());
+    Ok(())
+}
+
+fn build_agent(workspace: &Path) -> Result<PathBuf, String> {
+    let target_dir = match env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir).join("agent"),
+        None => workspace.join("target").join("agent"),
+    };
+    let musl = nested_cargo(workspace, &target_dir, MUSL, false)?;
+    if musl.success {
+        return Ok(binary_path(&target_dir, MUSL));
+    }
+    println!(
+        "cargo:warning=building silo-agent for {MUSL} failed; embedding a static glibc \
+         build instead (for musl: `rustup target add {MUSL}` and a musl C compiler, \
+         e.g. Debian's musl-tools)"
+    );
+    for line in musl
+        .stderr
+        .lines()
+        .filter(|l| l.trim_start().starts_with("error"))
+        .take(3)
+    {
+        println!("cargo:warning=  {MUSL}: {}", line.trim());
+    }
+    let gnu = nested_cargo(workspace, &target_dir, GNU, true)?;
+    if gnu.success {
+        return Ok(binary_path(&target_dir, GNU));
+    }
+    Err(format!(
+        "building the embedded silo-agent failed for both {MUSL} and {GNU}.\n\
+         Set SILO_AGENT_BIN to a prebuilt agent (or /dev/null to embed none).\n\
+         --- {MUSL} ---\n{}\n--- {GNU} ---\n{}",
+        musl.stderr, gnu.stderr
+    ))
+}
+
+struct Outcome {
+    success: bool,
+    stderr: String,
+}
+
+fn nested_cargo(
+    workspace: &Path,
+    target_dir: &Path,
+    target: &str,
+    crt_static: bool,
+) -> Result<Outcome, String> {
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(workspace)
+        .args([
+            "build",
+            "--profile",
+            AGENT_PROFILE,
+            "-p",
+            "silo-agent",
+            "--target",
+            target,
+        ])
+        .arg("--target-dir")
+        .arg(target_dir);
+    for (name, _) in env::vars_os() {
+        if is_leaky(&name) {
+            command.env_remove(&name);
+        }
+    }
+    if crt_static {
+        command.env("RUSTFLAGS", "-C target-feature=+crt-static");
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("running nested cargo for silo-agent: {e}"))?;
+    Ok(Outcome {
+        success: output.status.success(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
+fn is_leaky(name: &OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    LEAKY_VARS.contains(&name) || LEAKY_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+fn binary_path(target_dir: &Path, target: &str) -> PathBuf {
+    target_dir
+        .join(target)
+        .join(AGENT_PROFILE)
+        .join("silo-agent")
+}
+
+fn var(name: &str) -> Result<String, String> {
+    env::var(name).map_err(|_| format!("cargo did not set {name}"))
+}

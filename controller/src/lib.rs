@@ -1,1 +1,32 @@
-//! silo
+//! silo, the host controller: it creates sandboxes on a backend, keeps their
+//! state, and talks to the silo-agent inside each one.
+//!
+//! Start at [`Silo`]: open a home, create a sandbox, get an [`client::AgentClient`]
+//! for it and run commands. The `silo` binary is a thin CLI over this library.
+//!
+//! # Layout
+//! - [`silo`]: `Silo`, the front door: create, get, list, start, stop, remove, events, client.
+//! - [`client`]: AgentClient, the one way the controller talks to an agent.
+//! - [`backend`]: the `Backend` contract, enum dispatch, and the `local` backend.
+//! - [`state`]: SQLite state (sandboxes, append-only events) and the master key.
+//! - [`spec`]: what a sandbox is asked to be, and its stable hash.
+//! - [`naming`]: sandbox ids, name rules and generated names.
+//! - [`agent_binary`]: finding (or extracting the embedded) silo-agent binary.
+//! - [`home`]: the `$SILO_HOME` directory layout.
+//! - `fsutil` (private): atomic writes and log tails for files under `$SILO_HOME`.
+#![deny(missing_docs)]
+
+pub mod agent_binary;
+pub mod backend;
+pub mod client;
+mod fsutil;
+pub mod home;
+pub mod naming;
+pub mod silo;
+pub mod spec;
+pub mod state;
+
+pub use backend::MachineState;
+pub use silo::{CreateRequest, Silo, SiloError, SiloOptions};
+pub use spec::{BackendKind, SandboxSpec};
+pub use state::{Event, Sandbox};

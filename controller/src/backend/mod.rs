@@ -1,0 +1,177 @@
+//! Backends: what makes, finds, starts, stops and removes the machine a
+//! sandbox runs on. Nothing else: everything that happens inside a sandbox
+//! goes through its agent, identically on every backend.
+//!
+//! [`Backend`] is the contract. Its methods are `async` (they wait on
+//! processes, engines and HTTP APIs), and async trait methods are not
+//! dyn-compatible, so backends are dispatched through the [`AnyBackend`] enum
+//! rather than `Box<dyn Backend>`: no boxed futures, no allocation per call,
+//! and adding a backend (Docker, E2B, Daytona, Kubernetes) means one more
+//! variant, one more match arm per method, and the compiler pointing at each.
+//!
+//! A backend keeps whatever it needs to find its machine again (a pid, a
+//! container id, a VM id) in an opaque JSON `backend_ref` that the state
+//! database stores with the sandbox. A backend may keep truth of its own
+//! outside the database (the local backend's pid file, a container's labels)
+//! when that is what several `silo` processes must agree on.
+
+pub mod local;
+
+use std::future::Future;
+
+use serde::Serialize;
+use silo_protocol::auth::Key;
+
+use crate::client::Endpoint;
+use crate::spec::{BackendKind, SandboxSpec};
+
+pub use local::{LocalBackend, LocalError, LogTail};
+
+/// What a backend is told about the sandbox it acts on.
+#[derive(Debug, Clone, Copy)]
+pub struct Machine<'a> {
+    /// The sandbox id (stable for the sandbox's life).
+    pub id: &'a str,
+    /// The sandbox name (for labels and messages).
+    pub name: &'a str,
+    /// What it was created with.
+    pub spec: &'a SandboxSpec,
+    /// What this backend returned last time (`{}` before the first create).
+    pub backend_ref: &'a serde_json::Value,
+    /// The sandbox's own key, which its agent must be given.
+    pub key: &'a Key,
+}
+
+/// Where a sandbox's machine is in its life, as its backend sees it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MachineState {
+    /// Up, and its agent answers.
+    Running,
+    /// Exists but is not serving (never started, stopped, crashed, agent hung).
+    Stopped,
+    /// Gone: removed behind silo's back, or never made.
+    Missing,
+}
+
+impl MachineState {
+    /// The lowercase name shown to users.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineState::Running => "running",
+            MachineState::Stopped => "stopped",
+            MachineState::Missing => "missing",
+        }
+    }
+}
+
+/// What [`Backend::start`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Started {
+    /// The machine's handle now.
+    pub backend_ref: serde_json::Value,
+    /// It was already running, so nothing was started (another process may
+    /// have started it a moment ago).
+    pub was_running: bool,
+}
+
+/// The operations every backend provides.
+///
+/// Each one must be safe to call from several `silo` processes at once, and
+/// `start`, `stop` and `remove` must be idempotent: they are retried after
+/// crashes, and issued by processes that cannot know what another just did.
+pub trait Backend {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Makes the machine and starts its agent; returns the new `backend_ref`.
+    /// On failure the caller calls [`Backend::remove`] to clean up.
+    fn create(
+        &self,
+        machine: Machine<'_>,
+    ) -> impl Future<Output = Result<serde_json::Value, BackendError>> + Send;
+
+    /// Looks at the machine now.
+    fn status(
+        &self,
+        machine: Machine<'_>,
+    ) -> impl Future<Output = Result<MachineState, BackendError>> + Send;
+
+    /// Brings the machine up and waits until its agent answers. Does nothing
+    /// (but still answers) if it is already running.
+    fn start(
+        &self,
+        machine: Machine<'_>,
+    ) -> impl Future<Output = Result<Started, BackendError>> + Send;
+
+    /// Stops the machine, keeping it (and its files) for a later start.
+    /// Returns whether it was running.
+    fn stop(&self, machine: Machine<'_>)
+    -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Stops the machine and deletes it. Succeeds if it is already gone.
+    fn remove(&self, machine: Machine<'_>)
+    -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Where the machine's agent listens.
+    fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError>;
+}
+
+/// Every backend this build has, for dispatch without trait objects.
+#[derive(Debug, Clone)]
+pub enum AnyBackend {
+    /// The agent as a host process.
+    Local(LocalBackend),
+}
+
+impl Backend for AnyBackend {
+    fn kind(&self) -> BackendKind {
+        match self {
+            AnyBackend::Local(b) => b.kind(),
+        }
+    }
+
+    async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
+        match self {
+            AnyBackend::Local(b) => b.create(machine).await,
+        }
+    }
+
+    async fn status(&self, machine: Machine<'_>) -> Result<MachineState, BackendError> {
+        match self {
+            AnyBackend::Local(b) => b.status(machine).await,
+        }
+    }
+
+    async fn start(&self, machine: Machine<'_>) -> Result<Started, BackendError> {
+        match self {
+            AnyBackend::Local(b) => b.start(machine).await,
+        }
+    }
+
+    async fn stop(&self, machine: Machine<'_>) -> Result<bool, BackendError> {
+        match self {
+            AnyBackend::Local(b) => b.stop(machine).await,
+        }
+    }
+
+    async fn remove(&self, machine: Machine<'_>) -> Result<(), BackendError> {
+        match self {
+            AnyBackend::Local(b) => b.remove(machine).await,
+        }
+    }
+
+    fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError> {
+        match self {
+            AnyBackend::Local(b) => b.endpoint(machine),
+        }
+    }
+}
+
+/// Why a backend operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The local backend failed.
+    #[error(transparent)]
+    Local(#[from] LocalError),
+}

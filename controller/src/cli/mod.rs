@@ -1,0 +1,122 @@
+//! Argument parsing and dispatch. One file per subcommand, each a few lines
+//! over the library; all printing goes through [`output::Output`].
+
+mod create;
+mod demo;
+mod events;
+mod exec;
+mod ls;
+mod output;
+mod rm;
+mod start;
+mod stop;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use silo::{Silo, SiloOptions};
+
+use output::Output;
+
+/// Sandboxes for AI agent harnesses.
+#[derive(Debug, Parser)]
+#[command(name = "silo", version, about)]
+pub struct Cli {
+    /// State directory (default: ~/.local/share/silo).
+    #[arg(long, global = true, env = "SILO_HOME", value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// silo-agent binary to run instead of the built-in one.
+    #[arg(long, global = true, env = "SILO_AGENT", value_name = "PATH")]
+    agent: Option<PathBuf>,
+    /// Print machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a sandbox and start it.
+    Create(create::Args),
+    /// A guided tour: create a sandbox, run commands, resume it from a second process.
+    Demo(demo::Args),
+    /// Run a command in a sandbox, streaming its output.
+    Exec(exec::Args),
+    /// List sandboxes.
+    Ls(ls::Args),
+    /// Remove sandboxes (their event history is kept).
+    Rm(rm::Args),
+    /// Show a sandbox's event history.
+    Events(events::Args),
+    /// Start a stopped sandbox.
+    Start(start::Args),
+    /// Stop a sandbox, keeping it for a later start.
+    Stop(stop::Args),
+}
+
+/// Runs the parsed command; returns the process exit code.
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let home_hint = cli.home.clone();
+    let silo = Silo::open_with(SiloOptions {
+        home: cli.home,
+        agent: cli.agent,
+    })
+    .with_context(|| match home_hint {
+        Some(home) => format!("opening silo home {}", home.display()),
+        None => "opening silo home".to_owned(),
+    })?;
+    let out = Output::new(cli.json);
+    match cli.command {
+        Command::Create(args) => create::run(&silo, &out, args).await,
+        Command::Demo(args) => demo::run(&silo, &out, args).await,
+        Command::Exec(args) => exec::run(&silo, args).await,
+        Command::Ls(args) => ls::run(&silo, &out, args).await,
+        Command::Rm(args) => rm::run(&silo, &out, args).await,
+        Command::Events(args) => events::run(&silo, &out, args),
+        Command::Start(args) => start::run(&silo, &out, args).await,
+        Command::Stop(args) => stop::run(&silo, &out, args).await,
+    }
+}
+
+/// Parses `KEY=VALUE`.
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn key_values_need_a_key() {
+        assert_eq!(parse_key_value("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert_eq!(parse_key_value("A="), Ok(("A".into(), String::new())));
+        assert!(parse_key_value("=x").is_err());
+        assert!(parse_key_value("x").is_err());
+    }
+
+    #[test]
+    fn exec_takes_the_command_after_dashes_or_directly() {
+        for argv in [
+            &["silo", "exec", "a", "--", "ls", "-l"][..],
+            &["silo", "exec", "a", "ls", "-l"][..],
+        ] {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            let Command::Exec(args) = cli.command else {
+                panic!("not exec");
+            };
+            assert_eq!(args.command, ["ls", "-l"]);
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! One exec channel to an agent: a signed WebSocket carrying many execs.
+//!
+//! A reader task routes what the agent sends: replies go to the request that
+//! carries the same tag, output frames and exits go to the handle of their exec.
+//! A writer task owns the socket's sending half. When the last
+//! [`ExecConnection`] clone and every [`ExecHandle`] are dropped, the writer
+//! closes the socket and both tasks end: shutdown is explicit, not left to a
+//! timeout on the agent's side.
+//!
+//! The reader registers an exec's event queue as soon as it reads `started`
+//! or `attached`, before it reads the next message, so no frame of a new exec
+//! can arrive before someone is there to take it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use silo_protocol::exec::{
+    AgentMessage, Channel, ClientMessage, ExecId, ExecSpec, ExecState, ExitInfo, Frame,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::ClientError;
+use super::transport::Stream;
+
+/// Events queued per exec before the reader waits for the consumer.
+const EXEC_EVENT_QUEUE: usize = 1024;
+/// Messages queued for the writer.
+const OUTGOING_QUEUE: usize = 256;
+
+/// Something that happened to an exec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEvent {
+    /// Output bytes; `seq` is the offset of `data[0]` in the exec's output.
+    Output {
+        /// stdout or stderr.
+        channel: Channel,
+        /// Byte offset.
+        seq: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// The exec ended; no event follows.
+    Exit(ExitInfo),
+}
+
+/// What one exec printed and how it ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// Everything written to stdout.
+    pub stdout: Vec<u8>,
+    /// Everything written to stderr.
+    pub stderr: Vec<u8>,
+    /// How it ended.
+    pub exit: ExitInfo,
+}
+
+/// A reply to a tagged request, with the event queue the reader registered for it.
+struct Reply {
+    message: AgentMessage,
+    events: Option<mpsc::Receiver<ExecEvent>>,
+}
+
+/// State the reader task and the request side share.
+#[derive(Default)]
+struct Routes {
+    /// Requests waiting for their reply, by tag.
+    pending: HashMap<u64, oneshot::Sender<Reply>>,
+    /// Event queues of the execs this connection follows.
+    execs: HashMap<ExecId, mpsc::Sender<ExecEvent>>,
+    /// Set once the socket is gone; later requests fail at once.
+    closed: bool,
+}
+
+/// A live exec channel. Cheap to clone; every clone shares the socket.
+#[derive(Clone)]
+pub struct ExecConnection {
+    outgoing: mpsc::Sender<Message>,
+    routes: Arc<Mutex<Routes>>,
+    next_tag: Arc<AtomicU64>,
+}
+
+impl ExecConnection {
+    /// Takes over an upgraded WebSocket and starts its reader and writer tasks.
+    pub(crate) fn start(socket: WebSocketStream<Box<dyn Stream>>) -> Self {
+        let (sink, stream) = socket.split();
+        let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
+        let routes = Arc::new(Mutex::new(Routes::default()));
+        tokio::spawn(write_loop(sink, outgoing_rx));
+        tokio::spawn(read_loop(stream, routes.clone()));
+        Self {
+            outgoing,
+            routes,
+            next_tag: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// Starts a command and follows it from its first byte.
+    pub async fn exec(&self, spec: ExecSpec) -> Result<ExecHandle, ClientError> {
+        let tag = self.tag();
+        let reply = self.call(tag, ClientMessage::Exec { tag, spec }).await?;
+        match reply.message {
+            AgentMessage::Started { exec_id, pid, .. } => {
+                Ok(self.handle(exec_id, pid, reply.events)?)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Follows an exec started on any connection, replaying output from byte
+    /// offset `from_seq`. Also returns how many requested bytes the agent no
+    /// longer held.
+    pub async fn attach(
+        &self,
+        exec_id: ExecId,
+        from_seq: u64,
+    ) -> Result<(ExecHandle, u64), ClientError> {
+        let tag = self.tag();
+        let reply = self
+            .call(
+                tag,
+                ClientMessage::Attach {
+                    tag,
+                    exec_id,
+                    from_seq,
+                },
+            )
+            .await?;
+        match reply.message {
+            AgentMessage::Attached { lost_bytes, .. } => {
+                Ok((self.handle(exec_id, 0, reply.events)?, lost_bytes))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Interrupts an exec: SIGINT, `grace` (the agent's default when `None`),
+    /// then SIGKILL. Returns the exec's state when the request arrived.
+    pub async fn interrupt(
+        &self,
+        exec_id: ExecId,
+        grace: Option<Duration>,
+    ) -> Result<ExecState, ClientError> {
+        let tag = self.tag();
+        let grace_ms = grace.map(|g| u64::try_from(g.as_millis()).unwrap_or(u64::MAX));
+        let reply = self
+            .call(
+                tag,
+                ClientMessage::Interrupt {
+                    tag,
+                    exec_id,
+                    grace_ms,
+                },
+            )
+            .await?;
+        match reply.message {
+            AgentMessage::InterruptAck { state, .. } => Ok(state),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// An exec's state, its exit when finished, and its output byte count.
+    pub async fn status(
+        &self,
+        exec_id: ExecId,
+    ) -> Result<(ExecState, Option<ExitInfo>, u64), ClientError> {
+        let tag = self.tag();
+        let reply = self
+            .call(tag, ClientMessage::Status { tag, exec_id })
+            .await?;
+        match reply.message {
+            AgentMessage::Status {
+                state,
+                exit,
+                output_bytes,
+                ..
+            } => Ok((state, exit, output_bytes)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Runs a command to completion and collects its output.
+    pub async fn run(&self, spec: ExecSpec) -> Result<ExecOutput, ClientError> {
+        self.exec(spec).await?.collect().await
+    }
+
+    fn tag(&self) -> u64 {
+        self.next_tag.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn handle(
+        &self,
+        exec_id: ExecId,
+        pid: u32,
+        events: Option<mpsc::Receiver<ExecEvent>>,
+    ) -> Result<ExecHandle, ClientError> {
+        let events = events.ok_or_else(|| ClientError::Protocol("reply carried no exec".into()))?;
+        Ok(ExecHandle {
+            exec_id,
+            pid,
+            events,
+            connection: self.clone(),
+        })
+    }
+
+    async fn call(&self, tag: u64, message: ClientMessage) -> Result<Reply, ClientError> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        {
+            let mut routes = lock(&self.routes);
+            if routes.closed {
+                return Err(ClientError::Disconnected);
+            }
+            routes.pending.insert(tag, reply_tx);
+        }
+        let text = serde_json::to_string(&message)
+            .map_err(|e| ClientError::Protocol(format!("encoding request: {e}")))?;
+        if self.outgoing.send(Message::text(text)).await.is_err() {
+            lock(&self.routes).pending.remove(&tag);
+            return Err(ClientError::Disconnected);
+        }
+        let reply = reply_rx.await.map_err(|_| ClientError::Disconnected)?;
+        match reply.message {
+            AgentMessage::Error { kind, message, .. } => Err(ClientError::Agent { kind, message }),
+            _ => Ok(reply),
+        }
+    }
+
+    async fn send_frame(&self, frame: Frame) -> Result<(), ClientError> {
+        self.outgoing
+            .send(Message::binary(frame.encode()))
+            .await
+            .map_err(|_| ClientError::Disconnected)
+    }
+
+    async fn send(&self, message: ClientMessage) -> Result<(), ClientError> {
+        let text = serde_json::to_string(&message)
+            .map_err(|e| ClientError::Protocol(format!("encoding request: {e}")))?;
+        self.outgoing
+            .send(Message::text(text))
+            .await
+            .map_err(|_| ClientError::Disconnected)
+    }
+}
+
+/// One exec followed on a connection.
+pub struct ExecHandle {
+    exec_id: ExecId,
+    pid: u32,
+    events: mpsc::Receiver<ExecEvent>,
+    connection: ExecConnection,
+}
+
+impl ExecHandle {
+    /// The agent's id for this exec.
+    pub fn id(&self) -> ExecId {
+        self.exec_id
+    }
+
+    /// The exec's pid in the sandbox (0 when attached rather than started here).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The next output or exit; `None` when the connection died first.
+    pub async fn next_event(&mut self) -> Option<ExecEvent> {
+        self.events.recv().await
+    }
+
+    /// Sends bytes to the exec's stdin (the exec must have been started with `stdin: true`).
+    pub async fn write_stdin(&self, data: &[u8]) -> Result<(), ClientError> {
+        for chunk in data.chunks(silo_protocol::limits::MAX_FRAME_PAYLOAD) {
+            self.connection
+                .send_frame(Frame {
+                    channel: Channel::Stdin,
+                    exec_id: self.exec_id,
+                    seq: 0,
+                    payload: chunk.to_vec(),
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Closes the exec's stdin, so it reads EOF.
+    pub async fn close_stdin(&self) -> Result<(), ClientError> {
+        self.connection
+            .send(ClientMessage::CloseStdin {
+                exec_id: self.exec_id,
+            })
+            .await
+    }
+
+    /// Interrupts this exec; see [`ExecConnection::interrupt`].
+    pub async fn interrupt(&self, grace: Option<Duration>) -> Result<ExecState, ClientError> {
+        self.connection.interrupt(self.exec_id, grace).await
+    }
+
+    /// A clone of the connection this exec is followed on, e.g. to interrupt it
+    /// from another task while this handle is being read.
+    pub fn connection(&self) -> ExecConnection {
+        self.connection.clone()
+    }
+
+    /// Reads events to the exit and returns everything printed.
+    pub async fn collect(mut self) -> Result<ExecOutput, ClientError> {
+        let mut out = ExecOutput::default();
+        while let Some(event) = self.next_event().await {
+            match event {
+                ExecEvent::Output {
+                    channel: Channel::Stderr,
+                    data,
+                    ..
+                } => out.stderr.extend(data),
+                ExecEvent::Output { data, .. } => out.stdout.extend(data),
+                ExecEvent::Exit(exit) => {
+                    out.exit = exit;
+                    return Ok(out);
+                }
+            }
+        }
+        Err(ClientError::Disconnected)
+    }
+}
+
+impl Drop for ExecHandle {
+    fn drop(&mut self) {
+        lock(&self.connection.routes).execs.remove(&self.exec_id);
+    }
+}
+
+fn lock(routes: &Mutex<Routes>) -> std::sync::MutexGuard<'_, Routes> {
+    // A panic elsewhere while holding the lock leaves plain maps behind; keep using them.
+    routes
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn unexpected(message: AgentMessage) -> ClientError {
+    ClientError::Protocol(format!("unexpected reply from agent: {message:?}"))
+}
+
+async fn write_loop(
+    mut sink: futures_util::stream::SplitSink<WebSocketStream<Box<dyn Stream>>, Message>,
+    mut outgoing: mpsc::Receiver<Message>,
+) {
+    while let Some(message) = outgoing.recv().await {
+        if sink.send(message).await.is_err() {
+            return;
+        }
+    }
+    // Every sender is gone: nobody can use this connection any more.
+    let _ = sink.send(Message::Close(None)).await;
+    let _ = sink.close().await;
+}
+
+async fn read_loop(
+    mut stream: futures_util::stream::SplitStream<WebSocketStream<Box<dyn Stream>>>,
+    routes: Arc<Mutex<Routes>>,
+) {
+    while let Some(Ok(message)) = stream.next().await {
+        match message {
+            Message::Text(text) => match serde_json::from_str::<AgentMessage>(&text) {
+                Ok(message) => route_message(&routes, message).await,
+                Err(error) => tracing::warn!(%error, "agent sent an unreadable message"),
+            },
+            Message::Binary(bytes) => match Frame::decode(&bytes) {
+                Ok(frame) => {
+                    let event = ExecEvent::Output {
+                        channel: frame.channel,
+                        seq: frame.seq,
+                        data: frame.payload,
+                    };
+                    deliver(&routes, frame.exec_id, event, false).await;
+                }
+                Err(error) => tracing::warn!(%error, "agent sent an unreadable frame"),
+            },
+            Message::Close(_) => break,
+            // Pings are answered by the socket itself.
+            _ => {}
+        }
+    }
+    let mut routes = lock(&routes);
+    routes.closed = true;
+    routes.pending.clear();
+    routes.execs.clear();
+}
+
+async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
+    let tag = match &message {
+        AgentMessage::Started { tag, .. }
+        | AgentMessage::Attached { tag, .. }
+        | AgentMessage::InterruptAck { tag, .. }
+        | AgentMessage::Status { tag, .. } => Some(*tag),
+        AgentMessage::Error { tag, .. } => *tag,
+        AgentMessage::Exit { exec_id, exit } => {
+            deliver(routes, *exec_id, ExecEvent::Exit(exit.clone()), true).await;
+            return;
+        }
+    };
+    let Some(tag) = tag else {
+        tracing::warn!(?message, "agent reported an error outside any request");
+        return;
+    };
+    let mut guard = lock(routes);
+    let Some(waiter) = guard.pending.remove(&tag) else {
+        return;
+    };
+    let events = match &message {
+        AgentMessage::Started { exec_id, .. } | AgentMessage::Attached { exec_id, .. } => {
+            let (tx, rx) = mpsc::channel(EXEC_EVENT_QUEUE);
+            guard.execs.insert(*exec_id, tx);
+            Some(rx)
+        }
+        _ => None,
+    };
+    drop(guard);
+    let _ = waiter.send(Reply { message, events });
+}
+
+/// Hands an event to its exec's queue, waiting if the consumer is behind.
+async fn deliver(routes: &Mutex<Routes>, exec_id: ExecId, event: ExecEvent, last: bool) {
+    let queue = {
+        let mut guard = lock(routes);
+        if last {
+            guard.execs.remove(&exec_id)
+        } else {
+            guard.execs.get(&exec_id).cloned()
+        }
+    };
+    if let Some(queue) = queue {
+        // A dropped handle just means nobody wants the rest.
+        let _ = queue.send(event).await;
+    }
+}

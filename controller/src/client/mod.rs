@@ -1,0 +1,225 @@
+//! `AgentClient`, the one way the controller talks to an agent.
+//!
+//! Every backend ends in an [`Endpoint`] and a sandbox key; from there, health
+//! checks, execs, interrupts and re-attach work the same whatever the backend.
+//! The client signs every request with the sandbox's key and announces its
+//! protocol version, so a mismatched agent refuses it with a message naming
+//! both versions (surfaced as [`ClientError::VersionMismatch`]).
+//!
+//! Layout: `transport` opens streams and makes one-shot HTTP requests;
+//! `connection` multiplexes execs over one WebSocket.
+
+mod connection;
+mod transport;
+
+use std::time::{Duration, Instant};
+
+use silo_protocol::PROTOCOL_VERSION;
+use silo_protocol::auth::{AuthError, EMPTY_BODY_SHA256, Key, sign};
+use silo_protocol::exec::{ErrorKind, ExecSpec};
+use silo_protocol::health::Health;
+use silo_protocol::http::{HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ};
+use tokio_tungstenite::tungstenite;
+
+pub use connection::{ExecConnection, ExecEvent, ExecHandle, ExecOutput};
+pub use transport::{CONNECT_TIMEOUT, Endpoint, Response};
+
+/// Pause between health probes while waiting for an agent to come up.
+const READY_POLL: Duration = Duration::from_millis(2);
+
+/// A handle on one sandbox's agent. Cheap to clone; holds no connection.
+#[derive(Debug, Clone)]
+pub struct AgentClient {
+    endpoint: Endpoint,
+    key: Key,
+}
+
+impl AgentClient {
+    /// A client for the agent at `endpoint`, signing with the sandbox's `key`.
+    pub fn new(endpoint: Endpoint, key: Key) -> Self {
+        Self { endpoint, key }
+    }
+
+    /// Where the agent listens.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Asks the agent whether it is up (unsigned).
+    pub async fn healthz(&self) -> Result<Health, ClientError> {
+        let response = transport::request(
+            &self.endpoint,
+            None,
+            http::Method::GET,
+            PATH_HEALTHZ,
+            Default::default(),
+        )
+        .await?;
+        if !response.status.is_success() {
+            return Err(ClientError::Rejected {
+                status: response.status.as_u16(),
+                message: response.error_body().message,
+            });
+        }
+        serde_json::from_slice(&response.body)
+            .map_err(|e| ClientError::Protocol(format!("unreadable health answer: {e}")))
+    }
+
+    /// Polls [`AgentClient::healthz`] until it answers or `timeout` passes.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<Health, ClientError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.healthz().await {
+                Ok(health) => return Ok(health),
+                Err(error) if Instant::now() >= deadline => {
+                    return Err(ClientError::NotReady {
+                        endpoint: self.endpoint.to_string(),
+                        waited: timeout,
+                        last: Box::new(error),
+                    });
+                }
+                Err(_) => tokio::time::sleep(READY_POLL).await,
+            }
+        }
+    }
+
+    /// Sends one signed request and returns the agent's answer, whatever its status.
+    pub async fn request(
+        &self,
+        method: http::Method,
+        path_and_query: &str,
+        body: bytes::Bytes,
+    ) -> Result<Response, ClientError> {
+        transport::request(
+            &self.endpoint,
+            Some(&self.key),
+            method,
+            path_and_query,
+            body,
+        )
+        .await
+    }
+
+    /// Opens a signed, version-checked exec channel.
+    pub async fn connect(&self) -> Result<ExecConnection, ClientError> {
+        let stream = transport::open(&self.endpoint).await?;
+        let signed = sign(&self.key, "GET", PATH_EXEC, EMPTY_BODY_SHA256)?;
+        let mut builder = http::Request::builder()
+            .method("GET")
+            .uri(format!("ws://agent{PATH_EXEC}"))
+            .header(http::header::HOST, "agent")
+            .header(http::header::CONNECTION, "Upgrade")
+            .header(http::header::UPGRADE, "websocket")
+            .header(http::header::SEC_WEBSOCKET_VERSION, "13")
+            .header(
+                http::header::SEC_WEBSOCKET_KEY,
+                tungstenite::handshake::client::generate_key(),
+            )
+            .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
+        for (name, value) in signed.pairs() {
+            builder = builder.header(name, value);
+        }
+        let request = builder
+            .body(())
+            .map_err(|e| ClientError::Protocol(format!("building upgrade: {e}")))?;
+        match tokio_tungstenite::client_async(request, stream).await {
+            Ok((socket, _)) => Ok(ExecConnection::start(socket)),
+            Err(tungstenite::Error::Http(response)) => Err(rejection(
+                response.status().as_u16(),
+                response.body().as_deref(),
+            )),
+            Err(error) => Err(ClientError::Handshake(error)),
+        }
+    }
+
+    /// Runs one command on a fresh connection and collects its output.
+    pub async fn run(&self, spec: ExecSpec) -> Result<ExecOutput, ClientError> {
+        self.connect().await?.run(spec).await
+    }
+}
+
+/// Turns a refused upgrade into the error that names why.
+fn rejection(status: u16, body: Option<&[u8]>) -> ClientError {
+    let body: silo_protocol::http::ErrorBody = body
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .unwrap_or_else(|| silo_protocol::http::ErrorBody {
+            kind: "http".into(),
+            message: format!("agent answered HTTP {status}"),
+        });
+    match body.kind.as_str() {
+        "version_mismatch" => ClientError::VersionMismatch(body.message),
+        "unauthorized" => ClientError::Unauthorized(body.message),
+        _ => ClientError::Rejected {
+            status,
+            message: body.message,
+        },
+    }
+}
+
+/// Why talking to an agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The agent's socket could not be reached.
+    #[error("cannot reach agent at {endpoint}")]
+    Connect {
+        /// Where we tried.
+        endpoint: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Something took too long.
+    #[error("timed out {what}")]
+    Timeout {
+        /// What was being waited for.
+        what: String,
+    },
+    /// The agent never answered its health check.
+    #[error("agent at {endpoint} not ready after {waited:?}")]
+    NotReady {
+        /// Where we polled.
+        endpoint: String,
+        /// How long.
+        waited: Duration,
+        /// The last failure seen.
+        #[source]
+        last: Box<ClientError>,
+    },
+    /// The agent speaks another protocol version.
+    #[error("{0}")]
+    VersionMismatch(String),
+    /// The agent refused our signature.
+    #[error("agent refused the request: {0}")]
+    Unauthorized(String),
+    /// The agent answered with another error status.
+    #[error("agent answered HTTP {status}: {message}")]
+    Rejected {
+        /// HTTP status.
+        status: u16,
+        /// The agent's explanation.
+        message: String,
+    },
+    /// The agent reported a failed request.
+    #[error("agent error ({kind:?}): {message}")]
+    Agent {
+        /// Category.
+        kind: ErrorKind,
+        /// Explanation.
+        message: String,
+    },
+    /// The WebSocket upgrade failed for a transport reason.
+    #[error("websocket handshake with agent failed")]
+    Handshake(#[source] tungstenite::Error),
+    /// HTTP-level failure.
+    #[error("http exchange with agent failed")]
+    Http(#[source] hyper::Error),
+    /// Signing failed.
+    #[error("signing the request failed")]
+    Sign(#[from] AuthError),
+    /// The agent said something this client does not understand.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The connection closed before the answer arrived.
+    #[error("connection to agent closed")]
+    Disconnected,
+}

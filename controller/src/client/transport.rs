@@ -1,0 +1,197 @@
+//! Byte streams to an agent and the one-shot HTTP requests made over them.
+//!
+//! An agent listens on a Unix socket (local and Docker sandboxes), on TCP, or
+//! on TCP with TLS (remote VMs behind a provider's proxy). Everything above
+//! this module sees one boxed stream type and does not care which.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use silo_protocol::PROTOCOL_VERSION;
+use silo_protocol::auth::{Key, sign};
+use silo_protocol::http::{ErrorBody, HEADER_PROTOCOL};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpStream, UnixStream};
+
+use super::ClientError;
+
+/// How long opening a connection may take before the agent counts as unreachable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where an agent listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A Unix socket on this host.
+    Unix(PathBuf),
+    /// Plain TCP (only sensible on loopback or a private network).
+    Tcp {
+        /// Host name or address.
+        host: String,
+        /// Port.
+        port: u16,
+    },
+    /// TCP with TLS.
+    Tls {
+        /// Host name or address to connect to.
+        host: String,
+        /// Port.
+        port: u16,
+        /// Name the server certificate must carry.
+        server_name: String,
+        /// PEM bundle of trusted roots; the system bundle when absent.
+        ca_pem: Option<PathBuf>,
+    },
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+            Endpoint::Tcp { host, port } => write!(f, "tcp:{host}:{port}"),
+            Endpoint::Tls { host, port, .. } => write!(f, "tls:{host}:{port}"),
+        }
+    }
+}
+
+/// A connected byte stream of any of the endpoint kinds.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
+/// Where the system's trusted roots live on Debian-like hosts.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Opens a stream to the endpoint, within [`CONNECT_TIMEOUT`].
+pub async fn open(endpoint: &Endpoint) -> Result<Box<dyn Stream>, ClientError> {
+    let connect = async {
+        let stream: Box<dyn Stream> = match endpoint {
+            Endpoint::Unix(path) => Box::new(UnixStream::connect(path).await?),
+            Endpoint::Tcp { host, port } => {
+                let tcp = TcpStream::connect((host.as_str(), *port)).await?;
+                tcp.set_nodelay(true)?;
+                Box::new(tcp)
+            }
+            Endpoint::Tls {
+                host,
+                port,
+                server_name,
+                ca_pem,
+            } => {
+                let connector = tls_connector(ca_pem.as_ref().map(PathBuf::as_path))?;
+                let name = ServerName::try_from(server_name.clone()).map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("{server_name:?} is not a valid TLS server name"),
+                    )
+                })?;
+                let tcp = TcpStream::connect((host.as_str(), *port)).await?;
+                tcp.set_nodelay(true)?;
+                Box::new(connector.connect(name, tcp).await?)
+            }
+        };
+        Ok::<_, std::io::Error>(stream)
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(source)) => Err(ClientError::Connect {
+            endpoint: endpoint.to_string(),
+            source,
+        }),
+        Err(_) => Err(ClientError::Timeout {
+            what: format!("connecting to {endpoint}"),
+        }),
+    }
+}
+
+fn tls_connector(ca_pem: Option<&std::path::Path>) -> std::io::Result<tokio_rustls::TlsConnector> {
+    let bundle = ca_pem.unwrap_or(std::path::Path::new(SYSTEM_CA_BUNDLE));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(bundle).map_err(|e| {
+        std::io::Error::other(format!("reading CA bundle {}: {e}", bundle.display()))
+    })? {
+        let cert = cert.map_err(|e| {
+            std::io::Error::other(format!("parsing CA bundle {}: {e}", bundle.display()))
+        })?;
+        roots
+            .add(cert)
+            .map_err(|e| std::io::Error::other(format!("CA bundle {}: {e}", bundle.display())))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// An HTTP answer from the agent.
+#[derive(Debug)]
+pub struct Response {
+    /// Status code.
+    pub status: http::StatusCode,
+    /// Whole body.
+    pub body: Bytes,
+}
+
+impl Response {
+    /// The agent's error body, or a stand-in built from the raw text.
+    pub fn error_body(&self) -> ErrorBody {
+        serde_json::from_slice(&self.body).unwrap_or_else(|_| ErrorBody {
+            kind: "http".into(),
+            message: String::from_utf8_lossy(&self.body).into_owned(),
+        })
+    }
+}
+
+/// Sends one request on a fresh connection and reads the whole answer.
+///
+/// `key` signs the request; `None` sends it unsigned (only `/healthz` accepts that).
+pub async fn request(
+    endpoint: &Endpoint,
+    key: Option<&Key>,
+    method: http::Method,
+    path_and_query: &str,
+    body: Bytes,
+) -> Result<Response, ClientError> {
+    let stream = open(endpoint).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(ClientError::Http)?;
+    // The connection future drives the socket; it ends when the request is done.
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+
+    let mut builder = http::Request::builder()
+        .method(method.as_str())
+        .uri(path_and_query)
+        .header(http::header::HOST, "agent")
+        .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
+    if let Some(key) = key {
+        let digest = silo_protocol::auth::body_sha256(&body);
+        for (name, value) in sign(key, method.as_str(), path_and_query, &digest)?.pairs() {
+            builder = builder.header(name, value);
+        }
+    }
+    let request = builder
+        .body(Full::new(body))
+        .map_err(|e| ClientError::Protocol(format!("building request: {e}")))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(ClientError::Http)?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(ClientError::Http)?
+        .to_bytes();
+    Ok(Response { status, body })
+}

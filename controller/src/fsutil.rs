@@ -1,0 +1,93 @@
+//! Small file helpers shared by the modules that write into `$SILO_HOME`.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Writes `bytes` to `path` with `mode`, atomically: a reader (in any process)
+/// sees the old file or the whole new one, never a partial write.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let tmp = temp_sibling(path)?;
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // The temp name is ours alone; failing to remove it leaves only clutter.
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// A fresh, unpredictable name beside `path` (`.<name>.tmp-<hex>`), so
+/// concurrent writers never share a temp file.
+pub(crate) fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
+    let mut suffix = [0u8; 8];
+    getrandom::fill(&mut suffix).map_err(|_| io::Error::other("no randomness for a temp name"))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("path has no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp-{}", hex::encode(suffix)));
+    Ok(path.with_file_name(tmp_name))
+}
+
+/// Removes a file, treating "already gone" as success.
+pub(crate) fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The last `max_lines` lines of a text file (at most its last 8 KiB), for
+/// error messages; empty if it cannot be read.
+pub(crate) fn tail(path: &Path, max_lines: usize) -> String {
+    const MAX_BYTES: u64 = 8 * 1024;
+    let Ok(bytes) = fs::read(path) else {
+        return String::new();
+    };
+    let start = bytes.len().saturating_sub(MAX_BYTES as usize);
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(max_lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn atomic_write_sets_mode_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        write_atomic(&path, b"one", 0o600).unwrap();
+        write_atomic(&path, b"two", 0o600).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        remove_if_present(&path).unwrap();
+        remove_if_present(&path).unwrap();
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        fs::write(&path, "a\nb\nc\n").unwrap();
+        assert_eq!(tail(&path, 2), "b\nc");
+        assert_eq!(tail(&dir.path().join("none"), 2), "");
+    }
+}

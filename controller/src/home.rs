@@ -1,0 +1,119 @@
+//! `$SILO_HOME`: the one directory that holds everything silo keeps on the host.
+//!
+//! Every path the controller writes is derived here, so the layout is written
+//! down once: `state.db` (SQLite), `master.key`, `bin/` (the extracted agent)
+//! and `sandboxes/<id>/` (per-sandbox scratch directories of host-side backends).
+
+use std::fs::DirBuilder;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// Environment variable that overrides the default home.
+pub const HOME_ENV: &str = "SILO_HOME";
+
+/// The root of silo's host-side state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Home {
+    root: PathBuf,
+}
+
+impl Home {
+    /// `explicit`, else `$SILO_HOME`, else `~/.local/share/silo`.
+    pub fn resolve(explicit: Option<PathBuf>) -> Result<Self, HomeError> {
+        if let Some(root) = explicit {
+            return Ok(Self::at(root));
+        }
+        if let Some(root) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
+            return Ok(Self::at(PathBuf::from(root)));
+        }
+        let user_home = std::env::var_os("HOME")
+            .filter(|v| !v.is_empty())
+            .ok_or(HomeError::NoHome)?;
+        Ok(Self::at(PathBuf::from(user_home).join(".local/share/silo")))
+    }
+
+    /// A home rooted exactly at `root` (made absolute against the current directory).
+    pub fn at(root: PathBuf) -> Self {
+        // Paths end up in agent command lines and socket addresses, which a
+        // process with another working directory must be able to follow.
+        let root = std::path::absolute(&root).unwrap_or(root);
+        Self { root }
+    }
+
+    /// Creates the home directory (owner-only) if it does not exist yet.
+    pub fn ensure(&self) -> Result<(), HomeError> {
+        create_private_dir(&self.root).map_err(|source| HomeError::Create {
+            path: self.root.clone(),
+            source,
+        })
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The SQLite database.
+    pub fn state_db(&self) -> PathBuf {
+        self.root.join("state.db")
+    }
+
+    /// The master key from which every sandbox key is derived.
+    pub fn master_key(&self) -> PathBuf {
+        self.root.join("master.key")
+    }
+
+    /// Where the embedded agent is extracted.
+    pub fn bin_dir(&self) -> PathBuf {
+        self.root.join("bin")
+    }
+
+    /// The scratch directory of one sandbox (host-side backends only).
+    pub fn sandbox_dir(&self, sandbox_id: &str) -> PathBuf {
+        self.root.join("sandboxes").join(sandbox_id)
+    }
+}
+
+/// Creates `path` and its missing parents with mode 0700.
+pub(crate) fn create_private_dir(path: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(path)
+}
+
+/// Why the home directory could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    /// Neither `$SILO_HOME` nor `$HOME` is set.
+    #[error("cannot tell where to keep state: set SILO_HOME or HOME")]
+    NoHome,
+    /// The directory could not be created.
+    #[error("cannot create silo home {}", path.display())]
+    Create {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_home_wins_and_layout_is_fixed() {
+        let home = Home::resolve(Some("/srv/silo".into())).unwrap();
+        assert_eq!(home.state_db(), Path::new("/srv/silo/state.db"));
+        assert_eq!(home.master_key(), Path::new("/srv/silo/master.key"));
+        assert_eq!(
+            home.sandbox_dir("sbx-0123456789ab"),
+            Path::new("/srv/silo/sandboxes/sbx-0123456789ab")
+        );
+    }
+
+    #[test]
+    fn relative_homes_become_absolute() {
+        assert!(Home::at("rel".into()).root().is_absolute());
+    }
+}

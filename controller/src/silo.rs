@@ -1,0 +1,463 @@
+//! [`Silo`]: the library's front door, one handle on one `$SILO_HOME`.
+//!
+//! It ties the pieces together: names and ids, the state database, the master
+//! key, the backends and the agent client. Each lifecycle operation asks the
+//! backend first and records the outcome (row and event in one transaction)
+//! after, so the log never claims what did not happen.
+//!
+//! Database calls are short and synchronous; they run inline on the async
+//! caller's thread rather than on a blocking pool, because a hop to another
+//! thread costs more than the query.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::json;
+use silo_protocol::auth::{Key, derive_sandbox_key};
+
+use crate::agent_binary::AgentLocator;
+use crate::backend::{AnyBackend, Backend, BackendError, LocalBackend, Machine, MachineState};
+use crate::client::{AgentClient, ClientError, ExecConnection};
+use crate::home::{Home, HomeError};
+use crate::naming::{NamingError, generated_name, new_sandbox_id, validate_name};
+use crate::spec::{BackendKind, SandboxSpec};
+use crate::state::{
+    Event, EventKind, MasterKeyError, NewSandbox, Sandbox, StateDb, StateError,
+    load_or_create_master_key,
+};
+
+/// Tries at drawing a free generated name before giving up.
+const NAME_ATTEMPTS: u32 = 8;
+
+/// How to open a [`Silo`].
+#[derive(Debug, Clone, Default)]
+pub struct SiloOptions {
+    /// The state directory; `$SILO_HOME` or `~/.local/share/silo` when absent.
+    pub home: Option<PathBuf>,
+    /// The agent binary to run; found automatically when absent (see
+    /// [`crate::agent_binary`]).
+    pub agent: Option<PathBuf>,
+}
+
+/// What to create.
+#[derive(Debug, Clone, Default)]
+pub struct CreateRequest {
+    /// Its name; a generated one when absent.
+    pub name: Option<String>,
+    /// Its backend and settings.
+    pub spec: SandboxSpec,
+}
+
+impl CreateRequest {
+    /// A request for a sandbox on `backend` with default settings.
+    pub fn new(backend: BackendKind) -> Self {
+        Self {
+            name: None,
+            spec: SandboxSpec::new(backend),
+        }
+    }
+
+    /// Sets the name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// A handle on one silo home: its state, its key and its backends.
+#[derive(Debug)]
+pub struct Silo {
+    home: Home,
+    db: Mutex<StateDb>,
+    master: Key,
+    local: LocalBackend,
+}
+
+impl Silo {
+    /// Opens the home at `home` (or the default), creating it on first use.
+    pub fn open(home: Option<PathBuf>) -> Result<Self, SiloError> {
+        Self::open_with(SiloOptions {
+            home,
+            ..SiloOptions::default()
+        })
+    }
+
+    /// Opens a home with every option given.
+    pub fn open_with(options: SiloOptions) -> Result<Self, SiloError> {
+        let home = Home::resolve(options.home)?;
+        home.ensure()?;
+        let master = load_or_create_master_key(&home.master_key())?;
+        let db = StateDb::open(&home.state_db())?;
+        let agent = Arc::new(AgentLocator::new(options.agent, home.bin_dir()));
+        Ok(Self {
+            local: LocalBackend::new(home.clone(), agent),
+            home,
+            db: Mutex::new(db),
+            master,
+        })
+    }
+
+    /// The home this handle works on.
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
+    /// Creates a sandbox and starts it. Nothing is left behind on failure
+    /// (the log keeps a `created` and a `removed` event saying why).
+    pub async fn create(&self, request: CreateRequest) -> Result<Sandbox, SiloError> {
+        let sandbox = self.reserve(request)?;
+        let key = self.sandbox_key(&sandbox);
+        let backend = self.backend(sandbox.backend);
+        match backend.create(machine(&sandbox, &key)).await {
+            Ok(backend_ref) => {
+                let detail = json!({ "backend_ref": backend_ref });
+                Ok(self.db().update_backend_ref(
+                    &sandbox,
+                    &backend_ref,
+                    Some((EventKind::Started, detail)),
+                )?)
+            }
+            Err(source) => {
+                if let Err(cleanup) = backend.remove(machine(&sandbox, &key)).await {
+                    tracing::warn!(
+                        sandbox = sandbox.name,
+                        "cleaning up a failed create: {cleanup}"
+                    );
+                }
+                let reason = json!({ "reason": format!("create failed: {source}") });
+                self.db().delete_sandbox(&sandbox, &reason)?;
+                Err(backend_error("create", &sandbox, source))
+            }
+        }
+    }
+
+    /// The sandbox with this name or id.
+    pub fn get(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
+        Ok(self.db().sandbox(name_or_id)?)
+    }
+
+    /// Every sandbox, oldest first.
+    pub fn list(&self) -> Result<Vec<Sandbox>, SiloError> {
+        Ok(self.db().sandboxes()?)
+    }
+
+    /// What the sandbox's backend says about its machine now.
+    pub async fn status(&self, sandbox: &Sandbox) -> Result<MachineState, SiloError> {
+        let key = self.sandbox_key(sandbox);
+        self.backend(sandbox.backend)
+            .status(machine(sandbox, &key))
+            .await
+            .map_err(|e| backend_error("inspect", sandbox, e))
+    }
+
+    /// Starts a stopped sandbox (a no-op for a running one).
+    pub async fn start(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
+        let sandbox = self.get(name_or_id)?;
+        self.start_sandbox(&sandbox).await
+    }
+
+    /// Stops a sandbox, keeping it for a later start. Returns whether it was running.
+    pub async fn stop(&self, name_or_id: &str) -> Result<bool, SiloError> {
+        let sandbox = self.get(name_or_id)?;
+        let key = self.sandbox_key(&sandbox);
+        let was_running = self
+            .backend(sandbox.backend)
+            .stop(machine(&sandbox, &key))
+            .await
+            .map_err(|e| backend_error("stop", &sandbox, e))?;
+        if was_running {
+            self.db()
+                .append_event(&sandbox, EventKind::Stopped, &json!({}))?;
+        }
+        Ok(was_running)
+    }
+
+    /// Stops and deletes a sandbox. Its events stay in the log.
+    pub async fn remove(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
+        let sandbox = self.get(name_or_id)?;
+        let key = self.sandbox_key(&sandbox);
+        self.backend(sandbox.backend)
+            .remove(machine(&sandbox, &key))
+            .await
+            .map_err(|e| backend_error("remove", &sandbox, e))?;
+        self.db().delete_sandbox(&sandbox, &json!({}))?;
+        Ok(sandbox)
+    }
+
+    /// The sandbox's events, oldest first; works for removed sandboxes too.
+    pub fn events(&self, name_or_id: &str) -> Result<Vec<Event>, SiloError> {
+        Ok(self.db().events_of(name_or_id)?)
+    }
+
+    /// Makes sure the sandbox's agent answers, starting a stopped machine.
+    /// Returns the sandbox as it is now recorded.
+    pub async fn ensure_running(&self, sandbox: &Sandbox) -> Result<Sandbox, SiloError> {
+        match self.status(sandbox).await? {
+            MachineState::Running => Ok(sandbox.clone()),
+            MachineState::Stopped => self.start_sandbox(sandbox).await,
+            MachineState::Missing => Err(SiloError::Missing {
+                name: sandbox.name.clone(),
+                backend: sandbox.backend,
+            }),
+        }
+    }
+
+    /// Opens an exec channel to a sandbox that should be running. Does not
+    /// start a stopped one (that is [`Silo::ensure_running`], or open-or-create):
+    /// a stopped sandbox was stopped on purpose or by its idle timeout. When
+    /// the agent cannot be reached, the error says whether the sandbox is
+    /// stopped or gone rather than only that a socket refused.
+    pub async fn connect(&self, sandbox: &Sandbox) -> Result<ExecConnection, SiloError> {
+        let client = self.client(sandbox)?;
+        match client.connect().await {
+            Ok(connection) => Ok(connection),
+            Err(source) => match self.status(sandbox).await {
+                Ok(MachineState::Stopped) => Err(SiloError::NotRunning {
+                    name: sandbox.name.clone(),
+                }),
+                Ok(MachineState::Missing) => Err(SiloError::Missing {
+                    name: sandbox.name.clone(),
+                    backend: sandbox.backend,
+                }),
+                _ => Err(SiloError::Agent {
+                    name: sandbox.name.clone(),
+                    source: Box::new(source),
+                }),
+            },
+        }
+    }
+
+    /// A client for the sandbox's agent (it does not check that the agent is up).
+    pub fn client(&self, sandbox: &Sandbox) -> Result<AgentClient, SiloError> {
+        let key = self.sandbox_key(sandbox);
+        let endpoint = self
+            .backend(sandbox.backend)
+            .endpoint(machine(sandbox, &key))
+            .map_err(|e| backend_error("reach", sandbox, e))?;
+        Ok(AgentClient::new(endpoint, key))
+    }
+
+    /// The key this sandbox's agent accepts.
+    pub fn sandbox_key(&self, sandbox: &Sandbox) -> Key {
+        derive_sandbox_key(&self.master, &sandbox.id)
+    }
+
+    async fn start_sandbox(&self, sandbox: &Sandbox) -> Result<Sandbox, SiloError> {
+        let key = self.sandbox_key(sandbox);
+        let started = self
+            .backend(sandbox.backend)
+            .start(machine(sandbox, &key))
+            .await
+            .map_err(|e| backend_error("start", sandbox, e))?;
+        // Another process may have started it a moment ago; only the one that
+        // did logs it.
+        let event = (!started.was_running).then(|| {
+            let detail = json!({ "backend_ref": started.backend_ref });
+            (EventKind::Started, detail)
+        });
+        Ok(self
+            .db()
+            .update_backend_ref(sandbox, &started.backend_ref, event)?)
+    }
+
+    /// Validates or draws a name and records the sandbox under a fresh id.
+    fn reserve(&self, request: CreateRequest) -> Result<Sandbox, SiloError> {
+        let id = new_sandbox_id()?;
+        if let Some(name) = request.name {
+            validate_name(&name)?;
+            let new = NewSandbox {
+                id,
+                name,
+                spec: request.spec,
+            };
+            return Ok(self.db().insert_sandbox(&new)?);
+        }
+        let mut last = None;
+        for attempt in 0..NAME_ATTEMPTS {
+            let new = NewSandbox {
+                id: id.clone(),
+                name: generated_name(attempt)?,
+                spec: request.spec.clone(),
+            };
+            match self.db().insert_sandbox(&new) {
+                Ok(sandbox) => return Ok(sandbox),
+                Err(StateError::NameTaken(name)) => last = Some(name),
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(StateError::NameTaken(last.unwrap_or_default()).into())
+    }
+
+    fn backend(&self, kind: BackendKind) -> AnyBackend {
+        match kind {
+            BackendKind::Local => AnyBackend::Local(self.local.clone()),
+        }
+    }
+
+    fn db(&self) -> MutexGuard<'_, StateDb> {
+        // A panic while holding the lock cannot leave SQLite inconsistent
+        // (transactions roll back), so a poisoned lock is still usable.
+        self.db
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn machine<'a>(sandbox: &'a Sandbox, key: &'a Key) -> Machine<'a> {
+    Machine {
+        id: &sandbox.id,
+        name: &sandbox.name,
+        spec: &sandbox.spec,
+        backend_ref: &sandbox.backend_ref,
+        key,
+    }
+}
+
+fn backend_error(op: &'static str, sandbox: &Sandbox, source: BackendError) -> SiloError {
+    SiloError::Backend {
+        op,
+        name: sandbox.name.clone(),
+        backend: sandbox.backend,
+        source: Box::new(source),
+    }
+}
+
+/// Why a [`Silo`] operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SiloError {
+    /// The home directory is unusable.
+    #[error(transparent)]
+    Home(#[from] HomeError),
+    /// The state database failed or refused.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The master key is unusable.
+    #[error(transparent)]
+    MasterKey(#[from] MasterKeyError),
+    /// A name or id could not be made or accepted.
+    #[error(transparent)]
+    Naming(#[from] NamingError),
+    /// A backend operation failed.
+    #[error("cannot {op} sandbox {name:?} ({backend} backend)")]
+    Backend {
+        /// The operation.
+        op: &'static str,
+        /// The sandbox.
+        name: String,
+        /// Its backend.
+        backend: BackendKind,
+        /// Why (boxed: backend errors are large and this enum is returned everywhere).
+        #[source]
+        source: Box<BackendError>,
+    },
+    /// The sandbox exists but is stopped.
+    #[error("sandbox {name:?} is stopped; start it with `silo start {name}`")]
+    NotRunning {
+        /// The sandbox.
+        name: String,
+    },
+    /// The sandbox's agent refused or failed a request.
+    #[error("cannot talk to the agent of sandbox {name:?}")]
+    Agent {
+        /// The sandbox.
+        name: String,
+        /// Why (boxed: client errors are large).
+        #[source]
+        source: Box<ClientError>,
+    },
+    /// The sandbox's machine no longer exists.
+    #[error(
+        "sandbox {name:?} no longer exists on the {backend} backend (removed outside silo?); \
+         remove it with `silo rm {name}` and create it again"
+    )]
+    Missing {
+        /// The sandbox.
+        name: String,
+        /// Its backend.
+        backend: BackendKind,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open() -> (tempfile::TempDir, Silo) {
+        let dir = tempfile::tempdir().unwrap();
+        let silo = Silo::open(Some(dir.path().join("home"))).unwrap();
+        (dir, silo)
+    }
+
+    #[test]
+    fn opening_makes_a_private_home_and_keeps_its_key() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, silo) = open();
+        let mode = std::fs::metadata(silo.home().root())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let sandbox = Sandbox {
+            id: "sbx-00000000000a".into(),
+            name: "a".into(),
+            backend: BackendKind::Local,
+            spec: SandboxSpec::default(),
+            spec_hash: String::new(),
+            backend_ref: json!({}),
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        };
+        let key = silo.sandbox_key(&sandbox);
+        drop(silo);
+        let again = Silo::open(Some(dir.path().join("home"))).unwrap();
+        assert_eq!(again.sandbox_key(&sandbox), key);
+    }
+
+    #[tokio::test]
+    async fn bad_names_and_unknown_sandboxes_are_refused_before_any_work() {
+        let (_dir, silo) = open();
+        let err = silo
+            .create(CreateRequest::new(BackendKind::Local).name("no spaces"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SiloError::Naming(_)), "{err}");
+        let err = silo.remove("ghost").await.unwrap_err();
+        assert_eq!(err.to_string(), r#"unknown sandbox "ghost""#);
+        assert!(silo.list().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failed_create_leaves_only_its_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let silo = Silo::open_with(SiloOptions {
+            home: Some(dir.path().join("home")),
+            agent: Some(dir.path().join("no-such-agent")),
+        })
+        .unwrap();
+        let err = silo
+            .create(CreateRequest::new(BackendKind::Local).name("a"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, SiloError::Backend { op: "create", .. }),
+            "{err}"
+        );
+        assert!(silo.list().unwrap().is_empty());
+        let kinds: Vec<String> = silo
+            .events("a")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(kinds, ["created", "removed"]);
+        assert!(
+            !silo
+                .home()
+                .root()
+                .join("sandboxes")
+                .read_dir()
+                .unwrap()
+                .any(|_| true)
+        );
+    }
+}

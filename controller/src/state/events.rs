@@ -1,0 +1,196 @@
+//! The event log: what happened to each sandbox, in order.
+//!
+//! Rows are only ever inserted; triggers in the schema refuse updates and
+//! deletes, so the log survives the sandboxes it describes and a bug cannot
+//! rewrite history.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde::Serialize;
+
+use super::{StateDb, StateError, db, now_ms};
+use crate::state::Sandbox;
+
+/// Kinds of event this build writes. Stored as text, so logs written by a
+/// newer silo (with kinds this one does not know) still read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// The sandbox was recorded and its machine is being made.
+    Created,
+    /// Its machine (agent) came up.
+    Started,
+    /// Its machine was stopped.
+    Stopped,
+    /// It was removed; its events remain.
+    Removed,
+}
+
+impl EventKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Created => "created",
+            EventKind::Started => "started",
+            EventKind::Stopped => "stopped",
+            EventKind::Removed => "removed",
+        }
+    }
+}
+
+/// One logged event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// Position in the log; increases across all sandboxes.
+    pub seq: i64,
+    /// The sandbox it concerns.
+    pub sandbox_id: String,
+    /// That sandbox's name at the time.
+    pub sandbox_name: String,
+    /// Unix ms.
+    pub at_ms: i64,
+    /// What happened (see [`EventKind`]).
+    pub kind: String,
+    /// Kind-specific facts (a JSON object).
+    pub detail: serde_json::Value,
+}
+
+impl StateDb {
+    /// Appends an event about a sandbox.
+    pub fn append_event(
+        &mut self,
+        sandbox: &Sandbox,
+        kind: EventKind,
+        detail: &serde_json::Value,
+    ) -> Result<(), StateError> {
+        let now = now_ms();
+        self.write("logging an event", |tx| {
+            insert_event(tx, &sandbox.id, &sandbox.name, now, kind, detail)
+        })
+    }
+
+    /// The events of the sandbox with this name or id, oldest first.
+    ///
+    /// A live sandbox wins; otherwise an id, then a name, of a removed sandbox
+    /// is looked up in the log (for a reused name, the most recent holder).
+    pub fn events_of(&self, name_or_id: &str) -> Result<Vec<Event>, StateError> {
+        let id = match self.sandbox(name_or_id) {
+            Ok(sandbox) => sandbox.id,
+            Err(StateError::UnknownSandbox(_)) => self
+                .conn
+                .query_row(
+                    "SELECT sandbox_id FROM events WHERE sandbox_id = ?1 OR sandbox_name = ?1 \
+                     ORDER BY sandbox_id = ?1 DESC, seq DESC LIMIT 1",
+                    [name_or_id],
+                    |row| row.get::<_, String>(0),
+                )
+                .optional()
+                .map_err(db("looking up a removed sandbox"))?
+                .ok_or_else(|| StateError::UnknownSandbox(name_or_id.to_owned()))?,
+            Err(other) => return Err(other),
+        };
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT seq, sandbox_id, sandbox_name, at, kind, detail FROM events \
+                 WHERE sandbox_id = ?1 ORDER BY seq",
+            )
+            .map_err(db("reading events"))?;
+        let rows = stmt
+            .query_map([&id], |row| {
+                Ok((
+                    Event {
+                        seq: row.get(0)?,
+                        sandbox_id: row.get(1)?,
+                        sandbox_name: row.get(2)?,
+                        at_ms: row.get(3)?,
+                        kind: row.get(4)?,
+                        detail: serde_json::Value::Null,
+                    },
+                    row.get::<_, String>(5)?,
+                ))
+            })
+            .map_err(db("reading events"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (mut event, detail) = row.map_err(db("reading events"))?;
+            event.detail = serde_json::from_str(&detail).map_err(|e| StateError::Corrupt {
+                id: id.clone(),
+                what: format!("event {}: {e}", event.seq),
+            })?;
+            out.push(event);
+        }
+        Ok(out)
+    }
+}
+
+/// Inserts one event inside a caller's transaction.
+pub(super) fn insert_event(
+    tx: &Transaction<'_>,
+    sandbox_id: &str,
+    sandbox_name: &str,
+    at_ms: i64,
+    kind: EventKind,
+    detail: &serde_json::Value,
+) -> Result<(), StateError> {
+    let detail = serde_json::to_string(detail).map_err(|e| StateError::Corrupt {
+        id: sandbox_id.to_owned(),
+        what: e.to_string(),
+    })?;
+    tx.execute(
+        "INSERT INTO events (sandbox_id, sandbox_name, at, kind, detail) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![sandbox_id, sandbox_name, at_ms, kind.as_str(), detail],
+    )
+    .map_err(db("logging an event"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{BackendKind, SandboxSpec};
+    use crate::state::NewSandbox;
+    use crate::state::test_support::temp_db;
+    use serde_json::json;
+
+    fn kinds(events: &[Event]) -> Vec<&str> {
+        events.iter().map(|e| e.kind.as_str()).collect()
+    }
+
+    #[test]
+    fn events_are_append_only_and_outlive_their_sandbox() {
+        let (_dir, mut db) = temp_db();
+        let new = NewSandbox {
+            id: "sbx-00000000000a".into(),
+            name: "a".into(),
+            spec: SandboxSpec::new(BackendKind::Local),
+        };
+        let a = db.insert_sandbox(&new).unwrap();
+        db.append_event(&a, EventKind::Started, &json!({ "pid": 1 }))
+            .unwrap();
+        db.delete_sandbox(&a, &json!({})).unwrap();
+
+        let by_name = db.events_of("a").unwrap();
+        assert_eq!(kinds(&by_name), ["created", "started", "removed"]);
+        assert_eq!(by_name[1].detail, json!({ "pid": 1 }));
+        assert!(by_name.windows(2).all(|w| w[0].seq < w[1].seq));
+        assert_eq!(db.events_of("sbx-00000000000a").unwrap(), by_name);
+
+        // The schema itself refuses rewriting history.
+        assert!(db.conn.execute("UPDATE events SET kind = 'x'", []).is_err());
+        assert!(db.conn.execute("DELETE FROM events", []).is_err());
+
+        // A new sandbox reusing the name shadows the removed one.
+        let b = db
+            .insert_sandbox(&NewSandbox {
+                id: "sbx-00000000000b".into(),
+                ..new
+            })
+            .unwrap();
+        assert_eq!(kinds(&db.events_of("a").unwrap()), ["created"]);
+        assert_eq!(db.events_of("a").unwrap()[0].sandbox_id, b.id);
+        assert!(matches!(
+            db.events_of("nobody"),
+            Err(StateError::UnknownSandbox(_))
+        ));
+    }
+}

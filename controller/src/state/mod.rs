@@ -1,0 +1,230 @@
+//! The controller's durable state: one SQLite database under `$SILO_HOME`.
+//!
+//! It holds the sandboxes (spec, spec hash, and the backend's handle on the
+//! machine) and an append-only event log. Several `silo` processes may use it
+//! at once: the database runs in WAL mode (readers never block the writer),
+//! waits on a busy lock instead of failing, and takes the write lock at the
+//! start of every write transaction so two writers never deadlock on upgrading.
+//! Uniqueness (of ids and names) is left to the database's constraints rather
+//! than checked first, so a race between two processes cannot slip through.
+//!
+//! Layout: `schema` (versioned migrations), `sandboxes` (the live set),
+//! `events` (the log), `master_key` (the key every sandbox key derives from).
+
+mod events;
+mod master_key;
+mod sandboxes;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, TransactionBehavior};
+
+pub use events::{Event, EventKind};
+pub use master_key::{MasterKeyError, load_or_create_master_key};
+pub use sandboxes::{NewSandbox, Sandbox};
+pub use schema::SCHEMA_VERSION;
+
+/// How long a statement waits for another process's lock before failing.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An open state database. One per process is enough; it is not `Sync`, so
+/// share it behind a mutex.
+#[derive(Debug)]
+pub struct StateDb {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl StateDb {
+    /// Opens (creating if needed) the database at `path` and brings its schema
+    /// up to date.
+    pub fn open(path: &Path) -> Result<Self, StateError> {
+        let conn = Connection::open(path).map_err(|source| StateError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut db = Self {
+            conn,
+            path: path.to_owned(),
+        };
+        db.configure()?;
+        schema::migrate(&mut db.conn)?;
+        Ok(db)
+    }
+
+    /// Where the database lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn configure(&mut self) -> Result<(), StateError> {
+        // The busy timeout goes first: switching to WAL itself needs a lock
+        // that another process may be holding.
+        self.conn
+            .busy_timeout(BUSY_TIMEOUT)
+            .map_err(db("setting the busy timeout"))?;
+        let mode: String = self
+            .conn
+            .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
+            .map_err(db("switching to WAL mode"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StateError::NoWal { mode });
+        }
+        // NORMAL is durable across application crashes in WAL mode; only a
+        // power loss can drop the last transactions, never corrupt the file.
+        self.conn
+            .pragma_update(None, "synchronous", "normal")
+            .map_err(db("setting synchronous mode"))?;
+        self.conn
+            .pragma_update(None, "foreign_keys", true)
+            .map_err(db("enabling foreign keys"))?;
+        Ok(())
+    }
+
+    /// Runs `f` in a transaction that holds the write lock from its start.
+    fn write<T>(
+        &mut self,
+        what: &'static str,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db(what))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(db(what))?;
+        Ok(value)
+    }
+}
+
+/// Milliseconds since the Unix epoch, the unit of every stored timestamp.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Why the state database could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// No live sandbox has this name or id.
+    #[error("unknown sandbox {0:?}")]
+    UnknownSandbox(String),
+    /// Another live sandbox already has this name.
+    #[error("a sandbox named {0:?} already exists")]
+    NameTaken(String),
+    /// The database file could not be opened.
+    #[error("cannot open state database {}", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The file system refused WAL mode (e.g. a network file system).
+    #[error("state database refused WAL mode (stuck in {mode:?}); keep SILO_HOME on a local disk")]
+    NoWal {
+        /// The journal mode it kept.
+        mode: String,
+    },
+    /// The database was written by a newer silo.
+    #[error(
+        "state database has schema version {found}, newer than the {known} this silo knows; \
+         upgrade silo"
+    )]
+    NewerSchema {
+        /// The version found in the file.
+        found: i64,
+        /// The newest version this build can use.
+        known: i64,
+    },
+    /// A stored row cannot be read back.
+    #[error("stored record of sandbox {id} is unreadable: {what}")]
+    Corrupt {
+        /// The sandbox.
+        id: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A database operation failed.
+    #[error("state database: {context} failed")]
+    Db {
+        /// What was being done.
+        context: &'static str,
+        /// The SQLite error.
+        #[source]
+        source: rusqlite::Error,
+    },
+}
+
+/// Wraps a rusqlite error with what was being done.
+fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> StateError {
+    move |source| StateError::Db { context, source }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    /// A database in a fresh temporary directory, kept alive by the returned guard.
+    pub fn temp_db() -> (tempfile::TempDir, StateDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(&dir.path().join("state.db")).unwrap();
+        (dir, db)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{BackendKind, SandboxSpec};
+
+    #[test]
+    fn two_connections_share_one_wal_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut a = StateDb::open(&path).unwrap();
+        let b = StateDb::open(&path).unwrap();
+        let mode: String = b
+            .conn
+            .pragma_query_value(None, "journal_mode", |row| row.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        let new = NewSandbox {
+            id: "sbx-00000000000a".into(),
+            name: "a".into(),
+            spec: SandboxSpec::new(BackendKind::Local),
+        };
+        let made = a.insert_sandbox(&new).unwrap();
+        assert_eq!(b.sandbox("a").unwrap(), made);
+    }
+
+    #[test]
+    fn concurrent_writers_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        drop(StateDb::open(&path).unwrap());
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let path = &path;
+                s.spawn(move || {
+                    let mut db = StateDb::open(path).unwrap();
+                    for i in 0..10 {
+                        let new = NewSandbox {
+                            id: format!("sbx-{t:06}{i:06}"),
+                            name: format!("t{t}-{i}"),
+                            spec: SandboxSpec::new(BackendKind::Local),
+                        };
+                        db.insert_sandbox(&new).unwrap();
+                    }
+                });
+            }
+        });
+        let db = StateDb::open(&path).unwrap();
+        assert_eq!(db.sandboxes().unwrap().len(), 40);
+    }
+}

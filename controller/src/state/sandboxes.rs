@@ -1,0 +1,319 @@
+//! The live sandboxes: one row each, from creation until removal.
+//!
+//! Every change to a row is written in the same transaction as the event that
+//! describes it, so the log and the table never disagree.
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::events::{EventKind, insert_event};
+use super::{StateDb, StateError, db, now_ms};
+use crate::spec::{BackendKind, SandboxSpec};
+
+/// A sandbox as the state database knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sandbox {
+    /// Stable id (`sbx-` and 12 hex digits); the sandbox key derives from it.
+    pub id: String,
+    /// Unique human name.
+    pub name: String,
+    /// The backend that runs it.
+    pub backend: BackendKind,
+    /// What it was created with.
+    pub spec: SandboxSpec,
+    /// Hash of `spec`, stored so drift can be seen without re-hashing old specs.
+    pub spec_hash: String,
+    /// The backend's handle on the machine (shape owned by the backend).
+    pub backend_ref: serde_json::Value,
+    /// Unix ms of creation.
+    pub created_at_ms: i64,
+    /// Unix ms of the last change to this row.
+    pub updated_at_ms: i64,
+}
+
+/// What is needed to record a new sandbox.
+#[derive(Debug, Clone)]
+pub struct NewSandbox {
+    /// Its id.
+    pub id: String,
+    /// Its name, already validated.
+    pub name: String,
+    /// Its spec.
+    pub spec: SandboxSpec,
+}
+
+const COLUMNS: &str = "id, name, backend, spec, spec_hash, backend_ref, created_at, updated_at";
+
+impl StateDb {
+    /// Records a new sandbox (with an empty backend handle) and its `created`
+    /// event. Fails with [`StateError::NameTaken`] if the name is in use.
+    pub fn insert_sandbox(&mut self, new: &NewSandbox) -> Result<Sandbox, StateError> {
+        let spec_json = to_json(&new.id, &new.spec)?;
+        let spec_hash = new.spec.hash();
+        let now = now_ms();
+        let backend = new.spec.backend;
+        self.write("recording a new sandbox", |tx| {
+            tx.execute(
+                &format!(
+                    "INSERT INTO sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6)"
+                ),
+                params![
+                    new.id,
+                    new.name,
+                    backend.as_str(),
+                    spec_json,
+                    spec_hash,
+                    now
+                ],
+            )
+            .map_err(|e| name_taken_or(e, &new.name, "recording a new sandbox"))?;
+            insert_event(
+                tx,
+                &new.id,
+                &new.name,
+                now,
+                EventKind::Created,
+                &serde_json::json!({ "backend": backend, "spec_hash": spec_hash }),
+            )?;
+            Ok(())
+        })?;
+        Ok(Sandbox {
+            id: new.id.clone(),
+            name: new.name.clone(),
+            backend,
+            spec: new.spec.clone(),
+            spec_hash,
+            backend_ref: serde_json::json!({}),
+            created_at_ms: now,
+            updated_at_ms: now,
+        })
+    }
+
+    /// The live sandbox with this name or id.
+    pub fn sandbox(&self, name_or_id: &str) -> Result<Sandbox, StateError> {
+        self.conn
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM sandboxes WHERE id = ?1 OR name = ?1"),
+                [name_or_id],
+                RawRow::read,
+            )
+            .optional()
+            .map_err(db("looking up a sandbox"))?
+            .ok_or_else(|| StateError::UnknownSandbox(name_or_id.to_owned()))?
+            .parse()
+    }
+
+    /// Every live sandbox, oldest first.
+    pub fn sandboxes(&self) -> Result<Vec<Sandbox>, StateError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {COLUMNS} FROM sandboxes ORDER BY created_at, id"
+            ))
+            .map_err(db("listing sandboxes"))?;
+        let rows = stmt
+            .query_map([], RawRow::read)
+            .map_err(db("listing sandboxes"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(db("listing sandboxes"))?.parse()?);
+        }
+        Ok(out)
+    }
+
+    /// Replaces a sandbox's backend handle and, when given, logs an event with it.
+    pub fn update_backend_ref(
+        &mut self,
+        sandbox: &Sandbox,
+        backend_ref: &serde_json::Value,
+        event: Option<(EventKind, serde_json::Value)>,
+    ) -> Result<Sandbox, StateError> {
+        let ref_json = to_json(&sandbox.id, backend_ref)?;
+        let now = now_ms();
+        self.write("updating a sandbox", |tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE sandboxes SET backend_ref = ?2, updated_at = ?3 WHERE id = ?1",
+                    params![sandbox.id, ref_json, now],
+                )
+                .map_err(db("updating a sandbox"))?;
+            if changed == 0 {
+                return Err(StateError::UnknownSandbox(sandbox.name.clone()));
+            }
+            if let Some((kind, detail)) = &event {
+                insert_event(tx, &sandbox.id, &sandbox.name, now, *kind, detail)?;
+            }
+            Ok(())
+        })?;
+        Ok(Sandbox {
+            backend_ref: backend_ref.clone(),
+            updated_at_ms: now,
+            ..sandbox.clone()
+        })
+    }
+
+    /// Deletes a sandbox's row and logs `removed` with `detail`. Its events stay.
+    pub fn delete_sandbox(
+        &mut self,
+        sandbox: &Sandbox,
+        detail: &serde_json::Value,
+    ) -> Result<(), StateError> {
+        let now = now_ms();
+        self.write("removing a sandbox", |tx| {
+            let changed = tx
+                .execute("DELETE FROM sandboxes WHERE id = ?1", [&sandbox.id])
+                .map_err(db("removing a sandbox"))?;
+            if changed == 0 {
+                return Err(StateError::UnknownSandbox(sandbox.name.clone()));
+            }
+            insert_event(
+                tx,
+                &sandbox.id,
+                &sandbox.name,
+                now,
+                EventKind::Removed,
+                detail,
+            )
+        })
+    }
+}
+
+/// A row as stored, before its JSON columns are parsed.
+struct RawRow {
+    id: String,
+    name: String,
+    backend: String,
+    spec: String,
+    spec_hash: String,
+    backend_ref: String,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl RawRow {
+    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: row.get(0)?,
+            name: row.get(1)?,
+            backend: row.get(2)?,
+            spec: row.get(3)?,
+            spec_hash: row.get(4)?,
+            backend_ref: row.get(5)?,
+            created_at: row.get(6)?,
+            updated_at: row.get(7)?,
+        })
+    }
+
+    fn parse(self) -> Result<Sandbox, StateError> {
+        let corrupt = |what: String| StateError::Corrupt {
+            id: self.id.clone(),
+            what,
+        };
+        let backend: BackendKind = self
+            .backend
+            .parse()
+            .map_err(|e: crate::spec::UnknownBackend| corrupt(e.to_string()))?;
+        let spec: SandboxSpec =
+            serde_json::from_str(&self.spec).map_err(|e| corrupt(format!("spec: {e}")))?;
+        let backend_ref = serde_json::from_str(&self.backend_ref)
+            .map_err(|e| corrupt(format!("backend_ref: {e}")))?;
+        Ok(Sandbox {
+            id: self.id,
+            name: self.name,
+            backend,
+            spec,
+            spec_hash: self.spec_hash,
+            backend_ref,
+            created_at_ms: self.created_at,
+            updated_at_ms: self.updated_at,
+        })
+    }
+}
+
+fn to_json(id: &str, value: &impl Serialize) -> Result<String, StateError> {
+    serde_json::to_string(value).map_err(|e| StateError::Corrupt {
+        id: id.to_owned(),
+        what: e.to_string(),
+    })
+}
+
+/// Maps a UNIQUE violation on the name column to [`StateError::NameTaken`].
+fn name_taken_or(error: rusqlite::Error, name: &str, context: &'static str) -> StateError {
+    if let rusqlite::Error::SqliteFailure(code, Some(message)) = &error {
+        if code.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+            && message.contains("sandboxes.name")
+        {
+            return StateError::NameTaken(name.to_owned());
+        }
+    }
+    StateError::Db {
+        context,
+        source: error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::test_support::temp_db;
+
+    fn new(id: &str, name: &str) -> NewSandbox {
+        NewSandbox {
+            id: id.into(),
+            name: name.into(),
+            spec: SandboxSpec::new(BackendKind::Local),
+        }
+    }
+
+    #[test]
+    fn create_get_list_update_remove() {
+        let (_dir, mut db) = temp_db();
+        let a = db.insert_sandbox(&new("sbx-00000000000a", "a")).unwrap();
+        db.insert_sandbox(&new("sbx-00000000000b", "b")).unwrap();
+        assert_eq!(db.sandbox("a").unwrap(), a);
+        assert_eq!(db.sandbox("sbx-00000000000a").unwrap(), a);
+        assert_eq!(a.spec_hash, a.spec.hash());
+
+        let names: Vec<String> = db
+            .sandboxes()
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+
+        let handle = serde_json::json!({ "pid": 42 });
+        let a2 = db
+            .update_backend_ref(
+                &a,
+                &handle,
+                Some((EventKind::Started, serde_json::json!({}))),
+            )
+            .unwrap();
+        assert_eq!(db.sandbox("a").unwrap(), a2);
+        assert_eq!(a2.backend_ref, handle);
+
+        db.delete_sandbox(&a2, &serde_json::json!({})).unwrap();
+        assert!(matches!(db.sandbox("a"), Err(StateError::UnknownSandbox(n)) if n == "a"));
+        assert_eq!(db.sandboxes().unwrap().len(), 1);
+        // Once removed, the name is free again.
+        db.insert_sandbox(&new("sbx-00000000000c", "a")).unwrap();
+    }
+
+    #[test]
+    fn names_are_unique_and_unknown_sandboxes_are_named() {
+        let (_dir, mut db) = temp_db();
+        db.insert_sandbox(&new("sbx-00000000000a", "a")).unwrap();
+        let err = db
+            .insert_sandbox(&new("sbx-00000000000b", "a"))
+            .unwrap_err();
+        assert!(
+            matches!(&err, StateError::NameTaken(n) if n == "a"),
+            "{err}"
+        );
+        let err = db.sandbox("ghost").unwrap_err();
+        assert_eq!(err.to_string(), r#"unknown sandbox "ghost""#);
+        // A failed insert leaves no trace in the log.
+        assert_eq!(db.events_of("a").unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,100 @@
+//! The database schema as an ordered list of migrations.
+//!
+//! SQLite's `user_version` pragma records how many migrations a file has had.
+//! Migrations are only ever appended: the snapshot and lease tables arrive as
+//! new entries, and a released entry is never edited, because files out there
+//! already ran it.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::{StateError, db};
+
+/// Each entry moves the schema from version `index` to `index + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: sandboxes and the event log.
+    r#"
+    CREATE TABLE sandboxes (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL UNIQUE,
+        backend     TEXT NOT NULL,
+        spec        TEXT NOT NULL,  -- JSON SandboxSpec
+        spec_hash   TEXT NOT NULL,
+        backend_ref TEXT NOT NULL,  -- JSON, shape owned by the backend
+        created_at  INTEGER NOT NULL,  -- unix ms
+        updated_at  INTEGER NOT NULL
+    ) STRICT;
+
+    -- No foreign key to sandboxes: the log outlives the sandboxes it describes.
+    -- The name is kept beside the id so a removed sandbox's history can still
+    -- be found by the name people knew it by.
+    CREATE TABLE events (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        sandbox_id   TEXT NOT NULL,
+        sandbox_name TEXT NOT NULL,
+        at           INTEGER NOT NULL,  -- unix ms
+        kind         TEXT NOT NULL,
+        detail       TEXT NOT NULL      -- JSON object
+    ) STRICT;
+    CREATE INDEX events_by_sandbox ON events (sandbox_id, seq);
+    CREATE INDEX events_by_name ON events (sandbox_name, seq);
+
+    CREATE TRIGGER events_are_append_only_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+    CREATE TRIGGER events_are_append_only_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+    "#,
+];
+
+/// The schema version this build creates and understands.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Applies the migrations a file lacks, all in one transaction, so a process
+/// racing this one either sees the old schema or the new one.
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), StateError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db("starting the schema migration"))?;
+    let found: i64 = tx
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(db("reading the schema version"))?;
+    if found > SCHEMA_VERSION {
+        return Err(StateError::NewerSchema {
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    let start = usize::try_from(found).unwrap_or(0);
+    for sql in MIGRATIONS.iter().skip(start) {
+        tx.execute_batch(sql).map_err(db("migrating the schema"))?;
+    }
+    if found < SCHEMA_VERSION {
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(db("recording the schema version"))?;
+    }
+    tx.commit().map_err(db("committing the schema migration"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::StateDb;
+
+    #[test]
+    fn migrating_twice_is_a_no_op_and_newer_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        drop(StateDb::open(&path).unwrap());
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        drop(conn);
+        let err = StateDb::open(&path).unwrap_err();
+        assert!(matches!(err, StateError::NewerSchema { .. }), "{err}");
+    }
+}
