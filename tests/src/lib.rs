@@ -1,1 +1,305 @@
-//! tests
+//! Shared harness for silo's end-to-end tests and for `silo-bench`.
+//!
+//! Everything here starts real parts: the static `silo-agent` binary that the
+//! controller embeds, the real `silo` CLI binary, and scratch `$SILO_HOME`
+//! directories. Nothing is mocked.
+//!
+//! Layout:
+//! - [`TestAgent`]: one agent process on a private Unix socket with its own key.
+//! - [`Cli`]: runs the `silo` binary against a scratch `$SILO_HOME`.
+//! - [`agent_binary`] / [`silo_binary`]: where the real binaries are.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test harness: a broken environment should fail loudly"
+)]
+#![allow(
+    clippy::expect_used,
+    reason = "test harness: a broken environment should fail loudly"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use silo::client::{AgentClient, Endpoint};
+use silo_protocol::auth::Key;
+
+/// How long a test waits for a fresh agent to answer its health check.
+pub const AGENT_READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Root of the workspace (the parent of this crate).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// The real `silo` CLI binary, built once per test process.
+///
+/// Cargo only hands a package its own binaries, so this asks cargo for the
+/// controller's; when it is up to date that costs a fraction of a second.
+pub fn silo_binary() -> &'static Path {
+    static SILO: OnceLock<PathBuf> = OnceLock::new();
+    SILO.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(workspace_root())
+            .args(["build", "--quiet", "-p", "silo", "--bin", "silo"]);
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("running cargo to build the silo CLI");
+        assert!(status.success(), "building the silo CLI failed");
+        let exe = std::env::current_exe().expect("current exe");
+        // Test binaries live in target/<profile>/deps; the CLI in target/<profile>.
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>");
+        let candidates = [profile_dir.join("silo"), exe.parent().unwrap().join("silo")];
+        candidates
+            .into_iter()
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("silo binary not found under {}", profile_dir.display()))
+    })
+}
+
+/// The real static agent: the one the controller embeds, extracted once.
+pub fn agent_binary() -> &'static Path {
+    static AGENT: OnceLock<PathBuf> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        let home = std::env::temp_dir().join("silo-tests-agent");
+        std::fs::create_dir_all(&home).expect("creating agent cache dir");
+        silo::agent_binary::extract_embedded(&home).expect("extracting the embedded silo-agent")
+    })
+}
+
+/// One agent process serving a private Unix socket, killed on drop.
+pub struct TestAgent {
+    /// The scratch directory holding the socket, key and workdir.
+    pub dir: tempfile::TempDir,
+    /// The key requests must be signed with.
+    pub key: Key,
+    child: Child,
+}
+
+impl TestAgent {
+    /// Starts an agent with default settings.
+    pub async fn start() -> Self {
+        Self::start_with(&[], &[]).await
+    }
+
+    /// Starts an agent with extra flags and an optional workload (`-- CMD...`).
+    pub async fn start_with(flags: &[&str], workload: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("silo-agent-")
+            .tempdir()
+            .expect("tempdir");
+        let key = Key::generate().expect("key");
+        let key_file = dir.path().join("agent.key");
+        std::fs::write(&key_file, key.to_hex()).expect("writing key");
+        let workdir = dir.path().join("work");
+        std::fs::create_dir_all(&workdir).expect("workdir");
+        let mut cmd = Command::new(agent_binary());
+        cmd.arg("--listen")
+            .arg(format!("unix:{}", dir.path().join("agent.sock").display()))
+            .arg("--key-file")
+            .arg(&key_file)
+            .arg("--workdir")
+            .arg(&workdir)
+            .args(flags);
+        if !workload.is_empty() {
+            cmd.arg("--").args(workload);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("agent.log")).expect("log file"));
+        let child = cmd.spawn().expect("spawning silo-agent");
+        let agent = Self { dir, key, child };
+        agent
+            .client()
+            .wait_ready(AGENT_READY_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("agent did not come up: {e}\nlog:\n{}", agent.log()));
+        agent
+    }
+
+    /// The agent's pid on this host.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The socket the agent serves.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("agent.sock")
+    }
+
+    /// The default working directory of execs.
+    pub fn workdir(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// A client signing with this agent's key.
+    pub fn client(&self) -> AgentClient {
+        AgentClient::new(Endpoint::Unix(self.socket()), self.key.clone())
+    }
+
+    /// A client signing with some other key.
+    pub fn client_with_key(&self, key: Key) -> AgentClient {
+        AgentClient::new(Endpoint::Unix(self.socket()), key)
+    }
+
+    /// What the agent logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the agent to exit, returning its status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        signal(self.child.id(), nix::sys::signal::Signal::SIGTERM);
+        self.child.wait().expect("waiting for agent")
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `sig` to `pid`, ignoring a process that is already gone.
+pub fn signal(pid: u32, sig: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+}
+
+/// Whether a process with this pid exists (zombies count as gone).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(process_state(&stat), Some('Z') | Some('X')),
+        Err(_) => false,
+    }
+}
+
+/// Pids of zombie children of `parent`.
+pub fn zombie_children(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            process_state(&stat) == Some('Z') && process_ppid(&stat) == Some(parent)
+        })
+        .collect()
+}
+
+/// Pids whose command line contains `needle`.
+pub fn pids_with_cmdline(needle: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|raw| {
+                    String::from_utf8_lossy(&raw)
+                        .replace('\0', " ")
+                        .contains(needle)
+                })
+                .unwrap_or(false)
+                && process_alive(*pid)
+        })
+        .collect()
+}
+
+fn stat_fields(stat: &str) -> Vec<&str> {
+    // The command name sits in parentheses and may contain spaces.
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default()
+}
+
+fn process_state(stat: &str) -> Option<char> {
+    stat_fields(stat).first().and_then(|s| s.chars().next())
+}
+
+fn process_ppid(stat: &str) -> Option<u32> {
+    stat_fields(stat).get(1).and_then(|s| s.parse().ok())
+}
+
+/// Runs the `silo` CLI against one scratch `$SILO_HOME`.
+pub struct Cli {
+    /// The scratch state directory.
+    pub home: tempfile::TempDir,
+}
+
+impl Default for Cli {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cli {
+    /// A CLI with an empty state directory.
+    pub fn new() -> Self {
+        Self {
+            home: tempfile::Builder::new()
+                .prefix("silo-home-")
+                .tempdir()
+                .expect("tempdir"),
+        }
+    }
+
+    /// A command line for `silo ARGS...`, not yet run.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(silo_binary());
+        cmd.env("SILO_HOME", self.home.path())
+            .env_remove("SILO_AGENT")
+            .args(args)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `silo ARGS...` to completion.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("running silo")
+    }
+
+    /// Runs `silo ARGS...`, requires success, and returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "silo {args:?} failed with {:?}\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Cli {
+    fn drop(&mut self) {
+        // Sandboxes outlive the CLI by design; a test's own must not outlive the test.
+        let _ = self.command(&["rm", "--all"]).output();
+        for entry in std::fs::read_dir(self.home.path().join("sandboxes"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(pid) = std::fs::read_to_string(entry.path().join("agent.pid")) {
+                if let Ok(pid) = pid.trim().parse() {
+                    signal(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+        }
+    }
+}

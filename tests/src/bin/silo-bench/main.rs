@@ -1,1 +1,68 @@
-fn main() {}
+//! `silo-bench`: runs silo and the plain alternative side by side, in one run,
+//! and prints both with their ratio.
+//!
+//! Each scenario lives in its own module and returns [`report::Row`]s; the
+//! report module owns the table and the JSON file. Timing targets live here,
+//! never in tests.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark on a broken machine should stop loudly"
+)]
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark on a broken machine should stop loudly"
+)]
+
+mod exec_rtt;
+mod footprint;
+mod interrupt;
+mod report;
+mod stats;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Every scenario, in the order they run by default.
+const SCENARIOS: &[&str] = &["exec-rtt", "interrupt", "agent-footprint"];
+
+#[derive(Parser)]
+#[command(about = "Benchmarks silo against the plain alternative, side by side")]
+struct Args {
+    /// Scenarios to run (all when none): exec-rtt, interrupt, agent-footprint.
+    scenarios: Vec<String>,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "target/silo-bench.json")]
+    json: PathBuf,
+    /// Fewer iterations, for a smoke run.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let chosen: Vec<&str> = if args.scenarios.is_empty() {
+        SCENARIOS.to_vec()
+    } else {
+        args.scenarios.iter().map(String::as_str).collect()
+    };
+    let mut rows = Vec::new();
+    for scenario in chosen {
+        eprintln!("running {scenario}...");
+        let mut found = match scenario {
+            "exec-rtt" => exec_rtt::run(args.quick).await?,
+            "interrupt" => interrupt::run(args.quick).await?,
+            "agent-footprint" => footprint::run(args.quick).await?,
+            other => anyhow::bail!(
+                "unknown scenario {other:?}; known: {}",
+                SCENARIOS.join(", ")
+            ),
+        };
+        rows.append(&mut found);
+    }
+    report::print(&rows);
+    report::write_json(&args.json, &rows)?;
+    eprintln!("wrote {}", args.json.display());
+    Ok(())
+}

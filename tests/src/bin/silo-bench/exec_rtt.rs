@@ -1,0 +1,56 @@
+//! `exec-rtt`: round trip of `true` through an agent on one connection, beside
+//! spawning `true` directly on the host (the floor any exec pays).
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use silo_protocol::exec::ExecSpec;
+use silo_tests::TestAgent;
+
+use crate::report::Row;
+use crate::stats::Samples;
+
+pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
+    let n = if quick { 100 } else { 1000 };
+    let agent = TestAgent::start().await;
+    let conn = agent.client().connect().await?;
+    let spec = ExecSpec {
+        argv: vec!["true".into()],
+        ..Default::default()
+    };
+    for _ in 0..20 {
+        conn.run(spec.clone()).await?;
+    }
+    let mut silo = Samples::default();
+    for _ in 0..n {
+        let t = Instant::now();
+        let out = conn.run(spec.clone()).await?;
+        silo.push(t.elapsed());
+        anyhow::ensure!(out.exit.code == Some(0), "true failed: {:?}", out.exit);
+    }
+
+    let mut plain = Samples::default();
+    for _ in 0..n {
+        let t = Instant::now();
+        Command::new("true")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()?;
+        plain.push(t.elapsed());
+    }
+
+    let row = |metric: &str, p: f64, target: Option<f64>| Row {
+        scenario: "exec-rtt",
+        metric: format!("{metric} of {n}"),
+        unit: "ms",
+        silo: silo.percentile(p),
+        baseline: Some(plain.percentile(p)),
+        baseline_name: "spawn `true` on host",
+        target: target
+            .map(|t| format!("<= {t} ms"))
+            .unwrap_or_else(|| "-".into()),
+        met: target.is_none_or(|t| silo.percentile(p) <= t),
+    };
+    Ok(vec![row("p50", 50.0, Some(1.0)), row("p99", 99.0, None)])
+}

@@ -1,0 +1,25 @@
+//! Percentiles over latency samples.
+
+use std::time::Duration;
+
+/// Latency samples in milliseconds, sorted on demand.
+#[derive(Default)]
+pub struct Samples(Vec<f64>);
+
+impl Samples {
+    /// Adds one sample.
+    pub fn push(&mut self, d: Duration) {
+        self.0.push(d.as_secs_f64() * 1000.0);
+    }
+
+    /// The `p`th percentile (0..=100), nearest-rank.
+    pub fn percentile(&self, p: f64) -> f64 {
+        let mut sorted = self.0.clone();
+        sorted.sort_by(f64::total_cmp);
+        if sorted.is_empty() {
+            return f64::NAN;
+        }
+        let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+        sorted[rank.clamp(1, sorted.len()) - 1]
+    }
+}

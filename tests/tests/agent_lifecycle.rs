@@ -1,0 +1,228 @@
+//! What keeps an agent usable over time: re-attach after a lost connection,
+//! dropped clients, zombie reaping under an orphan storm, the supervised
+//! workload, and clean shutdown.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use std::time::{Duration, Instant};
+
+use silo::client::ExecEvent;
+use silo_protocol::exec::{ExecSpec, ExecState};
+use silo_tests::TestAgent;
+
+fn sh(script: &str) -> ExecSpec {
+    ExecSpec {
+        argv: vec!["sh".into(), "-c".into(), script.into()],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn reattach_from_a_new_connection_replays_what_was_missed() {
+    let agent = TestAgent::start().await;
+    let expected: String = (1..=40).map(|i| format!("line{i}\n")).collect();
+    let conn = agent.client().connect().await.unwrap();
+    let mut exec = conn
+        .exec(sh(
+            "i=1; while [ $i -le 40 ]; do echo line$i; i=$((i+1)); sleep 0.01; done",
+        ))
+        .await
+        .unwrap();
+    let id = exec.id();
+    let mut seen = Vec::new();
+    while seen.len() < 30 {
+        match exec.next_event().await.unwrap() {
+            ExecEvent::Output { seq, data, .. } => {
+                assert_eq!(
+                    seq as usize,
+                    seen.len(),
+                    "sequence numbers are byte offsets"
+                );
+                seen.extend(data);
+            }
+            ExecEvent::Exit(_) => panic!("ended too soon"),
+        }
+    }
+    // The client vanishes mid-stream.
+    drop(exec);
+    drop(conn);
+
+    let conn = agent.client().connect().await.unwrap();
+    let (exec, lost) = conn.attach(id, seen.len() as u64).await.unwrap();
+    assert_eq!(lost, 0);
+    let rest = exec.collect().await.unwrap();
+    seen.extend(rest.stdout);
+    assert_eq!(String::from_utf8(seen).unwrap(), expected);
+    assert_eq!(rest.exit.code, Some(0));
+}
+
+#[tokio::test]
+async fn reattach_says_how_many_bytes_the_ring_lost() {
+    let agent = TestAgent::start_with(&["--ring-bytes", "4096"], &[]).await;
+    let conn = agent.client().connect().await.unwrap();
+    let exec = conn.exec(sh("head -c 50000 /dev/zero")).await.unwrap();
+    let id = exec.id();
+    let total = exec.collect().await.unwrap().exit.output_bytes;
+    assert_eq!(total, 50_000);
+
+    let (exec, lost) = conn.attach(id, 0).await.unwrap();
+    let replayed = exec.collect().await.unwrap();
+    assert!(lost > 0, "a 4 KiB ring cannot hold 50000 bytes");
+    assert_eq!(
+        lost + replayed.stdout.len() as u64,
+        total,
+        "lost + replayed covers everything"
+    );
+    assert!(
+        replayed.stdout.len() <= 4096 + 64 * 1024,
+        "ring bound respected"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_client_wedges_nothing() {
+    let agent = TestAgent::start().await;
+    let conn = agent.client().connect().await.unwrap();
+    let exec = conn
+        .exec(ExecSpec {
+            argv: vec!["sleep".into(), "100".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let id = exec.id();
+    drop(exec);
+    drop(conn);
+
+    let started = Instant::now();
+    let conn = agent.client().connect().await.unwrap();
+    assert_eq!(conn.run(sh("echo next")).await.unwrap().stdout, b"next\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "next request took {:?}",
+        started.elapsed()
+    );
+    let (state, exit, _) = conn.status(id).await.unwrap();
+    assert_eq!(
+        (state, exit),
+        (ExecState::Running, None),
+        "the detached exec keeps running"
+    );
+    conn.interrupt(id, Some(Duration::ZERO)).await.unwrap();
+}
+
+#[tokio::test]
+async fn detach_timeout_kills_an_abandoned_exec() {
+    let agent = TestAgent::start().await;
+    let conn = agent.client().connect().await.unwrap();
+    let mut spec = ExecSpec {
+        argv: vec!["sleep".into(), "100".into()],
+        ..Default::default()
+    };
+    spec.detach_timeout_ms = Some(200);
+    let exec = conn.exec(spec).await.unwrap();
+    let (id, pid) = (exec.id(), exec.pid());
+    drop(exec);
+    drop(conn);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while silo_tests::process_alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !silo_tests::process_alive(pid),
+        "abandoned exec still running"
+    );
+    let (state, _, _) = agent
+        .client()
+        .connect()
+        .await
+        .unwrap()
+        .status(id)
+        .await
+        .unwrap();
+    assert_eq!(state, ExecState::Finished);
+}
+
+#[tokio::test]
+async fn orphan_storm_leaves_no_zombies_and_loses_no_exit_code() {
+    let agent = TestAgent::start().await;
+    let conn = agent.client().connect().await.unwrap();
+    // Each subshell backgrounds a child and exits at once, orphaning it to the agent.
+    let storm = conn.exec(sh(
+        "i=0; while [ $i -lt 250 ]; do (sleep 0.05 &); i=$((i+1)); done; exit 42",
+    ));
+    let codes = (0..60).map(|i| {
+        let conn = conn.clone();
+        async move {
+            (
+                i,
+                conn.run(sh(&format!("exit {}", i % 100)))
+                    .await
+                    .unwrap()
+                    .exit
+                    .code,
+            )
+        }
+    });
+    let (storm, results) = tokio::join!(
+        async { storm.await.unwrap().collect().await.unwrap() },
+        futures_util::future::join_all(codes)
+    );
+    assert_eq!(storm.exit.code, Some(42));
+    for (i, code) in results {
+        assert_eq!(code, Some(i % 100), "exit code of exec {i} lost");
+    }
+    // Give the last orphans time to exit and be reaped.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut zombies = silo_tests::zombie_children(agent.pid());
+    while !zombies.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        zombies = silo_tests::zombie_children(agent.pid());
+    }
+    assert!(zombies.is_empty(), "zombies left: {zombies:?}");
+}
+
+#[tokio::test]
+async fn a_crashing_workload_is_restarted_with_backoff() {
+    let marker = tempfile::NamedTempFile::new().unwrap();
+    let path = marker.path().to_str().unwrap().to_owned();
+    let agent = TestAgent::start_with(
+        &["--restart", "on-failure"],
+        &["sh", "-c", &format!("echo run >> {path}; exit 1")],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let runs = std::fs::read_to_string(&path).unwrap().lines().count();
+    // Backoff doubling from a small start gives a handful of runs in 2 s; none would give thousands.
+    assert!((3..=15).contains(&runs), "{runs} runs in 2 s");
+    // The agent itself is unaffected.
+    assert_eq!(
+        agent.client().run(sh("echo alive")).await.unwrap().stdout,
+        b"alive\n"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_shuts_down_with_the_workload_status() {
+    let agent = TestAgent::start_with(
+        &["--restart", "never"],
+        &[
+            "sh",
+            "-c",
+            "trap 'exit 7' TERM; while true; do sleep 0.05; done",
+        ],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let status = agent.terminate();
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "agent exits with the workload's status"
+    );
+    assert!(started.elapsed() < Duration::from_secs(6));
+}

@@ -1,0 +1,156 @@
+//! The `silo` CLI on the local backend, one real process per command: each
+//! call is a brand-new controller process finding the sandbox that an earlier
+//! one made.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use std::time::{Duration, Instant};
+
+use silo_tests::Cli;
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn create_exec_ls_events_rm_across_processes() {
+    let cli = Cli::new();
+    let created = json(&cli.ok(&["create", "--backend", "local", "--name", "alpha", "--json"]));
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("sbx-"), "{created}");
+
+    // A new process finds the sandbox the previous one made; the agent outlived its creator.
+    assert_eq!(
+        cli.ok(&["exec", "alpha", "--", "sh", "-c", "echo hello > f; cat f"]),
+        "hello\n"
+    );
+    assert_eq!(cli.ok(&["exec", &id, "--", "cat", "f"]), "hello\n");
+
+    let out = cli.run(&[
+        "exec",
+        "alpha",
+        "--env",
+        "X=42",
+        "--",
+        "sh",
+        "-c",
+        "echo $X >&2; exit 5",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "silo exec returns the command's code"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "42\n");
+
+    let listed = json(&cli.ok(&["ls", "--json"]));
+    let entry = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "alpha")
+        .expect("alpha listed");
+    assert_eq!(entry["id"], id.as_str());
+    assert_eq!(entry["backend"], "local");
+
+    cli.ok(&["rm", "alpha"]);
+    assert!(
+        !json(&cli.ok(&["ls", "--json"]))
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "alpha")
+    );
+    let events = cli.ok(&["events", &id, "--json"]);
+    let kinds: Vec<String> = json(&events)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("created"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("removed"),
+        "events outlive the sandbox: {kinds:?}"
+    );
+}
+
+#[test]
+fn stop_and_start_keep_the_sandbox_files() {
+    let cli = Cli::new();
+    cli.ok(&["create", "--backend", "local", "--name", "beta"]);
+    cli.ok(&["exec", "beta", "--", "sh", "-c", "echo kept > marker"]);
+    cli.ok(&["stop", "beta"]);
+    let out = cli.run(&["exec", "beta", "--", "true"]);
+    assert!(!out.status.success(), "exec on a stopped sandbox must fail");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("beta"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cli.ok(&["start", "beta"]);
+    assert_eq!(cli.ok(&["exec", "beta", "--", "cat", "marker"]), "kept\n");
+}
+
+#[test]
+fn unknown_sandboxes_and_taken_names_are_clear_errors() {
+    let cli = Cli::new();
+    let out = cli.run(&["exec", "nope", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nope"), "error names the sandbox: {err}");
+
+    cli.ok(&["create", "--backend", "local", "--name", "gamma"]);
+    let out = cli.run(&["create", "--backend", "local", "--name", "gamma"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gamma"));
+    // The refused create left the first sandbox alone.
+    assert_eq!(cli.ok(&["exec", "gamma", "--", "echo", "ok"]), "ok\n");
+
+    let out = cli.run(&["create", "--backend", "local", "--name", "../evil"]);
+    assert!(!out.status.success(), "path-like names are refused");
+}
+
+#[test]
+fn ctrl_c_interrupts_the_command_not_the_sandbox() {
+    let cli = Cli::new();
+    cli.ok(&["create", "--backend", "local", "--name", "delta"]);
+    let mut child = cli
+        .command(&["exec", "delta", "--", "sleep", "100.4242"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // What a terminal does on Ctrl-C: SIGINT to the CLI process.
+    silo_tests::signal(child.id(), nix::sys::signal::Signal::SIGINT);
+    let sent = Instant::now();
+    let deadline = sent + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "silo exec did not return after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    assert!(sent.elapsed() < Duration::from_secs(3));
+    // The sandbox is fine and nothing is left running in it.
+    assert_eq!(cli.ok(&["exec", "delta", "--", "echo", "fine"]), "fine\n");
+    // The local backend shares the host's process table, so look there.
+    assert!(
+        silo_tests::pids_with_cmdline("100.4242").is_empty(),
+        "the interrupted sleep survived"
+    );
+}
