@@ -16,8 +16,19 @@ use std::process::Command;
 
 const MUSL: &str = "x86_64-unknown-linux-musl";
 const GNU: &str = "x86_64-unknown-linux-gnu";
-/// Cargo profile of the embedded agent: `[profile.agent]` in the workspace manifest (tuned for size).
-const AGENT_PROFILE: &str = "agent";
+/// Cargo profile of the agent embedded in release builds (`[profile.agent]`, tuned for size).
+const AGENT_PROFILE_RELEASE: &str = "agent";
+/// Cargo profile of the agent embedded in debug builds (`[profile.agent-dev]`, quick to relink).
+const AGENT_PROFILE_DEV: &str = "agent-dev";
+
+/// The agent profile matching the outer build: shipped binaries carry the
+/// size-tuned agent, while tests and development get one that rebuilds fast.
+fn agent_profile() -> &'static str {
+    match env::var("PROFILE").as_deref() {
+        Ok("release") => AGENT_PROFILE_RELEASE,
+        _ => AGENT_PROFILE_DEV,
+    }
+}
 
 /// Variables that describe the outer build (its wrappers, flags, target and
 /// package) and would leak into the nested one. The jobserver (`CARGO_MAKEFLAGS`,
@@ -151,7 +162,7 @@ fn nested_cargo(
         .args([
             "build",
             "--profile",
-            AGENT_PROFILE,
+            agent_profile(),
             "-p",
             "silo-agent",
             "--target",
@@ -186,7 +197,7 @@ fn is_leaky(name: &OsStr) -> bool {
 fn binary_path(target_dir: &Path, target: &str) -> PathBuf {
     target_dir
         .join(target)
-        .join(AGENT_PROFILE)
+        .join(agent_profile())
         .join("silo-agent")
 }
 

@@ -12,8 +12,13 @@ use std::time::Duration;
 
 use clap::Parser;
 use silo_protocol::auth::{AuthError, Key};
+use silo_protocol::bundle::{
+    BundleLimits, DEFAULT_MAX_BUNDLE_BYTES, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_RATIO, DEFAULT_MAX_UNPACKED_BYTES,
+};
 use silo_protocol::limits::{DEFAULT_GRACE, DEFAULT_RING_BYTES, MAX_GRACE};
 
+use crate::push::{DEFAULT_KEEP_VERSIONS, DEFAULT_PUSH_ROOT, DEFAULT_VERSION_GRACE, PushConfig};
 use crate::workload::RestartPolicy;
 
 /// Environment variable that may carry the sandbox key (hex). The agent
@@ -22,6 +27,7 @@ pub const KEY_ENV: &str = "SILO_AGENT_KEY";
 /// Where the agent listens unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "unix:/run/silo/agent.sock";
 const DEFAULT_GRACE_MS: u64 = DEFAULT_GRACE.as_millis() as u64;
+const DEFAULT_VERSION_GRACE_SECS: u64 = DEFAULT_VERSION_GRACE.as_secs();
 
 /// silo-agent: runs as PID 1 in a sandbox, reaps orphans, supervises an
 /// optional workload, and runs commands for the silo controller over a signed
@@ -60,6 +66,34 @@ pub struct Args {
     /// Exit after this many seconds with no request, no connection and no running exec.
     #[arg(long, value_name = "SECS")]
     pub idle_timeout: Option<u64>,
+    /// Directory that pushed mounts must lie under (repeatable).
+    #[arg(long = "push-root", value_name = "DIR", default_value = DEFAULT_PUSH_ROOT)]
+    pub push_roots: Vec<PathBuf>,
+    /// Directory that sandbox paths of pushes are placed under on disk; a
+    /// host-process agent (local backend) has no private `/`.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub push_base: PathBuf,
+    /// Largest file a pushed bundle may hold, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_FILE_BYTES)]
+    pub push_max_file_bytes: u64,
+    /// Largest pushed bundle (compressed), in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BUNDLE_BYTES)]
+    pub push_max_bundle_bytes: u64,
+    /// Most bytes a pushed bundle may unpack to.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_UNPACKED_BYTES)]
+    pub push_max_unpacked_bytes: u64,
+    /// Most entries a pushed bundle may hold.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_ENTRIES)]
+    pub push_max_entries: u64,
+    /// Largest unpacked/compressed ratio of a pushed bundle.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_RATIO)]
+    pub push_max_ratio: u64,
+    /// Seconds a replaced version of a mount is kept for readers still in it.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_VERSION_GRACE_SECS)]
+    pub push_grace_secs: u64,
+    /// Most replaced versions kept per mount, whatever their age.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_KEEP_VERSIONS)]
+    pub push_keep: usize,
     /// Command to supervise (after --).
     #[arg(last = true, value_name = "WORKLOAD")]
     pub workload: Vec<String>,
@@ -122,6 +156,8 @@ pub struct Config {
     pub idle_timeout: Option<Duration>,
     /// Workload command; empty for none.
     pub workload: Vec<String>,
+    /// Push roots, caps and version retention.
+    pub push: PushConfig,
 }
 
 /// Why the settings are unusable.
@@ -157,6 +193,23 @@ pub enum ConfigError {
     /// The current directory cannot be determined.
     #[error("cannot determine the current directory")]
     Cwd(#[source] std::io::Error),
+    /// A push root or the push base is not a plain absolute path.
+    #[error("{flag} {} must be an absolute path without '.' or '..'", path.display())]
+    PushPath {
+        /// The flag.
+        flag: &'static str,
+        /// The path given.
+        path: PathBuf,
+    },
+}
+
+/// Whether `path` is absolute and made of plain components only.
+fn plain_absolute(path: &std::path::Path) -> bool {
+    use std::path::Component;
+    path.is_absolute()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }
 
 impl Config {
@@ -200,6 +253,33 @@ impl Config {
         if !workdir.is_dir() {
             return Err(ConfigError::Workdir(workdir));
         }
+        for root in &args.push_roots {
+            if !plain_absolute(root) {
+                return Err(ConfigError::PushPath {
+                    flag: "--push-root",
+                    path: root.clone(),
+                });
+            }
+        }
+        if !plain_absolute(&args.push_base) {
+            return Err(ConfigError::PushPath {
+                flag: "--push-base",
+                path: args.push_base,
+            });
+        }
+        let push = PushConfig {
+            roots: args.push_roots,
+            base: args.push_base,
+            limits: BundleLimits {
+                max_file_bytes: args.push_max_file_bytes,
+                max_bundle_bytes: args.push_max_bundle_bytes,
+                max_unpacked_bytes: args.push_max_unpacked_bytes,
+                max_entries: args.push_max_entries,
+                max_ratio: args.push_max_ratio,
+            },
+            grace: Duration::from_secs(args.push_grace_secs),
+            keep: args.push_keep,
+        };
         Ok(Self {
             listen: args.listen,
             tls,
@@ -210,6 +290,7 @@ impl Config {
             restart: args.restart,
             idle_timeout: args.idle_timeout.map(Duration::from_secs),
             workload: args.workload,
+            push,
         })
     }
 }
@@ -233,6 +314,21 @@ mod tests {
         let c = Config::resolve(a, Some(KEY.into())).unwrap();
         assert_eq!(c.grace, DEFAULT_GRACE);
         assert_eq!(c.ring_bytes, DEFAULT_RING_BYTES);
+        assert_eq!(c.push.roots, [PathBuf::from(DEFAULT_PUSH_ROOT)]);
+        assert_eq!(c.push.limits, BundleLimits::default());
+    }
+
+    #[test]
+    fn push_roots_repeat_and_must_be_plain() {
+        let a = args(&["--push-root", "/a", "--push-root", "/b/c"]);
+        assert_eq!(a.push_roots, [PathBuf::from("/a"), PathBuf::from("/b/c")]);
+        for bad in ["rel", "/a/../b"] {
+            let a = args(&["--push-root", bad]);
+            assert!(matches!(
+                Config::resolve(a, Some(KEY.into())),
+                Err(ConfigError::PushPath { .. })
+            ));
+        }
     }
 
     #[test]

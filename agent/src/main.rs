@@ -2,7 +2,8 @@
 //!
 //! It reaps orphans, supervises an optional workload, runs commands for the
 //! controller over a signed WebSocket channel (with replay, interrupt and
-//! stdin), and shuts everything down in order when asked. It is one static
+//! stdin), takes pushed file bundles into mount paths with an atomic swap,
+//! and shuts everything down in order when asked. It is one static
 //! binary with no runtime dependencies, so the same file works in any image;
 //! it also runs as an ordinary process (local backend, tests), where it makes
 //! itself a child subreaper to keep the same guarantees.
@@ -11,8 +12,10 @@
 //! - `config`: command-line flags, then the validated settings derived from them.
 //! - `reaper`: the single owner of `waitpid(-1)`; delivers statuses to registered pids.
 //! - `process`: the seam for signalling and finding processes (`/proc`), faked in tests.
-//! - `exec`: the exec registry: spawn, output ring and fan-out, stdin, interrupt, retention.
+//! - `exec`: the exec registry: spawn (pipes or a PTY), output ring and fan-out, stdin, interrupt, retention.
+//! - `session`: persistent shell sessions whose runs are execs; interrupt keeps the shell.
 //! - `workload`: the optional command after `--`, restarted with backoff.
+//! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
 //! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
 //! - `activity`: what counts as use, for `--idle-timeout`.
 //! - `shutdown`: the shutdown phases every long-lived task watches.
@@ -21,15 +24,18 @@
 //! [`main`] runs these steps in order, each a small function below:
 //! `take_key_from_env` → `parse_args` → `init_logging` → `resolve_config` →
 //! `build_runtime` → `become_subreaper_if_not_pid1` → `install_signal_handlers` →
-//! `start_reaper` → `bind_listener` → `start_workload` → `serve_until_shutdown`.
+//! `start_reaper` → `bind_listener` → `start_workload` → `start_push` →
+//! `serve_until_shutdown`.
 //! Nothing slow happens before the listener is bound.
 
 mod activity;
 mod config;
 mod exec;
 mod process;
+mod push;
 mod reaper;
 mod server;
+mod session;
 mod shutdown;
 mod workload;
 
@@ -49,6 +55,7 @@ use crate::activity::Activity;
 use crate::config::{Args, Config, KEY_ENV};
 use crate::exec::{ExecConfig, Execs};
 use crate::process::{ProcessOps, System};
+use crate::push::Pusher;
 use crate::reaper::Reaper;
 use crate::server::AgentState;
 use crate::server::listener::Listener;
@@ -147,9 +154,11 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     )
     .context("cannot seed exec ids")?;
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+    let pusher = start_push(&config, &boot_id, phase_rx.clone());
     let state = Arc::new(AgentState::new(
         Verifier::new(config.key.clone()),
         execs,
+        pusher,
         Arc::new(Activity::default()),
         boot_id,
     ));
@@ -239,6 +248,21 @@ fn start_workload(
         Arc::clone(ops),
         boot_id,
     ))
+}
+
+/// Makes the push service and sweeps away, in the background, what pushes
+/// interrupted by an earlier agent left behind (this boot's own temporary
+/// files carry its boot id, so the sweep never touches a push in progress).
+fn start_push(config: &Config, boot_id: &str, phase: watch::Receiver<Phase>) -> Arc<Pusher> {
+    let pusher = Pusher::new(config.push.clone(), boot_id.to_owned(), phase);
+    let sweeper = Arc::clone(&pusher);
+    tokio::task::spawn_blocking(move || {
+        let removed = sweeper.clean_leftovers();
+        if removed > 0 {
+            tracing::info!(removed, "removed leftovers of interrupted pushes");
+        }
+    });
+    pusher
 }
 
 struct Serving {

@@ -20,11 +20,13 @@ use nix::unistd::{Pid, getpgrp, setsid};
 /// its process group id) and every process whose environment carries `marker`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
-    /// Pid of the command's first process; its session and group id.
+    /// Pid of the command's first process; its session and group id. 0 when
+    /// the command has no session of its own (a run in a session's shell,
+    /// which shares the shell's): then only the marker finds its processes.
     pub leader: i32,
     /// An exact `NAME=value` environment entry that every process of the
     /// command inherits, so descendants that left the session with their own
-    /// `setsid` can still be found.
+    /// `setsid` can still be found. Empty to find by session alone.
     pub marker: String,
 }
 
@@ -139,6 +141,11 @@ fn parse_stat(text: &str) -> Option<Stat> {
 }
 
 fn has_marker(pid: i32, marker: &str) -> bool {
+    // An empty marker would match the empty entry after the last NUL of every
+    // environment: it means "no marker".
+    if marker.is_empty() {
+        return false;
+    }
     // Unreadable (another user's process, or gone): not ours to kill anyway.
     fs::read(format!("/proc/{pid}/environ"))
         .map(|env| {
@@ -152,9 +159,13 @@ fn has_marker(pid: i32, marker: &str) -> bool {
 /// closes over the parent links so children that cleared their environment
 /// are still found while their parent is.
 fn select_members(procs: &[(i32, Stat)], scope: &Scope, marked: impl Fn(i32) -> bool) -> Vec<i32> {
+    // Kernel threads have session 0, so a leader of 0 (none) must seed nothing.
+    let led = |pid: i32, stat: &Stat| {
+        scope.leader > 0 && (pid == scope.leader || stat.session == scope.leader)
+    };
     let mut hit: HashSet<i32> = procs
         .iter()
-        .filter(|(pid, stat)| *pid == scope.leader || stat.session == scope.leader || marked(*pid))
+        .filter(|(pid, stat)| led(*pid, stat) || marked(*pid))
         .map(|(pid, _)| *pid)
         .collect();
     loop {
@@ -215,6 +226,20 @@ mod tests {
             select_members(&procs, &scope, |pid| pid == 20),
             vec![10, 11, 20, 21]
         );
+        // Without a leader only the marker seeds: a kernel thread (session 0)
+        // and the unrelated tree stay out.
+        let kthread = (2, st(0, 0));
+        let mut with_kthread = procs.to_vec();
+        with_kthread.push(kthread);
+        let markerless = Scope {
+            leader: 0,
+            marker: "SILO_EXEC_ID=1".into(),
+        };
+        assert_eq!(
+            select_members(&with_kthread, &markerless, |pid| pid == 20),
+            vec![20, 21]
+        );
+        assert!(!has_marker(own_pid(), ""));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! `$SILO_HOME`: the one directory that holds everything silo keeps on the host.
 //!
 //! Every path the controller writes is derived here, so the layout is written
-//! down once: `state.db` (SQLite), `master.key`, `bin/` (the extracted agent)
-//! and `sandboxes/<id>/` (per-sandbox scratch directories of host-side backends).
+//! down once: `state.db` (SQLite), `master.key`, `home-id` (this home's
+//! identity, which labels its containers), `bin/` (the extracted agent) and
+//! `sandboxes/<id>/` (per-sandbox directories: the local backend's scratch
+//! space, the Docker backend's agent socket directory).
 
 use std::fs::DirBuilder;
 use std::io;
@@ -62,6 +64,11 @@ impl Home {
     /// The master key from which every sandbox key is derived.
     pub fn master_key(&self) -> PathBuf {
         self.root.join("master.key")
+    }
+
+    /// This home's random identity, drawn on first use.
+    pub fn identity(&self) -> PathBuf {
+        self.root.join("home-id")
     }
 
     /// Where the embedded agent is extracted.

@@ -6,8 +6,13 @@
 //!
 //! # Layout
 //! - [`silo`]: `Silo`, the front door: create, get, list, start, stop, remove, events, client.
+//!   Its children: `open` (`up`, open-or-create), `lease` (serializing lifecycle
+//!   operations across processes), `gc` (expired sandboxes, orphaned containers).
 //! - [`client`]: AgentClient, the one way the controller talks to an agent.
-//! - [`backend`]: the `Backend` contract, enum dispatch, and the `local` backend.
+//! - [`push`]: bundles from files, one push with retries, fan-out and its report
+//!   (`Silo::push_to_sandboxes` in `silo/push.rs` ties it to sandboxes and events).
+//! - [`backend`]: the `Backend` contract, enum dispatch, the `local` and `docker` backends.
+//! - [`image`]: building images through the engine (`image bake`, `image base`).
 //! - [`state`]: SQLite state (sandboxes, append-only events) and the master key.
 //! - [`spec`]: what a sandbox is asked to be, and its stable hash.
 //! - [`naming`]: sandbox ids, name rules and generated names.
@@ -21,12 +26,15 @@ pub mod backend;
 pub mod client;
 mod fsutil;
 pub mod home;
+pub mod image;
 pub mod naming;
+pub mod push;
 pub mod silo;
 pub mod spec;
 pub mod state;
 
 pub use backend::MachineState;
 pub use silo::{CreateRequest, Silo, SiloError, SiloOptions};
+pub use silo::{GcReport, UpAction, UpOutcome, UpRequest};
 pub use spec::{BackendKind, SandboxSpec};
 pub use state::{Event, Sandbox};

@@ -16,7 +16,9 @@ use serde_json::json;
 use silo_protocol::auth::{Key, derive_sandbox_key};
 
 use crate::agent_binary::AgentLocator;
-use crate::backend::{AnyBackend, Backend, BackendError, LocalBackend, Machine, MachineState};
+use crate::backend::{
+    AnyBackend, Backend, BackendError, DockerBackend, LocalBackend, Machine, MachineState,
+};
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
 use crate::naming::{NamingError, generated_name, new_sandbox_id, validate_name};
@@ -25,6 +27,15 @@ use crate::state::{
     Event, EventKind, MasterKeyError, NewSandbox, Sandbox, StateDb, StateError,
     load_or_create_master_key,
 };
+
+mod gc;
+mod lease;
+mod open;
+mod push;
+
+pub use gc::{Collected, GcReport};
+pub use lease::{LEASE_WAIT, Lease};
+pub use open::{UpAction, UpOutcome, UpRequest};
 
 /// Tries at drawing a free generated name before giving up.
 const NAME_ATTEMPTS: u32 = 8;
@@ -71,6 +82,7 @@ pub struct Silo {
     db: Mutex<StateDb>,
     master: Key,
     local: LocalBackend,
+    docker: DockerBackend,
 }
 
 impl Silo {
@@ -90,6 +102,7 @@ impl Silo {
         let db = StateDb::open(&home.state_db())?;
         let agent = Arc::new(AgentLocator::new(options.agent, home.bin_dir()));
         Ok(Self {
+            docker: DockerBackend::new(home.clone(), Arc::clone(&agent)),
             local: LocalBackend::new(home.clone(), agent),
             home,
             db: Mutex::new(db),
@@ -102,9 +115,26 @@ impl Silo {
         &self.home
     }
 
+    /// The Docker backend (its engine connection, agent binary and home
+    /// identity), for image builds and engine checks.
+    pub fn docker(&self) -> &DockerBackend {
+        &self.docker
+    }
+
     /// Creates a sandbox and starts it. Nothing is left behind on failure
     /// (the log keeps a `created` and a `removed` event saying why).
     pub async fn create(&self, request: CreateRequest) -> Result<Sandbox, SiloError> {
+        request.spec.check()?;
+        // A generated name is fresh, so nobody else can be working on it.
+        let _lease = match &request.name {
+            Some(name) => Some(self.lease(name, "create").await?),
+            None => None,
+        };
+        self.create_unleased(request).await
+    }
+
+    /// [`Silo::create`] for a caller that holds the name's lease (or needs none).
+    async fn create_unleased(&self, request: CreateRequest) -> Result<Sandbox, SiloError> {
         let sandbox = self.reserve(request)?;
         let key = self.sandbox_key(&sandbox);
         let backend = self.backend(sandbox.backend);
@@ -152,13 +182,13 @@ impl Silo {
 
     /// Starts a stopped sandbox (a no-op for a running one).
     pub async fn start(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
-        let sandbox = self.get(name_or_id)?;
+        let (_lease, sandbox) = self.lease_sandbox(name_or_id, "start").await?;
         self.start_sandbox(&sandbox).await
     }
 
     /// Stops a sandbox, keeping it for a later start. Returns whether it was running.
     pub async fn stop(&self, name_or_id: &str) -> Result<bool, SiloError> {
-        let sandbox = self.get(name_or_id)?;
+        let (_lease, sandbox) = self.lease_sandbox(name_or_id, "stop").await?;
         let key = self.sandbox_key(&sandbox);
         let was_running = self
             .backend(sandbox.backend)
@@ -174,7 +204,7 @@ impl Silo {
 
     /// Stops and deletes a sandbox. Its events stay in the log.
     pub async fn remove(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
-        let sandbox = self.get(name_or_id)?;
+        let (_lease, sandbox) = self.lease_sandbox(name_or_id, "rm").await?;
         let key = self.sandbox_key(&sandbox);
         self.backend(sandbox.backend)
             .remove(machine(&sandbox, &key))
@@ -194,7 +224,10 @@ impl Silo {
     pub async fn ensure_running(&self, sandbox: &Sandbox) -> Result<Sandbox, SiloError> {
         match self.status(sandbox).await? {
             MachineState::Running => Ok(sandbox.clone()),
-            MachineState::Stopped => self.start_sandbox(sandbox).await,
+            MachineState::Stopped => {
+                let _lease = self.lease(&sandbox.name, "start").await?;
+                self.start_sandbox(sandbox).await
+            }
             MachineState::Missing => Err(SiloError::Missing {
                 name: sandbox.name.clone(),
                 backend: sandbox.backend,
@@ -291,6 +324,7 @@ impl Silo {
     fn backend(&self, kind: BackendKind) -> AnyBackend {
         match kind {
             BackendKind::Local => AnyBackend::Local(self.local.clone()),
+            BackendKind::Docker => AnyBackend::Docker(self.docker.clone()),
         }
     }
 
@@ -368,7 +402,7 @@ pub enum SiloError {
     /// The sandbox's machine no longer exists.
     #[error(
         "sandbox {name:?} no longer exists on the {backend} backend (removed outside silo?); \
-         remove it with `silo rm {name}` and create it again"
+         `silo up {name}` makes it a fresh one, `silo rm {name}` forgets it"
     )]
     Missing {
         /// The sandbox.
@@ -376,6 +410,40 @@ pub enum SiloError {
         /// Its backend.
         backend: BackendKind,
     },
+    /// The spec asks for something its backend cannot do.
+    #[error(transparent)]
+    Spec(#[from] crate::spec::SpecError),
+    /// `up` found the sandbox with another spec and was not asked to recreate it.
+    #[error(
+        "sandbox {name:?} exists with a different spec: {}; pass --recreate to replace its \
+         machine (files in it are lost), or choose another name",
+        differences.join("; ")
+    )]
+    SpecDrift {
+        /// The sandbox.
+        name: String,
+        /// One line per differing setting, stored value first.
+        differences: Vec<String>,
+    },
+    /// `up` without a spec for a sandbox that does not exist.
+    #[error("no sandbox named {name:?}; give an image (--image) or a backend to create it")]
+    NeedsSpec {
+        /// The name asked for.
+        name: String,
+    },
+    /// Another process kept the sandbox's lease for too long.
+    #[error("sandbox {name:?} is busy: {holder} still holds it after {waited:?}; try again")]
+    Busy {
+        /// The sandbox.
+        name: String,
+        /// Who holds the lease, in words.
+        holder: String,
+        /// How long we waited.
+        waited: std::time::Duration,
+    },
+    /// This process cannot be identified for a lease (no `/proc`).
+    #[error("cannot identify this process for a lease: /proc is unreadable")]
+    NoProcessIdentity,
 }
 
 #[cfg(test)]

@@ -7,6 +7,14 @@
 //!
 //! Compatibility rule for new fields: give them `#[serde(default)]` and skip
 //! them when unset, so every spec stored before the field existed keeps its hash.
+//!
+//! Layout: `parse` (the text forms people type: bind mounts, CPU and memory
+//! sizes), `check` (what a backend can honour), `diff` (what changed between
+//! two specs, for the error that refuses to reuse a drifted sandbox).
+
+mod check;
+mod diff;
+mod parse;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,6 +23,9 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use check::SpecError;
+pub use parse::{BindMount, ParseError, parse_cpus, parse_memory};
+
 /// Which kind of machine a sandbox runs on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -22,16 +33,19 @@ pub enum BackendKind {
     /// The agent as a plain host process: no isolation, for development and tests.
     #[default]
     Local,
+    /// A container on a Docker engine, the agent bind-mounted in as PID 1.
+    Docker,
 }
 
 impl BackendKind {
     /// Every backend this build knows, in the order `--help` lists them.
-    pub const ALL: &'static [BackendKind] = &[BackendKind::Local];
+    pub const ALL: &'static [BackendKind] = &[BackendKind::Local, BackendKind::Docker];
 
     /// The name used in the CLI, the database and JSON.
     pub fn as_str(self) -> &'static str {
         match self {
             BackendKind::Local => "local",
+            BackendKind::Docker => "docker",
         }
     }
 }
@@ -79,6 +93,41 @@ pub struct SandboxSpec {
     /// The agent exits (stopping the sandbox) after this long without a request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_secs: Option<u64>,
+    /// The image a container sandbox runs (container backends only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Supervise the image's own entrypoint and command as the workload
+    /// (resolved when the machine is made; exclusive with `workload`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub workload_from_image: bool,
+    /// Default working directory of commands; the image's, or `/`, when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// User (name or uid[:gid]) the agent, and so every command, runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// `none`, `bridge` or the name of an engine network; `bridge` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// Host directories mounted into the sandbox.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binds: Vec<BindMount>,
+    /// CPU limit in thousandths of a CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub milli_cpus: Option<u64>,
+    /// Memory limit in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Most processes the sandbox may have at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<u64>,
+    /// Extra labels on the machine (silo's own labels cannot be overridden).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 impl SandboxSpec {
@@ -86,9 +135,7 @@ impl SandboxSpec {
     pub fn new(backend: BackendKind) -> Self {
         Self {
             backend,
-            workload: Vec::new(),
-            env: BTreeMap::new(),
-            idle_timeout_secs: None,
+            ..Self::default()
         }
     }
 

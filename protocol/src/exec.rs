@@ -11,18 +11,53 @@
 //!
 //! Requests carry a client-chosen `tag` that the agent echoes in its reply, so
 //! a client can have several requests in flight on one connection.
+//!
+//! Two kinds of exec share this channel besides plain ones. A *PTY exec*
+//! (`tty`) runs under a pseudo-terminal: its output arrives on
+//! [`Channel::Stdout`], its stdin frames are raw terminal input (a `\x03` byte
+//! is what the line discipline turns into SIGINT) and [`ClientMessage::Resize`]
+//! changes its window. A *session run* (`session`) runs a script in a
+//! long-lived shell that keeps its cwd, environment and variables between runs
+//! (see [`crate::session`]); it is an exec like any other for attach, status,
+//! stdin and interrupt.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::session::SessionInfo;
+
 /// Agent-assigned identifier of one exec, unique for the agent's lifetime.
 pub type ExecId = u64;
+
+/// A terminal window size, in character cells.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WindowSize {
+    /// Lines.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+}
+
+impl Default for WindowSize {
+    /// The classic 24x80, for a PTY exec whose client has no terminal to measure.
+    fn default() -> Self {
+        Self { rows: 24, cols: 80 }
+    }
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
 
 /// What to run.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ExecSpec {
-    /// Program and arguments; `argv[0]` is looked up in `PATH`.
+    /// Program and arguments; `argv[0]` is looked up in `PATH`. For a session
+    /// run, the words joined with single spaces are the shell script (as `ssh`
+    /// does), so one word may hold a whole multi-line script. May be empty
+    /// with `tty`: the agent then runs the sandbox's interactive shell.
+    #[serde(default)]
     pub argv: Vec<String>,
     /// Working directory; the agent's default workdir when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -42,6 +77,24 @@ pub struct ExecSpec {
     /// Kill the command if no client has been attached for this long; never when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detach_timeout_ms: Option<u64>,
+    /// Run under a pseudo-terminal (setsid + controlling terminal): output on
+    /// [`Channel::Stdout`] only, stdin always open for raw terminal input.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tty: bool,
+    /// Initial window of the terminal (`tty` only); 24x80 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowSize>,
+    /// Run in this shell session, creating it on first use. `cwd` and `env`
+    /// are applied in the shell before the script, so they persist like a
+    /// `cd` or `export` would. With `tty`, start an interactive shell from the
+    /// session's last known cwd and environment instead (the session itself
+    /// is not changed by what happens in it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// With `session`: fail with [`ErrorKind::Busy`] instead of waiting while
+    /// the session runs another command.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_wait: bool,
 }
 
 /// Requests from the client (JSON text messages).
@@ -90,6 +143,57 @@ pub enum ClientMessage {
         tag: u64,
         /// The exec to describe.
         exec_id: ExecId,
+    },
+    /// Change a PTY exec's window (the program sees SIGWINCH). Unanswered
+    /// unless it fails.
+    Resize {
+        /// The PTY exec.
+        exec_id: ExecId,
+        /// Its new size.
+        window: WindowSize,
+    },
+    /// Create a shell session, or find the one with this id. Answered by
+    /// [`AgentMessage::SessionOpened`].
+    SessionOpen {
+        /// Echoed in the reply.
+        tag: u64,
+        /// Client-chosen id (see [`crate::session::check_id`]).
+        session: String,
+        /// Shell program (default: `bash` if the sandbox has it, else `sh`);
+        /// only used when the session is created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shell: Option<String>,
+        /// Initial working directory (default: the agent's workdir); only used when created.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+        /// Variables added to the shell's initial environment; only used when created.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env: BTreeMap<String, String>,
+    },
+    /// List the sessions. Answered by [`AgentMessage::SessionList`].
+    SessionList {
+        /// Echoed in the reply.
+        tag: u64,
+    },
+    /// Close a session: its running command is killed, then its shell and
+    /// everything started from it. Answered by [`AgentMessage::SessionClosed`].
+    SessionClose {
+        /// Echoed in the reply.
+        tag: u64,
+        /// The session.
+        session: String,
+    },
+    /// Interrupt whatever the session is running (like [`ClientMessage::Interrupt`]
+    /// on that exec); a no-op when it is idle. Answered by
+    /// [`AgentMessage::SessionInterrupted`].
+    SessionInterrupt {
+        /// Echoed in the reply.
+        tag: u64,
+        /// The session.
+        session: String,
+        /// Grace before SIGKILL; the default grace when absent, 0 to kill at once.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grace_ms: Option<u64>,
     },
 }
 
@@ -160,6 +264,41 @@ pub enum AgentMessage {
         /// Human-readable explanation.
         message: String,
     },
+    /// Reply to [`ClientMessage::SessionOpen`].
+    SessionOpened {
+        /// The request's tag.
+        tag: u64,
+        /// The session as it is now.
+        session: SessionInfo,
+        /// Whether this request created it.
+        created: bool,
+    },
+    /// Reply to [`ClientMessage::SessionList`].
+    SessionList {
+        /// The request's tag.
+        tag: u64,
+        /// Every session, ordered by id.
+        sessions: Vec<SessionInfo>,
+    },
+    /// Reply to [`ClientMessage::SessionClose`].
+    SessionClosed {
+        /// The request's tag.
+        tag: u64,
+        /// The session named.
+        session: String,
+        /// False when there was no such session (nothing was done).
+        existed: bool,
+    },
+    /// Reply to [`ClientMessage::SessionInterrupt`].
+    SessionInterrupted {
+        /// The request's tag.
+        tag: u64,
+        /// The session named.
+        session: String,
+        /// The run that was interrupted; absent when the session was idle.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exec_id: Option<ExecId>,
+    },
 }
 
 /// Where an exec is in its life.
@@ -194,6 +333,11 @@ pub struct ExitInfo {
     /// Total output bytes it produced (stdout and stderr).
     #[serde(default)]
     pub output_bytes: u64,
+    /// Session runs only: the session's shell had died (or had to be killed)
+    /// and was restarted, before or during this run, with its last known cwd
+    /// and environment. Shell variables and functions did not survive.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub restored: bool,
 }
 
 impl ExitInfo {
@@ -221,6 +365,10 @@ pub enum ErrorKind {
     LimitReached,
     /// Something failed inside the agent.
     Internal,
+    /// No session with that id.
+    UnknownSession,
+    /// The session is running another command and the request asked not to wait.
+    Busy,
 }
 
 /// Which byte stream a frame belongs to.

@@ -3,8 +3,9 @@
 //! The agent runs inside a sandbox and the controller runs on the host; they may
 //! be built at different times, so every type that crosses the wire lives here
 //! and carries the protocol version. This crate has no server code, no async
-//! runtime, no Docker and no SQLite: it is plain data, pure functions and one
-//! small piece of state (the nonce cache behind [`auth::Verifier`]).
+//! runtime, no Docker and no SQLite: it is plain data, pure functions, the
+//! bundle builder (blocking `std::io`, which reads the files it bundles) and
+//! one small piece of state (the nonce cache behind [`auth::Verifier`]).
 //!
 //! # Layout
 //! - [`version`]: the protocol version and the handshake header that checks it.
@@ -13,13 +14,19 @@
 //! - [`exec`]: the exec channel: control messages (JSON) and output frames (binary).
 //! - [`health`]: the unauthenticated `GET /healthz` answer.
 //! - [`limits`]: defaults both sides need to know (ring size, grace, keepalive).
+//! - [`push`]: the push request's query, its answer and its error kinds.
+//! - [`bundle`]: the bundle format, its limits, and the deterministic builder.
+//! - [`session`]: shell session ids and the info the agent reports about them.
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod bundle;
 pub mod exec;
 pub mod health;
 pub mod http;
 pub mod limits;
+pub mod push;
+pub mod session;
 pub mod version;
 
 pub use version::PROTOCOL_VERSION;

@@ -8,6 +8,9 @@
 //! - [`TestAgent`]: one agent process on a private Unix socket with its own key.
 //! - [`Cli`]: runs the `silo` binary against a scratch `$SILO_HOME`.
 //! - [`agent_binary`] / [`silo_binary`]: where the real binaries are.
+//! - [`docker`]: the real engine (required in CI), the base image, containers
+//!   looked at (and removed behind silo's back) through the Engine API.
+//! - [`push`]: hand-made (hostile) bundles, raw pushes and tree snapshots.
 #![allow(
     clippy::unwrap_used,
     reason = "test harness: a broken environment should fail loudly"
@@ -16,6 +19,9 @@
     clippy::expect_used,
     reason = "test harness: a broken environment should fail loudly"
 )]
+
+pub mod docker;
+pub mod push;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -168,6 +174,19 @@ impl Drop for TestAgent {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// An exec of `sh -c SCRIPT` with everything else defaulted.
+pub fn sh(script: &str) -> silo_protocol::exec::ExecSpec {
+    silo_protocol::exec::ExecSpec {
+        argv: vec!["sh".into(), "-c".into(), script.into()],
+        ..Default::default()
+    }
+}
+
+/// Bytes as text, for assertions with readable failures.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Sends `sig` to `pid`, ignoring a process that is already gone.

@@ -10,18 +10,7 @@ use std::time::{Duration, Instant};
 
 use silo::client::{ExecEvent, ExecOutput};
 use silo_protocol::exec::{ExecSpec, ExecState};
-use silo_tests::TestAgent;
-
-fn sh(script: &str) -> ExecSpec {
-    ExecSpec {
-        argv: vec!["sh".into(), "-c".into(), script.into()],
-        ..Default::default()
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use silo_tests::{TestAgent, sh, text};
 
 #[tokio::test]
 async fn exit_codes_and_separate_streams() {

@@ -11,14 +11,7 @@ use std::time::{Duration, Instant};
 
 use silo::client::ExecEvent;
 use silo_protocol::exec::{ExecSpec, ExecState};
-use silo_tests::TestAgent;
-
-fn sh(script: &str) -> ExecSpec {
-    ExecSpec {
-        argv: vec!["sh".into(), "-c".into(), script.into()],
-        ..Default::default()
-    }
-}
+use silo_tests::{TestAgent, sh};
 
 #[tokio::test]
 async fn reattach_from_a_new_connection_replays_what_was_missed() {

@@ -8,6 +8,14 @@
 //! its connection can still learn how a command ended. Nothing here knows
 //! about HTTP or WebSockets.
 //!
+//! Two other kinds of exec go through the same registry, so attach, replay,
+//! status, stdin and interrupt work the same for them: PTY execs (`tty`,
+//! spawned here under a pseudo-terminal, see `pty`) and session runs
+//! (`session`, run by a shell that [`crate::session`] owns; the registry
+//! *adopts* them, see `adopt`, and routes their interrupts back to the
+//! session, because killing a process group is not how a shell's command is
+//! stopped without losing the shell).
+//!
 //! Bounds: at most [`MAX_CONCURRENT_EXECS`] unfinished execs (a semaphore
 //! permit each); finished ones are kept for [`RETENTION`], at most
 //! [`MAX_FINISHED_EXECS`] of them, and their rings together within
@@ -15,7 +23,9 @@
 //! holds at most `ring_bytes` of output.
 
 pub(crate) mod kill;
+pub(crate) mod pty;
 
+mod adopt;
 mod fanout;
 mod record;
 mod ring;
@@ -30,15 +40,17 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use nix::sys::signal::Signal;
-use silo_protocol::exec::{ErrorKind, ExecId, ExecSpec, ExecState};
+use silo_protocol::exec::{ErrorKind, ExecId, ExecSpec, ExecState, WindowSize};
 use silo_protocol::limits::MAX_GRACE;
 use tokio::sync::Semaphore;
 
 use crate::process::ProcessOps;
 use crate::reaper::Reaper;
+use crate::session::{SessionError, Sessions};
+pub use adopt::Adopted;
 pub use fanout::{ConnId, Event, LagSignal, Subscriber};
-use record::ExecRecord;
-pub use record::{Attachment, StatusReport};
+pub use record::{Attachment, ExecRecord, Interrupter, StatusReport};
+pub use run::LINGER;
 
 /// Most execs that may be unfinished at once.
 pub const MAX_CONCURRENT_EXECS: usize = 128;
@@ -93,17 +105,33 @@ pub enum ExecError {
     /// The output pipes could not be set up.
     #[error("cannot set up output pipes")]
     Pipes(#[source] io::Error),
+    /// The exec is not a PTY exec (it has no window to resize).
+    #[error("exec {0} has no terminal")]
+    NoTerminal(ExecId),
+    /// The terminal refused the new size.
+    #[error("cannot resize the terminal of exec {id}")]
+    Resize {
+        /// The exec.
+        id: ExecId,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
+    /// A session run could not be started.
+    #[error(transparent)]
+    Session(#[from] SessionError),
 }
 
 impl ExecError {
     /// The protocol's category for this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::BadSpec(_) | Self::StdinClosed(_) => ErrorKind::BadRequest,
+            Self::BadSpec(_) | Self::StdinClosed(_) | Self::NoTerminal(_) => ErrorKind::BadRequest,
             Self::BadCwd(_) | Self::Spawn { .. } => ErrorKind::SpawnFailed,
             Self::LimitReached(_) => ErrorKind::LimitReached,
             Self::Unknown(_) => ErrorKind::UnknownExec,
-            Self::Pipes(_) => ErrorKind::Internal,
+            Self::Pipes(_) | Self::Resize { .. } => ErrorKind::Internal,
+            Self::Session(err) => err.kind(),
         }
     }
 }
@@ -125,6 +153,8 @@ pub struct Execs {
 
 struct Inner {
     config: ExecConfig,
+    /// The shell sessions, whose runs are execs of this registry.
+    sessions: Sessions,
     reaper: Reaper,
     ops: Arc<dyn ProcessOps>,
     table: Mutex<Table>,
@@ -165,6 +195,9 @@ impl Table {
     }
 }
 
+/// The terminal's end-of-file character (^D in the default termios).
+const EOF_CHAR: u8 = 0x04;
+
 /// Random bits of the first exec id above the per-boot counter's 32 (21 + 32 = 53).
 const ID_EPOCH_MASK: u32 = (1 << 21) - 1;
 
@@ -176,8 +209,15 @@ impl Execs {
         let mut seed = [0u8; 4];
         getrandom::fill(&mut seed).map_err(|err| io::Error::other(err.to_string()))?;
         let first_id = u64::from(u32::from_le_bytes(seed) & ID_EPOCH_MASK) << 32;
+        let sessions = Sessions::new(
+            config.workdir.clone(),
+            config.default_grace,
+            reaper.clone(),
+            Arc::clone(&ops),
+        );
         Ok(Self {
             inner: Arc::new(Inner {
+                sessions,
                 config,
                 reaper,
                 ops,
@@ -188,8 +228,26 @@ impl Execs {
         })
     }
 
-    /// Starts a command; `sub` follows its output from the first byte.
-    pub fn start(&self, spec: ExecSpec, sub: Subscriber) -> Result<Started, ExecError> {
+    /// Starts a command; `sub` follows its output from the first byte. A
+    /// spec naming a session runs in that session's shell (or, with `tty`,
+    /// starts an interactive shell from its state); a `tty` spec without a
+    /// command runs the sandbox's interactive shell.
+    pub fn start(&self, mut spec: ExecSpec, sub: Subscriber) -> Result<Started, ExecError> {
+        match (&spec.session, spec.tty) {
+            (Some(_), false) => {
+                validate(&spec)?;
+                let cwd = match spec.cwd.as_deref() {
+                    Some(dir) => Some(self.resolve_cwd(Some(dir))?),
+                    None => None,
+                };
+                return self.inner.sessions.run(self, spec, cwd, sub);
+            }
+            (Some(_), true) => spec = self.inner.sessions.interactive(spec)?,
+            (None, true) if spec.argv.is_empty() => {
+                spec.argv = self.inner.sessions.default_shell()?;
+            }
+            (None, _) => {}
+        }
         validate(&spec)?;
         let cwd = self.resolve_cwd(spec.cwd.as_deref())?;
         let permit = Arc::clone(&self.inner.slots)
@@ -233,9 +291,25 @@ impl Execs {
                 .unwrap_or(self.inner.config.default_grace)
                 .min(MAX_GRACE);
             tracing::debug!(exec_id = id, ?grace, "interrupting");
-            self.inner.kill(&record, Signal::SIGINT, grace);
+            match record.interrupter() {
+                Some(interrupter) => interrupter.interrupt(grace),
+                None => self.inner.kill(&record, Signal::SIGINT, grace),
+            }
         }
         state
+    }
+
+    /// Changes the window of a PTY exec.
+    pub fn resize(&self, id: ExecId, window: WindowSize) -> Result<(), ExecError> {
+        let master = self.get(id)?.pty().ok_or(ExecError::NoTerminal(id))?;
+        master
+            .resize(window)
+            .map_err(|source| ExecError::Resize { id, source })
+    }
+
+    /// The shell sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.inner.sessions
     }
 
     /// State, exit and output size, without attaching.
@@ -256,9 +330,17 @@ impl Execs {
         tx.send(data).await.map_err(|_| ExecError::StdinClosed(id))
     }
 
-    /// Closes the exec's stdin once queued bytes are written.
+    /// Closes the exec's stdin once queued bytes are written. A terminal has
+    /// no end of input, so a PTY exec gets what a user would type for it: the
+    /// EOF character (^D) as its last input.
     pub fn close_stdin(&self, id: ExecId) -> Result<(), ExecError> {
-        if self.get(id)?.close_stdin() {
+        let record = self.get(id)?;
+        if let (Some(_), Some(tx)) = (record.pty(), record.stdin()) {
+            // A full queue means input is still flowing; the ^D is then lost,
+            // as a keystroke would be that arrived while the program was busy.
+            let _ = tx.try_send(Bytes::from_static(&[EOF_CHAR]));
+        }
+        if record.close_stdin() {
             Ok(())
         } else {
             Err(ExecError::StdinClosed(id))
@@ -290,7 +372,10 @@ impl Execs {
                 record.leader_gone(),
             )
         });
-        futures_util::future::join_all(kills).await;
+        tokio::join!(
+            futures_util::future::join_all(kills),
+            self.inner.sessions.terminate_all(grace)
+        );
         let deadline = Instant::now() + run::LINGER * 3;
         while self.running() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -303,7 +388,8 @@ impl Execs {
         table.execs.get(&id).cloned().ok_or(ExecError::Unknown(id))
     }
 
-    fn resolve_cwd(&self, cwd: Option<&str>) -> Result<PathBuf, ExecError> {
+    /// The directory an exec's `cwd` names, relative ones under the workdir.
+    pub(crate) fn resolve_cwd(&self, cwd: Option<&str>) -> Result<PathBuf, ExecError> {
         let workdir = &self.inner.config.workdir;
         let dir = match cwd {
             None => workdir.clone(),

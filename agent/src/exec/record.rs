@@ -6,7 +6,7 @@
 //! re-attach (replay then subscribe, under the same lock) can neither miss
 //! nor duplicate a chunk at the seam between replay and live output.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -14,6 +14,7 @@ use silo_protocol::exec::{Channel, ExecId, ExecState, ExitInfo};
 use tokio::sync::{mpsc, watch};
 
 use super::fanout::{ConnId, Event, Fanout, Subscriber};
+use super::pty::Master;
 use super::ring::{Replay, Ring};
 use crate::process::Scope;
 use crate::reaper::ProcessExit;
@@ -41,6 +42,14 @@ struct Shared {
     phase: Phase,
     interrupted: bool,
     timed_out: bool,
+    restored: bool,
+}
+
+/// Stops an exec whose processes the registry did not spawn itself (a run in
+/// a session's shell), where SIGINT to a process group is not the whole story.
+pub trait Interrupter: Send + Sync {
+    /// An interrupt with this grace was asked for while the exec was running.
+    fn interrupt(&self, grace: Duration);
 }
 
 /// Answer to an attach: what to replay, and the exit if it has already happened.
@@ -82,6 +91,10 @@ pub struct ExecRecord {
     attached: watch::Sender<usize>,
     /// The stdin queue; `None` when stdin was not asked for or has been closed.
     stdin: Mutex<Option<mpsc::Sender<Bytes>>>,
+    /// Where interrupts go instead of the usual kill escalation.
+    interrupter: Option<Arc<dyn Interrupter>>,
+    /// The terminal of a PTY exec, for resizes; dropped when it finishes.
+    pty: Mutex<Option<Arc<Master>>>,
 }
 
 impl ExecRecord {
@@ -107,12 +120,40 @@ impl ExecRecord {
                 phase: Phase::Running,
                 interrupted: false,
                 timed_out: false,
+                restored: false,
             }),
             leader_gone: watch::channel(false).0,
             finished: watch::channel(false).0,
             attached: watch::channel(1).0,
             stdin: Mutex::new(stdin),
+            interrupter: None,
+            pty: Mutex::new(None),
         }
+    }
+
+    /// Sends interrupts to `interrupter` rather than escalating on `scope`.
+    pub fn with_interrupter(mut self, interrupter: Arc<dyn Interrupter>) -> Self {
+        self.interrupter = Some(interrupter);
+        self
+    }
+
+    /// Keeps the terminal of a PTY exec for resizes.
+    pub fn with_pty(self, master: Arc<Master>) -> Self {
+        *self.pty.lock().unwrap_or_else(PoisonError::into_inner) = Some(master);
+        self
+    }
+
+    /// Where interrupts go, when not to the usual escalation.
+    pub fn interrupter(&self) -> Option<&Arc<dyn Interrupter>> {
+        self.interrupter.as_ref()
+    }
+
+    /// The terminal, while a PTY exec runs.
+    pub fn pty(&self) -> Option<Arc<Master>> {
+        self.pty
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, Shared> {
@@ -201,6 +242,11 @@ impl ExecRecord {
         }
     }
 
+    /// Records that a session run's shell was restarted with its last state.
+    pub fn mark_restored(&self) {
+        self.lock().restored = true;
+    }
+
     /// The leader has been reaped.
     pub fn leader_exited(&self) {
         let mut shared = self.lock();
@@ -227,6 +273,7 @@ impl ExecRecord {
             interrupted: shared.interrupted,
             timed_out: shared.timed_out,
             output_bytes: shared.ring.end(),
+            restored: shared.restored,
         };
         shared.phase = Phase::Finished(exit.clone());
         let event = Event::Exit {
@@ -238,6 +285,10 @@ impl ExecRecord {
         self.publish_attached(&shared);
         drop(shared);
         self.close_stdin();
+        self.pty
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         self.finished.send_replace(true);
         exit
     }

@@ -7,6 +7,10 @@
 //! is reaped waits for the pipes to reach EOF, but no longer than [`LINGER`]:
 //! a background child may hold them open forever, and the exit must still be
 //! reported. Only then is the exit sent, after the last output frame.
+//!
+//! A PTY exec (`tty`) differs only in its streams: the child gets a
+//! pseudo-terminal's slave for all three (see [`super::pty`]), and the
+//! master carries both its output (as stdout) and its input.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -19,11 +23,12 @@ use bytes::Bytes;
 use nix::sys::signal::Signal;
 use silo_protocol::exec::{Channel, ExecId, ExecSpec};
 use silo_protocol::limits::{MAX_FRAME_PAYLOAD, MAX_GRACE};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 
+use super::pty::{self, Pty};
 use super::record::ExecRecord;
 use super::{EXEC_MARKER_VAR, ExecError, Inner, Subscriber};
 use crate::process::{Scope, new_session};
@@ -33,7 +38,7 @@ use crate::reaper::ProcessExit;
 /// reported anyway.
 pub const LINGER: Duration = Duration::from_millis(100);
 /// Stdin chunks queued per exec before a writer has to wait.
-const STDIN_QUEUE: usize = 16;
+pub(super) const STDIN_QUEUE: usize = 16;
 /// Stands in for "never" in deadlines that are not armed.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -53,7 +58,15 @@ pub(super) fn launch(
     sub: Subscriber,
     permit: OwnedSemaphorePermit,
 ) -> Result<Arc<ExecRecord>, ExecError> {
+    let pty = if spec.tty {
+        Some(pty::open(spec.window.unwrap_or_default()).map_err(ExecError::Pipes)?)
+    } else {
+        None
+    };
     let mut cmd = command(spec, cwd, id);
+    if let Some(pty) = &pty {
+        pty::attach(&mut cmd, &pty.slave).map_err(ExecError::Pipes)?;
+    }
     let (mut child, exit_rx) = inner
         .reaper
         .spawn(&mut cmd)
@@ -61,10 +74,13 @@ pub(super) fn launch(
             program: spec.argv.first().cloned().unwrap_or_default(),
             source,
         })?;
+    // The child's copies are all it needs; the parent must not keep the
+    // terminal open, or reading the master would never end.
+    drop(cmd);
     let pid = child.id();
     let leader = i32::try_from(pid).unwrap_or(0);
-    let (stdout, stderr, stdin) = match pipes(&mut child) {
-        Ok(pipes) => pipes,
+    let (output, stdin) = match streams(&mut child, pty) {
+        Ok(streams) => streams,
         Err(err) => {
             inner.ops.signal_group(leader, Signal::SIGKILL);
             return Err(ExecError::Pipes(err));
@@ -75,22 +91,22 @@ pub(super) fn launch(
         marker: format!("{EXEC_MARKER_VAR}={id}"),
     };
     let (stdin_tx, stdin_rx) = match stdin {
-        Some(pipe) => {
+        Some(input) => {
             let (tx, rx) = mpsc::channel(STDIN_QUEUE);
-            (Some(tx), Some((pipe, rx)))
+            (Some(tx), Some((input, rx)))
         }
         None => (None, None),
     };
-    let record = Arc::new(ExecRecord::new(
-        id,
-        pid,
-        scope,
-        inner.config.ring_bytes,
-        sub,
-        stdin_tx,
-    ));
-    if let Some((pipe, rx)) = stdin_rx {
-        tokio::spawn(feed_stdin(pipe, rx, record.finished()));
+    let mut record = ExecRecord::new(id, pid, scope, inner.config.ring_bytes, sub, stdin_tx);
+    if let Output::Pty(reader) = &output {
+        record = record.with_pty(Arc::clone(&reader.0));
+    }
+    let record = Arc::new(record);
+    if let Some((input, rx)) = stdin_rx {
+        match input {
+            Input::Pipe(pipe) => tokio::spawn(feed_stdin(pipe, rx, record.finished())),
+            Input::Pty(writer) => tokio::spawn(feed_stdin(writer, rx, record.finished())),
+        };
     }
     inner.insert(Arc::clone(&record));
     let limits = Limits {
@@ -106,11 +122,25 @@ pub(super) fn launch(
         Arc::clone(inner),
         Arc::clone(&record),
         exit_rx,
-        (stdout, stderr),
+        output,
         limits,
         permit,
     ));
     Ok(record)
+}
+
+/// Where an exec's output comes from.
+enum Output {
+    /// Separate stdout and stderr pipes.
+    Pipes(pipe::Receiver, pipe::Receiver),
+    /// A terminal's master: everything, as stdout.
+    Pty(pty::Reader),
+}
+
+/// Where an exec's stdin goes, when it has one.
+enum Input {
+    Pipe(pipe::Sender),
+    Pty(pty::Writer),
 }
 
 fn command(spec: &ExecSpec, cwd: &Path, id: ExecId) -> Command {
@@ -135,17 +165,28 @@ fn command(spec: &ExecSpec, cwd: &Path, id: ExecId) -> Command {
     cmd
 }
 
-type Pipes = (pipe::Receiver, pipe::Receiver, Option<pipe::Sender>);
-
-fn pipes(child: &mut Child) -> io::Result<Pipes> {
+fn streams(child: &mut Child, pty: Option<Pty>) -> io::Result<(Output, Option<Input>)> {
+    if let Some(pty) = pty {
+        drop(pty.slave);
+        let reader = pty::Reader(Arc::clone(&pty.master));
+        return Ok((
+            Output::Pty(reader),
+            Some(Input::Pty(pty::Writer(pty.master))),
+        ));
+    }
     let missing = || io::Error::other("child pipe was not created");
     let stdout = OwnedFd::from(child.stdout.take().ok_or_else(missing)?);
     let stderr = OwnedFd::from(child.stderr.take().ok_or_else(missing)?);
     let stdin = child.stdin.take().map(OwnedFd::from);
     Ok((
-        pipe::Receiver::from_owned_fd(stdout)?,
-        pipe::Receiver::from_owned_fd(stderr)?,
-        stdin.map(pipe::Sender::from_owned_fd).transpose()?,
+        Output::Pipes(
+            pipe::Receiver::from_owned_fd(stdout)?,
+            pipe::Receiver::from_owned_fd(stderr)?,
+        ),
+        stdin
+            .map(pipe::Sender::from_owned_fd)
+            .transpose()?
+            .map(Input::Pipe),
     ))
 }
 
@@ -153,15 +194,20 @@ async fn supervise(
     inner: Arc<Inner>,
     record: Arc<ExecRecord>,
     mut exit_rx: oneshot::Receiver<ProcessExit>,
-    (stdout, stderr): (pipe::Receiver, pipe::Receiver),
+    output: Output,
     limits: Limits,
     permit: OwnedSemaphorePermit,
 ) {
     let pumps = async {
-        tokio::join!(
-            pump(&record, Channel::Stdout, stdout),
-            pump(&record, Channel::Stderr, stderr)
-        );
+        match output {
+            Output::Pipes(stdout, stderr) => {
+                tokio::join!(
+                    pump(&record, Channel::Stdout, stdout),
+                    pump(&record, Channel::Stderr, stderr)
+                );
+            }
+            Output::Pty(reader) => pump(&record, Channel::Stdout, reader).await,
+        }
     };
     tokio::pin!(pumps);
     let mut pumps_done = false;
@@ -212,7 +258,8 @@ async fn supervise(
     drop(permit);
 }
 
-async fn pump(record: &ExecRecord, channel: Channel, mut pipe: pipe::Receiver) {
+/// Moves one output stream into the exec's record until end of file.
+pub(super) async fn pump(record: &ExecRecord, channel: Channel, mut pipe: impl AsyncRead + Unpin) {
     let mut buf = vec![0u8; MAX_FRAME_PAYLOAD];
     loop {
         match pipe.read(&mut buf).await {
@@ -229,8 +276,8 @@ async fn pump(record: &ExecRecord, channel: Channel, mut pipe: pipe::Receiver) {
 
 /// Writes queued stdin; EOF when the queue closes. Gives up when the exec has
 /// finished, since a process that never reads would otherwise hold this task.
-async fn feed_stdin(
-    mut pipe: pipe::Sender,
+pub(super) async fn feed_stdin(
+    mut pipe: impl AsyncWrite + Unpin,
     mut rx: mpsc::Receiver<Bytes>,
     mut finished: watch::Receiver<bool>,
 ) {

@@ -5,19 +5,23 @@
 //! its work against shutdown. Connections are limited by a semaphore permit
 //! taken before `accept` and held until the connection (or the exec session
 //! it upgraded to) ends. Handlers only parse and check; the work is done by
-//! the modules that own it (`exec`).
+//! the modules that own it (`exec`, `push`).
 //!
 //! # Layout
 //! - `listener`: binding Unix/TCP sockets, stale socket handling, accepting.
 //! - `tls`: rustls acceptor from PEM files.
 //! - `auth`: version check, then signature check, for every route but `/healthz`.
 //! - `exec_ws`: `GET /v1/exec`: admission and the WebSocket handshake.
+//! - `push`: `POST /v1/push`: admission and request parsing for `crate::push`.
 //! - `session`: one exec WebSocket connection after the upgrade.
+//! - `sessions`: the shell-session requests of that connection (open, list, close, interrupt).
 
 mod auth;
 mod exec_ws;
 pub mod listener;
+mod push;
 mod session;
+mod sessions;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -43,6 +47,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::activity::Activity;
 use crate::exec::{ConnId, Execs};
+use crate::push::Pusher;
 use crate::shutdown::{self, Phase};
 use listener::{Accepted, Listener};
 
@@ -64,6 +69,8 @@ pub struct AgentState {
     pub verifier: Verifier,
     /// The exec registry.
     pub execs: Execs,
+    /// The push service.
+    pub pusher: Arc<Pusher>,
     /// Use tracking for the idle timeout.
     pub activity: Arc<Activity>,
     /// When the agent started, for `uptime_ms`.
@@ -75,10 +82,17 @@ pub struct AgentState {
 
 impl AgentState {
     /// Bundles the shared state.
-    pub fn new(verifier: Verifier, execs: Execs, activity: Arc<Activity>, boot_id: String) -> Self {
+    pub fn new(
+        verifier: Verifier,
+        execs: Execs,
+        pusher: Arc<Pusher>,
+        activity: Arc<Activity>,
+        boot_id: String,
+    ) -> Self {
         Self {
             verifier,
             execs,
+            pusher,
             activity,
             started: Instant::now(),
             boot_id,
@@ -162,8 +176,9 @@ async fn serve_http(io: Box<dyn Io>, state: Arc<AgentState>, guard: ConnGuard) {
     let mut phase = guard.phase.clone();
     let guard = Arc::new(guard);
     let service = service_fn(move |req| {
-        let response = route(req, &state, &guard);
-        async move { Ok::<_, Infallible>(response) }
+        let state = Arc::clone(&state);
+        let guard = Arc::clone(&guard);
+        async move { Ok::<_, Infallible>(route(req, &state, &guard).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -185,7 +200,7 @@ async fn serve_http(io: Box<dyn Io>, state: Arc<AgentState>, guard: ConnGuard) {
 }
 
 /// Maps a request to its handler.
-fn route(
+async fn route(
     req: Request<Incoming>,
     state: &Arc<AgentState>,
     guard: &Arc<ConnGuard>,
@@ -194,7 +209,7 @@ fn route(
     let mut response = match (req.uri().path(), method) {
         (PATH_HEALTHZ, Method::GET) => health(state),
         (PATH_EXEC, Method::GET) => exec_ws::upgrade(req, state, guard),
-        (PATH_PUSH, Method::POST) => push(&req, state),
+        (PATH_PUSH, Method::POST) => push::handle(req, state).await,
         (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH, _) => error_response(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
@@ -222,21 +237,6 @@ fn health(state: &AgentState) -> Response<Body> {
             boot_id: state.boot_id.clone(),
             pid: std::process::id(),
         },
-    )
-}
-
-/// `POST /v1/push` (tar.gz bundle for a mount path): admitted like any signed
-/// request, then refused until the push module exists. The body's hash must be
-/// checked against the signed `x-silo-content-sha256` once it has been read.
-fn push(req: &Request<Incoming>, state: &AgentState) -> Response<Body> {
-    if let Err(err) = auth::admit(req, &state.verifier) {
-        return err.response();
-    }
-    state.activity.touch();
-    error_response(
-        StatusCode::NOT_IMPLEMENTED,
-        "not_implemented",
-        "push is not implemented by this agent yet",
     )
 }
 

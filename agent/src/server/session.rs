@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use super::AgentState;
+use super::{AgentState, sessions};
 use crate::exec::{Attachment, Event, ExecError, Execs, LagSignal, Subscriber};
 use crate::shutdown::{self, Phase};
 
@@ -245,6 +245,17 @@ impl Writer {
                         .await
                 }
             },
+            ClientMessage::Resize { exec_id, window } => match self.execs.resize(exec_id, window) {
+                Ok(()) => Ok(()),
+                Err(err) => {
+                    self.send_json(&error_reply(None, Some(exec_id), &err))
+                        .await
+                }
+            },
+            request => match sessions::handle(&self.execs, request) {
+                Some(reply) => self.send_json(&reply).await,
+                None => Ok(()),
+            },
         }
     }
 
@@ -404,6 +415,13 @@ async fn read_loop(
                     .close_stdin(exec_id)
                     .err()
                     .map(|err| error_reply(None, Some(exec_id), &err)),
+                // Handled here rather than queued for the writer, so a
+                // resize is not held up behind output being sent.
+                Ok(ClientMessage::Resize { exec_id, window }) => state
+                    .execs
+                    .resize(exec_id, window)
+                    .err()
+                    .map(|err| error_reply(None, Some(exec_id), &err)),
                 Ok(request) => {
                     if cmd_tx.send(Cmd::Request(request)).await.is_err() {
                         break;
@@ -480,7 +498,7 @@ fn error_reply(tag: Option<u64>, exec_id: Option<ExecId>, err: &ExecError) -> Ag
 }
 
 /// An error and its causes on one line: the client sees only this text.
-fn describe(err: &dyn std::error::Error) -> String {
+pub(super) fn describe(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

@@ -15,6 +15,7 @@
 //! outside the database (the local backend's pid file, a container's labels)
 //! when that is what several `silo` processes must agree on.
 
+pub mod docker;
 pub mod local;
 
 use std::future::Future;
@@ -25,6 +26,7 @@ use silo_protocol::auth::Key;
 use crate::client::Endpoint;
 use crate::spec::{BackendKind, SandboxSpec};
 
+pub use docker::{DockerBackend, DockerError};
 pub use local::{LocalBackend, LocalError, LogTail};
 
 /// What a backend is told about the sandbox it acts on.
@@ -75,6 +77,16 @@ pub struct Started {
     pub was_running: bool,
 }
 
+/// How a stopped machine last ended, as far as its backend can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastExit {
+    /// When (unix ms).
+    pub at_ms: i64,
+    /// It ended by itself in an orderly way (the agent exited 0, e.g. on its
+    /// idle timeout), as opposed to a crash, a kill or running out of memory.
+    pub clean: bool,
+}
+
 /// The operations every backend provides.
 ///
 /// Each one must be safe to call from several `silo` processes at once, and
@@ -115,6 +127,13 @@ pub trait Backend {
 
     /// Where the machine's agent listens.
     fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError>;
+
+    /// How the machine last ended, when it is stopped and did not stop
+    /// because silo stopped it; `None` when running, missing or unknown.
+    fn last_exit(
+        &self,
+        machine: Machine<'_>,
+    ) -> impl Future<Output = Result<Option<LastExit>, BackendError>> + Send;
 }
 
 /// Every backend this build has, for dispatch without trait objects.
@@ -122,48 +141,64 @@ pub trait Backend {
 pub enum AnyBackend {
     /// The agent as a host process.
     Local(LocalBackend),
+    /// A container on a Docker engine.
+    Docker(DockerBackend),
 }
 
 impl Backend for AnyBackend {
     fn kind(&self) -> BackendKind {
         match self {
             AnyBackend::Local(b) => b.kind(),
+            AnyBackend::Docker(b) => b.kind(),
         }
     }
 
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
         match self {
             AnyBackend::Local(b) => b.create(machine).await,
+            AnyBackend::Docker(b) => b.create(machine).await,
         }
     }
 
     async fn status(&self, machine: Machine<'_>) -> Result<MachineState, BackendError> {
         match self {
             AnyBackend::Local(b) => b.status(machine).await,
+            AnyBackend::Docker(b) => b.status(machine).await,
         }
     }
 
     async fn start(&self, machine: Machine<'_>) -> Result<Started, BackendError> {
         match self {
             AnyBackend::Local(b) => b.start(machine).await,
+            AnyBackend::Docker(b) => b.start(machine).await,
         }
     }
 
     async fn stop(&self, machine: Machine<'_>) -> Result<bool, BackendError> {
         match self {
             AnyBackend::Local(b) => b.stop(machine).await,
+            AnyBackend::Docker(b) => b.stop(machine).await,
         }
     }
 
     async fn remove(&self, machine: Machine<'_>) -> Result<(), BackendError> {
         match self {
             AnyBackend::Local(b) => b.remove(machine).await,
+            AnyBackend::Docker(b) => b.remove(machine).await,
         }
     }
 
     fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError> {
         match self {
             AnyBackend::Local(b) => b.endpoint(machine),
+            AnyBackend::Docker(b) => b.endpoint(machine),
+        }
+    }
+
+    async fn last_exit(&self, machine: Machine<'_>) -> Result<Option<LastExit>, BackendError> {
+        match self {
+            AnyBackend::Local(b) => b.last_exit(machine).await,
+            AnyBackend::Docker(b) => b.last_exit(machine).await,
         }
     }
 }
@@ -174,4 +209,7 @@ pub enum BackendError {
     /// The local backend failed.
     #[error(transparent)]
     Local(#[from] LocalError),
+    /// The Docker backend failed.
+    #[error(transparent)]
+    Docker(#[from] DockerError),
 }

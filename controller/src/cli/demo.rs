@@ -1,25 +1,55 @@
-//! `silo demo`: the tour a new user runs first. It makes a sandbox, runs
-//! commands in it, has a second `silo` process pick it up, interrupts a
-//! runaway command, and prints what happened with timings. It leaves nothing
-//! behind unless asked to (`--keep`).
+//! `silo demo`: the tour a new user runs first. On Docker when an engine
+//! answers (building the registry-free base image if it is missing), on the
+//! local backend otherwise, saying so. It opens a sandbox with `silo up`,
+//! runs commands in it, has second `silo` processes find it, stops it and
+//! resumes it from a new process (its files intact), interrupts a runaway
+//! command, and prints each step with its timing. It leaves nothing behind
+//! unless asked to (`--keep`).
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
-use silo::{BackendKind, CreateRequest, Silo};
+use anyhow::{Context, bail, ensure};
+use silo::image::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX};
+use silo::{BackendKind, SandboxSpec, Silo, UpRequest};
 use silo_protocol::exec::ExecSpec;
 
 use super::output::{DemoStep, Output};
 
 /// Commands run back to back to show the per-exec cost.
 const WARM_EXECS: usize = 100;
+/// How long the runaway command runs before it is interrupted.
+const RUNAWAY_HEAD_START: Duration = Duration::from_millis(100);
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Keep the demo sandbox instead of removing it at the end.
     #[arg(long)]
     keep: bool,
+    /// Run on this backend [default: docker if an engine answers, else local].
+    #[arg(long)]
+    backend: Option<BackendKind>,
+    /// Image of the Docker demo; the default one is built if missing.
+    #[arg(long, default_value = DEFAULT_BASE_TAG)]
+    image: String,
+}
+
+/// The demo's record of steps, printed as they complete.
+struct Steps<'a> {
+    out: &'a Output,
+    done: Vec<DemoStep>,
+}
+
+impl Steps<'_> {
+    fn add(&mut self, name: &str, took: Duration, detail: String) {
+        let step = DemoStep {
+            step: name.to_owned(),
+            millis: took.as_secs_f64() * 1000.0,
+            detail,
+        };
+        self.out.demo_step(&step);
+        self.done.push(step);
+    }
 }
 
 fn sh(script: &str) -> ExecSpec {
@@ -30,37 +60,41 @@ fn sh(script: &str) -> ExecSpec {
 }
 
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
-    let mut steps = Vec::new();
-    let mut step = |name: &str, took: Duration, detail: String| {
-        let step = DemoStep {
-            step: name.to_owned(),
-            millis: took.as_secs_f64() * 1000.0,
-            detail,
-        };
-        out.demo_step(&step);
-        steps.push(step);
+    let mut steps = Steps {
+        out,
+        done: Vec::new(),
     };
+    let spec = choose_backend(silo, &args, &mut steps).await?;
+    let backend = spec.backend;
+    let name = demo_name()?;
 
     let t = Instant::now();
-    let sandbox = silo
-        .create(CreateRequest::new(BackendKind::Local))
+    let opened = silo
+        .up(UpRequest {
+            name: name.clone(),
+            spec: Some(spec),
+            recreate: false,
+        })
         .await
         .context("creating the demo sandbox")?;
-    step(
-        "create",
+    let sandbox = opened.sandbox;
+    steps.add(
+        "up (create)",
         t.elapsed(),
         format!(
-            "sandbox {} ({}) on the local backend",
-            sandbox.name, sandbox.id
+            "`silo up {name}` made sandbox {} on the {backend} backend (tier {})",
+            sandbox.id, opened.tier
         ),
     );
 
     let conn = silo.connect(&sandbox).await?;
     let t = Instant::now();
     let first = conn
-        .run(sh("echo hello from $(pwd) > note.txt; cat note.txt"))
+        .run(sh(
+            "echo hello > note.txt; echo \"$(cat note.txt) from $(hostname), PID 1 is $(cat /proc/1/comm)\"",
+        ))
         .await?;
-    step(
+    steps.add(
         "first exec",
         t.elapsed(),
         String::from_utf8_lossy(&first.stdout).trim().to_owned(),
@@ -80,50 +114,52 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
             done.exit
         );
     }
-    let each = t.elapsed() / WARM_EXECS as u32;
-    step(
+    steps.add(
         "warm exec",
-        each,
+        t.elapsed() / WARM_EXECS as u32,
         format!("mean of {WARM_EXECS} runs of `true` on one connection"),
     );
 
     // A different process, knowing only the name, finds the sandbox and its files.
     let t = Instant::now();
-    let exe = std::env::current_exe().context("finding the silo executable")?;
-    let second = tokio::process::Command::new(exe)
-        .arg("--home")
-        .arg(silo.home().root())
-        .args(["exec", &sandbox.name, "--", "cat", "note.txt"])
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .context("running a second silo process")?;
-    ensure!(
-        second.status.success(),
-        "the second silo process failed: {}",
-        String::from_utf8_lossy(&second.stderr)
-    );
-    step(
+    let cat = second_process(silo, &["exec", &name, "--", "cat", "note.txt"]).await?;
+    steps.add(
         "second process",
         t.elapsed(),
-        format!(
-            "`silo exec {} -- cat note.txt` printed {:?}",
-            sandbox.name,
-            String::from_utf8_lossy(&second.stdout).trim()
-        ),
+        format!("`silo exec {name} -- cat note.txt` printed {cat:?}"),
+    );
+    drop(conn);
+
+    let t = Instant::now();
+    silo.stop(&name).await?;
+    steps.add(
+        "stop",
+        t.elapsed(),
+        "its machine stopped; its files stay".into(),
     );
 
+    let t = Instant::now();
+    let resumed = second_process(silo, &["up", &name]).await?;
+    let took = t.elapsed();
+    let cat = second_process(silo, &["exec", &name, "--", "cat", "note.txt"]).await?;
+    steps.add(
+        "resume",
+        took,
+        format!("a new process ran `silo up {name}`: {resumed:?}; note.txt still says {cat:?}"),
+    );
+
+    let conn = silo.connect(&silo.get(&name)?).await?;
     let runaway = conn
         .exec(ExecSpec {
             argv: vec!["sleep".into(), "100".into()],
             ..Default::default()
         })
         .await?;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(RUNAWAY_HEAD_START).await;
     let t = Instant::now();
     runaway.interrupt(None).await?;
     let stopped = runaway.collect().await?;
-    step(
+    steps.add(
         "interrupt",
         t.elapsed(),
         format!(
@@ -132,23 +168,139 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
             stopped.exit.shell_code()
         ),
     );
-
     drop(conn);
+
     if args.keep {
-        step(
+        steps.add(
             "keep",
             Duration::ZERO,
-            format!("try: silo exec {} -- ls -l", sandbox.name),
+            format!("try: silo exec {name} -- ls -l"),
         );
     } else {
         let t = Instant::now();
-        silo.remove(&sandbox.id).await?;
-        step(
+        silo.remove(&name).await?;
+        steps.add(
             "remove",
             t.elapsed(),
             "sandbox removed; its events remain in `silo events`".into(),
         );
     }
-    out.demo_done(&steps)?;
+    out.demo_done(&steps.done)?;
     Ok(0)
+}
+
+/// Docker when an engine answers (with the demo image present, built if it
+/// is the default one), else the local backend; says which and why.
+async fn choose_backend(
+    silo: &Silo,
+    args: &Args,
+    steps: &mut Steps<'_>,
+) -> anyhow::Result<SandboxSpec> {
+    let local = SandboxSpec::new(BackendKind::Local);
+    if args.backend == Some(BackendKind::Local) {
+        steps.add(
+            "backend",
+            Duration::ZERO,
+            "local, as asked (no isolation)".into(),
+        );
+        return Ok(local);
+    }
+    let forced = args.backend == Some(BackendKind::Docker);
+    let t = Instant::now();
+    let engine = match silo.docker().engine().await {
+        Ok(engine) => engine,
+        Err(error) if !forced => {
+            steps.add(
+                "backend",
+                t.elapsed(),
+                format!(
+                    "no Docker engine reachable ({error}); running on the local backend \
+                     instead (no isolation)"
+                ),
+            );
+            return Ok(local);
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let version = engine.version().await.unwrap_or_default();
+    steps.add(
+        "engine",
+        t.elapsed(),
+        format!(
+            "docker {} (API {}) at {}",
+            version.version.unwrap_or_default(),
+            version.api_version.unwrap_or_default(),
+            silo::backend::docker::engine_host()
+        ),
+    );
+
+    let t = Instant::now();
+    if silo::image::exists(engine, &args.image).await? {
+        steps.add("image", t.elapsed(), format!("{} is present", args.image));
+    } else if args.image == DEFAULT_BASE_TAG {
+        let busybox = std::path::Path::new(DEFAULT_BUSYBOX);
+        match silo::image::build_base(engine, busybox, &args.image, &mut |_| {}).await {
+            Ok(_) => steps.add(
+                "image",
+                t.elapsed(),
+                format!(
+                    "built {} (FROM scratch + {DEFAULT_BUSYBOX}, no registry)",
+                    args.image
+                ),
+            ),
+            Err(error) if !forced => {
+                steps.add(
+                    "backend",
+                    t.elapsed(),
+                    format!(
+                        "cannot build {} ({:#}); running on the local backend instead \
+                         (no isolation)",
+                        args.image,
+                        anyhow::Error::new(error)
+                    ),
+                );
+                return Ok(local);
+            }
+            Err(error) => return Err(error.into()),
+        }
+    } else {
+        steps.add(
+            "image",
+            t.elapsed(),
+            format!("{} is not on the engine; it will be pulled", args.image),
+        );
+    }
+    Ok(SandboxSpec {
+        image: Some(args.image.clone()),
+        ..SandboxSpec::new(BackendKind::Docker)
+    })
+}
+
+/// A fresh name, so the demo never touches a sandbox of the user's.
+fn demo_name() -> anyhow::Result<String> {
+    let mut suffix = [0u8; 3];
+    getrandom::fill(&mut suffix).map_err(|_| anyhow::anyhow!("no randomness for a name"))?;
+    Ok(format!("demo-{}", hex::encode(suffix)))
+}
+
+/// Runs `silo ARGS...` as a separate process on the same home; returns
+/// its trimmed stdout.
+async fn second_process(silo: &Silo, args: &[&str]) -> anyhow::Result<String> {
+    let exe = std::env::current_exe().context("finding the silo executable")?;
+    let output = tokio::process::Command::new(exe)
+        .arg("--home")
+        .arg(silo.home().root())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("running a second silo process")?;
+    if !output.status.success() {
+        bail!(
+            "`silo {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }

@@ -7,6 +7,18 @@
 //! one that fell behind and had output dropped, is re-attached and replayed
 //! from the last byte shown, so output is lost only if the agent's ring no
 //! longer holds it (and then the count is reported).
+//!
+//! `--session ID` runs the command in a named shell session of the sandbox
+//! (created on first use): cwd, exported variables and shell variables carry
+//! over from one call to the next, whichever process makes it. The words are
+//! joined into one shell script, as `ssh` does. Ctrl-C works as above; the
+//! session's shell survives it.
+//!
+//! `-t` runs the command under a pseudo-terminal: this terminal goes raw (and
+//! is restored on every way out), the remote window follows this one's size,
+//! and Ctrl-C travels as the byte a terminal sends (0x03), for the remote
+//! line discipline to turn into SIGINT. There is no second-Ctrl-C kill in a
+//! PTY: interactive programs (a shell, python, vim) use Ctrl-C themselves.
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +27,9 @@ use silo::Silo;
 use silo::client::{AgentClient, ExecConnection, ExecEvent, ExecHandle};
 use silo_protocol::exec::{Channel, ExecSpec, ExitInfo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use super::terminal;
 
 /// A second Ctrl-C within this window kills without grace.
 const DOUBLE_TAP: Duration = Duration::from_secs(1);
@@ -29,6 +43,8 @@ const STDIN_CHUNK: usize = 64 * 1024;
 /// The shell's exit code for a command killed by SIGPIPE, used when our own
 /// stdout goes away (`silo exec … | head`).
 const BROKEN_PIPE_CODE: i32 = 128 + 13;
+/// What a terminal sends for Ctrl-C.
+const CTRL_C: u8 = 0x03;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -46,41 +62,92 @@ pub struct Args {
     /// Forward this terminal's stdin to the command (closed otherwise).
     #[arg(short = 'i', long)]
     stdin: bool,
+    /// Run under a pseudo-terminal (with -i, for interactive programs).
+    #[arg(short = 't', long, conflicts_with = "session")]
+    tty: bool,
+    /// Run in this shell session of the sandbox (created on first use); cwd
+    /// and variables persist between calls. The words form one script.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// With --session: fail at once if the session is running another command.
+    #[arg(long, requires = "session")]
+    no_wait: bool,
     /// The command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub(super) command: Vec<String>,
 }
 
 pub async fn run(silo: &Silo, args: Args) -> anyhow::Result<i32> {
-    let spec = ExecSpec {
+    let mut spec = ExecSpec {
         argv: args.command,
         cwd: args.cwd,
         env: args.env.into_iter().collect(),
         stdin: args.stdin,
         timeout_ms: args.timeout.map(seconds_to_ms).transpose()?,
-        detach_timeout_ms: Some(DETACH_TIMEOUT.as_millis() as u64),
+        session: args.session,
+        no_wait: args.no_wait,
         ..ExecSpec::default()
     };
-    let sandbox = silo.get(&args.sandbox)?;
+    if args.tty {
+        ask_for_terminal(&mut spec);
+    }
+    execute(silo, &args.sandbox, spec, args.stdin).await
+}
+
+/// Asks for a pseudo-terminal the size of this one, drawing for this one's `TERM`.
+pub(super) fn ask_for_terminal(spec: &mut ExecSpec) {
+    spec.tty = true;
+    spec.window = terminal::window_size();
+    spec.env
+        .entry("TERM".to_owned())
+        .or_insert_with(terminal::term);
+}
+
+/// Starts `spec` and follows it to its end, forwarding stdin when asked;
+/// returns the exit code to leave with. Shared with `silo shell`.
+pub(super) async fn execute(
+    silo: &Silo,
+    sandbox: &str,
+    mut spec: ExecSpec,
+    forward_stdin: bool,
+) -> anyhow::Result<i32> {
+    spec.detach_timeout_ms = Some(DETACH_TIMEOUT.as_millis() as u64);
+    let tty = spec.tty;
+    let sandbox = silo.get(sandbox)?;
     let connection = silo.connect(&sandbox).await?;
     let client = silo.client(&sandbox)?;
     let handle = connection
         .exec(spec)
         .await
         .context("starting the command")?;
-    let stdin = args.stdin.then(tokio::io::stdin);
-    let mut session = Session {
+    let raw = if tty && forward_stdin {
+        terminal::RawMode::enter().context("putting the terminal in raw mode")?
+    } else {
+        None
+    };
+    let stdin = forward_stdin.then(tokio::io::stdin);
+    let mut running = Running {
         client,
         connection,
         handle,
         shown: 0,
+        tty,
     };
-    let exit = match session.pump(stdin).await? {
-        Some(exit) => exit,
-        None => return Ok(BROKEN_PIPE_CODE),
+    let outcome = running.pump(stdin).await;
+    // Notes below are plain lines again only once the terminal is back.
+    drop(raw);
+    let exit = match outcome? {
+        Outcome::Exited(exit) => exit,
+        Outcome::OutputClosed => return Ok(BROKEN_PIPE_CODE),
+        Outcome::Signalled(code) => return Ok(code),
     };
     if exit.timed_out {
         eprintln!("silo: command timed out");
+    }
+    if exit.restored {
+        eprintln!(
+            "silo: the session's shell had died; a new one was started with its last cwd and environment"
+        );
     }
     Ok(exit.shell_code())
 }
@@ -94,22 +161,43 @@ fn seconds_to_ms(secs: f64) -> anyhow::Result<u64> {
 }
 
 /// One running command and what has been shown of it.
-struct Session {
+struct Running {
     client: AgentClient,
     connection: ExecConnection,
     handle: ExecHandle,
     /// Output offset up to which bytes have been written locally.
     shown: u64,
+    /// It runs under a pseudo-terminal.
+    tty: bool,
 }
 
-impl Session {
-    /// Forwards output, stdin and Ctrl-C until the command exits. `None`
-    /// means our stdout closed, and the command was killed.
-    async fn pump(
-        &mut self,
-        mut stdin: Option<impl AsyncRead + Unpin>,
-    ) -> anyhow::Result<Option<ExitInfo>> {
+/// How following a command ended.
+enum Outcome {
+    /// It exited.
+    Exited(ExitInfo),
+    /// Our stdout closed, and the command was killed.
+    OutputClosed,
+    /// This process was told to stop (PTY mode only); leave with this code.
+    Signalled(i32),
+}
+
+impl Running {
+    /// Forwards output, stdin, Ctrl-C and (PTY) window changes until the
+    /// command exits.
+    async fn pump(&mut self, mut stdin: Option<impl AsyncRead + Unpin>) -> anyhow::Result<Outcome> {
         let mut interrupts = signal(SignalKind::interrupt()).context("catching Ctrl-C")?;
+        // In a PTY the terminal is raw: without these the process could die
+        // with the terminal still raw.
+        let pty_signal = |kind: SignalKind| -> anyhow::Result<Option<Signal>> {
+            Ok(if self.tty {
+                Some(signal(kind).context("catching terminal signals")?)
+            } else {
+                None
+            })
+        };
+        let mut window_changes = pty_signal(SignalKind::window_change())?;
+        let mut terminate = pty_signal(SignalKind::terminate())?;
+        let mut hangup = pty_signal(SignalKind::hangup())?;
         let mut last_interrupt: Option<Instant> = None;
         let mut reattached = 0;
         let mut buf = vec![0u8; STDIN_CHUNK];
@@ -118,7 +206,7 @@ impl Session {
         loop {
             tokio::select! {
                 event = self.handle.next_event() => match event {
-                    Some(ExecEvent::Exit(exit)) => return Ok(Some(exit)),
+                    Some(ExecEvent::Exit(exit)) => return Ok(Outcome::Exited(exit)),
                     Some(ExecEvent::Output { seq, .. }) if seq > self.shown => {
                         // The agent dropped output this connection was too slow
                         // to take; replay it from the agent's ring.
@@ -134,7 +222,7 @@ impl Session {
                                 // Nobody reads the output any more: stop the command.
                                 let id = self.handle.id();
                                 let _ = self.connection.interrupt(id, Some(Duration::ZERO)).await;
-                                return Ok(None);
+                                return Ok(Outcome::OutputClosed);
                             }
                             return Err(error).context("writing the command's output");
                         }
@@ -148,6 +236,12 @@ impl Session {
                     }
                 },
                 Some(()) = interrupts.recv() => {
+                    if self.tty {
+                        // Raw mode turns Ctrl-C into input; this is a SIGINT
+                        // from elsewhere, delivered the same way.
+                        self.handle.write_stdin(&[CTRL_C]).await.context("forwarding Ctrl-C")?;
+                        continue;
+                    }
                     let now = Instant::now();
                     let grace = match last_interrupt {
                         Some(at) if now.duration_since(at) < DOUBLE_TAP => Some(Duration::ZERO),
@@ -156,6 +250,13 @@ impl Session {
                     last_interrupt = Some(now);
                     self.interrupt(grace);
                 }
+                Some(()) = next(&mut window_changes) => {
+                    if let Some(window) = terminal::window_size() {
+                        self.handle.resize(window).await.context("resizing the terminal")?;
+                    }
+                }
+                Some(()) = next(&mut terminate) => return Ok(Outcome::Signalled(128 + libc::SIGTERM)),
+                Some(()) = next(&mut hangup) => return Ok(Outcome::Signalled(128 + libc::SIGHUP)),
                 read = read_some(&mut stdin, &mut buf), if stdin.is_some() => match read {
                     Ok(0) | Err(_) => {
                         stdin = None;
@@ -215,6 +316,14 @@ impl Session {
                 eprintln!("silo: interrupting the command failed: {error}");
             }
         });
+    }
+}
+
+/// The next delivery of a signal that may not be watched at all.
+async fn next(signal: &mut Option<Signal>) -> Option<()> {
+    match signal {
+        Some(signal) => signal.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -5,11 +5,19 @@ mod create;
 mod demo;
 mod events;
 mod exec;
+mod gc;
+mod image;
 mod ls;
 mod output;
+mod push;
 mod rm;
+mod session;
+mod shell;
+mod spec_args;
 mod start;
 mod stop;
+mod terminal;
+mod up;
 
 use std::path::PathBuf;
 
@@ -44,16 +52,28 @@ enum Command {
     Demo(demo::Args),
     /// Run a command in a sandbox, streaming its output.
     Exec(exec::Args),
+    /// Remove sandboxes whose idle TTL expired long ago, and orphaned containers.
+    Gc(gc::Args),
+    /// Build images: bake the agent into one, or make a registry-free base.
+    Image(image::Args),
     /// List sandboxes.
     Ls(ls::Args),
+    /// Push a directory's files to a mount path in sandboxes, atomically.
+    Push(push::Args),
     /// Remove sandboxes (their event history is kept).
     Rm(rm::Args),
     /// Show a sandbox's event history.
     Events(events::Args),
+    /// List, interrupt or close a sandbox's shell sessions.
+    Session(session::Args),
+    /// Open an interactive shell in a sandbox (a pseudo-terminal).
+    Shell(shell::Args),
     /// Start a stopped sandbox.
     Start(start::Args),
     /// Stop a sandbox, keeping it for a later start.
     Stop(stop::Args),
+    /// Open a sandbox by name, or create it: attach, start, or make it fresh.
+    Up(up::Args),
 }
 
 /// Runs the parsed command; returns the process exit code.
@@ -72,11 +92,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Create(args) => create::run(&silo, &out, args).await,
         Command::Demo(args) => demo::run(&silo, &out, args).await,
         Command::Exec(args) => exec::run(&silo, args).await,
+        Command::Gc(args) => gc::run(&silo, &out, args).await,
+        Command::Image(args) => image::run(&silo, &out, args).await,
         Command::Ls(args) => ls::run(&silo, &out, args).await,
+        Command::Push(args) => push::run(&silo, &out, args).await,
         Command::Rm(args) => rm::run(&silo, &out, args).await,
         Command::Events(args) => events::run(&silo, &out, args),
+        Command::Session(args) => session::run(&silo, &out, args).await,
+        Command::Shell(args) => shell::run(&silo, args).await,
         Command::Start(args) => start::run(&silo, &out, args).await,
         Command::Stop(args) => stop::run(&silo, &out, args).await,
+        Command::Up(args) => up::run(&silo, &out, args).await,
     }
 }
 

@@ -3,9 +3,15 @@
 
 use std::io::{self, Write};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use silo::{Event, MachineState, Sandbox};
+use silo::push::{ProgressFn, PushEvent, PushReport};
+use silo::{Event, GcReport, MachineState, Sandbox, UpAction, UpOutcome};
+use silo_protocol::session::SessionInfo;
 
 /// How results are printed.
 pub struct Output {
@@ -25,7 +31,8 @@ pub struct DemoStep {
 struct SandboxView<'a> {
     #[serde(flatten)]
     sandbox: &'a Sandbox,
-    status: MachineState,
+    /// `None` when the backend could not be asked (shown as `unknown`).
+    status: Option<MachineState>,
 }
 
 impl Output {
@@ -72,7 +79,7 @@ impl Output {
         print_lines(&lines.join("\n"))
     }
 
-    pub fn sandboxes(&self, rows: &[(Sandbox, MachineState)]) -> anyhow::Result<()> {
+    pub fn sandboxes(&self, rows: &[(Sandbox, Option<MachineState>)]) -> anyhow::Result<()> {
         if self.json {
             let views: Vec<SandboxView<'_>> = rows
                 .iter()
@@ -89,7 +96,7 @@ impl Output {
                 &sandbox.name,
                 &sandbox.id,
                 sandbox.backend.as_str(),
-                status.as_str(),
+                status.map_or("unknown", MachineState::as_str),
                 &utc(sandbox.created_at_ms),
             ]));
         }
@@ -132,9 +139,235 @@ impl Output {
         Ok(())
     }
 
+    /// A progress bar over a push's targets, on stderr; hidden with
+    /// `--json` (and by indicatif when stderr is not a terminal).
+    pub fn push_progress(&self, targets: usize) -> PushProgress {
+        let bar = if self.json {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(targets as u64)
+        };
+        let style = ProgressStyle::with_template("pushing [{bar:30}] {pos}/{len} sandboxes  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        PushProgress { bar }
+    }
+
+    /// The outcome of a push: one row per sandbox and a summary line.
+    pub fn pushed(&self, report: &PushReport) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(report);
+        }
+        let mut table = vec![row([
+            "SANDBOX", "RESULT", "VERSION", "FILES", "BYTES", "TRIES", "DETAIL",
+        ])];
+        for p in &report.pushed {
+            let result = if p.unchanged { "unchanged" } else { "pushed" };
+            // seq and the first 12 hex digits of the hash are enough to tell versions apart.
+            let version: String = p.version.chars().take(19).collect();
+            table.push(row([
+                &p.sandbox,
+                result,
+                &version,
+                &p.files.to_string(),
+                &human_bytes(p.bytes),
+                &p.attempts.to_string(),
+                &format!("{} ms", p.millis),
+            ]));
+        }
+        for f in &report.failures {
+            table.push(row([
+                &f.sandbox,
+                "FAILED",
+                "-",
+                "-",
+                "-",
+                &f.attempts.to_string(),
+                &format!("{}: {}", f.reason, f.detail),
+            ]));
+        }
+        let summary = format!(
+            "{} of {} sandboxes have {} ({} unchanged, {} failed)",
+            report.succeeded,
+            report.targets,
+            report.mount,
+            report.unchanged,
+            report.failures.len()
+        );
+        print_lines(&format!("{}\n{summary}", render(&table)))
+    }
+
+    /// What `silo up` did, with the reasons it passed over a tier.
+    pub fn up(&self, outcome: &UpOutcome) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(outcome);
+        }
+        let sandbox = &outcome.sandbox;
+        let what = match outcome.action {
+            UpAction::Attached => "attached to running",
+            UpAction::Started => "started stopped",
+            UpAction::Created => "created",
+            UpAction::Recreated => "recreated",
+        };
+        let mut lines = vec![format!(
+            "{what} sandbox {} ({}, tier {})",
+            sandbox.name, sandbox.id, outcome.tier
+        )];
+        lines.extend(outcome.notes.iter().map(|note| format!("  note: {note}")));
+        print_lines(&lines.join("\n"))
+    }
+
+    /// What `silo gc` removed (or would remove) and what it left alone.
+    pub fn gc(&self, report: &GcReport) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(report);
+        }
+        let verb = if report.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        };
+        let mut lines: Vec<String> = report
+            .removed
+            .iter()
+            .map(|c| {
+                format!(
+                    "{verb} {} ({}): idle TTL expired {} UTC",
+                    c.sandbox.name,
+                    c.sandbox.id,
+                    utc(c.expired_at_ms)
+                )
+            })
+            .collect();
+        lines.extend(
+            report
+                .orphans
+                .iter()
+                .map(|name| format!("{verb} container {name}: no sandbox owns it")),
+        );
+        lines.extend(
+            report
+                .skipped
+                .iter()
+                .map(|(name, why)| format!("skipped {name}: {why}")),
+        );
+        if lines.is_empty() {
+            lines.push("nothing to collect".into());
+        }
+        print_lines(&lines.join("\n"))
+    }
+
+    /// One line of a long job's progress (an image build), on stderr;
+    /// silent with `--json`.
+    pub fn progress(&self, line: &str) {
+        if !self.json {
+            eprintln!("{line}");
+        }
+    }
+
+    /// An image that was built.
+    pub fn image_built(&self, tag: &str, id: &str) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(&serde_json::json!({ "tag": tag, "id": id }));
+        }
+        print_lines(&format!("built {tag} ({id})"))
+    }
+
+    /// A sandbox's shell sessions.
+    pub fn sessions(&self, sessions: &[SessionInfo]) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(&sessions);
+        }
+        let mut table = vec![row(["ID", "SHELL", "PID", "RUNNING", "RUNS", "RESTARTS", "CWD"])];
+        for s in sessions {
+            let running = match (s.running, s.queued) {
+                (Some(id), 0) => id.to_string(),
+                (Some(id), queued) => format!("{id} (+{queued} queued)"),
+                (None, _) => "-".to_owned(),
+            };
+            table.push(row([
+                &s.id,
+                &s.shell,
+                &s.pid.map_or_else(|| "-".to_owned(), |pid| pid.to_string()),
+                &running,
+                &s.runs.to_string(),
+                &s.restarts.to_string(),
+                &s.cwd,
+            ]));
+        }
+        print_lines(&render(&table))
+    }
+
+    /// What interrupting a session did.
+    pub fn session_interrupted(&self, id: &str, exec_id: Option<u64>) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(&serde_json::json!({ "session": id, "exec_id": exec_id }));
+        }
+        print_lines(&match exec_id {
+            Some(exec_id) => format!("interrupted exec {exec_id} in session {id}"),
+            None => format!("session {id} was idle; nothing to interrupt"),
+        })
+    }
+
+    /// What closing a session did.
+    pub fn session_closed(&self, id: &str, existed: bool) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(&serde_json::json!({ "session": id, "existed": existed }));
+        }
+        print_lines(&if existed {
+            format!("closed session {id}")
+        } else {
+            format!("no session {id}")
+        })
+    }
+
     /// Reports one failure while the command carries on with the rest.
     pub fn error(&self, error: &anyhow::Error) {
         eprintln!("silo: {error:#}");
+    }
+}
+
+/// The progress bar of one `silo push`.
+pub struct PushProgress {
+    bar: ProgressBar,
+}
+
+impl PushProgress {
+    /// What the library calls as the push goes.
+    pub fn callback(&self) -> ProgressFn {
+        let bar = self.bar.clone();
+        let sent = Arc::new(AtomicU64::new(0));
+        Arc::new(move |event: &PushEvent| match event {
+            PushEvent::Built { bytes, .. } => {
+                bar.set_message(format!("bundle {}", human_bytes(*bytes)))
+            }
+            PushEvent::Sent(n) => {
+                let total = sent.fetch_add(*n, Ordering::Relaxed) + n;
+                bar.set_message(format!("{} sent", human_bytes(total)));
+            }
+            PushEvent::Done { .. } => bar.inc(1),
+        })
+    }
+
+    /// Removes the bar before the results are printed.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// `1.5 MiB`-style sizes.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use silo_protocol::exec::{
-    AgentMessage, Channel, ClientMessage, ExecId, ExecSpec, ExecState, ExitInfo, Frame,
+    AgentMessage, Channel, ClientMessage, ExecId, ExecSpec, ExecState, ExitInfo, Frame, WindowSize,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
@@ -60,8 +60,8 @@ pub struct ExecOutput {
 }
 
 /// A reply to a tagged request, with the event queue the reader registered for it.
-struct Reply {
-    message: AgentMessage,
+pub(super) struct Reply {
+    pub(super) message: AgentMessage,
     events: Option<mpsc::Receiver<ExecEvent>>,
 }
 
@@ -188,7 +188,7 @@ impl ExecConnection {
         self.exec(spec).await?.collect().await
     }
 
-    fn tag(&self) -> u64 {
+    pub(super) fn tag(&self) -> u64 {
         self.next_tag.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -207,7 +207,11 @@ impl ExecConnection {
         })
     }
 
-    async fn call(&self, tag: u64, message: ClientMessage) -> Result<Reply, ClientError> {
+    pub(super) async fn call(
+        &self,
+        tag: u64,
+        message: ClientMessage,
+    ) -> Result<Reply, ClientError> {
         let (reply_tx, reply_rx) = oneshot::channel();
         {
             let mut routes = lock(&self.routes);
@@ -285,7 +289,17 @@ impl ExecHandle {
         Ok(())
     }
 
-    /// Closes the exec's stdin, so it reads EOF.
+    /// Changes the window of a PTY exec (the program sees SIGWINCH).
+    pub async fn resize(&self, window: WindowSize) -> Result<(), ClientError> {
+        self.connection
+            .send(ClientMessage::Resize {
+                exec_id: self.exec_id,
+                window,
+            })
+            .await
+    }
+
+    /// Closes the exec's stdin, so it reads EOF (a PTY exec gets ^D).
     pub async fn close_stdin(&self) -> Result<(), ClientError> {
         self.connection
             .send(ClientMessage::CloseStdin {
@@ -394,7 +408,11 @@ async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
         AgentMessage::Started { tag, .. }
         | AgentMessage::Attached { tag, .. }
         | AgentMessage::InterruptAck { tag, .. }
-        | AgentMessage::Status { tag, .. } => Some(*tag),
+        | AgentMessage::Status { tag, .. }
+        | AgentMessage::SessionOpened { tag, .. }
+        | AgentMessage::SessionList { tag, .. }
+        | AgentMessage::SessionClosed { tag, .. }
+        | AgentMessage::SessionInterrupted { tag, .. } => Some(*tag),
         AgentMessage::Error { tag, .. } => *tag,
         AgentMessage::Exit { exec_id, exit } => {
             deliver(routes, *exec_id, ExecEvent::Exit(exit.clone()), true).await;

@@ -6,10 +6,13 @@
 //! protocol version, so a mismatched agent refuses it with a message naming
 //! both versions (surfaced as [`ClientError::VersionMismatch`]).
 //!
-//! Layout: `transport` opens streams and makes one-shot HTTP requests;
-//! `connection` multiplexes execs over one WebSocket.
+//! Layout: `transport` opens streams and makes one-shot HTTP requests
+//! (bodies in memory, or streamed with a precomputed hash for pushes);
+//! `connection` multiplexes execs over one WebSocket; `session` adds the
+//! shell-session requests to it.
 
 mod connection;
+mod session;
 mod transport;
 
 use std::time::{Duration, Instant};
@@ -22,7 +25,8 @@ use silo_protocol::http::{HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ};
 use tokio_tungstenite::tungstenite;
 
 pub use connection::{ExecConnection, ExecEvent, ExecHandle, ExecOutput};
-pub use transport::{CONNECT_TIMEOUT, Endpoint, Response};
+pub use session::SessionOptions;
+pub use transport::{CONNECT_TIMEOUT, Endpoint, Response, SentCallback, UPLOAD_CHUNK};
 
 /// Pause between health probes while waiting for an agent to come up.
 const READY_POLL: Duration = Duration::from_millis(2);
@@ -96,6 +100,28 @@ impl AgentClient {
             method,
             path_and_query,
             body,
+        )
+        .await
+    }
+
+    /// Sends one signed request with a body whose SHA-256 is already known,
+    /// streamed, with `sent` told of each chunk that goes out.
+    pub async fn request_streamed(
+        &self,
+        method: http::Method,
+        path_and_query: &str,
+        body: bytes::Bytes,
+        sha256: &str,
+        sent: Option<SentCallback>,
+    ) -> Result<Response, ClientError> {
+        transport::request_streamed(
+            &self.endpoint,
+            &self.key,
+            method,
+            path_and_query,
+            body,
+            sha256,
+            sent,
         )
         .await
     }

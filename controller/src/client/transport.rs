@@ -149,6 +149,13 @@ impl Response {
     }
 }
 
+/// Bytes handed to the connection at a time when streaming a body, so
+/// progress is reported as the upload goes rather than once at its end.
+pub const UPLOAD_CHUNK: usize = 256 * 1024;
+
+/// Told how many more bytes of a streamed body went out.
+pub type SentCallback = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
+
 /// Sends one request on a fresh connection and reads the whole answer.
 ///
 /// `key` signs the request; `None` sends it unsigned (only `/healthz` accepts that).
@@ -159,6 +166,81 @@ pub async fn request(
     path_and_query: &str,
     body: Bytes,
 ) -> Result<Response, ClientError> {
+    let digest = key.map(|_| silo_protocol::auth::body_sha256(&body));
+    send(
+        endpoint,
+        key.zip(digest.as_deref()),
+        method,
+        path_and_query,
+        Full::new(body),
+    )
+    .await
+}
+
+/// Sends a signed request whose body's SHA-256 the caller already knows
+/// (a bundle sent to many agents is hashed once), streaming it in
+/// [`UPLOAD_CHUNK`]s with a known length and reporting each one to `sent`.
+pub async fn request_streamed(
+    endpoint: &Endpoint,
+    key: &Key,
+    method: http::Method,
+    path_and_query: &str,
+    body: Bytes,
+    sha256: &str,
+    sent: Option<SentCallback>,
+) -> Result<Response, ClientError> {
+    let len = body.len();
+    let chunks = (0..len).step_by(UPLOAD_CHUNK).map(move |start| {
+        let chunk = body.slice(start..len.min(start + UPLOAD_CHUNK));
+        if let Some(sent) = &sent {
+            sent(chunk.len() as u64);
+        }
+        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(chunk))
+    });
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
+    let sized = SizedBody {
+        inner: body,
+        len: len as u64,
+    };
+    send(endpoint, Some((key, sha256)), method, path_and_query, sized).await
+}
+
+/// A streamed body that tells hyper its length, so the request carries a
+/// `Content-Length` the agent can check before reading anything.
+struct SizedBody<B> {
+    inner: B,
+    len: u64,
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for SizedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.len)
+    }
+}
+
+/// Sends `body` on a fresh connection, signed with `key` over `sha256` when
+/// given, and reads the whole answer.
+async fn send<B>(
+    endpoint: &Endpoint,
+    signing: Option<(&Key, &str)>,
+    method: http::Method,
+    path_and_query: &str,
+    body: B,
+) -> Result<Response, ClientError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let stream = open(endpoint).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -173,14 +255,13 @@ pub async fn request(
         .uri(path_and_query)
         .header(http::header::HOST, "agent")
         .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
-    if let Some(key) = key {
-        let digest = silo_protocol::auth::body_sha256(&body);
-        for (name, value) in sign(key, method.as_str(), path_and_query, &digest)?.pairs() {
+    if let Some((key, digest)) = signing {
+        for (name, value) in sign(key, method.as_str(), path_and_query, digest)?.pairs() {
             builder = builder.header(name, value);
         }
     }
     let request = builder
-        .body(Full::new(body))
+        .body(body)
         .map_err(|e| ClientError::Protocol(format!("building request: {e}")))?;
     let response = sender
         .send_request(request)

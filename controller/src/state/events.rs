@@ -20,6 +20,13 @@ pub enum EventKind {
     Started,
     /// Its machine was stopped.
     Stopped,
+    /// `silo up` reused it (running, or started again).
+    Resumed,
+    /// Its machine was replaced by a fresh one under the same id (spec
+    /// changed with `--recreate`, idle TTL expired, or removed outside silo).
+    Recreated,
+    /// Files were pushed into one of its mounts (and changed it).
+    Pushed,
     /// It was removed; its events remain.
     Removed,
 }
@@ -31,6 +38,9 @@ impl EventKind {
             EventKind::Created => "created",
             EventKind::Started => "started",
             EventKind::Stopped => "stopped",
+            EventKind::Resumed => "resumed",
+            EventKind::Recreated => "recreated",
+            EventKind::Pushed => "pushed",
             EventKind::Removed => "removed",
         }
     }
@@ -119,6 +129,31 @@ impl StateDb {
             out.push(event);
         }
         Ok(out)
+    }
+}
+
+impl StateDb {
+    /// The most recent of the sandbox's events whose kind is one of `kinds`:
+    /// its kind and when (unix ms).
+    pub fn last_event_among(
+        &self,
+        sandbox_id: &str,
+        kinds: &[EventKind],
+    ) -> Result<Option<(String, i64)>, StateError> {
+        let names: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+        let names = serde_json::to_string(&names).map_err(|e| StateError::Corrupt {
+            id: sandbox_id.to_owned(),
+            what: e.to_string(),
+        })?;
+        self.conn
+            .query_row(
+                "SELECT kind, at FROM events WHERE sandbox_id = ?1 \
+                 AND kind IN (SELECT value FROM json_each(?2)) ORDER BY seq DESC LIMIT 1",
+                params![sandbox_id, names],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(db("reading the last event"))
     }
 }
 

@@ -9,9 +9,11 @@
 //! than checked first, so a race between two processes cannot slip through.
 //!
 //! Layout: `schema` (versioned migrations), `sandboxes` (the live set),
-//! `events` (the log), `master_key` (the key every sandbox key derives from).
+//! `events` (the log), `leases` (who may run a lifecycle operation on a
+//! sandbox right now), `master_key` (the key every sandbox key derives from).
 
 mod events;
+mod leases;
 mod master_key;
 mod sandboxes;
 mod schema;
@@ -22,6 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, TransactionBehavior};
 
 pub use events::{Event, EventKind};
+pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
 pub use master_key::{MasterKeyError, load_or_create_master_key};
 pub use sandboxes::{NewSandbox, Sandbox};
 pub use schema::SCHEMA_VERSION;

@@ -152,6 +152,42 @@ impl StateDb {
         })
     }
 
+    /// Gives a sandbox a new spec (and so a new spec hash) and an empty
+    /// backend handle, before a fresh machine is made for it under the same
+    /// id; logs `event` in the same transaction.
+    pub fn replace_spec(
+        &mut self,
+        sandbox: &Sandbox,
+        spec: &SandboxSpec,
+        event: (EventKind, serde_json::Value),
+    ) -> Result<Sandbox, StateError> {
+        let spec_json = to_json(&sandbox.id, spec)?;
+        let spec_hash = spec.hash();
+        let now = now_ms();
+        self.write("replacing a sandbox's spec", |tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE sandboxes SET backend = ?2, spec = ?3, spec_hash = ?4, \
+                     backend_ref = '{}', updated_at = ?5 WHERE id = ?1",
+                    params![sandbox.id, spec.backend.as_str(), spec_json, spec_hash, now],
+                )
+                .map_err(db("replacing a sandbox's spec"))?;
+            if changed == 0 {
+                return Err(StateError::UnknownSandbox(sandbox.name.clone()));
+            }
+            let (kind, detail) = &event;
+            insert_event(tx, &sandbox.id, &sandbox.name, now, *kind, detail)
+        })?;
+        Ok(Sandbox {
+            backend: spec.backend,
+            spec: spec.clone(),
+            spec_hash,
+            backend_ref: serde_json::json!({}),
+            updated_at_ms: now,
+            ..sandbox.clone()
+        })
+    }
+
     /// Deletes a sandbox's row and logs `removed` with `detail`. Its events stay.
     pub fn delete_sandbox(
         &mut self,

@@ -43,6 +43,23 @@ const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER events_are_append_only_delete BEFORE DELETE ON events
     BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
     "#,
+    // 2: leases serializing lifecycle operations across processes.
+    // Keyed by sandbox name, not id: `silo up NAME` must hold the lease before
+    // the sandbox (and so its id) exists. The owner is a pid, that process's
+    // start time and the boot id, so neither a recycled pid nor a reboot can
+    // pass for a live owner; the token tells the owner's own leases apart
+    // from other handles in the same process.
+    r#"
+    CREATE TABLE leases (
+        name        TEXT PRIMARY KEY,
+        owner_pid   INTEGER NOT NULL,
+        owner_start INTEGER NOT NULL,  -- clock ticks after boot, /proc/PID/stat field 22
+        owner_boot  TEXT NOT NULL,     -- /proc/sys/kernel/random/boot_id
+        owner_token TEXT NOT NULL,
+        op          TEXT NOT NULL,
+        acquired_at INTEGER NOT NULL   -- unix ms
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this build creates and understands.

@@ -6,7 +6,9 @@
 //! benchmarks, and to run the same agent code path as every other backend.
 //!
 //! Each sandbox owns `$SILO_HOME/sandboxes/<id>/`:
-//! - `root/`: the agent's working directory;
+//! - `root/`: the agent's working directory, and the `/` of pushed mount
+//!   paths (`--push-base`): mount `/workspace/managed/app` lands in
+//!   `root/workspace/managed/app`;
 //! - `agent.sock`: where the agent listens;
 //! - `agent.key`: the sandbox key (0600), passed by path so it never appears
 //!   in a command line or environment;
@@ -32,7 +34,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, BackendError, Machine, MachineState, Started};
+use super::{Backend, BackendError, LastExit, Machine, MachineState, Started};
 use crate::agent_binary::{AgentBinaryError, AgentLocator};
 use crate::client::{AgentClient, Endpoint};
 use crate::fsutil::{remove_if_present, tail, write_atomic};
@@ -294,6 +296,26 @@ impl Backend for LocalBackend {
 
     fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError> {
         Ok(Endpoint::Unix(self.paths(&machine).socket))
+    }
+
+    /// A pid file whose agent is gone means the agent exited on its own
+    /// (`silo stop` removes the pid file). It removes its socket when it
+    /// shuts down in order, so a socket left behind marks a crash or a kill.
+    /// Its last act is logging its exit, so the log's mtime dates the end.
+    async fn last_exit(&self, machine: Machine<'_>) -> Result<Option<LastExit>, BackendError> {
+        let paths = self.paths(&machine);
+        if !paths.pid.exists() || Self::live_pid(&paths).is_some() {
+            return Ok(None);
+        }
+        let at_ms = fs::metadata(&paths.log)
+            .and_then(|meta| meta.modified())
+            .ok()
+            .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Ok(at_ms.map(|at_ms| LastExit {
+            at_ms,
+            clean: !paths.socket.exists(),
+        }))
     }
 }
 

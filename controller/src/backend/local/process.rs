@@ -50,6 +50,10 @@ pub fn spawn_agent(
         .arg("--key-file")
         .arg(key_file)
         .arg("--workdir")
+        .arg(workdir)
+        // A host process has no private `/`: sandbox paths of pushes (mount
+        // /workspace/managed/app) live under its root directory instead.
+        .arg("--push-base")
         .arg(workdir);
     if let Some(secs) = spec.idle_timeout_secs {
         cmd.arg("--idle-timeout").arg(secs.to_string());

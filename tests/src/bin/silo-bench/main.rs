@@ -13,9 +13,15 @@
     reason = "a benchmark on a broken machine should stop loudly"
 )]
 
+mod docker_common;
+mod docker_exec_rtt;
+mod docker_resume;
+mod docker_tti;
 mod exec_rtt;
 mod footprint;
 mod interrupt;
+mod push_big;
+mod push_fanout;
 mod report;
 mod stats;
 
@@ -24,12 +30,23 @@ use std::path::PathBuf;
 use clap::Parser;
 
 /// Every scenario, in the order they run by default.
-const SCENARIOS: &[&str] = &["exec-rtt", "interrupt", "agent-footprint"];
+const SCENARIOS: &[&str] = &[
+    "exec-rtt",
+    "interrupt",
+    "agent-footprint",
+    "push-big",
+    "push-fanout",
+    "docker-exec-rtt",
+    "tti",
+    "resume",
+];
 
 #[derive(Parser)]
 #[command(about = "Benchmarks silo against the plain alternative, side by side")]
 struct Args {
-    /// Scenarios to run (all when none): exec-rtt, interrupt, agent-footprint.
+    /// Scenarios to run (all when none): exec-rtt, interrupt, agent-footprint,
+    /// push-big, push-fanout, docker-exec-rtt, tti, resume (the Docker
+    /// ones are skipped, with a note, when no engine answers outside CI).
     scenarios: Vec<String>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/silo-bench.json")]
@@ -54,6 +71,11 @@ async fn main() -> anyhow::Result<()> {
             "exec-rtt" => exec_rtt::run(args.quick).await?,
             "interrupt" => interrupt::run(args.quick).await?,
             "agent-footprint" => footprint::run(args.quick).await?,
+            "push-big" => push_big::run(args.quick).await?,
+            "push-fanout" => push_fanout::run(args.quick).await?,
+            "docker-exec-rtt" => docker_exec_rtt::run(args.quick).await?,
+            "tti" => docker_tti::run(args.quick).await?,
+            "resume" => docker_resume::run(args.quick).await?,
             other => anyhow::bail!(
                 "unknown scenario {other:?}; known: {}",
                 SCENARIOS.join(", ")

@@ -1,0 +1,575 @@
+//! Safe extraction of a bundle stream into a fresh, empty directory.
+//!
+//! The body is read once, as it arrives, through a chain of readers: the
+//! raw reader hashes and counts compressed bytes (bundle cap), the gzip
+//! decoder inflates, the inflate meter counts what came out (decompression
+//! ratio), and the tar reader splits entries. Every entry is checked before
+//! anything is written for it: a plain UTF-8 relative path with no `..`,
+//! only regular files and directories (symlinks, hard links, devices, FIFOs
+//! and every other type are refused), no duplicates or file/directory
+//! clashes, and the per-file, total and entry-count caps. Files are created
+//! with `O_EXCL | O_NOFOLLOW` and their modes masked to the permission bits.
+//! The hash is compared to the signed one only at the end, so the caller
+//! must treat the directory as untrusted until [`extract`] returns `Ok`.
+//!
+//! Nothing here cleans up: on error the caller removes the directory.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fs::{DirBuilder, OpenOptions, Permissions};
+use std::io::{self, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES, RATIO_FLOOR_BYTES};
+
+/// Compressed bytes read ahead from the body at a time.
+const READ_BUFFER: usize = 256 * 1024;
+/// Buffer for copying one file's bytes to disk.
+const COPY_BUFFER: usize = 256 * 1024;
+/// Permission bits kept from an entry's mode: no setuid, setgid or sticky.
+const MODE_MASK: u32 = 0o777;
+/// Bits every extracted directory gets, so the agent can always fill and
+/// later remove it whatever mode the bundle asked for.
+const DIR_OWNER_BITS: u32 = 0o700;
+/// Mode of directories a bundle implies without listing.
+const IMPLIED_DIR_MODE: u32 = 0o755;
+
+/// What an extract produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extracted {
+    /// Regular files written.
+    pub files: u64,
+    /// Their total size.
+    pub bytes: u64,
+    /// Hex SHA-256 of the whole body.
+    pub sha256: String,
+}
+
+/// Extracts the tar.gz read from `body` into `dest` (existing and empty),
+/// then checks the body's SHA-256 against `claimed_sha256`.
+pub fn extract<R: Read>(
+    body: R,
+    dest: &Path,
+    limits: &BundleLimits,
+    claimed_sha256: &str,
+) -> Result<Extracted, ExtractError> {
+    let meter = Meter::default();
+    let raw = RawReader {
+        inner: body,
+        hasher: Sha256::new(),
+        meter: &meter,
+        cap: limits.max_bundle_bytes,
+    };
+    let gzip = flate2::bufread::GzDecoder::new(BufReader::with_capacity(READ_BUFFER, raw));
+    let inflate = InflateReader {
+        inner: gzip,
+        meter: &meter,
+        max_ratio: limits.max_ratio,
+    };
+    let mut archive = tar::Archive::new(inflate);
+    let mut tree = Tree::new(dest, limits);
+    for entry in archive.entries().map_err(|e| meter.read_error(e))? {
+        let mut entry = entry.map_err(|e| meter.read_error(e))?;
+        tree.add(&mut entry, &meter)?;
+    }
+    // The tar's end marker may come before the gzip trailer (and its CRC):
+    // read the rest, still metered, then nothing may follow the gzip stream.
+    let mut inflate = archive.into_inner();
+    io::copy(&mut inflate, &mut io::sink()).map_err(|e| meter.read_error(e))?;
+    let mut buffered = inflate.inner.into_inner();
+    let trailing = io::copy(&mut buffered, &mut io::sink()).map_err(|e| meter.read_error(e))?;
+    if trailing > 0 {
+        return Err(ExtractError::TrailingData);
+    }
+    let sha256 = hex::encode(buffered.into_inner().hasher.finalize());
+    if sha256 != claimed_sha256 {
+        return Err(ExtractError::HashMismatch {
+            claimed: claimed_sha256.to_owned(),
+            actual: sha256,
+        });
+    }
+    Ok(Extracted {
+        files: tree.files,
+        bytes: tree.bytes,
+        sha256,
+    })
+}
+
+/// A cap hit while reading, remembered so the reader's plain `io::Error`
+/// (which the gzip and tar layers pass on or wrap) maps to the right answer.
+#[derive(Debug, Clone, Copy)]
+enum Over {
+    Bundle(u64),
+    Ratio(u64),
+}
+
+#[derive(Default)]
+struct Meter {
+    compressed: Cell<u64>,
+    inflated: Cell<u64>,
+    over: Cell<Option<Over>>,
+}
+
+impl Meter {
+    fn trip(&self, over: Over) -> io::Error {
+        self.over.set(Some(over));
+        io::Error::other("bundle limit reached")
+    }
+
+    fn read_error(&self, source: io::Error) -> ExtractError {
+        match self.over.get() {
+            Some(Over::Bundle(limit)) => ExtractError::BundleTooLarge { limit },
+            Some(Over::Ratio(ratio)) => ExtractError::Bomb { ratio },
+            None => ExtractError::Malformed(source),
+        }
+    }
+}
+
+struct RawReader<'m, R> {
+    inner: R,
+    hasher: Sha256,
+    meter: &'m Meter,
+    cap: u64,
+}
+
+impl<R: Read> Read for RawReader<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        let total = self.meter.compressed.get() + n as u64;
+        self.meter.compressed.set(total);
+        if total > self.cap {
+            return Err(self.meter.trip(Over::Bundle(self.cap)));
+        }
+        Ok(n)
+    }
+}
+
+struct InflateReader<'m, R> {
+    inner: R,
+    meter: &'m Meter,
+    max_ratio: u64,
+}
+
+impl<R: Read> Read for InflateReader<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let inflated = self.meter.inflated.get() + n as u64;
+        self.meter.inflated.set(inflated);
+        let allowed = self
+            .meter
+            .compressed
+            .get()
+            .saturating_mul(self.max_ratio)
+            .max(RATIO_FLOOR_BYTES);
+        if inflated > allowed {
+            return Err(self.meter.trip(Over::Ratio(self.max_ratio)));
+        }
+        Ok(n)
+    }
+}
+
+/// What a path in the tree is so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// A parent of some entry, not listed itself.
+    ImpliedDir,
+    /// A listed directory.
+    Dir,
+    /// A regular file.
+    File,
+}
+
+/// The tree being written, and what it holds so far.
+struct Tree<'a> {
+    dest: &'a Path,
+    limits: &'a BundleLimits,
+    seen: HashMap<String, Seen>,
+    entries: u64,
+    files: u64,
+    bytes: u64,
+    buf: Vec<u8>,
+}
+
+impl<'a> Tree<'a> {
+    fn new(dest: &'a Path, limits: &'a BundleLimits) -> Self {
+        Self {
+            dest,
+            limits,
+            seen: HashMap::new(),
+            entries: 0,
+            files: 0,
+            bytes: 0,
+            buf: vec![0; COPY_BUFFER],
+        }
+    }
+
+    fn add<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        meter: &Meter,
+    ) -> Result<(), ExtractError> {
+        self.entries += 1;
+        if self.entries > self.limits.max_entries {
+            return Err(ExtractError::TooManyEntries {
+                limit: self.limits.max_entries,
+            });
+        }
+        let raw = entry.path_bytes().into_owned();
+        let Ok(name) = String::from_utf8(raw.clone()) else {
+            return Err(reject(&String::from_utf8_lossy(&raw), Reject::NotUtf8));
+        };
+        let is_dir = match entry.header().entry_type() {
+            tar::EntryType::Regular => false,
+            tar::EntryType::Directory => true,
+            tar::EntryType::Symlink => return Err(reject(&name, Reject::Symlink)),
+            tar::EntryType::Link => return Err(reject(&name, Reject::HardLink)),
+            tar::EntryType::Char | tar::EntryType::Block => {
+                return Err(reject(&name, Reject::Device));
+            }
+            tar::EntryType::Fifo => return Err(reject(&name, Reject::Fifo)),
+            other => return Err(reject(&name, Reject::Unsupported(other.as_byte()))),
+        };
+        let Some(path) = normalize(&name).map_err(|why| reject(&name, why))? else {
+            // `./` itself: the root, which exists already.
+            return if is_dir {
+                Ok(())
+            } else {
+                Err(reject(&name, Reject::BadName("empty path")))
+            };
+        };
+        let mode = entry.header().mode().map_err(ExtractError::Malformed)? & MODE_MASK;
+        self.make_parents(&name, &path)?;
+        if is_dir {
+            return self.add_dir(&name, path, mode);
+        }
+        let size = entry.size();
+        if size > self.limits.max_file_bytes {
+            return Err(ExtractError::FileTooLarge {
+                entry: name,
+                size,
+                limit: self.limits.max_file_bytes,
+            });
+        }
+        if self.bytes + size > self.limits.max_unpacked_bytes {
+            return Err(ExtractError::UnpackedTooLarge {
+                limit: self.limits.max_unpacked_bytes,
+            });
+        }
+        if self.seen.insert(path.clone(), Seen::File).is_some() {
+            return Err(reject(&name, Reject::Duplicate));
+        }
+        let target = self.dest.join(&path);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&target)
+            .map_err(write_error("create", &target))?;
+        loop {
+            let n = entry.read(&mut self.buf).map_err(|e| meter.read_error(e))?;
+            if n == 0 {
+                break;
+            }
+            file.write_all(&self.buf[..n])
+                .map_err(write_error("write", &target))?;
+        }
+        // The process umask narrowed the mode at creation; set it exactly.
+        file.set_permissions(Permissions::from_mode(mode))
+            .map_err(write_error("chmod", &target))?;
+        self.files += 1;
+        self.bytes += size;
+        Ok(())
+    }
+
+    /// Creates the parents of `path` not made yet; refuses a parent that is a file.
+    fn make_parents(&mut self, name: &str, path: &str) -> Result<(), ExtractError> {
+        let mut end = 0;
+        while let Some(slash) = path[end..].find('/') {
+            end += slash;
+            let parent = &path[..end];
+            match self.seen.get(parent) {
+                Some(Seen::File) => return Err(reject(name, Reject::FileDirClash)),
+                Some(_) => {}
+                None => {
+                    let dir = self.dest.join(parent);
+                    DirBuilder::new()
+                        .mode(IMPLIED_DIR_MODE)
+                        .create(&dir)
+                        .map_err(write_error("create", &dir))?;
+                    self.seen.insert(parent.to_owned(), Seen::ImpliedDir);
+                }
+            }
+            end += 1;
+        }
+        Ok(())
+    }
+
+    fn add_dir(&mut self, name: &str, path: String, mode: u32) -> Result<(), ExtractError> {
+        let dir = self.dest.join(&path);
+        let mode = mode | DIR_OWNER_BITS;
+        match self.seen.insert(path, Seen::Dir) {
+            None => DirBuilder::new()
+                .mode(mode)
+                .create(&dir)
+                .map_err(write_error("create", &dir))?,
+            Some(Seen::ImpliedDir) => {}
+            Some(Seen::Dir | Seen::File) => {
+                return Err(reject(name, Reject::Duplicate));
+            }
+        }
+        std::fs::set_permissions(&dir, Permissions::from_mode(mode))
+            .map_err(write_error("chmod", &dir))
+    }
+}
+
+/// The entry's path as `a/b/c`, or `None` for the root itself (`./`).
+/// Leading `./`, repeated slashes and a trailing slash are tolerated (tar
+/// tools write them); `..`, absolute paths and oversize names are not.
+fn normalize(name: &str) -> Result<Option<String>, Reject> {
+    if name.starts_with('/') {
+        return Err(Reject::Absolute);
+    }
+    if name.len() > MAX_PATH_BYTES {
+        return Err(Reject::BadName("path too long"));
+    }
+    let mut parts = Vec::new();
+    for part in name.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(Reject::DotDot),
+            part if part.len() > MAX_NAME_BYTES => return Err(Reject::BadName("name too long")),
+            part => parts.push(part),
+        }
+    }
+    Ok((!parts.is_empty()).then(|| parts.join("/")))
+}
+
+fn reject(entry: &str, reason: Reject) -> ExtractError {
+    ExtractError::Rejected {
+        entry: entry.to_owned(),
+        reason,
+    }
+}
+
+fn write_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> ExtractError {
+    let path = path.to_owned();
+    move |source| {
+        if super::is_disk_full(&source) {
+            ExtractError::DiskFull { path, source }
+        } else {
+            ExtractError::Io { what, path, source }
+        }
+    }
+}
+
+/// Why an entry is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Reject {
+    /// A `..` component.
+    #[error("'..' in a path could escape the mount")]
+    DotDot,
+    /// Starts with `/`.
+    #[error("absolute paths are not allowed")]
+    Absolute,
+    /// The name is not UTF-8.
+    #[error("name is not UTF-8")]
+    NotUtf8,
+    /// Empty, or over a length limit.
+    #[error("bad name: {0}")]
+    BadName(&'static str),
+    /// A symbolic link.
+    #[error("symlinks are not allowed")]
+    Symlink,
+    /// A hard link.
+    #[error("hard links are not allowed")]
+    HardLink,
+    /// A character or block device.
+    #[error("device files are not allowed")]
+    Device,
+    /// A named pipe.
+    #[error("FIFOs are not allowed")]
+    Fifo,
+    /// Any other type (tar cannot carry sockets; vendor and sparse types land here).
+    #[error("unsupported entry type {:?} (only files and directories can be pushed)", char::from(*.0))]
+    Unsupported(u8),
+    /// The same path twice.
+    #[error("duplicate entry")]
+    Duplicate,
+    /// A path used as a directory below a file.
+    #[error("a file is in the way of this path")]
+    FileDirClash,
+}
+
+/// Why an extract failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExtractError {
+    /// Not a readable tar.gz (or the body ended early).
+    #[error("bundle is not a readable tar.gz")]
+    Malformed(#[source] io::Error),
+    /// An entry is refused.
+    #[error("entry {entry:?} rejected: {reason}")]
+    Rejected {
+        /// The entry's name as the bundle gave it.
+        entry: String,
+        /// Why.
+        reason: Reject,
+    },
+    /// One file is over the per-file cap.
+    #[error("entry {entry:?} is {size} bytes, over the per-file limit of {limit}")]
+    FileTooLarge {
+        /// The entry.
+        entry: String,
+        /// Its size.
+        size: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// Too many entries.
+    #[error("bundle has more than {limit} entries")]
+    TooManyEntries {
+        /// The cap.
+        limit: u64,
+    },
+    /// The files add up to more than the unpacked cap.
+    #[error("bundle unpacks to more than {limit} bytes")]
+    UnpackedTooLarge {
+        /// The cap.
+        limit: u64,
+    },
+    /// The body is over the bundle cap.
+    #[error("bundle is larger than {limit} bytes")]
+    BundleTooLarge {
+        /// The cap.
+        limit: u64,
+    },
+    /// The body inflates beyond the ratio bound.
+    #[error("bundle inflates more than {ratio}x (decompression bomb)")]
+    Bomb {
+        /// The bound.
+        ratio: u64,
+    },
+    /// Bytes after the gzip stream.
+    #[error("bundle has data after the end of its gzip stream")]
+    TrailingData,
+    /// The body is not what was signed.
+    #[error("bundle SHA-256 is {actual}, but the request was signed for {claimed}")]
+    HashMismatch {
+        /// The signed hash.
+        claimed: String,
+        /// The body's.
+        actual: String,
+    },
+    /// The disk is full.
+    #[error("disk full writing {}", path.display())]
+    DiskFull {
+        /// The file.
+        path: PathBuf,
+        /// The error (ENOSPC or EDQUOT).
+        #[source]
+        source: io::Error,
+    },
+    /// Another file system failure.
+    #[error("cannot {what} {}", path.display())]
+    Io {
+        /// The operation.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+    use silo_protocol::bundle::{Bundle, FileEntry, FileSet};
+
+    fn run(
+        bytes: &[u8],
+        sha: &str,
+        limits: &BundleLimits,
+    ) -> (tempfile::TempDir, Result<Extracted, ExtractError>) {
+        let dir = tempfile::tempdir().unwrap();
+        let result = extract(bytes, dir.path(), limits, sha);
+        (dir, result)
+    }
+
+    #[test]
+    fn a_built_bundle_round_trips_with_masked_modes() {
+        let mut set = FileSet::new();
+        set.insert_bytes("bin/run", b"#!/bin/sh\n".to_vec(), true)
+            .unwrap();
+        set.insert_bytes("a/b/c.txt", b"hello".to_vec(), false)
+            .unwrap();
+        set.insert("empty", FileEntry::Dir).unwrap();
+        let bundle = Bundle::build(&set, &BundleLimits::default()).unwrap();
+        let (dir, result) = run(&bundle.bytes, &bundle.sha256, &BundleLimits::default());
+        let done = result.unwrap();
+        assert_eq!((done.files, done.bytes), (2, 15));
+        let read = |p: &str| std::fs::read(dir.path().join(p)).unwrap();
+        assert_eq!(read("a/b/c.txt"), b"hello");
+        let mode = |p: &str| {
+            std::fs::metadata(dir.path().join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode("bin/run"), 0o755);
+        assert_eq!(mode("a/b/c.txt"), 0o644);
+        assert!(dir.path().join("empty").is_dir());
+    }
+
+    #[test]
+    fn hash_mismatch_and_garbage_are_refused() {
+        let bundle = Bundle::build(&FileSet::new(), &BundleLimits::default()).unwrap();
+        let (_d, r) = run(&bundle.bytes, &"0".repeat(64), &BundleLimits::default());
+        assert!(matches!(r, Err(ExtractError::HashMismatch { .. })), "{r:?}");
+        let (_d, r) = run(b"not gzip", &bundle.sha256, &BundleLimits::default());
+        assert!(matches!(r, Err(ExtractError::Malformed(_))), "{r:?}");
+        let mut trailing = bundle.bytes.clone();
+        trailing.extend_from_slice(b"junk");
+        let (_d, r) = run(&trailing, &bundle.sha256, &BundleLimits::default());
+        assert!(matches!(r, Err(ExtractError::TrailingData)), "{r:?}");
+    }
+
+    #[test]
+    fn caps_and_bombs_are_refused() {
+        let mut set = FileSet::new();
+        set.insert_bytes("zeros", vec![0u8; 20 * 1024 * 1024], false)
+            .unwrap();
+        let bundle = Bundle::build(&set, &BundleLimits::default()).unwrap();
+        let (_d, r) = run(&bundle.bytes, &bundle.sha256, &BundleLimits::default());
+        assert!(matches!(r, Err(ExtractError::Bomb { .. })), "{r:?}");
+        let small = BundleLimits {
+            max_file_bytes: 1024,
+            ..BundleLimits::default()
+        };
+        let (_d, r) = run(&bundle.bytes, &bundle.sha256, &small);
+        assert!(matches!(r, Err(ExtractError::FileTooLarge { .. })), "{r:?}");
+        let tiny = BundleLimits {
+            max_bundle_bytes: 100,
+            ..BundleLimits::default()
+        };
+        let (_d, r) = run(&bundle.bytes, &bundle.sha256, &tiny);
+        assert!(
+            matches!(r, Err(ExtractError::BundleTooLarge { .. })),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn names_are_normalized_or_refused() {
+        assert_eq!(normalize("./a//b/").unwrap().as_deref(), Some("a/b"));
+        assert_eq!(normalize("./").unwrap(), None);
+        assert_eq!(normalize("a/../../b"), Err(Reject::DotDot));
+        assert_eq!(normalize("/etc/passwd"), Err(Reject::Absolute));
+    }
+}

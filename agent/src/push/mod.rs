@@ -1,0 +1,475 @@
+//! File push: a signed tar.gz bundle becomes the tree at a mount path, all
+//! at once or not at all.
+//!
+//! [`Pusher::push`] owns one push from an admitted request to its answer:
+//! the mount path is checked against the allowed roots, pushes to the same
+//! mount queue on that mount's lock in arrival order (other mounts proceed
+//! at the same time, up to [`MAX_ACTIVE_PUSHES`]), a bundle whose hash is
+//! already live is answered "unchanged" without writing, and anything else
+//! is streamed from the connection into a blocking extractor, verified,
+//! committed as a new version and swapped in with one `rename`. Retired
+//! versions are removed later by a per-mount timer. Whatever fails, the
+//! live tree is untouched and the partial version is removed before the
+//! answer goes out.
+//!
+//! # Layout
+//! - `mount`: which mount paths are allowed, where they live, what is live.
+//! - `body`: the bounded bridge from the async connection to the blocking extractor.
+//! - `extract`: the safe extractor (every reject reason lives there).
+//! - `store`: version ids, commit and swap, garbage collection, leftovers.
+
+mod body;
+mod extract;
+mod mount;
+mod store;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use hyper::body::Incoming;
+use silo_protocol::bundle::BundleLimits;
+use silo_protocol::push::{PushResponse, QueryError, kind};
+use tokio::sync::{Semaphore, mpsc, watch};
+
+use crate::shutdown::{self, Phase};
+use body::{BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
+use extract::ExtractError;
+use mount::{Live, Mount, MountError};
+use store::{SwapError, VersionId};
+
+/// Where mounts may live unless the agent is told otherwise.
+pub const DEFAULT_PUSH_ROOT: &str = "/workspace/managed";
+/// How long a retired version stays for readers that still use it.
+pub const DEFAULT_VERSION_GRACE: Duration = Duration::from_secs(60);
+/// Most retired versions kept per mount, whatever their age.
+pub const DEFAULT_KEEP_VERSIONS: usize = 8;
+/// Pushes extracting at once, across all mounts.
+pub const MAX_ACTIVE_PUSHES: usize = 4;
+/// Longest wait for the next piece of a request body before giving up.
+pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Mode of a staging directory while it fills: nobody else needs to look in.
+const STAGING_MODE: u32 = 0o700;
+/// Mode of a committed version's top directory.
+const VERSION_MODE: u32 = 0o755;
+
+/// How pushes are checked and kept.
+#[derive(Debug, Clone)]
+pub struct PushConfig {
+    /// Roots (as seen in the sandbox) that mount paths must lie under.
+    pub roots: Vec<PathBuf>,
+    /// Directory that sandbox paths are placed under on disk (`/` in a container).
+    pub base: PathBuf,
+    /// Caps on bundles.
+    pub limits: BundleLimits,
+    /// How long retired versions stay.
+    pub grace: Duration,
+    /// Most retired versions kept per mount.
+    pub keep: usize,
+}
+
+impl Default for PushConfig {
+    fn default() -> Self {
+        Self {
+            roots: vec![PathBuf::from(DEFAULT_PUSH_ROOT)],
+            base: PathBuf::from("/"),
+            limits: BundleLimits::default(),
+            grace: DEFAULT_VERSION_GRACE,
+            keep: DEFAULT_KEEP_VERSIONS,
+        }
+    }
+}
+
+/// One push, as the handler parsed it.
+#[derive(Debug, Clone)]
+pub struct PushRequest {
+    /// The mount path, decoded from the query.
+    pub mount: String,
+    /// The signed hex SHA-256 of the body.
+    pub sha256: String,
+    /// The declared body size, when the client sent one.
+    pub content_length: Option<u64>,
+}
+
+/// Per-mount state: the lock that orders its pushes, and its retired versions.
+///
+/// The lock is taken as an owned guard and moved into the extract job, so
+/// it is held until the job is really over, even if the client goes away
+/// and the request future is dropped while the job finishes on its own.
+#[derive(Default)]
+struct Slot {
+    state: Arc<tokio::sync::Mutex<SlotState>>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    live: Option<VersionId>,
+    /// Retired version seq → when it stopped being live.
+    retired: BTreeMap<u64, Instant>,
+    /// A cleanup timer is pending for this mount.
+    timer: bool,
+}
+
+/// The push service.
+pub struct Pusher {
+    config: PushConfig,
+    boot_id: String,
+    next_tag: AtomicU64,
+    /// One slot per mount pushed to since boot (never pruned: it is small, and
+    /// it holds the retirement times the grace period is measured from).
+    slots: Mutex<HashMap<PathBuf, Arc<Slot>>>,
+    active: Arc<Semaphore>,
+    phase: watch::Receiver<Phase>,
+}
+
+impl Pusher {
+    /// A pusher; `boot_id` tags its temporary files, `phase` ends its timers.
+    pub fn new(config: PushConfig, boot_id: String, phase: watch::Receiver<Phase>) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            boot_id,
+            next_tag: AtomicU64::new(1),
+            slots: Mutex::new(HashMap::new()),
+            active: Arc::new(Semaphore::new(MAX_ACTIVE_PUSHES)),
+            phase,
+        })
+    }
+
+    /// Removes what pushes interrupted in earlier boots left behind (blocking).
+    pub fn clean_leftovers(&self) -> usize {
+        let roots: Vec<PathBuf> = self
+            .config
+            .roots
+            .iter()
+            .map(|root| mount::physical(&self.config.base, root))
+            .collect();
+        store::clean_leftovers(&roots, &self.boot_id)
+    }
+
+    /// Carries out one push, reading `body` to its end in every case but an
+    /// oversize declared length, so the client always gets the answer.
+    pub async fn push(
+        self: &Arc<Self>,
+        request: PushRequest,
+        body: Incoming,
+    ) -> Result<PushResponse, PushError> {
+        let cap = self.config.limits.max_bundle_bytes;
+        if let Some(declared) = request.content_length.filter(|len| *len > cap) {
+            return Err(PushError::TooLarge {
+                declared,
+                limit: cap,
+            });
+        }
+        let mount = match mount::resolve(&request.mount, &self.config) {
+            Ok(mount) => mount,
+            Err(err) => {
+                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                return Err(err.into());
+            }
+        };
+        let slot = self.slot(&mount);
+        let state = Arc::clone(&slot.state).lock_owned().await;
+        let permit = Arc::clone(&self.active)
+            .acquire_owned()
+            .await
+            .map_err(|_| PushError::Internal("push permits closed".into()))?;
+        let prepared = {
+            let mount = mount.clone();
+            blocking(move || mount::prepare(&mount)).await
+        };
+        let live = match prepared.and_then(|r| r.map_err(PushError::from)) {
+            Ok(live) => live,
+            Err(err) => {
+                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                return Err(err);
+            }
+        };
+        if let Live::Version(current) = &live {
+            if current.sha256 == request.sha256 {
+                let mut state = state;
+                state.live = Some(current.clone());
+                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                return Ok(PushResponse {
+                    version: current.to_string(),
+                    sha256: current.sha256.clone(),
+                    files: 0,
+                    bytes: 0,
+                    unchanged: true,
+                });
+            }
+        }
+
+        let tag = format!(
+            "{}-{}",
+            self.boot_id,
+            self.next_tag.fetch_add(1, Ordering::Relaxed)
+        );
+        let (tx, rx) = mpsc::channel(BODY_CHANNEL_CHUNKS);
+        let job = {
+            let mount = mount.clone();
+            let limits = self.config.limits;
+            let claimed = request.sha256.clone();
+            tokio::task::spawn_blocking(move || {
+                let staged =
+                    stage_and_swap(&mount, &tag, ChannelReader::new(rx), &limits, &claimed);
+                drop(permit);
+                (state, staged)
+            })
+        };
+        let pumped = body::pump(body, tx, cap, BODY_IDLE_TIMEOUT).await;
+        let (mut state, staged) = job
+            .await
+            .map_err(|e| PushError::Internal(format!("extract task failed: {e}")))?;
+        let (id, extracted) = match (pumped, staged) {
+            (_, Ok(done)) => done,
+            (Pumped::OverCap, Err(_)) => {
+                return Err(PushError::Extract(ExtractError::BundleTooLarge {
+                    limit: cap,
+                }));
+            }
+            (Pumped::Broken(err), Err(_)) => return Err(PushError::BodyBroken(err)),
+            (Pumped::Stalled, Err(_)) => return Err(PushError::BodyStalled(BODY_IDLE_TIMEOUT)),
+            (Pumped::Complete, Err(err)) => return Err(err),
+        };
+
+        let now = Instant::now();
+        if let Live::Version(previous) = live {
+            state.retired.insert(previous.seq, now);
+        }
+        state.live = Some(id.clone());
+        let due = self.collect(&mount, &mut state).await;
+        if let Some(due) = due.filter(|_| !state.timer) {
+            state.timer = true;
+            tokio::spawn(Arc::clone(self).clean_later(Arc::clone(&slot), mount.clone(), due));
+        }
+        tracing::info!(mount = %mount.path, version = %id, files = extracted.files, bytes = extracted.bytes, "pushed");
+        Ok(PushResponse {
+            version: id.to_string(),
+            sha256: extracted.sha256,
+            files: extracted.files,
+            bytes: extracted.bytes,
+            unchanged: false,
+        })
+    }
+
+    fn slot(&self, mount: &Mount) -> Arc<Slot> {
+        let mut slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(slots.entry(mount.link()).or_default())
+    }
+
+    /// Runs garbage collection for a mount whose lock the caller holds.
+    async fn collect(&self, mount: &Mount, state: &mut SlotState) -> Option<Instant> {
+        let store = mount.store();
+        let live = state.live.clone();
+        let mut retired = std::mem::take(&mut state.retired);
+        let (grace, keep) = (self.config.grace, self.config.keep);
+        let result = blocking(move || {
+            let due = store::collect_garbage(
+                &store,
+                live.as_ref(),
+                &mut retired,
+                grace,
+                keep,
+                Instant::now(),
+            );
+            (due, retired)
+        })
+        .await;
+        match result {
+            Ok((due, retired)) => {
+                state.retired = retired;
+                due
+            }
+            Err(err) => {
+                tracing::warn!(%err, "version cleanup failed");
+                None
+            }
+        }
+    }
+
+    /// Removes a mount's retired versions as their grace runs out.
+    async fn clean_later(self: Arc<Self>, slot: Arc<Slot>, mount: Mount, mut due: Instant) {
+        let mut phase = self.phase.clone();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(due.into()) => {}
+                () = shutdown::reached(&mut phase, Phase::Draining) => return,
+            }
+            let mut state = slot.state.lock().await;
+            match self.collect(&mount, &mut state).await {
+                Some(next) => due = next,
+                None => {
+                    state.timer = false;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Extracts into a fresh staging directory, commits it as the next version
+/// and swaps it in. Removes everything it made on any failure.
+fn stage_and_swap(
+    mount: &Mount,
+    tag: &str,
+    body: ChannelReader,
+    limits: &BundleLimits,
+    claimed: &str,
+) -> Result<(VersionId, extract::Extracted), PushError> {
+    let store = mount.store();
+    let seq = store::versions(&store)
+        .map_err(|source| PushError::io("list versions in", &store, source))?
+        .last()
+        .map_or(1, |v| v.seq + 1);
+    let staging = store::staging_path(&store, tag);
+    std::fs::DirBuilder::new()
+        .mode(STAGING_MODE)
+        .create(&staging)
+        .map_err(|source| PushError::io("create", &staging, source))?;
+    let mut made = None;
+    let result = (|| {
+        let extracted = extract::extract(body, &staging, limits, claimed)?;
+        std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(VERSION_MODE))
+            .map_err(|source| PushError::io("chmod", &staging, source))?;
+        let id = VersionId {
+            seq,
+            sha256: extracted.sha256.clone(),
+        };
+        made = Some(store.join(id.to_string()));
+        store::commit_and_swap(&staging, &store, &mount.link(), &mount.name, &id, tag)?;
+        Ok((id, extracted))
+    })();
+    if result.is_err() {
+        for dir in std::iter::once(&staging).chain(made.as_ref()) {
+            if let Err(err) = store::remove_tree(dir) {
+                tracing::warn!(dir = %dir.display(), %err, "cannot remove a failed version");
+            }
+        }
+    }
+    result
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PushError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PushError::Internal(format!("blocking task failed: {e}")))
+}
+
+/// ENOSPC or EDQUOT: the answer is 507, and retrying will not help.
+pub fn is_disk_full(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// Why a push failed; [`PushError::status`] and [`PushError::kind`] make the answer.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    /// The query does not name a mount.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    /// The signed content hash is not a SHA-256.
+    #[error("x-silo-content-sha256 must be 64 lowercase hex digits for a push")]
+    BadHash,
+    /// The mount path is refused.
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    /// The declared body is over the bundle cap.
+    #[error("bundle of {declared} bytes is over the limit of {limit}")]
+    TooLarge {
+        /// Content-Length.
+        declared: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// The bundle is refused or could not be extracted.
+    #[error(transparent)]
+    Extract(#[from] ExtractError),
+    /// Committing or swapping failed.
+    #[error(transparent)]
+    Swap(#[from] SwapError),
+    /// The connection failed mid-body.
+    #[error("request body was cut off")]
+    BodyBroken(#[source] hyper::Error),
+    /// The client stopped sending.
+    #[error("request body stalled for {0:?}")]
+    BodyStalled(Duration),
+    /// A file system operation around the extract failed.
+    #[error("cannot {what} {}", path.display())]
+    Io {
+        /// The operation.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The agent failed in a way the request could not cause.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl PushError {
+    fn io(what: &'static str, path: &std::path::Path, source: io::Error) -> Self {
+        Self::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    /// The HTTP status and the error body's `kind`.
+    pub fn status(&self) -> (StatusCode, &'static str) {
+        let disk = |source: &io::Error| {
+            if is_disk_full(source) {
+                (StatusCode::INSUFFICIENT_STORAGE, kind::DISK_FULL)
+            } else {
+                (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL)
+            }
+        };
+        match self {
+            Self::Query(_) | Self::BadHash | Self::BodyBroken(_) | Self::BodyStalled(_) => {
+                (StatusCode::BAD_REQUEST, kind::MALFORMED)
+            }
+            Self::Mount(MountError::Invalid { .. }) => (StatusCode::BAD_REQUEST, kind::MALFORMED),
+            Self::Mount(MountError::NotAllowed { .. }) => {
+                (StatusCode::FORBIDDEN, kind::MOUNT_NOT_ALLOWED)
+            }
+            Self::Mount(MountError::Conflict { .. }) => {
+                (StatusCode::CONFLICT, kind::MOUNT_CONFLICT)
+            }
+            Self::Mount(MountError::Io { source, .. }) => disk(source),
+            Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
+            Self::Extract(err) => match err {
+                ExtractError::Malformed(_) | ExtractError::TrailingData => {
+                    (StatusCode::BAD_REQUEST, kind::MALFORMED)
+                }
+                ExtractError::Rejected { .. } => (StatusCode::BAD_REQUEST, kind::REJECTED_ENTRY),
+                ExtractError::FileTooLarge { .. }
+                | ExtractError::TooManyEntries { .. }
+                | ExtractError::UnpackedTooLarge { .. }
+                | ExtractError::BundleTooLarge { .. }
+                | ExtractError::Bomb { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
+                ExtractError::HashMismatch { .. } => {
+                    (StatusCode::UNPROCESSABLE_ENTITY, kind::HASH_MISMATCH)
+                }
+                ExtractError::DiskFull { .. } => {
+                    (StatusCode::INSUFFICIENT_STORAGE, kind::DISK_FULL)
+                }
+                ExtractError::Io { source, .. } => disk(source),
+            },
+            Self::Swap(err) => disk(&err.source),
+            Self::Io { source, .. } => disk(source),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL),
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! `POST /v1/push?mount=ABS_PATH`: admission and parsing only.
+//!
+//! The request is admitted like any other (version, then signature over the
+//! claimed body hash), its query and headers are read into a
+//! [`PushRequest`], and `crate::push` does the rest, including checking the
+//! streamed body against the signed hash.
+
+use http::header::CONTENT_LENGTH;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use silo_protocol::push::{kind, parse_query};
+
+use super::{AgentState, Body, auth, error_response, json_response};
+use crate::push::{PushError, PushRequest};
+
+/// Handles one push request.
+pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body> {
+    let signed = match auth::admit(&req, &state.verifier) {
+        Ok(signed) => signed,
+        Err(err) => return err.response(),
+    };
+    // Counts as a session so a long upload never looks idle.
+    let _busy = state.activity.session();
+    let request = match parse(&req, signed.content_sha256) {
+        Ok(request) => request,
+        Err(err) => return failure(&err),
+    };
+    match state.pusher.push(request, req.into_body()).await {
+        Ok(done) => json_response(StatusCode::OK, &done),
+        Err(err) => failure(&err),
+    }
+}
+
+fn parse<B>(req: &Request<B>, sha256: String) -> Result<PushRequest, PushError> {
+    let mount = parse_query(req.uri().query())?;
+    let is_sha256 = sha256.len() == 64
+        && sha256
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !is_sha256 {
+        return Err(PushError::BadHash);
+    }
+    let content_length = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    Ok(PushRequest {
+        mount,
+        sha256,
+        content_length,
+    })
+}
+
+fn failure(err: &PushError) -> Response<Body> {
+    let (status, what) = err.status();
+    if what == kind::INTERNAL {
+        tracing::error!("push failed: {}", chain(err));
+    } else {
+        tracing::info!("push refused: {}", chain(err));
+    }
+    error_response(status, what, chain(err))
+}
+
+/// The error and its causes on one line, so the client sees the whole reason.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,480 @@
+//! The Docker backend: each sandbox is one container on a Docker engine,
+//! driven through the Engine API (bollard), never the docker CLI.
+//!
+//! Any image works as it is: the static agent is bind-mounted read-only and
+//! runs as the container's PID 1 (see `config`). Each sandbox owns
+//! `$SILO_HOME/sandboxes/<id>/run/`, mounted at `/.silo/run`: the agent's
+//! socket lives there, so the controller reaches it through the file system
+//! even with `--network none`, and the sandbox key is written there just
+//! before each start and deleted once the agent has read it and answered.
+//!
+//! The container is the truth several `silo` processes agree on. It is
+//! found by its name (`silo-<sandbox id>`), and a container is only ever
+//! treated as the sandbox's if its labels name this home and this sandbox.
+//! Containers outlive the `silo` process that made them; only `remove`
+//! deletes one. The engine is reached lazily: running a command in a
+//! sandbox talks to its agent's socket alone, never to the engine.
+//!
+//! Layout: `engine` (connection, version negotiation, logs), `config` (the
+//! create request), `labels` (names, labels, home identity), `image`
+//! (inspect or pull), `ready` (waiting for the agent), `time` (engine
+//! timestamps), `sweep` (containers of this home with no sandbox), `error`.
+
+mod config;
+mod engine;
+mod error;
+mod image;
+mod labels;
+mod ready;
+mod sweep;
+mod time;
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use bollard::Docker;
+use bollard::models::ContainerInspectResponse;
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{Backend, BackendError, LastExit, Machine, MachineState, Started};
+use crate::agent_binary::{AgentLocator, is_static_executable};
+use crate::client::{AgentClient, Endpoint};
+use crate::fsutil::{remove_if_present, write_atomic};
+use crate::home::{Home, create_private_dir};
+use crate::spec::BackendKind;
+
+pub use config::{AGENT_PATH, RUN_DIR, STOP_TIMEOUT_SECS};
+pub use engine::{
+    CONNECT_TIMEOUT, DOCKER_HOST_ENV, LONG_REQUEST_TIMEOUT, REQUEST_TIMEOUT, connect, engine_host,
+};
+pub use error::DockerError;
+pub use image::ensure_image;
+pub use labels::{
+    LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH, LABEL_VERSION,
+    container_name,
+};
+pub use ready::READY_TIMEOUT;
+pub use time::rfc3339_to_unix_ms;
+
+pub(crate) use error::is_not_found;
+use error::{api, io, is_conflict, is_missing_image};
+
+/// Longest socket path the kernel accepts (`sun_path` is 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+/// Mode of the run directory. The agent may run as any user of the image
+/// (`--user`, user-namespace remapping), so it must be able to create its
+/// socket there; the host side is guarded by `$SILO_HOME`'s own 0700.
+const RUN_DIR_MODE: u32 = 0o777;
+/// Mode of the key file, for the same reason; it exists only while the agent starts.
+const KEY_MODE: u32 = 0o644;
+
+/// Runs sandboxes as containers on the Docker engine named by `DOCKER_HOST`.
+#[derive(Debug, Clone)]
+pub struct DockerBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    home: Home,
+    agent: Arc<AgentLocator>,
+    /// Connected on first use, so commands that never need the engine
+    /// (`silo exec` on a running sandbox) never pay for it.
+    engine: tokio::sync::OnceCell<Docker>,
+    home_id: OnceLock<String>,
+    /// The agent binary, once found and checked to be static.
+    agent_path: OnceLock<PathBuf>,
+}
+
+/// The Docker backend's `backend_ref`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DockerRef {
+    container: String,
+    container_id: String,
+    socket: PathBuf,
+}
+
+/// What a lookup of a sandbox's container found.
+enum Found {
+    Ours(Box<ContainerInspectResponse>),
+    /// A container with the sandbox's name, labelled for another home.
+    Foreign(String),
+    Missing,
+}
+
+/// The files of one sandbox on the host.
+struct Paths {
+    dir: PathBuf,
+    run: PathBuf,
+    socket: PathBuf,
+    key: PathBuf,
+}
+
+impl Paths {
+    fn new(home: &Home, id: &str) -> Self {
+        let dir = home.sandbox_dir(id);
+        let run = dir.join("run");
+        Self {
+            socket: run.join("agent.sock"),
+            key: run.join("agent.key"),
+            run,
+            dir,
+        }
+    }
+}
+
+impl DockerBackend {
+    /// A Docker backend keeping sandbox directories under `home`, mounting the agent `agent` finds.
+    pub fn new(home: Home, agent: Arc<AgentLocator>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                home,
+                agent,
+                engine: tokio::sync::OnceCell::new(),
+                home_id: OnceLock::new(),
+                agent_path: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// The engine, connected (and its API version negotiated) on first use.
+    pub async fn engine(&self) -> Result<&Docker, DockerError> {
+        self.inner.engine.get_or_try_init(connect).await
+    }
+
+    /// This home's identity, as its containers' [`LABEL_HOME`] carries it.
+    pub fn home_id(&self) -> Result<String, DockerError> {
+        if let Some(id) = self.inner.home_id.get() {
+            return Ok(id.clone());
+        }
+        let path = self.inner.home.identity();
+        let id = labels::load_or_create_home_id(&path).map_err(io("read or create", &path))?;
+        Ok(self.inner.home_id.get_or_init(|| id).clone())
+    }
+
+    fn paths(&self, machine: &Machine<'_>) -> Paths {
+        Paths::new(&self.inner.home, machine.id)
+    }
+
+    fn client(paths: &Paths, machine: &Machine<'_>) -> AgentClient {
+        AgentClient::new(Endpoint::Unix(paths.socket.clone()), machine.key.clone())
+    }
+
+    /// The agent binary to mount; it must be static to run in any image.
+    pub fn agent_binary(&self) -> Result<PathBuf, DockerError> {
+        if let Some(path) = self.inner.agent_path.get() {
+            return Ok(path.clone());
+        }
+        let agent = self.inner.agent.get()?;
+        let bytes = fs::read(&agent.path).map_err(io("read", &agent.path))?;
+        if !is_static_executable(&bytes) {
+            return Err(DockerError::AgentNotStatic { path: agent.path });
+        }
+        Ok(self.inner.agent_path.get_or_init(|| agent.path).clone())
+    }
+
+    /// Looks the sandbox's container up by name and checks its labels.
+    async fn find(&self, engine: &Docker, machine: &Machine<'_>) -> Result<Found, DockerError> {
+        let name = container_name(machine.id);
+        let info = match engine.inspect_container(&name, None).await {
+            Ok(info) => info,
+            Err(error) if is_not_found(&error) => return Ok(Found::Missing),
+            Err(error) => return Err(api(format!("inspect container {name}"))(error)),
+        };
+        let labels = info
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        let home = labels.get(LABEL_HOME).cloned().unwrap_or_default();
+        if home != self.home_id()?
+            || labels.get(LABEL_SANDBOX_ID).map(String::as_str) != Some(machine.id)
+        {
+            return Ok(Found::Foreign(home));
+        }
+        Ok(Found::Ours(Box::new(info)))
+    }
+
+    fn backend_ref(
+        paths: &Paths,
+        machine: &Machine<'_>,
+        container_id: String,
+    ) -> serde_json::Value {
+        let docker = DockerRef {
+            container: container_name(machine.id),
+            container_id,
+            socket: paths.socket.clone(),
+        };
+        serde_json::to_value(docker).unwrap_or_default()
+    }
+
+    /// Starts the (created or stopped) container and waits for its agent.
+    /// The key is on disk only from just before the start until the agent
+    /// has answered (or failed to), so commands in the sandbox cannot read it.
+    async fn boot(
+        &self,
+        engine: &Docker,
+        paths: &Paths,
+        machine: &Machine<'_>,
+    ) -> Result<(), DockerError> {
+        let name = container_name(machine.id);
+        prepare_run_dir(paths)?;
+        write_atomic(
+            &paths.key,
+            format!("{}\n", machine.key.to_hex()).as_bytes(),
+            KEY_MODE,
+        )
+        .map_err(io("write", &paths.key))?;
+        let booted = async {
+            engine
+                .start_container(&name, None)
+                .await
+                .map_err(api(format!("start container {name}")))?;
+            ready::wait_for_agent(engine, &name, &Self::client(paths, machine)).await
+        }
+        .await;
+        remove_if_present(&paths.key).map_err(io("remove", &paths.key))?;
+        booted
+    }
+
+    async fn create_container(
+        &self,
+        engine: &Docker,
+        paths: &Paths,
+        machine: &Machine<'_>,
+    ) -> Result<String, DockerError> {
+        machine.spec.check()?;
+        let image_name = machine.spec.image.clone().unwrap_or_default();
+        // The image's config matters only for `--workload image`; otherwise
+        // a missing image shows up as the create's 404, saving a round trip.
+        let image = if machine.spec.workload_from_image {
+            Some(image::ensure_image(engine, &image_name).await?)
+        } else {
+            None
+        };
+        let agent = self.agent_binary()?;
+        for bind in &machine.spec.binds {
+            let source = PathBuf::from(&bind.source);
+            if !source.exists() {
+                return Err(DockerError::BindSource { path: source });
+            }
+        }
+        create_private_dir(&paths.dir).map_err(io("create", &paths.dir))?;
+        prepare_run_dir(paths)?;
+        let home_id = self.home_id()?;
+        let body = config::create_body(&config::Plan {
+            machine,
+            image: image.as_ref(),
+            agent: &agent,
+            run_dir: &paths.run,
+            home_id: &home_id,
+        })?;
+        let name = container_name(machine.id);
+        let options = CreateContainerOptionsBuilder::new().name(&name).build();
+        match engine
+            .create_container(Some(options.clone()), body.clone())
+            .await
+        {
+            Ok(created) => return Ok(created.id),
+            Err(error) if is_missing_image(&error) => {
+                image::ensure_image(engine, &image_name).await?;
+                return engine
+                    .create_container(Some(options), body)
+                    .await
+                    .map(|created| created.id)
+                    .map_err(api(format!("create container {name}")));
+            }
+            Err(error) if is_conflict(&error) => {}
+            Err(error) => return Err(api(format!("create container {name}"))(error)),
+        }
+        // The name is taken: a leftover of this sandbox from an interrupted
+        // create is replaced; anyone else's container is left alone.
+        match self.find(engine, machine).await? {
+            Found::Foreign(owner) => {
+                return Err(DockerError::Foreign {
+                    container: name,
+                    owner,
+                });
+            }
+            Found::Ours(_) | Found::Missing => remove_container(engine, &name).await?,
+        }
+        let created = engine
+            .create_container(Some(options), body)
+            .await
+            .map_err(api(format!("create container {name}")))?;
+        Ok(created.id)
+    }
+}
+
+impl Backend for DockerBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
+        let paths = self.paths(&machine);
+        let len = paths.socket.as_os_str().len();
+        if len > MAX_SOCKET_PATH {
+            return Err(DockerError::SocketPathTooLong {
+                path: paths.socket,
+                len,
+                max: MAX_SOCKET_PATH,
+            }
+            .into());
+        }
+        let engine = self.engine().await?;
+        let id = self.create_container(engine, &paths, &machine).await?;
+        self.boot(engine, &paths, &machine).await?;
+        Ok(Self::backend_ref(&paths, &machine, id))
+    }
+
+    async fn status(&self, machine: Machine<'_>) -> Result<MachineState, BackendError> {
+        let engine = self.engine().await?;
+        Ok(match self.find(engine, &machine).await? {
+            Found::Ours(info) if ready::is_running(&info) => {
+                let paths = self.paths(&machine);
+                if ready::healthy(&Self::client(&paths, &machine)).await {
+                    // A process killed while booting this container left its
+                    // key behind; the agent has read it, so it goes now.
+                    remove_if_present(&paths.key).map_err(io("remove", &paths.key))?;
+                    MachineState::Running
+                } else {
+                    MachineState::Stopped
+                }
+            }
+            Found::Ours(_) => MachineState::Stopped,
+            Found::Foreign(_) | Found::Missing => MachineState::Missing,
+        })
+    }
+
+    async fn start(&self, machine: Machine<'_>) -> Result<Started, BackendError> {
+        let engine = self.engine().await?;
+        let name = container_name(machine.id);
+        let info = match self.find(engine, &machine).await? {
+            Found::Ours(info) => info,
+            Found::Foreign(owner) => {
+                return Err(DockerError::Foreign {
+                    container: name,
+                    owner,
+                }
+                .into());
+            }
+            Found::Missing => return Err(DockerError::Missing { container: name }.into()),
+        };
+        let paths = self.paths(&machine);
+        let id = info.id.clone().unwrap_or_default();
+        if ready::is_running(&info) {
+            if ready::healthy(&Self::client(&paths, &machine)).await {
+                return Ok(Started {
+                    backend_ref: Self::backend_ref(&paths, &machine, id),
+                    was_running: true,
+                });
+            }
+            tracing::warn!(
+                container = name,
+                "agent is not answering; restarting its container"
+            );
+            stop_container(engine, &name).await?;
+        }
+        self.boot(engine, &paths, &machine).await?;
+        Ok(Started {
+            backend_ref: Self::backend_ref(&paths, &machine, id),
+            was_running: false,
+        })
+    }
+
+    async fn stop(&self, machine: Machine<'_>) -> Result<bool, BackendError> {
+        let engine = self.engine().await?;
+        match self.find(engine, &machine).await? {
+            Found::Ours(info) if ready::is_running(&info) => {
+                stop_container(engine, &container_name(machine.id)).await?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn remove(&self, machine: Machine<'_>) -> Result<(), BackendError> {
+        let engine = self.engine().await?;
+        if let Found::Ours(_) = self.find(engine, &machine).await? {
+            remove_container(engine, &container_name(machine.id)).await?;
+        }
+        let dir = self.paths(&machine).dir;
+        match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(DockerError::Io {
+                what: "remove",
+                path: dir,
+                source: e,
+            }
+            .into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses a socket path that is not a socket: the run directory is
+    /// writable from inside the sandbox, and a symlink planted there would
+    /// otherwise send the controller's requests to a host socket of the
+    /// sandbox's choosing.
+    fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError> {
+        let socket = self.paths(&machine).socket;
+        match fs::symlink_metadata(&socket) {
+            Ok(meta) if !meta.file_type().is_socket() => {
+                Err(DockerError::SocketReplaced { path: socket }.into())
+            }
+            _ => Ok(Endpoint::Unix(socket)),
+        }
+    }
+
+    async fn last_exit(&self, machine: Machine<'_>) -> Result<Option<LastExit>, BackendError> {
+        let engine = self.engine().await?;
+        let Found::Ours(info) = self.find(engine, &machine).await? else {
+            return Ok(None);
+        };
+        if ready::is_running(&info) {
+            return Ok(None);
+        }
+        let state = info.state.unwrap_or_default();
+        Ok(state
+            .finished_at
+            .as_deref()
+            .and_then(rfc3339_to_unix_ms)
+            .map(|at_ms| LastExit {
+                at_ms,
+                clean: state.exit_code == Some(0) && state.oom_killed != Some(true),
+            }))
+    }
+}
+
+/// Creates the run directory (if needed) with a mode the agent can use
+/// whatever user it runs as.
+fn prepare_run_dir(paths: &Paths) -> Result<(), DockerError> {
+    fs::create_dir_all(&paths.run).map_err(io("create", &paths.run))?;
+    fs::set_permissions(&paths.run, fs::Permissions::from_mode(RUN_DIR_MODE))
+        .map_err(io("set the mode of", &paths.run))
+}
+
+async fn stop_container(engine: &Docker, name: &str) -> Result<(), DockerError> {
+    let options = StopContainerOptionsBuilder::new()
+        .t(STOP_TIMEOUT_SECS as i32)
+        .build();
+    match engine.stop_container(name, Some(options)).await {
+        Err(error) if !is_not_found(&error) => Err(api(format!("stop container {name}"))(error)),
+        _ => Ok(()),
+    }
+}
+
+async fn remove_container(engine: &Docker, name: &str) -> Result<(), DockerError> {
+    let options = RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .v(true)
+        .build();
+    match engine.remove_container(name, Some(options)).await {
+        Err(error) if !is_not_found(&error) => Err(api(format!("remove container {name}"))(error)),
+        _ => Ok(()),
+    }
+}

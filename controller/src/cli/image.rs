@@ -1,0 +1,65 @@
+//! `silo image`: build images through the engine. `bake` puts the agent into
+//! an image as its entrypoint; `base` makes a small base image from the
+//! host's static busybox, with no registry.
+
+use std::path::PathBuf;
+
+use silo::Silo;
+use silo::image::{BakeRequest, DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, DEFAULT_LISTEN};
+
+use super::output::Output;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Build BASE with silo-agent as its entrypoint (BASE's own entrypoint
+    /// and command become the agent's workload).
+    Bake {
+        /// The image to start from.
+        base: String,
+        /// The tag to give the result.
+        #[arg(short = 't', long = "tag")]
+        tag: String,
+        /// Where the baked agent listens: unix:/PATH or tcp:HOST:PORT.
+        #[arg(long, default_value = DEFAULT_LISTEN)]
+        listen: String,
+    },
+    /// Build a small base image: FROM scratch plus a static busybox.
+    Base {
+        /// The tag to give it.
+        #[arg(short = 't', long = "tag", default_value = DEFAULT_BASE_TAG)]
+        tag: String,
+        /// The static busybox to put in it (Debian's busybox-static).
+        #[arg(long, default_value = DEFAULT_BUSYBOX)]
+        busybox: PathBuf,
+    },
+}
+
+pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
+    let engine = silo.docker().engine().await?;
+    let mut progress = |line: &str| out.progress(line);
+    let (tag, id) = match args.command {
+        Command::Bake { base, tag, listen } => {
+            let agent = silo.docker().agent_binary()?;
+            let request = BakeRequest {
+                base: &base,
+                tag: &tag,
+                agent: &agent,
+                listen: &listen,
+            };
+            let id = silo::image::bake(engine, &request, &mut progress).await?;
+            (tag, id)
+        }
+        Command::Base { tag, busybox } => {
+            let id = silo::image::build_base(engine, &busybox, &tag, &mut progress).await?;
+            (tag, id)
+        }
+    };
+    out.image_built(&tag, &id)?;
+    Ok(0)
+}

@@ -1,0 +1,201 @@
+//! The flags that describe a sandbox, shared by `silo create` and `silo up`,
+//! and their translation into a [`SandboxSpec`].
+
+use anyhow::Context;
+use silo::BackendKind;
+use silo::SandboxSpec;
+use silo::spec::{BindMount, parse_cpus, parse_memory};
+
+#[derive(Debug, Default, clap::Args)]
+pub struct SpecArgs {
+    /// Where the sandbox runs [default: docker when --image is given, else local].
+    #[arg(long)]
+    backend: Option<BackendKind>,
+    /// Image to run (docker backend); any image works, nothing is baked in.
+    #[arg(long)]
+    image: Option<String>,
+    /// Environment for every command in the sandbox.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = super::parse_key_value)]
+    env: Vec<(String, String)>,
+    /// Mount a host directory (docker backend).
+    #[arg(long = "bind", value_name = "HOST:TARGET[:ro|:rw]")]
+    binds: Vec<BindMount>,
+    /// Default working directory of commands [default: the image's, or /].
+    #[arg(long, value_name = "DIR")]
+    workdir: Option<String>,
+    /// Network: none, bridge or an engine network's name [default: bridge].
+    #[arg(long, value_name = "NET")]
+    network: Option<String>,
+    /// CPU limit, e.g. 1.5.
+    #[arg(long, value_name = "N", value_parser = parse_cpus)]
+    cpus: Option<u64>,
+    /// Memory limit, e.g. 512m.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    memory: Option<u64>,
+    /// Most processes the sandbox may run at once.
+    #[arg(long, value_name = "N")]
+    pids_limit: Option<u64>,
+    /// User the agent and every command run as (name or uid[:gid]).
+    #[arg(long)]
+    user: Option<String>,
+    /// Stop the sandbox after this many seconds without a request.
+    #[arg(long, value_name = "SECS")]
+    idle_timeout: Option<u64>,
+    /// Extra label on the sandbox's container.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = super::parse_key_value)]
+    labels: Vec<(String, String)>,
+    /// What the agent supervises: `image` (the image's entrypoint and
+    /// command), `none`, or a command line [default: none].
+    #[arg(long, value_name = "image|none|CMD", conflicts_with = "workload_argv")]
+    workload: Option<String>,
+    /// A command the agent keeps running for the sandbox's life.
+    #[arg(last = true, value_name = "WORKLOAD")]
+    workload_argv: Vec<String>,
+}
+
+impl SpecArgs {
+    /// Whether any setting was given (`silo up NAME` alone opens what exists).
+    pub fn given(&self) -> bool {
+        self.backend.is_some()
+            || self.image.is_some()
+            || !self.env.is_empty()
+            || !self.binds.is_empty()
+            || self.workdir.is_some()
+            || self.network.is_some()
+            || self.cpus.is_some()
+            || self.memory.is_some()
+            || self.pids_limit.is_some()
+            || self.user.is_some()
+            || self.idle_timeout.is_some()
+            || !self.labels.is_empty()
+            || self.workload.is_some()
+            || !self.workload_argv.is_empty()
+    }
+
+    /// The spec these flags describe.
+    pub fn into_spec(self) -> anyhow::Result<SandboxSpec> {
+        let backend = self.backend.unwrap_or(if self.image.is_some() {
+            BackendKind::Docker
+        } else {
+            BackendKind::Local
+        });
+        let mut spec = SandboxSpec::new(backend);
+        match self.workload.as_deref() {
+            None | Some("none") => spec.workload = self.workload_argv,
+            Some("image") => spec.workload_from_image = true,
+            Some(line) => {
+                spec.workload =
+                    split_words(line).with_context(|| format!("reading --workload {line:?}"))?;
+            }
+        }
+        spec.image = self.image;
+        spec.env = self.env.into_iter().collect();
+        spec.binds = self.binds;
+        spec.workdir = self.workdir;
+        spec.network = self.network;
+        spec.milli_cpus = self.cpus;
+        spec.memory_bytes = self.memory;
+        spec.pids_limit = self.pids_limit;
+        spec.user = self.user;
+        spec.idle_timeout_secs = self.idle_timeout;
+        spec.labels = self.labels.into_iter().collect();
+        spec.check()?;
+        Ok(spec)
+    }
+}
+
+/// Splits a command line into words as a POSIX shell would, for quoting
+/// only: single quotes, double quotes (with `\"` and `\\`) and backslashes.
+/// No expansion of any kind happens.
+fn split_words(line: &str) -> anyhow::Result<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => words.extend(word.take()),
+            '\'' => {
+                let current = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => current.push(c),
+                        None => anyhow::bail!("unterminated single quote"),
+                    }
+                }
+            }
+            '"' => {
+                let current = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\')) => current.push(c),
+                            Some(c) => {
+                                current.push('\\');
+                                current.push(c);
+                            }
+                            None => anyhow::bail!("unterminated double quote"),
+                        },
+                        Some(c) => current.push(c),
+                        None => anyhow::bail!("unterminated double quote"),
+                    }
+                }
+            }
+            '\\' => match chars.next() {
+                Some(c) => word.get_or_insert_with(String::new).push(c),
+                None => anyhow::bail!("trailing backslash"),
+            },
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    anyhow::ensure!(!words.is_empty(), "the command is empty");
+    Ok(words)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_split_like_a_shell_without_expansion() {
+        assert_eq!(
+            split_words(r#"python -m http.server 'a b' "c \"d\"" e\ f $HOME"#).unwrap(),
+            [
+                "python",
+                "-m",
+                "http.server",
+                "a b",
+                r#"c "d""#,
+                "e f",
+                "$HOME"
+            ]
+        );
+        assert_eq!(split_words("''").unwrap(), [""]);
+        assert!(split_words("'open").is_err());
+        assert!(split_words("   ").is_err());
+    }
+
+    #[test]
+    fn image_implies_docker_and_workload_modes_map() {
+        let args = SpecArgs {
+            image: Some("busybox".into()),
+            workload: Some("image".into()),
+            ..SpecArgs::default()
+        };
+        assert!(args.given());
+        let spec = args.into_spec().unwrap();
+        assert_eq!(spec.backend, BackendKind::Docker);
+        assert!(spec.workload_from_image);
+        let spec = SpecArgs {
+            workload: Some("sleep 'inf'".into()),
+            ..SpecArgs::default()
+        }
+        .into_spec()
+        .unwrap();
+        assert_eq!(spec.backend, BackendKind::Local);
+        assert_eq!(spec.workload, ["sleep", "inf"]);
+        assert!(!SpecArgs::default().given());
+    }
+}

@@ -1,0 +1,151 @@
+//! Building images through the engine's build API, with build contexts made
+//! in memory: `silo image bake` (an image with the agent as its entrypoint,
+//! for places that cannot bind-mount it) and `silo image base` (a small base
+//! image made with no registry). The Dockerfile templates live in the
+//! repository's `image/` directory and are compiled in.
+//!
+//! Layout: `context` (the in-memory tar), `bake`, `base`.
+
+mod bake;
+mod base;
+mod context;
+
+use bollard::Docker;
+use bollard::query_parameters::BuildImageOptionsBuilder;
+use futures_util::StreamExt;
+
+use crate::backend::DockerError;
+use crate::backend::docker::LONG_REQUEST_TIMEOUT;
+
+pub use bake::{BakeRequest, DEFAULT_LISTEN, bake};
+pub use base::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, build_base};
+pub use context::Context;
+
+/// Whether the engine has an image by this name.
+pub async fn exists(engine: &Docker, image: &str) -> Result<bool, ImageError> {
+    match engine.inspect_image(image).await {
+        Ok(_) => Ok(true),
+        Err(error) if crate::backend::docker::is_not_found(&error) => Ok(false),
+        Err(source) => Err(ImageError::Api {
+            what: format!("inspect image {image}"),
+            source: Box::new(source),
+        }),
+    }
+}
+
+/// Builds `context` (a tar holding a `Dockerfile`) as `tag`; returns the
+/// image id. Each line of build output goes to `progress` as it arrives.
+pub async fn build(
+    engine: &Docker,
+    context: Vec<u8>,
+    tag: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<String, ImageError> {
+    // The first answer comes only once the context is read and the first
+    // step runs; the default request timeout is too short for a slow step.
+    let engine = engine.clone().with_timeout(LONG_REQUEST_TIMEOUT);
+    let options = BuildImageOptionsBuilder::new()
+        .dockerfile("Dockerfile")
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .build();
+    let mut stream = engine.build_image(options, None, Some(bollard::body_full(context.into())));
+    let mut id = None;
+    while let Some(step) = stream.next().await {
+        let info = step.map_err(|source| ImageError::Build {
+            tag: tag.to_owned(),
+            source: Box::new(source),
+        })?;
+        if let Some(text) = info.stream.as_deref() {
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                progress(line);
+            }
+        }
+        if let Some(found) = info.aux.and_then(|aux| aux.id) {
+            id = Some(found);
+        }
+    }
+    match id {
+        Some(id) => Ok(id),
+        // Engines that send no aux record still tagged the result.
+        None => engine
+            .inspect_image(tag)
+            .await
+            .map_err(|source| ImageError::Build {
+                tag: tag.to_owned(),
+                source: Box::new(source),
+            })?
+            .id
+            .ok_or_else(|| ImageError::NoId(tag.to_owned())),
+    }
+}
+
+/// Why an image could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// The engine is unreachable.
+    #[error(transparent)]
+    Engine(#[from] DockerError),
+    /// An Engine API call failed.
+    #[error("docker engine: cannot {what}")]
+    Api {
+        /// The call, in words.
+        what: String,
+        /// The engine's answer.
+        #[source]
+        source: Box<bollard::errors::Error>,
+    },
+    /// The build failed.
+    #[error("building image {tag} failed")]
+    Build {
+        /// The tag being built.
+        tag: String,
+        /// The engine's answer, with the failing step's message.
+        #[source]
+        source: Box<bollard::errors::Error>,
+    },
+    /// The build finished without naming the image it made.
+    #[error("building image {0} reported no image id")]
+    NoId(String),
+    /// A host file needed for the context could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The context could not be assembled.
+    #[error("cannot assemble the build context")]
+    Context(#[source] std::io::Error),
+    /// The busybox binary would not run in an image with no libraries.
+    #[error(
+        "{} is not a static busybox; install Debian's busybox-static \
+         (apt-get install busybox-static) or pass --busybox PATH",
+        path.display()
+    )]
+    BusyboxNotStatic {
+        /// The binary.
+        path: std::path::PathBuf,
+    },
+    /// busybox could not list its applets.
+    #[error("cannot list the applets of {}: {reason}", path.display())]
+    Applets {
+        /// The binary.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A bake setting that cannot go into a Dockerfile.
+    #[error("bad {what} {value:?}: {reason}")]
+    Invalid {
+        /// The setting.
+        what: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}

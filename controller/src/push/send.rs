@@ -1,0 +1,225 @@
+//! One bundle to one agent: the signed request, and retrying it.
+//!
+//! A push is safe to repeat (the agent answers "unchanged" once the bundle
+//! is live), so failures that another try can cure are retried: the agent
+//! unreachable, a timeout, a connection lost mid-request, a 5xx other than
+//! 507. Refusals that would only repeat are not: 400, 401, 403, 409, 413,
+//! 422 and 507. Pauses double from [`RetryPolicy::first_delay`] up to
+//! [`RetryPolicy::max_delay`], each with random jitter so a fan-out's
+//! retries do not arrive in lockstep, and no new try starts once the
+//! [`RetryPolicy::budget`] would be exceeded.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use silo_protocol::http::ErrorBody;
+use silo_protocol::push::{PushResponse, path_and_query};
+
+use super::SharedBundle;
+use crate::client::{AgentClient, ClientError, SentCallback};
+
+/// Time budget for retries of one push, from its first try.
+pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(20);
+/// Pause before the first retry.
+pub const DEFAULT_FIRST_DELAY: Duration = Duration::from_millis(100);
+/// Longest pause between tries.
+pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(3);
+/// Longest a single try may take (upload, extract and answer).
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// When to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// No try starts later than this after the first.
+    pub budget: Duration,
+    /// Pause before the first retry; doubled after each.
+    pub first_delay: Duration,
+    /// Cap on the pause.
+    pub max_delay: Duration,
+    /// Cap on one try.
+    pub attempt_timeout: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            budget: DEFAULT_RETRY_BUDGET,
+            first_delay: DEFAULT_FIRST_DELAY,
+            max_delay: DEFAULT_MAX_DELAY,
+            attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
+        }
+    }
+}
+
+/// Why one try failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AttemptError {
+    /// The request could not be made or its answer not read.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The try took longer than the policy allows.
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+    /// The agent refused the push.
+    #[error("agent answered HTTP {status} ({kind}): {message}")]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The error body's kind (see `silo_protocol::push::kind`).
+        kind: String,
+        /// The agent's explanation.
+        message: String,
+    },
+    /// The agent's success answer is unreadable.
+    #[error("unreadable push answer: {0}")]
+    BadAnswer(String),
+}
+
+impl AttemptError {
+    /// Whether another try may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Client(
+                ClientError::Connect { .. }
+                | ClientError::Timeout { .. }
+                | ClientError::Http(_)
+                | ClientError::Disconnected,
+            )
+            | Self::TimedOut(_) => true,
+            Self::Refused { status, .. } => (500..600).contains(status) && *status != 507,
+            _ => false,
+        }
+    }
+
+    /// A short machine-readable category, for reports.
+    pub fn reason(&self) -> String {
+        match self {
+            Self::Client(ClientError::Connect { .. }) => "unreachable".into(),
+            Self::Client(ClientError::Timeout { .. }) | Self::TimedOut(_) => "timeout".into(),
+            Self::Client(ClientError::Http(_) | ClientError::Disconnected) => {
+                "connection_lost".into()
+            }
+            Self::Client(ClientError::Sign(_)) => "signing".into(),
+            Self::Client(_) | Self::BadAnswer(_) => "protocol".into(),
+            Self::Refused { kind, .. } => kind.clone(),
+        }
+    }
+}
+
+/// A push that failed for good.
+#[derive(Debug, thiserror::Error)]
+#[error("push failed after {attempts} attempt(s)")]
+pub struct PushFailed {
+    /// Tries made.
+    pub attempts: u32,
+    /// The last try's failure.
+    #[source]
+    pub last: AttemptError,
+}
+
+/// One try: sends `bundle` to `mount` and reads the answer.
+pub async fn push_once(
+    client: &AgentClient,
+    mount: &str,
+    bundle: &SharedBundle,
+    sent: Option<SentCallback>,
+) -> Result<PushResponse, AttemptError> {
+    let response = client
+        .request_streamed(
+            http::Method::POST,
+            &path_and_query(mount),
+            bundle.bytes.clone(),
+            &bundle.sha256,
+            sent,
+        )
+        .await?;
+    if response.status.is_success() {
+        return serde_json::from_slice(&response.body)
+            .map_err(|e| AttemptError::BadAnswer(e.to_string()));
+    }
+    let ErrorBody { kind, message } = response.error_body();
+    Err(AttemptError::Refused {
+        status: response.status.as_u16(),
+        kind,
+        message,
+    })
+}
+
+/// Pushes `bundle` to one agent, retrying transient failures per `policy`.
+/// Returns the answer and how many tries it took.
+pub async fn push_to_sandbox(
+    client: &AgentClient,
+    mount: &str,
+    bundle: &SharedBundle,
+    policy: &RetryPolicy,
+    sent: Option<SentCallback>,
+) -> Result<(PushResponse, u32), PushFailed> {
+    let start = Instant::now();
+    let mut delay = policy.first_delay;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let attempt = tokio::time::timeout(
+            policy.attempt_timeout,
+            push_once(client, mount, bundle, sent.as_ref().map(Arc::clone)),
+        )
+        .await
+        .unwrap_or(Err(AttemptError::TimedOut(policy.attempt_timeout)));
+        match attempt {
+            Ok(answer) => return Ok((answer, attempts)),
+            Err(last) => {
+                let pause = jittered(delay);
+                if !last.is_transient() || start.elapsed() + pause > policy.budget {
+                    return Err(PushFailed { attempts, last });
+                }
+                tracing::debug!(mount, attempts, error = %last, "push failed; retrying");
+                tokio::time::sleep(pause).await;
+                delay = (delay * 2).min(policy.max_delay);
+            }
+        }
+    }
+}
+
+/// `delay` scaled by a random factor in [0.5, 1.0).
+fn jittered(delay: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    // Without randomness the pause is simply not jittered.
+    let _ = getrandom::fill(&mut byte);
+    delay.mul_f64(0.5 + f64::from(byte[0]) / 512.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_curable_failures_are_transient() {
+        let refused = |status: u16| AttemptError::Refused {
+            status,
+            kind: "x".into(),
+            message: String::new(),
+        };
+        for status in [500, 502, 503] {
+            assert!(refused(status).is_transient(), "{status}");
+        }
+        for status in [400, 401, 403, 409, 413, 422, 507] {
+            assert!(!refused(status).is_transient(), "{status}");
+        }
+        let connect = AttemptError::Client(ClientError::Connect {
+            endpoint: "unix:/x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        });
+        assert!(connect.is_transient());
+        assert_eq!(connect.reason(), "unreachable");
+        assert!(AttemptError::TimedOut(Duration::from_secs(1)).is_transient());
+        assert!(!AttemptError::BadAnswer(String::new()).is_transient());
+    }
+
+    #[test]
+    fn jitter_stays_within_half_and_whole() {
+        for _ in 0..100 {
+            let d = jittered(Duration::from_millis(1000));
+            assert!(d >= Duration::from_millis(500) && d < Duration::from_millis(1000));
+        }
+    }
+}

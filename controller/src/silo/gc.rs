@@ -1,0 +1,112 @@
+//! Garbage collection (`silo gc`): removes sandboxes whose idle TTL expired
+//! long enough ago, and containers of this home that no sandbox owns.
+//!
+//! An expired sandbox is only stopped (its agent exited on its idle timeout);
+//! `silo up` already treats it as gone, and gc reclaims its disk after
+//! `older_than`. A sandbox another process is working on (its lease is held)
+//! is skipped, never waited for. Snapshots are not touched.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::{Silo, SiloError, backend_error, machine};
+use crate::backend::{Backend, DockerError};
+use crate::state::{Sandbox, now_ms};
+
+/// One sandbox gc removed (or would remove, in a dry run).
+#[derive(Debug, Clone, Serialize)]
+pub struct Collected {
+    /// The sandbox.
+    pub sandbox: Sandbox,
+    /// When its idle TTL expired (unix ms).
+    pub expired_at_ms: i64,
+}
+
+/// What `silo gc` did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcReport {
+    /// Nothing was removed; this is what would have been.
+    pub dry_run: bool,
+    /// Expired sandboxes removed.
+    pub removed: Vec<Collected>,
+    /// Containers of this home without a sandbox, removed.
+    pub orphans: Vec<String>,
+    /// Sandboxes left alone, and why (busy, or their backend failed).
+    pub skipped: Vec<(String, String)>,
+}
+
+impl Silo {
+    /// Removes sandboxes whose idle TTL expired at least `older_than` ago,
+    /// and this home's orphaned containers.
+    pub async fn gc(&self, older_than: Duration, dry_run: bool) -> Result<GcReport, SiloError> {
+        let mut report = GcReport {
+            dry_run,
+            ..GcReport::default()
+        };
+        let cutoff =
+            now_ms().saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX));
+        for listed in self.list()? {
+            if listed.spec.idle_timeout_secs.is_none() {
+                continue;
+            }
+            let Some(_lease) = self.try_lease(&listed.name, "gc").await? else {
+                report
+                    .skipped
+                    .push((listed.name, "another silo process is using it".into()));
+                continue;
+            };
+            let Ok(sandbox) = self.get(&listed.id) else {
+                continue; // removed meanwhile
+            };
+            match self.expired_at(&sandbox).await {
+                Ok(Some(at)) if at <= cutoff => {
+                    if !dry_run {
+                        self.collect(&sandbox, at).await?;
+                    }
+                    report.removed.push(Collected {
+                        sandbox,
+                        expired_at_ms: at,
+                    });
+                }
+                Ok(_) => {}
+                Err(error) => report.skipped.push((sandbox.name, error_chain(&error))),
+            }
+        }
+        let live: HashSet<String> = self.list()?.into_iter().map(|s| s.id).collect();
+        match self.docker.sweep_orphans(&live, dry_run).await {
+            Ok(names) => report.orphans = names,
+            // No engine, so no containers to collect.
+            Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {}
+            Err(error) => report
+                .skipped
+                .push(("orphaned containers".into(), error_chain(&error))),
+        }
+        Ok(report)
+    }
+
+    /// Removes an expired sandbox; its `removed` event says why.
+    async fn collect(&self, sandbox: &Sandbox, expired_at_ms: i64) -> Result<(), SiloError> {
+        let key = self.sandbox_key(sandbox);
+        self.backend(sandbox.backend)
+            .remove(machine(sandbox, &key))
+            .await
+            .map_err(|e| backend_error("remove", sandbox, e))?;
+        let detail = json!({ "reason": "idle ttl expired", "expired_at_ms": expired_at_ms });
+        self.db().delete_sandbox(sandbox, &detail)?;
+        Ok(())
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

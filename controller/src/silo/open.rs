@@ -1,0 +1,235 @@
+//! Open-or-create (`silo up`): give me the sandbox called NAME, reusing
+//! what exists when that is safe, from any process.
+//!
+//! The tiers, tried in order under the sandbox's lease:
+//! 1. its machine exists: attach if it is running (its agent answers), or
+//!    start it if it is stopped, unless its idle TTL has expired (then it
+//!    counts as gone);
+//! 2. it is gone: restore it from its latest snapshot, keeping its id
+//!    (arrives with snapshots; the slot is marked below);
+//! 3. nothing reusable: make a fresh machine (a new sandbox, or a new
+//!    machine under the existing sandbox's id).
+//!
+//! A spec that differs from the stored one is never reused silently: `up`
+//! fails listing the differences, unless asked to recreate.
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::{Silo, SiloError, backend_error, machine};
+use crate::backend::{Backend, MachineState};
+use crate::naming::validate_name;
+use crate::spec::SandboxSpec;
+use crate::state::{EventKind, Sandbox, StateError};
+
+/// What `silo up` asks for.
+#[derive(Debug, Clone)]
+pub struct UpRequest {
+    /// The sandbox's name.
+    pub name: String,
+    /// The spec it must have; `None` opens whatever exists under the name
+    /// (and cannot create one).
+    pub spec: Option<SandboxSpec>,
+    /// Replace the machine if the spec changed, instead of failing.
+    pub recreate: bool,
+}
+
+/// What `silo up` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpAction {
+    /// Tier 1: it was running; attached.
+    Attached,
+    /// Tier 1: it was stopped; started.
+    Started,
+    /// Tier 3: nothing existed; created.
+    Created,
+    /// Tier 3: its machine was replaced under the same id.
+    Recreated,
+}
+
+impl UpAction {
+    /// The tier of open-or-create this action belongs to.
+    pub fn tier(self) -> u8 {
+        match self {
+            UpAction::Attached | UpAction::Started => 1,
+            UpAction::Created | UpAction::Recreated => 3,
+        }
+    }
+}
+
+/// The outcome of [`Silo::up`].
+#[derive(Debug, Clone, Serialize)]
+pub struct UpOutcome {
+    /// The sandbox, as recorded now.
+    pub sandbox: Sandbox,
+    /// What was done.
+    pub action: UpAction,
+    /// Its tier.
+    pub tier: u8,
+    /// Why a tier was passed over (TTL expired, machine gone, spec changed).
+    pub notes: Vec<String>,
+}
+
+impl Silo {
+    /// Opens the sandbox `request.name`, or creates it. See the module docs.
+    pub async fn up(&self, request: UpRequest) -> Result<UpOutcome, SiloError> {
+        validate_name(&request.name)?;
+        if let Some(spec) = &request.spec {
+            spec.check()?;
+        }
+        let _lease = self.lease(&request.name, "up").await?;
+        let found = self.db().sandbox(&request.name);
+        let existing = match found {
+            Ok(sandbox) => sandbox,
+            Err(StateError::UnknownSandbox(_)) => {
+                let spec = request.spec.ok_or_else(|| SiloError::NeedsSpec {
+                    name: request.name.clone(),
+                })?;
+                let create = super::CreateRequest {
+                    name: Some(request.name),
+                    spec,
+                };
+                let sandbox = self.create_unleased(create).await?;
+                return Ok(outcome(sandbox, UpAction::Created, Vec::new()));
+            }
+            Err(other) => return Err(other.into()),
+        };
+
+        let wanted = request.spec.unwrap_or_else(|| existing.spec.clone());
+        let mut notes = Vec::new();
+        if wanted.hash() != existing.spec_hash {
+            let differences = wanted.differences_from(&existing.spec);
+            if !request.recreate {
+                return Err(SiloError::SpecDrift {
+                    name: existing.name,
+                    differences,
+                });
+            }
+            notes.push(format!("spec changed ({})", differences.join("; ")));
+            return self.recreate(existing, wanted, "spec changed", notes).await;
+        }
+
+        match self.status(&existing).await? {
+            MachineState::Running => {
+                self.db().append_event(
+                    &existing,
+                    EventKind::Resumed,
+                    &json!({ "tier": 1, "from": "running" }),
+                )?;
+                Ok(outcome(existing, UpAction::Attached, notes))
+            }
+            MachineState::Stopped => {
+                if let Some(at_ms) = self.expired_at(&existing).await? {
+                    notes.push(format!(
+                        "its idle TTL expired ({} s ago); it counts as gone",
+                        crate::state::now_ms().saturating_sub(at_ms) / 1000
+                    ));
+                    // Tier 2 (restore from the latest snapshot) goes here.
+                    return self
+                        .recreate(existing, wanted, "idle ttl expired", notes)
+                        .await;
+                }
+                let started = self.start_sandbox(&existing).await?;
+                self.db().append_event(
+                    &started,
+                    EventKind::Resumed,
+                    &json!({ "tier": 1, "from": "stopped" }),
+                )?;
+                Ok(outcome(started, UpAction::Started, notes))
+            }
+            MachineState::Missing => {
+                notes.push(format!(
+                    "its {} machine was removed outside silo",
+                    existing.backend
+                ));
+                // Tier 2 (restore from the latest snapshot) goes here.
+                self.recreate(existing, wanted, "machine missing", notes)
+                    .await
+            }
+        }
+    }
+
+    /// When the sandbox's idle TTL expired, if it has one and it did: its
+    /// machine stopped by itself, cleanly, and not because silo stopped it.
+    pub async fn expired_at(&self, sandbox: &Sandbox) -> Result<Option<i64>, SiloError> {
+        if sandbox.spec.idle_timeout_secs.is_none() {
+            return Ok(None);
+        }
+        let key = self.sandbox_key(sandbox);
+        let exit = self
+            .backend(sandbox.backend)
+            .last_exit(machine(sandbox, &key))
+            .await
+            .map_err(|e| backend_error("inspect", sandbox, e))?;
+        let Some(exit) = exit.filter(|e| e.clean) else {
+            return Ok(None);
+        };
+        let lifecycle = [
+            EventKind::Created,
+            EventKind::Started,
+            EventKind::Stopped,
+            EventKind::Resumed,
+            EventKind::Recreated,
+        ];
+        let last = self.db().last_event_among(&sandbox.id, &lifecycle)?;
+        if last.is_some_and(|(kind, _)| kind == EventKind::Stopped.as_str()) {
+            return Ok(None);
+        }
+        Ok(Some(exit.at_ms))
+    }
+
+    /// Tier 3 for an existing sandbox: removes its machine (if any) and makes
+    /// a fresh one with `spec` under the same id, name and history.
+    async fn recreate(
+        &self,
+        sandbox: Sandbox,
+        spec: SandboxSpec,
+        reason: &str,
+        notes: Vec<String>,
+    ) -> Result<UpOutcome, SiloError> {
+        let key = self.sandbox_key(&sandbox);
+        self.backend(sandbox.backend)
+            .remove(machine(&sandbox, &key))
+            .await
+            .map_err(|e| backend_error("remove", &sandbox, e))?;
+        let detail = json!({
+            "reason": reason,
+            "old_spec_hash": sandbox.spec_hash,
+            "spec_hash": spec.hash(),
+        });
+        let sandbox = self
+            .db()
+            .replace_spec(&sandbox, &spec, (EventKind::Recreated, detail))?;
+        let backend = self.backend(sandbox.backend);
+        let backend_ref = match backend.create(machine(&sandbox, &key)).await {
+            Ok(backend_ref) => backend_ref,
+            Err(source) => {
+                // The sandbox stays, machineless; the next `up` tries again.
+                if let Err(cleanup) = backend.remove(machine(&sandbox, &key)).await {
+                    tracing::warn!(
+                        sandbox = sandbox.name,
+                        "cleaning up a failed create: {cleanup}"
+                    );
+                }
+                return Err(backend_error("create", &sandbox, source));
+            }
+        };
+        let detail = json!({ "backend_ref": backend_ref });
+        let sandbox = self.db().update_backend_ref(
+            &sandbox,
+            &backend_ref,
+            Some((EventKind::Started, detail)),
+        )?;
+        Ok(outcome(sandbox, UpAction::Recreated, notes))
+    }
+}
+
+fn outcome(sandbox: Sandbox, action: UpAction, notes: Vec<String>) -> UpOutcome {
+    UpOutcome {
+        sandbox,
+        action,
+        tier: action.tier(),
+        notes,
+    }
+}

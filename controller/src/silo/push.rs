@@ -1,0 +1,160 @@
+//! `Silo`'s side of push: which sandboxes, their agents, one bundle per
+//! distinct file set, and a `pushed` event for every push that changed a
+//! mount. The pushing itself is `crate::push`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::json;
+use silo_protocol::bundle::{BundleLimits, FileSet};
+
+use super::{Silo, SiloError};
+use crate::backend::MachineState;
+use crate::push::{
+    Job, PushError, PushEvent, PushFailure, PushOptions, PushReport, build_bundle, push_all,
+};
+use crate::state::{EventKind, Sandbox};
+
+/// Failure reasons that may mean the sandbox is down rather than its agent
+/// misbehaving; for these the backend is asked, to say which.
+const DOWN_REASONS: &[&str] = &["unreachable", "timeout", "connection_lost"];
+
+impl Silo {
+    /// Every sandbox carrying all of `labels` (key = value).
+    pub fn with_labels(&self, labels: &[(String, String)]) -> Result<Vec<Sandbox>, SiloError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter(|sandbox| {
+                labels
+                    .iter()
+                    .all(|(key, value)| sandbox.spec.labels.get(key) == Some(value))
+            })
+            .collect())
+    }
+
+    /// Pushes each target's files to `mount` in its sandbox, building each
+    /// distinct file set's bundle once and pushing in parallel (bounded by
+    /// `options.concurrency`, each push retried per `options.retry`).
+    ///
+    /// Fails only if a bundle cannot be built; a sandbox that cannot be
+    /// pushed to is a failure in the report, and the others go ahead.
+    pub async fn push_to_sandboxes(
+        &self,
+        mount: &str,
+        targets: Vec<(Sandbox, FileSet)>,
+        options: &PushOptions,
+    ) -> Result<PushReport, PushError> {
+        let mut report = PushReport {
+            mount: mount.to_owned(),
+            targets: targets.len(),
+            ..PushReport::default()
+        };
+        // Distinct sets, each built once; equal sets share a bundle.
+        let mut distinct: HashMap<FileSet, usize> = HashMap::new();
+        let mut sets = Vec::new();
+        let mut wanted = Vec::with_capacity(targets.len());
+        for (sandbox, files) in targets {
+            let index = *distinct.entry(files.clone()).or_insert_with(|| {
+                sets.push(files);
+                sets.len() - 1
+            });
+            wanted.push((sandbox, index));
+        }
+        drop(distinct);
+        let mut bundles = Vec::with_capacity(sets.len());
+        for files in sets {
+            bundles.push(Arc::new(
+                build_bundle(files, BundleLimits::default()).await?,
+            ));
+        }
+        if let Some(progress) = &options.progress {
+            progress(&PushEvent::Built {
+                bundles: bundles.len(),
+                bytes: bundles.iter().map(|b| b.bytes.len() as u64).sum(),
+            });
+        }
+
+        let mut jobs = Vec::with_capacity(wanted.len());
+        let mut by_name = HashMap::new();
+        for (sandbox, index) in wanted {
+            match self.client(&sandbox) {
+                Ok(client) => jobs.push(Job {
+                    sandbox: sandbox.name.clone(),
+                    client,
+                    bundle: Arc::clone(&bundles[index]),
+                }),
+                Err(err) => report.failures.push(PushFailure {
+                    sandbox: sandbox.name.clone(),
+                    reason: "unreachable".into(),
+                    detail: chain(&err),
+                    attempts: 0,
+                }),
+            }
+            by_name.insert(sandbox.name.clone(), sandbox);
+        }
+
+        for outcome in push_all(mount, jobs, options).await {
+            let Some(sandbox) = by_name.get(&outcome.sandbox) else {
+                continue;
+            };
+            match outcome.result {
+                Ok((answer, attempts)) => {
+                    if !answer.unchanged {
+                        self.log_pushed(sandbox, mount, &answer);
+                    }
+                    report.add_pushed(outcome.sandbox, answer, attempts, outcome.elapsed);
+                }
+                Err(failed) => {
+                    let mut reason = failed.last.reason();
+                    if DOWN_REASONS.contains(&reason.as_str()) {
+                        match self.status(sandbox).await {
+                            Ok(MachineState::Stopped) => reason = "stopped".into(),
+                            Ok(MachineState::Missing) => reason = "missing".into(),
+                            _ => {}
+                        }
+                    }
+                    report.failures.push(PushFailure {
+                        sandbox: outcome.sandbox,
+                        reason,
+                        detail: chain(&failed.last),
+                        attempts: failed.attempts,
+                    });
+                }
+            }
+        }
+        report.sort();
+        Ok(report)
+    }
+
+    fn log_pushed(
+        &self,
+        sandbox: &Sandbox,
+        mount: &str,
+        answer: &silo_protocol::push::PushResponse,
+    ) {
+        let detail = json!({
+            "mount": mount,
+            "version": answer.version,
+            "hash": answer.sha256,
+            "files": answer.files,
+            "bytes": answer.bytes,
+        });
+        // The push happened whatever the log says; a failed write is reported, not fatal.
+        if let Err(err) = self.db().append_event(sandbox, EventKind::Pushed, &detail) {
+            tracing::warn!(sandbox = sandbox.name, "cannot log the push: {err}");
+        }
+    }
+}
+
+/// An error and its causes on one line.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

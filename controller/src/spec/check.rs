@@ -1,0 +1,193 @@
+//! What a backend can honour: a spec is checked before anything is recorded
+//! or made, so a setting the backend would silently ignore (an image on the
+//! local backend) or the engine would reject late (a relative mount target)
+//! is refused up front with a message naming the setting.
+
+use super::{BackendKind, SandboxSpec};
+
+/// Where silo mounts its own files in a container; sandbox mounts must stay out.
+pub const RESERVED_TARGET: &str = "/.silo";
+/// Label prefix reserved for silo's own labels.
+pub const RESERVED_LABEL_PREFIX: &str = "silo.";
+
+impl SandboxSpec {
+    /// Checks that the spec's backend can honour every setting in it.
+    pub fn check(&self) -> Result<(), SpecError> {
+        if !self.workload.is_empty() && self.workload_from_image {
+            return Err(SpecError::TwoWorkloads);
+        }
+        match self.backend {
+            BackendKind::Local => self.check_local(),
+            BackendKind::Docker => self.check_container(),
+        }
+    }
+
+    /// The container-only settings that are set, by their flag names.
+    fn container_settings(&self) -> Vec<&'static str> {
+        let set = [
+            ("image", self.image.is_some()),
+            ("workload image", self.workload_from_image),
+            ("workdir", self.workdir.is_some()),
+            ("user", self.user.is_some()),
+            ("network", self.network.is_some()),
+            ("bind", !self.binds.is_empty()),
+            ("cpus", self.milli_cpus.is_some()),
+            ("memory", self.memory_bytes.is_some()),
+            ("pids-limit", self.pids_limit.is_some()),
+            ("label", !self.labels.is_empty()),
+        ];
+        set.into_iter()
+            .filter_map(|(name, is_set)| is_set.then_some(name))
+            .collect()
+    }
+
+    fn check_local(&self) -> Result<(), SpecError> {
+        let unsupported = self.container_settings();
+        if unsupported.is_empty() {
+            return Ok(());
+        }
+        Err(SpecError::Unsupported {
+            backend: self.backend,
+            settings: unsupported.join(", "),
+        })
+    }
+
+    fn check_container(&self) -> Result<(), SpecError> {
+        let invalid =
+            |setting: &'static str, reason: String| SpecError::Invalid { setting, reason };
+        match self.image.as_deref() {
+            None => return Err(SpecError::NoImage(self.backend)),
+            Some(image) if image.trim().is_empty() => {
+                return Err(invalid("image", "it is empty".into()));
+            }
+            Some(_) => {}
+        }
+        if let Some(dir) = &self.workdir {
+            if !dir.starts_with('/') {
+                return Err(invalid(
+                    "workdir",
+                    format!("{dir:?} is not an absolute path"),
+                ));
+            }
+        }
+        if self.network.as_deref().is_some_and(str::is_empty) {
+            return Err(invalid("network", "it is empty".into()));
+        }
+        if self.user.as_deref().is_some_and(str::is_empty) {
+            return Err(invalid("user", "it is empty".into()));
+        }
+        for bind in &self.binds {
+            if !bind.source.starts_with('/') || !bind.target.starts_with('/') {
+                return Err(invalid(
+                    "bind",
+                    format!("{bind}: both paths must be absolute"),
+                ));
+            }
+            let target = bind.target.trim_end_matches('/');
+            if target.is_empty()
+                || target == RESERVED_TARGET
+                || target.starts_with(&format!("{RESERVED_TARGET}/"))
+            {
+                return Err(invalid(
+                    "bind",
+                    format!("{bind}: the target may not be / or under {RESERVED_TARGET}"),
+                ));
+            }
+        }
+        if let Some(key) = self
+            .labels
+            .keys()
+            .find(|k| k.is_empty() || k.starts_with(RESERVED_LABEL_PREFIX))
+        {
+            return Err(invalid(
+                "label",
+                format!("{key:?}: labels starting with {RESERVED_LABEL_PREFIX:?} are silo's own"),
+            ));
+        }
+        if self.pids_limit == Some(0) {
+            return Err(invalid("pids-limit", "it must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A spec its backend cannot honour.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// Container settings on a backend without containers.
+    #[error("the {backend} backend has no containers, so it cannot honour: {settings}")]
+    Unsupported {
+        /// The backend.
+        backend: BackendKind,
+        /// The settings given, by flag name.
+        settings: String,
+    },
+    /// A container backend without an image.
+    #[error("the {0} backend needs an image (--image)")]
+    NoImage(BackendKind),
+    /// Both a command and the image's own entrypoint as the workload.
+    #[error("give either a workload command or `--workload image`, not both")]
+    TwoWorkloads,
+    /// A setting with an unusable value.
+    #[error("bad {setting}: {reason}")]
+    Invalid {
+        /// The setting, by flag name.
+        setting: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::BindMount;
+
+    fn docker(image: &str) -> SandboxSpec {
+        SandboxSpec {
+            image: Some(image.into()),
+            ..SandboxSpec::new(BackendKind::Docker)
+        }
+    }
+
+    #[test]
+    fn local_refuses_container_settings_by_name() {
+        let mut spec = SandboxSpec::new(BackendKind::Local);
+        assert_eq!(spec.check(), Ok(()));
+        spec.image = Some("busybox".into());
+        spec.memory_bytes = Some(1 << 30);
+        let err = spec.check().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the local backend has no containers, so it cannot honour: image, memory"
+        );
+    }
+
+    #[test]
+    fn docker_needs_an_image_and_sane_paths_and_labels() {
+        assert_eq!(
+            SandboxSpec::new(BackendKind::Docker).check(),
+            Err(SpecError::NoImage(BackendKind::Docker))
+        );
+        assert_eq!(docker("busybox").check(), Ok(()));
+        let mut spec = docker("busybox");
+        spec.workdir = Some("work".into());
+        assert!(spec.check().is_err());
+        for target in ["/", "/.silo", "/.silo/run", "rel"] {
+            let mut spec = docker("busybox");
+            spec.binds.push(BindMount {
+                source: "/tmp".into(),
+                target: target.into(),
+                read_only: false,
+            });
+            assert!(spec.check().is_err(), "{target} accepted");
+        }
+        let mut spec = docker("busybox");
+        spec.labels.insert("silo.sandbox.id".into(), "x".into());
+        assert!(spec.check().is_err());
+        let mut spec = docker("busybox");
+        spec.workload = vec!["sleep".into()];
+        spec.workload_from_image = true;
+        assert_eq!(spec.check(), Err(SpecError::TwoWorkloads));
+    }
+}

@@ -1,0 +1,233 @@
+//! Leases: at most one `silo` process at a time runs a lifecycle operation
+//! (create, up, start, stop, rm, gc) on a given sandbox name.
+//!
+//! A lease is a row naming its owner. Taking one is a single write
+//! transaction: free, held by a dead owner (reclaimed), or held by a live one
+//! (refused, and the caller decides whether to wait). An owner is a process
+//! identity, pid plus start time plus boot id, so a crashed `silo` never
+//! wedges a sandbox: its pid is gone, or belongs to another process now.
+//! Releasing deletes only the caller's own row (by token), so a lease that was
+//! reclaimed from a slow owner is never released by that owner.
+
+use std::fs;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{StateDb, StateError, db, now_ms};
+
+/// Who holds (or asks for) a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOwner {
+    /// The owning process.
+    pub pid: u32,
+    /// Its start time in clock ticks after boot (`/proc/PID/stat` field 22).
+    pub start: u64,
+    /// The boot it started in.
+    pub boot: String,
+    /// Distinguishes this lease from others taken by the same process.
+    pub token: String,
+}
+
+/// A lease someone else holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    /// The holding process.
+    pub pid: u32,
+    /// What it is doing.
+    pub op: String,
+    /// Since when (unix ms).
+    pub since_ms: i64,
+}
+
+/// The outcome of one attempt to take a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseAttempt {
+    /// Ours now; `reclaimed` names a dead owner it was taken from.
+    Acquired {
+        /// The dead owner whose lease this replaced, if any.
+        reclaimed: Option<LeaseHolder>,
+    },
+    /// A live process holds it.
+    Held(LeaseHolder),
+}
+
+impl LeaseOwner {
+    /// This process, with a fresh token.
+    pub fn current(token: String) -> Option<Self> {
+        let pid = std::process::id();
+        Some(Self {
+            pid,
+            start: process_start(pid)?,
+            boot: boot_id()?,
+            token,
+        })
+    }
+
+    /// Whether the process this owner names is still running.
+    pub fn is_alive(&self) -> bool {
+        boot_id().is_some_and(|boot| boot == self.boot)
+            && process_start(self.pid).is_some_and(|start| start == self.start)
+    }
+}
+
+impl StateDb {
+    /// Takes the lease on `name` for `op` unless a live process holds it.
+    pub fn try_acquire_lease(
+        &mut self,
+        name: &str,
+        op: &str,
+        me: &LeaseOwner,
+    ) -> Result<LeaseAttempt, StateError> {
+        let now = now_ms();
+        self.write("taking a lease", |tx| {
+            let held = tx
+                .query_row(
+                    "SELECT owner_pid, owner_start, owner_boot, owner_token, op, acquired_at \
+                     FROM leases WHERE name = ?1",
+                    [name],
+                    |row| {
+                        Ok((
+                            LeaseOwner {
+                                pid: row.get(0)?,
+                                start: row.get::<_, i64>(1)?.try_into().unwrap_or(0),
+                                boot: row.get(2)?,
+                                token: row.get(3)?,
+                            },
+                            LeaseHolder {
+                                pid: row.get(0)?,
+                                op: row.get(4)?,
+                                since_ms: row.get(5)?,
+                            },
+                        ))
+                    },
+                )
+                .optional()
+                .map_err(db("reading a lease"))?;
+            let reclaimed = match held {
+                Some((owner, holder)) if owner.is_alive() => {
+                    return Ok(LeaseAttempt::Held(holder));
+                }
+                Some((_, holder)) => Some(holder),
+                None => None,
+            };
+            tx.execute(
+                "INSERT OR REPLACE INTO leases \
+                 (name, owner_pid, owner_start, owner_boot, owner_token, op, acquired_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    name,
+                    me.pid,
+                    i64::try_from(me.start).unwrap_or(i64::MAX),
+                    me.boot,
+                    me.token,
+                    op,
+                    now
+                ],
+            )
+            .map_err(db("taking a lease"))?;
+            Ok(LeaseAttempt::Acquired { reclaimed })
+        })
+    }
+
+    /// Gives up a lease, if it is still ours.
+    pub fn release_lease(&mut self, name: &str, me: &LeaseOwner) -> Result<(), StateError> {
+        self.write("releasing a lease", |tx| {
+            tx.execute(
+                "DELETE FROM leases WHERE name = ?1 AND owner_token = ?2",
+                params![name, me.token],
+            )
+            .map_err(db("releasing a lease"))?;
+            Ok(())
+        })
+    }
+}
+
+/// A process's start time in clock ticks after boot; `None` once it is gone
+/// or a zombie (it will never release anything).
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: fields are
+    // counted from the last ')'. There, field 3 (state) is first and field
+    // 22 (starttime) is the 20th.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    if matches!(state, "Z" | "X") {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+fn boot_id() -> Option<String> {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|id| id.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::test_support::temp_db;
+
+    fn me(token: &str) -> LeaseOwner {
+        LeaseOwner::current(token.into()).unwrap()
+    }
+
+    #[test]
+    fn a_live_holder_keeps_its_lease_until_it_releases() {
+        let (_dir, mut db) = temp_db();
+        let (a, b) = (me("a"), me("b"));
+        assert_eq!(
+            db.try_acquire_lease("x", "up", &a).unwrap(),
+            LeaseAttempt::Acquired { reclaimed: None }
+        );
+        let LeaseAttempt::Held(holder) = db.try_acquire_lease("x", "rm", &b).unwrap() else {
+            panic!("a live lease was taken over");
+        };
+        assert_eq!((holder.pid, holder.op.as_str()), (std::process::id(), "up"));
+        // Another name is independent.
+        assert!(matches!(
+            db.try_acquire_lease("y", "rm", &b).unwrap(),
+            LeaseAttempt::Acquired { .. }
+        ));
+        // Releasing someone else's lease does nothing.
+        db.release_lease("x", &b).unwrap();
+        assert!(matches!(
+            db.try_acquire_lease("x", "rm", &b).unwrap(),
+            LeaseAttempt::Held(_)
+        ));
+        db.release_lease("x", &a).unwrap();
+        assert!(matches!(
+            db.try_acquire_lease("x", "rm", &b).unwrap(),
+            LeaseAttempt::Acquired { reclaimed: None }
+        ));
+    }
+
+    #[test]
+    fn a_dead_owners_lease_is_reclaimed() {
+        let (_dir, mut db) = temp_db();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = process_start(pid);
+        child.wait().unwrap();
+        let dead = LeaseOwner {
+            pid,
+            start: start.unwrap_or(1),
+            ..me("dead")
+        };
+        assert!(!dead.is_alive());
+        db.try_acquire_lease("x", "up", &dead).unwrap();
+        let LeaseAttempt::Acquired { reclaimed } =
+            db.try_acquire_lease("x", "rm", &me("b")).unwrap()
+        else {
+            panic!("a dead owner's lease was not reclaimed");
+        };
+        assert_eq!(reclaimed.map(|h| h.pid), Some(pid));
+        // Same pid, other start time: a recycled pid is not the owner.
+        let recycled = LeaseOwner {
+            start: me("c").start + 1,
+            ..me("c")
+        };
+        assert!(!recycled.is_alive());
+    }
+}

@@ -1,0 +1,140 @@
+//! The push channel: `POST /v1/push?mount=ABS_PATH` with a tar.gz bundle
+//! (see [`crate::bundle`]) as the body, its SHA-256 in the signed
+//! `x-silo-content-sha256` header.
+//!
+//! The mount path travels percent-encoded in the query; [`path_and_query`]
+//! and [`parse_query`] are the two halves, so both tiers agree on the exact
+//! text that is signed. Success is a [`PushResponse`]; failure is the usual
+//! [`crate::http::ErrorBody`] with one of the [`kind`] values, which the
+//! controller uses to decide whether a retry can help.
+
+use serde::{Deserialize, Serialize};
+
+use crate::http::PATH_PUSH;
+
+/// The query parameter naming the mount path.
+pub const QUERY_MOUNT: &str = "mount";
+
+/// What the agent did with a push.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushResponse {
+    /// The version now live at the mount (`<seq>-<sha256>`).
+    pub version: String,
+    /// Hex SHA-256 of the bundle now live.
+    pub sha256: String,
+    /// Regular files extracted (0 when unchanged: nothing was extracted).
+    pub files: u64,
+    /// Their total size in bytes (0 when unchanged).
+    pub bytes: u64,
+    /// The bundle was already live, so nothing was written.
+    pub unchanged: bool,
+}
+
+/// The `kind` of a push's [`crate::http::ErrorBody`].
+pub mod kind {
+    /// 400: the request or the bundle cannot be read (bad query, bad gzip or tar).
+    pub const MALFORMED: &str = "malformed";
+    /// 400: an entry is refused; the message names the entry and the reason.
+    pub const REJECTED_ENTRY: &str = "rejected_entry";
+    /// 403: the mount path is not under an allowed push root.
+    pub const MOUNT_NOT_ALLOWED: &str = "mount_not_allowed";
+    /// 409: something that silo does not manage is in the way of the mount.
+    pub const MOUNT_CONFLICT: &str = "mount_conflict";
+    /// 413: the bundle, a file, the unpacked total or the entry count is over a limit.
+    pub const TOO_LARGE: &str = "too_large";
+    /// 422: the body does not match the signed SHA-256.
+    pub const HASH_MISMATCH: &str = "hash_mismatch";
+    /// 507: the sandbox's disk is full.
+    pub const DISK_FULL: &str = "disk_full";
+    /// 500: the agent failed for a reason of its own.
+    pub const INTERNAL: &str = "internal";
+}
+
+/// `/v1/push?mount=…` for `mount`, percent-encoded: the exact text to sign.
+pub fn path_and_query(mount: &str) -> String {
+    let mut out = format!("{PATH_PUSH}?{QUERY_MOUNT}=");
+    for byte in mount.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The mount path from a push's query string.
+pub fn parse_query(query: Option<&str>) -> Result<String, QueryError> {
+    let mut mount = None;
+    for pair in query.unwrap_or_default().split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name != QUERY_MOUNT {
+            continue;
+        }
+        if mount.is_some() {
+            return Err(QueryError::Repeated);
+        }
+        mount = Some(percent_decode(value)?);
+    }
+    mount.ok_or(QueryError::Missing)
+}
+
+fn percent_decode(text: &str) -> Result<String, QueryError> {
+    let raw = text.as_bytes();
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'%' {
+            let hex = raw.get(i + 1..i + 3).ok_or(QueryError::BadEscape)?;
+            let hex = std::str::from_utf8(hex).map_err(|_| QueryError::BadEscape)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| QueryError::BadEscape)?);
+            i += 3;
+        } else {
+            out.push(raw[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| QueryError::NotUtf8)
+}
+
+/// Why a push's query cannot be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum QueryError {
+    /// No `mount=` parameter.
+    #[error("missing query parameter {QUERY_MOUNT}=ABS_PATH")]
+    Missing,
+    /// More than one `mount=` parameter.
+    #[error("query parameter {QUERY_MOUNT} given more than once")]
+    Repeated,
+    /// A `%` not followed by two hex digits.
+    #[error("malformed percent-escape in the mount path")]
+    BadEscape,
+    /// The decoded path is not UTF-8.
+    #[error("mount path is not UTF-8")]
+    NotUtf8,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn mount_paths_round_trip_through_the_query() {
+        for mount in ["/workspace/managed/app", "/w/with space/é&x=%", "/"] {
+            let pq = path_and_query(mount);
+            let (path, query) = pq.split_once('?').unwrap();
+            assert_eq!(path, PATH_PUSH);
+            assert!(!query[QUERY_MOUNT.len() + 1..].contains(['&', ' ', '=']));
+            assert_eq!(parse_query(Some(query)).unwrap(), mount);
+        }
+        assert_eq!(parse_query(None), Err(QueryError::Missing));
+        assert_eq!(
+            parse_query(Some("mount=/a&mount=/b")),
+            Err(QueryError::Repeated)
+        );
+        assert_eq!(parse_query(Some("mount=%zz")), Err(QueryError::BadEscape));
+        assert_eq!(parse_query(Some("mount=%ff")), Err(QueryError::NotUtf8));
+        assert_eq!(parse_query(Some("x=1&mount=/a")).unwrap(), "/a");
+    }
+}

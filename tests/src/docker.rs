@@ -1,0 +1,132 @@
+//! The real Docker engine in tests and benchmarks.
+//!
+//! [`engine`] connects the way silo does (`DOCKER_HOST`, version
+//! negotiation). Without an engine, a test under CI (`CI=true`) fails, since
+//! a green run must mean the Docker paths ran; elsewhere it is skipped with
+//! the reason printed. [`base_image`] makes sure the registry-free base image
+//! exists, building it once with the real `silo image base`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::models::ContainerInspectResponse;
+use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
+use silo::backend::docker::{LABEL_SANDBOX_ID, container_name};
+
+use crate::Cli;
+
+/// The base image the Docker tests run (silo's default base tag).
+pub const BASE_IMAGE: &str = silo::image::DEFAULT_BASE_TAG;
+/// Pause between looks at a container that is expected to change state.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Whether this run is CI, where a missing engine is a failure.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The engine, or `None` (with the reason printed) when there is none and
+/// this is not CI. Under CI a missing engine panics.
+pub async fn engine() -> Option<Docker> {
+    match silo::backend::docker::connect().await {
+        Ok(engine) => Some(engine),
+        Err(error) if in_ci() => {
+            panic!("CI=true but no Docker engine is reachable: {error}")
+        }
+        Err(error) => {
+            eprintln!("skipping: no Docker engine is reachable ({error}); CI=true makes this fail");
+            None
+        }
+    }
+}
+
+/// The engine with the base image present, or `None` as for [`engine`].
+pub async fn engine_with_base() -> Option<Docker> {
+    let engine = engine().await?;
+    base_image(&engine).await;
+    Some(engine)
+}
+
+/// Builds [`BASE_IMAGE`] with the real CLI unless the engine has it; one
+/// test at a time, so a test binary builds it at most once.
+pub async fn base_image(engine: &Docker) {
+    static BUILT: tokio::sync::Mutex<bool> = tokio::sync::Mutex::const_new(false);
+    let mut built = BUILT.lock().await;
+    if *built {
+        return;
+    }
+    let present = silo::image::exists(engine, BASE_IMAGE)
+        .await
+        .expect("inspecting the base image");
+    if !present {
+        let cli = Cli::new();
+        cli.ok(&["image", "base", "-t", BASE_IMAGE]);
+    }
+    *built = true;
+}
+
+/// The engine's view of a sandbox's container, if it exists.
+pub async fn container(engine: &Docker, sandbox_id: &str) -> Option<ContainerInspectResponse> {
+    engine
+        .inspect_container(&container_name(sandbox_id), None)
+        .await
+        .ok()
+}
+
+/// The id of a sandbox's container; panics if there is none.
+pub async fn container_id(engine: &Docker, sandbox_id: &str) -> String {
+    container(engine, sandbox_id)
+        .await
+        .and_then(|c| c.id)
+        .unwrap_or_else(|| panic!("sandbox {sandbox_id} has no container"))
+}
+
+/// Whether the sandbox's container is running.
+pub async fn is_running(engine: &Docker, sandbox_id: &str) -> bool {
+    container(engine, sandbox_id)
+        .await
+        .and_then(|c| c.state)
+        .and_then(|s| s.running)
+        .unwrap_or(false)
+}
+
+/// Waits until the sandbox's container has stopped; panics after `within`.
+pub async fn wait_stopped(engine: &Docker, sandbox_id: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while is_running(engine, sandbox_id).await {
+        assert!(
+            Instant::now() < deadline,
+            "container of {sandbox_id} still running after {within:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Removes a sandbox's container behind silo's back.
+pub async fn remove_behind_silos_back(engine: &Docker, sandbox_id: &str) {
+    let options = RemoveContainerOptionsBuilder::new().force(true).build();
+    engine
+        .remove_container(&container_name(sandbox_id), Some(options))
+        .await
+        .expect("removing a container behind silo's back");
+}
+
+/// Ids of every container (running or not) labelled for this sandbox id.
+pub async fn containers_of(engine: &Docker, sandbox_id: &str) -> Vec<String> {
+    let filters = HashMap::from([(
+        "label".to_owned(),
+        vec![format!("{LABEL_SANDBOX_ID}={sandbox_id}")],
+    )]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    engine
+        .list_containers(Some(options))
+        .await
+        .expect("listing containers")
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect()
+}

@@ -1,0 +1,186 @@
+//! What a Docker sandbox is made of, checked from inside (through the agent)
+//! and from the engine's side: a sandbox without a network is still
+//! reachable, bind mounts honour rw/ro, the spec's settings reach the
+//! container, and two silo homes on one engine never touch each other's
+//! containers.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use silo::backend::docker::{LABEL_HOME, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
+use silo_tests::Cli;
+use silo_tests::docker::{BASE_IMAGE, container, containers_of, engine_with_base};
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn id_of(cli: &Cli, args: &[&str]) -> String {
+    let out = json(&cli.ok(args));
+    out["sandbox"]["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_sandbox_without_a_network_is_still_reachable() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    let id = id_of(
+        &cli,
+        &[
+            "up",
+            "nonet",
+            "--image",
+            BASE_IMAGE,
+            "--network",
+            "none",
+            "--json",
+        ],
+    );
+    let info = container(&engine, &id).await.unwrap();
+    let mode = info.host_config.unwrap().network_mode.unwrap();
+    assert_eq!(mode, "none");
+    // Only the loopback interface exists, and the agent answers anyway.
+    let links = cli.ok(&["exec", "nonet", "--", "sh", "-c", "ls /sys/class/net"]);
+    assert_eq!(links.split_whitespace().collect::<Vec<_>>(), ["lo"]);
+}
+
+#[tokio::test]
+async fn bind_mounts_are_read_write_or_read_only_as_asked() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let rw = tempfile::tempdir().unwrap();
+    let ro = tempfile::tempdir().unwrap();
+    std::fs::write(rw.path().join("in.txt"), "from host\n").unwrap();
+    std::fs::write(ro.path().join("data.txt"), "read me\n").unwrap();
+    let cli = Cli::new();
+    let rw_bind = format!("{}:/rw", rw.path().display());
+    let ro_bind = format!("{}:/ro:ro", ro.path().display());
+    cli.ok(&[
+        "up", "binds", "--image", BASE_IMAGE, "--bind", &rw_bind, "--bind", &ro_bind,
+    ]);
+    let out = cli.ok(&[
+        "exec",
+        "binds",
+        "--",
+        "sh",
+        "-c",
+        "cat /rw/in.txt /ro/data.txt; echo from sandbox > /rw/out.txt",
+    ]);
+    assert_eq!(out, "from host\nread me\n");
+    assert_eq!(
+        std::fs::read_to_string(rw.path().join("out.txt")).unwrap(),
+        "from sandbox\n"
+    );
+    let out = cli.run(&["exec", "binds", "--", "touch", "/ro/nope"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Read-only"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!ro.path().join("nope").exists());
+
+    // A host path that does not exist is refused before anything is made.
+    let out = cli.run(&[
+        "up",
+        "nobind",
+        "--image",
+        BASE_IMAGE,
+        "--bind",
+        "/no/such/dir:/x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    assert!(
+        cli.run(&["events", "nobind"]).status.success(),
+        "its history is kept"
+    );
+}
+
+#[tokio::test]
+async fn spec_settings_reach_the_container() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    let id = id_of(
+        &cli,
+        &[
+            "up",
+            "settings",
+            "--image",
+            BASE_IMAGE,
+            "--json",
+            "--workdir",
+            "/work",
+            "--user",
+            "nobody",
+            "--env",
+            "GREETING=hi there",
+            "--cpus",
+            "0.5",
+            "--memory",
+            "64m",
+            "--pids-limit",
+            "64",
+            "--label",
+            "team=infra",
+        ],
+    );
+    let out = cli.ok(&[
+        "exec",
+        "settings",
+        "--",
+        "sh",
+        "-c",
+        "pwd; id -u; echo $GREETING",
+    ]);
+    assert_eq!(out, "/work\n65534\nhi there\n");
+
+    let info = container(&engine, &id).await.unwrap();
+    let host = info.host_config.unwrap();
+    assert_eq!(host.nano_cpus, Some(500_000_000));
+    assert_eq!(host.memory, Some(64 << 20));
+    assert_eq!(host.pids_limit, Some(64));
+    let labels = info.config.unwrap().labels.unwrap();
+    assert_eq!(labels["team"], "infra");
+    assert_eq!(labels[LABEL_SANDBOX_NAME], "settings");
+    assert_eq!(labels[LABEL_SPEC_HASH].len(), 64);
+    // The key was deleted once the agent had read it.
+    let run = cli.ok(&["exec", "settings", "--", "ls", "/.silo/run"]);
+    assert_eq!(run, "agent.sock\n");
+}
+
+#[tokio::test]
+async fn two_homes_on_one_engine_never_touch_each_others_containers() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    let (a, b) = (Cli::new(), Cli::new());
+    let in_a = id_of(&a, &["up", "same", "--image", BASE_IMAGE, "--json"]);
+    let in_b = id_of(&b, &["up", "same", "--image", BASE_IMAGE, "--json"]);
+    assert_ne!(in_a, in_b);
+    let home_of = |info: bollard::models::ContainerInspectResponse| {
+        info.config.unwrap().labels.unwrap()[LABEL_HOME].clone()
+    };
+    assert_ne!(
+        home_of(container(&engine, &in_a).await.unwrap()),
+        home_of(container(&engine, &in_b).await.unwrap())
+    );
+
+    // Home A forgets its sandbox (its database is lost): A's container is an
+    // orphan that A's gc removes, and B's is left alone.
+    for file in ["state.db", "state.db-wal", "state.db-shm"] {
+        let _ = std::fs::remove_file(a.home.path().join(file));
+    }
+    let swept = a.ok(&["gc"]);
+    assert!(swept.contains(&format!("silo-{in_a}")), "{swept}");
+    assert!(containers_of(&engine, &in_a).await.is_empty());
+    assert_eq!(containers_of(&engine, &in_b).await.len(), 1);
+    assert_eq!(b.ok(&["exec", "same", "--", "echo", "ok"]), "ok\n");
+}

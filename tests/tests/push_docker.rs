@@ -1,0 +1,136 @@
+//! Push into Docker sandboxes: the same agent code path as the local
+//! backend, at the sandbox's real `/workspace/managed`. A fan-out with one
+//! container killed, an unchanged repeat chosen by label, and a hostile
+//! bundle refused without a trace inside the container.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use silo::Silo;
+use silo_tests::Cli;
+use silo_tests::docker::{BASE_IMAGE, container_id, engine_with_base};
+use silo_tests::push::{bundle_of, push_raw, tar_entry, tar_file};
+
+const MOUNT: &str = "/workspace/managed/app";
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn sandbox_id(cli: &Cli, name: &str) -> String {
+    let listed = json(&cli.ok(&["ls", "--json"]));
+    let entry = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap();
+    entry["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn push_fans_out_to_docker_sandboxes_and_refuses_hostile_bundles() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    for name in ["d0", "d1"] {
+        cli.ok(&["up", name, "--image", BASE_IMAGE, "--label", "tier=web"]);
+    }
+    for name in ["d2", "d3"] {
+        cli.ok(&["up", name, "--image", BASE_IMAGE]);
+    }
+    // Kill one container behind silo's back.
+    let dead = container_id(&engine, &sandbox_id(&cli, "d2")).await;
+    let killed = std::process::Command::new("docker")
+        .args(["kill", &dead])
+        .output()
+        .unwrap();
+    assert!(
+        killed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
+
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(src.path().join("src")).unwrap();
+    std::fs::write(src.path().join("src/main.py"), "print('hi')\n").unwrap();
+    let dir = src.path().display().to_string();
+    let out = cli.run(&[
+        "push",
+        &dir,
+        "--mount",
+        MOUNT,
+        "--all",
+        "--retry-budget",
+        "1.5",
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(report["succeeded"], 3, "{report}");
+    assert_eq!(report["failures"][0]["sandbox"], "d2", "{report}");
+    assert!(
+        report["failures"][0]["attempts"].as_u64().unwrap() > 1,
+        "{report}"
+    );
+
+    assert_eq!(
+        cli.ok(&[
+            "exec",
+            "d0",
+            "--",
+            "cat",
+            "/workspace/managed/app/src/main.py"
+        ]),
+        "print('hi')\n"
+    );
+    let link = cli.ok(&["exec", "d3", "--", "readlink", MOUNT]);
+    assert!(link.starts_with(".versions/app/000001-"), "{link}");
+
+    // Chosen by label this time: only d0 and d1, which have the files already.
+    let again = json(&cli.ok(&[
+        "push", &dir, "--mount", MOUNT, "--label", "tier=web", "--json",
+    ]));
+    assert_eq!(
+        (again["targets"].as_u64(), again["unchanged"].as_u64()),
+        (Some(2), Some(2)),
+        "{again}"
+    );
+
+    // A hostile bundle straight to one agent: refused, nothing written.
+    let silo = Silo::open(Some(cli.home.path().to_path_buf())).unwrap();
+    let client = silo.client(&silo.get("d1").unwrap()).unwrap();
+    let listing = |cli: &Cli| {
+        cli.ok(&[
+            "exec",
+            "d1",
+            "--",
+            "sh",
+            "-c",
+            "ls -a /workspace /workspace/managed; readlink /workspace/managed/app",
+        ])
+    };
+    let before = listing(&cli);
+    for entries in [
+        vec![tar_file("../../escape.txt", b"x")],
+        vec![
+            tar_entry(b"out", b'2', b"", b"/etc"),
+            tar_file("out/passwd", b"x"),
+        ],
+    ] {
+        let (status, answer) = push_raw(&client, MOUNT, bundle_of(&entries)).await;
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["kind"], "rejected_entry");
+    }
+    assert_eq!(listing(&cli), before);
+    let passwd = cli.run(&["exec", "d1", "--", "cat", "/etc/passwd"]);
+    assert_ne!(passwd.stdout, b"x", "/etc/passwd was overwritten");
+}

@@ -1,0 +1,285 @@
+//! The swap against the real agent: versions and "unchanged", ordering of
+//! concurrent pushes, readers during hundreds of swaps, and an agent killed
+//! with SIGKILL in the middle of an extract.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use silo::push::{RetryPolicy, SharedBundle, push_to_sandbox};
+use silo_protocol::bundle::{Bundle, BundleLimits, FileSet};
+use silo_protocol::push::PushResponse;
+use silo_tests::TestAgent;
+use silo_tests::push::{leftovers, snapshot};
+
+async fn agent_with_root(root: &Path) -> TestAgent {
+    let root = root.display().to_string();
+    TestAgent::start_with(&["--push-root", &root], &[]).await
+}
+
+fn bundle(files: &[(&str, Vec<u8>)]) -> SharedBundle {
+    let mut set = FileSet::new();
+    for (path, data) in files {
+        set.insert_bytes(path, data.clone(), false).unwrap();
+    }
+    Bundle::build(&set, &BundleLimits::default())
+        .unwrap()
+        .into()
+}
+
+async fn push(agent: &TestAgent, mount: &str, bundle: &SharedBundle) -> PushResponse {
+    push_to_sandbox(
+        &agent.client(),
+        mount,
+        bundle,
+        &RetryPolicy::default(),
+        None,
+    )
+    .await
+    .unwrap()
+    .0
+}
+
+/// A version's tree: `n` files that all say which version they belong to.
+fn versioned(version: usize, n: usize) -> SharedBundle {
+    let files: Vec<(String, Vec<u8>)> = (0..n)
+        .map(|i| {
+            (
+                format!("d{}/f{i}", i % 4),
+                format!("v{version}").into_bytes(),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, Vec<u8>)> = files.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+    bundle(&refs)
+}
+
+#[tokio::test]
+async fn versions_swap_and_an_unchanged_bundle_writes_nothing() {
+    let base = tempfile::tempdir().unwrap();
+    let agent = agent_with_root(base.path()).await;
+    let mount = base.path().join("app");
+    let m = mount.display().to_string();
+    let one = bundle(&[("a.txt", b"one".to_vec())]);
+    let first = push(&agent, &m, &one).await;
+    assert!(!first.unchanged);
+    assert_eq!((first.files, first.bytes), (1, 3));
+    assert_eq!(first.sha256, one.sha256);
+    assert!(
+        std::fs::symlink_metadata(&mount)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read_to_string(mount.join("a.txt")).unwrap(), "one");
+
+    let before = snapshot(base.path());
+    let again = push(&agent, &m, &one).await;
+    assert!(again.unchanged);
+    assert_eq!(again.version, first.version);
+    assert_eq!(
+        snapshot(base.path()),
+        before,
+        "an unchanged push wrote something"
+    );
+
+    let two = push(&agent, &m, &bundle(&[("b.txt", b"two".to_vec())])).await;
+    assert_ne!(two.version, first.version);
+    assert!(!mount.join("a.txt").exists());
+    assert_eq!(std::fs::read_to_string(mount.join("b.txt")).unwrap(), "two");
+    // The replaced version stays for its grace period.
+    assert!(
+        base.path()
+            .join(".versions/app")
+            .join(&first.version)
+            .is_dir()
+    );
+}
+
+#[tokio::test]
+async fn pushes_to_one_mount_go_in_arrival_order_and_mounts_are_independent() {
+    let base = tempfile::tempdir().unwrap();
+    let agent = Arc::new(agent_with_root(base.path()).await);
+    let m = base.path().join("app").display().to_string();
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let (agent, m) = (Arc::clone(&agent), m.clone());
+        // Big enough to overlap, started apart so their arrival order is known.
+        let b = bundle(&[
+            ("data", vec![i as u8; 3 << 20]),
+            ("which", i.to_string().into_bytes()),
+        ]);
+        tasks.push(tokio::spawn(async move { push(&agent, &m, &b).await }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let mut seqs = Vec::new();
+    for task in tasks {
+        let answer = task.await.unwrap();
+        seqs.push(answer.version[..6].parse::<u64>().unwrap());
+    }
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "not in arrival order: {seqs:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&m).join("which")).unwrap(),
+        "4"
+    );
+
+    let (a, b) = (
+        base.path().join("one").display().to_string(),
+        base.path().join("two").display().to_string(),
+    );
+    let (ba, bb) = (versioned(1, 8), versioned(2, 8));
+    let (ra, rb) = tokio::join!(push(&agent, &a, &ba), push(&agent, &b, &bb));
+    assert!(!ra.unchanged && !rb.unchanged);
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&a).join("d0/f0")).unwrap(),
+        "v1"
+    );
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&b).join("d0/f0")).unwrap(),
+        "v2"
+    );
+}
+
+#[tokio::test]
+async fn readers_never_see_a_mixed_or_missing_tree_during_swaps() {
+    const SWAPS: usize = 220;
+    const FILES: usize = 24;
+    let base = tempfile::tempdir().unwrap();
+    let agent = agent_with_root(base.path()).await;
+    let mount = base.path().join("app");
+    let m = mount.display().to_string();
+    push(&agent, &m, &versioned(0, FILES)).await;
+
+    let done = Arc::new(AtomicBool::new(false));
+    let walks = Arc::new(AtomicUsize::new(0));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (done, walks, mount) = (Arc::clone(&done), Arc::clone(&walks), mount.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                while !done.load(Ordering::Relaxed) {
+                    // A reader resolves the mount once and reads the tree it got.
+                    let target =
+                        std::fs::read_link(&mount).map_err(|e| format!("mount missing: {e}"))?;
+                    let tree = mount.parent().unwrap().join(target);
+                    let mut seen = std::collections::BTreeSet::new();
+                    let mut count = 0;
+                    for d in std::fs::read_dir(&tree).map_err(|e| format!("tree gone: {e}"))? {
+                        let d = d.map_err(|e| e.to_string())?.path();
+                        for f in std::fs::read_dir(&d).map_err(|e| format!("dir gone: {e}"))? {
+                            let f = f.map_err(|e| e.to_string())?.path();
+                            seen.insert(
+                                std::fs::read_to_string(&f)
+                                    .map_err(|e| format!("file gone: {e}"))?,
+                            );
+                            count += 1;
+                        }
+                    }
+                    if seen.len() != 1 || count != FILES {
+                        return Err(format!("torn tree: {count} files from versions {seen:?}"));
+                    }
+                    walks.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for version in 1..=SWAPS {
+        push(&agent, &m, &versioned(version, FILES)).await;
+    }
+    done.store(true, Ordering::Relaxed);
+    for reader in readers {
+        reader.join().unwrap().unwrap();
+    }
+    assert!(walks.load(Ordering::Relaxed) > SWAPS, "readers barely ran");
+    assert_eq!(
+        std::fs::read_to_string(mount.join("d0/f0")).unwrap(),
+        format!("v{SWAPS}")
+    );
+    let kept = std::fs::read_dir(base.path().join(".versions/app"))
+        .unwrap()
+        .count();
+    assert!(kept <= 1 + 8, "old versions are not pruned: {kept}");
+}
+
+/// Starts a push on a raw socket and sends only the first `part` bytes of
+/// the body, so the agent is mid-extract when the caller looks.
+fn start_partial_push(
+    agent: &TestAgent,
+    mount: &str,
+    body: &[u8],
+    part: usize,
+) -> std::os::unix::net::UnixStream {
+    let pq = silo_protocol::push::path_and_query(mount);
+    let sha = silo_protocol::auth::body_sha256(body);
+    let signed = silo_protocol::auth::sign(&agent.key, "POST", &pq, &sha).unwrap();
+    let mut head = format!(
+        "POST {pq} HTTP/1.1\r\nHost: agent\r\nContent-Length: {}\r\n{}: {}\r\n",
+        body.len(),
+        silo_protocol::http::HEADER_PROTOCOL,
+        silo_protocol::PROTOCOL_VERSION
+    );
+    for (name, value) in signed.pairs() {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut stream = std::os::unix::net::UnixStream::connect(agent.socket()).unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&body[..part]).unwrap();
+    stream
+}
+
+fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[tokio::test]
+async fn sigkill_mid_extract_keeps_the_live_tree_and_the_next_agent_sweeps_up() {
+    let base = tempfile::tempdir().unwrap();
+    let mount = base.path().join("deep/app");
+    let m = mount.display().to_string();
+    let store: PathBuf = base.path().join("deep/.versions/app");
+    let agent = agent_with_root(base.path()).await;
+    push(&agent, &m, &versioned(1, 16)).await;
+    let live = snapshot(&mount);
+
+    // Many files, so the extract is well under way before the body ends.
+    let big: Vec<(String, Vec<u8>)> = (0..400)
+        .map(|i| (format!("f{i}"), vec![b'a' + (i % 26) as u8; 64 << 10]))
+        .collect();
+    let refs: Vec<(&str, Vec<u8>)> = big.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+    let body = bundle(&refs);
+    let _stream = start_partial_push(&agent, &m, &body.bytes, body.bytes.len() / 2);
+    wait_for("a partial extract", Duration::from_secs(10), || {
+        !leftovers(&store).is_empty()
+    });
+    silo_tests::signal(agent.pid(), nix::sys::signal::Signal::SIGKILL);
+    drop(agent);
+    assert!(
+        !leftovers(&store).is_empty(),
+        "the kill left nothing to sweep: too late?"
+    );
+    assert_eq!(snapshot(&mount), live, "the live tree changed");
+
+    let again = agent_with_root(base.path()).await;
+    wait_for("the sweep", Duration::from_secs(10), || {
+        leftovers(&store).is_empty()
+    });
+    assert_eq!(snapshot(&mount), live);
+    let next = push(&again, &m, &versioned(2, 16)).await;
+    assert!(!next.unchanged);
+    assert_eq!(std::fs::read_to_string(mount.join("d0/f0")).unwrap(), "v2");
+}
