@@ -238,6 +238,23 @@ pub fn pids_with_cmdline(needle: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Live pids whose argument vector is exactly `argv`. Stricter than
+/// [`pids_with_cmdline`]: a `silo` or `tmux` process whose own command line
+/// merely mentions the command does not count.
+pub fn pids_running(argv: &[&str]) -> Vec<u32> {
+    let wanted: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| raw == wanted)
+                && process_alive(*pid)
+        })
+        .collect()
+}
+
 fn stat_fields(stat: &str) -> Vec<&str> {
     // The command name sits in parentheses and may contain spaces.
     stat.rsplit_once(')')

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use silo::client::{ClientError, ExecConnection, ExecEvent, ExecOutput, SessionOptions};
 use silo_protocol::exec::{ErrorKind, ExecSpec};
-use silo_tests::{Cli, TestAgent, pids_with_cmdline, text};
+use silo_tests::{Cli, TestAgent, pids_running, pids_with_cmdline, text};
 
 /// A run of `script` in session `id`.
 fn in_session(id: &str, script: &str) -> ExecSpec {
@@ -44,15 +44,32 @@ async fn wait_for_process(needle: &str, present: bool) {
 async fn cwd_environment_and_variables_persist_with_clean_streams() {
     let agent = TestAgent::start().await;
     let conn = agent.client().connect().await.unwrap();
-    let first = run(&conn, "s", "cd /tmp; export FOO=bar; x=5; f() { echo \"f:$1\"; }").await;
+    let first = run(
+        &conn,
+        "s",
+        "cd /tmp; export FOO=bar; x=5; f() { echo \"f:$1\"; }",
+    )
+    .await;
     assert_eq!(first.exit.code, Some(0));
-    assert!(first.stdout.is_empty() && first.stderr.is_empty(), "{first:?}");
+    assert!(
+        first.stdout.is_empty() && first.stderr.is_empty(),
+        "{first:?}"
+    );
 
     // A new connection, as another client would make.
     let conn = agent.client().connect().await.unwrap();
-    let out = run(&conn, "s", "pwd; echo \"$FOO $x\"; f 1; echo oops >&2; return 3").await;
+    let out = run(
+        &conn,
+        "s",
+        "pwd; echo \"$FOO $x\"; f 1; echo oops >&2; return 3",
+    )
+    .await;
     assert_eq!(text(&out.stdout), "/tmp\nbar 5\nf:1\n");
-    assert_eq!(text(&out.stderr), "oops\n", "nothing but the run's own stderr");
+    assert_eq!(
+        text(&out.stderr),
+        "oops\n",
+        "nothing but the run's own stderr"
+    );
     assert_eq!(out.exit.code, Some(3));
     assert!(!out.exit.restored && !out.exit.interrupted);
 
@@ -75,7 +92,13 @@ async fn heredocs_multiline_scripts_and_quotes_work() {
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
     // The words of argv are one script, as ssh joins them.
     let spec = ExecSpec {
-        argv: vec!["echo".into(), "a".into(), "&&".into(), "echo".into(), "b".into()],
+        argv: vec![
+            "echo".into(),
+            "a".into(),
+            "&&".into(),
+            "echo".into(),
+            "b".into(),
+        ],
         session: Some("h".into()),
         ..Default::default()
     };
@@ -121,14 +144,22 @@ async fn interrupting_sleep_is_prompt_and_keeps_the_shell_and_its_cwd() {
     wait_for_process("sleep 100.2323", false).await;
 
     let after = run(&conn, "i", "pwd; echo $$").await;
-    assert_eq!(text(&after.stdout), format!("/tmp\n{shell_pid}"), "same shell, same cwd");
+    assert_eq!(
+        text(&after.stdout),
+        format!("/tmp\n{shell_pid}"),
+        "same shell, same cwd"
+    );
 }
 
 #[tokio::test]
 async fn a_command_ignoring_sigint_is_killed_at_the_grace_and_the_session_survives() {
     let agent = TestAgent::start().await;
     let conn = agent.client().connect().await.unwrap();
-    let shell_pid = text(&run(&conn, "g", "cd /tmp; export KEEP=1; echo $$").await.stdout);
+    let shell_pid = text(
+        &run(&conn, "g", "cd /tmp; export KEEP=1; echo $$")
+            .await
+            .stdout,
+    );
     let exec = conn
         .exec(in_session("g", "sh -c \"trap '' INT; sleep 100.4343\""))
         .await
@@ -159,7 +190,9 @@ async fn a_shell_that_will_not_stop_is_restarted_with_its_cwd_and_environment() 
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    exec.interrupt(Some(Duration::from_millis(200))).await.unwrap();
+    exec.interrupt(Some(Duration::from_millis(200)))
+        .await
+        .unwrap();
     let out = tokio::time::timeout(Duration::from_secs(10), exec.collect())
         .await
         .expect("the stuck shell is killed")
@@ -168,7 +201,11 @@ async fn a_shell_that_will_not_stop_is_restarted_with_its_cwd_and_environment() 
     assert_eq!(out.exit.signal, Some(9));
 
     let after = run(&conn, "w", "pwd; echo \"$KEEP [${unexported:-}]\"; trap").await;
-    assert_eq!(text(&after.stdout), "/tmp\nkept []\n", "cwd and exports survive, plain variables and traps do not");
+    assert_eq!(
+        text(&after.stdout),
+        "/tmp\nkept []\n",
+        "cwd and exports survive, plain variables and traps do not"
+    );
     assert!(!after.exit.restored, "the restart was reported once");
 }
 
@@ -176,10 +213,14 @@ async fn a_shell_that_will_not_stop_is_restarted_with_its_cwd_and_environment() 
 async fn a_killed_shell_is_restored_on_the_next_run() {
     let agent = TestAgent::start().await;
     let conn = agent.client().connect().await.unwrap();
-    let pid: u32 = text(&run(&conn, "k", "cd /tmp; export FOO=bar; echo $$").await.stdout)
-        .trim()
-        .parse()
-        .unwrap();
+    let pid: u32 = text(
+        &run(&conn, "k", "cd /tmp; export FOO=bar; echo $$")
+            .await
+            .stdout,
+    )
+    .trim()
+    .parse()
+    .unwrap();
     silo_tests::signal(pid, nix::sys::signal::Signal::SIGKILL);
     let deadline = Instant::now() + Duration::from_secs(10);
     while silo_tests::process_alive(pid) {
@@ -203,9 +244,17 @@ async fn a_killed_shell_is_restored_on_the_next_run() {
 async fn commands_run_one_at_a_time_and_idle_interrupts_are_no_ops() {
     let agent = TestAgent::start().await;
     let conn = agent.client().connect().await.unwrap();
-    assert_eq!(conn.interrupt_session("q", None).await.ok(), None, "unknown session");
+    assert_eq!(
+        conn.interrupt_session("q", None).await.ok(),
+        None,
+        "unknown session"
+    );
     run(&conn, "q", "true").await;
-    assert_eq!(conn.interrupt_session("q", None).await.unwrap(), None, "idle: nothing to do");
+    assert_eq!(
+        conn.interrupt_session("q", None).await.unwrap(),
+        None,
+        "idle: nothing to do"
+    );
 
     let first = conn
         .exec(in_session("q", "sleep 0.5; echo first"))
@@ -233,11 +282,17 @@ async fn a_session_run_can_be_reattached_from_another_connection() {
     let agent = TestAgent::start().await;
     let conn = agent.client().connect().await.unwrap();
     let mut exec = conn
-        .exec(in_session("r", "for i in 1 2 3; do echo $i; sleep 0.2; done"))
+        .exec(in_session(
+            "r",
+            "for i in 1 2 3; do echo $i; sleep 0.2; done",
+        ))
         .await
         .unwrap();
     let id = exec.id();
-    assert!(matches!(exec.next_event().await, Some(ExecEvent::Output { .. })));
+    assert!(matches!(
+        exec.next_event().await,
+        Some(ExecEvent::Output { .. })
+    ));
     drop(exec);
     drop(conn);
     let conn = agent.client().connect().await.unwrap();
@@ -261,8 +316,15 @@ async fn sessions_are_opened_listed_and_closed() {
     assert_eq!(info.cwd, "/tmp");
     let (_, created) = conn.open_session("o", options).await.unwrap();
     assert!(!created);
-    assert_eq!(text(&run(&conn, "o", "pwd; echo $GREETING").await.stdout), "/tmp\nhi\n");
-    assert!(conn.open_session("bad id", SessionOptions::default()).await.is_err());
+    assert_eq!(
+        text(&run(&conn, "o", "pwd; echo $GREETING").await.stdout),
+        "/tmp\nhi\n"
+    );
+    assert!(
+        conn.open_session("bad id", SessionOptions::default())
+            .await
+            .is_err()
+    );
 
     let long = conn.exec(in_session("o", "sleep 100.5656")).await.unwrap();
     wait_for_process("sleep 100.5656", true).await;
@@ -319,7 +381,10 @@ fn cli_sessions_persist_across_silo_processes() {
     assert!(out.status.success(), "{out:?}");
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
     // Each call is a brand-new silo process.
-    assert_eq!(cli.ok(&["exec", "--session", "work", "box", "--", "pwd"]), "/tmp\n");
+    assert_eq!(
+        cli.ok(&["exec", "--session", "work", "box", "--", "pwd"]),
+        "/tmp\n"
+    );
     assert_eq!(
         cli.ok(&["exec", "--session", "work", "box", "--", "echo", "$FOO"]),
         "bar\n"
@@ -333,7 +398,10 @@ fn cli_sessions_persist_across_silo_processes() {
     assert_eq!(listed[0]["id"], "work");
     assert_eq!(listed[0]["cwd"], "/tmp");
     cli.ok(&["session", "close", "box", "work"]);
-    assert_eq!(cli.run(&["session", "close", "box", "work"]).status.code(), Some(1));
+    assert_eq!(
+        cli.run(&["session", "close", "box", "work"]).status.code(),
+        Some(1)
+    );
 }
 
 #[test]
@@ -342,12 +410,20 @@ fn cli_ctrl_c_interrupts_a_session_command_and_keeps_the_session() {
     cli.ok(&["create", "--backend", "local", "--name", "box"]);
     cli.ok(&["exec", "--session", "s", "box", "--", "cd /tmp"]);
     let child = cli
-        .command(&["exec", "--session", "s", "box", "--", "sleep 100.9191; echo never"])
+        .command(&[
+            "exec",
+            "--session",
+            "s",
+            "box",
+            "--",
+            "sleep 100.9191; echo never",
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while pids_with_cmdline("sleep 100.9191").is_empty() {
+    // Matched exactly: the silo process's own command line mentions it too.
+    while pids_running(&["sleep", "100.9191"]).is_empty() {
         assert!(Instant::now() < deadline, "the command never started");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -355,6 +431,9 @@ fn cli_ctrl_c_interrupts_a_session_command_and_keeps_the_session() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130));
     assert!(out.stdout.is_empty());
-    assert_eq!(cli.ok(&["exec", "--session", "s", "box", "--", "pwd"]), "/tmp\n");
-    assert!(pids_with_cmdline("sleep 100.9191").is_empty());
+    assert_eq!(
+        cli.ok(&["exec", "--session", "s", "box", "--", "pwd"]),
+        "/tmp\n"
+    );
+    assert!(pids_running(&["sleep", "100.9191"]).is_empty());
 }

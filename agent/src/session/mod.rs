@@ -22,7 +22,9 @@
 //! - `report`: parsing what the shell writes back (pure).
 //! - `shell`: one shell process.
 //! - `run`: one command, from the queue to its exit report.
+//! - `line`: its line in the shell: pipes, records, interrupt.
 
+mod line;
 mod report;
 mod run;
 mod script;

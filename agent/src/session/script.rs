@@ -214,13 +214,24 @@ mod tests {
     use super::*;
     use std::process::Command;
 
+    /// Runs `text` with sh through the test reaper (a plain `output()` could
+    /// lose its child's status to the reaper other tests run).
     fn sh(text: &[u8]) -> String {
-        let out = Command::new("/bin/sh")
-            .arg("-c")
+        use std::io::Read;
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
             .arg(std::ffi::OsStr::new(&*String::from_utf8_lossy(text)))
-            .output()
+            .stdout(std::process::Stdio::piped());
+        let (mut child, exit) = crate::reaper::test_reaper().spawn(&mut cmd).unwrap();
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
             .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        exit.blocking_recv().unwrap();
+        out
     }
 
     #[test]

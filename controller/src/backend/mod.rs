@@ -128,8 +128,9 @@ pub trait Backend {
     /// Where the machine's agent listens.
     fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError>;
 
-    /// How the machine last ended, when it is stopped and did not stop
-    /// because silo stopped it; `None` when running, missing or unknown.
+    /// How the machine last ended, when it is stopped; `None` when it is
+    /// running, missing, or the backend cannot tell. Whether silo itself
+    /// stopped it is for the caller to tell, from the event log.
     fn last_exit(
         &self,
         machine: Machine<'_>,

@@ -113,6 +113,7 @@ pub(super) async fn execute(
 ) -> anyhow::Result<i32> {
     spec.detach_timeout_ms = Some(DETACH_TIMEOUT.as_millis() as u64);
     let tty = spec.tty;
+    let mut signals = Signals::catch(tty)?;
     let sandbox = silo.get(sandbox)?;
     let connection = silo.connect(&sandbox).await?;
     let client = silo.client(&sandbox)?;
@@ -133,7 +134,7 @@ pub(super) async fn execute(
         shown: 0,
         tty,
     };
-    let outcome = running.pump(stdin).await;
+    let outcome = running.pump(&mut signals, stdin).await;
     // Notes below are plain lines again only once the terminal is back.
     drop(raw);
     let exit = match outcome? {
@@ -160,6 +161,36 @@ fn seconds_to_ms(secs: f64) -> anyhow::Result<u64> {
     Ok(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The signals this process turns into requests. They are caught before the
+/// command starts: uncaught, a Ctrl-C in that moment would kill this process
+/// and leave the command running, unseen, until the detach timeout.
+struct Signals {
+    interrupt: Signal,
+    /// PTY only: the local window changed.
+    window_change: Option<Signal>,
+    /// PTY only: without these the process would die with the terminal raw.
+    terminate: Option<Signal>,
+    hangup: Option<Signal>,
+}
+
+impl Signals {
+    fn catch(tty: bool) -> anyhow::Result<Self> {
+        let pty = |kind: SignalKind| -> anyhow::Result<Option<Signal>> {
+            Ok(if tty {
+                Some(signal(kind).context("catching terminal signals")?)
+            } else {
+                None
+            })
+        };
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt()).context("catching Ctrl-C")?,
+            window_change: pty(SignalKind::window_change())?,
+            terminate: pty(SignalKind::terminate())?,
+            hangup: pty(SignalKind::hangup())?,
+        })
+    }
+}
+
 /// One running command and what has been shown of it.
 struct Running {
     client: AgentClient,
@@ -184,20 +215,11 @@ enum Outcome {
 impl Running {
     /// Forwards output, stdin, Ctrl-C and (PTY) window changes until the
     /// command exits.
-    async fn pump(&mut self, mut stdin: Option<impl AsyncRead + Unpin>) -> anyhow::Result<Outcome> {
-        let mut interrupts = signal(SignalKind::interrupt()).context("catching Ctrl-C")?;
-        // In a PTY the terminal is raw: without these the process could die
-        // with the terminal still raw.
-        let pty_signal = |kind: SignalKind| -> anyhow::Result<Option<Signal>> {
-            Ok(if self.tty {
-                Some(signal(kind).context("catching terminal signals")?)
-            } else {
-                None
-            })
-        };
-        let mut window_changes = pty_signal(SignalKind::window_change())?;
-        let mut terminate = pty_signal(SignalKind::terminate())?;
-        let mut hangup = pty_signal(SignalKind::hangup())?;
+    async fn pump(
+        &mut self,
+        signals: &mut Signals,
+        mut stdin: Option<impl AsyncRead + Unpin>,
+    ) -> anyhow::Result<Outcome> {
         let mut last_interrupt: Option<Instant> = None;
         let mut reattached = 0;
         let mut buf = vec![0u8; STDIN_CHUNK];
@@ -235,7 +257,7 @@ impl Running {
                         self.reattach().await?;
                     }
                 },
-                Some(()) = interrupts.recv() => {
+                Some(()) = signals.interrupt.recv() => {
                     if self.tty {
                         // Raw mode turns Ctrl-C into input; this is a SIGINT
                         // from elsewhere, delivered the same way.
@@ -250,13 +272,13 @@ impl Running {
                     last_interrupt = Some(now);
                     self.interrupt(grace);
                 }
-                Some(()) = next(&mut window_changes) => {
+                Some(()) = next(&mut signals.window_change) => {
                     if let Some(window) = terminal::window_size() {
                         self.handle.resize(window).await.context("resizing the terminal")?;
                     }
                 }
-                Some(()) = next(&mut terminate) => return Ok(Outcome::Signalled(128 + libc::SIGTERM)),
-                Some(()) = next(&mut hangup) => return Ok(Outcome::Signalled(128 + libc::SIGHUP)),
+                Some(()) = next(&mut signals.terminate) => return Ok(Outcome::Signalled(128 + libc::SIGTERM)),
+                Some(()) = next(&mut signals.hangup) => return Ok(Outcome::Signalled(128 + libc::SIGHUP)),
                 read = read_some(&mut stdin, &mut buf), if stdin.is_some() => match read {
                     Ok(0) | Err(_) => {
                         stdin = None;

@@ -278,7 +278,9 @@ impl Output {
         if self.json {
             return print_json(&sessions);
         }
-        let mut table = vec![row(["ID", "SHELL", "PID", "RUNNING", "RUNS", "RESTARTS", "CWD"])];
+        let mut table = vec![row([
+            "ID", "SHELL", "PID", "RUNNING", "RUNS", "RESTARTS", "CWD",
+        ])];
         for s in sessions {
             let running = match (s.running, s.queued) {
                 (Some(id), 0) => id.to_string(),

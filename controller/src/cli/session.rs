@@ -45,14 +45,17 @@ enum Action {
 
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
     let sandbox = match &args.action {
-        Action::Ls { sandbox } | Action::Interrupt { sandbox, .. } | Action::Close { sandbox, .. } => {
-            silo.get(sandbox)?
-        }
+        Action::Ls { sandbox }
+        | Action::Interrupt { sandbox, .. }
+        | Action::Close { sandbox, .. } => silo.get(sandbox)?,
     };
     let connection = silo.connect(&sandbox).await?;
     match args.action {
         Action::Ls { .. } => {
-            let sessions = connection.list_sessions().await.context("listing sessions")?;
+            let sessions = connection
+                .list_sessions()
+                .await
+                .context("listing sessions")?;
             out.sessions(&sessions)?;
         }
         Action::Interrupt { id, kill, .. } => {
@@ -64,7 +67,10 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
             out.session_interrupted(&id, exec_id)?;
         }
         Action::Close { id, .. } => {
-            let existed = connection.close_session(&id).await.context("closing the session")?;
+            let existed = connection
+                .close_session(&id)
+                .await
+                .context("closing the session")?;
             out.session_closed(&id, existed)?;
             if !existed {
                 return Ok(1);

@@ -51,7 +51,11 @@ impl ExecConnection {
     /// Every session of the sandbox, by id.
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, ClientError> {
         let tag = self.tag();
-        match self.call(tag, ClientMessage::SessionList { tag }).await?.message {
+        match self
+            .call(tag, ClientMessage::SessionList { tag })
+            .await?
+            .message
+        {
             AgentMessage::SessionList { sessions, .. } => Ok(sessions),
             other => Err(unexpected(other)),
         }

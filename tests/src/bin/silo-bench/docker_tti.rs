@@ -1,11 +1,15 @@
 //! `tti` (time to interactive): from nothing to the first output of
 //! `echo ready` in a fresh Docker sandbox of the base image, beside the
 //! Engine API creating, starting and waiting for a plain container of the
-//! same image that runs `echo ready`.
+//! same image that runs `echo ready`. The wait includes the container's
+//! exit, which silo's figure does not, so a second row compares with the
+//! plain container's first output instead (attached before its start).
 
 use std::time::Instant;
 
-use crate::docker_common::{DockerBench, first_output, plain_container, remove, start_and_wait};
+use crate::docker_common::{
+    DockerBench, first_output, plain_container, remove, start_and_wait, start_to_first_output,
+};
 use crate::report::Row;
 use crate::stats::Samples;
 
@@ -20,6 +24,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     // One untimed round each, so the engine's caches are warm for both.
     let mut silo = Samples::default();
     let mut plain = Samples::default();
+    let mut plain_output = Samples::default();
     for round in 0..=n {
         let name = format!("bench-tti-{round}");
         let t = Instant::now();
@@ -37,20 +42,33 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         let plain_took = t.elapsed();
         remove(&bench.engine, &container).await?;
 
+        let t = Instant::now();
+        plain_container(&bench.engine, &container, &["echo", "ready"]).await?;
+        let created = t.elapsed();
+        let output_took = created + start_to_first_output(&bench.engine, &container).await?;
+        remove(&bench.engine, &container).await?;
+
         if round > 0 {
             silo.push(took);
             plain.push(plain_took);
+            plain_output.push(output_took);
         }
     }
-    let ratio = silo.percentile(50.0) / plain.percentile(50.0);
-    Ok(vec![Row {
-        scenario: "tti",
-        metric: format!("p50 of {n}"),
-        unit: "ms",
-        silo: silo.percentile(50.0),
-        baseline: Some(plain.percentile(50.0)),
-        baseline_name: "create+start+wait",
-        target: format!("<= {TARGET_RATIO}x"),
-        met: ratio <= TARGET_RATIO,
-    }])
+    let row = |baseline: &Samples, baseline_name: &'static str| {
+        let ratio = silo.percentile(50.0) / baseline.percentile(50.0);
+        Row {
+            scenario: "tti",
+            metric: format!("p50 of {n}"),
+            unit: "ms",
+            silo: silo.percentile(50.0),
+            baseline: Some(baseline.percentile(50.0)),
+            baseline_name,
+            target: format!("<= {TARGET_RATIO}x"),
+            met: ratio <= TARGET_RATIO,
+        }
+    };
+    Ok(vec![
+        row(&plain, "create+start+wait"),
+        row(&plain_output, "create+start to output"),
+    ])
 }

@@ -23,6 +23,8 @@ mod interrupt;
 mod push_big;
 mod push_fanout;
 mod report;
+mod session_interrupt;
+mod session_rtt;
 mod stats;
 
 use std::path::PathBuf;
@@ -32,6 +34,7 @@ use clap::Parser;
 /// Every scenario, in the order they run by default.
 const SCENARIOS: &[&str] = &[
     "exec-rtt",
+    "session-rtt",
     "interrupt",
     "agent-footprint",
     "push-big",
@@ -44,7 +47,8 @@ const SCENARIOS: &[&str] = &[
 #[derive(Parser)]
 #[command(about = "Benchmarks silo against the plain alternative, side by side")]
 struct Args {
-    /// Scenarios to run (all when none): exec-rtt, interrupt, agent-footprint,
+    /// Scenarios to run (all when none): exec-rtt, session-rtt, interrupt
+    /// (plain execs and session runs), agent-footprint,
     /// push-big, push-fanout, docker-exec-rtt, tti, resume (the Docker
     /// ones are skipped, with a note, when no engine answers outside CI).
     scenarios: Vec<String>,
@@ -69,7 +73,12 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("running {scenario}...");
         let mut found = match scenario {
             "exec-rtt" => exec_rtt::run(args.quick).await?,
-            "interrupt" => interrupt::run(args.quick).await?,
+            "session-rtt" => session_rtt::run(args.quick).await?,
+            "interrupt" => {
+                let mut rows = interrupt::run(args.quick).await?;
+                rows.append(&mut session_interrupt::run(args.quick).await?);
+                rows
+            }
             "agent-footprint" => footprint::run(args.quick).await?,
             "push-big" => push_big::run(args.quick).await?,
             "push-fanout" => push_fanout::run(args.quick).await?,
