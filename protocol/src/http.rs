@@ -32,3 +32,34 @@ pub struct ErrorBody {
     /// Human-readable explanation; never contains key material.
     pub message: String,
 }
+
+/// An error and its causes on one line, `outer: inner: root`.
+///
+/// This is how both tiers render an error into [`ErrorBody::message`] and
+/// into their own reports, so a client sees the whole reason, not just the
+/// outermost layer.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn error_chain_joins_every_cause() {
+        let err = Outer(std::io::Error::other("root cause"));
+        assert_eq!(error_chain(&err), "outer: root cause");
+    }
+}

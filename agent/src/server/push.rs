@@ -8,6 +8,7 @@
 use http::header::CONTENT_LENGTH;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
+use silo_protocol::http::error_chain;
 use silo_protocol::push::{kind, parse_query};
 
 use super::{AgentState, Body, auth, error_response, json_response};
@@ -55,21 +56,9 @@ fn parse<B>(req: &Request<B>, sha256: String) -> Result<PushRequest, PushError> 
 fn failure(err: &PushError) -> Response<Body> {
     let (status, what) = err.status();
     if what == kind::INTERNAL {
-        tracing::error!("push failed: {}", chain(err));
+        tracing::error!("push failed: {}", error_chain(err));
     } else {
-        tracing::info!("push refused: {}", chain(err));
+        tracing::info!("push refused: {}", error_chain(err));
     }
-    error_response(status, what, chain(err))
-}
-
-/// The error and its causes on one line, so the client sees the whole reason.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    error_response(status, what, error_chain(err))
 }

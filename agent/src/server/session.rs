@@ -12,6 +12,7 @@
 //! When the client goes away the session detaches from its execs, which keep
 //! running; nothing waits on a dead peer (keepalive pings find silent ones).
 
+use silo_protocol::http::error_chain;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -493,18 +494,6 @@ fn error_reply(tag: Option<u64>, exec_id: Option<ExecId>, err: &ExecError) -> Ag
         tag,
         exec_id,
         kind: err.kind(),
-        message: describe(err),
+        message: error_chain(err),
     }
-}
-
-/// An error and its causes on one line: the client sees only this text.
-pub(super) fn describe(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use silo_protocol::exec::{AgentMessage, ClientMessage};
 
-use super::session::describe;
 use crate::exec::{ExecError, Execs};
 use crate::session::Options;
+use silo_protocol::http::error_chain;
 
 /// Answers one session request; `None` for messages that are not one.
 pub fn handle(execs: &Execs, request: ClientMessage) -> Option<AgentMessage> {
@@ -71,7 +71,7 @@ fn failure(tag: u64, err: &ExecError) -> AgentMessage {
         tag: Some(tag),
         exec_id: None,
         kind: err.kind(),
-        message: describe(err),
+        message: error_chain(err),
     }
 }
 

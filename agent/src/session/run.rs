@@ -6,6 +6,7 @@
 //! snapshot if not), hands the line to `line`, and reports the exit, with
 //! `restored` when the shell had to be restarted before or during the run.
 
+use silo_protocol::http::error_chain;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,7 +176,7 @@ async fn drive(
             }
         }
         Err(err) => {
-            adopted.note(&describe(&err));
+            adopted.note(&error_chain(&err));
             (Ended::Failed, false)
         }
     };
@@ -194,7 +195,7 @@ async fn drive(
             match ensure_shell(&ctx, &session, &mut slot) {
                 Ok(restarted) => restored |= restarted,
                 Err(err) => {
-                    tracing::warn!(session = %session.id, err = %describe(&err), "cannot restart the session's shell")
+                    tracing::warn!(session = %session.id, err = %error_chain(&err), "cannot restart the session's shell")
                 }
             }
         }
@@ -252,16 +253,4 @@ fn ensure_shell(ctx: &Context, session: &Session, slot: &mut Slot) -> Result<boo
     slot.shell = Some(session.spawn_shell(&ctx.reaper, &ctx.workdir, true)?);
     tracing::info!(session = %session.id, "session shell restarted with its last cwd and environment");
     Ok(true)
-}
-
-/// An error and its causes on one line.
-fn describe(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

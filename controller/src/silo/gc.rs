@@ -6,6 +6,7 @@
 //! `older_than`. A sandbox another process is working on (its lease is held)
 //! is skipped, never waited for. Snapshots are not touched.
 
+use silo_protocol::http::error_chain;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -98,15 +99,4 @@ impl Silo {
         self.db().delete_sandbox(sandbox, &detail)?;
         Ok(())
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

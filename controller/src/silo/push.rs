@@ -2,6 +2,7 @@
 //! distinct file set, and a `pushed` event for every push that changed a
 //! mount. The pushing itself is `crate::push`.
 
+use silo_protocol::http::error_chain;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -87,7 +88,7 @@ impl Silo {
                 Err(err) => report.failures.push(PushFailure {
                     sandbox: sandbox.name.clone(),
                     reason: "unreachable".into(),
-                    detail: chain(&err),
+                    detail: error_chain(&err),
                     attempts: 0,
                 }),
             }
@@ -117,7 +118,7 @@ impl Silo {
                     report.failures.push(PushFailure {
                         sandbox: outcome.sandbox,
                         reason,
-                        detail: chain(&failed.last),
+                        detail: error_chain(&failed.last),
                         attempts: failed.attempts,
                     });
                 }
@@ -145,16 +146,4 @@ impl Silo {
             tracing::warn!(sandbox = sandbox.name, "cannot log the push: {err}");
         }
     }
-}
-
-/// An error and its causes on one line.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -3,6 +3,7 @@
 //! on the sandbox's socket, and notices early (with the container's last
 //! output) when the container exits instead.
 
+use silo_protocol::http::error_chain;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
@@ -56,7 +57,7 @@ pub async fn wait_for_agent(
                     health.pid
                 );
             }
-            Ok(Err(error)) => last = chain(&error),
+            Ok(Err(error)) => last = error_chain(&error),
             Err(_) => last = format!("no answer within {PROBE_TIMEOUT:?}"),
         }
         let now = Instant::now();
@@ -100,16 +101,4 @@ pub async fn wait_for_agent(
         }
         tokio::time::sleep(POLL).await;
     }
-}
-
-/// An error and its causes on one line, `a: b: c`.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -23,6 +23,7 @@
 
 mod process;
 
+use silo_protocol::http::error_chain;
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
@@ -215,7 +216,7 @@ impl LocalBackend {
                 Ok(Ok(health)) => {
                     last = format!("another agent (pid {}) answers on the socket", health.pid);
                 }
-                Ok(Err(error)) => last = chain(&error),
+                Ok(Err(error)) => last = error_chain(&error),
                 Err(_) => last = format!("no answer within {PROBE_TIMEOUT:?}"),
             }
             if Instant::now() >= deadline {
@@ -356,18 +357,6 @@ impl std::fmt::Display for LogTail {
             )
         }
     }
-}
-
-/// An error and its causes on one line, `a: b: c`.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Takes the sandbox's start/stop lock, waiting up to [`LOCK_TIMEOUT`] for

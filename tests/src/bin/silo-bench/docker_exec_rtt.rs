@@ -34,13 +34,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         conn.run(spec.clone()).await?;
         engine_exec_true(&bench.engine, &container).await?;
     }
-    let mut silo = Samples::default();
-    for _ in 0..n {
-        let t = Instant::now();
-        let out = conn.run(spec.clone()).await?;
-        silo.push(t.elapsed());
-        anyhow::ensure!(out.exit.code == Some(0), "true failed: {:?}", out.exit);
-    }
+    let silo = crate::exec_rtt::time_true(&conn, n).await?;
     let mut engine = Samples::default();
     for _ in 0..n_engine {
         let t = Instant::now();

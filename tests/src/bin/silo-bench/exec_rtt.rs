@@ -21,13 +21,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     for _ in 0..20 {
         conn.run(spec.clone()).await?;
     }
-    let mut silo = Samples::default();
-    for _ in 0..n {
-        let t = Instant::now();
-        let out = conn.run(spec.clone()).await?;
-        silo.push(t.elapsed());
-        anyhow::ensure!(out.exit.code == Some(0), "true failed: {:?}", out.exit);
-    }
+    let silo = time_true(&conn, n).await?;
 
     let mut plain = Samples::default();
     for _ in 0..n {
@@ -53,4 +47,20 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         met: target.is_none_or(|t| silo.percentile(p) <= t),
     };
     Ok(vec![row("p50", 50.0, Some(1.0)), row("p99", 99.0, None)])
+}
+
+/// Round trips of `true` on one open connection, `n` of them.
+pub async fn time_true(conn: &silo::client::ExecConnection, n: usize) -> anyhow::Result<Samples> {
+    let spec = ExecSpec {
+        argv: vec!["true".into()],
+        ..Default::default()
+    };
+    let mut samples = Samples::default();
+    for _ in 0..n {
+        let t = Instant::now();
+        let out = conn.run(spec.clone()).await?;
+        samples.push(t.elapsed());
+        anyhow::ensure!(out.exit.code == Some(0), "true failed: {:?}", out.exit);
+    }
+    Ok(samples)
 }
