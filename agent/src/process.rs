@@ -38,6 +38,9 @@ pub trait ProcessOps: Send + Sync + 'static {
     fn signal_pid(&self, pid: i32, signal: Signal);
     /// Whether process group `pgid` still has members.
     fn group_alive(&self, pgid: i32) -> bool;
+    /// Whether `pid` has exited, reaped or not: the kernel knows before the
+    /// reaper has delivered its status.
+    fn process_ended(&self, pid: i32) -> bool;
     /// Live (not zombie) processes in `scope`: the leader's session, carriers
     /// of the marker, and all their descendants.
     fn members(&self, scope: &Scope) -> Vec<i32>;
@@ -78,6 +81,10 @@ impl ProcessOps for System {
 
     fn group_alive(&self, pgid: i32) -> bool {
         Self::allowed(pgid) && !matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH))
+    }
+
+    fn process_ended(&self, pid: i32) -> bool {
+        read_stat(pid).is_none_or(|stat| stat.dead)
     }
 
     fn members(&self, scope: &Scope) -> Vec<i32> {
@@ -240,6 +247,13 @@ mod tests {
             vec![20, 21]
         );
         assert!(!has_marker(own_pid(), ""));
+    }
+
+    #[test]
+    fn process_ended_tells_live_from_gone() {
+        assert!(!System.process_ended(own_pid()));
+        // Above any kernel's pid_max: never a process.
+        assert!(System.process_ended(i32::MAX));
     }
 
     #[test]

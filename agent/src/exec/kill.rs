@@ -148,6 +148,9 @@ mod tests {
         fn group_alive(&self, _pgid: i32) -> bool {
             self.alive.lock().unwrap().pop_front().unwrap_or(false)
         }
+        fn process_ended(&self, _pid: i32) -> bool {
+            false
+        }
         fn members(&self, _scope: &Scope) -> Vec<i32> {
             self.members.lock().unwrap().pop_front().unwrap_or_default()
         }

@@ -242,11 +242,15 @@ async fn queue(
 }
 
 /// Restarts the shell if it is gone. True when it did.
+///
+/// A shell killed while idle may not have been reaped yet, so its status can
+/// still be pending; asking the kernel as well keeps the next run from being
+/// handed to a shell that can no longer run it.
 fn ensure_shell(ctx: &Context, session: &Session, slot: &mut Slot) -> Result<bool, SessionError> {
     if slot
         .shell
         .as_ref()
-        .is_some_and(|shell| shell.exited().is_none())
+        .is_some_and(|shell| shell.exited().is_none() && !ctx.ops.process_ended(shell.pid))
     {
         return Ok(false);
     }
