@@ -350,8 +350,10 @@ async fn wait_for_stop(s: &mut Serving) -> StopReason {
     }
 }
 
-fn random_hex<const N: usize>() -> anyhow::Result<String> {
+/// `N` random bytes as hex: boot ids and the session shells' process markers.
+pub(crate) fn random_hex<const N: usize>() -> std::io::Result<String> {
     let mut bytes = [0u8; N];
-    getrandom::fill(&mut bytes).map_err(|err| anyhow::anyhow!("no randomness: {err}"))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|err| std::io::Error::other(format!("no randomness: {err}")))?;
     Ok(hex::encode(bytes))
 }

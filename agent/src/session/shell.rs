@@ -120,7 +120,7 @@ impl Shell {
         let (control_r, control_w) =
             nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
         let (report_r, report_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-        let marker_value = random_hex()?;
+        let marker_value = crate::random_hex::<8>()?;
         let mut cmd = Command::new(&launch.program.path);
         cmd.args(launch.program.flavor.args())
             .current_dir(launch.cwd)
@@ -233,12 +233,6 @@ async fn read_records(mut from: pipe::Receiver, to: mpsc::Sender<Record>) {
             }
         }
     }
-}
-
-fn random_hex() -> io::Result<String> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|err| io::Error::other(err.to_string()))?;
-    Ok(hex::encode(bytes))
 }
 
 /// The descriptor's number, as `/proc/self/fd` names it.
