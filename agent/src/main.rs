@@ -16,6 +16,7 @@
 //! - `session`: persistent shell sessions whose runs are execs; interrupt keeps the shell.
 //! - `workload`: the optional command after `--`, restarted with backoff.
 //! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
+//! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped.
 //! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
 //! - `activity`: what counts as use, for `--idle-timeout`.
 //! - `shutdown`: the shutdown phases every long-lived task watches.
@@ -37,6 +38,7 @@ mod reaper;
 mod server;
 mod session;
 mod shutdown;
+mod snapshot;
 mod workload;
 
 use std::ffi::OsString;

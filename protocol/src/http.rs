@@ -12,6 +12,8 @@ pub const PATH_HEALTHZ: &str = "/healthz";
 pub const PATH_EXEC: &str = "/v1/exec";
 /// File push endpoint (`POST`, tar.gz body, `?mount=ABS_PATH`).
 pub const PATH_PUSH: &str = "/v1/push";
+/// Snapshot endpoint (`POST`, JSON body; answers with an image layer).
+pub const PATH_SNAPSHOT: &str = "/v1/snapshot";
 
 /// The protocol version the client speaks.
 pub const HEADER_PROTOCOL: &str = "x-silo-protocol";

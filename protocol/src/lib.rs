@@ -16,6 +16,7 @@
 //! - [`limits`]: defaults both sides need to know (ring size, grace, keepalive).
 //! - [`push`]: the push request's query, its answer and its error kinds.
 //! - [`bundle`]: the bundle format, its limits, and the deterministic builder.
+//! - [`snapshot`]: the snapshot request and the layer format of its answer.
 //! - [`session`]: shell session ids and the info the agent reports about them.
 #![deny(missing_docs)]
 
@@ -27,6 +28,7 @@ pub mod http;
 pub mod limits;
 pub mod push;
 pub mod session;
+pub mod snapshot;
 pub mod version;
 
 pub use version::PROTOCOL_VERSION;

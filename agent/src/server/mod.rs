@@ -5,7 +5,7 @@
 //! its work against shutdown. Connections are limited by a semaphore permit
 //! taken before `accept` and held until the connection (or the exec session
 //! it upgraded to) ends. Handlers only parse and check; the work is done by
-//! the modules that own it (`exec`, `push`).
+//! the modules that own it (`exec`, `push`, `snapshot`).
 //!
 //! # Layout
 //! - `listener`: binding Unix/TCP sockets, stale socket handling, accepting.
@@ -13,6 +13,7 @@
 //! - `auth`: version check, then signature check, for every route but `/healthz`.
 //! - `exec_ws`: `GET /v1/exec`: admission and the WebSocket handshake.
 //! - `push`: `POST /v1/push`: admission and request parsing for `crate::push`.
+//! - `snapshot`: `POST /v1/snapshot`: admission and request parsing for `crate::snapshot`.
 //! - `session`: one exec WebSocket connection after the upgrade.
 //! - `sessions`: the shell-session requests of that connection (open, list, close, interrupt).
 
@@ -22,6 +23,7 @@ pub mod listener;
 mod push;
 mod session;
 mod sessions;
+mod snapshot;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -41,7 +43,9 @@ use serde::Serialize;
 use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::Verifier;
 use silo_protocol::health::Health;
-use silo_protocol::http::{ErrorBody, HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ, PATH_PUSH};
+use silo_protocol::http::{
+    ErrorBody, HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ, PATH_PUSH, PATH_SNAPSHOT,
+};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
@@ -49,6 +53,7 @@ use crate::activity::Activity;
 use crate::exec::{ConnId, Execs};
 use crate::push::Pusher;
 use crate::shutdown::{self, Phase};
+use crate::snapshot::{LayerStream, Snapshotter};
 use listener::{Accepted, Listener};
 
 /// Most simultaneous connections, exec sessions included.
@@ -60,8 +65,10 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed accept (e.g. out of file descriptors) before retrying.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
-/// Response body type of every route.
+/// Response body type of every route but the snapshot's.
 pub type Body = Full<Bytes>;
+/// Response body type of the connection: a whole body, or a streamed layer.
+pub type Reply = Either<Body, LayerStream>;
 
 /// What every connection needs.
 pub struct AgentState {
@@ -71,6 +78,8 @@ pub struct AgentState {
     pub execs: Execs,
     /// The push service.
     pub pusher: Arc<Pusher>,
+    /// The snapshot service.
+    pub snapshots: Snapshotter,
     /// Use tracking for the idle timeout.
     pub activity: Arc<Activity>,
     /// When the agent started, for `uptime_ms`.
@@ -93,6 +102,7 @@ impl AgentState {
             verifier,
             execs,
             pusher,
+            snapshots: Snapshotter::default(),
             activity,
             started: Instant::now(),
             boot_id,
@@ -204,13 +214,31 @@ async fn route(
     req: Request<Incoming>,
     state: &Arc<AgentState>,
     guard: &Arc<ConnGuard>,
+) -> Response<Reply> {
+    let streamed = req.uri().path() == PATH_SNAPSHOT && req.method() == Method::POST;
+    let mut response = if streamed {
+        snapshot::handle(req, state).await
+    } else {
+        route_whole(req, state, guard).await.map(Either::Left)
+    };
+    response
+        .headers_mut()
+        .insert(HEADER_PROTOCOL, HeaderValue::from(PROTOCOL_VERSION));
+    response
+}
+
+/// Maps a request whose answer is a whole body to its handler.
+async fn route_whole(
+    req: Request<Incoming>,
+    state: &Arc<AgentState>,
+    guard: &Arc<ConnGuard>,
 ) -> Response<Body> {
     let method = req.method().clone();
-    let mut response = match (req.uri().path(), method) {
+    match (req.uri().path(), method) {
         (PATH_HEALTHZ, Method::GET) => health(state),
         (PATH_EXEC, Method::GET) => exec_ws::upgrade(req, state, guard),
         (PATH_PUSH, Method::POST) => push::handle(req, state).await,
-        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH, _) => error_response(
+        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT, _) => error_response(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
             format!("{} does not take {}", req.uri().path(), req.method()),
@@ -220,11 +248,7 @@ async fn route(
             "not_found",
             format!("no route for {path}"),
         ),
-    };
-    response
-        .headers_mut()
-        .insert(HEADER_PROTOCOL, HeaderValue::from(PROTOCOL_VERSION));
-    response
+    }
 }
 
 fn health(state: &AgentState) -> Response<Body> {

@@ -9,10 +9,12 @@
 //! Layout: `transport` opens streams and makes one-shot HTTP requests
 //! (bodies in memory, or streamed with a precomputed hash for pushes);
 //! `connection` multiplexes execs over one WebSocket; `session` adds the
-//! shell-session requests to it.
+//! shell-session requests to it; `snapshot` asks for a snapshot and hands
+//! back the layer as it streams.
 
 mod connection;
 mod session;
+mod snapshot;
 mod transport;
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,297 @@
+//! Stopping the sandbox's processes while a snapshot reads, and continuing
+//! exactly those afterwards.
+//!
+//! [`freeze`] sends SIGSTOP to every process but the agent, pass after pass
+//! over `/proc` until a pass finds nobody new (a process may fork between
+//! the listing and its signal), then waits, bounded by [`SETTLE_TIMEOUT`],
+//! until each is really stopped, so no write is half done. Processes someone
+//! else stopped, zombies and kernel threads are left alone. The [`Frozen`]
+//! it returns continues what it stopped when dropped (so on every path,
+//! panics included), children before parents, so a job-control shell never
+//! sees its child stopped, and only a process whose start time still matches
+//! (a pid reused since is someone else's). It refuses to run unless the agent
+//! is PID 1: anywhere else it would stop the host's processes.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Longest wait for signalled processes to reach the stopped state.
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause between looks at the processes that have not stopped yet.
+const SETTLE_POLL: Duration = Duration::from_millis(5);
+/// Most passes over `/proc`; each pass only stops processes forked during
+/// the previous one, so this is only reached by something pathological.
+const MAX_PASSES: usize = 64;
+/// `PF_KTHREAD` in the `flags` field: kernel threads ignore SIGSTOP.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Whether this agent may stop processes: only as the sandbox's PID 1, when
+/// every other process in its pid namespace is the sandbox's.
+pub fn is_pid1() -> bool {
+    std::process::id() == 1
+}
+
+/// The fields of `/proc/PID/stat` the freeze needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// One-letter state (`R`, `S`, `D`, `T`, `t`, `Z`, ...).
+    pub state: char,
+    /// Parent pid.
+    pub ppid: i32,
+    /// Kernel flags (`PF_*`).
+    pub flags: u64,
+    /// Start time in clock ticks after boot: with the pid, names one process.
+    pub start: u64,
+}
+
+impl ProcStat {
+    /// Stopped, traced, zombie or dead: nothing it does can change a file.
+    fn settled(&self) -> bool {
+        matches!(self.state, 'T' | 't' | 'Z' | 'X' | 'x')
+    }
+
+    /// Whether the freeze should stop it: not stopped by someone else (which
+    /// must not be continued later), not a zombie, not a kernel thread.
+    fn wants_stop(&self) -> bool {
+        !self.settled() && self.flags & PF_KTHREAD == 0
+    }
+}
+
+/// Parses `pid (comm) state ppid pgrp session tty tpgid flags ... starttime`.
+/// `comm` may hold spaces and parentheses, so fields are counted from the
+/// last `)`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let rest = text.get(text.rfind(')')? + 1..)?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    // pgrp, session, tty_nr, tpgid, then flags (field 9).
+    let flags = fields.nth(4)?.parse().ok()?;
+    // minflt ... itrealvalue (fields 10 to 21), then starttime (field 22).
+    let start = fields.nth(12)?.parse().ok()?;
+    Some(ProcStat {
+        state,
+        ppid,
+        flags,
+        start,
+    })
+}
+
+/// A process's stat, or `None` when it is gone (or unreadable).
+pub fn read_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Every pid in `/proc`.
+fn list_pids() -> io::Result<Vec<i32>> {
+    Ok(fs::read_dir("/proc")?
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .collect())
+}
+
+/// One process the freeze stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// Its pid.
+    pub pid: i32,
+    /// Its start time when it was stopped.
+    pub start: u64,
+}
+
+/// The processes a freeze stopped; continued when dropped.
+#[derive(Debug, Default)]
+pub struct Frozen {
+    stopped: Vec<Stopped>,
+    /// pid → parent of every process seen, for the thaw's order.
+    parents: HashMap<i32, i32>,
+    /// Stopped processes that had not reached the stopped state in time.
+    pub unsettled: usize,
+}
+
+impl Frozen {
+    /// How many processes were stopped.
+    pub fn count(&self) -> usize {
+        self.stopped.len()
+    }
+
+    /// Continues every stopped process that is still the one we stopped,
+    /// deepest first.
+    pub fn thaw(&mut self) {
+        for stopped in thaw_order(&self.stopped, &self.parents) {
+            let same = read_stat(stopped.pid).is_some_and(|stat| stat.start == stopped.start);
+            if same && signal_allowed(stopped.pid) {
+                // ESRCH: it died meanwhile; nothing else can be done about others.
+                let _ = kill(Pid::from_raw(stopped.pid), Signal::SIGCONT);
+            }
+        }
+        self.stopped.clear();
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.thaw();
+    }
+}
+
+/// Why processes could not be stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FreezeError {
+    /// The agent is not PID 1, so the processes around it are not the sandbox's.
+    #[error("the agent is not PID 1")]
+    NotPid1,
+    /// `/proc` could not be listed.
+    #[error("cannot list /proc")]
+    Proc(#[source] io::Error),
+}
+
+/// Stops every process of the sandbox but the agent (blocking: up to
+/// [`SETTLE_TIMEOUT`]). Whatever was stopped is continued if this fails.
+pub fn freeze() -> Result<Frozen, FreezeError> {
+    if !is_pid1() {
+        return Err(FreezeError::NotPid1);
+    }
+    // Built first, so an error or a panic below still thaws what was stopped.
+    let mut frozen = Frozen::default();
+    let mut ours: HashSet<i32> = HashSet::new();
+    for _ in 0..MAX_PASSES {
+        let mut stopped_now = 0usize;
+        for pid in list_pids().map_err(FreezeError::Proc)? {
+            if !signal_allowed(pid) || ours.contains(&pid) {
+                continue;
+            }
+            let Some(stat) = read_stat(pid) else {
+                continue;
+            };
+            frozen.parents.insert(pid, stat.ppid);
+            if !stat.wants_stop() {
+                continue;
+            }
+            match kill(Pid::from_raw(pid), Signal::SIGSTOP) {
+                Ok(()) => {
+                    ours.insert(pid);
+                    frozen.stopped.push(Stopped {
+                        pid,
+                        start: stat.start,
+                    });
+                    stopped_now += 1;
+                }
+                Err(Errno::ESRCH) => {}
+                Err(err) => tracing::warn!(pid, %err, "cannot stop a process for a snapshot"),
+            }
+        }
+        if stopped_now == 0 {
+            break;
+        }
+    }
+    frozen.unsettled = settle(&frozen.stopped, SETTLE_TIMEOUT);
+    Ok(frozen)
+}
+
+/// Waits until every process in `stopped` is stopped or gone, at most
+/// `timeout`; answers how many were still not.
+fn settle(stopped: &[Stopped], timeout: Duration) -> usize {
+    let deadline = Instant::now() + timeout;
+    let mut pending: Vec<i32> = stopped.iter().map(|s| s.pid).collect();
+    loop {
+        pending.retain(|&pid| read_stat(pid).is_some_and(|stat| !stat.settled()));
+        if pending.is_empty() || Instant::now() >= deadline {
+            return pending.len();
+        }
+        std::thread::sleep(SETTLE_POLL);
+    }
+}
+
+/// Never the agent itself, init, or the "every process" pids.
+fn signal_allowed(pid: i32) -> bool {
+    pid > 1 && u32::try_from(pid).is_ok_and(|pid| pid != std::process::id())
+}
+
+/// The order to continue `stopped` in: deepest in the process tree first
+/// (children before their parents), depth counted through `parents`.
+pub fn thaw_order(stopped: &[Stopped], parents: &HashMap<i32, i32>) -> Vec<Stopped> {
+    let depth = |pid: i32| {
+        let mut depth = 0usize;
+        let mut at = pid;
+        // Bounded by the map's size, so a cycle (a pid reused mid-scan) ends.
+        while let Some(&parent) = parents.get(&at) {
+            if depth > parents.len() {
+                break;
+            }
+            depth += 1;
+            at = parent;
+        }
+        depth
+    };
+    let mut ordered: Vec<(usize, Stopped)> = stopped.iter().map(|s| (depth(s.pid), *s)).collect();
+    ordered.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.pid.cmp(&a.1.pid)));
+    ordered.into_iter().map(|(_, s)| s).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parsing_counts_fields_from_the_last_paren() {
+        let text = "42 (a) b (c) S 7 42 40 0 -1 4194560 10 0 0 0 1 2 0 0 20 0 1 0 98765 1 2 3";
+        assert_eq!(
+            parse_stat(text),
+            Some(ProcStat {
+                state: 'S',
+                ppid: 7,
+                flags: 4_194_560,
+                start: 98_765,
+            })
+        );
+        let stopped = parse_stat("9 (x) T 1 9 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").unwrap();
+        assert!(stopped.settled() && !stopped.wants_stop());
+        let zombie = parse_stat("9 (x) Z 1 9 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").unwrap();
+        assert!(!zombie.wants_stop());
+        let kthread =
+            parse_stat("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 3").unwrap();
+        assert!(!kthread.wants_stop());
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (short) S 0 1"), None);
+    }
+
+    #[test]
+    fn own_stat_reads_and_the_agent_is_never_signalled() {
+        let me = i32::try_from(std::process::id()).unwrap();
+        assert!(read_stat(me).is_some_and(|stat| stat.wants_stop()));
+        assert!(!signal_allowed(me));
+        assert!(!signal_allowed(1));
+        assert!(!signal_allowed(0));
+        assert!(!signal_allowed(-1));
+        // Tests never run as PID 1: the freeze must refuse, not stop the host.
+        assert!(matches!(freeze(), Err(FreezeError::NotPid1)));
+    }
+
+    #[test]
+    fn thaw_goes_deepest_first() {
+        // 1 → 10 (shell) → 11 (job) → 12 (its child); 20 → 21 elsewhere.
+        let parents: HashMap<i32, i32> = [(10, 1), (11, 10), (12, 11), (20, 1), (21, 20)]
+            .into_iter()
+            .collect();
+        let stopped: Vec<Stopped> = [10, 20, 11, 21, 12]
+            .into_iter()
+            .map(|pid| Stopped { pid, start: 0 })
+            .collect();
+        let order: Vec<i32> = thaw_order(&stopped, &parents)
+            .into_iter()
+            .map(|s| s.pid)
+            .collect();
+        assert_eq!(order, vec![12, 21, 11, 20, 10]);
+        // A cycle in a racy scan still ends.
+        let cyclic: HashMap<i32, i32> = [(5, 6), (6, 5)].into_iter().collect();
+        let pair = [Stopped { pid: 5, start: 0 }, Stopped { pid: 6, start: 0 }];
+        assert_eq!(thaw_order(&pair, &cyclic).len(), 2);
+    }
+}

@@ -1,0 +1,288 @@
+//! Writing the walk's findings as an image layer (a tar stream).
+//!
+//! [`Layer`] is the walk's [`Sink`]: a directory becomes a header with its
+//! mode, owner and mtime; a regular file its header and exactly the bytes its
+//! header announces; a symlink its target; a second name of an inode already
+//! in the layer a hard link to the first; fifos and devices their headers; a
+//! deletion an empty `.wh.` file. Long names use the GNU extension. The tar
+//! end marker is written by [`Layer::finish`] alone: a layer dropped after an
+//! error, or unfinished for any other reason, ends without it, so a reader
+//! can tell it was cut short.
+
+use std::collections::HashMap;
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use tar::{Builder, EntryType, Header, HeaderMode};
+
+use super::walk::Sink;
+
+/// Mode of a whiteout entry.
+const WHITEOUT_MODE: u32 = 0o644;
+/// Longest link target that fits the header itself; longer ones use the GNU
+/// extension.
+const HEADER_LINK_BYTES: usize = 100;
+
+/// What a finished layer holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LayerStats {
+    /// Entries written, whiteouts included.
+    pub entries: u64,
+    /// File content bytes written.
+    pub bytes: u64,
+}
+
+/// A tar stream of the paths under `root` that the walk reports.
+pub struct Layer<W: Write> {
+    root: PathBuf,
+    builder: Builder<Sealed<W>>,
+    /// (device, inode) → the first name written for a file with more than one.
+    links: HashMap<(u64, u64), PathBuf>,
+    stats: LayerStats,
+}
+
+impl<W: Write> Layer<W> {
+    /// A layer of paths under `root`, written to `out`.
+    pub fn new(root: &Path, out: W) -> Self {
+        Self {
+            root: root.to_owned(),
+            builder: Builder::new(Sealed {
+                inner: out,
+                sealed: false,
+            }),
+            links: HashMap::new(),
+            stats: LayerStats::default(),
+        }
+    }
+
+    /// Writes the end marker: the layer is complete.
+    pub fn finish(mut self) -> io::Result<LayerStats> {
+        self.builder.finish()?;
+        Ok(self.stats)
+    }
+
+    fn append(&mut self, rel: &Path, meta: &Metadata) -> io::Result<()> {
+        let kind = meta.file_type();
+        let mut header = Header::new_gnu();
+        header.set_metadata_in_mode(meta, HeaderMode::Complete);
+        // Permission bits only (setuid, setgid and sticky included): the type
+        // is the entry type's business.
+        header.set_mode(meta.mode() & 0o7777);
+        header.set_mtime(u64::try_from(meta.mtime()).unwrap_or(0));
+        header.set_size(0);
+        if kind.is_dir() {
+            self.builder.append_data(&mut header, rel, io::empty())?;
+        } else if kind.is_symlink() {
+            let target = fs::read_link(self.root.join(rel))?;
+            let bytes = target.as_os_str().as_bytes();
+            if bytes.len() <= HEADER_LINK_BYTES {
+                // Verbatim: `append_link` would tidy the target's components.
+                header.set_link_name_literal(bytes)?;
+                self.builder.append_data(&mut header, rel, io::empty())?;
+            } else {
+                self.builder.append_link(&mut header, rel, &target)?;
+            }
+        } else if kind.is_file() {
+            let inode = (meta.dev(), meta.ino());
+            let first = (meta.nlink() > 1).then(|| self.links.get(&inode)).flatten();
+            if let Some(first) = first {
+                header.set_entry_type(EntryType::Link);
+                self.builder.append_link(&mut header, rel, first)?;
+            } else {
+                let file = open_same(&self.root.join(rel), meta)?;
+                header.set_size(meta.len());
+                let content = Exact {
+                    inner: file,
+                    left: meta.len(),
+                };
+                self.builder.append_data(&mut header, rel, content)?;
+                self.stats.bytes += meta.len();
+                if meta.nlink() > 1 {
+                    self.links.insert(inode, rel.to_owned());
+                }
+            }
+        } else if kind.is_fifo() {
+            self.builder.append_data(&mut header, rel, io::empty())?;
+        } else if kind.is_char_device() || kind.is_block_device() {
+            let (major, minor) = device_numbers(meta.rdev());
+            header.set_device_major(major)?;
+            header.set_device_minor(minor)?;
+            self.builder.append_data(&mut header, rel, io::empty())?;
+        } else {
+            // Sockets (and anything stranger) are no part of an image.
+            return Ok(());
+        }
+        self.stats.entries += 1;
+        Ok(())
+    }
+
+    fn add_whiteout(&mut self, rel: &Path) -> io::Result<()> {
+        let mut header = Header::new_gnu();
+        header.set_entry_type(EntryType::Regular);
+        header.set_mode(WHITEOUT_MODE);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        header.set_size(0);
+        self.builder.append_data(&mut header, rel, io::empty())?;
+        self.stats.entries += 1;
+        Ok(())
+    }
+
+    /// After a failed write nothing more may reach the stream, least of all
+    /// the end marker that would make a partial layer look whole.
+    fn seal_on_error<T>(&mut self, result: io::Result<T>) -> io::Result<T> {
+        if result.is_err() {
+            self.builder.get_mut().sealed = true;
+        }
+        result
+    }
+}
+
+impl<W: Write> Sink for Layer<W> {
+    fn entry(&mut self, rel: &Path, meta: &Metadata) -> io::Result<()> {
+        let result = self.append(rel, meta);
+        self.seal_on_error(result)
+    }
+
+    fn whiteout(&mut self, rel: &Path) -> io::Result<()> {
+        let result = self.add_whiteout(rel);
+        self.seal_on_error(result)
+    }
+}
+
+impl<W: Write> Drop for Layer<W> {
+    fn drop(&mut self) {
+        // The builder writes the end marker when dropped unfinished; after
+        // `finish` it writes nothing more, so sealing here only stops that.
+        self.builder.get_mut().sealed = true;
+    }
+}
+
+/// The output, refusing every write once sealed.
+struct Sealed<W> {
+    inner: W,
+    sealed: bool,
+}
+
+impl<W: Write> Write for Sealed<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.sealed {
+            return Err(io::Error::other("layer abandoned after an error"));
+        }
+        self.inner.write(buf).inspect_err(|_| self.sealed = true)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Opens the regular file `path` without following a symlink or blocking on
+/// a fifo, and checks it is still the inode `meta` describes.
+fn open_same(path: &Path, meta: &Metadata) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let now = file.metadata()?;
+    if !now.is_file() || now.dev() != meta.dev() || now.ino() != meta.ino() {
+        return Err(io::Error::other("replaced while being read"));
+    }
+    Ok(file)
+}
+
+/// Reads exactly `left` bytes: the size already written in the header.
+/// Fewer is an error (the entry would be corrupt); more is ignored.
+struct Exact<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let max = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..max])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "shrank while being read",
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Linux's `dev_t` split into major and minor numbers.
+fn device_numbers(rdev: u64) -> (u32, u32) {
+    let major = ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0x0000_0fff);
+    let minor = ((rdev >> 12) & 0xffff_ff00) | (rdev & 0x0000_00ff);
+    (
+        u32::try_from(major).unwrap_or(u32::MAX),
+        u32::try_from(minor).unwrap_or(u32::MAX),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_numbers_split_like_the_kernel() {
+        // makedev(8, 1) and makedev(259, 70000).
+        assert_eq!(device_numbers(0x801), (8, 1));
+        let rdev = (70000u64 & 0xff) | ((259u64 & 0xfff) << 8) | ((70000u64 & !0xff) << 12);
+        assert_eq!(device_numbers(rdev), (259, 70000));
+    }
+
+    #[test]
+    fn a_short_read_is_an_error_not_a_short_entry() {
+        let mut exact = Exact {
+            inner: &b"abc"[..],
+            left: 5,
+        };
+        let mut out = Vec::new();
+        assert_eq!(
+            exact.read_to_end(&mut out).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+        let mut longer = Exact {
+            inner: &b"abcdef"[..],
+            left: 4,
+        };
+        let mut out = Vec::new();
+        longer.read_to_end(&mut out).unwrap();
+        assert_eq!(out, b"abcd");
+    }
+
+    #[test]
+    fn an_abandoned_layer_has_no_end_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("f"), b"x").unwrap();
+        let meta = fs::symlink_metadata(dir.path().join("f")).unwrap();
+        let mut finished = Vec::new();
+        let mut layer = Layer::new(dir.path(), &mut finished);
+        layer.entry(Path::new("f"), &meta).unwrap();
+        layer.finish().unwrap();
+        assert_eq!(finished.len(), 512 * 2 + 1024);
+        assert!(finished.ends_with(&[0; 1024]));
+
+        let mut abandoned = Vec::new();
+        let mut layer = Layer::new(dir.path(), &mut abandoned);
+        layer.entry(Path::new("f"), &meta).unwrap();
+        // Asking for a file that is not there fails and seals the layer.
+        assert!(layer.entry(Path::new("missing"), &meta).is_err());
+        assert!(layer.whiteout(Path::new(".wh.x")).is_err());
+        drop(layer);
+        assert_eq!(abandoned.len(), 512 * 2);
+    }
+}

@@ -1,0 +1,249 @@
+//! Snapshots: the sandbox's changes since its image, streamed as one image
+//! layer while every process but the agent is stopped.
+//!
+//! [`Snapshotter::start`] owns one snapshot from a parsed request to the
+//! first byte of its answer: it refuses unless the agent is PID 1 (anywhere
+//! else stopping "every other process" would stop the host's), takes the
+//! one snapshot slot (a second request is told the agent is busy), and hands
+//! a blocking thread the rest: index the baseline, read the mount table,
+//! stop the sandbox's processes, then walk and write the layer into a
+//! bounded channel whose other end is the response body. Errors before the
+//! layer starts are answered with their own status; after, the body is cut
+//! off without the tar end marker. The processes are continued as soon as
+//! the last file is read, on every path, by the freeze's guard.
+//!
+//! Pushes are not held off while a snapshot reads: the push service has no
+//! lock over all mounts (each mount has its own, and the version cleanup
+//! timer runs apart from the extract permits), so a push that swaps during a
+//! snapshot may be captured half way. Callers should not push and snapshot
+//! the same sandbox at once.
+//!
+//! # Layout
+//! - `freeze`: stopping and continuing the sandbox's processes (`/proc`, signals).
+//! - `walk`: what changed, what is excluded, what was deleted, in layer order.
+//! - `layer`: the tar writer (hard links, devices, whiteouts, the end marker).
+//! - `stream`: the bounded bridge from the blocking writer to the response body.
+
+mod freeze;
+mod layer;
+mod stream;
+mod walk;
+
+use std::collections::HashSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::StatusCode;
+use silo_protocol::http::error_chain;
+use silo_protocol::snapshot::{SnapshotRequest, kind};
+use tokio::runtime::Handle;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+
+pub use stream::LayerStream;
+use walk::{Baseline, WalkSpec};
+
+/// Snapshots taken at once: one, since each stops the whole sandbox.
+pub const MAX_ACTIVE_SNAPSHOTS: usize = 1;
+/// The directory a snapshot walks: the sandbox's whole file system.
+const ROOT: &str = "/";
+
+/// The snapshot service.
+pub struct Snapshotter {
+    active: Arc<Semaphore>,
+}
+
+impl Default for Snapshotter {
+    fn default() -> Self {
+        Self {
+            active: Arc::new(Semaphore::new(MAX_ACTIVE_SNAPSHOTS)),
+        }
+    }
+}
+
+impl Snapshotter {
+    /// Starts one snapshot; on success the layer streams through the answer.
+    pub async fn start(&self, request: SnapshotRequest) -> Result<LayerStream, SnapshotError> {
+        if !freeze::is_pid1() {
+            return Err(SnapshotError::Unsupported);
+        }
+        let excluded = excluded(&request.exclude)?;
+        let permit = Arc::clone(&self.active)
+            .try_acquire_owned()
+            .map_err(|_| SnapshotError::Busy)?;
+        let (writer, layer) = stream::channel(Handle::current());
+        let (ready_tx, ready_rx) = oneshot::channel();
+        tokio::task::spawn_blocking(move || take(permit, request, excluded, writer, ready_tx));
+        match ready_rx.await {
+            Ok(Ok(())) => Ok(layer),
+            Ok(Err(err)) => Err(err),
+            Err(_) => Err(SnapshotError::Internal(
+                "the snapshot task ended before the layer started".into(),
+            )),
+        }
+    }
+}
+
+/// The request's exclusions, relative to `/`.
+fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, SnapshotError> {
+    paths
+        .iter()
+        .map(|path| {
+            let rel = Path::new(path)
+                .is_absolute()
+                .then(|| walk::relative(Path::new(path)))
+                .flatten();
+            rel.ok_or_else(|| {
+                SnapshotError::Malformed(format!(
+                    "exclude path {path:?} must be absolute, without `..`"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The blocking part of one snapshot. `ready` hears whether the layer
+/// starts; after that, errors can only cut the layer short.
+fn take(
+    permit: OwnedSemaphorePermit,
+    request: SnapshotRequest,
+    mut excluded: HashSet<PathBuf>,
+    mut out: stream::ChannelWriter,
+    ready: oneshot::Sender<Result<(), SnapshotError>>,
+) {
+    // Bound first so it is released last, after the thaw.
+    let _permit = permit;
+    let started = Instant::now();
+    let mounts = match walk::mount_points() {
+        Ok(mounts) => mounts,
+        Err(err) => {
+            let _ = ready.send(Err(err));
+            return;
+        }
+    };
+    excluded.extend(mounts);
+    let spec = WalkSpec {
+        changed_since_ns: request.changed_since_ns,
+        prune_unchanged_dirs: request.prune_unchanged_dirs,
+        excluded,
+        baseline: Baseline::new(&request.baseline),
+    };
+    drop(request);
+    let mut frozen = match freeze::freeze() {
+        Ok(frozen) => frozen,
+        Err(freeze::FreezeError::NotPid1) => {
+            let _ = ready.send(Err(SnapshotError::Unsupported));
+            return;
+        }
+        Err(freeze::FreezeError::Proc(source)) => {
+            let _ = ready.send(Err(SnapshotError::io("list", Path::new("/proc"), source)));
+            return;
+        }
+    };
+    if frozen.unsettled > 0 {
+        tracing::warn!(
+            unsettled = frozen.unsettled,
+            "some processes had not stopped in time; taking the snapshot anyway"
+        );
+    }
+    if ready.send(Ok(())).is_err() {
+        tracing::info!("snapshot abandoned: the client went away");
+        return;
+    }
+    let written = write_layer(Path::new(ROOT), &spec, &mut out);
+    // Every file is read: the sandbox may go on while the last chunks go out.
+    let stopped = frozen.count();
+    frozen.thaw();
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    match written {
+        Ok(stats) => match out.complete() {
+            Ok(()) => tracing::info!(
+                stopped,
+                entries = stats.entries,
+                bytes = stats.bytes,
+                ms,
+                "snapshot taken"
+            ),
+            Err(err) => tracing::info!(%err, "snapshot not delivered"),
+        },
+        Err(err) => {
+            tracing::warn!(stopped, ms, "snapshot cut short: {}", error_chain(&err));
+            out.abort();
+        }
+    }
+}
+
+/// Walks `root` and writes its layer (with the end marker) to `out`.
+fn write_layer(
+    root: &Path,
+    spec: &WalkSpec,
+    out: &mut impl io::Write,
+) -> Result<layer::LayerStats, SnapshotError> {
+    let mut layer = layer::Layer::new(root, out);
+    walk::walk(root, spec, &mut layer)?;
+    layer
+        .finish()
+        .map_err(|e| SnapshotError::io("finish the layer of", root, e))
+}
+
+/// Why a snapshot failed; [`SnapshotError::status`] makes the answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The agent is not PID 1, so it cannot stop the sandbox's processes.
+    #[error("this agent is not the sandbox's PID 1, so it cannot stop its processes")]
+    Unsupported,
+    /// Another snapshot is being taken.
+    #[error("another snapshot of this sandbox is being taken")]
+    Busy,
+    /// The request cannot be read.
+    #[error("{0}")]
+    Malformed(String),
+    /// The request body is over the cap.
+    #[error("request body is over the limit of {limit} bytes")]
+    TooLarge {
+        /// The cap.
+        limit: u64,
+    },
+    /// A file system operation failed.
+    #[error("cannot {what} {}", path.display())]
+    Io {
+        /// The operation.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The agent failed in a way the request could not cause.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl SnapshotError {
+    fn io(what: &'static str, path: &Path, source: io::Error) -> Self {
+        Self::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    /// The HTTP status and the error body's `kind`.
+    pub fn status(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::Unsupported => (StatusCode::NOT_IMPLEMENTED, kind::UNSUPPORTED),
+            Self::Busy => (StatusCode::CONFLICT, kind::BUSY),
+            Self::Malformed(_) => (StatusCode::BAD_REQUEST, kind::MALFORMED),
+            // The protocol has no kind of its own for this; the status tells.
+            Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::MALFORMED),
+            Self::Io { .. } | Self::Internal(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

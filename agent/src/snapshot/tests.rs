@@ -1,0 +1,247 @@
+//! The walk and the layer together, on real files in a temporary directory.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tar::EntryType;
+
+use super::walk::{Baseline, WalkSpec};
+use super::*;
+
+/// One entry of a produced layer, as a reader sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    path: String,
+    kind: EntryType,
+    mode: u32,
+    link: Option<String>,
+    content: Vec<u8>,
+}
+
+fn read_layer(bytes: &[u8]) -> Vec<Seen> {
+    // A complete layer ends with the end marker.
+    assert!(bytes.len() >= 1024 && bytes.ends_with(&[0; 1024]));
+    let mut archive = tar::Archive::new(bytes);
+    archive
+        .entries()
+        .unwrap()
+        .map(|entry| {
+            let mut entry = entry.unwrap();
+            let mut content = Vec::new();
+            entry.read_to_end(&mut content).unwrap();
+            Seen {
+                path: entry.path().unwrap().to_string_lossy().into_owned(),
+                kind: entry.header().entry_type(),
+                mode: entry.header().mode().unwrap(),
+                link: entry
+                    .link_name()
+                    .unwrap()
+                    .map(|l| l.to_string_lossy().into_owned()),
+                content,
+            }
+        })
+        .collect()
+}
+
+fn names(seen: &[Seen]) -> Vec<&str> {
+    seen.iter().map(|s| s.path.as_str()).collect()
+}
+
+fn now_ns() -> i64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    i64::try_from(since.as_nanos()).unwrap()
+}
+
+/// File system timestamps come from a coarse clock (a tick behind at
+/// most): a pause on each side of the threshold keeps "before" and "after"
+/// apart.
+const TICK: Duration = Duration::from_millis(30);
+
+/// The tree as the "image" left it, then the changes the "sandbox" made.
+/// Answers the root, the threshold and the baseline.
+fn sandbox() -> (tempfile::TempDir, i64, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let write = |rel: &str, text: &str| fs::write(root.join(rel), text).unwrap();
+    for sub in ["a/deep", "tmp", "skip", "mnt", "quiet/inner"] {
+        fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    fs::set_permissions(root.join("tmp"), fs::Permissions::from_mode(0o1777)).unwrap();
+    write("keep.txt", "keep");
+    write("gone.txt", "gone");
+    write("a/deep/x", "x");
+    write("tmp/edit.txt", "before");
+    write("skip/old", "old");
+    write("hl1", "linked");
+    write("quiet/inner/same", "same");
+    let baseline = [
+        "a",
+        "a/deep",
+        "a/deep/x",
+        "gone.txt",
+        "hl1",
+        "keep.txt",
+        "mnt",
+        "quiet",
+        "quiet/inner",
+        "quiet/inner/same",
+        "skip",
+        "skip/old",
+        "tmp",
+        "tmp/edit.txt",
+    ]
+    .map(String::from)
+    .to_vec();
+
+    std::thread::sleep(TICK);
+    let since = now_ns();
+    std::thread::sleep(TICK);
+
+    fs::remove_file(root.join("gone.txt")).unwrap();
+    fs::remove_dir_all(root.join("a/deep")).unwrap();
+    // Content only: the 1777 directory itself does not change.
+    write("tmp/edit.txt", "after");
+    write("skip/new", "new");
+    write("mnt/inside", "mounted");
+    fs::hard_link(root.join("hl1"), root.join("hl2")).unwrap();
+    symlink("target/../x", root.join("link")).unwrap();
+    nix::unistd::mkfifo(
+        &root.join("fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o640),
+    )
+    .unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(root.join("sock")).unwrap();
+    let long = format!("a/{}", "n".repeat(150));
+    write(&long, "long");
+    (dir, since, baseline)
+}
+
+fn spec(since: i64, prune: bool, baseline: &[String], excluded: &[&str]) -> WalkSpec {
+    WalkSpec {
+        changed_since_ns: since,
+        prune_unchanged_dirs: prune,
+        excluded: excluded.iter().map(PathBuf::from).collect::<HashSet<_>>(),
+        baseline: Baseline::new(baseline),
+    }
+}
+
+fn layer_of(root: &Path, spec: &WalkSpec) -> Vec<Seen> {
+    let mut out = Vec::new();
+    write_layer(root, spec, &mut out).unwrap();
+    read_layer(&out)
+}
+
+#[test]
+fn the_layer_holds_exactly_the_changes_in_walk_order() {
+    let (dir, since, baseline) = sandbox();
+    let seen = layer_of(dir.path(), &spec(since, false, &baseline, &["skip", "mnt"]));
+    let long = format!("a/{}", "n".repeat(150));
+    assert_eq!(
+        names(&seen),
+        vec![
+            ".wh.gone.txt",
+            "a",
+            "a/.wh.deep",
+            long.as_str(),
+            "fifo",
+            "hl1",
+            "hl2",
+            "link",
+            "tmp",
+            "tmp/edit.txt",
+        ]
+    );
+    let by_name = |name: &str| seen.iter().find(|s| s.path == name).unwrap().clone();
+
+    // Deletions: empty files; only the top of a deleted tree.
+    let whiteout = by_name(".wh.gone.txt");
+    assert_eq!(whiteout.kind, EntryType::Regular);
+    assert!(whiteout.content.is_empty());
+    assert!(!names(&seen).iter().any(|n| n.contains(".wh.x")));
+
+    // The unchanged 1777 parent of a changed file comes with its real mode.
+    let tmp = by_name("tmp");
+    assert_eq!(tmp.kind, EntryType::Directory);
+    assert_eq!(tmp.mode, 0o1777);
+    assert_eq!(by_name("tmp/edit.txt").content, b"after");
+
+    // A second name of the same inode is a hard link to the first.
+    assert_eq!(by_name("hl1").content, b"linked");
+    let hl2 = by_name("hl2");
+    assert_eq!(hl2.kind, EntryType::Link);
+    assert_eq!(hl2.link.as_deref(), Some("hl1"));
+
+    let link = by_name("link");
+    assert_eq!(link.kind, EntryType::Symlink);
+    assert_eq!(link.link.as_deref(), Some("target/../x"));
+    let fifo = by_name("fifo");
+    assert_eq!((fifo.kind, fifo.mode), (EntryType::Fifo, 0o640));
+    assert_eq!(by_name(&long).content, b"long");
+}
+
+#[test]
+fn pruning_skips_unchanged_directories_and_nothing_is_older_than_the_threshold() {
+    let (dir, since, baseline) = sandbox();
+    let pruned = layer_of(dir.path(), &spec(since, true, &baseline, &["skip", "mnt"]));
+    let names = names(&pruned);
+    // `tmp` did not change, so its edited file is not looked for.
+    assert!(!names.contains(&"tmp") && !names.contains(&"tmp/edit.txt"));
+    assert!(names.contains(&"hl2") && names.contains(&".wh.gone.txt"));
+
+    // Without exclusions the excluded trees show up, and with a threshold in
+    // the future nothing at all does.
+    let all = layer_of(dir.path(), &spec(since, false, &baseline, &[]));
+    let all = self::names(&all);
+    assert!(all.contains(&"skip/new") && all.contains(&"mnt/inside"));
+    assert!(!all.contains(&"skip/old") && !all.contains(&"keep.txt"));
+    let future = layer_of(dir.path(), &spec(i64::MAX, false, &baseline, &[]));
+    assert!(future.is_empty());
+}
+
+#[test]
+fn excluding_the_root_gives_an_empty_layer_and_bad_exclusions_are_refused() {
+    let (dir, since, baseline) = sandbox();
+    assert!(layer_of(dir.path(), &spec(since, false, &baseline, &[""])).is_empty());
+    let ok = excluded(&["/etc/hosts".into(), "/.silo/".into(), "/".into()]).unwrap();
+    assert!(ok.contains(Path::new("etc/hosts")) && ok.contains(Path::new(".silo")));
+    assert!(ok.contains(Path::new("")));
+    for bad in ["relative", "/a/../b", ""] {
+        let err = excluded(&[bad.into()]).unwrap_err();
+        assert_eq!(err.status().1, kind::MALFORMED);
+    }
+}
+
+#[test]
+fn errors_map_to_the_protocol_kinds() {
+    let cases = [
+        (SnapshotError::Unsupported, StatusCode::NOT_IMPLEMENTED),
+        (SnapshotError::Busy, StatusCode::CONFLICT),
+        (
+            SnapshotError::TooLarge { limit: 1 },
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            SnapshotError::Internal("x".into()),
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ),
+    ];
+    for (err, status) in cases {
+        assert_eq!(err.status().0, status);
+    }
+}
+
+#[tokio::test]
+async fn outside_pid_1_a_snapshot_is_unsupported() {
+    let request = SnapshotRequest {
+        changed_since_ns: 0,
+        prune_unchanged_dirs: true,
+        exclude: Vec::new(),
+        baseline: Vec::new(),
+    };
+    let refused = Snapshotter::default().start(request).await;
+    assert!(matches!(refused, Err(SnapshotError::Unsupported)));
+}

@@ -1,0 +1,294 @@
+//! Finding what changed: one walk of the file system from a root, in the
+//! order the layer lists it.
+//!
+//! [`walk`] never follows a symlink, visits names in byte order, and hands
+//! its [`Sink`] every changed path (ctime at or after the threshold), each
+//! directory before what is in it. A changed path whose parent directories
+//! did not change still gets them first, with their own metadata, so whoever
+//! applies the layer never has to invent one. Excluded paths (the request's,
+//! plus every mount point but the root) are skipped with everything under
+//! them. A changed directory that was read is compared with the baseline's
+//! entries for it, and each one that is gone becomes a whiteout.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::fs::{self, Metadata};
+use std::io;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+
+use silo_protocol::snapshot::WHITEOUT_PREFIX;
+
+use super::SnapshotError;
+
+/// Where the kernel lists this process's mounts.
+pub const MOUNTINFO: &str = "/proc/self/mountinfo";
+
+/// What the walk looks for, with every path relative to the walk's root.
+#[derive(Debug, Default)]
+pub struct WalkSpec {
+    /// A path changed if its ctime, in Unix nanoseconds, is at or after this.
+    pub changed_since_ns: i64,
+    /// Descend only into changed directories (sound on overlay file systems).
+    pub prune_unchanged_dirs: bool,
+    /// Paths left out with everything under them (the empty path is the root).
+    pub excluded: HashSet<PathBuf>,
+    /// The image's paths, by parent directory.
+    pub baseline: Baseline,
+}
+
+impl WalkSpec {
+    fn changed(&self, meta: &Metadata) -> bool {
+        let ctime = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
+        ctime >= i128::from(self.changed_since_ns)
+    }
+}
+
+/// The image's paths as directory → the names in it, each list sorted.
+#[derive(Debug, Default)]
+pub struct Baseline {
+    children: HashMap<PathBuf, Vec<OsString>>,
+}
+
+impl Baseline {
+    /// Indexes `paths` (relative to `/`, a leading or trailing slash is
+    /// tolerated). Paths that name nothing a directory could hold (empty,
+    /// `..`, a NUL byte) are ignored: nothing on disk can match them.
+    pub fn new(paths: &[String]) -> Self {
+        let mut children: HashMap<PathBuf, Vec<OsString>> = HashMap::new();
+        for path in paths {
+            if path.contains('\0') {
+                continue;
+            }
+            let Some(mut rel) = relative(Path::new(path.trim_start_matches('/'))) else {
+                continue;
+            };
+            let Some(name) = rel.file_name().map(ToOwned::to_owned) else {
+                continue;
+            };
+            rel.pop();
+            children.entry(rel).or_default().push(name);
+        }
+        for names in children.values_mut() {
+            names.sort();
+            names.dedup();
+        }
+        Self { children }
+    }
+
+    fn children(&self, dir: &Path) -> &[OsString] {
+        self.children.get(dir).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// `path` as plain names only (`.` dropped, one leading `/` allowed and
+/// dropped); `None` if it climbs with `..`.
+pub fn relative(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => out.push(name),
+            Component::RootDir | Component::CurDir => {}
+            Component::ParentDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Where the walk's findings go, in order.
+pub trait Sink {
+    /// A path to put in the layer as it is now; `meta` is its `lstat`.
+    fn entry(&mut self, rel: &Path, meta: &Metadata) -> io::Result<()>;
+    /// A deletion marker (`rel` already carries the whiteout prefix).
+    fn whiteout(&mut self, rel: &Path) -> io::Result<()>;
+}
+
+/// A directory being walked.
+struct Frame {
+    rel: PathBuf,
+    meta: Metadata,
+    /// Already handed to the sink (always true for the root, never emitted).
+    emitted: bool,
+    names: std::vec::IntoIter<OsString>,
+}
+
+/// Walks `root` (blocking) and tells `sink` what changed, in layer order.
+pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), SnapshotError> {
+    let top = PathBuf::new();
+    if spec.excluded.contains(&top) {
+        return Ok(());
+    }
+    let meta = fs::symlink_metadata(root).map_err(|e| SnapshotError::io("stat", root, e))?;
+    let mut stack = Vec::new();
+    enter(root, spec, sink, &mut stack, top, meta, true)?;
+    while let Some(frame) = stack.last_mut() {
+        let Some(name) = frame.names.next() else {
+            stack.pop();
+            continue;
+        };
+        let rel = frame.rel.join(name);
+        if spec.excluded.contains(&rel) {
+            continue;
+        }
+        let path = root.join(&rel);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            // Gone since its directory was read: nothing to capture.
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(SnapshotError::io("stat", &path, err)),
+        };
+        let changed = spec.changed(&meta);
+        if meta.is_dir() {
+            if changed {
+                emit_parents(&mut stack, sink)?;
+                sink.entry(&rel, &meta)
+                    .map_err(|e| SnapshotError::io("add", &path, e))?;
+            }
+            if changed || !spec.prune_unchanged_dirs {
+                enter(root, spec, sink, &mut stack, rel, meta, changed)?;
+            }
+        } else if changed && !meta.file_type().is_socket() {
+            emit_parents(&mut stack, sink)?;
+            sink.entry(&rel, &meta)
+                .map_err(|e| SnapshotError::io("add", &path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads directory `rel`, reports its deletions if it changed, and pushes it
+/// on the stack to be walked.
+fn enter(
+    root: &Path,
+    spec: &WalkSpec,
+    sink: &mut impl Sink,
+    stack: &mut Vec<Frame>,
+    rel: PathBuf,
+    meta: Metadata,
+    emitted: bool,
+) -> Result<(), SnapshotError> {
+    let path = root.join(&rel);
+    let mut names: Vec<OsString> = match fs::read_dir(&path) {
+        Ok(dir) => dir
+            .map(|entry| entry.map(|entry| entry.file_name()))
+            .collect::<io::Result<_>>()
+            .map_err(|e| SnapshotError::io("read directory", &path, e))?,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(SnapshotError::io("read directory", &path, err)),
+    };
+    names.sort();
+    if spec.changed(&meta) {
+        for gone in spec.baseline.children(&rel) {
+            if names.binary_search(gone).is_ok() || spec.excluded.contains(&rel.join(gone)) {
+                continue;
+            }
+            let mut marker = OsString::from(WHITEOUT_PREFIX);
+            marker.push(gone);
+            sink.whiteout(&rel.join(marker))
+                .map_err(|e| SnapshotError::io("add a whiteout in", &path, e))?;
+        }
+    }
+    stack.push(Frame {
+        rel,
+        meta,
+        emitted,
+        names: names.into_iter(),
+    });
+    Ok(())
+}
+
+/// Hands the sink every directory on the current path it has not seen yet.
+fn emit_parents(stack: &mut [Frame], sink: &mut impl Sink) -> Result<(), SnapshotError> {
+    for frame in stack.iter_mut().filter(|frame| !frame.emitted) {
+        sink.entry(&frame.rel, &frame.meta)
+            .map_err(|e| SnapshotError::io("add", &frame.rel, e))?;
+        frame.emitted = true;
+    }
+    Ok(())
+}
+
+/// The mount points in `/proc/self/mountinfo`, relative to `/`, but `/`.
+pub fn mount_points() -> Result<Vec<PathBuf>, SnapshotError> {
+    let text =
+        fs::read(MOUNTINFO).map_err(|e| SnapshotError::io("read", Path::new(MOUNTINFO), e))?;
+    Ok(parse_mountinfo(&text))
+}
+
+/// The mount point (field 5, octal escapes decoded) of every line, relative
+/// to `/`; the root itself and unparseable lines are left out.
+pub fn parse_mountinfo(text: &[u8]) -> Vec<PathBuf> {
+    text.split(|&b| b == b'\n')
+        .filter_map(|line| line.split(|&b| b == b' ').nth(4))
+        .map(|field| PathBuf::from(OsString::from_vec(unescape_octal(field))))
+        .filter(|path| path.is_absolute())
+        .filter_map(|path| relative(&path))
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .collect()
+}
+
+/// Decodes the kernel's `\ooo` escapes (space, tab, newline, backslash).
+fn unescape_octal(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let digits = field.get(i + 1..i + 4);
+        let octal = digits.filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (field[i], octal) {
+            (b'\\', Some(d)) => {
+                let value = d.iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_fields_are_decoded_and_the_root_left_out() {
+        let text = b"22 1 0:21 / / rw,relatime - overlay overlay rw\n\
+            23 22 0:22 / /proc rw - proc proc rw\n\
+            24 22 8:1 /x /my\\040dir/a\\134b rw - ext4 /dev/sda1 rw\n\
+            short line\n";
+        assert_eq!(
+            parse_mountinfo(text),
+            vec![PathBuf::from("proc"), PathBuf::from("my dir/a\\b")]
+        );
+        assert_eq!(unescape_octal(b"a\\01"), b"a\\01".to_vec());
+    }
+
+    #[test]
+    fn relative_paths_refuse_climbing() {
+        assert_eq!(relative(Path::new("/a/./b/")), Some(PathBuf::from("a/b")));
+        assert_eq!(relative(Path::new("/")), Some(PathBuf::new()));
+        assert_eq!(relative(Path::new("/a/../b")), None);
+    }
+
+    #[test]
+    fn the_baseline_is_indexed_by_parent() {
+        let baseline = Baseline::new(&[
+            "etc".into(),
+            "etc/passwd".into(),
+            "/etc/hosts/".into(),
+            "etc/passwd".into(),
+            "..".into(),
+            "bad\0name".into(),
+            String::new(),
+        ]);
+        assert_eq!(baseline.children(Path::new("")), [OsString::from("etc")]);
+        assert_eq!(
+            baseline.children(Path::new("etc")),
+            [OsString::from("hosts"), OsString::from("passwd")]
+        );
+        assert!(baseline.children(Path::new("usr")).is_empty());
+    }
+}

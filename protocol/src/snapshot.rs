@@ -1,0 +1,90 @@
+//! The snapshot channel: `POST /v1/snapshot` with a JSON
+//! [`SnapshotRequest`]; the answer is the sandbox's changes since its image,
+//! streamed as one image layer (`application/x-tar`).
+//!
+//! The agent finds what changed by itself, from inside the sandbox, so a
+//! snapshot costs what changed rather than a walk of the engine's layers:
+//! a path changed if its inode's ctime is at or after
+//! [`SnapshotRequest::changed_since_ns`] (ctime cannot be set back by a
+//! process, and every write, chmod, rename or link moves it), and a path of
+//! [`SnapshotRequest::baseline`] that is gone from a changed directory was
+//! deleted. The layer uses the image-layer conventions every engine applies:
+//! paths relative to `/`, directories before their entries, hard links to
+//! earlier entries, and a deletion as an empty `.wh.<name>` entry
+//! ([`WHITEOUT_PREFIX`]) in its parent directory.
+//!
+//! The sandbox's processes (everything but the agent) are stopped while the
+//! layer is read and continued when its last byte is sent, so the layer is
+//! one consistent moment. A well-formed layer ends with the tar end marker;
+//! a body without it was cut short and must be discarded.
+
+use serde::{Deserialize, Serialize};
+
+use crate::http::PATH_SNAPSHOT;
+
+/// Name prefix of a deletion marker in an image layer.
+pub const WHITEOUT_PREFIX: &str = ".wh.";
+/// Name of the marker that hides every lower entry of its directory.
+pub const OPAQUE_WHITEOUT: &str = ".wh..wh..opq";
+/// Content type of the answer.
+pub const LAYER_CONTENT_TYPE: &str = "application/x-tar";
+
+/// What the controller asks the agent to capture.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRequest {
+    /// Unix nanoseconds before which the sandbox's image was complete and
+    /// none of its processes had run: a path whose ctime is at or after
+    /// this changed.
+    pub changed_since_ns: i64,
+    /// Walk only into directories whose own ctime moved. Sound on overlay
+    /// file systems, where any change below a directory copies it up and so
+    /// moves its ctime; elsewhere every directory is walked.
+    pub prune_unchanged_dirs: bool,
+    /// Absolute paths left out with everything under them (the controller's
+    /// own mounts, the engine's `/etc/hosts` and the like). Mount points the
+    /// agent finds in `/proc/self/mountinfo` are left out as well.
+    pub exclude: Vec<String>,
+    /// Every path of the image the sandbox was made from, relative to `/`
+    /// and without a trailing slash: what the agent compares a changed
+    /// directory against to find deletions.
+    pub baseline: Vec<String>,
+}
+
+/// The `kind` of a snapshot's [`crate::http::ErrorBody`].
+pub mod kind {
+    /// 400: the request body cannot be read.
+    pub const MALFORMED: &str = "malformed";
+    /// 409: another snapshot of this sandbox is being taken.
+    pub const BUSY: &str = "busy";
+    /// 501: this agent cannot stop the sandbox's processes (it is not the
+    /// sandbox's PID 1), so it cannot take a consistent snapshot.
+    pub const UNSUPPORTED: &str = "unsupported";
+    /// 500: the agent failed for a reason of its own.
+    pub const INTERNAL: &str = "internal";
+}
+
+/// The request path (the snapshot takes no query).
+pub fn path() -> &'static str {
+    PATH_SNAPSHOT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_round_trips_through_json() {
+        let request = SnapshotRequest {
+            changed_since_ns: 1_700_000_000_000_000_000,
+            prune_unchanged_dirs: true,
+            exclude: vec!["/.silo".into()],
+            baseline: vec!["etc".into(), "etc/passwd".into()],
+        };
+        let text = serde_json::to_string(&request).unwrap();
+        assert_eq!(
+            serde_json::from_str::<SnapshotRequest>(&text).unwrap(),
+            request
+        );
+        assert_eq!(path(), "/v1/snapshot");
+    }
+}
