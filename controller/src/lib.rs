@@ -14,15 +14,19 @@
 //! - [`backend`]: the `Backend` contract, enum dispatch, the `local` and `docker` backends.
 //! - [`image`]: building images through the engine (`image bake`, `image base`).
 //! - [`state`]: SQLite state (sandboxes, append-only events) and the master key.
+//! - [`store`]: the content-addressed blob store of snapshot layers, image path
+//!   indexes, and the engine's image export and import archives.
 //! - [`spec`]: what a sandbox is asked to be, and its stable hash.
 //! - [`naming`]: sandbox ids, name rules and generated names.
 //! - [`agent_binary`]: finding (or extracting the embedded) silo-agent binary.
 //! - [`home`]: the `$SILO_HOME` directory layout.
+//! - `bridge` (private): async byte streams to and from blocking `std::io` code.
 //! - `fsutil` (private): atomic writes and log tails for files under `$SILO_HOME`.
 #![deny(missing_docs)]
 
 pub mod agent_binary;
 pub mod backend;
+mod bridge;
 pub mod client;
 mod fsutil;
 pub mod home;
@@ -32,6 +36,7 @@ pub mod push;
 pub mod silo;
 pub mod spec;
 pub mod state;
+pub mod store;
 
 pub use backend::MachineState;
 pub use silo::{CreateRequest, Silo, SiloError, SiloOptions};

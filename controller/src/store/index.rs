@@ -1,0 +1,443 @@
+//! [`Index`]: the set of paths in an image's file system, built by applying
+//! its layers in order with the image-layer rules every engine applies.
+//!
+//! Paths are relative to `/`, without leading or trailing slash
+//! (`etc/passwd`); the root itself is not a member. A layer is read headers
+//! only into a [`LayerDelta`] (what it hides and what it adds), which is then
+//! applied to the index of the layers below it:
+//! - `<dir>/.wh.<name>` ([`WHITEOUT_PREFIX`]) hides `<dir>/<name>` and
+//!   everything under it, and is not itself a path;
+//! - `<dir>/.wh..wh..opq` ([`OPAQUE_WHITEOUT`]) hides everything under
+//!   `<dir>` from lower layers;
+//! - every other entry is added, with its parent directories (as the engine
+//!   creates missing parents, whiteouts' parents included).
+//!
+//! A layer's markers hide only lower layers' paths, never its own, so a
+//! delta's removals are applied before its additions. The engine's AUFS
+//! metadata (`.wh..wh.plnk` and other `.wh..wh.` names) is skipped, as are
+//! paths that are not UTF-8 (counted in [`LayerStats::skipped`]: the
+//! snapshot baseline is JSON strings, so it cannot carry them).
+//!
+//! An index is stored as gzip of its paths each followed by a NUL, in
+//! sorted order: the same set always encodes to the same bytes.
+
+use std::collections::BTreeSet;
+use std::io::{self, Read, Write};
+use std::ops::Bound;
+
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
+
+/// Names starting with this (other than [`OPAQUE_WHITEOUT`]) are the
+/// engine's AUFS bookkeeping, never file system content.
+const WHITEOUT_META_PREFIX: &str = ".wh..wh.";
+
+/// The set of paths of an image's file system.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Index {
+    /// Sorted, so descendants of a directory are one range and the encoding
+    /// is deterministic.
+    paths: BTreeSet<String>,
+}
+
+/// What one layer holds, counted while reading it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LayerStats {
+    /// Entries that are paths (whiteouts and skipped entries excluded).
+    pub entries: u64,
+    /// Whiteout and opaque markers.
+    pub whiteouts: u64,
+    /// Bytes of regular files.
+    pub file_bytes: u64,
+    /// Entries left out: AUFS metadata and paths that are not UTF-8.
+    pub skipped: u64,
+}
+
+/// One layer's effect on the paths below it, read from its headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayerDelta {
+    /// Paths hidden with everything under them (`.wh.<name>`).
+    hidden: Vec<String>,
+    /// Directories whose lower contents are hidden (`.wh..wh..opq`); `""`
+    /// is the root.
+    opaque: Vec<String>,
+    /// Paths the layer adds, parents included, sorted.
+    added: Vec<String>,
+    /// Counts.
+    stats: LayerStats,
+}
+
+/// Why a layer or an encoded index could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// The layer is not a readable tar.
+    #[error("cannot read layer tar")]
+    Layer(#[source] io::Error),
+    /// A layer entry's path leaves the root or names nothing.
+    #[error("layer entry {path:?} is not a path inside the image")]
+    BadPath {
+        /// The entry's name as found.
+        path: String,
+    },
+    /// The encoded index could not be read or written.
+    #[error("cannot {what} path index")]
+    Io {
+        /// "read" or "write".
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The encoded index decompressed but is not a list of paths.
+    #[error("path index is corrupt: {0}")]
+    Corrupt(&'static str),
+}
+
+impl LayerDelta {
+    /// Reads a layer tar's headers (skipping file data) into its delta.
+    pub fn read(reader: impl Read) -> Result<Self, IndexError> {
+        let mut archive = tar::Archive::new(reader);
+        let mut delta = Self::default();
+        let mut added = BTreeSet::new();
+        for entry in archive.entries().map_err(IndexError::Layer)? {
+            let entry = entry.map_err(IndexError::Layer)?;
+            let kind = entry.header().entry_type();
+            if kind.is_pax_global_extensions() {
+                continue;
+            }
+            let raw = entry.path_bytes();
+            let Ok(text) = std::str::from_utf8(&raw) else {
+                delta.stats.skipped += 1;
+                continue;
+            };
+            let Some(path) = normalize(text)? else {
+                continue; // the root directory
+            };
+            let (parent, name) = split_parent(&path);
+            if name == OPAQUE_WHITEOUT {
+                delta.stats.whiteouts += 1;
+                delta.opaque.push(parent.to_owned());
+                add_with_parents(&mut added, parent);
+            } else if name.starts_with(WHITEOUT_META_PREFIX)
+                || path.starts_with(WHITEOUT_META_PREFIX)
+            {
+                delta.stats.skipped += 1;
+            } else if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
+                if hidden.is_empty() || hidden == "." || hidden == ".." {
+                    return Err(IndexError::BadPath { path });
+                }
+                delta.stats.whiteouts += 1;
+                delta.hidden.push(join(parent, hidden));
+                add_with_parents(&mut added, parent);
+            } else {
+                delta.stats.entries += 1;
+                if matches!(kind, tar::EntryType::Regular | tar::EntryType::Continuous) {
+                    delta.stats.file_bytes += entry.size();
+                }
+                add_with_parents(&mut added, &path);
+            }
+        }
+        delta.added = added.into_iter().collect();
+        Ok(delta)
+    }
+
+    /// What the layer held.
+    pub fn stats(&self) -> LayerStats {
+        self.stats
+    }
+}
+
+impl Index {
+    /// An empty index (no layers).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one layer on top: its markers hide lower paths, then its
+    /// entries are added.
+    pub fn apply(&mut self, delta: &LayerDelta) {
+        for path in &delta.hidden {
+            self.paths.remove(path.as_str());
+            self.remove_under(path);
+        }
+        for dir in &delta.opaque {
+            self.remove_under(dir);
+        }
+        self.paths.extend(delta.added.iter().cloned());
+    }
+
+    /// Reads a layer tar (headers only) and applies it.
+    pub fn apply_layer(&mut self, reader: impl Read) -> Result<LayerStats, IndexError> {
+        let delta = LayerDelta::read(reader)?;
+        self.apply(&delta);
+        Ok(delta.stats)
+    }
+
+    /// The paths, sorted.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.paths.iter().map(String::as_str)
+    }
+
+    /// The paths, sorted, owned (a snapshot request's baseline).
+    pub fn to_vec(&self) -> Vec<String> {
+        self.paths.iter().cloned().collect()
+    }
+
+    /// Whether `path` (normalized form) is in the image.
+    pub fn contains(&self, path: &str) -> bool {
+        self.paths.contains(path)
+    }
+
+    /// How many paths.
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// Writes the encoding: gzip of the sorted paths, each followed by NUL.
+    pub fn write_to(&self, out: impl Write) -> Result<(), IndexError> {
+        let write_err = |source| IndexError::Io {
+            what: "write",
+            source,
+        };
+        let mut gz = GzEncoder::new(io::BufWriter::new(out), Compression::default());
+        for path in &self.paths {
+            gz.write_all(path.as_bytes()).map_err(write_err)?;
+            gz.write_all(b"\0").map_err(write_err)?;
+        }
+        gz.finish()
+            .and_then(|mut out| out.flush())
+            .map_err(write_err)
+    }
+
+    /// Reads what [`Index::write_to`] wrote.
+    pub fn read_from(reader: impl Read) -> Result<Self, IndexError> {
+        let mut bytes = Vec::new();
+        GzDecoder::new(reader)
+            .read_to_end(&mut bytes)
+            .map_err(|source| IndexError::Io {
+                what: "read",
+                source,
+            })?;
+        let Some(body) = bytes.strip_suffix(b"\0") else {
+            return match bytes.is_empty() {
+                true => Ok(Self::default()),
+                false => Err(IndexError::Corrupt("the last path is not terminated")),
+            };
+        };
+        let mut paths = BTreeSet::new();
+        for raw in body.split(|&b| b == 0) {
+            let path = std::str::from_utf8(raw).map_err(|_| IndexError::Corrupt("not UTF-8"))?;
+            match normalize(path) {
+                Ok(Some(normal)) if normal == path => {
+                    paths.insert(normal);
+                }
+                _ => return Err(IndexError::Corrupt("a path is not in normal form")),
+            }
+        }
+        Ok(Self { paths })
+    }
+
+    /// Removes every path strictly under `dir` (`""`: everything).
+    fn remove_under(&mut self, dir: &str) {
+        if dir.is_empty() {
+            self.paths.clear();
+            return;
+        }
+        // Descendants sort between `dir/` and `dir0` ('0' follows '/').
+        let low = format!("{dir}/");
+        let high = format!("{dir}0");
+        let doomed: Vec<String> = self
+            .paths
+            .range::<str, _>((
+                Bound::Included(low.as_str()),
+                Bound::Excluded(high.as_str()),
+            ))
+            .cloned()
+            .collect();
+        for path in doomed {
+            self.paths.remove(&path);
+        }
+    }
+}
+
+/// `./etc//passwd/` → `etc/passwd`; the root → `None`; `..` or NUL → error.
+fn normalize(text: &str) -> Result<Option<String>, IndexError> {
+    let mut parts = Vec::new();
+    for part in text.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(bad(text)),
+            _ if part.contains('\0') => return Err(bad(text)),
+            _ => parts.push(part),
+        }
+    }
+    Ok((!parts.is_empty()).then(|| parts.join("/")))
+}
+
+fn bad(text: &str) -> IndexError {
+    IndexError::BadPath {
+        path: text.chars().take(4096).collect(),
+    }
+}
+
+/// `a/b/c` → (`a/b`, `c`); `c` → (``, `c`).
+fn split_parent(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap_or(("", path))
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Adds `path` and each missing ancestor, stopping at the first ancestor
+/// already there (its own ancestors were added with it).
+fn add_with_parents(added: &mut BTreeSet<String>, path: &str) {
+    let mut path = path;
+    while !path.is_empty() && added.insert(path.to_owned()) {
+        path = split_parent(path).0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::layer;
+
+    fn paths(index: &Index) -> Vec<&str> {
+        index.paths().collect()
+    }
+
+    #[test]
+    fn entries_are_normalized_and_parents_added() {
+        let mut index = Index::new();
+        let stats = index
+            .apply_layer(&layer(&[("./", 'd'), ("./etc/", 'd'), ("usr/bin/env", 'f')])[..])
+            .unwrap();
+        assert_eq!(paths(&index), ["etc", "usr", "usr/bin", "usr/bin/env"]);
+        assert_eq!(
+            stats,
+            LayerStats {
+                entries: 2,
+                whiteouts: 0,
+                file_bytes: 3,
+                skipped: 0
+            }
+        );
+    }
+
+    #[test]
+    fn whiteouts_remove_the_path_and_everything_under_it() {
+        let mut index = Index::new();
+        index
+            .apply_layer(
+                &layer(&[
+                    ("etc/issue", 'f'),
+                    ("etc/issue.d/a", 'f'),
+                    ("etc/issuer", 'f'),
+                    ("etc/issue-x", 'f'),
+                    ("opt/app/lib/x", 'f'),
+                    ("top", 'f'),
+                ])[..],
+            )
+            .unwrap();
+        let stats = index
+            .apply_layer(
+                &layer(&[
+                    ("etc/.wh.issue", 'f'),
+                    ("etc/.wh.issue.d", 'f'),
+                    ("opt/.wh.app", 'f'),
+                    (".wh.top", 'f'),
+                ])[..],
+            )
+            .unwrap();
+        assert_eq!(stats.whiteouts, 4);
+        assert_eq!(stats.entries, 0);
+        assert_eq!(paths(&index), ["etc", "etc/issue-x", "etc/issuer", "opt"]);
+    }
+
+    #[test]
+    fn opaque_hides_lower_contents_but_not_its_own_layer() {
+        let mut index = Index::new();
+        index
+            .apply_layer(&layer(&[("var/lib/a/x", 'f'), ("var/lib/b", 'f'), ("var/libx", 'f')])[..])
+            .unwrap();
+        // The new entry comes before the marker in the tar: order within a
+        // layer must not matter.
+        index
+            .apply_layer(&layer(&[("var/lib/new", 'f'), ("var/lib/.wh..wh..opq", 'f')])[..])
+            .unwrap();
+        assert_eq!(paths(&index), ["var", "var/lib", "var/lib/new", "var/libx"]);
+    }
+
+    #[test]
+    fn whiteouts_of_one_layer_do_not_hide_its_own_entries() {
+        let mut index = Index::new();
+        index.apply_layer(&layer(&[("a/old", 'f')])[..]).unwrap();
+        index
+            .apply_layer(&layer(&[("a/new", 'd'), ("a/new/f", 'f'), ("a/.wh.old", 'f')])[..])
+            .unwrap();
+        assert_eq!(paths(&index), ["a", "a/new", "a/new/f"]);
+    }
+
+    #[test]
+    fn aufs_metadata_is_skipped_and_escapes_are_rejected() {
+        let mut index = Index::new();
+        let stats = index
+            .apply_layer(&layer(&[(".wh..wh.plnk/123", 'f'), ("a/.wh..wh.aufs", 'f')])[..])
+            .unwrap();
+        assert_eq!(stats.skipped, 2);
+        assert_eq!(paths(&index), Vec::<&str>::new());
+        let mut raw = layer(&[("x", 'f')]);
+        // `..` cannot be set through the builder; patch the name field.
+        raw[..4].copy_from_slice(b"../x");
+        let mut header = tar::Header::from_byte_slice(&raw[..512]).clone();
+        header.set_cksum();
+        raw[..512].copy_from_slice(header.as_bytes());
+        assert!(matches!(
+            index.apply_layer(&raw[..]),
+            Err(IndexError::BadPath { .. })
+        ));
+        assert!(matches!(
+            index.apply_layer(&b"not a tar"[..]),
+            Err(IndexError::Layer(_))
+        ));
+    }
+
+    #[test]
+    fn the_encoding_round_trips_and_is_deterministic() {
+        let mut index = Index::new();
+        index
+            .apply_layer(&layer(&[("etc/passwd", 'f'), ("bin/sh", 'f'), ("ünï/ç", 'f')])[..])
+            .unwrap();
+        let mut one = Vec::new();
+        index.write_to(&mut one).unwrap();
+        let mut two = Vec::new();
+        index.clone().write_to(&mut two).unwrap();
+        assert_eq!(one, two);
+        assert_eq!(Index::read_from(&one[..]).unwrap(), index);
+
+        let mut empty = Vec::new();
+        Index::new().write_to(&mut empty).unwrap();
+        assert!(Index::read_from(&empty[..]).unwrap().is_empty());
+
+        let mut bad = Vec::new();
+        let mut gz = GzEncoder::new(&mut bad, Compression::default());
+        gz.write_all(b"/abs\0").unwrap();
+        gz.finish().unwrap();
+        assert!(matches!(
+            Index::read_from(&bad[..]),
+            Err(IndexError::Corrupt(_))
+        ));
+    }
+}

@@ -1,0 +1,262 @@
+//! The content-addressed blob store under `$SILO_HOME/store`: the image
+//! layers and configs that snapshots are made of, the path index of each
+//! image, and the two archive formats through which blobs leave and enter
+//! the engine.
+//!
+//! Layout: `blobs/sha256/<hex>` holds each blob under the lowercase hex
+//! sha256 of its bytes ([`Digest`]); `tmp/` holds blobs being written;
+//! `lock` is the store's `flock`. Everything is synchronous `std::io`
+//! (callers run it in `spawn_blocking`).
+//!
+//! Invariants:
+//! - A blob's name is the hash of its bytes. A blob appears under its name
+//!   only by `rename` of a complete, fsynced temp file, followed by an fsync
+//!   of `blobs/sha256/`, so a reader never sees a partial blob and a crash
+//!   leaves at worst a stray temp file. Blobs are never written in place
+//!   (mode 0400).
+//! - Whoever writes blobs and then records them elsewhere (in SQLite) holds
+//!   a [`SharedLock`] across both steps. Garbage collection holds the
+//!   [`ExclusiveLock`] while it lists, removes and sweeps, so it never sees
+//!   a blob that is written but not yet recorded, nor a live temp file.
+//!   [`Store::remove`] and [`Store::sweep_temps`] take the exclusive guard
+//!   as proof. A process holding a shared lock must not ask for the
+//!   exclusive one: it would wait for itself until its timeout.
+//!
+//! Layout of this module:
+//! - this file: [`Store`] (open, blobs, locks, verify).
+//! - `digest`: [`Digest`], a validated lowercase hex sha256.
+//! - `writer`: [`BlobWriter`], hash-while-writing, then rename.
+//! - `lock`: [`SharedLock`] and [`ExclusiveLock`] (`flock`).
+//! - [`index`]: [`Index`], the set of paths of an image's file system, and
+//!   image-layer semantics (whiteouts, opaque directories).
+//! - [`save_archive`]: reading an engine's image export into the store.
+//! - [`load_archive`]: writing an image import for the engine from the store.
+
+mod digest;
+mod error;
+pub mod index;
+pub mod load_archive;
+mod lock;
+pub mod save_archive;
+mod writer;
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+
+use crate::home::create_private_dir;
+
+pub use digest::{Digest, DigestError, SHA256_PREFIX};
+pub use error::StoreError;
+use error::io as io_err;
+pub use index::{Index, IndexError, LayerDelta, LayerStats};
+pub use load_archive::{LoadArchiveError, LoadPlan};
+pub use lock::{ExclusiveLock, LOCK_POLL, SharedLock};
+pub use save_archive::{IngestError, SavedImage};
+pub use writer::{BlobWriter, Written};
+
+/// The blob store rooted at one directory (`$SILO_HOME/store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Store {
+    root: PathBuf,
+}
+
+impl Store {
+    /// Opens the store at `dir`, creating it and its `blobs/sha256/` and
+    /// `tmp/` directories (mode 0700) if missing. The root is kept
+    /// canonical (absolute, symlinks resolved).
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        let root: PathBuf = dir.into();
+        for dir in [root.join("blobs").join("sha256"), root.join("tmp")] {
+            create_private_dir(&dir).map_err(io_err("create", &dir))?;
+        }
+        // One spelling of the root, so a lock from another `Store` value of
+        // the same directory is recognised as this store's.
+        let root = fs::canonicalize(&root).map_err(io_err("resolve", &root))?;
+        Ok(Self { root })
+    }
+
+    /// The store's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Starts a new blob. Hold a [`SharedLock`] from before this call until
+    /// the blob is recorded.
+    pub fn writer(&self) -> Result<BlobWriter, StoreError> {
+        BlobWriter::create(&self.tmp_dir(), self.blob_dir())
+    }
+
+    /// Where the blob `digest` lives (whether or not it is there).
+    pub fn path(&self, digest: &Digest) -> PathBuf {
+        self.blob_dir().join(digest.as_str())
+    }
+
+    /// Whether the store has the blob.
+    pub fn has(&self, digest: &Digest) -> Result<bool, StoreError> {
+        let path = self.path(digest);
+        path.try_exists().map_err(io_err("look for", &path))
+    }
+
+    /// The blob's length in bytes.
+    pub fn size(&self, digest: &Digest) -> Result<u64, StoreError> {
+        let path = self.path(digest);
+        fs::metadata(&path)
+            .map(|meta| meta.len())
+            .map_err(|e| self.missing_or(e, digest, "stat", &path))
+    }
+
+    /// Opens the blob for reading. (Named apart from [`Store::open`], which
+    /// opens the store.)
+    pub fn open_blob(&self, digest: &Digest) -> Result<File, StoreError> {
+        let path = self.path(digest);
+        File::open(&path).map_err(|e| self.missing_or(e, digest, "open", &path))
+    }
+
+    /// Every blob with its size, sorted by digest. Names that are not
+    /// digests (nothing silo writes) are left out.
+    pub fn list(&self) -> Result<Vec<(Digest, u64)>, StoreError> {
+        let dir = self.blob_dir();
+        let mut blobs = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io_err("list", &dir))? {
+            let entry = entry.map_err(io_err("list", &dir))?;
+            let Some(digest) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| Digest::parse(n).ok())
+            else {
+                continue;
+            };
+            match entry.metadata() {
+                Ok(meta) => blobs.push((digest, meta.len())),
+                // Removed between the listing and the stat.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("stat", &entry.path())(e)),
+            }
+        }
+        blobs.sort();
+        Ok(blobs)
+    }
+
+    /// The bytes of every blob together.
+    pub fn total_bytes(&self) -> Result<u64, StoreError> {
+        Ok(self.list()?.iter().map(|(_, size)| size).sum())
+    }
+
+    /// Removes a blob; `false` if it was not there. Only garbage collection
+    /// removes blobs, under the exclusive lock.
+    pub fn remove(&self, digest: &Digest, lock: &ExclusiveLock) -> Result<bool, StoreError> {
+        self.check_lock(lock)?;
+        let path = self.path(digest);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_err("remove", &path)(e)),
+        }
+    }
+
+    /// Removes everything in `tmp/` (writers that died before finishing)
+    /// and returns how many entries went. Under the exclusive lock no writer
+    /// is live, so nothing there is in use.
+    pub fn sweep_temps(&self, lock: &ExclusiveLock) -> Result<usize, StoreError> {
+        self.check_lock(lock)?;
+        let dir = self.tmp_dir();
+        let mut removed = 0;
+        for entry in fs::read_dir(&dir).map_err(io_err("list", &dir))? {
+            let entry = entry.map_err(io_err("list", &dir))?;
+            let path = entry.path();
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            let gone = if is_dir {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            match gone {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("remove", &path)(e)),
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Re-hashes the blob: whether its bytes still match its name.
+    pub fn verify(&self, digest: &Digest) -> Result<bool, StoreError> {
+        let path = self.path(digest);
+        let mut file = self.open_blob(digest)?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => hasher.update(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err("read", &path)(e)),
+            }
+        }
+        Ok(Digest::from_hasher(hasher) == *digest)
+    }
+
+    /// Waits as long as it takes for a shared lock: blobs written while it
+    /// is held are safe from garbage collection until it is dropped.
+    pub fn shared_lock(&self) -> Result<SharedLock, StoreError> {
+        lock::shared(&self.lock_path())
+    }
+
+    /// Waits up to `timeout` for the exclusive lock, polling every
+    /// [`LOCK_POLL`] (writers holding shared locks go first).
+    pub fn exclusive_lock(&self, timeout: Duration) -> Result<ExclusiveLock, StoreError> {
+        lock::exclusive(&self.lock_path(), timeout)
+    }
+
+    /// The exclusive lock if it is free now.
+    pub fn try_exclusive_lock(&self) -> Result<Option<ExclusiveLock>, StoreError> {
+        lock::try_exclusive(&self.lock_path())
+    }
+
+    fn blob_dir(&self) -> PathBuf {
+        self.root.join("blobs").join("sha256")
+    }
+
+    fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    fn lock_path(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+
+    fn check_lock(&self, lock: &ExclusiveLock) -> Result<(), StoreError> {
+        if lock.path() == self.lock_path() {
+            Ok(())
+        } else {
+            Err(StoreError::ForeignLock {
+                lock: lock.path().to_owned(),
+                root: self.root.clone(),
+            })
+        }
+    }
+
+    fn missing_or(
+        &self,
+        error: io::Error,
+        digest: &Digest,
+        what: &'static str,
+        path: &Path,
+    ) -> StoreError {
+        if error.kind() == io::ErrorKind::NotFound {
+            StoreError::Missing {
+                digest: digest.clone(),
+                root: self.root.clone(),
+            }
+        } else {
+            io_err(what, path)(error)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

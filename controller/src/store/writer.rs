@@ -1,0 +1,161 @@
+//! [`BlobWriter`]: one blob being written: a temp file in `tmp/` that is
+//! hashed as it fills and renamed to its digest when finished.
+
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+
+use super::error::io as io_err;
+use super::{Digest, StoreError};
+
+/// Bytes buffered before a write reaches the temp file: tar parsers read
+/// 512-byte headers, which would otherwise be one syscall each.
+const WRITE_BUFFER: usize = 256 * 1024;
+
+/// Mode of a finished blob: content-addressed, so never written again.
+const BLOB_MODE: u32 = 0o400;
+
+/// A blob being written. Write its bytes, then [`BlobWriter::finish`].
+///
+/// Dropping it unfinished removes its temp file (best effort; anything
+/// left behind is swept by [`super::Store::sweep_temps`]).
+pub struct BlobWriter {
+    /// The open temp file; `None` once finished.
+    file: Option<BufWriter<File>>,
+    /// Its path in `tmp/`.
+    temp: PathBuf,
+    /// `blobs/sha256/`, where the finished blob is renamed to.
+    blobs: PathBuf,
+    /// The sha256 of everything written so far.
+    hasher: Sha256,
+    /// How many bytes were written.
+    size: u64,
+}
+
+/// A finished blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// Its name.
+    pub digest: Digest,
+    /// Its length in bytes.
+    pub size: u64,
+    /// Whether this write added it (`false`: the store had it already).
+    pub new: bool,
+}
+
+impl BlobWriter {
+    /// Creates a fresh temp file `tmp/<random hex>`.
+    pub(super) fn create(tmp_dir: &Path, blobs: PathBuf) -> Result<Self, StoreError> {
+        let mut suffix = [0u8; 16];
+        getrandom::fill(&mut suffix).map_err(|_| StoreError::Io {
+            what: "draw a temp name in",
+            path: tmp_dir.to_owned(),
+            source: io::Error::other("no randomness"),
+        })?;
+        let temp = tmp_dir.join(hex::encode(suffix));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(io_err("create", &temp))?;
+        Ok(Self {
+            file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
+            temp,
+            blobs,
+            hasher: Sha256::new(),
+            size: 0,
+        })
+    }
+
+    /// Bytes written so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Makes the blob durable under its digest: flush and fsync the temp
+    /// file, rename it into `blobs/sha256/` (or drop it if that blob is there
+    /// already), and fsync the directory so the name survives a crash.
+    pub fn finish(mut self) -> Result<Written, StoreError> {
+        let Some(buffered) = self.file.take() else {
+            return Err(unusable(&self.temp));
+        };
+        let file = buffered
+            .into_inner()
+            .map_err(|e| io_err("write", &self.temp)(e.into_error()))?;
+        file.set_permissions(Permissions::from_mode(BLOB_MODE))
+            .map_err(io_err("chmod", &self.temp))?;
+        file.sync_all().map_err(io_err("fsync", &self.temp))?;
+        drop(file);
+        let digest = Digest::from_hasher(std::mem::take(&mut self.hasher));
+        let target = self.blobs.join(digest.as_str());
+        let exists = target.try_exists().map_err(io_err("look for", &target))?;
+        if exists {
+            // Same name, same bytes: keep the blob that is there (someone may
+            // be reading it) and drop ours.
+            fs::remove_file(&self.temp).map_err(io_err("remove", &self.temp))?;
+        } else {
+            fs::rename(&self.temp, &target).map_err(io_err("rename", &self.temp))?;
+            sync_dir(&self.blobs)?;
+        }
+        Ok(Written {
+            digest,
+            size: self.size,
+            new: !exists,
+        })
+    }
+}
+
+impl Write for BlobWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let Some(file) = self.file.as_mut() else {
+            return Err(io::Error::other("blob writer already finished"));
+        };
+        let n = file.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self.file.as_mut() {
+            Some(file) => file.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for BlobWriter {
+    fn drop(&mut self) {
+        if let Some(file) = self.file.take() {
+            // Unfinished: the bytes are unwanted, so skip the buffer's flush.
+            let (file, _unwritten) = file.into_parts();
+            drop(file);
+            // Best effort: a leftover is swept under the exclusive lock.
+            let _ = fs::remove_file(&self.temp);
+        }
+    }
+}
+
+impl std::fmt::Debug for BlobWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobWriter")
+            .field("temp", &self.temp)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Makes the entries of `dir` durable.
+pub(super) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("fsync", dir))
+}
+
+fn unusable(temp: &Path) -> StoreError {
+    io_err("finish", temp)(io::Error::other("blob writer already finished"))
+}
