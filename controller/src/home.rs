@@ -76,6 +76,11 @@ impl Home {
         self.root.join("bin")
     }
 
+    /// The content-addressed store of snapshot layers.
+    pub fn store_dir(&self) -> PathBuf {
+        self.root.join("store")
+    }
+
     /// The scratch directory of one sandbox (host-side backends only).
     pub fn sandbox_dir(&self, sandbox_id: &str) -> PathBuf {
         self.root.join("sandboxes").join(sandbox_id)

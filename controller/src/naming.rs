@@ -1,4 +1,4 @@
-//! Sandbox ids and names.
+//! Sandbox ids and names, and snapshot ids.
 //!
 //! An id (`sbx-` and 12 hex digits) is drawn at random and never changes, even
 //! when a sandbox is rewound or restored; it is what keys are derived from. A
@@ -23,6 +23,17 @@ const NOUNS: &[&str] = &[
     "puffin", "tapir", "vole", "egret", "newt", "okapi", "panda", "quail", "raven", "stoat",
     "tern", "viper", "walrus",
 ];
+
+/// Prefix of every snapshot id.
+pub const SNAPSHOT_ID_PREFIX: &str = "snap-";
+
+/// A fresh random snapshot id (`snap-` and 12 hex digits).
+pub fn new_snapshot_id() -> Result<String, NamingError> {
+    Ok(format!(
+        "{SNAPSHOT_ID_PREFIX}{}",
+        hex::encode(random_bytes::<ID_RANDOM_BYTES>()?)
+    ))
+}
 
 /// A fresh random sandbox id.
 pub fn new_sandbox_id() -> Result<String, NamingError> {

@@ -42,6 +42,9 @@ pub struct Machine<'a> {
     pub backend_ref: &'a serde_json::Value,
     /// The sandbox's own key, which its agent must be given.
     pub key: &'a Key,
+    /// The image to make the machine from when it is not the spec's: a
+    /// snapshot's, already on the engine (rewind, fork, restore).
+    pub image: Option<&'a str>,
 }
 
 /// Where a sandbox's machine is in its life, as its backend sees it now.

@@ -29,6 +29,13 @@ pub enum EventKind {
     Pushed,
     /// It was removed; its events remain.
     Removed,
+    /// A snapshot of its file system was stored.
+    Snapshot,
+    /// One of its snapshots was deleted.
+    SnapshotRemoved,
+    /// Its machine was replaced by one made from a snapshot (`silo rewind`,
+    /// or `silo up` restoring a machine that was gone).
+    Rewound,
 }
 
 impl EventKind {
@@ -42,6 +49,9 @@ impl EventKind {
             EventKind::Recreated => "recreated",
             EventKind::Pushed => "pushed",
             EventKind::Removed => "removed",
+            EventKind::Snapshot => "snapshot",
+            EventKind::SnapshotRemoved => "snapshot_removed",
+            EventKind::Rewound => "rewound",
         }
     }
 }
@@ -198,6 +208,7 @@ mod tests {
             id: "sbx-00000000000a".into(),
             name: "a".into(),
             spec: SandboxSpec::new(BackendKind::Local),
+            origin_snapshot: None,
         };
         let a = db.insert_sandbox(&new).unwrap();
         db.append_event(&a, EventKind::Started, &json!({ "pid": 1 }))

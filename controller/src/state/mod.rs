@@ -10,13 +10,15 @@
 //!
 //! Layout: `schema` (versioned migrations), `sandboxes` (the live set),
 //! `events` (the log), `leases` (who may run a lifecycle operation on a
-//! sandbox right now), `master_key` (the key every sandbox key derives from).
+//! sandbox right now), `snapshots` (snapshots and the base images whose
+//! layers the store keeps), `master_key` (the key every sandbox key derives from).
 
 mod events;
 mod leases;
 mod master_key;
 mod sandboxes;
 mod schema;
+mod snapshots;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,6 +30,7 @@ pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
 pub use master_key::{MasterKeyError, load_or_create_master_key};
 pub use sandboxes::{NewSandbox, Sandbox};
 pub use schema::SCHEMA_VERSION;
+pub use snapshots::{Snapshot, StoredImage};
 
 /// How long a statement waits for another process's lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -116,6 +119,12 @@ pub enum StateError {
     /// No live sandbox has this name or id.
     #[error("unknown sandbox {0:?}")]
     UnknownSandbox(String),
+    /// No snapshot has this id (or starts with it).
+    #[error("unknown snapshot {0:?}; `silo snapshots` lists them")]
+    UnknownSnapshot(String),
+    /// More than one snapshot starts with this id prefix.
+    #[error("{0:?} names more than one snapshot; give more of its id")]
+    AmbiguousSnapshot(String),
     /// Another live sandbox already has this name.
     #[error("a sandbox named {0:?} already exists")]
     NameTaken(String),
@@ -201,6 +210,7 @@ mod tests {
             id: "sbx-00000000000a".into(),
             name: "a".into(),
             spec: SandboxSpec::new(BackendKind::Local),
+            origin_snapshot: None,
         };
         let made = a.insert_sandbox(&new).unwrap();
         assert_eq!(b.sandbox("a").unwrap(), made);
@@ -221,6 +231,7 @@ mod tests {
                             id: format!("sbx-{t:06}{i:06}"),
                             name: format!("t{t}-{i}"),
                             spec: SandboxSpec::new(BackendKind::Local),
+                            origin_snapshot: None,
                         };
                         db.insert_sandbox(&new).unwrap();
                     }

@@ -29,6 +29,9 @@ pub struct Sandbox {
     pub created_at_ms: i64,
     /// Unix ms of the last change to this row.
     pub updated_at_ms: i64,
+    /// The snapshot its current machine was made from (rewind, fork,
+    /// restore); `None` when it was made from the spec's image.
+    pub origin_snapshot: Option<String>,
 }
 
 /// What is needed to record a new sandbox.
@@ -40,9 +43,12 @@ pub struct NewSandbox {
     pub name: String,
     /// Its spec.
     pub spec: SandboxSpec,
+    /// The snapshot its first machine is made from (a fork), if any.
+    pub origin_snapshot: Option<String>,
 }
 
-const COLUMNS: &str = "id, name, backend, spec, spec_hash, backend_ref, created_at, updated_at";
+const COLUMNS: &str =
+    "id, name, backend, spec, spec_hash, backend_ref, created_at, updated_at, origin_snapshot";
 
 impl StateDb {
     /// Records a new sandbox (with an empty backend handle) and its `created`
@@ -55,7 +61,8 @@ impl StateDb {
         self.write("recording a new sandbox", |tx| {
             tx.execute(
                 &format!(
-                    "INSERT INTO sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6)"
+                    "INSERT INTO sandboxes ({COLUMNS}) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6, ?7)"
                 ),
                 params![
                     new.id,
@@ -63,7 +70,8 @@ impl StateDb {
                     backend.as_str(),
                     spec_json,
                     spec_hash,
-                    now
+                    now,
+                    new.origin_snapshot
                 ],
             )
             .map_err(|e| name_taken_or(e, &new.name, "recording a new sandbox"))?;
@@ -73,7 +81,11 @@ impl StateDb {
                 &new.name,
                 now,
                 EventKind::Created,
-                &serde_json::json!({ "backend": backend, "spec_hash": spec_hash }),
+                &serde_json::json!({
+                    "backend": backend,
+                    "spec_hash": spec_hash,
+                    "from_snapshot": new.origin_snapshot,
+                }),
             )?;
             Ok(())
         })?;
@@ -86,6 +98,7 @@ impl StateDb {
             backend_ref: serde_json::json!({}),
             created_at_ms: now,
             updated_at_ms: now,
+            origin_snapshot: new.origin_snapshot.clone(),
         })
     }
 
@@ -168,7 +181,7 @@ impl StateDb {
             let changed = tx
                 .execute(
                     "UPDATE sandboxes SET backend = ?2, spec = ?3, spec_hash = ?4, \
-                     backend_ref = '{}', updated_at = ?5 WHERE id = ?1",
+                     backend_ref = '{}', updated_at = ?5, origin_snapshot = NULL WHERE id = ?1",
                     params![sandbox.id, spec.backend.as_str(), spec_json, spec_hash, now],
                 )
                 .map_err(db("replacing a sandbox's spec"))?;
@@ -184,6 +197,39 @@ impl StateDb {
             spec_hash,
             backend_ref: serde_json::json!({}),
             updated_at_ms: now,
+            origin_snapshot: None,
+            ..sandbox.clone()
+        })
+    }
+
+    /// Records that the sandbox's machine is being replaced by one made from
+    /// `snapshot` (rewind, restore), with an empty backend handle until the
+    /// new machine is up; logs `event` in the same transaction.
+    pub fn set_origin_snapshot(
+        &mut self,
+        sandbox: &Sandbox,
+        snapshot: &str,
+        event: (EventKind, serde_json::Value),
+    ) -> Result<Sandbox, StateError> {
+        let now = now_ms();
+        self.write("recording a sandbox's snapshot", |tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE sandboxes SET origin_snapshot = ?2, backend_ref = '{}', \
+                     updated_at = ?3 WHERE id = ?1",
+                    params![sandbox.id, snapshot, now],
+                )
+                .map_err(db("recording a sandbox's snapshot"))?;
+            if changed == 0 {
+                return Err(StateError::UnknownSandbox(sandbox.name.clone()));
+            }
+            let (kind, detail) = &event;
+            insert_event(tx, &sandbox.id, &sandbox.name, now, *kind, detail)
+        })?;
+        Ok(Sandbox {
+            backend_ref: serde_json::json!({}),
+            updated_at_ms: now,
+            origin_snapshot: Some(snapshot.to_owned()),
             ..sandbox.clone()
         })
     }
@@ -224,6 +270,7 @@ struct RawRow {
     backend_ref: String,
     created_at: i64,
     updated_at: i64,
+    origin_snapshot: Option<String>,
 }
 
 impl RawRow {
@@ -237,6 +284,7 @@ impl RawRow {
             backend_ref: row.get(5)?,
             created_at: row.get(6)?,
             updated_at: row.get(7)?,
+            origin_snapshot: row.get(8)?,
         })
     }
 
@@ -262,6 +310,7 @@ impl RawRow {
             backend_ref,
             created_at_ms: self.created_at,
             updated_at_ms: self.updated_at,
+            origin_snapshot: self.origin_snapshot,
         })
     }
 }
@@ -298,6 +347,7 @@ mod tests {
             id: id.into(),
             name: name.into(),
             spec: SandboxSpec::new(BackendKind::Local),
+            origin_snapshot: None,
         }
     }
 

@@ -60,6 +60,40 @@ const MIGRATIONS: &[&str] = &[
         acquired_at INTEGER NOT NULL   -- unix ms
     ) STRICT;
     "#,
+    // 3: snapshots, the base images whose layers the store keeps, and which
+    // snapshot each sandbox's machine was made from.
+    // Layers are listed whole in each row (the base's, then every snapshot
+    // layer of the chain, bottom first), so deleting a parent never strands a
+    // child, and the blobs a row needs are all named in that row. No foreign
+    // key from a snapshot to its parent or sandbox: both may go first.
+    r#"
+    CREATE TABLE images (
+        image_id   TEXT PRIMARY KEY,  -- the engine's id of the image (sha256:…)
+        config     TEXT NOT NULL,     -- JSON image config, as the engine exported it
+        layers     TEXT NOT NULL,     -- JSON array of layer digests, bottom first
+        index_blob TEXT NOT NULL,     -- digest of the blob listing its paths
+        bytes      INTEGER NOT NULL,  -- bytes its layers and index take in the store
+        stored_at  INTEGER NOT NULL   -- unix ms
+    ) STRICT;
+
+    CREATE TABLE snapshots (
+        id           TEXT PRIMARY KEY,
+        sandbox_id   TEXT NOT NULL,
+        sandbox_name TEXT NOT NULL,
+        parent       TEXT,              -- the snapshot the machine was made from
+        spec         TEXT NOT NULL,     -- JSON SandboxSpec of the sandbox, for forks
+        base_image   TEXT NOT NULL REFERENCES images (image_id),
+        layers       TEXT NOT NULL,     -- JSON array of layer digests, bottom first
+        config       TEXT NOT NULL,     -- the image config the engine is given (JSON text)
+        message      TEXT,
+        layer_bytes  INTEGER NOT NULL,  -- size of this snapshot's own layer
+        new_bytes    INTEGER NOT NULL,  -- how much the store grew by taking it
+        created_at   INTEGER NOT NULL   -- unix ms
+    ) STRICT;
+    CREATE INDEX snapshots_by_sandbox ON snapshots (sandbox_id, created_at);
+
+    ALTER TABLE sandboxes ADD COLUMN origin_snapshot TEXT;
+    "#,
 ];
 
 /// The schema version this build creates and understands.

@@ -18,6 +18,7 @@ use bollard::models::{
 use super::error::DockerError;
 use super::labels::labels;
 use crate::backend::Machine;
+use crate::spec::SandboxSpec;
 
 /// Where the agent binary is mounted in every container.
 pub const AGENT_PATH: &str = "/.silo/silo-agent";
@@ -107,7 +108,7 @@ pub fn create_body(plan: &Plan<'_>) -> Result<ContainerCreateBody, DockerError> 
     }
 
     Ok(ContainerCreateBody {
-        image: spec.image.clone(),
+        image: Some(image_ref(plan.machine).to_owned()),
         entrypoint: Some(entrypoint),
         // An explicit entrypoint already keeps the engine from appending the
         // image's command; an empty one says so outright.
@@ -126,6 +127,37 @@ pub fn create_body(plan: &Plan<'_>) -> Result<ContainerCreateBody, DockerError> 
         host_config: Some(host_config(plan)),
         ..Default::default()
     })
+}
+
+/// Paths of a container that belong to silo or the engine rather than the
+/// sandbox, left out of its snapshots: the agent and its run directory, the
+/// files the engine writes for each container, the kernel's file systems,
+/// and the spec's bind mounts (host directories are not the sandbox's).
+pub fn snapshot_excludes(spec: &SandboxSpec) -> Vec<String> {
+    let mut paths: Vec<String> = [
+        "/.silo",
+        "/.dockerenv",
+        "/etc/hosts",
+        "/etc/hostname",
+        "/etc/resolv.conf",
+        "/proc",
+        "/sys",
+        "/dev",
+    ]
+    .iter()
+    .map(|p| (*p).to_owned())
+    .collect();
+    paths.extend(spec.binds.iter().map(|b| b.target.clone()));
+    paths
+}
+
+/// The image a sandbox's container is made from: a snapshot's when the
+/// machine is restored from one, else the spec's.
+pub fn image_ref<'a>(machine: &Machine<'a>) -> &'a str {
+    machine
+        .image
+        .or(machine.spec.image.as_deref())
+        .unwrap_or_default()
 }
 
 fn host_config(plan: &Plan<'_>) -> HostConfig {
@@ -191,6 +223,7 @@ mod tests {
             spec,
             backend_ref: &backend_ref,
             key: &key,
+            image: None,
         };
         create_body(&Plan {
             machine: &machine,

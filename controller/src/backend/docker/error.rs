@@ -148,6 +148,12 @@ pub enum DockerError {
         /// The end of its output.
         logs: String,
     },
+    /// The engine answered with something silo cannot use.
+    #[error("unexpected answer from the engine: {what}")]
+    Unexpected {
+        /// What was wrong.
+        what: String,
+    },
 }
 
 /// Wraps an Engine API error with the call it came from.

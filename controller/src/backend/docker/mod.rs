@@ -18,7 +18,8 @@
 //! Layout: `engine` (connection, version negotiation, logs), `config` (the
 //! create request), `labels` (names, labels, home identity), `image`
 //! (inspect or pull), `ready` (waiting for the agent), `time` (engine
-//! timestamps), `sweep` (containers of this home with no sandbox), `error`.
+//! timestamps), `sweep` (containers of this home with no sandbox),
+//! `snapshot` (container facts, image export and import for snapshots), `error`.
 
 mod config;
 mod engine;
@@ -26,6 +27,7 @@ mod error;
 mod image;
 mod labels;
 mod ready;
+mod snapshot;
 mod sweep;
 mod time;
 
@@ -59,7 +61,10 @@ pub use labels::{
     container_name,
 };
 pub use ready::READY_TIMEOUT;
-pub use time::rfc3339_to_unix_ms;
+pub use snapshot::{
+    ContainerFacts, LABEL_SNAPSHOT, SNAPSHOT_REPOSITORY, SnapshotImage, snapshot_tag,
+};
+pub use time::{rfc3339_to_unix_ms, rfc3339_to_unix_ns, unix_ms_to_rfc3339};
 
 pub(crate) use error::is_not_found;
 use error::{api, io, is_conflict, is_missing_image};
@@ -249,7 +254,7 @@ impl DockerBackend {
         machine: &Machine<'_>,
     ) -> Result<String, DockerError> {
         machine.spec.check()?;
-        let image_name = machine.spec.image.clone().unwrap_or_default();
+        let image_name = config::image_ref(machine).to_owned();
         // The image's config matters only for `--workload image`; otherwise
         // a missing image shows up as the create's 404, saving a round trip.
         let image = if machine.spec.workload_from_image {

@@ -1,0 +1,184 @@
+//! What snapshots need from the engine, and nothing more: facts about a
+//! sandbox's container (the image it runs, when it was made, whether its
+//! file system is an overlay), an image's export (`GET /images/{id}/get`) to
+//! store a base image's layers once, an import (`POST /images/load`) to put
+//! a snapshot back on the engine, and the images silo loaded, for gc.
+//!
+//! The snapshot itself is taken by the sandbox's agent, not the engine: on
+//! an engine whose storage driver diffs by walking the whole image (the
+//! `fuse-overlayfs` and `vfs` drivers, and `docker commit` on any of them),
+//! asking the engine costs what the image weighs. Bodies are streamed both
+//! ways, never buffered whole, with the long request timeout, since a base
+//! image can take longer than the usual timeout to export or import.
+
+use std::collections::HashMap;
+
+use bollard::query_parameters::{
+    ImportImageOptionsBuilder, ListImagesOptionsBuilder, RemoveImageOptionsBuilder,
+};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+
+use super::engine::LONG_REQUEST_TIMEOUT;
+use super::error::{DockerError, api, is_conflict, is_not_found};
+use super::labels::LABEL_HOME;
+use super::time::rfc3339_to_unix_ns;
+use super::{DockerBackend, Found, config};
+use crate::backend::Machine;
+
+/// Label on every image silo loads for a snapshot: the snapshot's id.
+pub const LABEL_SNAPSHOT: &str = "silo.snapshot";
+/// Repository under which snapshot images are tagged (`silo-snapshot:<id>`).
+pub const SNAPSHOT_REPOSITORY: &str = "silo-snapshot";
+/// Storage drivers whose containers are overlays: a change anywhere below a
+/// directory copies that directory up, so an unchanged directory (by ctime)
+/// has nothing changed beneath it and a snapshot need not walk it.
+const OVERLAY_DRIVERS: &[&str] = &["overlay2", "overlay", "fuse-overlayfs"];
+
+/// What a snapshot needs to know about a sandbox's container.
+#[derive(Debug, Clone)]
+pub struct ContainerFacts {
+    /// The engine's id of the image the container was made from.
+    pub image_id: String,
+    /// When the container was made (unix ns): its image was complete before,
+    /// and none of its processes had run.
+    pub created_ns: i64,
+    /// Its file system is an overlay (see [`OVERLAY_DRIVERS`]).
+    pub overlay: bool,
+    /// Paths a snapshot leaves out: silo's and the engine's own mounts.
+    pub exclude: Vec<String>,
+}
+
+/// An image this home loaded for a snapshot.
+#[derive(Debug, Clone)]
+pub struct SnapshotImage {
+    /// The engine's image id.
+    pub image_id: String,
+    /// The snapshot it was loaded for.
+    pub snapshot: String,
+}
+
+impl DockerBackend {
+    /// The facts about the sandbox's container a snapshot needs.
+    pub async fn container_facts(
+        &self,
+        machine: Machine<'_>,
+    ) -> Result<ContainerFacts, DockerError> {
+        let engine = self.engine().await?;
+        let name = super::container_name(machine.id);
+        let info = match self.find(engine, &machine).await? {
+            Found::Ours(info) => info,
+            Found::Foreign(owner) => {
+                return Err(DockerError::Foreign {
+                    container: name,
+                    owner,
+                });
+            }
+            Found::Missing => return Err(DockerError::Missing { container: name }),
+        };
+        let image_id = info.image.clone().unwrap_or_default();
+        let created_ns = info
+            .created
+            .as_deref()
+            .and_then(rfc3339_to_unix_ns)
+            .ok_or_else(|| DockerError::Unexpected {
+                what: format!("container {name} has no readable creation time"),
+            })?;
+        let driver = info.driver.clone().unwrap_or_default();
+        Ok(ContainerFacts {
+            image_id,
+            created_ns,
+            overlay: OVERLAY_DRIVERS.contains(&driver.as_str()),
+            exclude: config::snapshot_excludes(machine.spec),
+        })
+    }
+
+    /// The layers (diff ids, bottom first) of an image on the engine, or
+    /// `None` if the engine does not have it.
+    pub async fn image_layers(&self, image: &str) -> Result<Option<Vec<String>>, DockerError> {
+        let engine = self.engine().await?;
+        match engine.inspect_image(image).await {
+            Ok(found) => Ok(Some(
+                found.root_fs.and_then(|r| r.layers).unwrap_or_default(),
+            )),
+            Err(error) if is_not_found(&error) => Ok(None),
+            Err(error) => Err(api(format!("inspect image {image}"))(error)),
+        }
+    }
+
+    /// The engine's export of one image (the `docker save` archive), as it
+    /// streams.
+    pub async fn export_image(
+        &self,
+        image: &str,
+    ) -> Result<impl Stream<Item = Result<Bytes, DockerError>> + use<>, DockerError> {
+        let engine = self
+            .engine()
+            .await?
+            .clone()
+            .with_timeout(LONG_REQUEST_TIMEOUT);
+        let what = format!("export image {image}");
+        Ok(engine
+            .export_image(image)
+            .map(move |chunk| chunk.map_err(api(what.clone()))))
+    }
+
+    /// Loads an image archive (the `docker load` format) streamed from `body`.
+    pub async fn load_image<S>(&self, body: S) -> Result<(), DockerError>
+    where
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+    {
+        let engine = self
+            .engine()
+            .await?
+            .clone()
+            .with_timeout(LONG_REQUEST_TIMEOUT);
+        let options = ImportImageOptionsBuilder::new().quiet(true).build();
+        let mut progress = engine.import_image_stream(options, body, None);
+        while let Some(step) = progress.next().await {
+            step.map_err(api("load a snapshot image"))?;
+        }
+        Ok(())
+    }
+
+    /// Removes an image silo loaded. Returns whether it was removed: one a
+    /// container still runs from stays, and so does one already gone.
+    pub async fn remove_image(&self, image: &str) -> Result<bool, DockerError> {
+        let engine = self.engine().await?;
+        let options = RemoveImageOptionsBuilder::new().force(false).build();
+        match engine.remove_image(image, Some(options), None).await {
+            Ok(_) => Ok(true),
+            Err(error) if is_not_found(&error) || is_conflict(&error) => Ok(false),
+            Err(error) => Err(api(format!("remove image {image}"))(error)),
+        }
+    }
+
+    /// Every image this home loaded for a snapshot.
+    pub async fn snapshot_images(&self) -> Result<Vec<SnapshotImage>, DockerError> {
+        let engine = self.engine().await?;
+        let filters: HashMap<String, Vec<String>> = HashMap::from([(
+            "label".to_owned(),
+            vec![format!("{LABEL_HOME}={}", self.home_id()?)],
+        )]);
+        let options = ListImagesOptionsBuilder::new().filters(&filters).build();
+        let images = engine
+            .list_images(Some(options))
+            .await
+            .map_err(api("list snapshot images"))?;
+        Ok(images
+            .into_iter()
+            .filter_map(|image| {
+                let snapshot = image.labels.get(LABEL_SNAPSHOT)?.clone();
+                Some(SnapshotImage {
+                    image_id: image.id,
+                    snapshot,
+                })
+            })
+            .collect())
+    }
+}
+
+/// The tag a snapshot's image carries on the engine.
+pub fn snapshot_tag(snapshot: &str) -> String {
+    format!("{SNAPSHOT_REPOSITORY}:{snapshot}")
+}

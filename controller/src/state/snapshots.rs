@@ -1,0 +1,482 @@
+//! Snapshots and the base images under them: what each snapshot is made of
+//! (its layers, named by digest in the store, and the image config the
+//! engine is given), and which images' layers the store already keeps.
+//!
+//! A snapshot row is written only after every blob it names is in the
+//! store, in the same transaction as its `snapshot` event; so a row never
+//! names a missing blob, and a crash leaves at worst unnamed blobs for gc.
+//! The config is kept as the exact text the engine is given: the engine's
+//! image id is its SHA-256, so it must never be re-serialized.
+
+use std::collections::BTreeSet;
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::events::{EventKind, insert_event};
+use super::{StateDb, StateError, db, now_ms};
+use crate::spec::SandboxSpec;
+
+/// A base image whose layers are in the store.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredImage {
+    /// The engine's id of the image (`sha256:…`).
+    pub image_id: String,
+    /// Its image config, as the engine exported it.
+    pub config: serde_json::Value,
+    /// Its layer digests (bare hex), bottom first.
+    pub layers: Vec<String>,
+    /// The digest of the blob listing its paths.
+    pub index_blob: String,
+    /// Bytes its layers and index take in the store.
+    pub bytes: u64,
+    /// When it was stored (unix ms).
+    pub stored_at_ms: i64,
+}
+
+/// A snapshot of a sandbox's file system.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Snapshot {
+    /// Its id (`snap-` and 12 hex digits).
+    pub id: String,
+    /// The sandbox it was taken of (which may since have been removed).
+    pub sandbox_id: String,
+    /// That sandbox's name at the time.
+    pub sandbox_name: String,
+    /// The snapshot the sandbox's machine was made from, if any.
+    pub parent: Option<String>,
+    /// The sandbox's spec at the time, which a fork starts from.
+    pub spec: SandboxSpec,
+    /// The base image (engine id) under its layers.
+    pub base_image: String,
+    /// Its layer digests (bare hex), bottom first: the base image's, then
+    /// one per snapshot in its chain, its own last.
+    pub layers: Vec<String>,
+    /// The image config the engine is given, as exact text.
+    pub config: String,
+    /// What the user said about it.
+    pub message: Option<String>,
+    /// Size of its own layer.
+    pub layer_bytes: u64,
+    /// How much the store grew by taking it (base layers stored for it included).
+    pub new_bytes: u64,
+    /// When it was taken (unix ms).
+    pub created_at_ms: i64,
+}
+
+impl Snapshot {
+    /// Its own layer (the top one).
+    pub fn own_layer(&self) -> Option<&str> {
+        self.layers.last().map(String::as_str)
+    }
+}
+
+const SNAPSHOT_COLUMNS: &str = "id, sandbox_id, sandbox_name, parent, spec, base_image, layers, \
+                                config, message, layer_bytes, new_bytes, created_at";
+
+impl StateDb {
+    /// The stored base image with this engine id, if its layers are stored.
+    pub fn stored_image(&self, image_id: &str) -> Result<Option<StoredImage>, StateError> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT image_id, config, layers, index_blob, bytes, stored_at \
+                 FROM images WHERE image_id = ?1",
+                [image_id],
+                |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                        row.get::<_, i64>(4)?,
+                        row.get::<_, i64>(5)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(db("looking up a stored image"))?;
+        let Some((image_id, config, layers, index_blob, bytes, stored_at_ms)) = row else {
+            return Ok(None);
+        };
+        let corrupt = |what: String| StateError::Corrupt {
+            id: image_id.clone(),
+            what,
+        };
+        Ok(Some(StoredImage {
+            config: serde_json::from_str(&config).map_err(|e| corrupt(format!("config: {e}")))?,
+            layers: serde_json::from_str(&layers).map_err(|e| corrupt(format!("layers: {e}")))?,
+            index_blob,
+            bytes: u64::try_from(bytes).unwrap_or(0),
+            stored_at_ms,
+            image_id,
+        }))
+    }
+
+    /// Records a base image whose blobs are all in the store. Recording one
+    /// that is already recorded (by a racing process) keeps the first row.
+    pub fn insert_image(&mut self, image: &StoredImage) -> Result<(), StateError> {
+        let config = json_text(&image.image_id, &image.config)?;
+        let layers = json_text(&image.image_id, &image.layers)?;
+        self.write("recording a stored image", |tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO images \
+                 (image_id, config, layers, index_blob, bytes, stored_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    image.image_id,
+                    config,
+                    layers,
+                    image.index_blob,
+                    i64::try_from(image.bytes).unwrap_or(i64::MAX),
+                    image.stored_at_ms
+                ],
+            )
+            .map_err(db("recording a stored image"))?;
+            Ok(())
+        })
+    }
+
+    /// Records a snapshot whose blobs are all in the store, with its
+    /// `snapshot` event (carrying `detail`).
+    pub fn insert_snapshot(
+        &mut self,
+        snapshot: &Snapshot,
+        detail: &serde_json::Value,
+    ) -> Result<(), StateError> {
+        let layers = json_text(&snapshot.id, &snapshot.layers)?;
+        let spec = json_text(&snapshot.id, &snapshot.spec)?;
+        self.write("recording a snapshot", |tx| {
+            tx.execute(
+                &format!(
+                    "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                ),
+                params![
+                    snapshot.id,
+                    snapshot.sandbox_id,
+                    snapshot.sandbox_name,
+                    snapshot.parent,
+                    spec,
+                    snapshot.base_image,
+                    layers,
+                    snapshot.config,
+                    snapshot.message,
+                    i64::try_from(snapshot.layer_bytes).unwrap_or(i64::MAX),
+                    i64::try_from(snapshot.new_bytes).unwrap_or(i64::MAX),
+                    snapshot.created_at_ms
+                ],
+            )
+            .map_err(db("recording a snapshot"))?;
+            insert_event(
+                tx,
+                &snapshot.sandbox_id,
+                &snapshot.sandbox_name,
+                snapshot.created_at_ms,
+                EventKind::Snapshot,
+                detail,
+            )
+        })
+    }
+
+    /// The snapshot with this id (or a unique prefix of it).
+    pub fn snapshot(&self, id: &str) -> Result<Snapshot, StateError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {SNAPSHOT_COLUMNS} FROM snapshots \
+                 WHERE id = ?1 OR substr(id, 1, length(?1)) = ?1 LIMIT 2"
+            ))
+            .map_err(db("looking up a snapshot"))?;
+        let rows = stmt
+            .query_map([id], RawSnapshot::read)
+            .map_err(db("looking up a snapshot"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db("looking up a snapshot"))?;
+        if let Some(exact) = rows.iter().find(|r| r.id == id) {
+            return exact.clone().parse();
+        }
+        match <[RawSnapshot; 1]>::try_from(rows) {
+            Ok([only]) => only.parse(),
+            Err(rows) if rows.is_empty() => Err(StateError::UnknownSnapshot(id.to_owned())),
+            Err(_) => Err(StateError::AmbiguousSnapshot(id.to_owned())),
+        }
+    }
+
+    /// Snapshots, oldest first: of one sandbox (by id), or all of them.
+    pub fn snapshots(&self, sandbox_id: Option<&str>) -> Result<Vec<Snapshot>, StateError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {SNAPSHOT_COLUMNS} FROM snapshots \
+                 WHERE ?1 IS NULL OR sandbox_id = ?1 ORDER BY created_at, rowid"
+            ))
+            .map_err(db("listing snapshots"))?;
+        let rows = stmt
+            .query_map([sandbox_id], RawSnapshot::read)
+            .map_err(db("listing snapshots"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(db("listing snapshots"))?.parse()?);
+        }
+        Ok(out)
+    }
+
+    /// The newest snapshot of a sandbox (by id), if it has any.
+    pub fn latest_snapshot(&self, sandbox_id: &str) -> Result<Option<Snapshot>, StateError> {
+        Ok(self.snapshots(Some(sandbox_id))?.pop())
+    }
+
+    /// Names of the live sandboxes whose machine was made from a snapshot.
+    pub fn sandboxes_made_from(&self, snapshot_id: &str) -> Result<Vec<String>, StateError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name FROM sandboxes WHERE origin_snapshot = ?1 ORDER BY name")
+            .map_err(db("finding sandboxes made from a snapshot"))?;
+        let names = stmt
+            .query_map([snapshot_id], |row| row.get(0))
+            .map_err(db("finding sandboxes made from a snapshot"))?
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(db("finding sandboxes made from a snapshot"))?;
+        Ok(names)
+    }
+
+    /// Deletes a snapshot's row and logs `snapshot_removed` on its sandbox.
+    /// Its blobs stay until gc finds nothing naming them.
+    pub fn delete_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StateError> {
+        let now = now_ms();
+        self.write("removing a snapshot", |tx| {
+            let changed = tx
+                .execute("DELETE FROM snapshots WHERE id = ?1", [&snapshot.id])
+                .map_err(db("removing a snapshot"))?;
+            if changed == 0 {
+                return Err(StateError::UnknownSnapshot(snapshot.id.clone()));
+            }
+            insert_event(
+                tx,
+                &snapshot.sandbox_id,
+                &snapshot.sandbox_name,
+                now,
+                EventKind::SnapshotRemoved,
+                &serde_json::json!({ "snapshot": snapshot.id }),
+            )
+        })
+    }
+
+    /// Forgets the stored images no snapshot stands on; returns their ids.
+    /// Their blobs become unnamed, for gc to remove.
+    pub fn forget_unused_images(&mut self) -> Result<Vec<String>, StateError> {
+        self.write("forgetting unused images", |tx| {
+            let mut stmt = tx
+                .prepare(
+                    "DELETE FROM images WHERE image_id NOT IN \
+                     (SELECT base_image FROM snapshots) RETURNING image_id",
+                )
+                .map_err(db("forgetting unused images"))?;
+            let ids = stmt
+                .query_map([], |row| row.get(0))
+                .map_err(db("forgetting unused images"))?
+                .collect::<Result<Vec<String>, _>>()
+                .map_err(db("forgetting unused images"))?;
+            Ok(ids)
+        })
+    }
+
+    /// Every blob a row names: the layers of every snapshot, and the layers
+    /// and index of every stored image. gc keeps exactly these.
+    pub fn named_blobs(&self) -> Result<BTreeSet<String>, StateError> {
+        let mut named = BTreeSet::new();
+        let mut add_layers = |sql: &str, what: &'static str| -> Result<(), StateError> {
+            let mut stmt = self.conn.prepare(sql).map_err(db(what))?;
+            let rows = stmt
+                .query_map([], |row| row.get::<_, String>(0))
+                .map_err(db(what))?;
+            for row in rows {
+                let text = row.map_err(db(what))?;
+                let layers: Vec<String> =
+                    serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+                        id: what.to_owned(),
+                        what: e.to_string(),
+                    })?;
+                named.extend(layers);
+            }
+            Ok(())
+        };
+        add_layers("SELECT layers FROM snapshots", "listing snapshot layers")?;
+        add_layers("SELECT layers FROM images", "listing image layers")?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT index_blob FROM images")
+            .map_err(db("listing image indexes"))?;
+        let rows = stmt
+            .query_map([], |row| row.get::<_, String>(0))
+            .map_err(db("listing image indexes"))?;
+        for row in rows {
+            named.insert(row.map_err(db("listing image indexes"))?);
+        }
+        Ok(named)
+    }
+}
+
+/// A snapshot row as stored, before its JSON columns are parsed.
+#[derive(Clone)]
+struct RawSnapshot {
+    id: String,
+    sandbox_id: String,
+    sandbox_name: String,
+    parent: Option<String>,
+    spec: String,
+    base_image: String,
+    layers: String,
+    config: String,
+    message: Option<String>,
+    layer_bytes: i64,
+    new_bytes: i64,
+    created_at: i64,
+}
+
+impl RawSnapshot {
+    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: row.get(0)?,
+            sandbox_id: row.get(1)?,
+            sandbox_name: row.get(2)?,
+            parent: row.get(3)?,
+            spec: row.get(4)?,
+            base_image: row.get(5)?,
+            layers: row.get(6)?,
+            config: row.get(7)?,
+            message: row.get(8)?,
+            layer_bytes: row.get(9)?,
+            new_bytes: row.get(10)?,
+            created_at: row.get(11)?,
+        })
+    }
+
+    fn parse(self) -> Result<Snapshot, StateError> {
+        let corrupt = |what: String| StateError::Corrupt {
+            id: self.id.clone(),
+            what,
+        };
+        let spec = serde_json::from_str(&self.spec).map_err(|e| corrupt(format!("spec: {e}")))?;
+        let layers =
+            serde_json::from_str(&self.layers).map_err(|e| corrupt(format!("layers: {e}")))?;
+        Ok(Snapshot {
+            spec,
+            layers,
+            id: self.id,
+            sandbox_id: self.sandbox_id,
+            sandbox_name: self.sandbox_name,
+            parent: self.parent,
+            base_image: self.base_image,
+            config: self.config,
+            message: self.message,
+            layer_bytes: u64::try_from(self.layer_bytes).unwrap_or(0),
+            new_bytes: u64::try_from(self.new_bytes).unwrap_or(0),
+            created_at_ms: self.created_at,
+        })
+    }
+}
+
+fn json_text(id: &str, value: &impl Serialize) -> Result<String, StateError> {
+    serde_json::to_string(value).map_err(|e| StateError::Corrupt {
+        id: id.to_owned(),
+        what: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::BackendKind;
+    use crate::state::NewSandbox;
+    use crate::state::test_support::temp_db;
+
+    fn snapshot(id: &str, layers: &[&str], at: i64) -> Snapshot {
+        Snapshot {
+            id: id.into(),
+            sandbox_id: "sbx-00000000000a".into(),
+            sandbox_name: "a".into(),
+            parent: None,
+            spec: SandboxSpec::new(BackendKind::Docker),
+            base_image: "sha256:base".into(),
+            layers: layers.iter().map(|l| (*l).to_owned()).collect(),
+            config: "{}".into(),
+            message: Some("first".into()),
+            layer_bytes: 10,
+            new_bytes: 10,
+            created_at_ms: at,
+        }
+    }
+
+    #[test]
+    fn snapshots_are_found_listed_named_and_removed() {
+        let (_dir, mut db) = temp_db();
+        db.insert_image(&StoredImage {
+            image_id: "sha256:base".into(),
+            config: serde_json::json!({ "os": "linux" }),
+            layers: vec!["b1".into()],
+            index_blob: "i1".into(),
+            bytes: 5,
+            stored_at_ms: 1,
+        })
+        .unwrap();
+        let first = snapshot("snap-000000000001", &["b1", "l1"], 10);
+        let second = snapshot("snap-000000000002", &["b1", "l1", "l2"], 20);
+        db.insert_snapshot(&first, &serde_json::json!({})).unwrap();
+        db.insert_snapshot(&second, &serde_json::json!({})).unwrap();
+
+        assert_eq!(db.snapshot("snap-000000000001").unwrap(), first);
+        assert!(matches!(
+            db.snapshot("snap-0"),
+            Err(StateError::AmbiguousSnapshot(_))
+        ));
+        assert!(matches!(
+            db.snapshot("snap-9"),
+            Err(StateError::UnknownSnapshot(_))
+        ));
+        assert_eq!(
+            db.latest_snapshot("sbx-00000000000a").unwrap(),
+            Some(second.clone())
+        );
+        assert_eq!(db.snapshots(None).unwrap().len(), 2);
+        let named = db.named_blobs().unwrap();
+        assert_eq!(
+            named.into_iter().collect::<Vec<_>>(),
+            ["b1", "i1", "l1", "l2"]
+        );
+
+        let sandbox = db
+            .insert_sandbox(&NewSandbox {
+                id: "sbx-00000000000b".into(),
+                name: "b".into(),
+                spec: SandboxSpec::new(BackendKind::Docker),
+                origin_snapshot: Some(first.id.clone()),
+            })
+            .unwrap();
+        assert_eq!(db.sandboxes_made_from(&first.id).unwrap(), ["b"]);
+        assert_eq!(sandbox.origin_snapshot.as_deref(), Some(first.id.as_str()));
+
+        // The base image stays while a snapshot stands on it.
+        db.delete_snapshot(&first).unwrap();
+        assert!(db.forget_unused_images().unwrap().is_empty());
+        db.delete_snapshot(&second).unwrap();
+        assert_eq!(db.forget_unused_images().unwrap(), ["sha256:base"]);
+        assert!(db.named_blobs().unwrap().is_empty());
+        let kinds: Vec<String> = db
+            .events_of("a")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "snapshot",
+                "snapshot",
+                "snapshot_removed",
+                "snapshot_removed"
+            ]
+        );
+    }
+}
