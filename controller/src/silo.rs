@@ -32,10 +32,15 @@ mod gc;
 mod lease;
 mod open;
 mod push;
+mod snapshot;
 
 pub use gc::{Collected, GcReport};
 pub use lease::{LEASE_WAIT, Lease};
 pub use open::{UpAction, UpOutcome, UpRequest};
+pub use snapshot::{
+    BaseStored, ImageSource, Progress, ProgressFn, RestoreReport, SnapshotError, SnapshotReport,
+    StoreGc, no_progress,
+};
 
 /// Tries at drawing a free generated name before giving up.
 const NAME_ATTEMPTS: u32 = 8;
@@ -135,10 +140,22 @@ impl Silo {
 
     /// [`Silo::create`] for a caller that holds the name's lease (or needs none).
     async fn create_unleased(&self, request: CreateRequest) -> Result<Sandbox, SiloError> {
-        let sandbox = self.reserve(request)?;
+        let sandbox = self.reserve(request, None)?;
+        self.launch(sandbox, None).await
+    }
+
+    /// Makes the machine of a just-reserved sandbox, from `image` when given
+    /// (a snapshot's) or its spec's. On failure nothing is left behind: the
+    /// machine is removed and the sandbox forgotten (the log keeps a
+    /// `created` and a `removed` event saying why).
+    async fn launch(&self, sandbox: Sandbox, image: Option<&str>) -> Result<Sandbox, SiloError> {
         let key = self.sandbox_key(&sandbox);
         let backend = self.backend(sandbox.backend);
-        match backend.create(machine(&sandbox, &key)).await {
+        let made = Machine {
+            image,
+            ..machine(&sandbox, &key)
+        };
+        match backend.create(made).await {
             Ok(backend_ref) => {
                 let detail = json!({ "backend_ref": backend_ref });
                 Ok(self.db().update_backend_ref(
@@ -294,7 +311,12 @@ impl Silo {
     }
 
     /// Validates or draws a name and records the sandbox under a fresh id.
-    fn reserve(&self, request: CreateRequest) -> Result<Sandbox, SiloError> {
+    /// `origin` is the snapshot its first machine is made from (a fork).
+    fn reserve(
+        &self,
+        request: CreateRequest,
+        origin: Option<String>,
+    ) -> Result<Sandbox, SiloError> {
         let id = new_sandbox_id()?;
         if let Some(name) = request.name {
             validate_name(&name)?;
@@ -302,6 +324,7 @@ impl Silo {
                 id,
                 name,
                 spec: request.spec,
+                origin_snapshot: origin,
             };
             return Ok(self.db().insert_sandbox(&new)?);
         }
@@ -311,6 +334,7 @@ impl Silo {
                 id: id.clone(),
                 name: generated_name(attempt)?,
                 spec: request.spec.clone(),
+                origin_snapshot: origin.clone(),
             };
             match self.db().insert_sandbox(&new) {
                 Ok(sandbox) => return Ok(sandbox),
@@ -344,6 +368,7 @@ fn machine<'a>(sandbox: &'a Sandbox, key: &'a Key) -> Machine<'a> {
         spec: &sandbox.spec,
         backend_ref: &sandbox.backend_ref,
         key,
+        image: None,
     }
 }
 
@@ -441,6 +466,9 @@ pub enum SiloError {
         /// How long we waited.
         waited: std::time::Duration,
     },
+    /// A snapshot, rewind, fork or store operation failed.
+    #[error(transparent)]
+    Snapshot(Box<SnapshotError>),
     /// This process cannot be identified for a lease (no `/proc`).
     #[error("cannot identify this process for a lease: /proc is unreadable")]
     NoProcessIdentity,
@@ -474,6 +502,7 @@ mod tests {
             backend_ref: json!({}),
             created_at_ms: 0,
             updated_at_ms: 0,
+            origin_snapshot: None,
         };
         let key = silo.sandbox_key(&sandbox);
         drop(silo);

@@ -103,6 +103,60 @@ pub async fn wait_stopped(engine: &Docker, sandbox_id: &str, within: Duration) {
     }
 }
 
+/// Imports an image of its own, `tag`: Debian's static busybox, its `sh`,
+/// and a file `/etc/unique` holding `marker`, so its layer is shared with no
+/// other image and removing it really takes its layer off the engine.
+pub async fn unique_image(engine: &Docker, tag: &str, marker: &str) {
+    let busybox = std::fs::read("/bin/busybox").expect("Debian's busybox-static at /bin/busybox");
+    let mut archive = tar::Builder::new(Vec::new());
+    let mut add = |path: &str, mode: u32, data: &[u8]| {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(mode);
+        header.set_entry_type(if path.ends_with('/') {
+            tar::EntryType::Directory
+        } else {
+            tar::EntryType::Regular
+        });
+        archive.append_data(&mut header, path, data).unwrap();
+    };
+    for dir in ["bin/", "etc/", "root/", "tmp/"] {
+        add(dir, 0o755, b"");
+    }
+    add("bin/busybox", 0o755, &busybox);
+    add("etc/unique", 0o644, format!("{marker}\n").as_bytes());
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Symlink);
+    header.set_size(0);
+    header.set_mode(0o777);
+    archive
+        .append_link(&mut header, "bin/sh", "busybox")
+        .unwrap();
+    let body = archive.into_inner().unwrap();
+    let (repo, tag) = tag.split_once(':').unwrap_or((tag, "latest"));
+    let options = bollard::query_parameters::CreateImageOptionsBuilder::new()
+        .from_src("-")
+        .repo(repo)
+        .tag(tag)
+        .build();
+    let mut progress =
+        engine.create_image(Some(options), Some(bollard::body_full(body.into())), None);
+    while let Some(step) = futures_util::StreamExt::next(&mut progress).await {
+        step.expect("importing a unique image");
+    }
+}
+
+/// Removes an image from the engine (with `-f`); true if it was there.
+pub async fn remove_image(engine: &Docker, image: &str) -> bool {
+    let options = bollard::query_parameters::RemoveImageOptionsBuilder::new()
+        .force(true)
+        .build();
+    engine
+        .remove_image(image, Some(options), None)
+        .await
+        .is_ok()
+}
+
 /// Removes a sandbox's container behind silo's back.
 pub async fn remove_behind_silos_back(engine: &Docker, sandbox_id: &str) {
     let options = RemoveContainerOptionsBuilder::new().force(true).build();

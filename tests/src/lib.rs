@@ -326,6 +326,24 @@ impl Drop for Cli {
     fn drop(&mut self) {
         // Sandboxes outlive the CLI by design; a test's own must not outlive the test.
         let _ = self.command(&["rm", "--all"]).output();
+        if self.home.path().join("store").exists() {
+            // Snapshot images live on the shared engine; a test's go with it.
+            let listed = self.command(&["snapshots", "--json"]).output();
+            let ids: Vec<String> = listed
+                .ok()
+                .and_then(|out| serde_json::from_slice::<serde_json::Value>(&out.stdout).ok())
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|s| s["id"].as_str().map(str::to_owned))
+                .collect();
+            if !ids.is_empty() {
+                let mut args = vec!["snapshot", "rm"];
+                args.extend(ids.iter().map(String::as_str));
+                let _ = self.command(&args).output();
+            }
+            let _ = self.command(&["gc"]).output();
+        }
         for entry in std::fs::read_dir(self.home.path().join("sandboxes"))
             .into_iter()
             .flatten()

@@ -5,14 +5,18 @@ mod create;
 mod demo;
 mod events;
 mod exec;
+mod fork;
 mod gc;
 mod image;
 mod ls;
 mod output;
 mod push;
+mod rewind;
 mod rm;
 mod session;
 mod shell;
+mod snapshot;
+mod snapshots;
 mod spec_args;
 mod start;
 mod stop;
@@ -52,7 +56,9 @@ enum Command {
     Demo(demo::Args),
     /// Run a command in a sandbox, streaming its output.
     Exec(exec::Args),
-    /// Remove sandboxes whose idle TTL expired long ago, and orphaned containers.
+    /// Make a new sandbox from a snapshot.
+    Fork(fork::Args),
+    /// Remove expired sandboxes, orphaned containers and unneeded snapshot blobs.
     Gc(gc::Args),
     /// Build images: bake the agent into one, or make a registry-free base.
     Image(image::Args),
@@ -60,6 +66,8 @@ enum Command {
     Ls(ls::Args),
     /// Push a directory's files to a mount path in sandboxes, atomically.
     Push(push::Args),
+    /// Put a sandbox's file system back to one of its snapshots.
+    Rewind(rewind::Args),
     /// Remove sandboxes (their event history is kept).
     Rm(rm::Args),
     /// Show a sandbox's event history.
@@ -68,6 +76,10 @@ enum Command {
     Session(session::Args),
     /// Open an interactive shell in a sandbox (a pseudo-terminal).
     Shell(shell::Args),
+    /// Snapshot a sandbox's file system (`snapshot rm ID` deletes one).
+    Snapshot(snapshot::Args),
+    /// List snapshots.
+    Snapshots(snapshots::Args),
     /// Start a stopped sandbox.
     Start(start::Args),
     /// Stop a sandbox, keeping it for a later start.
@@ -92,14 +104,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Create(args) => create::run(&silo, &out, args).await,
         Command::Demo(args) => demo::run(&silo, &out, args).await,
         Command::Exec(args) => exec::run(&silo, args).await,
+        Command::Fork(args) => fork::run(&silo, &out, args).await,
         Command::Gc(args) => gc::run(&silo, &out, args).await,
         Command::Image(args) => image::run(&silo, &out, args).await,
         Command::Ls(args) => ls::run(&silo, &out, args).await,
         Command::Push(args) => push::run(&silo, &out, args).await,
+        Command::Rewind(args) => rewind::run(&silo, &out, args).await,
         Command::Rm(args) => rm::run(&silo, &out, args).await,
         Command::Events(args) => events::run(&silo, &out, args),
         Command::Session(args) => session::run(&silo, &out, args).await,
         Command::Shell(args) => shell::run(&silo, args).await,
+        Command::Snapshot(args) => snapshot::run(&silo, &out, args).await,
+        Command::Snapshots(args) => snapshots::run(&silo, &out, args).await,
         Command::Start(args) => start::run(&silo, &out, args).await,
         Command::Stop(args) => stop::run(&silo, &out, args).await,
         Command::Up(args) => up::run(&silo, &out, args).await,

@@ -9,7 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use silo::backend::docker::unix_ms_to_rfc3339;
 use silo::push::{ProgressFn, PushEvent, PushReport};
+use silo::silo::{
+    ImageSource, Progress, ProgressFn as SnapshotProgressFn, RestoreReport, SnapshotReport,
+};
+use silo::state::Snapshot;
 use silo::{Event, GcReport, MachineState, Sandbox, UpAction, UpOutcome};
 use silo_protocol::session::SessionInfo;
 
@@ -206,6 +211,7 @@ impl Output {
         let what = match outcome.action {
             UpAction::Attached => "attached to running",
             UpAction::Started => "started stopped",
+            UpAction::Restored => "restored",
             UpAction::Created => "created",
             UpAction::Recreated => "recreated",
         };
@@ -250,6 +256,21 @@ impl Output {
                 .skipped
                 .iter()
                 .map(|(name, why)| format!("skipped {name}: {why}")),
+        );
+        let store = &report.store;
+        if store.blobs_removed > 0 || store.temps_removed > 0 {
+            lines.push(format!(
+                "{verb} {} unnamed blobs ({}) and {} unfinished writes from the store",
+                store.blobs_removed,
+                human_bytes(store.bytes_freed),
+                store.temps_removed
+            ));
+        }
+        lines.extend(
+            store
+                .engine_images_removed
+                .iter()
+                .map(|id| format!("{verb} image {id}: its snapshot was deleted")),
         );
         if lines.is_empty() {
             lines.push("nothing to collect".into());
@@ -323,6 +344,111 @@ impl Output {
         })
     }
 
+    /// A progress bar for a snapshot, rewind or fork, on stderr; hidden with
+    /// `--json` (and by indicatif when stderr is not a terminal).
+    pub fn snapshot_progress(&self) -> SnapshotProgress {
+        let bar = if self.json {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new_spinner()
+        };
+        SnapshotProgress { bar }
+    }
+
+    /// A snapshot just taken, with its moments and sizes.
+    pub fn snapshot_taken(&self, report: &SnapshotReport) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(report);
+        }
+        let s = &report.snapshot;
+        let mut lines = vec![format!(
+            "snapshot {} of {}: {} entries ({} deletions), layer {}, store grew {}",
+            s.id,
+            s.sandbox_name,
+            report.entries,
+            report.deletions,
+            human_bytes(s.layer_bytes),
+            human_bytes(s.new_bytes)
+        )];
+        if let Some(base) = &report.base_stored {
+            lines.push(format!(
+                "  stored base image {} once: {} layers, {} in {:.0} ms",
+                base.image_id,
+                base.layers,
+                human_bytes(base.bytes),
+                base.ms
+            ));
+        }
+        lines.push(format!(
+            "  captured {:.0} ms, durable {:.0} ms, {}",
+            report.captured_ms,
+            report.durable_ms,
+            match (report.loaded_ms, &report.load_error) {
+                (Some(ms), _) => format!("on the engine {ms:.0} ms"),
+                (None, Some(error)) => format!("not loaded into the engine ({error})"),
+                (None, None) => "not loaded into the engine".to_owned(),
+            }
+        ));
+        print_lines(&lines.join("\n"))
+    }
+
+    /// Snapshots as a table.
+    pub fn snapshots(&self, snapshots: &[Snapshot]) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(&snapshots);
+        }
+        let mut table = vec![row([
+            "ID",
+            "SANDBOX",
+            "TAKEN (UTC)",
+            "LAYER",
+            "NEW",
+            "PARENT",
+            "MESSAGE",
+        ])];
+        for s in snapshots {
+            table.push(row([
+                &s.id,
+                &s.sandbox_name,
+                &utc(s.created_at_ms),
+                &human_bytes(s.layer_bytes),
+                &human_bytes(s.new_bytes),
+                s.parent.as_deref().unwrap_or("-"),
+                s.message.as_deref().unwrap_or(""),
+            ]));
+        }
+        print_lines(&render(&table))
+    }
+
+    /// A snapshot that was deleted.
+    pub fn snapshot_removed(&self, snapshot: &Snapshot) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(snapshot);
+        }
+        print_lines(&format!(
+            "removed snapshot {} of {} (its blobs go at the next `silo gc`)",
+            snapshot.id, snapshot.sandbox_name
+        ))
+    }
+
+    /// A sandbox made (again) from a snapshot.
+    pub fn restored(&self, verb: &str, report: &RestoreReport) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(report);
+        }
+        let source = match &report.image {
+            ImageSource::Engine => "image on the engine".to_owned(),
+            ImageSource::Store { layers_sent, bytes } => format!(
+                "loaded from the store: {layers_sent} layers, {}",
+                human_bytes(*bytes)
+            ),
+        };
+        print_lines(&format!(
+            "{verb} {} ({}) to snapshot {} in {:.0} ms ({source})",
+            report.sandbox.name, report.sandbox.id, report.snapshot, report.ms
+        ))
+    }
+
     /// Reports one failure while the command carries on with the rest.
     pub fn error(&self, error: &anyhow::Error) {
         eprintln!("silo: {error:#}");
@@ -348,6 +474,40 @@ impl PushProgress {
                 bar.set_message(format!("{} sent", human_bytes(total)));
             }
             PushEvent::Done { .. } => bar.inc(1),
+        })
+    }
+
+    /// Removes the bar before the results are printed.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// The progress bar of one snapshot, rewind or fork.
+pub struct SnapshotProgress {
+    bar: ProgressBar,
+}
+
+impl SnapshotProgress {
+    /// What the library calls as the work goes.
+    pub fn callback(&self) -> SnapshotProgressFn {
+        let bar = self.bar.clone();
+        Arc::new(move |event| match event {
+            Progress::Step { label, total } => {
+                let style = match total {
+                    Some(total) => {
+                        bar.set_length(total);
+                        ProgressStyle::with_template(
+                            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+                        )
+                    }
+                    None => ProgressStyle::with_template("{spinner} {msg} {bytes} {bytes_per_sec}"),
+                };
+                bar.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()));
+                bar.set_position(0);
+                bar.set_message(label);
+            }
+            Progress::Bytes(n) => bar.inc(n),
         })
     }
 
@@ -423,24 +583,8 @@ fn print_lines(text: &str) -> anyhow::Result<()> {
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC for a Unix time in milliseconds.
 fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let text = unix_ms_to_rfc3339(ms);
+    text.get(..19).unwrap_or(&text).replace('T', " ")
 }
 
 #[cfg(test)]

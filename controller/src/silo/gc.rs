@@ -4,7 +4,8 @@
 //! An expired sandbox is only stopped (its agent exited on its idle timeout);
 //! `silo up` already treats it as gone, and gc reclaims its disk after
 //! `older_than`. A sandbox another process is working on (its lease is held)
-//! is skipped, never waited for. Snapshots are not touched.
+//! is skipped, never waited for. Snapshots are kept; the store sheds what
+//! no snapshot names (see `snapshot::gc_store`).
 
 use silo_protocol::http::error_chain;
 use std::collections::HashSet;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::json;
 
-use super::{Silo, SiloError, backend_error, machine};
+use super::{Silo, SiloError, StoreGc, backend_error, machine};
 use crate::backend::{Backend, DockerError};
 use crate::state::{Sandbox, now_ms};
 
@@ -37,11 +38,13 @@ pub struct GcReport {
     pub orphans: Vec<String>,
     /// Sandboxes left alone, and why (busy, or their backend failed).
     pub skipped: Vec<(String, String)>,
+    /// What the snapshot store shed.
+    pub store: StoreGc,
 }
 
 impl Silo {
     /// Removes sandboxes whose idle TTL expired at least `older_than` ago,
-    /// and this home's orphaned containers.
+    /// this home's orphaned containers, and the store's unnamed blobs.
     pub async fn gc(&self, older_than: Duration, dry_run: bool) -> Result<GcReport, SiloError> {
         let mut report = GcReport {
             dry_run,
@@ -85,6 +88,7 @@ impl Silo {
                 .skipped
                 .push(("orphaned containers".into(), error_chain(&error))),
         }
+        report.store = self.gc_store(dry_run).await?;
         Ok(report)
     }
 

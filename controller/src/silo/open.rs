@@ -5,8 +5,7 @@
 //! 1. its machine exists: attach if it is running (its agent answers), or
 //!    start it if it is stopped, unless its idle TTL has expired (then it
 //!    counts as gone);
-//! 2. it is gone: restore it from its latest snapshot, keeping its id
-//!    (arrives with snapshots; the slot is marked below);
+//! 2. it is gone: restore it from its latest snapshot, keeping its id;
 //! 3. nothing reusable: make a fresh machine (a new sandbox, or a new
 //!    machine under the existing sandbox's id).
 //!
@@ -42,6 +41,8 @@ pub enum UpAction {
     Attached,
     /// Tier 1: it was stopped; started.
     Started,
+    /// Tier 2: its machine was gone; made again from its latest snapshot.
+    Restored,
     /// Tier 3: nothing existed; created.
     Created,
     /// Tier 3: its machine was replaced under the same id.
@@ -53,6 +54,7 @@ impl UpAction {
     pub fn tier(self) -> u8 {
         match self {
             UpAction::Attached | UpAction::Started => 1,
+            UpAction::Restored => 2,
             UpAction::Created | UpAction::Recreated => 3,
         }
     }
@@ -125,9 +127,8 @@ impl Silo {
                         "its idle TTL expired ({} s ago); it counts as gone",
                         crate::state::now_ms().saturating_sub(at_ms) / 1000
                     ));
-                    // Tier 2 (restore from the latest snapshot) goes here.
                     return self
-                        .recreate(existing, wanted, "idle ttl expired", notes)
+                        .restore_or_recreate(existing, wanted, "idle ttl expired", notes)
                         .await;
                 }
                 let started = self.start_sandbox(&existing).await?;
@@ -143,8 +144,7 @@ impl Silo {
                     "its {} machine was removed outside silo",
                     existing.backend
                 ));
-                // Tier 2 (restore from the latest snapshot) goes here.
-                self.recreate(existing, wanted, "machine missing", notes)
+                self.restore_or_recreate(existing, wanted, "machine missing", notes)
                     .await
             }
         }
@@ -177,6 +177,30 @@ impl Silo {
             return Ok(None);
         }
         Ok(Some(exit.at_ms))
+    }
+
+    /// Tier 2, else tier 3: the sandbox's machine is gone (or counts as
+    /// gone), so it is made again from its latest snapshot if it has one,
+    /// and fresh if not.
+    async fn restore_or_recreate(
+        &self,
+        sandbox: Sandbox,
+        spec: SandboxSpec,
+        reason: &str,
+        mut notes: Vec<String>,
+    ) -> Result<UpOutcome, SiloError> {
+        match self.restore_latest(&sandbox, reason).await? {
+            Some(restored) => {
+                notes.push(format!("restored from snapshot {}", restored.snapshot));
+                self.db().append_event(
+                    &restored.sandbox,
+                    EventKind::Resumed,
+                    &json!({ "tier": 2, "from": reason, "snapshot": restored.snapshot }),
+                )?;
+                Ok(outcome(restored.sandbox, UpAction::Restored, notes))
+            }
+            None => self.recreate(sandbox, spec, reason, notes).await,
+        }
     }
 
     /// Tier 3 for an existing sandbox: removes its machine (if any) and makes

@@ -1,0 +1,314 @@
+//! Snapshots, rewind, fork and restore on the real engine, through the real
+//! CLI: what a rewound sandbox sees (changes undone, deletions kept as
+//! deletions), that the store alone can bring a snapshot back after the
+//! engine lost its images, that forks and chains keep their parents
+//! intact, that `up` restores a machine removed behind silo's back, and that
+//! neither a `kill -9` mid-snapshot nor gc ever leaves a record naming a
+//! missing blob.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use silo_tests::Cli;
+use silo_tests::docker::{
+    BASE_IMAGE, container, engine_with_base, remove_behind_silos_back, remove_image, unique_image,
+};
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// `silo exec NAME -- sh -c SCRIPT`, its stdout.
+fn sh(cli: &Cli, name: &str, script: &str) -> String {
+    cli.ok(&["exec", name, "--", "sh", "-c", script])
+}
+
+/// Takes a snapshot; returns its report.
+fn snapshot(cli: &Cli, name: &str, message: &str) -> serde_json::Value {
+    json(&cli.ok(&["snapshot", name, "-m", message, "--json"]))
+}
+
+fn snapshot_id(report: &serde_json::Value) -> String {
+    report["snapshot"]["id"].as_str().unwrap().to_owned()
+}
+
+fn blobs(home: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(home.join("store/blobs/sha256"))
+        .map(|dir| dir.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+fn temps(home: &Path) -> usize {
+    std::fs::read_dir(home.join("store/tmp")).map_or(0, |dir| dir.count())
+}
+
+/// Every layer every recorded snapshot names is in the store.
+fn assert_no_dangling_layers(cli: &Cli) {
+    let snapshots = json(&cli.ok(&["snapshots", "--json"]));
+    for snapshot in snapshots.as_array().unwrap() {
+        for layer in snapshot["layers"].as_array().unwrap() {
+            let path = cli
+                .home
+                .path()
+                .join("store/blobs/sha256")
+                .join(layer.as_str().unwrap());
+            assert!(
+                path.exists(),
+                "{} names missing blob {path:?}",
+                snapshot["id"]
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn rewind_undoes_changes_and_keeps_deletions_deleted() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    let up = json(&cli.ok(&["up", "rw", "--image", BASE_IMAGE, "--json"]));
+    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    sh(
+        &cli,
+        "rw",
+        "mkdir -p /work && echo 'version 1' > /work/file && rm /etc/group /bin/ls && \
+         mkdir /tmp/kept && echo t > /tmp/kept/x",
+    );
+    let first = snapshot(&cli, "rw", "version 1");
+    assert!(first["durable_ms"].as_f64().unwrap() > 0.0);
+    assert!(first["loaded_ms"].is_number(), "{first}");
+    assert!(first["deletions"].as_u64().unwrap() >= 2, "{first}");
+    let snap = snapshot_id(&first);
+
+    sh(
+        &cli,
+        "rw",
+        "echo 'version 2' > /work/file && echo new > /work/new && echo back > /etc/group",
+    );
+    let before = container(&engine, &id).await.unwrap().id.unwrap();
+    let rewound = json(&cli.ok(&["rewind", "rw", &snap, "--json"]));
+    assert_eq!(rewound["sandbox"]["id"], id.as_str(), "same sandbox id");
+    let after = container(&engine, &id).await.unwrap().id.unwrap();
+    assert_ne!(before, after, "the container was replaced");
+
+    assert_eq!(sh(&cli, "rw", "cat /work/file"), "version 1\n");
+    let gone = sh(
+        &cli,
+        "rw",
+        "for f in /work/new /etc/group /bin/ls; do test -e $f && echo $f; done; true",
+    );
+    assert_eq!(
+        gone, "",
+        "files created after, or deleted before, the snapshot"
+    );
+    // Directories keep their modes (a sticky /tmp stays sticky).
+    assert_eq!(
+        sh(&cli, "rw", "stat -c %a /tmp; cat /tmp/kept/x"),
+        "1777\nt\n"
+    );
+    // The agent's own mounts are not part of the snapshot, and still work.
+    assert_eq!(sh(&cli, "rw", "echo alive"), "alive\n");
+
+    let events = cli.ok(&["events", "rw", "--json"]);
+    assert!(
+        events.contains("\"snapshot\"") && events.contains("\"rewound\""),
+        "{events}"
+    );
+}
+
+#[tokio::test]
+async fn a_snapshot_comes_back_from_the_store_after_the_engine_loses_every_image() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    let marker = format!("unique-{}", std::process::id());
+    let tag = format!("silo-test-unique:{}", std::process::id());
+    unique_image(&engine, &tag, &marker).await;
+    cli.ok(&["up", "solo", "--image", &tag]);
+    sh(&cli, "solo", "echo kept > /root/note");
+    let report = snapshot(&cli, "solo", "before the loss");
+    assert!(
+        report["base_stored"]["bytes"].as_u64().unwrap() > 500_000,
+        "the first snapshot stores its base image: {report}"
+    );
+    let snap = snapshot_id(&report);
+
+    // The engine loses everything: the sandbox, the snapshot's image, the base.
+    cli.ok(&["rm", "solo"]);
+    assert!(remove_image(&engine, &format!("silo-snapshot:{snap}")).await);
+    assert!(remove_image(&engine, &tag).await);
+    assert!(engine.inspect_image(&tag).await.is_err());
+
+    let fork = json(&cli.ok(&["fork", &snap, "--name", "reborn", "--json"]));
+    assert_eq!(fork["image"]["store"]["layers_sent"], 2, "{fork}");
+    assert_eq!(
+        sh(&cli, "reborn", "cat /root/note /etc/unique"),
+        format!("kept\n{marker}\n")
+    );
+}
+
+#[tokio::test]
+async fn forks_and_chains_leave_their_sources_alone() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    cli.ok(&["up", "src", "--image", BASE_IMAGE]);
+    sh(&cli, "src", "echo one > /root/a");
+    let one = snapshot_id(&snapshot(&cli, "src", "one"));
+
+    cli.ok(&["fork", &one, "--name", "copy"]);
+    sh(
+        &cli,
+        "copy",
+        "echo changed > /root/a && echo extra > /root/b",
+    );
+    assert_eq!(sh(&cli, "src", "cat /root/a; ls /root"), "one\na\n");
+
+    // A chain: rewind, change, snapshot again; both levels come back.
+    cli.ok(&["rewind", "src", &one]);
+    sh(&cli, "src", "echo two > /root/b && rm /root/a");
+    let two_report = snapshot(&cli, "src", "two");
+    assert_eq!(two_report["snapshot"]["parent"], one.as_str());
+    assert_eq!(
+        two_report["snapshot"]["layers"].as_array().unwrap().len(),
+        3
+    );
+    let two = snapshot_id(&two_report);
+    sh(&cli, "src", "echo three > /root/c");
+
+    cli.ok(&["rewind", "src", &two]);
+    assert_eq!(sh(&cli, "src", "ls /root; cat /root/b"), "b\ntwo\n");
+    cli.ok(&["rewind", "src", &one]);
+    assert_eq!(sh(&cli, "src", "ls /root"), "a\n");
+    assert_eq!(sh(&cli, "copy", "cat /root/a /root/b"), "changed\nextra\n");
+
+    let listed = json(&cli.ok(&["snapshots", "src", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+
+    // Bad requests name what is wrong and change nothing.
+    let out = cli.run(&["rewind", "src", "snap-000000000000"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown snapshot"));
+    let other = snapshot_id(&snapshot(&cli, "copy", "copy's"));
+    let out = cli.run(&["rewind", "src", &other]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("silo fork"),
+        "{stderr}"
+    );
+    let out = cli.run(&["snapshot", "rm", &one]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("src"),
+        "in use: {stderr}"
+    );
+    assert_eq!(sh(&cli, "src", "ls /root"), "a\n");
+}
+
+#[tokio::test]
+async fn up_restores_a_removed_container_from_its_latest_snapshot() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    let up = json(&cli.ok(&["up", "phoenix", "--image", BASE_IMAGE, "--json"]));
+    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    sh(&cli, "phoenix", "echo old > /root/marker");
+    snapshot(&cli, "phoenix", "old");
+    sh(&cli, "phoenix", "echo latest > /root/marker");
+    snapshot(&cli, "phoenix", "latest");
+
+    remove_behind_silos_back(&engine, &id).await;
+    let again = json(&cli.ok(&["up", "phoenix", "--image", BASE_IMAGE, "--json"]));
+    assert_eq!(again["tier"], 2, "{again}");
+    assert_eq!(again["action"], "restored");
+    assert_eq!(again["sandbox"]["id"], id.as_str());
+    assert_eq!(sh(&cli, "phoenix", "cat /root/marker"), "latest\n");
+
+    // Without snapshots, a removed container is made fresh (tier 3).
+    let bare = json(&cli.ok(&["up", "bare", "--image", BASE_IMAGE, "--json"]));
+    let bare_id = bare["sandbox"]["id"].as_str().unwrap().to_owned();
+    remove_behind_silos_back(&engine, &bare_id).await;
+    let fresh = json(&cli.ok(&["up", "bare", "--image", BASE_IMAGE, "--json"]));
+    assert_eq!(fresh["tier"], 3, "{fresh}");
+}
+
+#[tokio::test]
+async fn a_killed_snapshot_leaves_no_record_and_gc_keeps_only_what_is_named() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    cli.ok(&["up", "victim", "--image", BASE_IMAGE]);
+    // Big enough that the layer is still streaming when silo is killed.
+    sh(
+        &cli,
+        "victim",
+        "dd if=/dev/urandom of=/root/big bs=1M count=96 2>/dev/null",
+    );
+    let mut child = cli
+        .command(&["snapshot", "victim"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let home = cli.home.path().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Killed while the layer is being written: base stored, layer half in.
+    while !(home.join("store/blobs/sha256").exists() && temps(&home) > 0) {
+        assert!(
+            Instant::now() < deadline,
+            "the snapshot never started writing"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the snapshot ended first"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let listed = json(&cli.ok(&["snapshots", "--json"]));
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        0,
+        "no snapshot was recorded"
+    );
+    // The sandbox was not left frozen.
+    let started = Instant::now();
+    assert_eq!(sh(&cli, "victim", "echo thawed"), "thawed\n");
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let gc = json(&cli.ok(&["gc", "--json"]));
+    assert!(gc["store"]["temps_removed"].as_u64().unwrap() >= 1, "{gc}");
+    assert_eq!(
+        blobs(&home).len(),
+        0,
+        "nothing names the base image's blobs now"
+    );
+
+    // Two snapshots; removing one keeps every blob the other names.
+    sh(&cli, "victim", "rm /root/big; echo small > /root/small");
+    let first = snapshot_id(&snapshot(&cli, "victim", "first"));
+    sh(&cli, "victim", "echo more > /root/more");
+    let second = snapshot(&cli, "victim", "second");
+    cli.ok(&["snapshot", "rm", &first]);
+    cli.ok(&["gc"]);
+    assert_no_dangling_layers(&cli);
+    assert_eq!(temps(&home), 0);
+    let second = snapshot_id(&second);
+    cli.ok(&["rewind", "victim", &second]);
+    assert_eq!(
+        sh(&cli, "victim", "cat /root/small /root/more"),
+        "small\nmore\n"
+    );
+}
