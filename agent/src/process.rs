@@ -84,7 +84,7 @@ impl ProcessOps for System {
     }
 
     fn process_ended(&self, pid: i32) -> bool {
-        read_stat(pid).is_none_or(|stat| stat.dead)
+        read_stat(pid).is_none_or(|stat| stat.dead())
     }
 
     fn members(&self, scope: &Scope) -> Vec<i32> {
@@ -92,12 +92,12 @@ impl ProcessOps for System {
             return Vec::new();
         };
         let me = own_pid();
-        let procs: Vec<(i32, Stat)> = dir
+        let procs: Vec<(i32, ProcStat)> = dir
             .flatten()
             .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
             .filter(|&pid| pid > 1 && pid != me)
             .filter_map(|pid| Some((pid, read_stat(pid)?)))
-            .filter(|(_, stat)| !stat.dead)
+            .filter(|(_, stat)| !stat.dead())
             .collect();
         select_members(&procs, scope, |pid| has_marker(pid, &scope.marker))
     }
@@ -118,32 +118,54 @@ fn own_pid() -> i32 {
     i32::try_from(std::process::id()).unwrap_or(0)
 }
 
-/// The fields of `/proc/PID/stat` the walk needs.
+/// The fields of `/proc/PID/stat` the agent reads: the kill sweep walks
+/// sessions and parents, the snapshot freeze states, flags and start times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stat {
-    ppid: i32,
-    session: i32,
-    /// Zombie or dead: it holds no resources and cannot be signalled meaningfully.
-    dead: bool,
+pub(crate) struct ProcStat {
+    /// One-letter state (`R`, `S`, `D`, `T`, `t`, `Z`, ...).
+    pub state: char,
+    /// Parent pid.
+    pub ppid: i32,
+    /// Session id.
+    pub session: i32,
+    /// Kernel flags (`PF_*`).
+    pub flags: u64,
+    /// Start time in clock ticks after boot: with the pid, names one process.
+    pub start: u64,
 }
 
-fn read_stat(pid: i32) -> Option<Stat> {
+impl ProcStat {
+    /// Zombie or dead: it holds no resources and cannot be signalled meaningfully.
+    pub fn dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// A process's stat, or `None` when it is gone (or unreadable).
+pub(crate) fn read_stat(pid: i32) -> Option<ProcStat> {
     parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// Parses `pid (comm) state ppid pgrp session ...`; `comm` may hold spaces and
-/// parentheses, so fields are counted from the last `)`.
-fn parse_stat(text: &str) -> Option<Stat> {
-    let rest = &text[text.rfind(')')? + 1..];
+/// Parses `pid (comm) state ppid pgrp session tty tpgid flags ... starttime`.
+/// `comm` may hold spaces and parentheses, so fields are counted from the
+/// last `)`.
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
+    let rest = text.get(text.rfind(')')? + 1..)?;
     let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?;
+    let state = fields.next()?.chars().next()?;
     let ppid = fields.next()?.parse().ok()?;
     let _pgrp = fields.next()?;
     let session = fields.next()?.parse().ok()?;
-    Some(Stat {
+    // tty_nr, tpgid, then flags (field 9).
+    let flags = fields.nth(2)?.parse().ok()?;
+    // minflt ... itrealvalue (fields 10 to 21), then starttime (field 22).
+    let start = fields.nth(12)?.parse().ok()?;
+    Some(ProcStat {
+        state,
         ppid,
         session,
-        dead: matches!(state, "Z" | "X" | "x"),
+        flags,
+        start,
     })
 }
 
@@ -165,9 +187,13 @@ fn has_marker(pid: i32, marker: &str) -> bool {
 /// The pure part of [`System::members`]: seeds by session and marker, then
 /// closes over the parent links so children that cleared their environment
 /// are still found while their parent is.
-fn select_members(procs: &[(i32, Stat)], scope: &Scope, marked: impl Fn(i32) -> bool) -> Vec<i32> {
+fn select_members(
+    procs: &[(i32, ProcStat)],
+    scope: &Scope,
+    marked: impl Fn(i32) -> bool,
+) -> Vec<i32> {
     // Kernel threads have session 0, so a leader of 0 (none) must seed nothing.
-    let led = |pid: i32, stat: &Stat| {
+    let led = |pid: i32, stat: &ProcStat| {
         scope.leader > 0 && (pid == scope.leader || stat.session == scope.leader)
     };
     let mut hit: HashSet<i32> = procs
@@ -197,25 +223,35 @@ mod tests {
 
     #[test]
     fn stat_parsing_survives_odd_command_names() {
-        let stat = parse_stat("42 (a b) c)) S 7 42 40 0 -1 4194304").unwrap();
+        let stat =
+            parse_stat("42 (a b) c)) S 7 42 40 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 77").unwrap();
         assert_eq!(
             stat,
-            Stat {
+            ProcStat {
+                state: 'S',
                 ppid: 7,
                 session: 40,
-                dead: false
+                flags: 4_194_304,
+                start: 77,
             }
         );
-        assert!(parse_stat("43 (x) Z 1 43 43 0").unwrap().dead);
+        assert!(
+            parse_stat("43 (x) Z 1 43 43 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5")
+                .unwrap()
+                .dead()
+        );
         assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (short) S 0 1"), None);
     }
 
     #[test]
     fn members_are_session_marker_and_descendants() {
-        let st = |ppid, session| Stat {
+        let st = |ppid, session| ProcStat {
+            state: 'S',
             ppid,
             session,
-            dead: false,
+            flags: 0,
+            start: 0,
         };
         let procs = [
             (10, st(1, 10)),  // the leader

@@ -21,6 +21,8 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::process::{ProcStat, read_stat};
+
 /// Longest wait for signalled processes to reach the stopped state.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause between looks at the processes that have not stopped yet.
@@ -37,55 +39,15 @@ pub fn is_pid1() -> bool {
     std::process::id() == 1
 }
 
-/// The fields of `/proc/PID/stat` the freeze needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    /// One-letter state (`R`, `S`, `D`, `T`, `t`, `Z`, ...).
-    pub state: char,
-    /// Parent pid.
-    pub ppid: i32,
-    /// Kernel flags (`PF_*`).
-    pub flags: u64,
-    /// Start time in clock ticks after boot: with the pid, names one process.
-    pub start: u64,
+/// Stopped, traced, zombie or dead: nothing it does can change a file.
+fn settled(stat: &ProcStat) -> bool {
+    matches!(stat.state, 'T' | 't') || stat.dead()
 }
 
-impl ProcStat {
-    /// Stopped, traced, zombie or dead: nothing it does can change a file.
-    fn settled(&self) -> bool {
-        matches!(self.state, 'T' | 't' | 'Z' | 'X' | 'x')
-    }
-
-    /// Whether the freeze should stop it: not stopped by someone else (which
-    /// must not be continued later), not a zombie, not a kernel thread.
-    fn wants_stop(&self) -> bool {
-        !self.settled() && self.flags & PF_KTHREAD == 0
-    }
-}
-
-/// Parses `pid (comm) state ppid pgrp session tty tpgid flags ... starttime`.
-/// `comm` may hold spaces and parentheses, so fields are counted from the
-/// last `)`.
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
-    let rest = text.get(text.rfind(')')? + 1..)?;
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    // pgrp, session, tty_nr, tpgid, then flags (field 9).
-    let flags = fields.nth(4)?.parse().ok()?;
-    // minflt ... itrealvalue (fields 10 to 21), then starttime (field 22).
-    let start = fields.nth(12)?.parse().ok()?;
-    Some(ProcStat {
-        state,
-        ppid,
-        flags,
-        start,
-    })
-}
-
-/// A process's stat, or `None` when it is gone (or unreadable).
-pub fn read_stat(pid: i32) -> Option<ProcStat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+/// Whether the freeze should stop it: not stopped by someone else (which
+/// must not be continued later), not a zombie, not a kernel thread.
+fn wants_stop(stat: &ProcStat) -> bool {
+    !settled(stat) && stat.flags & PF_KTHREAD == 0
 }
 
 /// Every pid in `/proc`.
@@ -171,7 +133,7 @@ pub fn freeze() -> Result<Frozen, FreezeError> {
                 continue;
             };
             frozen.parents.insert(pid, stat.ppid);
-            if !stat.wants_stop() {
+            if !wants_stop(&stat) {
                 continue;
             }
             match kill(Pid::from_raw(pid), Signal::SIGSTOP) {
@@ -201,7 +163,7 @@ fn settle(stopped: &[Stopped], timeout: Duration) -> usize {
     let deadline = Instant::now() + timeout;
     let mut pending: Vec<i32> = stopped.iter().map(|s| s.pid).collect();
     loop {
-        pending.retain(|&pid| read_stat(pid).is_some_and(|stat| !stat.settled()));
+        pending.retain(|&pid| read_stat(pid).is_some_and(|stat| !settled(&stat)));
         if pending.is_empty() || Instant::now() >= deadline {
             return pending.len();
         }
@@ -240,32 +202,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_parsing_counts_fields_from_the_last_paren() {
-        let text = "42 (a) b (c) S 7 42 40 0 -1 4194560 10 0 0 0 1 2 0 0 20 0 1 0 98765 1 2 3";
-        assert_eq!(
-            parse_stat(text),
-            Some(ProcStat {
-                state: 'S',
-                ppid: 7,
-                flags: 4_194_560,
-                start: 98_765,
-            })
-        );
-        let stopped = parse_stat("9 (x) T 1 9 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").unwrap();
-        assert!(stopped.settled() && !stopped.wants_stop());
-        let zombie = parse_stat("9 (x) Z 1 9 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5").unwrap();
-        assert!(!zombie.wants_stop());
-        let kthread =
-            parse_stat("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 3").unwrap();
-        assert!(!kthread.wants_stop());
-        assert_eq!(parse_stat("garbage"), None);
-        assert_eq!(parse_stat("1 (short) S 0 1"), None);
+    fn only_running_user_processes_are_stopped() {
+        let stat = |line: &str| crate::process::parse_stat(line).unwrap();
+        let stopped = stat("9 (x) T 1 9 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5");
+        assert!(settled(&stopped) && !wants_stop(&stopped));
+        assert!(!wants_stop(&stat(
+            "9 (x) Z 1 9 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5"
+        )));
+        assert!(!wants_stop(&stat(
+            "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 3"
+        )));
+        assert!(wants_stop(&stat(
+            "42 (a) b (c) S 7 42 40 0 -1 4194560 10 0 0 0 1 2 0 0 20 0 1 0 98765 1 2 3"
+        )));
     }
 
     #[test]
     fn own_stat_reads_and_the_agent_is_never_signalled() {
         let me = i32::try_from(std::process::id()).unwrap();
-        assert!(read_stat(me).is_some_and(|stat| stat.wants_stop()));
+        assert!(read_stat(me).is_some_and(|stat| wants_stop(&stat)));
         assert!(!signal_allowed(me));
         assert!(!signal_allowed(1));
         assert!(!signal_allowed(0));
