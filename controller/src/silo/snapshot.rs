@@ -689,11 +689,6 @@ impl Silo {
             .load_snapshot_image(docker, &store, snapshot, progress)
             .await?;
         let key = self.sandbox_key(sandbox);
-        let backend = self.backend(sandbox.backend);
-        backend
-            .remove(machine(sandbox, &key))
-            .await
-            .map_err(|e| backend_error("remove", sandbox, e))?;
         let detail = json!({ "snapshot": snapshot.id, "reason": reason });
         let sandbox =
             self.db()
@@ -706,17 +701,18 @@ impl Silo {
             image: Some(&image_id),
             ..machine(&sandbox, &key)
         };
-        let backend_ref = match backend.create(made).await {
+        let backend_ref = match docker.replace(made).await {
             Ok(backend_ref) => backend_ref,
             Err(source) => {
                 // The sandbox stays, machineless; the next `up` tries again.
+                let backend = self.backend(sandbox.backend);
                 if let Err(cleanup) = backend.remove(machine(&sandbox, &key)).await {
                     tracing::warn!(
                         sandbox = sandbox.name,
                         "cleaning up a failed restore: {cleanup}"
                     );
                 }
-                return Err(backend_error("create", &sandbox, source));
+                return Err(backend_error("create", &sandbox, source.into()));
             }
         };
         let detail = json!({ "backend_ref": backend_ref });

@@ -140,6 +140,7 @@ pub fn snapshot_excludes(spec: &SandboxSpec) -> Vec<String> {
         "/etc/hosts",
         "/etc/hostname",
         "/etc/resolv.conf",
+        "/etc/mtab",
         "/proc",
         "/sys",
         "/dev",

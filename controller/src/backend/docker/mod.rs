@@ -39,7 +39,8 @@ use std::sync::{Arc, OnceLock};
 use bollard::Docker;
 use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, RenameContainerOptionsBuilder,
+    StopContainerOptionsBuilder,
 };
 use serde::{Deserialize, Serialize};
 
@@ -314,6 +315,55 @@ impl DockerBackend {
             .map_err(api(format!("create container {name}")))?;
         Ok(created.id)
     }
+
+    /// Replaces the sandbox's container with a new one made from
+    /// `machine.image` (rewind, restore), keeping the sandbox's directory.
+    /// Removing a running container costs about what starting one does (it
+    /// is killed first), so the old one is renamed aside and removed while
+    /// the new one starts. Its socket is unlinked before that, so nothing
+    /// reaches the old agent meanwhile: the socket path leads to the new
+    /// agent or to nothing.
+    pub async fn replace(&self, machine: Machine<'_>) -> Result<serde_json::Value, DockerError> {
+        let paths = self.paths(&machine);
+        check_socket_path(&paths)?;
+        let engine = self.engine().await?;
+        let name = container_name(machine.id);
+        let old = match self.find(engine, &machine).await? {
+            Found::Ours(info) => info.id,
+            Found::Foreign(owner) => {
+                return Err(DockerError::Foreign {
+                    container: name,
+                    owner,
+                });
+            }
+            Found::Missing => None,
+        };
+        if let Some(old) = &old {
+            remove_if_present(&paths.socket).map_err(io("remove", &paths.socket))?;
+            let aside = format!("{name}-replaced-{}", old.get(..12).unwrap_or(old));
+            let options = RenameContainerOptionsBuilder::new().name(&aside).build();
+            engine
+                .rename_container(old, options)
+                .await
+                .map_err(api(format!("rename container {name} to {aside}")))?;
+        }
+        let removal = async {
+            match &old {
+                Some(old) => remove_container(engine, old).await,
+                None => Ok(()),
+            }
+        };
+        let made = async {
+            let id = self.create_container(engine, &paths, &machine).await?;
+            self.boot(engine, &paths, &machine).await?;
+            Ok::<_, DockerError>(id)
+        };
+        let (removed, made) = tokio::join!(removal, made);
+        if let Err(error) = removed {
+            tracing::warn!(container = name, "removing the replaced container: {error}");
+        }
+        Ok(Self::backend_ref(&paths, &machine, made?))
+    }
 }
 
 impl Backend for DockerBackend {
@@ -323,15 +373,7 @@ impl Backend for DockerBackend {
 
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
         let paths = self.paths(&machine);
-        let len = paths.socket.as_os_str().len();
-        if len > MAX_SOCKET_PATH {
-            return Err(DockerError::SocketPathTooLong {
-                path: paths.socket,
-                len,
-                max: MAX_SOCKET_PATH,
-            }
-            .into());
-        }
+        check_socket_path(&paths)?;
         let engine = self.engine().await?;
         let id = self.create_container(engine, &paths, &machine).await?;
         self.boot(engine, &paths, &machine).await?;
@@ -453,6 +495,19 @@ impl Backend for DockerBackend {
                 clean: state.exit_code == Some(0) && state.oom_killed != Some(true),
             }))
     }
+}
+
+/// Refuses a sandbox whose socket path the kernel would not accept.
+fn check_socket_path(paths: &Paths) -> Result<(), DockerError> {
+    let len = paths.socket.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(DockerError::SocketPathTooLong {
+            path: paths.socket.clone(),
+            len,
+            max: MAX_SOCKET_PATH,
+        });
+    }
+    Ok(())
 }
 
 /// Creates the run directory (if needed) with a mode the agent can use
