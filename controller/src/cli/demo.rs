@@ -3,8 +3,8 @@
 //! local backend otherwise, saying so. It opens a sandbox with `silo up`,
 //! runs commands in it, has second `silo` processes find it, stops it and
 //! resumes it from a new process (its files intact), interrupts a runaway
-//! command, and prints each step with its timing. It leaves nothing behind
-//! unless asked to (`--keep`).
+//! command, snapshots it and rewinds a change (on Docker), and prints each
+//! step with its timing. It leaves nothing behind unless asked to (`--keep`).
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -170,6 +170,12 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
     );
     drop(conn);
 
+    let snapshot = if backend == BackendKind::Docker {
+        Some(snapshot_and_rewind(silo, &name, &mut steps).await?)
+    } else {
+        None
+    };
+
     if args.keep {
         steps.add(
             "keep",
@@ -179,14 +185,71 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
     } else {
         let t = Instant::now();
         silo.remove(&name).await?;
+        // A snapshot a sandbox runs from is kept, so the sandbox goes first.
+        if let Some(snapshot) = &snapshot {
+            silo.remove_snapshot(snapshot).await?;
+            silo.gc_store(false).await?;
+        }
         steps.add(
             "remove",
             t.elapsed(),
-            "sandbox removed; its events remain in `silo events`".into(),
+            "sandbox (and its snapshot) removed; its events remain in `silo events`".into(),
         );
     }
     out.demo_done(&steps.done)?;
     Ok(0)
+}
+
+/// Snapshots the sandbox, breaks its note, and rewinds it back; returns
+/// the snapshot's id.
+async fn snapshot_and_rewind(
+    silo: &Silo,
+    name: &str,
+    steps: &mut Steps<'_>,
+) -> anyhow::Result<String> {
+    let quiet = silo::silo::no_progress();
+    let taken = silo
+        .snapshot(name, Some("demo".into()), &quiet)
+        .await
+        .context("snapshotting the demo sandbox")?;
+    steps.add(
+        "snapshot",
+        Duration::from_secs_f64(taken.durable_ms / 1000.0),
+        format!(
+            "`silo snapshot {name}`: {} ({} entries, layer {} bytes); captured {:.0} ms, \
+             durable {:.0} ms",
+            taken.snapshot.id,
+            taken.entries,
+            taken.snapshot.layer_bytes,
+            taken.captured_ms,
+            taken.durable_ms
+        ),
+    );
+    let conn = silo.connect(&silo.get(name)?).await?;
+    conn.run(sh("echo broken > note.txt; rm -f /etc/passwd"))
+        .await?;
+    drop(conn);
+    let t = Instant::now();
+    let rewound = silo
+        .rewind(name, &taken.snapshot.id, &quiet)
+        .await
+        .context("rewinding the demo sandbox")?;
+    let conn = silo.connect(&rewound.sandbox).await?;
+    let back = conn
+        .run(sh(
+            "cat note.txt; test -e /etc/passwd && echo passwd is back",
+        ))
+        .await?;
+    steps.add(
+        "rewind",
+        t.elapsed(),
+        format!(
+            "broke note.txt and deleted /etc/passwd, then `silo rewind`: {:?}",
+            String::from_utf8_lossy(&back.stdout).trim()
+        ),
+    );
+    drop(conn);
+    Ok(taken.snapshot.id)
 }
 
 /// Docker when an engine answers (with the demo image present, built if it
