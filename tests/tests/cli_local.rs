@@ -117,6 +117,18 @@ fn unknown_sandboxes_and_taken_names_are_clear_errors() {
 
     let out = cli.run(&["create", "--backend", "local", "--name", "../evil"]);
     assert!(!out.status.success(), "path-like names are refused");
+
+    // Snapshots need a backend that has them; the refusal says which does.
+    let out = cli.run(&["snapshot", "gamma"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("local backend") && err.contains("docker"), "{err}");
+    let out = cli.run(&["snapshot", "nope"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+    let out = cli.run(&["fork", "snap-000000000000", "--name", "delta"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown snapshot"));
+    assert_eq!(cli.ok(&["snapshots", "--json"]).trim(), "[]");
+    assert_eq!(cli.ok(&["exec", "gamma", "--", "echo", "ok"]), "ok\n");
 }
 
 #[test]
