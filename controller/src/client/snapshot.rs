@@ -3,11 +3,8 @@
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
-use hyper_util::rt::TokioIo;
-use silo_protocol::PROTOCOL_VERSION;
-use silo_protocol::auth::{body_sha256, sign};
-use silo_protocol::http::HEADER_PROTOCOL;
-use silo_protocol::snapshot::{self, LAYER_CONTENT_TYPE, SnapshotRequest};
+use silo_protocol::auth::body_sha256;
+use silo_protocol::snapshot::{self, SnapshotRequest};
 
 use super::{AgentClient, ClientError, rejection, transport};
 
@@ -21,34 +18,15 @@ impl AgentClient {
         let json = serde_json::to_vec(request)
             .map_err(|e| ClientError::Protocol(format!("encoding a snapshot request: {e}")))?;
         let body = Bytes::from(json);
-        let path = snapshot::path();
-        let signed = sign(&self.key, "POST", path, &body_sha256(&body))?;
-
-        let stream = transport::open(&self.endpoint).await?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(ClientError::Http)?;
-        // Drives the socket until the layer has been read (or dropped).
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut builder = http::Request::builder()
-            .method(http::Method::POST)
-            .uri(path)
-            .header(http::header::HOST, "agent")
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::ACCEPT, LAYER_CONTENT_TYPE)
-            .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
-        for (name, value) in signed.pairs() {
-            builder = builder.header(name, value);
-        }
-        let request = builder
-            .body(Full::new(body))
-            .map_err(|e| ClientError::Protocol(format!("building request: {e}")))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(ClientError::Http)?;
+        let digest = body_sha256(&body);
+        let response = transport::send_for_stream(
+            &self.endpoint,
+            Some((&self.key, &digest)),
+            http::Method::POST,
+            snapshot::path(),
+            Full::new(body),
+        )
+        .await?;
         let status = response.status();
         if status == http::StatusCode::OK {
             return Ok(response.into_body());

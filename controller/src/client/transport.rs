@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
+use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -241,6 +241,31 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let response = send_for_stream(endpoint, signing, method, path_and_query, body).await?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(ClientError::Http)?
+        .to_bytes();
+    Ok(Response { status, body })
+}
+
+/// Sends `body` on a fresh connection, signed with `key` over `sha256` when
+/// given, and answers as soon as the status arrives; the connection lives
+/// until the answer's body has been read or dropped.
+pub async fn send_for_stream<B>(
+    endpoint: &Endpoint,
+    signing: Option<(&Key, &str)>,
+    method: http::Method,
+    path_and_query: &str,
+    body: B,
+) -> Result<http::Response<Incoming>, ClientError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let stream = open(endpoint).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -263,16 +288,8 @@ where
     let request = builder
         .body(body)
         .map_err(|e| ClientError::Protocol(format!("building request: {e}")))?;
-    let response = sender
+    sender
         .send_request(request)
         .await
-        .map_err(ClientError::Http)?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(ClientError::Http)?
-        .to_bytes();
-    Ok(Response { status, body })
+        .map_err(ClientError::Http)
 }

@@ -222,9 +222,9 @@ impl Silo {
             "old_spec_hash": sandbox.spec_hash,
             "spec_hash": spec.hash(),
         });
-        let sandbox = self
-            .db()
-            .replace_spec(&sandbox, &spec, (EventKind::Recreated, detail))?;
+        let sandbox =
+            self.db()
+                .replace_machine(&sandbox, &spec, None, (EventKind::Recreated, detail))?;
         let backend = self.backend(sandbox.backend);
         let backend_ref = match backend.create(machine(&sandbox, &key)).await {
             Ok(backend_ref) => backend_ref,

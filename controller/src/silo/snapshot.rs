@@ -690,9 +690,12 @@ impl Silo {
             .await?;
         let key = self.sandbox_key(sandbox);
         let detail = json!({ "snapshot": snapshot.id, "reason": reason });
-        let sandbox =
-            self.db()
-                .set_origin_snapshot(sandbox, &snapshot.id, (EventKind::Rewound, detail))?;
+        let sandbox = self.db().replace_machine(
+            sandbox,
+            &sandbox.spec,
+            Some(&snapshot.id),
+            (EventKind::Rewound, detail),
+        )?;
         progress(Progress::Step {
             label: "starting",
             total: None,

@@ -165,26 +165,35 @@ impl StateDb {
         })
     }
 
-    /// Gives a sandbox a new spec (and so a new spec hash) and an empty
-    /// backend handle, before a fresh machine is made for it under the same
-    /// id; logs `event` in the same transaction.
-    pub fn replace_spec(
+    /// Records that a sandbox's machine is being replaced under the same id:
+    /// made fresh with `spec` (a new spec hash), or from the snapshot
+    /// `origin` (rewind, restore). The backend handle is empty until the new
+    /// machine is up; `event` is logged in the same transaction.
+    pub fn replace_machine(
         &mut self,
         sandbox: &Sandbox,
         spec: &SandboxSpec,
+        origin: Option<&str>,
         event: (EventKind, serde_json::Value),
     ) -> Result<Sandbox, StateError> {
         let spec_json = to_json(&sandbox.id, spec)?;
         let spec_hash = spec.hash();
         let now = now_ms();
-        self.write("replacing a sandbox's spec", |tx| {
+        self.write("replacing a sandbox's machine", |tx| {
             let changed = tx
                 .execute(
                     "UPDATE sandboxes SET backend = ?2, spec = ?3, spec_hash = ?4, \
-                     backend_ref = '{}', updated_at = ?5, origin_snapshot = NULL WHERE id = ?1",
-                    params![sandbox.id, spec.backend.as_str(), spec_json, spec_hash, now],
+                     backend_ref = '{}', updated_at = ?5, origin_snapshot = ?6 WHERE id = ?1",
+                    params![
+                        sandbox.id,
+                        spec.backend.as_str(),
+                        spec_json,
+                        spec_hash,
+                        now,
+                        origin
+                    ],
                 )
-                .map_err(db("replacing a sandbox's spec"))?;
+                .map_err(db("replacing a sandbox's machine"))?;
             if changed == 0 {
                 return Err(StateError::UnknownSandbox(sandbox.name.clone()));
             }
@@ -197,39 +206,7 @@ impl StateDb {
             spec_hash,
             backend_ref: serde_json::json!({}),
             updated_at_ms: now,
-            origin_snapshot: None,
-            ..sandbox.clone()
-        })
-    }
-
-    /// Records that the sandbox's machine is being replaced by one made from
-    /// `snapshot` (rewind, restore), with an empty backend handle until the
-    /// new machine is up; logs `event` in the same transaction.
-    pub fn set_origin_snapshot(
-        &mut self,
-        sandbox: &Sandbox,
-        snapshot: &str,
-        event: (EventKind, serde_json::Value),
-    ) -> Result<Sandbox, StateError> {
-        let now = now_ms();
-        self.write("recording a sandbox's snapshot", |tx| {
-            let changed = tx
-                .execute(
-                    "UPDATE sandboxes SET origin_snapshot = ?2, backend_ref = '{}', \
-                     updated_at = ?3 WHERE id = ?1",
-                    params![sandbox.id, snapshot, now],
-                )
-                .map_err(db("recording a sandbox's snapshot"))?;
-            if changed == 0 {
-                return Err(StateError::UnknownSandbox(sandbox.name.clone()));
-            }
-            let (kind, detail) = &event;
-            insert_event(tx, &sandbox.id, &sandbox.name, now, *kind, detail)
-        })?;
-        Ok(Sandbox {
-            backend_ref: serde_json::json!({}),
-            updated_at_ms: now,
-            origin_snapshot: Some(snapshot.to_owned()),
+            origin_snapshot: origin.map(str::to_owned),
             ..sandbox.clone()
         })
     }

@@ -206,6 +206,20 @@ impl DockerBackend {
         Ok(Found::Ours(Box::new(info)))
     }
 
+    /// The sandbox's container, which must exist and be this sandbox's.
+    async fn ours(
+        &self,
+        engine: &Docker,
+        machine: &Machine<'_>,
+    ) -> Result<Box<ContainerInspectResponse>, DockerError> {
+        let container = container_name(machine.id);
+        match self.find(engine, machine).await? {
+            Found::Ours(info) => Ok(info),
+            Found::Foreign(owner) => Err(DockerError::Foreign { container, owner }),
+            Found::Missing => Err(DockerError::Missing { container }),
+        }
+    }
+
     fn backend_ref(
         paths: &Paths,
         machine: &Machine<'_>,
@@ -402,17 +416,7 @@ impl Backend for DockerBackend {
     async fn start(&self, machine: Machine<'_>) -> Result<Started, BackendError> {
         let engine = self.engine().await?;
         let name = container_name(machine.id);
-        let info = match self.find(engine, &machine).await? {
-            Found::Ours(info) => info,
-            Found::Foreign(owner) => {
-                return Err(DockerError::Foreign {
-                    container: name,
-                    owner,
-                }
-                .into());
-            }
-            Found::Missing => return Err(DockerError::Missing { container: name }.into()),
-        };
+        let info = self.ours(engine, &machine).await?;
         let paths = self.paths(&machine);
         let id = info.id.clone().unwrap_or_default();
         if ready::is_running(&info) {

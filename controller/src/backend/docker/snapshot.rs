@@ -23,7 +23,7 @@ use super::engine::LONG_REQUEST_TIMEOUT;
 use super::error::{DockerError, api, is_conflict, is_not_found};
 use super::labels::LABEL_HOME;
 use super::time::rfc3339_to_unix_ns;
-use super::{DockerBackend, Found, config};
+use super::{DockerBackend, config};
 use crate::backend::Machine;
 
 /// Label on every image silo loads for a snapshot: the snapshot's id.
@@ -66,16 +66,7 @@ impl DockerBackend {
     ) -> Result<ContainerFacts, DockerError> {
         let engine = self.engine().await?;
         let name = super::container_name(machine.id);
-        let info = match self.find(engine, &machine).await? {
-            Found::Ours(info) => info,
-            Found::Foreign(owner) => {
-                return Err(DockerError::Foreign {
-                    container: name,
-                    owner,
-                });
-            }
-            Found::Missing => return Err(DockerError::Missing { container: name }),
-        };
+        let info = self.ours(engine, &machine).await?;
         let image_id = info.image.clone().unwrap_or_default();
         let created_ns = info
             .created
