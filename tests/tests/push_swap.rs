@@ -246,8 +246,37 @@ fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// `len` bytes that deflate cannot shrink (xorshift64 from `seed`).
+fn incompressible(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Entries inside the `.partial-*` staging directories of `store`.
+fn staged_entries(store: &Path) -> usize {
+    leftovers(store)
+        .iter()
+        .filter(|name| name.starts_with(".partial-"))
+        .map(|name| {
+            std::fs::read_dir(store.join(name))
+                .map(Iterator::count)
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
 #[tokio::test]
 async fn sigkill_mid_extract_keeps_the_live_tree_and_the_next_agent_sweeps_up() {
+    const FILES: usize = 64;
+    const FILE_BYTES: usize = 32 << 10;
     let base = tempfile::tempdir().unwrap();
     let mount = base.path().join("deep/app");
     let m = mount.display().to_string();
@@ -256,30 +285,47 @@ async fn sigkill_mid_extract_keeps_the_live_tree_and_the_next_agent_sweeps_up() 
     push(&agent, &m, &versioned(1, 16)).await;
     let live = snapshot(&mount);
 
-    // Many files, so the extract is well under way before the body ends.
-    let big: Vec<(String, Vec<u8>)> = (0..400)
-        .map(|i| (format!("f{i}"), vec![b'a' + (i % 26) as u8; 64 << 10]))
+    // A bundle the agent accepts (the end of the test pushes it whole): its
+    // data does not compress, so it is nowhere near the decompression-ratio
+    // bound, which would refuse it part way and remove the staging directory
+    // a few milliseconds after it appeared. With half of it sent and the
+    // connection held open, the extractor writes what it got and then waits
+    // for the rest, so the partial extract stays put until the body's idle
+    // timeout: there is no window for the check below to miss.
+    let big: Vec<(String, Vec<u8>)> = (0..FILES)
+        .map(|i| (format!("f{i}"), incompressible(i as u64 + 1, FILE_BYTES)))
         .collect();
     let refs: Vec<(&str, Vec<u8>)> = big.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
     let body = bundle(&refs);
+    assert!(
+        body.bytes.len() as u64 * 2 > body.unpacked_bytes,
+        "the test bundle compresses: {} bytes for {} unpacked",
+        body.bytes.len(),
+        body.unpacked_bytes
+    );
     let _stream = start_partial_push(&agent, &m, &body.bytes, body.bytes.len() / 2);
-    wait_for("a partial extract", Duration::from_secs(10), || {
-        !leftovers(&store).is_empty()
-    });
+    wait_for(
+        "files in a partial extract",
+        Duration::from_secs(30),
+        || staged_entries(&store) > 0,
+    );
     silo_tests::signal(agent.pid(), nix::sys::signal::Signal::SIGKILL);
     drop(agent);
+    let staged = staged_entries(&store);
     assert!(
-        !leftovers(&store).is_empty(),
-        "the kill left nothing to sweep: too late?"
+        (1..FILES).contains(&staged),
+        "the kill left {staged} of {FILES} files in staging, not a partial extract: {:?}",
+        leftovers(&store)
     );
     assert_eq!(snapshot(&mount), live, "the live tree changed");
 
     let again = agent_with_root(base.path()).await;
-    wait_for("the sweep", Duration::from_secs(10), || {
+    wait_for("the sweep", Duration::from_secs(30), || {
         leftovers(&store).is_empty()
     });
     assert_eq!(snapshot(&mount), live);
-    let next = push(&again, &m, &versioned(2, 16)).await;
+    let next = push(&again, &m, &body).await;
     assert!(!next.unchanged);
-    assert_eq!(std::fs::read_to_string(mount.join("d0/f0")).unwrap(), "v2");
+    assert_eq!(next.files, FILES as u64);
+    assert_eq!(std::fs::read(mount.join("f0")).unwrap(), big[0].1);
 }
