@@ -35,7 +35,7 @@ use http::StatusCode;
 use hyper::body::Incoming;
 use silo_protocol::bundle::BundleLimits;
 use silo_protocol::push::{PushResponse, QueryError, kind};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::shutdown::{self, Phase};
 use body::{BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
@@ -138,6 +138,19 @@ impl Pusher {
             active: Arc::new(Semaphore::new(MAX_ACTIVE_PUSHES)),
             phase,
         })
+    }
+
+    /// Holds every push off until the returned permit is dropped: extracts,
+    /// swaps and version cleanups each hold one of [`MAX_ACTIVE_PUSHES`]
+    /// permits, so this waits for those under way and keeps new ones
+    /// waiting. A snapshot holds it while it reads, so it never captures a
+    /// push half done.
+    pub async fn hold_off(&self) -> Result<OwnedSemaphorePermit, PushError> {
+        let all = u32::try_from(MAX_ACTIVE_PUSHES).unwrap_or(u32::MAX);
+        Arc::clone(&self.active)
+            .acquire_many_owned(all)
+            .await
+            .map_err(|_| PushError::Internal("push permits closed".into()))
     }
 
     /// Removes what pushes interrupted in earlier boots left behind (blocking).
@@ -267,6 +280,11 @@ impl Pusher {
 
     /// Runs garbage collection for a mount whose lock the caller holds.
     async fn collect(&self, mount: &Mount, state: &mut SlotState) -> Option<Instant> {
+        // Removing versions changes the file system like an extract does, so
+        // it too waits while a snapshot reads (see [`Pusher::hold_off`]).
+        let Ok(_permit) = self.active.acquire().await else {
+            return None;
+        };
         let store = mount.store();
         let live = state.live.clone();
         let mut retired = std::mem::take(&mut state.retired);

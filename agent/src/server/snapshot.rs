@@ -36,7 +36,14 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
         Ok(request) => request,
         Err(err) => return failure(&err),
     };
-    match state.snapshots.start(request).await {
+    let hold_pushes = async {
+        state
+            .pusher
+            .hold_off()
+            .await
+            .map_err(|err| SnapshotError::Internal(error_chain(&err)))
+    };
+    match state.snapshots.start(request, hold_pushes).await {
         Ok(layer) => {
             let mut response = Response::new(Either::Right(layer.hold(busy)));
             response

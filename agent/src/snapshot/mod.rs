@@ -12,11 +12,9 @@
 //! off without the tar end marker. The processes are continued as soon as
 //! the last file is read, on every path, by the freeze's guard.
 //!
-//! Pushes are not held off while a snapshot reads: the push service has no
-//! lock over all mounts (each mount has its own, and the version cleanup
-//! timer runs apart from the extract permits), so a push that swaps during a
-//! snapshot may be captured half way. Callers should not push and snapshot
-//! the same sandbox at once.
+//! Pushes are held off while a snapshot reads: the caller passes the push
+//! service's permits (`Pusher::hold_off`), which `take` keeps until the
+//! layer is read, so a snapshot sees each mount before a push or after it.
 //!
 //! # Layout
 //! - `freeze`: stopping and continuing the sandbox's processes (`/proc`, signals).
@@ -64,7 +62,16 @@ impl Default for Snapshotter {
 
 impl Snapshotter {
     /// Starts one snapshot; on success the layer streams through the answer.
-    pub async fn start(&self, request: SnapshotRequest) -> Result<LayerStream, SnapshotError> {
+    /// `hold_pushes` (once this snapshot has the slot) waits for pushes under
+    /// way and keeps new ones waiting until the layer has been read.
+    pub async fn start<H>(
+        &self,
+        request: SnapshotRequest,
+        hold_pushes: H,
+    ) -> Result<LayerStream, SnapshotError>
+    where
+        H: Future<Output = Result<OwnedSemaphorePermit, SnapshotError>>,
+    {
         if !freeze::is_pid1() {
             return Err(SnapshotError::Unsupported);
         }
@@ -72,9 +79,12 @@ impl Snapshotter {
         let permit = Arc::clone(&self.active)
             .try_acquire_owned()
             .map_err(|_| SnapshotError::Busy)?;
+        let pushes_held = hold_pushes.await?;
         let (writer, layer) = stream::channel(Handle::current());
         let (ready_tx, ready_rx) = oneshot::channel();
-        tokio::task::spawn_blocking(move || take(permit, request, excluded, writer, ready_tx));
+        tokio::task::spawn_blocking(move || {
+            take([permit, pushes_held], request, excluded, writer, ready_tx);
+        });
         match ready_rx.await {
             Ok(Ok(())) => Ok(layer),
             Ok(Err(err)) => Err(err),
@@ -106,14 +116,15 @@ fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, SnapshotError> {
 /// The blocking part of one snapshot. `ready` hears whether the layer
 /// starts; after that, errors can only cut the layer short.
 fn take(
-    permit: OwnedSemaphorePermit,
+    permits: [OwnedSemaphorePermit; 2],
     request: SnapshotRequest,
     mut excluded: HashSet<PathBuf>,
     mut out: stream::ChannelWriter,
     ready: oneshot::Sender<Result<(), SnapshotError>>,
 ) {
-    // Bound first so it is released last, after the thaw.
-    let _permit = permit;
+    // Bound first so they are released last, after the thaw: the snapshot
+    // slot and the pushes held off.
+    let _permits = permits;
     let started = Instant::now();
     let mounts = match walk::mount_points() {
         Ok(mounts) => mounts,

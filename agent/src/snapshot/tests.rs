@@ -242,6 +242,7 @@ async fn outside_pid_1_a_snapshot_is_unsupported() {
         exclude: Vec::new(),
         baseline: Vec::new(),
     };
-    let refused = Snapshotter::default().start(request).await;
+    let unused = async { Err(SnapshotError::Internal("not reached".into())) };
+    let refused = Snapshotter::default().start(request, unused).await;
     assert!(matches!(refused, Err(SnapshotError::Unsupported)));
 }
