@@ -25,6 +25,7 @@ mod push_fanout;
 mod report;
 mod session_interrupt;
 mod session_rtt;
+mod snapshot;
 mod stats;
 
 use std::path::PathBuf;
@@ -42,6 +43,7 @@ const SCENARIOS: &[&str] = &[
     "docker-exec-rtt",
     "tti",
     "resume",
+    "snapshot",
 ];
 
 #[derive(Parser)]
@@ -49,7 +51,7 @@ const SCENARIOS: &[&str] = &[
 struct Args {
     /// Scenarios to run (all when none): exec-rtt, session-rtt, interrupt
     /// (plain execs and session runs), agent-footprint,
-    /// push-big, push-fanout, docker-exec-rtt, tti, resume (the Docker
+    /// push-big, push-fanout, docker-exec-rtt, tti, resume, snapshot (the Docker
     /// ones are skipped, with a note, when no engine answers outside CI).
     scenarios: Vec<String>,
     /// Where to write the JSON results.
@@ -85,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
             "docker-exec-rtt" => docker_exec_rtt::run(args.quick).await?,
             "tti" => docker_tti::run(args.quick).await?,
             "resume" => docker_resume::run(args.quick).await?,
+            "snapshot" => snapshot::run(args.quick).await?,
             other => anyhow::bail!(
                 "unknown scenario {other:?}; known: {}",
                 SCENARIOS.join(", ")
