@@ -184,6 +184,30 @@ fn the_layer_holds_exactly_the_changes_in_walk_order() {
 }
 
 #[test]
+fn a_moved_directory_is_captured_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("lib/sub")).unwrap();
+    fs::write(root.join("lib/sub/file"), "kept").unwrap();
+    let baseline = ["lib", "lib/sub", "lib/sub/file"]
+        .map(String::from)
+        .to_vec();
+    std::thread::sleep(TICK);
+    let since = now_ns();
+    std::thread::sleep(TICK);
+    // A rename moves the directory's own ctime, not its entries'.
+    fs::rename(root.join("lib"), root.join("moved")).unwrap();
+    for prune in [false, true] {
+        let seen = layer_of(root, &spec(since, prune, &baseline, &[]));
+        assert_eq!(
+            names(&seen),
+            [".wh.lib", "moved", "moved/sub", "moved/sub/file"],
+            "prune {prune}"
+        );
+    }
+}
+
+#[test]
 fn pruning_skips_unchanged_directories_and_nothing_is_older_than_the_threshold() {
     let (dir, since, baseline) = sandbox();
     let pruned = layer_of(dir.path(), &spec(since, true, &baseline, &["skip", "mnt"]));

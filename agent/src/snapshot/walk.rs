@@ -8,7 +8,11 @@
 //! applies the layer never has to invent one. Excluded paths (the request's,
 //! plus every mount point but the root) are skipped with everything under
 //! them. A changed directory that was read is compared with the baseline's
-//! entries for it, and each one that is gone becomes a whiteout.
+//! entries for it, and each one that is gone becomes a whiteout. A changed
+//! directory the baseline does not have at its path (made, or moved there)
+//! is captured whole: a moved directory keeps its entries' ctimes (overlay's
+//! `redirect_dir`, any plain file system), so only its own ctime says it
+//! moved.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -80,6 +84,11 @@ impl Baseline {
     fn children(&self, dir: &Path) -> &[OsString] {
         self.children.get(dir).map_or(&[], Vec::as_slice)
     }
+
+    /// Whether the image has `name` in directory `dir`.
+    fn has(&self, dir: &Path, name: &OsString) -> bool {
+        self.children(dir).binary_search(name).is_ok()
+    }
 }
 
 /// `path` as plain names only (`.` dropped, one leading `/` allowed and
@@ -110,6 +119,8 @@ struct Frame {
     meta: Metadata,
     /// Already handed to the sink (always true for the root, never emitted).
     emitted: bool,
+    /// Not in the image at this path: everything under it is captured.
+    fresh: bool,
     names: std::vec::IntoIter<OsString>,
 }
 
@@ -121,12 +132,14 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
     }
     let meta = fs::symlink_metadata(root).map_err(|e| SnapshotError::io("stat", root, e))?;
     let mut stack = Vec::new();
-    enter(root, spec, sink, &mut stack, top, meta, true)?;
+    enter(root, spec, sink, &mut stack, top, meta, true, false)?;
     while let Some(frame) = stack.last_mut() {
         let Some(name) = frame.names.next() else {
             stack.pop();
             continue;
         };
+        let inside_fresh = frame.fresh;
+        let in_image = !inside_fresh && spec.baseline.has(&frame.rel, &name);
         let rel = frame.rel.join(name);
         if spec.excluded.contains(&rel) {
             continue;
@@ -138,7 +151,7 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
             Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
             Err(err) => return Err(SnapshotError::io("stat", &path, err)),
         };
-        let changed = spec.changed(&meta);
+        let changed = inside_fresh || spec.changed(&meta);
         if meta.is_dir() {
             if changed {
                 emit_parents(&mut stack, sink)?;
@@ -146,7 +159,8 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
                     .map_err(|e| SnapshotError::io("add", &path, e))?;
             }
             if changed || !spec.prune_unchanged_dirs {
-                enter(root, spec, sink, &mut stack, rel, meta, changed)?;
+                let fresh = changed && !in_image;
+                enter(root, spec, sink, &mut stack, rel, meta, changed, fresh)?;
             }
         } else if changed && !meta.file_type().is_socket() {
             emit_parents(&mut stack, sink)?;
@@ -159,6 +173,10 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
 
 /// Reads directory `rel`, reports its deletions if it changed, and pushes it
 /// on the stack to be walked.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the walk's state, passed explicitly rather than bundled for one call"
+)]
 fn enter(
     root: &Path,
     spec: &WalkSpec,
@@ -167,6 +185,7 @@ fn enter(
     rel: PathBuf,
     meta: Metadata,
     emitted: bool,
+    fresh: bool,
 ) -> Result<(), SnapshotError> {
     let path = root.join(&rel);
     let mut names: Vec<OsString> = match fs::read_dir(&path) {
@@ -193,6 +212,7 @@ fn enter(
         rel,
         meta,
         emitted,
+        fresh,
         names: names.into_iter(),
     });
     Ok(())
