@@ -122,7 +122,10 @@ fn unknown_sandboxes_and_taken_names_are_clear_errors() {
     let out = cli.run(&["snapshot", "gamma"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("local backend") && err.contains("docker"), "{err}");
+    assert!(
+        err.contains("local backend") && err.contains("docker"),
+        "{err}"
+    );
     let out = cli.run(&["snapshot", "nope"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
     let out = cli.run(&["fork", "snap-000000000000", "--name", "delta"]);
