@@ -141,3 +141,50 @@ pub fn leftovers(store: &Path) -> Vec<String> {
         .filter(|n| n.starts_with(".partial-") || n.starts_with(".link-"))
         .collect()
 }
+
+/// Starts a signed push on a raw socket and sends only the first `part`
+/// bytes of `body`, so the agent is mid-extract (and stays so, until its
+/// idle timeout) while the caller looks. Dropping the stream ends it.
+pub fn start_partial_push(
+    socket: &Path,
+    key: &silo_protocol::auth::Key,
+    mount: &str,
+    body: &[u8],
+    part: usize,
+) -> std::os::unix::net::UnixStream {
+    let pq = path_and_query(mount);
+    let sha = silo_protocol::auth::body_sha256(body);
+    let signed = silo_protocol::auth::sign(key, "POST", &pq, &sha).expect("signing a push");
+    let mut head = format!(
+        "POST {pq} HTTP/1.1\r\nHost: agent\r\nContent-Length: {}\r\n{}: {}\r\n",
+        body.len(),
+        silo_protocol::http::HEADER_PROTOCOL,
+        silo_protocol::PROTOCOL_VERSION
+    );
+    for (name, value) in signed.pairs() {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(socket).expect("connecting to the agent");
+    stream.write_all(head.as_bytes()).expect("sending the head");
+    stream
+        .write_all(&body[..part])
+        .expect("sending part of the body");
+    stream
+}
+
+/// `len` bytes no compressor can shrink (xorshift from `seed`), so a
+/// bundle of them is as large as its files.
+pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}

@@ -312,3 +312,81 @@ async fn a_killed_snapshot_leaves_no_record_and_gc_keeps_only_what_is_named() {
         "small\nmore\n"
     );
 }
+
+#[tokio::test]
+async fn a_snapshot_waits_for_a_push_under_way_and_captures_it_whole() {
+    use silo_protocol::bundle::{Bundle, BundleLimits, FileSet};
+    use silo_tests::push::{incompressible, start_partial_push};
+    use std::io::Read;
+
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    let up = json(&cli.ok(&["up", "busy", "--image", BASE_IMAGE, "--json"]));
+    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    // The base is stored first, so the next snapshot only waits on the push.
+    snapshot(&cli, "busy", "base");
+
+    let mut files = FileSet::new();
+    for i in 0..64u64 {
+        files
+            .insert_bytes(&format!("f{i}"), incompressible(i + 1, 32 * 1024), false)
+            .unwrap();
+    }
+    let bundle = Bundle::build(&files, &BundleLimits::default()).unwrap();
+    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let key = silo.sandbox_key(&silo.get("busy").unwrap());
+    let socket = cli
+        .home
+        .path()
+        .join(format!("sandboxes/{id}/run/agent.sock"));
+    let mount = "/workspace/managed/app";
+    let half = bundle.bytes.len() / 2;
+    let mut push = start_partial_push(&socket, &key, mount, &bundle.bytes, half);
+    // The extract is under way once files show up in its staging directory.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sh(
+        &cli,
+        "busy",
+        "ls /workspace/managed/.versions/app/.partial-*/ 2>/dev/null | wc -l",
+    )
+    .trim()
+        == "0"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the push never started extracting"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let mut taking = cli
+        .command(&["snapshot", "busy", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        taking.try_wait().unwrap().is_none(),
+        "the snapshot did not wait for the push under way"
+    );
+    std::io::Write::write_all(&mut push, &bundle.bytes[half..]).unwrap();
+    let mut answer = [0u8; 12];
+    push.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200", "the push went through");
+    let taken = taking.wait_with_output().unwrap();
+    assert!(
+        taken.status.success(),
+        "{}",
+        String::from_utf8_lossy(&taken.stderr)
+    );
+    let snap = snapshot_id(&json(&String::from_utf8_lossy(&taken.stdout)));
+
+    cli.ok(&["rewind", "busy", &snap]);
+    assert_eq!(
+        sh(&cli, "busy", "ls /workspace/managed/app | wc -l").trim(),
+        "64"
+    );
+}

@@ -7,7 +7,6 @@
     reason = "a test should fail loudly at the first surprise"
 )]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -17,7 +16,7 @@ use silo::push::{RetryPolicy, SharedBundle, push_to_sandbox};
 use silo_protocol::bundle::{Bundle, BundleLimits, FileSet};
 use silo_protocol::push::PushResponse;
 use silo_tests::TestAgent;
-use silo_tests::push::{leftovers, snapshot};
+use silo_tests::push::{incompressible, leftovers, snapshot, start_partial_push};
 
 async fn agent_with_root(root: &Path) -> TestAgent {
     let root = root.display().to_string();
@@ -211,53 +210,12 @@ async fn readers_never_see_a_mixed_or_missing_tree_during_swaps() {
     assert!(kept <= 1 + 8, "old versions are not pruned: {kept}");
 }
 
-/// Starts a push on a raw socket and sends only the first `part` bytes of
-/// the body, so the agent is mid-extract when the caller looks.
-fn start_partial_push(
-    agent: &TestAgent,
-    mount: &str,
-    body: &[u8],
-    part: usize,
-) -> std::os::unix::net::UnixStream {
-    let pq = silo_protocol::push::path_and_query(mount);
-    let sha = silo_protocol::auth::body_sha256(body);
-    let signed = silo_protocol::auth::sign(&agent.key, "POST", &pq, &sha).unwrap();
-    let mut head = format!(
-        "POST {pq} HTTP/1.1\r\nHost: agent\r\nContent-Length: {}\r\n{}: {}\r\n",
-        body.len(),
-        silo_protocol::http::HEADER_PROTOCOL,
-        silo_protocol::PROTOCOL_VERSION
-    );
-    for (name, value) in signed.pairs() {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut stream = std::os::unix::net::UnixStream::connect(agent.socket()).unwrap();
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(&body[..part]).unwrap();
-    stream
-}
-
 fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// `len` bytes that deflate cannot shrink (xorshift64 from `seed`).
-fn incompressible(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 /// Entries inside the `.partial-*` staging directories of `store`.
@@ -303,7 +261,13 @@ async fn sigkill_mid_extract_keeps_the_live_tree_and_the_next_agent_sweeps_up() 
         body.bytes.len(),
         body.unpacked_bytes
     );
-    let _stream = start_partial_push(&agent, &m, &body.bytes, body.bytes.len() / 2);
+    let _stream = start_partial_push(
+        &agent.socket(),
+        &agent.key,
+        &m,
+        &body.bytes,
+        body.bytes.len() / 2,
+    );
     wait_for(
         "files in a partial extract",
         Duration::from_secs(30),
