@@ -155,25 +155,47 @@ impl Silo {
             image,
             ..machine(&sandbox, &key)
         };
-        match backend.create(made).await {
+        let made = backend.create(made).await;
+        match self.record_made(&sandbox, made).await {
+            Ok(sandbox) => Ok(sandbox),
+            Err(error) => {
+                let reason = json!({
+                    "reason": format!("create failed: {}", silo_protocol::http::error_chain(&error)),
+                });
+                self.db().delete_sandbox(&sandbox, &reason)?;
+                Err(error)
+            }
+        }
+    }
+
+    /// Records the machine a backend just made for `sandbox` (its handle and
+    /// a `started` event); when making it failed, removes whatever it left
+    /// and returns why. The sandbox's row stays either way: a recreate or
+    /// restore leaves it machineless for the next `up`.
+    async fn record_made(
+        &self,
+        sandbox: &Sandbox,
+        made: Result<serde_json::Value, BackendError>,
+    ) -> Result<Sandbox, SiloError> {
+        match made {
             Ok(backend_ref) => {
                 let detail = json!({ "backend_ref": backend_ref });
                 Ok(self.db().update_backend_ref(
-                    &sandbox,
+                    sandbox,
                     &backend_ref,
                     Some((EventKind::Started, detail)),
                 )?)
             }
             Err(source) => {
-                if let Err(cleanup) = backend.remove(machine(&sandbox, &key)).await {
+                let key = self.sandbox_key(sandbox);
+                let backend = self.backend(sandbox.backend);
+                if let Err(cleanup) = backend.remove(machine(sandbox, &key)).await {
                     tracing::warn!(
                         sandbox = sandbox.name,
                         "cleaning up a failed create: {cleanup}"
                     );
                 }
-                let reason = json!({ "reason": format!("create failed: {source}") });
-                self.db().delete_sandbox(&sandbox, &reason)?;
-                Err(backend_error("create", &sandbox, source))
+                Err(backend_error("create", sandbox, source))
             }
         }
     }

@@ -225,26 +225,11 @@ impl Silo {
         let sandbox =
             self.db()
                 .replace_machine(&sandbox, &spec, None, (EventKind::Recreated, detail))?;
-        let backend = self.backend(sandbox.backend);
-        let backend_ref = match backend.create(machine(&sandbox, &key)).await {
-            Ok(backend_ref) => backend_ref,
-            Err(source) => {
-                // The sandbox stays, machineless; the next `up` tries again.
-                if let Err(cleanup) = backend.remove(machine(&sandbox, &key)).await {
-                    tracing::warn!(
-                        sandbox = sandbox.name,
-                        "cleaning up a failed create: {cleanup}"
-                    );
-                }
-                return Err(backend_error("create", &sandbox, source));
-            }
-        };
-        let detail = json!({ "backend_ref": backend_ref });
-        let sandbox = self.db().update_backend_ref(
-            &sandbox,
-            &backend_ref,
-            Some((EventKind::Started, detail)),
-        )?;
+        let made = self
+            .backend(sandbox.backend)
+            .create(machine(&sandbox, &key))
+            .await;
+        let sandbox = self.record_made(&sandbox, made).await?;
         Ok(outcome(sandbox, UpAction::Recreated, notes))
     }
 }

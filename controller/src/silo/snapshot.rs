@@ -34,7 +34,7 @@ use silo_protocol::snapshot::SnapshotRequest;
 use super::{Silo, SiloError, backend_error, machine};
 use crate::CreateRequest;
 use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT, snapshot_tag, unix_ms_to_rfc3339};
-use crate::backend::{Backend, BackendError, DockerBackend, DockerError, Machine, MachineState};
+use crate::backend::{BackendError, DockerBackend, DockerError, Machine, MachineState};
 use crate::bridge;
 use crate::client::ClientError;
 use crate::naming::{new_snapshot_id, validate_name};
@@ -704,26 +704,8 @@ impl Silo {
             image: Some(&image_id),
             ..machine(&sandbox, &key)
         };
-        let backend_ref = match docker.replace(made).await {
-            Ok(backend_ref) => backend_ref,
-            Err(source) => {
-                // The sandbox stays, machineless; the next `up` tries again.
-                let backend = self.backend(sandbox.backend);
-                if let Err(cleanup) = backend.remove(machine(&sandbox, &key)).await {
-                    tracing::warn!(
-                        sandbox = sandbox.name,
-                        "cleaning up a failed restore: {cleanup}"
-                    );
-                }
-                return Err(backend_error("create", &sandbox, source.into()));
-            }
-        };
-        let detail = json!({ "backend_ref": backend_ref });
-        let sandbox = self.db().update_backend_ref(
-            &sandbox,
-            &backend_ref,
-            Some((EventKind::Started, detail)),
-        )?;
+        let made = docker.replace(made).await.map_err(BackendError::from);
+        let sandbox = self.record_made(&sandbox, made).await?;
         Ok(RestoreReport {
             sandbox,
             snapshot: snapshot.id.clone(),
