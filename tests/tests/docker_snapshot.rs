@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use silo_tests::Cli;
 use silo_tests::docker::{
     BASE_IMAGE, container, engine_with_base, remove_behind_silos_back, remove_image, unique_image,
+    wait_stopped,
 };
 
 fn json(text: &str) -> serde_json::Value {
@@ -232,6 +233,36 @@ async fn up_restores_a_removed_container_from_its_latest_snapshot() {
     assert_eq!(again["action"], "restored");
     assert_eq!(again["sandbox"]["id"], id.as_str());
     assert_eq!(sh(&cli, "phoenix", "cat /root/marker"), "latest\n");
+
+    // An expired sandbox with snapshots: gc takes its container, not the
+    // sandbox, and `up` brings it back from its latest snapshot.
+    let ttl = json(&cli.ok(&[
+        "up",
+        "sleepy",
+        "--image",
+        BASE_IMAGE,
+        "--idle-timeout",
+        "1",
+        "--json",
+    ]));
+    let ttl_id = ttl["sandbox"]["id"].as_str().unwrap().to_owned();
+    sh(&cli, "sleepy", "echo dreamt > /root/marker");
+    snapshot(&cli, "sleepy", "before sleep");
+    wait_stopped(&engine, &ttl_id, Duration::from_secs(20)).await;
+    let gc = json(&cli.ok(&["gc", "--older-than", "0", "--json"]));
+    let collected = gc["removed"].as_array().unwrap();
+    assert_eq!(collected.len(), 1, "{gc}");
+    assert_eq!(collected[0]["machine_only"], true);
+    assert!(
+        container(&engine, &ttl_id).await.is_none(),
+        "its container is gone"
+    );
+    let woken = json(&cli.ok(&["up", "sleepy", "--json"]));
+    assert_eq!(
+        (woken["tier"].as_u64(), woken["sandbox"]["id"].as_str()),
+        (Some(2), Some(ttl_id.as_str()))
+    );
+    assert_eq!(sh(&cli, "sleepy", "cat /root/marker"), "dreamt\n");
 
     // Without snapshots, a removed container is made fresh (tier 3).
     let bare = json(&cli.ok(&["up", "bare", "--image", BASE_IMAGE, "--json"]));

@@ -237,12 +237,16 @@ impl Output {
             .removed
             .iter()
             .map(|c| {
-                format!(
-                    "{verb} {} ({}): idle TTL expired {} UTC",
-                    c.sandbox.name,
-                    c.sandbox.id,
-                    utc(c.expired_at_ms)
-                )
+                let (name, id) = (&c.sandbox.name, &c.sandbox.id);
+                let expired = format!("idle TTL expired {} UTC", utc(c.expired_at_ms));
+                if c.machine_only {
+                    format!(
+                        "{verb} the machine of {name} ({id}): {expired}; its snapshots keep \
+                         the sandbox for `silo up`"
+                    )
+                } else {
+                    format!("{verb} {name} ({id}): {expired}")
+                }
             })
             .collect();
         lines.extend(

@@ -3,7 +3,9 @@
 //!
 //! An expired sandbox is only stopped (its agent exited on its idle timeout);
 //! `silo up` already treats it as gone, and gc reclaims its disk after
-//! `older_than`. A sandbox another process is working on (its lease is held)
+//! `older_than`. A sandbox with snapshots keeps its record (and id): gc
+//! removes only its machine, and `silo up` restores it from its latest
+//! snapshot. A sandbox another process is working on (its lease is held)
 //! is skipped, never waited for. Snapshots are kept; the store sheds what
 //! no snapshot names (see `snapshot::gc_store`).
 
@@ -16,7 +18,7 @@ use serde_json::json;
 
 use super::{Silo, SiloError, StoreGc, backend_error, machine};
 use crate::backend::{Backend, DockerError};
-use crate::state::{Sandbox, now_ms};
+use crate::state::{EventKind, Sandbox, now_ms};
 
 /// One sandbox gc removed (or would remove, in a dry run).
 #[derive(Debug, Clone, Serialize)]
@@ -25,6 +27,9 @@ pub struct Collected {
     pub sandbox: Sandbox,
     /// When its idle TTL expired (unix ms).
     pub expired_at_ms: i64,
+    /// Only its machine was removed: its snapshots keep the sandbox, for
+    /// `silo up` to restore.
+    pub machine_only: bool,
 }
 
 /// What `silo gc` did.
@@ -67,12 +72,14 @@ impl Silo {
             };
             match self.expired_at(&sandbox).await {
                 Ok(Some(at)) if at <= cutoff => {
+                    let machine_only = self.db().latest_snapshot(&sandbox.id)?.is_some();
                     if !dry_run {
-                        self.collect(&sandbox, at).await?;
+                        self.collect(&sandbox, at, machine_only).await?;
                     }
                     report.removed.push(Collected {
                         sandbox,
                         expired_at_ms: at,
+                        machine_only,
                     });
                 }
                 Ok(_) => {}
@@ -92,15 +99,29 @@ impl Silo {
         Ok(report)
     }
 
-    /// Removes an expired sandbox; its `removed` event says why.
-    async fn collect(&self, sandbox: &Sandbox, expired_at_ms: i64) -> Result<(), SiloError> {
+    /// Removes an expired sandbox, or only its machine when its snapshots
+    /// keep it; the `removed` or `reclaimed` event says why.
+    async fn collect(
+        &self,
+        sandbox: &Sandbox,
+        expired_at_ms: i64,
+        machine_only: bool,
+    ) -> Result<(), SiloError> {
         let key = self.sandbox_key(sandbox);
         self.backend(sandbox.backend)
             .remove(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error("remove", sandbox, e))?;
         let detail = json!({ "reason": "idle ttl expired", "expired_at_ms": expired_at_ms });
-        self.db().delete_sandbox(sandbox, &detail)?;
+        if machine_only {
+            self.db().update_backend_ref(
+                sandbox,
+                &json!({}),
+                Some((EventKind::Reclaimed, detail)),
+            )?;
+        } else {
+            self.db().delete_sandbox(sandbox, &detail)?;
+        }
         Ok(())
     }
 }

@@ -33,6 +33,9 @@ pub enum EventKind {
     Snapshot,
     /// One of its snapshots was deleted.
     SnapshotRemoved,
+    /// gc removed its machine after its idle TTL expired, keeping the
+    /// sandbox for its snapshots (`silo up` restores it).
+    Reclaimed,
     /// Its machine was replaced by one made from a snapshot (`silo rewind`,
     /// or `silo up` restoring a machine that was gone).
     Rewound,
@@ -52,6 +55,7 @@ impl EventKind {
             EventKind::Snapshot => "snapshot",
             EventKind::SnapshotRemoved => "snapshot_removed",
             EventKind::Rewound => "rewound",
+            EventKind::Reclaimed => "reclaimed",
         }
     }
 }
