@@ -1055,6 +1055,63 @@ impl<R: Read, W: Write> Read for TeeReader<'_, R, W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+
+    /// A ustar entry written by hand, so a hostile name stays hostile.
+    fn entry(name: &str, data: &[u8]) -> Vec<u8> {
+        let mut header = tar::Header::new_ustar();
+        header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        let mut out = header.as_bytes().to_vec();
+        out.extend_from_slice(data);
+        out.resize(out.len().div_ceil(512) * 512, 0);
+        out
+    }
+
+    async fn receive(store: &Store, bytes: Vec<u8>) -> io::Result<crate::store::Written> {
+        let chunks = vec![Ok::<_, io::Error>(Bytes::from(bytes))];
+        let (reader, pump) = bridge::reader_for(futures_util::stream::iter(chunks));
+        let store = store.clone();
+        let task =
+            tokio::task::spawn_blocking(move || receive_layer(reader, &store, &no_progress()));
+        pump.await;
+        task.await.unwrap().map(|(written, _)| written)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hostile_or_cut_short_layer_is_refused_and_stores_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("store")).unwrap();
+        let temps = || {
+            std::fs::read_dir(dir.path().join("store/tmp"))
+                .unwrap()
+                .count()
+        };
+
+        let mut good = entry("etc/motd", b"hello\n");
+        good.extend_from_slice(&[0; TAR_END_MARKER]);
+        let written = receive(&store, good.clone()).await.unwrap();
+        assert_eq!(written.size, good.len() as u64);
+
+        let mut climbing = entry("../escape", b"x");
+        climbing.extend_from_slice(&[0; TAR_END_MARKER]);
+        let refused = receive(&store, climbing).await.unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidData, "{refused}");
+
+        let cut = entry("etc/motd", b"hello\n");
+        let refused = receive(&store, cut).await.unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::UnexpectedEof, "{refused}");
+
+        assert_eq!(
+            store.list().unwrap().len(),
+            1,
+            "only the whole layer is stored"
+        );
+        assert_eq!(temps(), 0, "a refused layer leaves no temp file");
+    }
 
     #[test]
     fn a_snapshot_config_carries_its_layers_history_and_labels() {
