@@ -205,6 +205,9 @@ async fn forks_and_chains_leave_their_sources_alone() {
         !out.status.success() && stderr.contains("silo fork"),
         "{stderr}"
     );
+    // A fork may go back to where it forked from.
+    cli.ok(&["rewind", "copy", &one]);
+    assert_eq!(sh(&cli, "copy", "cat /root/a; ls /root"), "one\na\n");
     let out = cli.run(&["snapshot", "rm", &one]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

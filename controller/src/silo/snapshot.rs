@@ -169,10 +169,10 @@ pub enum SnapshotError {
         /// Its backend.
         backend: BackendKind,
     },
-    /// Rewind was given another sandbox's snapshot.
+    /// Rewind was given a snapshot from outside the sandbox's history.
     #[error(
-        "snapshot {snapshot} was taken of sandbox {owner:?}, not {sandbox:?}; \
-         `silo fork {snapshot} --name NEW` makes a new sandbox from it"
+        "snapshot {snapshot} was taken of sandbox {owner:?} and is not in the history of \
+         {sandbox:?}; `silo fork {snapshot} --name NEW` makes a new sandbox from it"
     )]
     OtherSandbox {
         /// The snapshot.
@@ -723,7 +723,7 @@ impl Silo {
     ) -> Result<RestoreReport, SiloError> {
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "rewind").await?;
         let snapshot = self.db().snapshot(snapshot)?;
-        if snapshot.sandbox_id != sandbox.id {
+        if !self.in_history(&sandbox, &snapshot)? {
             return Err(SnapshotError::OtherSandbox {
                 snapshot: snapshot.id,
                 owner: snapshot.sandbox_name,
@@ -732,6 +732,36 @@ impl Silo {
             .into());
         }
         self.restore(&sandbox, &snapshot, "rewind", progress).await
+    }
+
+    /// Whether `snapshot` is in the sandbox's history: taken of it, or an
+    /// ancestor of what it was forked or rewound from, or of its own
+    /// snapshots (so a fork can go back to where it forked).
+    fn in_history(&self, sandbox: &Sandbox, snapshot: &Snapshot) -> Result<bool, SiloError> {
+        if snapshot.sandbox_id == sandbox.id {
+            return Ok(true);
+        }
+        let db = self.db();
+        let mut starts: Vec<Option<String>> = db
+            .snapshots(Some(&sandbox.id))?
+            .into_iter()
+            .map(|own| own.parent)
+            .collect();
+        starts.push(sandbox.origin_snapshot.clone());
+        let mut seen = HashSet::new();
+        for start in starts {
+            let mut next = start;
+            while let Some(id) = next.take() {
+                if id == snapshot.id {
+                    return Ok(true);
+                }
+                if !seen.insert(id.clone()) {
+                    break;
+                }
+                next = db.snapshot(&id).ok().and_then(|s| s.parent);
+            }
+        }
+        Ok(false)
     }
 
     /// `up`'s tier 2: the sandbox's machine is gone, so it is made again
