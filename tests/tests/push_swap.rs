@@ -293,3 +293,38 @@ async fn sigkill_mid_extract_keeps_the_live_tree_and_the_next_agent_sweeps_up() 
     assert_eq!(next.files, FILES as u64);
     assert_eq!(std::fs::read(mount.join("f0")).unwrap(), big[0].1);
 }
+
+#[tokio::test]
+async fn a_refused_push_still_draining_does_not_hold_off_the_next_one() {
+    use std::io::{Read, Write};
+
+    let base = tempfile::tempdir().unwrap();
+    let m = base.path().join("app").display().to_string();
+    let agent = agent_with_root(base.path()).await;
+    // A decompression bomb: refused once 8 MiB are unpacked, long before
+    // its body ends.
+    let files: Vec<(String, Vec<u8>)> = (0..400)
+        .map(|i| (format!("f{i}"), vec![b'a'; 64 << 10]))
+        .collect();
+    let refs: Vec<(&str, Vec<u8>)> = files.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
+    let bomb = bundle(&refs);
+    assert!(bomb.unpacked_bytes > 200 * bomb.bytes.len() as u64);
+    let sent = bomb.bytes.len() * 3 / 4;
+    let mut held = start_partial_push(&agent.socket(), &agent.key, &m, &bomb.bytes, sent);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The refused push keeps draining its body (the client gets a clean
+    // answer when it ends), but the mount is free for the next push.
+    let started = Instant::now();
+    let next = push(&agent, &m, &versioned(1, 4)).await;
+    assert!(!next.unchanged);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the next push waited {:?} for a refused one",
+        started.elapsed()
+    );
+    held.write_all(&bomb.bytes[sent..]).unwrap();
+    let mut answer = [0u8; 12];
+    held.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 413");
+}

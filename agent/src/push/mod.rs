@@ -234,11 +234,19 @@ impl Pusher {
                 (state, staged)
             })
         };
-        let pumped = body::pump(body, tx, cap, BODY_IDLE_TIMEOUT).await;
-        let (mut state, staged) = job
-            .await
-            .map_err(|e| PushError::Internal(format!("extract task failed: {e}")))?;
-        let (id, extracted) = match (pumped, staged) {
+        // A refused bundle's body is still drained for a clean answer, but
+        // the mount's lock goes as soon as the extract has failed: a client
+        // that stops sending must not hold off other pushes to the mount.
+        let extracted = async {
+            match job.await {
+                // On failure the lock (the job's first half) is dropped here.
+                Ok((state, staged)) => Ok(staged.map(|done| (state, done))),
+                Err(e) => Err(PushError::Internal(format!("extract task failed: {e}"))),
+            }
+        };
+        let (pumped, joined) =
+            tokio::join!(body::pump(body, tx, cap, BODY_IDLE_TIMEOUT), extracted);
+        let (mut state, (id, extracted)) = match (pumped, joined?) {
             (_, Ok(done)) => done,
             (Pumped::OverCap, Err(_)) => {
                 return Err(PushError::Extract(ExtractError::BundleTooLarge {
