@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use silo::client::{ClientError, ExecConnection, ExecEvent, ExecOutput, SessionOptions};
 use silo_protocol::exec::{ErrorKind, ExecSpec};
-use silo_tests::{Cli, TestAgent, pids_running, pids_with_cmdline, text};
+use silo_tests::{Cli, TestAgent, pids_running, text};
 
 /// A run of `script` in session `id`.
 fn in_session(id: &str, script: &str) -> ExecSpec {
@@ -28,12 +28,16 @@ async fn run(conn: &ExecConnection, id: &str, script: &str) -> ExecOutput {
 }
 
 /// Waits for a process whose command line holds `needle` to come and go.
-async fn wait_for_process(needle: &str, present: bool) {
+async fn wait_for_process(command: &str, present: bool) {
+    // The exact argument vector: a shell whose script merely mentions the
+    // command (`sh -c "trap '' INT; sleep …"`) must not count, or the wait
+    // ends before that shell has even set its trap.
+    let argv: Vec<&str> = command.split(' ').collect();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while pids_with_cmdline(needle).is_empty() == present {
+    while pids_running(&argv).is_empty() == present {
         assert!(
             Instant::now() < deadline,
-            "{needle} never {}",
+            "{command} never {}",
             if present { "started" } else { "went away" }
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
