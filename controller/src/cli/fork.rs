@@ -23,6 +23,6 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
         .await;
     progress.finish();
     let report = report.with_context(|| format!("forking {}", args.snapshot))?;
-    out.restored("forked", &report)?;
+    out.restored("made", "from", &report)?;
     Ok(0)
 }

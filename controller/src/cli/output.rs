@@ -435,8 +435,14 @@ impl Output {
         ))
     }
 
-    /// A sandbox made (again) from a snapshot.
-    pub fn restored(&self, verb: &str, report: &RestoreReport) -> anyhow::Result<()> {
+    /// A sandbox made (again) from a snapshot: `rewound NAME to` it, or
+    /// `made NAME from` it.
+    pub fn restored(
+        &self,
+        what: &str,
+        preposition: &str,
+        report: &RestoreReport,
+    ) -> anyhow::Result<()> {
         if self.json {
             return print_json(report);
         }
@@ -448,7 +454,7 @@ impl Output {
             ),
         };
         print_lines(&format!(
-            "{verb} {} ({}) to snapshot {} in {:.0} ms ({source})",
+            "{what} {} ({}) {preposition} snapshot {} in {:.0} ms ({source})",
             report.sandbox.name, report.sandbox.id, report.snapshot, report.ms
         ))
     }

@@ -23,6 +23,6 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
         .await;
     progress.finish();
     let report = report.with_context(|| format!("rewinding {}", args.sandbox))?;
-    out.restored("rewound", &report)?;
+    out.restored("rewound", "to", &report)?;
     Ok(0)
 }
