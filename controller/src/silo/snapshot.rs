@@ -41,8 +41,8 @@ use crate::naming::{new_snapshot_id, validate_name};
 use crate::spec::BackendKind;
 use crate::state::{EventKind, Sandbox, Snapshot, StateError, StoredImage, now_ms};
 use crate::store::{
-    Digest, Index, IndexError, IngestError, LoadArchiveError, LoadPlan, Store, StoreError,
-    load_archive, save_archive,
+    Digest, Index, IndexError, IngestError, LayerDelta, LoadArchiveError, LoadPlan, Store,
+    StoreError, load_archive, save_archive,
 };
 
 /// How far before its container's creation a file's ctime still counts as
@@ -959,9 +959,9 @@ fn receive_layer(
         out: &mut blob,
         tail: Vec::with_capacity(2 * TAR_END_MARKER),
     };
-    let stats = Index::new()
-        .apply_layer(&mut tee)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let stats = LayerDelta::read(&mut tee)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
+        .stats();
     io::copy(&mut tee, &mut io::sink())?;
     if tee.tail.len() < TAR_END_MARKER || tee.tail.iter().any(|b| *b != 0) {
         return Err(io::Error::new(

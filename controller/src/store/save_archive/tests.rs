@@ -61,7 +61,8 @@ pub(in crate::store) fn two_layers() -> (Vec<u8>, Vec<u8>) {
     (base, top)
 }
 
-const MERGED: [&str; 7] = [
+/// The paths of the image [`two_layers`] makes.
+pub(in crate::store) const MERGED: [&str; 7] = [
     "bin",
     "bin/sh",
     "etc",
