@@ -188,3 +188,19 @@ pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// `silo push DIR --mount MOUNT --all --json` with a short retry budget,
+/// for tests where one of the sandboxes cannot be reached.
+pub fn push_to_all(cli: &crate::Cli, dir: &Path, mount: &str) -> std::process::Output {
+    let dir = dir.display().to_string();
+    cli.run(&[
+        "push",
+        &dir,
+        "--mount",
+        mount,
+        "--all",
+        "--retry-budget",
+        "1.5",
+        "--json",
+    ])
+}

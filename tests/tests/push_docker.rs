@@ -11,7 +11,7 @@
 use silo::Silo;
 use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, container_id, engine_with_base};
-use silo_tests::push::{bundle_of, push_raw, tar_entry, tar_file};
+use silo_tests::push::{bundle_of, push_raw, push_to_all, tar_entry, tar_file};
 
 const MOUNT: &str = "/workspace/managed/app";
 
@@ -58,16 +58,7 @@ async fn push_fans_out_to_docker_sandboxes_and_refuses_hostile_bundles() {
     std::fs::create_dir_all(src.path().join("src")).unwrap();
     std::fs::write(src.path().join("src/main.py"), "print('hi')\n").unwrap();
     let dir = src.path().display().to_string();
-    let out = cli.run(&[
-        "push",
-        &dir,
-        "--mount",
-        MOUNT,
-        "--all",
-        "--retry-budget",
-        "1.5",
-        "--json",
-    ]);
+    let out = push_to_all(&cli, src.path(), MOUNT);
     assert_eq!(
         out.status.code(),
         Some(1),

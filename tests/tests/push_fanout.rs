@@ -10,6 +10,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use silo_tests::Cli;
+use silo_tests::push::push_to_all;
 
 fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
@@ -60,16 +61,7 @@ fn fan_out_to_many_sandboxes_survives_a_dead_one() {
     .unwrap();
     let dir = src.path().display().to_string();
 
-    let out = cli.run(&[
-        "push",
-        &dir,
-        "--mount",
-        MOUNT,
-        "--all",
-        "--retry-budget",
-        "1.5",
-        "--json",
-    ]);
+    let out = push_to_all(&cli, src.path(), MOUNT);
     assert_eq!(
         out.status.code(),
         Some(1),
