@@ -40,7 +40,7 @@ impl Read for ChannelReader {
 /// Feeds `stream` to a [`ChannelReader`]; the returned future pumps until
 /// the stream ends, fails (the reader then sees the error), or the reader
 /// is dropped. Run the two halves concurrently.
-pub fn reader_for<S, E>(stream: S) -> (ChannelReader, impl Future<Output = ()>)
+fn reader_for<S, E>(stream: S) -> (ChannelReader, impl Future<Output = ()>)
 where
     S: Stream<Item = Result<Bytes, E>>,
     E: std::fmt::Display,
@@ -63,6 +63,24 @@ where
         },
         pump,
     )
+}
+
+/// Runs `consume` on the blocking pool over the bytes of `stream`, pumping
+/// them to it from this task, and returns what it returns (an error only if
+/// it panicked).
+pub async fn consume_blocking<S, E, T>(
+    stream: S,
+    consume: impl FnOnce(ChannelReader) -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError>
+where
+    S: Stream<Item = Result<Bytes, E>>,
+    E: std::fmt::Display,
+    T: Send + 'static,
+{
+    let (reader, pump) = reader_for(stream);
+    let task = tokio::task::spawn_blocking(move || consume(reader));
+    pump.await;
+    task.await
 }
 
 /// The writing end of an async stream, for blocking code.

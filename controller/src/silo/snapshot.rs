@@ -370,21 +370,19 @@ impl Silo {
             source: Box::new(source),
         };
         let body = client.snapshot(&request).await.map_err(agent_error)?;
-        let stream = body.into_data_stream();
-        let (reader, pump) = bridge::reader_for(stream);
-        let receive = {
+        let (written, stats) = {
             let store = store.clone();
             let progress = Arc::clone(progress);
-            tokio::task::spawn_blocking(move || receive_layer(reader, &store, &progress))
-        };
-        pump.await;
-        let (written, stats) = receive
+            bridge::consume_blocking(body.into_data_stream(), move |reader| {
+                receive_layer(reader, &store, &progress)
+            })
             .await
-            .map_err(|e| SnapshotError::Task(e.to_string()))?
-            .map_err(|source| SnapshotError::Layer {
-                name: sandbox.name.clone(),
-                source,
-            })?;
+        }
+        .map_err(|e| SnapshotError::Task(e.to_string()))?
+        .map_err(|source| SnapshotError::Layer {
+            name: sandbox.name.clone(),
+            source,
+        })?;
         let captured_ms = ms_since(start);
 
         let id = new_snapshot_id()?;
@@ -490,12 +488,11 @@ impl Silo {
             .export_image(image_id)
             .await
             .map_err(engine("export the base image"))?;
-        let (reader, pump) = bridge::reader_for(export);
-        let ingest = {
+        let (saved, index) = {
             let store = store.clone();
             let image = image_id.to_owned();
             let progress = Arc::clone(progress);
-            tokio::task::spawn_blocking(move || {
+            bridge::consume_blocking(export, move |reader| {
                 let counted = CountingReader {
                     inner: reader,
                     progress,
@@ -507,11 +504,9 @@ impl Silo {
                 let index = index.finish()?;
                 Ok::<_, SnapshotError>((saved, index))
             })
-        };
-        pump.await;
-        let (saved, index) = ingest
             .await
-            .map_err(|e| SnapshotError::Task(e.to_string()))??;
+        }
+        .map_err(|e| SnapshotError::Task(e.to_string()))??;
         let image = StoredImage {
             image_id: image_id.to_owned(),
             config: saved.config,
@@ -1103,12 +1098,13 @@ mod tests {
 
     async fn receive(store: &Store, bytes: Vec<u8>) -> io::Result<crate::store::Written> {
         let chunks = vec![Ok::<_, io::Error>(Bytes::from(bytes))];
-        let (reader, pump) = bridge::reader_for(futures_util::stream::iter(chunks));
         let store = store.clone();
-        let task =
-            tokio::task::spawn_blocking(move || receive_layer(reader, &store, &no_progress()));
-        pump.await;
-        task.await.unwrap().map(|(written, _)| written)
+        bridge::consume_blocking(futures_util::stream::iter(chunks), move |reader| {
+            receive_layer(reader, &store, &no_progress())
+        })
+        .await
+        .unwrap()
+        .map(|(written, _)| written)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
