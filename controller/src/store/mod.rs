@@ -23,7 +23,7 @@
 //!   exclusive one: it would wait for itself until its timeout.
 //!
 //! Layout of this module:
-//! - this file: [`Store`] (open, blobs, locks, verify).
+//! - this file: [`Store`] (open, blobs, locks).
 //! - `digest`: [`Digest`], a validated lowercase hex sha256.
 //! - `writer`: [`BlobWriter`], hash-while-writing, then rename.
 //! - `lock`: [`SharedLock`] and [`ExclusiveLock`] (`flock`).
@@ -41,11 +41,9 @@ pub mod save_archive;
 mod writer;
 
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-use sha2::{Digest as _, Sha256};
 
 use crate::home::create_private_dir;
 
@@ -141,11 +139,6 @@ impl Store {
         Ok(blobs)
     }
 
-    /// The bytes of every blob together.
-    pub fn total_bytes(&self) -> Result<u64, StoreError> {
-        Ok(self.list()?.iter().map(|(_, size)| size).sum())
-    }
-
     /// Removes a blob; `false` if it was not there. Only garbage collection
     /// removes blobs, under the exclusive lock.
     pub fn remove(&self, digest: &Digest, lock: &ExclusiveLock) -> Result<bool, StoreError> {
@@ -183,23 +176,6 @@ impl Store {
         Ok(removed)
     }
 
-    /// Re-hashes the blob: whether its bytes still match its name.
-    pub fn verify(&self, digest: &Digest) -> Result<bool, StoreError> {
-        let path = self.path(digest);
-        let mut file = self.open_blob(digest)?;
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => hasher.update(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_err("read", &path)(e)),
-            }
-        }
-        Ok(Digest::from_hasher(hasher) == *digest)
-    }
-
     /// Waits as long as it takes for a shared lock: blobs written while it
     /// is held are safe from garbage collection until it is dropped.
     pub fn shared_lock(&self) -> Result<SharedLock, StoreError> {
@@ -210,11 +186,6 @@ impl Store {
     /// [`LOCK_POLL`] (writers holding shared locks go first).
     pub fn exclusive_lock(&self, timeout: Duration) -> Result<ExclusiveLock, StoreError> {
         lock::exclusive(&self.lock_path(), timeout)
-    }
-
-    /// The exclusive lock if it is free now.
-    pub fn try_exclusive_lock(&self) -> Result<Option<ExclusiveLock>, StoreError> {
-        lock::try_exclusive(&self.lock_path())
     }
 
     fn blob_dir(&self) -> PathBuf {
