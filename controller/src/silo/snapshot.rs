@@ -859,6 +859,11 @@ impl Silo {
     /// removes blobs nothing names and temp files of interrupted writes,
     /// and the engine images of deleted snapshots.
     pub async fn gc_store(&self, dry_run: bool) -> Result<StoreGc, SiloError> {
+        // No snapshot was ever taken here: nothing to collect, and no store
+        // to make just to find that out.
+        if !self.home.store_dir().exists() {
+            return Ok(StoreGc::default());
+        }
         let store = self.store()?;
         let lock = {
             let store = store.clone();
