@@ -88,13 +88,12 @@ impl ProcessOps for System {
     }
 
     fn members(&self, scope: &Scope) -> Vec<i32> {
-        let Ok(dir) = fs::read_dir("/proc") else {
+        let Ok(pids) = live_pids() else {
             return Vec::new();
         };
         let me = own_pid();
-        let procs: Vec<(i32, ProcStat)> = dir
-            .flatten()
-            .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        let procs: Vec<(i32, ProcStat)> = pids
+            .into_iter()
             .filter(|&pid| pid > 1 && pid != me)
             .filter_map(|pid| Some((pid, read_stat(pid)?)))
             .filter(|(_, stat)| !stat.dead())
@@ -139,6 +138,14 @@ impl ProcStat {
     pub fn dead(&self) -> bool {
         matches!(self.state, 'Z' | 'X' | 'x')
     }
+}
+
+/// Every pid in `/proc` (this pid namespace's processes).
+pub(crate) fn live_pids() -> io::Result<Vec<i32>> {
+    Ok(fs::read_dir("/proc")?
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .collect())
 }
 
 /// A process's stat, or `None` when it is gone (or unreadable).

@@ -13,7 +13,6 @@
 //! is PID 1: anywhere else it would stop the host's processes.
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::process::{ProcStat, read_stat};
+use crate::process::{ProcStat, live_pids, read_stat};
 
 /// Longest wait for signalled processes to reach the stopped state.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -48,14 +47,6 @@ fn settled(stat: &ProcStat) -> bool {
 /// must not be continued later), not a zombie, not a kernel thread.
 fn wants_stop(stat: &ProcStat) -> bool {
     !settled(stat) && stat.flags & PF_KTHREAD == 0
-}
-
-/// Every pid in `/proc`.
-fn list_pids() -> io::Result<Vec<i32>> {
-    Ok(fs::read_dir("/proc")?
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .collect())
 }
 
 /// One process the freeze stopped.
@@ -125,7 +116,7 @@ pub fn freeze() -> Result<Frozen, FreezeError> {
     let mut ours: HashSet<i32> = HashSet::new();
     for _ in 0..MAX_PASSES {
         let mut stopped_now = 0usize;
-        for pid in list_pids().map_err(FreezeError::Proc)? {
+        for pid in live_pids().map_err(FreezeError::Proc)? {
             if !signal_allowed(pid) || ours.contains(&pid) {
                 continue;
             }
