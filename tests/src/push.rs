@@ -152,11 +152,23 @@ pub fn start_partial_push(
     body: &[u8],
     part: usize,
 ) -> std::os::unix::net::UnixStream {
-    let pq = path_and_query(mount);
+    start_signed_post(socket, key, &path_and_query(mount), body, part)
+}
+
+/// Sends a signed `POST path_and_query` with the first `part` bytes of
+/// `body` on a raw socket, leaving the rest (and the answer) to the caller.
+pub fn start_signed_post(
+    socket: &Path,
+    key: &silo_protocol::auth::Key,
+    path_and_query: &str,
+    body: &[u8],
+    part: usize,
+) -> std::os::unix::net::UnixStream {
     let sha = silo_protocol::auth::body_sha256(body);
-    let signed = silo_protocol::auth::sign(key, "POST", &pq, &sha).expect("signing a push");
+    let signed =
+        silo_protocol::auth::sign(key, "POST", path_and_query, &sha).expect("signing a request");
     let mut head = format!(
-        "POST {pq} HTTP/1.1\r\nHost: agent\r\nContent-Length: {}\r\n{}: {}\r\n",
+        "POST {path_and_query} HTTP/1.1\r\nHost: agent\r\nContent-Length: {}\r\n{}: {}\r\n",
         body.len(),
         silo_protocol::http::HEADER_PROTOCOL,
         silo_protocol::PROTOCOL_VERSION

@@ -2,9 +2,10 @@
 //! CLI: what a rewound sandbox sees (changes undone, deletions kept as
 //! deletions), that the store alone can bring a snapshot back after the
 //! engine lost its images, that forks and chains keep their parents
-//! intact, that `up` restores a machine removed behind silo's back, and that
+//! intact, that `up` restores a machine removed behind silo's back, that
 //! neither a `kill -9` mid-snapshot nor gc ever leaves a record naming a
-//! missing blob.
+//! missing blob, and that pushes and new commands wait while a snapshot
+//! reads.
 
 #![allow(
     clippy::unwrap_used,
@@ -423,4 +424,66 @@ async fn a_snapshot_waits_for_a_push_under_way_and_captures_it_whole() {
         sh(&cli, "busy", "ls /workspace/managed/app | wc -l").trim(),
         "64"
     );
+}
+
+#[tokio::test]
+async fn a_command_started_while_a_snapshot_reads_waits_for_the_thaw() {
+    use silo_protocol::snapshot::SnapshotRequest;
+    use silo_tests::push::start_signed_post;
+    use std::io::Read;
+
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    let up = json(&cli.ok(&["up", "held", "--image", BASE_IMAGE, "--json"]));
+    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    // More than every buffer between the agent and a client that does not
+    // read holds, so the layer stalls mid-walk with the sandbox stopped.
+    sh(&cli, "held", "head -c 33554432 /dev/urandom > /root/big");
+    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let key = silo.sandbox_key(&silo.get("held").unwrap());
+    let socket = cli
+        .home
+        .path()
+        .join(format!("sandboxes/{id}/run/agent.sock"));
+    let request = serde_json::to_vec(&SnapshotRequest {
+        changed_since_ns: 0,
+        prune_unchanged_dirs: false,
+        exclude: Vec::new(),
+        baseline: Vec::new(),
+    })
+    .unwrap();
+    let mut reading = start_signed_post(
+        &socket,
+        &key,
+        silo_protocol::http::PATH_SNAPSHOT,
+        &request,
+        request.len(),
+    );
+    let mut answer = [0u8; 12];
+    reading.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200", "the layer started");
+
+    let mut late = cli
+        .command(&["exec", "held", "--", "sh", "-c", "echo late > /root/late"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        late.try_wait().unwrap().is_none(),
+        "a command ran while the snapshot was reading"
+    );
+    // A client that leaves mid-layer ends the snapshot: the sandbox goes on
+    // and the command waiting at the gate starts.
+    drop(reading);
+    let ran = late.wait_with_output().unwrap();
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert_eq!(sh(&cli, "held", "cat /root/late"), "late\n");
 }

@@ -24,7 +24,7 @@ use futures_util::{SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use silo_protocol::exec::{
-    AgentMessage, Channel, ClientMessage, ErrorKind, ExecId, ExitInfo, Frame,
+    AgentMessage, Channel, ClientMessage, ErrorKind, ExecId, ExecSpec, ExitInfo, Frame,
 };
 use silo_protocol::limits::KEEPALIVE_INTERVAL;
 use tokio::sync::{mpsc, watch};
@@ -32,8 +32,9 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::{AgentState, sessions};
-use crate::exec::{Attachment, Event, ExecError, Execs, LagSignal, Subscriber};
+use crate::exec::{Attachment, Event, ExecError, Execs, LagSignal, Started, Subscriber};
 use crate::shutdown::{self, Phase};
+use crate::snapshot::StartGate;
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
 
@@ -115,6 +116,7 @@ pub async fn run(ws: Ws, state: Arc<AgentState>, phase: watch::Receiver<Phase>) 
     let mut writer = Writer {
         sink,
         execs: state.execs.clone(),
+        starts: state.snapshots.start_gate(),
         sub: Subscriber {
             conn,
             tx: event_tx,
@@ -136,6 +138,8 @@ pub async fn run(ws: Ws, state: Arc<AgentState>, phase: watch::Receiver<Phase>) 
 struct Writer {
     sink: SplitSink<Ws, Message>,
     execs: Execs,
+    /// Passed before anything that may spawn, so nothing starts mid-snapshot.
+    starts: StartGate,
     sub: Subscriber,
     /// Execs this connection follows → next output offset owed to the client.
     follows: HashMap<ExecId, u64>,
@@ -180,7 +184,7 @@ impl Writer {
             Cmd::Request(request) => request,
         };
         match request {
-            ClientMessage::Exec { tag, spec } => match self.execs.start(spec, self.sub.clone()) {
+            ClientMessage::Exec { tag, spec } => match self.start(spec).await {
                 Ok(started) => {
                     self.follows.insert(started.exec_id, 0);
                     self.send_json(&AgentMessage::Started {
@@ -253,11 +257,24 @@ impl Writer {
                         .await
                 }
             },
-            request => match sessions::handle(&self.execs, request) {
+            request => match self.session_request(request).await {
                 Some(reply) => self.send_json(&reply).await,
                 None => Ok(()),
             },
         }
+    }
+
+    /// Starts an exec once no snapshot is reading.
+    async fn start(&self, spec: ExecSpec) -> Result<Started, ExecError> {
+        let _pass = self.starts.pass().await;
+        self.execs.start(spec, self.sub.clone())
+    }
+
+    /// Answers a session request once no snapshot is reading (opening one
+    /// starts its shell).
+    async fn session_request(&self, request: ClientMessage) -> Option<AgentMessage> {
+        let _pass = self.starts.pass().await;
+        sessions::handle(&self.execs, request)
     }
 
     async fn event(&mut self, event: Event) -> Result<(), SessionError> {

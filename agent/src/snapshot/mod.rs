@@ -15,6 +15,9 @@
 //! Pushes are held off while a snapshot reads: the caller passes the push
 //! service's permits (`Pusher::hold_off`), which `take` keeps until the
 //! layer is read, so a snapshot sees each mount before a push or after it.
+//! New commands are held off the same way, by the [`StartGate`]: a process
+//! started after the freeze's last pass would run, and write, while the
+//! layer is read.
 //!
 //! # Layout
 //! - `freeze`: stopping and continuing the sandbox's processes (`/proc`, signals).
@@ -37,7 +40,9 @@ use http::StatusCode;
 use silo_protocol::http::error_chain;
 use silo_protocol::snapshot::{SnapshotRequest, kind};
 use tokio::runtime::Handle;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{
+    OwnedRwLockReadGuard, OwnedRwLockWriteGuard, OwnedSemaphorePermit, RwLock, Semaphore, oneshot,
+};
 
 pub use stream::LayerStream;
 use walk::{Baseline, WalkSpec};
@@ -50,20 +55,54 @@ const ROOT: &str = "/";
 /// The snapshot service.
 pub struct Snapshotter {
     active: Arc<Semaphore>,
+    starts: StartGate,
 }
 
 impl Default for Snapshotter {
     fn default() -> Self {
         Self {
             active: Arc::new(Semaphore::new(MAX_ACTIVE_SNAPSHOTS)),
+            starts: StartGate::default(),
         }
     }
 }
 
+/// Where requests that start processes (execs, session shells) wait while
+/// a snapshot has the sandbox stopped. Each start passes through it and
+/// holds its pass only while spawning: a process spawned before the freeze
+/// is stopped by it, and one spawned after waits for the thaw.
+#[derive(Debug, Clone, Default)]
+pub struct StartGate(Arc<RwLock<()>>);
+
+impl StartGate {
+    /// Waits while a snapshot reads; hold the pass until the spawn returns.
+    pub async fn pass(&self) -> OwnedRwLockReadGuard<()> {
+        Arc::clone(&self.0).read_owned().await
+    }
+
+    /// Waits for starts under way and holds new ones until dropped.
+    async fn close(&self) -> OwnedRwLockWriteGuard<()> {
+        Arc::clone(&self.0).write_owned().await
+    }
+}
+
+/// What one snapshot holds until its layer is read, released after the thaw.
+struct Held {
+    _slot: OwnedSemaphorePermit,
+    _pushes: OwnedSemaphorePermit,
+    _starts: OwnedRwLockWriteGuard<()>,
+}
+
 impl Snapshotter {
+    /// The gate execs and session shells pass before they spawn.
+    pub fn start_gate(&self) -> StartGate {
+        self.starts.clone()
+    }
+
     /// Starts one snapshot; on success the layer streams through the answer.
     /// `hold_pushes` (once this snapshot has the slot) waits for pushes under
-    /// way and keeps new ones waiting until the layer has been read.
+    /// way and keeps new ones waiting until the layer has been read; new
+    /// commands wait likewise at the [`StartGate`].
     pub async fn start<H>(
         &self,
         request: SnapshotRequest,
@@ -76,14 +115,18 @@ impl Snapshotter {
             return Err(SnapshotError::Unsupported);
         }
         let excluded = excluded(&request.exclude)?;
-        let permit = Arc::clone(&self.active)
+        let slot = Arc::clone(&self.active)
             .try_acquire_owned()
             .map_err(|_| SnapshotError::Busy)?;
-        let pushes_held = hold_pushes.await?;
+        let held = Held {
+            _slot: slot,
+            _pushes: hold_pushes.await?,
+            _starts: self.starts.close().await,
+        };
         let (writer, layer) = stream::channel(Handle::current());
         let (ready_tx, ready_rx) = oneshot::channel();
         tokio::task::spawn_blocking(move || {
-            take([permit, pushes_held], request, excluded, writer, ready_tx);
+            take(held, request, excluded, writer, ready_tx);
         });
         match ready_rx.await {
             Ok(Ok(())) => Ok(layer),
@@ -116,15 +159,14 @@ fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, SnapshotError> {
 /// The blocking part of one snapshot. `ready` hears whether the layer
 /// starts; after that, errors can only cut the layer short.
 fn take(
-    permits: [OwnedSemaphorePermit; 2],
+    held: Held,
     request: SnapshotRequest,
     mut excluded: HashSet<PathBuf>,
     mut out: stream::ChannelWriter,
     ready: oneshot::Sender<Result<(), SnapshotError>>,
 ) {
-    // Bound first so they are released last, after the thaw: the snapshot
-    // slot and the pushes held off.
-    let _permits = permits;
+    // Bound first so it is released last, after the thaw.
+    let _held = held;
     let started = Instant::now();
     let mounts = match walk::mount_points() {
         Ok(mounts) => mounts,
