@@ -11,6 +11,7 @@
 //! - [`docker`]: the real engine (required in CI), the base image, containers
 //!   looked at (and removed behind silo's back) through the Engine API.
 //! - [`push`]: hand-made (hostile) bundles, raw pushes and tree snapshots.
+//! - [`disk`]: a small tmpfs, for what a full disk does.
 #![allow(
     clippy::unwrap_used,
     reason = "test harness: a broken environment should fail loudly"
@@ -20,6 +21,7 @@
     reason = "test harness: a broken environment should fail loudly"
 )]
 
+pub mod disk;
 pub mod docker;
 pub mod push;
 

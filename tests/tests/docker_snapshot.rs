@@ -4,8 +4,8 @@
 //! engine lost its images, that forks and chains keep their parents
 //! intact, that `up` restores a machine removed behind silo's back, that
 //! neither a `kill -9` mid-snapshot nor gc ever leaves a record naming a
-//! missing blob, and that pushes and new commands wait while a snapshot
-//! reads.
+//! missing blob, that a full disk fails a snapshot cleanly, and that pushes
+//! and new commands wait while a snapshot reads.
 
 #![allow(
     clippy::unwrap_used,
@@ -486,4 +486,59 @@ async fn a_command_started_while_a_snapshot_reads_waits_for_the_thaw() {
         String::from_utf8_lossy(&ran.stderr)
     );
     assert_eq!(sh(&cli, "held", "cat /root/late"), "late\n");
+}
+
+#[tokio::test]
+async fn a_full_store_fails_the_snapshot_and_keeps_everything_else() {
+    use silo_tests::disk::SmallDisk;
+
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let Some(disk) = SmallDisk::mount(32 << 20) else {
+        return;
+    };
+    // Dropped before the disk, so its cleanup still finds its home.
+    let cli = Cli {
+        home: tempfile::tempdir_in(disk.path()).unwrap(),
+    };
+    cli.ok(&["up", "full", "--image", BASE_IMAGE]);
+    let base = snapshot_id(&snapshot(&cli, "full", "base"));
+    sh(&cli, "full", "echo kept > /root/kept");
+    // Larger than the whole disk, and random, so it fills the store mid-layer.
+    sh(&cli, "full", "head -c 50331648 /dev/urandom > /root/big");
+
+    let out = cli.run(&["snapshot", "full", "-m", "too big"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a snapshot larger than the disk was taken"
+    );
+    assert!(
+        stderr.contains("blob store") && stderr.contains("No space left on device"),
+        "the error does not say the store is full: {stderr}"
+    );
+    let listed = json(&cli.ok(&["snapshots", "--json"]));
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [base.as_str()], "only the base snapshot is recorded");
+    assert_eq!(temps(cli.home.path()), 0, "the partial blob is gone");
+    assert_no_dangling_layers(&cli);
+    assert_eq!(
+        sh(&cli, "full", "cat /root/kept"),
+        "kept\n",
+        "the sandbox runs on"
+    );
+
+    // With room again, the next snapshot is whole.
+    sh(&cli, "full", "rm /root/big");
+    let after = snapshot_id(&snapshot(&cli, "full", "after"));
+    sh(&cli, "full", "echo changed > /root/kept");
+    cli.ok(&["rewind", "full", &after]);
+    assert_eq!(sh(&cli, "full", "cat /root/kept"), "kept\n");
+    assert_eq!(sh(&cli, "full", "test -e /root/big || echo gone"), "gone\n");
 }

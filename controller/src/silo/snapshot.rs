@@ -41,7 +41,7 @@ use crate::naming::{new_snapshot_id, validate_name};
 use crate::spec::BackendKind;
 use crate::state::{EventKind, Sandbox, Snapshot, StateError, StoredImage, now_ms};
 use crate::store::{
-    Digest, Index, IndexError, IngestError, LayerDelta, LoadArchiveError, LoadPlan, Store,
+    BlobTee, Digest, Index, IndexError, IngestError, LayerDelta, LoadArchiveError, LoadPlan, Store,
     StoreError, load_archive, save_archive,
 };
 
@@ -379,9 +379,12 @@ impl Silo {
             .await
         }
         .map_err(|e| SnapshotError::Task(e.to_string()))?
-        .map_err(|source| SnapshotError::Layer {
-            name: sandbox.name.clone(),
-            source,
+        .map_err(|failure| match failure {
+            Received::Stream(source) => SnapshotError::Layer {
+                name: sandbox.name.clone(),
+                source,
+            },
+            Received::Store(error) => SnapshotError::Store(error),
         })?;
         let captured_ms = ms_since(start);
 
@@ -949,28 +952,40 @@ fn receive_layer(
     reader: bridge::ChannelReader,
     store: &Store,
     progress: &ProgressFn,
-) -> io::Result<(crate::store::Written, crate::store::LayerStats)> {
-    let mut blob = store.writer().map_err(io::Error::other)?;
-    let mut tee = TeeReader {
+) -> Result<(crate::store::Written, crate::store::LayerStats), Received> {
+    let mut blob = store.writer().map_err(Received::Store)?;
+    let tail = Tail {
         inner: CountingReader {
             inner: reader,
             progress: Arc::clone(progress),
         },
-        out: &mut blob,
-        tail: Vec::with_capacity(2 * TAR_END_MARKER),
+        bytes: Vec::with_capacity(2 * TAR_END_MARKER),
     };
-    let stats = LayerDelta::read(&mut tee)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
-        .stats();
-    io::copy(&mut tee, &mut io::sink())?;
-    if tee.tail.len() < TAR_END_MARKER || tee.tail.iter().any(|b| *b != 0) {
-        return Err(io::Error::new(
+    let mut tee = BlobTee::new(tail, &mut blob);
+    let parsed = LayerDelta::read(&mut tee)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        .and_then(|delta| io::copy(&mut tee, &mut io::sink()).map(|_| delta.stats()));
+    // A full disk fails the parser's read too: the store's error is the one to tell.
+    if let Some(error) = tee.write_error() {
+        return Err(Received::Store(error));
+    }
+    let stats = parsed.map_err(Received::Stream)?;
+    let tail = &tee.inner().bytes;
+    if tail.len() < TAR_END_MARKER || tail.iter().any(|b| *b != 0) {
+        return Err(Received::Stream(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "the layer ended without the tar end marker (the agent stopped short)",
-        ));
+        )));
     }
-    let written = blob.finish().map_err(io::Error::other)?;
+    let written = blob.finish().map_err(Received::Store)?;
     Ok((written, stats))
+}
+
+/// Why a layer was not received: the stream from the agent, or the store.
+#[derive(Debug)]
+enum Received {
+    Stream(io::Error),
+    Store(StoreError),
 }
 
 /// The image config of a snapshot: its parent's (or the base image's),
@@ -1062,21 +1077,18 @@ impl<W: Write> Write for CountingWriter<W> {
     }
 }
 
-/// Copies what it reads into `out`, remembering the last
-/// [`TAR_END_MARKER`] bytes.
-struct TeeReader<'a, R, W> {
+/// Remembers the last [`TAR_END_MARKER`] bytes read through it.
+struct Tail<R> {
     inner: R,
-    out: &'a mut W,
-    tail: Vec<u8>,
+    bytes: Vec<u8>,
 }
 
-impl<R: Read, W: Write> Read for TeeReader<'_, R, W> {
+impl<R: Read> Read for Tail<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.out.write_all(&buf[..n])?;
-        self.tail.extend_from_slice(&buf[..n]);
-        if self.tail.len() > TAR_END_MARKER {
-            self.tail.drain(..self.tail.len() - TAR_END_MARKER);
+        self.bytes.extend_from_slice(&buf[..n]);
+        if self.bytes.len() > TAR_END_MARKER {
+            self.bytes.drain(..self.bytes.len() - TAR_END_MARKER);
         }
         Ok(n)
     }
@@ -1101,7 +1113,7 @@ mod tests {
         out
     }
 
-    async fn receive(store: &Store, bytes: Vec<u8>) -> io::Result<crate::store::Written> {
+    async fn receive(store: &Store, bytes: Vec<u8>) -> Result<crate::store::Written, Received> {
         let chunks = vec![Ok::<_, io::Error>(Bytes::from(bytes))];
         let store = store.clone();
         bridge::consume_blocking(futures_util::stream::iter(chunks), move |reader| {
@@ -1130,11 +1142,17 @@ mod tests {
         let mut climbing = entry("../escape", b"x");
         climbing.extend_from_slice(&[0; TAR_END_MARKER]);
         let refused = receive(&store, climbing).await.unwrap_err();
-        assert_eq!(refused.kind(), io::ErrorKind::InvalidData, "{refused}");
+        assert!(
+            matches!(&refused, Received::Stream(e) if e.kind() == io::ErrorKind::InvalidData),
+            "{refused:?}"
+        );
 
         let cut = entry("etc/motd", b"hello\n");
         let refused = receive(&store, cut).await.unwrap_err();
-        assert_eq!(refused.kind(), io::ErrorKind::UnexpectedEof, "{refused}");
+        assert!(
+            matches!(&refused, Received::Stream(e) if e.kind() == io::ErrorKind::UnexpectedEof),
+            "{refused:?}"
+        );
 
         assert_eq!(
             store.list().unwrap().len(),

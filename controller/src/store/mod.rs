@@ -25,7 +25,8 @@
 //! Layout of this module:
 //! - this file: [`Store`] (open, blobs, locks).
 //! - `digest`: [`Digest`], a validated lowercase hex sha256.
-//! - `writer`: [`BlobWriter`], hash-while-writing, then rename.
+//! - `writer`: [`BlobWriter`], hash-while-writing, then rename; [`BlobTee`],
+//!   storing a stream while it is parsed.
 //! - `lock`: [`SharedLock`] and [`ExclusiveLock`] (`flock`).
 //! - [`index`]: [`Index`], the set of paths of an image's file system, and
 //!   image-layer semantics (whiteouts, opaque directories).
@@ -54,7 +55,7 @@ pub use index::{Index, IndexError, LayerDelta, LayerStats};
 pub use load_archive::{LoadArchiveError, LoadPlan};
 pub use lock::{ExclusiveLock, LOCK_POLL, SharedLock};
 pub use save_archive::{IngestError, SavedImage};
-pub use writer::{BlobWriter, Written};
+pub use writer::{BlobTee, BlobWriter, Written};
 
 /// The blob store rooted at one directory (`$SILO_HOME/store`).
 #[derive(Debug, Clone, PartialEq, Eq)]

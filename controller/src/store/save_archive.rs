@@ -20,12 +20,12 @@
 //! store's shared lock across the ingest and the recording of its layers.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::{BlobWriter, Digest, Index, IndexError, LayerDelta, Store, StoreError};
+use super::{BlobTee, Digest, Index, IndexError, LayerDelta, Store, StoreError};
 
 /// The largest entry kept in memory (the manifest, a legacy config).
 pub const MAX_SMALL_ENTRY: u64 = 4 << 20;
@@ -33,6 +33,8 @@ pub const MAX_SMALL_ENTRY: u64 = 4 << 20;
 pub const MAX_SMALL_TOTAL: u64 = 64 << 20;
 /// The longest chain of links followed from a manifest name.
 const MAX_LINK_HOPS: usize = 16;
+/// The first bytes of a gzip stream: a layer the engine exported compressed.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// An image read from an export.
 #[derive(Debug, Clone)]
@@ -77,7 +79,7 @@ pub enum IngestError {
         name: String,
         /// Why.
         #[source]
-        source: io::Error,
+        source: StoreError,
     },
     /// The blob store failed.
     #[error(transparent)]
@@ -313,23 +315,22 @@ fn store_entry(
     export: &mut Export,
 ) -> Result<StoredEntry, IngestError> {
     let mut writer = store.writer()?;
-    let mut tee = Tee {
+    let head = Head {
         inner: entry,
-        out: &mut writer,
-        head: Vec::with_capacity(2),
-        write_error: None,
+        bytes: Vec::with_capacity(GZIP_MAGIC.len()),
     };
+    let mut tee = BlobTee::new(head, &mut writer);
     let delta = LayerDelta::read(&mut tee).map_err(Arc::new);
     // Whatever the parser left (the tar's end padding, or all of a non-tar).
     let rest = io::copy(&mut tee, &mut io::sink());
-    if let Some(source) = tee.write_error.take() {
+    if let Some(source) = tee.write_error() {
         return Err(IngestError::WriteBlob {
             name: name.to_owned(),
             source,
         });
     }
     rest.map_err(IngestError::Read)?;
-    let gzip = tee.head == [0x1f, 0x8b];
+    let gzip = tee.inner().bytes == GZIP_MAGIC;
     if writer.size() != want {
         return Err(IngestError::Truncated {
             name: name.to_owned(),
@@ -359,30 +360,17 @@ fn store_entry(
     })
 }
 
-/// Hands what it reads to its reader and to the blob, so one pass over
-/// the stream both stores and parses an entry.
-struct Tee<'a, R> {
+/// Remembers the first bytes read through it (the gzip magic test).
+struct Head<R> {
     inner: R,
-    out: &'a mut BlobWriter,
-    /// The first two bytes (the gzip magic test).
-    head: Vec<u8>,
-    /// A failed write to the blob, reported as such rather than as a read
-    /// error of the parser.
-    write_error: Option<io::Error>,
+    bytes: Vec<u8>,
 }
 
-impl<R: Read> Read for Tee<'_, R> {
+impl<R: Read> Read for Head<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.write_error.is_some() {
-            return Err(io::Error::other("blob write failed"));
-        }
         let n = self.inner.read(buf)?;
-        let room = 2 - self.head.len();
-        self.head.extend_from_slice(&buf[..n.min(room)]);
-        if let Err(error) = self.out.write_all(&buf[..n]) {
-            self.write_error = Some(error);
-            return Err(io::Error::other("blob write failed"));
-        }
+        let room = GZIP_MAGIC.len() - self.bytes.len();
+        self.bytes.extend_from_slice(&buf[..n.min(room)]);
         Ok(n)
     }
 }

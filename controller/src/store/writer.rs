@@ -1,8 +1,9 @@
 //! [`BlobWriter`]: one blob being written: a temp file in `tmp/` that is
-//! hashed as it fills and renamed to its digest when finished.
+//! hashed as it fills and renamed to its digest when finished; and
+//! [`BlobTee`], which fills one from a stream that is parsed as it passes.
 
 use std::fs::{self, File, OpenOptions, Permissions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -109,15 +110,24 @@ impl BlobWriter {
     }
 }
 
+impl BlobWriter {
+    /// Appends all of `buf`, failing with the temp file's path (a full disk
+    /// reads as "cannot write <store>/tmp/…: No space left on device").
+    pub fn append(&mut self, buf: &[u8]) -> Result<(), StoreError> {
+        let Some(file) = self.file.as_mut() else {
+            return Err(unusable(&self.temp));
+        };
+        file.write_all(buf).map_err(io_err("write", &self.temp))?;
+        self.hasher.update(buf);
+        self.size += buf.len() as u64;
+        Ok(())
+    }
+}
+
 impl Write for BlobWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let Some(file) = self.file.as_mut() else {
-            return Err(io::Error::other("blob writer already finished"));
-        };
-        let n = file.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.size += n as u64;
-        Ok(n)
+        self.append(buf).map_err(io::Error::other)?;
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -158,4 +168,52 @@ pub(super) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 fn unusable(temp: &Path) -> StoreError {
     io_err("finish", temp)(io::Error::other("blob writer already finished"))
+}
+
+/// Reads through to `inner` and writes every byte read into a blob, so one
+/// pass over a stream both stores it and feeds a parser.
+///
+/// A failed write is kept apart, as [`BlobTee::write_error`], and the read
+/// that met it fails: the parser then stops with a read error, which the
+/// caller must not report in place of the store's (a full store is not a
+/// malformed stream).
+pub struct BlobTee<'a, R> {
+    inner: R,
+    blob: &'a mut BlobWriter,
+    write_error: Option<StoreError>,
+}
+
+impl<'a, R> BlobTee<'a, R> {
+    /// Tees `inner` into `blob`.
+    pub fn new(inner: R, blob: &'a mut BlobWriter) -> Self {
+        Self {
+            inner,
+            blob,
+            write_error: None,
+        }
+    }
+
+    /// The failed write to the blob, if one failed.
+    pub fn write_error(&mut self) -> Option<StoreError> {
+        self.write_error.take()
+    }
+
+    /// The reader teed from.
+    pub fn inner(&self) -> &R {
+        &self.inner
+    }
+}
+
+impl<R: Read> Read for BlobTee<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.write_error.is_some() {
+            return Err(io::Error::other("the blob write failed"));
+        }
+        let n = self.inner.read(buf)?;
+        if let Err(error) = self.blob.append(&buf[..n]) {
+            self.write_error = Some(error);
+            return Err(io::Error::other("the blob write failed"));
+        }
+        Ok(n)
+    }
 }
