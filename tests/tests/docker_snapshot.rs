@@ -35,6 +35,23 @@ fn snapshot(cli: &Cli, name: &str, message: &str) -> serde_json::Value {
     json(&cli.ok(&["snapshot", name, "-m", message, "--json"]))
 }
 
+/// `silo up NAME` on the base image; the sandbox's id.
+fn up(cli: &Cli, name: &str) -> String {
+    let up = json(&cli.ok(&["up", name, "--image", BASE_IMAGE, "--json"]));
+    up["sandbox"]["id"].as_str().unwrap().to_owned()
+}
+
+/// The key and socket of a sandbox's agent, for requests made by hand.
+fn agent_of(cli: &Cli, name: &str, id: &str) -> (silo_protocol::auth::Key, PathBuf) {
+    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let key = silo.sandbox_key(&silo.get(name).unwrap());
+    let socket = cli
+        .home
+        .path()
+        .join(format!("sandboxes/{id}/run/agent.sock"));
+    (key, socket)
+}
+
 fn snapshot_id(report: &serde_json::Value) -> String {
     report["snapshot"]["id"].as_str().unwrap().to_owned()
 }
@@ -74,8 +91,7 @@ async fn rewind_undoes_changes_and_keeps_deletions_deleted() {
         return;
     };
     let cli = Cli::new();
-    let up = json(&cli.ok(&["up", "rw", "--image", BASE_IMAGE, "--json"]));
-    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    let id = up(&cli, "rw");
     sh(
         &cli,
         "rw",
@@ -224,8 +240,7 @@ async fn up_restores_a_removed_container_from_its_latest_snapshot() {
         return;
     };
     let cli = Cli::new();
-    let up = json(&cli.ok(&["up", "phoenix", "--image", BASE_IMAGE, "--json"]));
-    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    let id = up(&cli, "phoenix");
     sh(&cli, "phoenix", "echo old > /root/marker");
     snapshot(&cli, "phoenix", "old");
     sh(&cli, "phoenix", "echo latest > /root/marker");
@@ -358,8 +373,7 @@ async fn a_snapshot_waits_for_a_push_under_way_and_captures_it_whole() {
         return;
     };
     let cli = Cli::new();
-    let up = json(&cli.ok(&["up", "busy", "--image", BASE_IMAGE, "--json"]));
-    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    let id = up(&cli, "busy");
     // The base is stored first, so the next snapshot only waits on the push.
     snapshot(&cli, "busy", "base");
 
@@ -370,12 +384,7 @@ async fn a_snapshot_waits_for_a_push_under_way_and_captures_it_whole() {
             .unwrap();
     }
     let bundle = Bundle::build(&files, &BundleLimits::default()).unwrap();
-    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
-    let key = silo.sandbox_key(&silo.get("busy").unwrap());
-    let socket = cli
-        .home
-        .path()
-        .join(format!("sandboxes/{id}/run/agent.sock"));
+    let (key, socket) = agent_of(&cli, "busy", &id);
     let mount = "/workspace/managed/app";
     let half = bundle.bytes.len() / 2;
     let mut push = start_partial_push(&socket, &key, mount, &bundle.bytes, half);
@@ -436,17 +445,11 @@ async fn a_command_started_while_a_snapshot_reads_waits_for_the_thaw() {
         return;
     };
     let cli = Cli::new();
-    let up = json(&cli.ok(&["up", "held", "--image", BASE_IMAGE, "--json"]));
-    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    let id = up(&cli, "held");
     // More than every buffer between the agent and a client that does not
     // read holds, so the layer stalls mid-walk with the sandbox stopped.
     sh(&cli, "held", "head -c 33554432 /dev/urandom > /root/big");
-    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
-    let key = silo.sandbox_key(&silo.get("held").unwrap());
-    let socket = cli
-        .home
-        .path()
-        .join(format!("sandboxes/{id}/run/agent.sock"));
+    let (key, socket) = agent_of(&cli, "held", &id);
     let request = serde_json::to_vec(&SnapshotRequest {
         changed_since_ns: 0,
         prune_unchanged_dirs: false,
