@@ -28,6 +28,12 @@ pub const WHITEOUT_PREFIX: &str = ".wh.";
 pub const OPAQUE_WHITEOUT: &str = ".wh..wh..opq";
 /// Content type of the answer.
 pub const LAYER_CONTENT_TYPE: &str = "application/x-tar";
+/// Answer header: how many processes the agent stopped for the layer.
+pub const HEADER_STOPPED: &str = "x-silo-stopped";
+/// Answer header: how many of those had not reached the stopped state when
+/// the layer started (a process in uninterruptible sleep, say). A write of
+/// theirs may be in the layer half done; the controller warns of it.
+pub const HEADER_UNSETTLED: &str = "x-silo-unsettled";
 
 /// What the controller asks the agent to capture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -98,7 +98,17 @@ async fn rewind_undoes_changes_and_keeps_deletions_deleted() {
         "mkdir -p /work && echo 'version 1' > /work/file && rm /etc/group /bin/ls && \
          mkdir /tmp/kept && echo t > /tmp/kept/x",
     );
+    // A session's shell lives on between runs: the snapshot stops it and
+    // continues it.
+    cli.ok(&["exec", "rw", "--session", "live", "--", "cd", "/work"]);
     let first = snapshot(&cli, "rw", "version 1");
+    assert!(first["processes_stopped"].as_u64().unwrap() >= 1, "{first}");
+    assert_eq!(first["processes_unsettled"], 0, "{first}");
+    assert_eq!(
+        cli.ok(&["exec", "rw", "--session", "live", "--", "pwd"]),
+        "/work\n",
+        "the session's shell runs on after the snapshot"
+    );
     assert!(first["durable_ms"].as_f64().unwrap() > 0.0);
     assert!(first["loaded_ms"].is_number(), "{first}");
     assert!(first["deletions"].as_u64().unwrap() >= 2, "{first}");

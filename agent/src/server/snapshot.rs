@@ -14,7 +14,9 @@ use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use silo_protocol::auth::body_sha256;
 use silo_protocol::http::error_chain;
-use silo_protocol::snapshot::{LAYER_CONTENT_TYPE, SnapshotRequest, kind};
+use silo_protocol::snapshot::{
+    HEADER_STOPPED, HEADER_UNSETTLED, LAYER_CONTENT_TYPE, SnapshotRequest, kind,
+};
 
 use super::{AgentState, Reply, auth, error_response};
 use crate::snapshot::SnapshotError;
@@ -44,11 +46,12 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
             .map_err(|err| SnapshotError::Internal(error_chain(&err)))
     };
     match state.snapshots.start(request, hold_pushes).await {
-        Ok(layer) => {
+        Ok((layer, stopped)) => {
             let mut response = Response::new(Either::Right(layer.hold(busy)));
-            response
-                .headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static(LAYER_CONTENT_TYPE));
+            let headers = response.headers_mut();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(LAYER_CONTENT_TYPE));
+            headers.insert(HEADER_STOPPED, HeaderValue::from(stopped.processes));
+            headers.insert(HEADER_UNSETTLED, HeaderValue::from(stopped.unsettled));
             response
         }
         Err(err) => failure(&err),

@@ -107,7 +107,7 @@ impl Snapshotter {
         &self,
         request: SnapshotRequest,
         hold_pushes: H,
-    ) -> Result<LayerStream, SnapshotError>
+    ) -> Result<(LayerStream, StopCounts), SnapshotError>
     where
         H: Future<Output = Result<OwnedSemaphorePermit, SnapshotError>>,
     {
@@ -129,13 +129,23 @@ impl Snapshotter {
             take(held, request, excluded, writer, ready_tx);
         });
         match ready_rx.await {
-            Ok(Ok(())) => Ok(layer),
+            Ok(Ok(stopped)) => Ok((layer, stopped)),
             Ok(Err(err)) => Err(err),
             Err(_) => Err(SnapshotError::Internal(
                 "the snapshot task ended before the layer started".into(),
             )),
         }
     }
+}
+
+/// What the freeze stopped for one layer, told to the client as the
+/// layer starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopCounts {
+    /// Processes stopped.
+    pub processes: usize,
+    /// Of those, the ones that had not reached the stopped state in time.
+    pub unsettled: usize,
 }
 
 /// The request's exclusions, relative to `/`.
@@ -163,7 +173,7 @@ fn take(
     request: SnapshotRequest,
     mut excluded: HashSet<PathBuf>,
     mut out: stream::ChannelWriter,
-    ready: oneshot::Sender<Result<(), SnapshotError>>,
+    ready: oneshot::Sender<Result<StopCounts, SnapshotError>>,
 ) {
     // Bound first so it is released last, after the thaw.
     let _held = held;
@@ -200,14 +210,18 @@ fn take(
             "some processes had not stopped in time; taking the snapshot anyway"
         );
     }
-    if ready.send(Ok(())).is_err() {
+    let stopped = StopCounts {
+        processes: frozen.count(),
+        unsettled: frozen.unsettled,
+    };
+    if ready.send(Ok(stopped)).is_err() {
         tracing::info!("snapshot abandoned: the client went away");
         return;
     }
     let written = write_layer(Path::new(ROOT), &spec, &mut out);
     // Every file is read: the sandbox may go on while the last chunks go out.
-    let stopped = frozen.count();
     frozen.thaw();
+    let stopped = stopped.processes;
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match written {
         Ok(stats) => match out.complete() {

@@ -384,8 +384,9 @@ impl Output {
             ));
         }
         lines.push(format!(
-            "  captured {:.0} ms, durable {:.0} ms, {}",
+            "  captured {:.0} ms (processes stopped: {}), durable {:.0} ms, {}",
             report.captured_ms,
+            report.processes_stopped,
             report.durable_ms,
             match (report.loaded_ms, &report.load_error) {
                 (Some(ms), _) => format!("on the engine {ms:.0} ms"),
@@ -393,6 +394,13 @@ impl Output {
                 (None, None) => "not loaded into the engine".to_owned(),
             }
         ));
+        if report.processes_unsettled > 0 {
+            lines.push(format!(
+                "  warning: {} of {} processes had not stopped when the layer was read \
+                 (uninterruptible sleep?); a write of theirs under way may be in it half done",
+                report.processes_unsettled, report.processes_stopped
+            ));
+        }
         print_lines(&lines.join("\n"))
     }
 

@@ -28,6 +28,7 @@ use tokio_tungstenite::tungstenite;
 
 pub use connection::{ExecConnection, ExecEvent, ExecHandle, ExecOutput};
 pub use session::SessionOptions;
+pub use snapshot::LayerAnswer;
 pub use transport::{CONNECT_TIMEOUT, Endpoint, Response, SentCallback, UPLOAD_CHUNK};
 
 /// Pause between health probes while waiting for an agent to come up.

@@ -4,9 +4,21 @@
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use silo_protocol::auth::body_sha256;
-use silo_protocol::snapshot::{self, SnapshotRequest};
+use silo_protocol::snapshot::{self, HEADER_STOPPED, HEADER_UNSETTLED, SnapshotRequest};
 
 use super::{AgentClient, ClientError, rejection, transport};
+
+/// A started snapshot: the layer as it streams in, and what the agent
+/// stopped to take it.
+pub struct LayerAnswer {
+    /// The layer.
+    pub body: Incoming,
+    /// Processes the agent stopped while it read.
+    pub stopped: u64,
+    /// Processes that had not stopped when the layer started: their writes
+    /// under way may be in it half done.
+    pub unsettled: u64,
+}
 
 impl AgentClient {
     /// Asks the agent for a snapshot and answers the layer (`application/x-tar`)
@@ -14,7 +26,7 @@ impl AgentClient {
     /// error and with the tar end marker; anything else was cut short and
     /// must be discarded. A refusal is the agent's error: HTTP 409 busy, 501
     /// unsupported (an agent that is not PID 1), 400/413 bad request.
-    pub async fn snapshot(&self, request: &SnapshotRequest) -> Result<Incoming, ClientError> {
+    pub async fn snapshot(&self, request: &SnapshotRequest) -> Result<LayerAnswer, ClientError> {
         let json = serde_json::to_vec(request)
             .map_err(|e| ClientError::Protocol(format!("encoding a snapshot request: {e}")))?;
         let body = Bytes::from(json);
@@ -29,7 +41,21 @@ impl AgentClient {
         .await?;
         let status = response.status();
         if status == http::StatusCode::OK {
-            return Ok(response.into_body());
+            // Counts an older agent does not send read as zero.
+            let count = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let (stopped, unsettled) = (count(HEADER_STOPPED), count(HEADER_UNSETTLED));
+            return Ok(LayerAnswer {
+                body: response.into_body(),
+                stopped,
+                unsettled,
+            });
         }
         let refusal = response
             .into_body()

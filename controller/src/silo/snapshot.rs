@@ -100,6 +100,12 @@ pub struct SnapshotReport {
     pub entries: u64,
     /// Deletions among them.
     pub deletions: u64,
+    /// Processes stopped while the layer was read.
+    pub processes_stopped: u64,
+    /// Processes that had not stopped when the layer started (in
+    /// uninterruptible sleep, say): a write of theirs under way may be in
+    /// the snapshot half done.
+    pub processes_unsettled: u64,
 }
 
 /// A base image stored by a snapshot.
@@ -369,11 +375,19 @@ impl Silo {
             name: sandbox.name.clone(),
             source: Box::new(source),
         };
-        let body = client.snapshot(&request).await.map_err(agent_error)?;
+        let answer = client.snapshot(&request).await.map_err(agent_error)?;
+        let (processes_stopped, processes_unsettled) = (answer.stopped, answer.unsettled);
+        if answer.unsettled > 0 {
+            tracing::warn!(
+                sandbox = %sandbox.name,
+                unsettled = answer.unsettled,
+                "processes had not stopped when the layer started; their writes under way may be half in it"
+            );
+        }
         let (written, stats) = {
             let store = store.clone();
             let progress = Arc::clone(progress);
-            bridge::consume_blocking(body.into_data_stream(), move |reader| {
+            bridge::consume_blocking(answer.body.into_data_stream(), move |reader| {
                 receive_layer(reader, &store, &progress)
             })
             .await
@@ -448,6 +462,8 @@ impl Silo {
             load_error,
             entries: stats.entries,
             deletions: stats.whiteouts,
+            processes_stopped,
+            processes_unsettled,
         })
     }
 
