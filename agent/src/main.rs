@@ -11,6 +11,7 @@
 //! # Layout
 //! - `config`: command-line flags, then the validated settings derived from them.
 //! - `reaper`: the single owner of `waitpid(-1)`; delivers statuses to registered pids.
+//! - `fs_error`: the one error for a failed file system call (what, path, why).
 //! - `process`: the seam for signalling and finding processes (`/proc`), faked in tests.
 //! - `exec`: the exec registry: spawn (pipes or a PTY), output ring and fan-out, stdin, interrupt, retention.
 //! - `session`: persistent shell sessions whose runs are execs; interrupt keeps the shell.
@@ -32,6 +33,7 @@
 mod activity;
 mod config;
 mod exec;
+mod fs_error;
 mod process;
 mod push;
 mod reaper;

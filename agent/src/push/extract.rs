@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES, RATIO_FLOOR_BYTES};
 
+use crate::fs_error::FsError;
+
 /// Compressed bytes read ahead from the body at a time.
 const READ_BUFFER: usize = 256 * 1024;
 /// Buffer for copying one file's bytes to disk.
@@ -361,7 +363,7 @@ fn write_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Ext
         if super::is_disk_full(&source) {
             ExtractError::DiskFull { path, source }
         } else {
-            ExtractError::Io { what, path, source }
+            ExtractError::Io(FsError { what, path, source })
         }
     }
 }
@@ -473,16 +475,8 @@ pub enum ExtractError {
         source: io::Error,
     },
     /// Another file system failure.
-    #[error("cannot {what} {}", path.display())]
-    Io {
-        /// The operation.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsError),
 }
 
 #[cfg(test)]

@@ -37,11 +37,12 @@ use silo_protocol::bundle::BundleLimits;
 use silo_protocol::push::{PushResponse, QueryError, kind};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
+use crate::fs_error::FsError;
 use crate::shutdown::{self, Phase};
 use body::{BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use extract::ExtractError;
 use mount::{Live, Mount, MountError};
-use store::{SwapError, VersionId};
+use store::VersionId;
 
 /// Where mounts may live unless the agent is told otherwise.
 pub const DEFAULT_PUSH_ROOT: &str = "/workspace/managed";
@@ -352,19 +353,19 @@ fn stage_and_swap(
 ) -> Result<(VersionId, extract::Extracted), PushError> {
     let store = mount.store();
     let seq = store::versions(&store)
-        .map_err(|source| PushError::io("list versions in", &store, source))?
+        .map_err(FsError::at("list versions in", &store))?
         .last()
         .map_or(1, |v| v.seq + 1);
     let staging = store::staging_path(&store, tag);
     std::fs::DirBuilder::new()
         .mode(STAGING_MODE)
         .create(&staging)
-        .map_err(|source| PushError::io("create", &staging, source))?;
+        .map_err(FsError::at("create", &staging))?;
     let mut made = None;
     let result = (|| {
         let extracted = extract::extract(body, &staging, limits, claimed)?;
         std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(VERSION_MODE))
-            .map_err(|source| PushError::io("chmod", &staging, source))?;
+            .map_err(FsError::at("chmod", &staging))?;
         let id = VersionId {
             seq,
             sha256: extracted.sha256.clone(),
@@ -419,9 +420,6 @@ pub enum PushError {
     /// The bundle is refused or could not be extracted.
     #[error(transparent)]
     Extract(#[from] ExtractError),
-    /// Committing or swapping failed.
-    #[error(transparent)]
-    Swap(#[from] SwapError),
     /// The connection failed mid-body.
     #[error("request body was cut off")]
     BodyBroken(#[source] hyper::Error),
@@ -429,30 +427,14 @@ pub enum PushError {
     #[error("request body stalled for {0:?}")]
     BodyStalled(Duration),
     /// A file system operation around the extract failed.
-    #[error("cannot {what} {}", path.display())]
-    Io {
-        /// The operation.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsError),
     /// The agent failed in a way the request could not cause.
     #[error("internal error: {0}")]
     Internal(String),
 }
 
 impl PushError {
-    fn io(what: &'static str, path: &std::path::Path, source: io::Error) -> Self {
-        Self::Io {
-            what,
-            path: path.to_owned(),
-            source,
-        }
-    }
-
     /// The HTTP status and the error body's `kind`.
     pub fn status(&self) -> (StatusCode, &'static str) {
         let disk = |source: &io::Error| {
@@ -473,7 +455,7 @@ impl PushError {
             Self::Mount(MountError::Conflict { .. }) => {
                 (StatusCode::CONFLICT, kind::MOUNT_CONFLICT)
             }
-            Self::Mount(MountError::Io { source, .. }) => disk(source),
+            Self::Mount(MountError::Io(err)) => disk(&err.source),
             Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
             Self::Extract(err) => match err {
                 ExtractError::Malformed(_) | ExtractError::TrailingData => {
@@ -491,10 +473,9 @@ impl PushError {
                 ExtractError::DiskFull { .. } => {
                     (StatusCode::INSUFFICIENT_STORAGE, kind::DISK_FULL)
                 }
-                ExtractError::Io { source, .. } => disk(source),
+                ExtractError::Io(err) => disk(&err.source),
             },
-            Self::Swap(err) => disk(&err.source),
-            Self::Io { source, .. } => disk(source),
+            Self::Io(err) => disk(&err.source),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL),
         }
     }

@@ -16,6 +16,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::PushConfig;
 use super::store::{STORE_DIR, VersionId};
+use crate::fs_error::FsError;
 
 /// A mount path that passed the lexical checks, with its place on disk.
 #[derive(Debug, Clone)]
@@ -120,7 +121,7 @@ pub enum Live {
 /// what is live. Refuses symlinks and non-directories on the way, and
 /// anything at the mount itself that silo did not put there.
 pub fn prepare(mount: &Mount) -> Result<Live, MountError> {
-    std::fs::create_dir_all(&mount.root).map_err(io_error("create", &mount.root))?;
+    std::fs::create_dir_all(&mount.root).map_err(FsError::at("create", &mount.root))?;
     let mut dir = mount.root.clone();
     for part in &mount.between {
         dir.push(part);
@@ -141,9 +142,9 @@ fn inspect_link(mount: &Mount) -> Result<Live, MountError> {
     let link = mount.link();
     match std::fs::symlink_metadata(&link) {
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(Live::Nothing),
-        Err(err) => Err(io_error("inspect", &link)(err)),
+        Err(err) => Err(FsError::new("inspect", &link, err).into()),
         Ok(meta) if meta.file_type().is_symlink() => {
-            let target = std::fs::read_link(&link).map_err(io_error("read", &link))?;
+            let target = std::fs::read_link(&link).map_err(FsError::at("read", &link))?;
             let expected = Path::new(STORE_DIR).join(&mount.name);
             target
                 .strip_prefix(&expected)
@@ -179,15 +180,10 @@ fn ensure_real_dir(dir: &Path, mount: &Mount) -> Result<(), MountError> {
             Ok(()) => Ok(()),
             // Made by someone else meanwhile: look again.
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => ensure_real_dir(dir, mount),
-            Err(err) => Err(io_error("create", dir)(err)),
+            Err(err) => Err(FsError::new("create", dir, err).into()),
         },
-        Err(err) => Err(io_error("inspect", dir)(err)),
+        Err(err) => Err(FsError::new("inspect", dir, err).into()),
     }
-}
-
-fn io_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> MountError {
-    let path = path.to_owned();
-    move |source| MountError::Io { what, path, source }
 }
 
 /// Why a mount path cannot be pushed to.
@@ -218,16 +214,8 @@ pub enum MountError {
         reason: &'static str,
     },
     /// A file system operation failed.
-    #[error("cannot {what} {}", path.display())]
-    Io {
-        /// The operation.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsError),
 }
 
 #[cfg(test)]

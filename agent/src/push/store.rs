@@ -19,6 +19,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::fs_error::FsError;
+
 /// Directory beside the mounts that holds their version stores.
 pub const STORE_DIR: &str = ".versions";
 /// Prefix of an extract in progress.
@@ -93,15 +95,15 @@ pub fn commit_and_swap(
     name: &str,
     id: &VersionId,
     tmp_link_tag: &str,
-) -> Result<PathBuf, SwapError> {
+) -> Result<PathBuf, FsError> {
     let version = store.join(id.to_string());
-    std::fs::rename(staging, &version).map_err(swap_error("rename", staging))?;
+    std::fs::rename(staging, &version).map_err(FsError::at("rename", staging))?;
     let tmp = store.join(format!("{LINK_PREFIX}{tmp_link_tag}"));
     let target = Path::new(STORE_DIR).join(name).join(id.to_string());
-    std::os::unix::fs::symlink(&target, &tmp).map_err(swap_error("create", &tmp))?;
+    std::os::unix::fs::symlink(&target, &tmp).map_err(FsError::at("create", &tmp))?;
     if let Err(err) = std::fs::rename(&tmp, link) {
         let _ = std::fs::remove_file(&tmp);
-        return Err(swap_error("swap", link)(err));
+        return Err(FsError::new("swap", link, err));
     }
     // Make the swap itself durable; file data is not fsynced (see ARCHITECTURE.md).
     if let Some(parent) = link.parent() {
@@ -245,24 +247,6 @@ fn sweep_store(store: &Path, boot_id: &str, removed: &mut usize) {
             Err(err) => tracing::warn!(path = %path.display(), %err, "cannot remove a leftover"),
         }
     }
-}
-
-fn swap_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SwapError {
-    let path = path.to_owned();
-    move |source| SwapError { what, path, source }
-}
-
-/// A step of the commit or swap failed.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot {what} {}", path.display())]
-pub struct SwapError {
-    /// The step.
-    pub what: &'static str,
-    /// The file.
-    pub path: PathBuf,
-    /// Why.
-    #[source]
-    pub source: io::Error,
 }
 
 #[cfg(test)]

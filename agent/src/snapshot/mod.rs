@@ -44,6 +44,7 @@ use tokio::sync::{
     OwnedRwLockReadGuard, OwnedRwLockWriteGuard, OwnedSemaphorePermit, RwLock, Semaphore, oneshot,
 };
 
+use crate::fs_error::FsError;
 pub use stream::LayerStream;
 use walk::{Baseline, WalkSpec};
 
@@ -200,7 +201,7 @@ fn take(
             return;
         }
         Err(freeze::FreezeError::Proc(source)) => {
-            let _ = ready.send(Err(SnapshotError::io("list", Path::new("/proc"), source)));
+            let _ = ready.send(Err(FsError::new("list", Path::new("/proc"), source).into()));
             return;
         }
     };
@@ -251,7 +252,7 @@ fn write_layer(
     walk::walk(root, spec, &mut layer)?;
     layer
         .finish()
-        .map_err(|e| SnapshotError::io("finish the layer of", root, e))
+        .map_err(|e| FsError::new("finish the layer of", root, e).into())
 }
 
 /// Why a snapshot failed; [`SnapshotError::status`] makes the answer.
@@ -273,30 +274,14 @@ pub enum SnapshotError {
         limit: u64,
     },
     /// A file system operation failed.
-    #[error("cannot {what} {}", path.display())]
-    Io {
-        /// The operation.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsError),
     /// The agent failed in a way the request could not cause.
     #[error("internal error: {0}")]
     Internal(String),
 }
 
 impl SnapshotError {
-    fn io(what: &'static str, path: &Path, source: io::Error) -> Self {
-        Self::Io {
-            what,
-            path: path.to_owned(),
-            source,
-        }
-    }
-
     /// The HTTP status and the error body's `kind`.
     pub fn status(&self) -> (StatusCode, &'static str) {
         match self {
@@ -305,9 +290,7 @@ impl SnapshotError {
             Self::Malformed(_) => (StatusCode::BAD_REQUEST, kind::MALFORMED),
             // The protocol has no kind of its own for this; the status tells.
             Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::MALFORMED),
-            Self::Io { .. } | Self::Internal(_) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL)
-            }
+            Self::Io(_) | Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL),
         }
     }
 }

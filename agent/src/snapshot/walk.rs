@@ -25,6 +25,7 @@ use std::path::{Component, Path, PathBuf};
 use silo_protocol::snapshot::WHITEOUT_PREFIX;
 
 use super::SnapshotError;
+use crate::fs_error::FsError;
 
 /// Where the kernel lists this process's mounts.
 pub const MOUNTINFO: &str = "/proc/self/mountinfo";
@@ -130,7 +131,7 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
     if spec.excluded.contains(&top) {
         return Ok(());
     }
-    let meta = fs::symlink_metadata(root).map_err(|e| SnapshotError::io("stat", root, e))?;
+    let meta = fs::symlink_metadata(root).map_err(FsError::at("stat", root))?;
     let mut stack = Vec::new();
     enter(root, spec, sink, &mut stack, top, meta, true, false)?;
     while let Some(frame) = stack.last_mut() {
@@ -149,14 +150,13 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
             Ok(meta) => meta,
             // Gone since its directory was read: nothing to capture.
             Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-            Err(err) => return Err(SnapshotError::io("stat", &path, err)),
+            Err(err) => return Err(FsError::new("stat", &path, err).into()),
         };
         let changed = inside_fresh || spec.changed(&meta);
         if meta.is_dir() {
             if changed {
                 emit_parents(&mut stack, sink)?;
-                sink.entry(&rel, &meta)
-                    .map_err(|e| SnapshotError::io("add", &path, e))?;
+                sink.entry(&rel, &meta).map_err(FsError::at("add", &path))?;
             }
             if changed || !spec.prune_unchanged_dirs {
                 let fresh = changed && !in_image;
@@ -164,8 +164,7 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
             }
         } else if changed && !meta.file_type().is_socket() {
             emit_parents(&mut stack, sink)?;
-            sink.entry(&rel, &meta)
-                .map_err(|e| SnapshotError::io("add", &path, e))?;
+            sink.entry(&rel, &meta).map_err(FsError::at("add", &path))?;
         }
     }
     Ok(())
@@ -192,9 +191,9 @@ fn enter(
         Ok(dir) => dir
             .map(|entry| entry.map(|entry| entry.file_name()))
             .collect::<io::Result<_>>()
-            .map_err(|e| SnapshotError::io("read directory", &path, e))?,
+            .map_err(FsError::at("read directory", &path))?,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(SnapshotError::io("read directory", &path, err)),
+        Err(err) => return Err(FsError::new("read directory", &path, err).into()),
     };
     names.sort();
     if spec.changed(&meta) {
@@ -205,7 +204,7 @@ fn enter(
             let mut marker = OsString::from(WHITEOUT_PREFIX);
             marker.push(gone);
             sink.whiteout(&rel.join(marker))
-                .map_err(|e| SnapshotError::io("add a whiteout in", &path, e))?;
+                .map_err(FsError::at("add a whiteout in", &path))?;
         }
     }
     stack.push(Frame {
@@ -222,7 +221,7 @@ fn enter(
 fn emit_parents(stack: &mut [Frame], sink: &mut impl Sink) -> Result<(), SnapshotError> {
     for frame in stack.iter_mut().filter(|frame| !frame.emitted) {
         sink.entry(&frame.rel, &frame.meta)
-            .map_err(|e| SnapshotError::io("add", &frame.rel, e))?;
+            .map_err(FsError::at("add", &frame.rel))?;
         frame.emitted = true;
     }
     Ok(())
@@ -230,8 +229,7 @@ fn emit_parents(stack: &mut [Frame], sink: &mut impl Sink) -> Result<(), Snapsho
 
 /// The mount points in `/proc/self/mountinfo`, relative to `/`, but `/`.
 pub fn mount_points() -> Result<Vec<PathBuf>, SnapshotError> {
-    let text =
-        fs::read(MOUNTINFO).map_err(|e| SnapshotError::io("read", Path::new(MOUNTINFO), e))?;
+    let text = fs::read(MOUNTINFO).map_err(FsError::at("read", Path::new(MOUNTINFO)))?;
     Ok(parse_mountinfo(&text))
 }
 
