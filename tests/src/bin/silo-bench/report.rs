@@ -27,6 +27,26 @@ pub struct Row {
 }
 
 impl Row {
+    /// A figure with no target of its own, shown beside its baseline (if any).
+    pub fn untargeted(
+        scenario: &'static str,
+        metric: impl Into<String>,
+        unit: &'static str,
+        silo: f64,
+        baseline: Option<(f64, &'static str)>,
+    ) -> Self {
+        Self {
+            scenario,
+            metric: metric.into(),
+            unit,
+            silo,
+            baseline: baseline.map(|(value, _)| value),
+            baseline_name: baseline.map_or("-", |(_, name)| name),
+            target: "-".into(),
+            met: true,
+        }
+    }
+
     /// silo / baseline.
     pub fn ratio(&self) -> Option<f64> {
         self.baseline.filter(|b| *b > 0.0).map(|b| self.silo / b)
