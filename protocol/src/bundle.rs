@@ -22,6 +22,8 @@ use std::sync::Arc;
 use flate2::{Compression, GzBuilder};
 use sha2::{Digest, Sha256};
 
+use crate::exact::ExactReader;
+
 /// Largest single file a bundle may hold.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 25 * 1024 * 1024;
 /// Largest bundle (the compressed body) a push may send.
@@ -296,11 +298,7 @@ pub fn write_bundle<W: Write>(
                 header.set_entry_type(tar::EntryType::Regular);
                 header.set_mode(if *executable { EXEC_MODE } else { FILE_MODE });
                 header.set_size(size);
-                let exact = ExactReader {
-                    inner: reader,
-                    left: size,
-                    path,
-                };
+                let exact = ExactReader::new(reader, size);
                 tar.append_data(&mut header, path, exact)
                     .map_err(|source| BundleError::Read {
                         path: path.to_owned(),
@@ -345,34 +343,6 @@ fn open_source<'a>(
 
 fn write_error(source: io::Error) -> BundleError {
     BundleError::Write(source)
-}
-
-/// Yields exactly `left` bytes or fails: a file that shrinks or grows while
-/// it is read must not produce an archive whose header lies about its size.
-struct ExactReader<'a, R> {
-    inner: R,
-    left: u64,
-    path: &'a str,
-}
-
-impl<R: Read> Read for ExactReader<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.left == 0 {
-            return Ok(0);
-        }
-        let want = buf
-            .len()
-            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut buf[..want])?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("{} shrank while it was read", self.path),
-            ));
-        }
-        self.left -= n as u64;
-        Ok(n)
-    }
 }
 
 struct HashingWriter<W> {

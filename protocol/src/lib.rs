@@ -16,12 +16,14 @@
 //! - [`limits`]: defaults both sides need to know (ring size, grace, keepalive).
 //! - [`push`]: the push request's query, its answer and its error kinds.
 //! - [`bundle`]: the bundle format, its limits, and the deterministic builder.
+//! - [`exact`]: a tar entry's contents read to exactly the size its header declared.
 //! - [`snapshot`]: the snapshot request and the layer format of its answer.
 //! - [`session`]: shell session ids and the info the agent reports about them.
 #![deny(missing_docs)]
 
 pub mod auth;
 pub mod bundle;
+pub mod exact;
 pub mod exec;
 pub mod health;
 pub mod http;

@@ -11,11 +11,12 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File, Metadata, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use silo_protocol::exact::ExactReader;
 use tar::{Builder, EntryType, Header, HeaderMode};
 
 use super::walk::Sink;
@@ -94,10 +95,7 @@ impl<W: Write> Layer<W> {
             } else {
                 let file = open_same(&self.root.join(rel), meta)?;
                 header.set_size(meta.len());
-                let content = Exact {
-                    inner: file,
-                    left: meta.len(),
-                };
+                let content = ExactReader::new(file, meta.len());
                 self.builder.append_data(&mut header, rel, content)?;
                 self.stats.bytes += meta.len();
                 if meta.nlink() > 1 {
@@ -195,33 +193,6 @@ fn open_same(path: &Path, meta: &Metadata) -> io::Result<File> {
     Ok(file)
 }
 
-/// Reads exactly `left` bytes: the size already written in the header.
-/// Fewer is an error (the entry would be corrupt); more is ignored.
-struct Exact<R> {
-    inner: R,
-    left: u64,
-}
-
-impl<R: Read> Read for Exact<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.left == 0 {
-            return Ok(0);
-        }
-        let max = buf
-            .len()
-            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut buf[..max])?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "shrank while being read",
-            ));
-        }
-        self.left -= n as u64;
-        Ok(n)
-    }
-}
-
 /// Linux's `dev_t` split into major and minor numbers.
 fn device_numbers(rdev: u64) -> (u32, u32) {
     let major = ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0x0000_0fff);
@@ -242,26 +213,6 @@ mod tests {
         assert_eq!(device_numbers(0x801), (8, 1));
         let rdev = (70000u64 & 0xff) | ((259u64 & 0xfff) << 8) | ((70000u64 & !0xff) << 12);
         assert_eq!(device_numbers(rdev), (259, 70000));
-    }
-
-    #[test]
-    fn a_short_read_is_an_error_not_a_short_entry() {
-        let mut exact = Exact {
-            inner: &b"abc"[..],
-            left: 5,
-        };
-        let mut out = Vec::new();
-        assert_eq!(
-            exact.read_to_end(&mut out).unwrap_err().kind(),
-            io::ErrorKind::UnexpectedEof
-        );
-        let mut longer = Exact {
-            inner: &b"abcdef"[..],
-            left: 4,
-        };
-        let mut out = Vec::new();
-        longer.read_to_end(&mut out).unwrap();
-        assert_eq!(out, b"abcd");
     }
 
     #[test]

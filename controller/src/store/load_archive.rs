@@ -18,6 +18,7 @@
 use std::io::{self, Read, Write};
 
 use sha2::{Digest as _, Sha256};
+use silo_protocol::exact::ExactReader;
 
 use super::{Digest, Store, StoreError};
 
@@ -185,9 +186,9 @@ fn append_layer<W: Write>(
     store: &Store,
 ) -> Result<(), LoadArchiveError> {
     let size = store.size(layer)?;
+    // Exactly its size: a blob shorter than that must not make a short entry.
     let mut reader = Hashing {
-        inner: store.open_blob(layer)?,
-        remaining: size,
+        inner: ExactReader::new(store.open_blob(layer)?, size),
         hasher: Sha256::new(),
     };
     append(builder, name, &mut reader, size)?;
@@ -237,31 +238,16 @@ fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
     header
 }
 
-/// Reads exactly `remaining` bytes of a blob, hashing them: a blob shorter
-/// than its size is an error rather than a short (corrupt) tar entry.
+/// Hashes what is read through it.
 struct Hashing<R> {
     inner: R,
-    remaining: u64,
     hasher: Sha256,
 }
 
 impl<R: Read> Read for Hashing<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.remaining == 0 {
-            return Ok(0);
-        }
-        let cap = buf
-            .len()
-            .min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut buf[..cap])?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "blob shrank while being read",
-            ));
-        }
+        let n = self.inner.read(buf)?;
         self.hasher.update(&buf[..n]);
-        self.remaining -= n as u64;
         Ok(n)
     }
 }
