@@ -3,7 +3,9 @@
 //! With `SILO_AGENT_BIN` set, that file is embedded as is (an empty file, e.g.
 //! `/dev/null`, embeds nothing and leaves the run-time lookup to find the agent
 //! elsewhere). Otherwise the agent is built by a nested cargo for the static
-//! musl target, falling back to a static glibc build when that target is missing.
+//! musl target, falling back to a static glibc build when that target is missing;
+//! while the fallback is in use the musl build is retried at every build, so the
+//! static musl agent is embedded as soon as its target and C compiler exist.
 //!
 //! The nested build uses its own target directory: cargo holds a lock on the
 //! outer one for the whole build, so sharing it would deadlock.
@@ -96,7 +98,7 @@ fn run() -> Result<(), String> {
             println!("cargo:rerun-if-changed={}", path.display());
             path
         }
-        None => build_agent(&workspace)?,
+        None => build_agent(&workspace, &out_dir)?,
     };
 
     let embedded = out_dir.join("silo-agent.embedded");
@@ -110,7 +112,7 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-fn build_agent(workspace: &Path) -> Result<PathBuf, String> {
+fn build_agent(workspace: &Path, out_dir: &Path) -> Result<PathBuf, String> {
     let target_dir = match env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => PathBuf::from(dir).join("agent"),
         None => workspace.join("target").join("agent"),
@@ -134,6 +136,11 @@ fn build_agent(workspace: &Path) -> Result<PathBuf, String> {
     }
     let gnu = nested_cargo(workspace, &target_dir, GNU, true)?;
     if gnu.success {
+        // Cargo reruns a build script whose watched path is missing on every
+        // build, so the musl build is tried again until it works: a target or
+        // C compiler installed later replaces the glibc agent at the next build.
+        let never_written = out_dir.join("musl-agent-retry");
+        println!("cargo:rerun-if-changed={}", never_written.display());
         return Ok(binary_path(&target_dir, GNU));
     }
     Err(format!(
