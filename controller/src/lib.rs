@@ -39,7 +39,7 @@ pub mod state;
 pub mod store;
 
 pub use backend::MachineState;
-pub use silo::{CreateRequest, Silo, SiloError, SiloOptions};
+pub use silo::{CreateRequest, Silo, SiloError, SiloOptions, Started};
 pub use silo::{GcReport, UpAction, UpOutcome, UpRequest};
 pub use spec::{BackendKind, SandboxSpec};
 pub use state::{Event, Sandbox};

@@ -80,6 +80,15 @@ impl CreateRequest {
     }
 }
 
+/// What [`Silo::start`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Started {
+    /// The sandbox as it is now recorded.
+    pub sandbox: Sandbox,
+    /// It was running already, so nothing was started.
+    pub was_running: bool,
+}
+
 /// A handle on one silo home: its state, its key and its backends.
 #[derive(Debug)]
 pub struct Silo {
@@ -219,10 +228,11 @@ impl Silo {
             .map_err(|e| backend_error("inspect", sandbox, e))
     }
 
-    /// Starts a stopped sandbox (a no-op for a running one).
-    pub async fn start(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
+    /// Starts a stopped sandbox (a no-op for a running one, which the
+    /// outcome tells apart).
+    pub async fn start(&self, name_or_id: &str) -> Result<Started, SiloError> {
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "start").await?;
-        self.start_sandbox(&sandbox).await
+        self.start_machine(&sandbox).await
     }
 
     /// Stops a sandbox, keeping it for a later start. Returns whether it was running.
@@ -315,6 +325,10 @@ impl Silo {
     }
 
     async fn start_sandbox(&self, sandbox: &Sandbox) -> Result<Sandbox, SiloError> {
+        Ok(self.start_machine(sandbox).await?.sandbox)
+    }
+
+    async fn start_machine(&self, sandbox: &Sandbox) -> Result<Started, SiloError> {
         let key = self.sandbox_key(sandbox);
         let started = self
             .backend(sandbox.backend)
@@ -327,9 +341,13 @@ impl Silo {
             let detail = json!({ "backend_ref": started.backend_ref });
             (EventKind::Started, detail)
         });
-        Ok(self
+        let sandbox = self
             .db()
-            .update_backend_ref(sandbox, &started.backend_ref, event)?)
+            .update_backend_ref(sandbox, &started.backend_ref, event)?;
+        Ok(Started {
+            sandbox,
+            was_running: started.was_running,
+        })
     }
 
     /// Validates or draws a name and records the sandbox under a fresh id.

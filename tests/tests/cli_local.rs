@@ -96,8 +96,13 @@ fn stop_and_start_keep_the_sandbox_files() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    cli.ok(&["start", "beta"]);
+    assert_eq!(cli.ok(&["start", "beta"]), "started beta\n");
     assert_eq!(cli.ok(&["exec", "beta", "--", "cat", "marker"]), "kept\n");
+    assert_eq!(
+        cli.ok(&["start", "beta"]),
+        "beta was already running\n",
+        "a start that found it running says so"
+    );
 }
 
 #[test]

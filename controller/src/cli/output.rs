@@ -15,7 +15,7 @@ use silo::silo::{
     ImageSource, Progress, ProgressFn as SnapshotProgressFn, RestoreReport, SnapshotReport,
 };
 use silo::state::Snapshot;
-use silo::{Event, GcReport, MachineState, Sandbox, UpAction, UpOutcome};
+use silo::{Event, GcReport, MachineState, Sandbox, Started, UpAction, UpOutcome};
 use silo_protocol::session::SessionInfo;
 
 /// How results are printed.
@@ -52,11 +52,16 @@ impl Output {
         print_lines(&format!("created {} ({})", sandbox.name, sandbox.id))
     }
 
-    pub fn started(&self, sandbox: &Sandbox) -> anyhow::Result<()> {
+    pub fn started(&self, started: &Started) -> anyhow::Result<()> {
         if self.json {
-            return print_json(sandbox);
+            return print_json(started);
         }
-        print_lines(&format!("{} is running", sandbox.name))
+        let name = &started.sandbox.name;
+        if started.was_running {
+            print_lines(&format!("{name} was already running"))
+        } else {
+            print_lines(&format!("started {name}"))
+        }
     }
 
     pub fn stopped(&self, sandbox: &Sandbox, was_running: bool) -> anyhow::Result<()> {

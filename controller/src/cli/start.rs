@@ -11,7 +11,7 @@ pub struct Args {
 }
 
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
-    let sandbox = silo.start(&args.sandbox).await?;
-    out.started(&sandbox)?;
+    let started = silo.start(&args.sandbox).await?;
+    out.started(&started)?;
     Ok(0)
 }
