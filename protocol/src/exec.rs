@@ -54,8 +54,9 @@ fn is_false(value: &bool) -> bool {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ExecSpec {
     /// Program and arguments; `argv[0]` is looked up in `PATH`. For a session
-    /// run, the words joined with single spaces are the shell script (as `ssh`
-    /// does), so one word may hold a whole multi-line script. May be empty
+    /// run, one word is a shell script as it stands (it may span lines), and
+    /// several words are a command and its arguments, each quoted, so they
+    /// mean what they mean outside a session. May be empty
     /// with `tty`: the agent then runs the sandbox's interactive shell.
     #[serde(default)]
     pub argv: Vec<String>,

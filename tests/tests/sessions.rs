@@ -94,7 +94,7 @@ async fn heredocs_multiline_scripts_and_quotes_work() {
     );
     assert_eq!(out.exit.code, Some(0));
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
-    // The words of argv are one script, as ssh joins them.
+    // Several words are a command and its arguments, each passed as it is.
     let spec = ExecSpec {
         argv: vec![
             "echo".into(),
@@ -106,7 +106,7 @@ async fn heredocs_multiline_scripts_and_quotes_work() {
         session: Some("h".into()),
         ..Default::default()
     };
-    assert_eq!(text(&conn.run(spec).await.unwrap().stdout), "a\nb\n");
+    assert_eq!(text(&conn.run(spec).await.unwrap().stdout), "a && echo b\n");
 }
 
 #[tokio::test]
@@ -390,8 +390,22 @@ fn cli_sessions_persist_across_silo_processes() {
         "/tmp\n"
     );
     assert_eq!(
-        cli.ok(&["exec", "--session", "work", "box", "--", "echo", "$FOO"]),
+        cli.ok(&["exec", "--session", "work", "box", "--", "echo $FOO"]),
         "bar\n"
+    );
+    // Several words are a command and its arguments, as without a session.
+    let argv = ["sh", "-c", "echo \"[$FOO]\""];
+    let plain = cli.ok(&[&["exec", "box", "--"][..], &argv].concat());
+    let in_session = cli.ok(&[&["exec", "--session", "work", "box", "--"][..], &argv].concat());
+    assert_eq!(
+        in_session, "[bar]\n",
+        "the session's exported FOO is inherited"
+    );
+    assert_eq!(plain, "[]\n");
+    assert_eq!(
+        cli.ok(&["exec", "--session", "work", "box", "--", "echo", "$FOO"]),
+        "$FOO\n",
+        "an argument is passed as it is, not expanded by the session's shell"
     );
     let out = exec("echo to-err >&2; return 4");
     assert_eq!(out.status.code(), Some(4));

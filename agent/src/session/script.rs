@@ -157,8 +157,10 @@ pub fn fence(token: u64) -> Vec<u8> {
     format!("\\command printf '\\036F%s\\037' {token} >&2\n").into_bytes()
 }
 
-/// The user's script: the words joined by single spaces, as `ssh` does, after
-/// the spec's `env` and `cwd`, applied in the shell so they persist.
+/// The user's script, after the spec's `env` and `cwd` (applied in the shell
+/// so they persist). One word is a shell line as it stands; several words are
+/// a command and its arguments, each quoted, so `sh -c 'echo $V'` means what
+/// it means outside a session.
 pub fn user_script(argv: &[String], cwd: Option<&[u8]>, env: &BTreeMap<String, String>) -> Vec<u8> {
     let mut out = Vec::new();
     for (name, value) in env {
@@ -172,7 +174,17 @@ pub fn user_script(argv: &[String], cwd: Option<&[u8]>, env: &BTreeMap<String, S
         out.extend(quote(cwd));
         out.extend_from_slice(b" || return\n");
     }
-    out.extend_from_slice(argv.join(" ").as_bytes());
+    match argv {
+        [line] => out.extend_from_slice(line.as_bytes()),
+        words => {
+            for (i, word) in words.iter().enumerate() {
+                if i > 0 {
+                    out.push(b' ');
+                }
+                out.extend(quote(word.as_bytes()));
+            }
+        }
+    }
     out.push(b'\n');
     out
 }
@@ -250,6 +262,17 @@ mod tests {
         let text = user_script(&["echo \"$GOOD\"".to_owned()], None, &env);
         let out = sh(&text);
         assert_eq!(out, "it's\n");
+    }
+
+    #[test]
+    fn one_word_is_a_line_and_several_are_a_command_with_arguments() {
+        let env = BTreeMap::from([("V".to_owned(), "set".to_owned())]);
+        let line = user_script(&["echo $V; echo two".to_owned()], None, &env);
+        assert_eq!(sh(&line), "set\ntwo\n");
+        let argv = ["sh", "-c", "echo \"$V\" \"it's\""].map(str::to_owned);
+        assert_eq!(sh(&user_script(&argv, None, &env)), "set it's\n");
+        let argv = ["echo", "$V", "a  b"].map(str::to_owned);
+        assert_eq!(sh(&user_script(&argv, None, &env)), "$V a  b\n");
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //!
 //! `--session ID` runs the command in a named shell session of the sandbox
 //! (created on first use): cwd, exported variables and shell variables carry
-//! over from one call to the next, whichever process makes it. The words are
-//! joined into one shell script, as `ssh` does. Ctrl-C works as above; the
-//! session's shell survives it.
+//! over from one call to the next, whichever process makes it. One word is a
+//! shell line (`-- 'cd /app && make'`); several words are a command and its
+//! arguments, as without a session. Ctrl-C works as above; the session's
+//! shell survives it.
 //!
 //! `-t` runs the command under a pseudo-terminal: this terminal goes raw (and
 //! is restored on every way out), the remote window follows this one's size,
