@@ -360,8 +360,13 @@ pub enum ErrorKind {
     BadRequest,
     /// The exec id is not known to this agent.
     UnknownExec,
-    /// The command could not be started (not found, not executable, bad cwd).
+    /// The command could not be started (a bad cwd, no resources).
     SpawnFailed,
+    /// The program was not found (on `PATH`, or at the path given).
+    CommandNotFound,
+    /// The program was found but cannot be executed (no permission, not an
+    /// executable format).
+    NotExecutable,
     /// A limit was reached (too many execs).
     LimitReached,
     /// Something failed inside the agent.
@@ -370,6 +375,18 @@ pub enum ErrorKind {
     UnknownSession,
     /// The session is running another command and the request asked not to wait.
     Busy,
+}
+
+impl ErrorKind {
+    /// The exit code a POSIX shell gives a command that failed this way (127
+    /// not found, 126 not executable), for errors a shell user knows by it.
+    pub fn shell_code(self) -> Option<i32> {
+        match self {
+            Self::CommandNotFound => Some(127),
+            Self::NotExecutable => Some(126),
+            _ => None,
+        }
+    }
 }
 
 /// Which byte stream a frame belongs to.

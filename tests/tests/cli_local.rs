@@ -174,3 +174,29 @@ fn ctrl_c_interrupts_the_command_not_the_sandbox() {
         "the interrupted sleep survived"
     );
 }
+
+#[test]
+fn missing_and_unexecutable_commands_exit_as_a_shell_does() {
+    let cli = Cli::new();
+    cli.ok(&["create", "--backend", "local", "--name", "shellish"]);
+    let out = cli.run(&["exec", "shellish", "--", "no-such-command-here"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("no-such-command-here: command not found"),
+        "{err}"
+    );
+
+    cli.ok(&[
+        "exec",
+        "shellish",
+        "--",
+        "sh",
+        "-c",
+        "echo echo hi > plain && chmod 0644 plain",
+    ]);
+    let out = cli.run(&["exec", "shellish", "--", "./plain"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{err}");
+    assert!(err.contains("./plain: cannot execute"), "{err}");
+}

@@ -84,6 +84,21 @@ pub enum ExecError {
     /// The working directory does not exist or is not a directory.
     #[error("working directory {} is not a directory", .0.display())]
     BadCwd(PathBuf),
+    /// The program does not exist.
+    #[error("{program}: command not found")]
+    NotFound {
+        /// `argv[0]`.
+        program: String,
+    },
+    /// The program exists but the kernel will not run it.
+    #[error("{program}: cannot execute")]
+    NotExecutable {
+        /// `argv[0]`.
+        program: String,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
     /// The program could not be started.
     #[error("cannot start {program:?}")]
     Spawn {
@@ -123,11 +138,27 @@ pub enum ExecError {
 }
 
 impl ExecError {
+    /// A failed spawn of `program`, sorted the way a shell sorts it.
+    pub fn spawn(program: &str, source: io::Error) -> Self {
+        let program = program.to_owned();
+        if source.kind() == io::ErrorKind::NotFound {
+            Self::NotFound { program }
+        } else if source.kind() == io::ErrorKind::PermissionDenied
+            || source.raw_os_error() == Some(libc::ENOEXEC)
+        {
+            Self::NotExecutable { program, source }
+        } else {
+            Self::Spawn { program, source }
+        }
+    }
+
     /// The protocol's category for this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::BadSpec(_) | Self::StdinClosed(_) | Self::NoTerminal(_) => ErrorKind::BadRequest,
             Self::BadCwd(_) | Self::Spawn { .. } => ErrorKind::SpawnFailed,
+            Self::NotFound { .. } => ErrorKind::CommandNotFound,
+            Self::NotExecutable { .. } => ErrorKind::NotExecutable,
             Self::LimitReached(_) => ErrorKind::LimitReached,
             Self::Unknown(_) => ErrorKind::UnknownExec,
             Self::Pipes(_) | Self::Resize { .. } => ErrorKind::Internal,

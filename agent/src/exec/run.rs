@@ -70,10 +70,7 @@ pub(super) fn launch(
     let (mut child, exit_rx) = inner
         .reaper
         .spawn(&mut cmd)
-        .map_err(|source| ExecError::Spawn {
-            program: spec.argv.first().cloned().unwrap_or_default(),
-            source,
-        })?;
+        .map_err(|source| ExecError::spawn(spec.argv.first().map_or("", String::as_str), source))?;
     // The child's copies are all it needs; the parent must not keep the
     // terminal open, or reading the master would never end.
     drop(cmd);

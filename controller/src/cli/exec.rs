@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use silo::Silo;
-use silo::client::{AgentClient, ExecConnection, ExecEvent, ExecHandle};
+use silo::client::{AgentClient, ClientError, ExecConnection, ExecEvent, ExecHandle};
 use silo_protocol::exec::{Channel, ExecSpec, ExitInfo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -118,10 +118,19 @@ pub(super) async fn execute(
     let sandbox = silo.get(sandbox)?;
     let connection = silo.connect(&sandbox).await?;
     let client = silo.client(&sandbox)?;
-    let handle = connection
-        .exec(spec)
-        .await
-        .context("starting the command")?;
+    let handle = match connection.exec(spec).await {
+        Ok(handle) => handle,
+        Err(err) => {
+            // Not found and not executable end as a shell ends them: 127 and 126.
+            if let ClientError::Agent { kind, message } = &err
+                && let Some(code) = kind.shell_code()
+            {
+                eprintln!("silo: {message}");
+                return Ok(code);
+            }
+            return Err(anyhow::Error::new(err).context("starting the command"));
+        }
+    };
     let raw = if tty && forward_stdin {
         terminal::RawMode::enter().context("putting the terminal in raw mode")?
     } else {
