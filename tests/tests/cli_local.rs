@@ -200,3 +200,25 @@ fn missing_and_unexecutable_commands_exit_as_a_shell_does() {
     assert_eq!(out.status.code(), Some(126), "{err}");
     assert!(err.contains("./plain: cannot execute"), "{err}");
 }
+
+#[test]
+fn a_push_to_a_stopped_sandbox_says_so_at_once() {
+    let cli = Cli::new();
+    cli.ok(&["create", "--backend", "local", "--name", "idle"]);
+    cli.ok(&["stop", "idle"]);
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a"), "a").unwrap();
+    let dir = src.path().display().to_string();
+    let started = std::time::Instant::now();
+    let mount = "/workspace/managed/app";
+    let out = cli.run(&["push", &dir, "--mount", mount, "idle", "--json"]);
+    // The default retry budget is 20 s; a stopped sandbox is not retried.
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let failure = &report["failures"][0];
+    assert_eq!(failure["reason"], "stopped", "{report}");
+    assert_eq!(failure["attempts"], 0, "{report}");
+    let detail = failure["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("silo start idle"), "{report}");
+}

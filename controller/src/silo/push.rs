@@ -6,6 +6,7 @@ use silo_protocol::http::error_chain;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures_util::{StreamExt, stream};
 use serde_json::json;
 use silo_protocol::bundle::{BundleLimits, FileSet};
 
@@ -94,6 +95,10 @@ impl Silo {
             }
             by_name.insert(sandbox.name.clone(), sandbox);
         }
+        let (jobs, down) = self
+            .leave_out_down(jobs, &by_name, options.concurrency)
+            .await;
+        report.failures.extend(down);
 
         for outcome in push_all(mount, jobs, options).await {
             let Some(sandbox) = by_name.get(&outcome.sandbox) else {
@@ -126,6 +131,62 @@ impl Silo {
         }
         report.sort();
         Ok(report)
+    }
+
+    /// Splits off the jobs whose sandbox is known to be stopped or gone, so
+    /// they fail at once, saying so, instead of being retried for the whole
+    /// retry budget. Only a sandbox whose agent does not answer its health
+    /// check costs a backend call.
+    async fn leave_out_down(
+        &self,
+        jobs: Vec<Job>,
+        by_name: &HashMap<String, Sandbox>,
+        concurrency: usize,
+    ) -> (Vec<Job>, Vec<PushFailure>) {
+        let checked: Vec<(Job, Option<PushFailure>)> = stream::iter(jobs)
+            .map(|job| async move {
+                if job.client.healthz().await.is_ok() {
+                    return (job, None);
+                }
+                let Some(sandbox) = by_name.get(&job.sandbox) else {
+                    return (job, None);
+                };
+                let (reason, err) = match self.status(sandbox).await {
+                    Ok(MachineState::Stopped) => (
+                        "stopped",
+                        SiloError::NotRunning {
+                            name: sandbox.name.clone(),
+                        },
+                    ),
+                    Ok(MachineState::Missing) => (
+                        "missing",
+                        SiloError::Missing {
+                            name: sandbox.name.clone(),
+                            backend: sandbox.backend,
+                        },
+                    ),
+                    _ => return (job, None),
+                };
+                let failure = PushFailure {
+                    sandbox: sandbox.name.clone(),
+                    reason: reason.into(),
+                    detail: err.to_string(),
+                    attempts: 0,
+                };
+                (job, Some(failure))
+            })
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        let mut live = Vec::with_capacity(checked.len());
+        let mut down = Vec::new();
+        for (job, failure) in checked {
+            match failure {
+                Some(failure) => down.push(failure),
+                None => live.push(job),
+            }
+        }
+        (live, down)
     }
 
     fn log_pushed(
