@@ -222,3 +222,28 @@ fn a_push_to_a_stopped_sandbox_says_so_at_once() {
     let detail = failure["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("silo start idle"), "{report}");
 }
+
+#[test]
+fn completions_and_the_manual_page_come_from_the_parser() {
+    let cli = Cli::new();
+    let bash = cli.ok(&["completions", "bash"]);
+    assert!(bash.contains("_silo()"), "{bash}");
+    assert!(
+        bash.contains("snapshots"),
+        "every subcommand completes: {bash}"
+    );
+    for shell in ["zsh", "fish"] {
+        assert!(
+            cli.ok(&["completions", shell]).contains("rewind"),
+            "{shell}"
+        );
+    }
+    let page = cli.ok(&["man"]);
+    assert!(page.contains(".TH silo 1"), "{page}");
+    let out = cli.run(&["completions", "tcsh"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}

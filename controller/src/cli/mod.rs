@@ -1,6 +1,7 @@
 //! Argument parsing and dispatch. One file per subcommand, each a few lines
 //! over the library; all printing goes through [`output::Output`].
 
+mod completions;
 mod create;
 mod demo;
 mod events;
@@ -50,6 +51,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsArgs),
+    /// Print the manual page (roff): `silo man | man -l -`.
+    Man,
     /// Create a sandbox and start it.
     Create(create::Args),
     /// A guided tour: create a sandbox, run commands, resume it from a second process.
@@ -90,6 +95,12 @@ enum Command {
 
 /// Runs the parsed command; returns the process exit code.
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    // These describe the CLI itself and need no home.
+    match cli.command {
+        Command::Completions(args) => return completions::completions(args),
+        Command::Man => return completions::man(),
+        _ => {}
+    }
     let home_hint = cli.home.clone();
     let silo = Silo::open_with(SiloOptions {
         home: cli.home,
@@ -101,6 +112,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     })?;
     let out = Output::new(cli.json);
     match cli.command {
+        // Answered above, before the home was opened.
+        Command::Completions(_) | Command::Man => Ok(0),
         Command::Create(args) => create::run(&silo, &out, args).await,
         Command::Demo(args) => demo::run(&silo, &out, args).await,
         Command::Exec(args) => exec::run(&silo, args).await,
