@@ -92,14 +92,16 @@ fn run() -> Result<(), String> {
         );
     }
 
-    let built = match env::var_os("SILO_AGENT_BIN") {
+    let (built, target) = match env::var_os("SILO_AGENT_BIN") {
         Some(path) => {
             let path = PathBuf::from(path);
             println!("cargo:rerun-if-changed={}", path.display());
-            path
+            (path, "prebuilt")
         }
         None => build_agent(&workspace, &out_dir)?,
     };
+    // What `silo doctor` reports about the agent it carries.
+    println!("cargo:rustc-env=SILO_EMBEDDED_AGENT_TARGET={target}");
 
     let embedded = out_dir.join("silo-agent.embedded");
     // Read and write rather than copy: the source may be /dev/null.
@@ -112,14 +114,14 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-fn build_agent(workspace: &Path, out_dir: &Path) -> Result<PathBuf, String> {
+fn build_agent(workspace: &Path, out_dir: &Path) -> Result<(PathBuf, &'static str), String> {
     let target_dir = match env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => PathBuf::from(dir).join("agent"),
         None => workspace.join("target").join("agent"),
     };
     let musl = nested_cargo(workspace, &target_dir, MUSL, false)?;
     if musl.success {
-        return Ok(binary_path(&target_dir, MUSL));
+        return Ok((binary_path(&target_dir, MUSL), MUSL));
     }
     println!(
         "cargo:warning=building silo-agent for {MUSL} failed; embedding a static glibc \
@@ -141,7 +143,7 @@ fn build_agent(workspace: &Path, out_dir: &Path) -> Result<PathBuf, String> {
         // C compiler installed later replaces the glibc agent at the next build.
         let never_written = out_dir.join("musl-agent-retry");
         println!("cargo:rerun-if-changed={}", never_written.display());
-        return Ok(binary_path(&target_dir, GNU));
+        return Ok((binary_path(&target_dir, GNU), GNU));
     }
     Err(format!(
         "building the embedded silo-agent failed for both {MUSL} and {GNU}.\n\

@@ -27,6 +27,11 @@ const HASH_PREFIX_LEN: usize = 16;
 /// The agent embedded at build time; empty when the build embedded none.
 static EMBEDDED: &[u8] = include_bytes!(env!("SILO_EMBEDDED_AGENT"));
 
+/// The target the embedded agent was built for (`x86_64-unknown-linux-musl`,
+/// the static glibc fallback `x86_64-unknown-linux-gnu`), or `prebuilt` when
+/// the build embedded a given file.
+pub const EMBEDDED_TARGET: &str = env!("SILO_EMBEDDED_AGENT_TARGET");
+
 /// The embedded agent, if this build carries one.
 pub fn embedded() -> Option<&'static [u8]> {
     (!EMBEDDED.is_empty()).then_some(EMBEDDED)

@@ -1,4 +1,5 @@
-//! Small file helpers shared by the modules that write into `$SILO_HOME`.
+//! Small file helpers shared by the modules that write into `$SILO_HOME`, and
+//! the one way sizes are written for people.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -59,6 +60,22 @@ pub(crate) fn tail(path: &Path, max_lines: usize) -> String {
     let text = String::from_utf8_lossy(&bytes[start..]);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(max_lines)..].join("\n")
+}
+
+/// `1.5 MiB`-style sizes.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 #[cfg(test)]

@@ -19,15 +19,18 @@
 //! - [`spec`]: what a sandbox is asked to be, and its stable hash.
 //! - [`naming`]: sandbox ids, name rules and generated names.
 //! - [`agent_binary`]: finding (or extracting the embedded) silo-agent binary.
+//! - [`doctor`]: what the host has and lacks for silo, with the fix for each.
 //! - [`home`]: the `$SILO_HOME` directory layout.
 //! - `bridge` (private): async byte streams to and from blocking `std::io` code.
-//! - `fsutil` (private): atomic writes and log tails for files under `$SILO_HOME`.
+//! - `fsutil` (private): atomic writes and log tails for files under `$SILO_HOME`,
+//!   and `human_bytes`, the one way sizes are written for people.
 #![deny(missing_docs)]
 
 pub mod agent_binary;
 pub mod backend;
 mod bridge;
 pub mod client;
+pub mod doctor;
 mod fsutil;
 pub mod home;
 pub mod image;
@@ -39,6 +42,7 @@ pub mod state;
 pub mod store;
 
 pub use backend::MachineState;
+pub use fsutil::human_bytes;
 pub use silo::{CreateRequest, Silo, SiloError, SiloOptions, Started};
 pub use silo::{GcReport, UpAction, UpOutcome, UpRequest};
 pub use spec::{BackendKind, SandboxSpec};

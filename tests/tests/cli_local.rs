@@ -247,3 +247,51 @@ fn completions_and_the_manual_page_come_from_the_parser() {
         "an unknown shell is a usage error"
     );
 }
+
+#[test]
+fn doctor_names_each_problem_with_its_fix() {
+    let cli = Cli::new();
+    let out = cli
+        .command(&["doctor", "--json"])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a missing engine fails the doctor"
+    );
+    let checks = json(&String::from_utf8_lossy(&out.stdout));
+    let check = |name: &str| {
+        checks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} check: {checks}"))
+            .clone()
+    };
+    let docker = check("docker");
+    assert_eq!(docker["verdict"], "fail", "{docker}");
+    assert!(
+        docker["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/docker.sock")
+    );
+    assert!(
+        docker["fix"].as_str().unwrap().contains("docker.io"),
+        "{docker}"
+    );
+    assert_eq!(check("home")["verdict"], "ok", "{checks}");
+    assert_ne!(check("disk")["verdict"], "fail", "{checks}");
+    let agent = check("agent");
+    assert!(
+        agent["detail"].as_str().unwrap().contains("static"),
+        "{agent}"
+    );
+
+    let table =
+        String::from_utf8_lossy(&cli.command(&["doctor"]).output().unwrap().stdout).into_owned();
+    assert!(table.contains("agent"), "{table}");
+}

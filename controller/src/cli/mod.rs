@@ -4,6 +4,7 @@
 mod completions;
 mod create;
 mod demo;
+mod doctor;
 mod events;
 mod exec;
 mod fork;
@@ -59,6 +60,8 @@ enum Command {
     Create(create::Args),
     /// A guided tour: create a sandbox, run commands, resume it from a second process.
     Demo(demo::Args),
+    /// Check the host: engine, agent binary, home, disk space; with a fix for each problem.
+    Doctor(doctor::Args),
     /// Run a command in a sandbox, streaming its output.
     Exec(exec::Args),
     /// Make a new sandbox from a snapshot.
@@ -95,25 +98,26 @@ enum Command {
 
 /// Runs the parsed command; returns the process exit code.
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
-    // These describe the CLI itself and need no home.
+    let options = SiloOptions {
+        home: cli.home,
+        agent: cli.agent,
+    };
+    // These need no home, or report on it rather than failing with it.
     match cli.command {
         Command::Completions(args) => return completions::completions(args),
         Command::Man => return completions::man(),
+        Command::Doctor(args) => return doctor::run(options, &Output::new(cli.json), args).await,
         _ => {}
     }
-    let home_hint = cli.home.clone();
-    let silo = Silo::open_with(SiloOptions {
-        home: cli.home,
-        agent: cli.agent,
-    })
-    .with_context(|| match home_hint {
+    let home_hint = options.home.clone();
+    let silo = Silo::open_with(options).with_context(|| match home_hint {
         Some(home) => format!("opening silo home {}", home.display()),
         None => "opening silo home".to_owned(),
     })?;
     let out = Output::new(cli.json);
     match cli.command {
         // Answered above, before the home was opened.
-        Command::Completions(_) | Command::Man => Ok(0),
+        Command::Completions(_) | Command::Man | Command::Doctor(_) => Ok(0),
         Command::Create(args) => create::run(&silo, &out, args).await,
         Command::Demo(args) => demo::run(&silo, &out, args).await,
         Command::Exec(args) => exec::run(&silo, args).await,

@@ -10,12 +10,13 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use silo::backend::docker::unix_ms_to_rfc3339;
+use silo::doctor::{Check, Verdict};
 use silo::push::{ProgressFn, PushEvent, PushReport};
 use silo::silo::{
     ImageSource, Progress, ProgressFn as SnapshotProgressFn, RestoreReport, SnapshotReport,
 };
 use silo::state::Snapshot;
-use silo::{Event, GcReport, MachineState, Sandbox, Started, UpAction, UpOutcome};
+use silo::{Event, GcReport, MachineState, Sandbox, Started, UpAction, UpOutcome, human_bytes};
 use silo_protocol::session::SessionInfo;
 
 /// How results are printed.
@@ -330,6 +331,26 @@ impl Output {
         print_lines(&render(&table))
     }
 
+    /// `silo doctor`'s findings: a line per check, the fix under each problem.
+    pub fn doctor(&self, checks: &[Check]) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(&checks);
+        }
+        let mut lines = String::new();
+        for check in checks {
+            let mark = match check.verdict {
+                Verdict::Ok => "ok  ",
+                Verdict::Warn => "warn",
+                Verdict::Fail => "FAIL",
+            };
+            lines.push_str(&format!("{mark}  {:<11} {}\n", check.name, check.detail));
+            if let Some(fix) = &check.fix {
+                lines.push_str(&format!("      {:<11} fix: {fix}\n", ""));
+            }
+        }
+        print_lines(lines.trim_end())
+    }
+
     /// What interrupting a session did.
     pub fn session_interrupted(&self, id: &str, exec_id: Option<u64>) -> anyhow::Result<()> {
         if self.json {
@@ -537,22 +558,6 @@ impl SnapshotProgress {
     /// Removes the bar before the results are printed.
     pub fn finish(&self) {
         self.bar.finish_and_clear();
-    }
-}
-
-/// `1.5 MiB`-style sizes.
-fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
     }
 }
 

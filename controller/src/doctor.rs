@@ -1,0 +1,245 @@
+//! `silo doctor`: what this host has and lacks for silo, each finding with
+//! the command that fixes it. It checks the home (state database, key), the
+//! disk under it, the agent binary silo would run (static, musl or glibc),
+//! the Docker engine and the registry-free base image. It changes nothing
+//! beyond what any first command does (the home, the extracted agent).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::agent_binary::{self, AgentLocator, AgentSource};
+use crate::fsutil::human_bytes;
+use crate::home::Home;
+use crate::image::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX};
+use crate::{Silo, SiloOptions};
+
+/// Free space under the home below which snapshots and pushes start failing.
+pub const DISK_FAIL_BYTES: u64 = 64 * 1024 * 1024;
+/// Free space under the home below which a warning is given.
+pub const DISK_WARN_BYTES: u64 = 1024 * 1024 * 1024;
+/// The target a fully static agent is built for.
+const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
+/// How to get the static musl agent embedded.
+const MUSL_FIX: &str = "rustup target add x86_64-unknown-linux-musl && apt-get install \
+                        musl-tools, then rebuild silo (the next build embeds the musl agent)";
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Nothing to do.
+    Ok,
+    /// Works, but not as well as it could.
+    Warn,
+    /// Something silo needs is missing or broken.
+    Fail,
+}
+
+/// One finding.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: &'static str,
+    /// How it came out.
+    pub verdict: Verdict,
+    /// What was found.
+    pub detail: String,
+    /// The command or step that fixes it, for a warning or a failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(name: &'static str, detail: String) -> Self {
+        Self {
+            name,
+            verdict: Verdict::Ok,
+            detail,
+            fix: None,
+        }
+    }
+
+    fn bad(name: &'static str, verdict: Verdict, detail: String, fix: impl Into<String>) -> Self {
+        Self {
+            name,
+            verdict,
+            detail,
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// Runs every check. Never fails: a check that cannot run is a finding.
+pub async fn diagnose(options: SiloOptions) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let home = match Home::resolve(options.home.clone()) {
+        Ok(home) => home,
+        Err(err) => {
+            let detail = silo_protocol::http::error_chain(&err);
+            checks.push(Check::bad(
+                "home",
+                Verdict::Fail,
+                detail,
+                "set SILO_HOME (or --home) to a directory silo may use",
+            ));
+            return checks;
+        }
+    };
+    checks.push(disk(home.root()));
+    let silo = match Silo::open_with(options.clone()) {
+        Ok(silo) => {
+            checks.push(Check::ok(
+                "home",
+                format!(
+                    "{} (state database and key readable)",
+                    home.root().display()
+                ),
+            ));
+            Some(silo)
+        }
+        Err(err) => {
+            checks.push(Check::bad(
+                "home",
+                Verdict::Fail,
+                format!(
+                    "{}: {}",
+                    home.root().display(),
+                    silo_protocol::http::error_chain(&err)
+                ),
+                "free space under it, fix its permissions (owner-only, 0700), or point \
+                 SILO_HOME at another directory",
+            ));
+            None
+        }
+    };
+    checks.push(agent(options.agent, home.bin_dir()));
+    if let Some(silo) = silo {
+        checks.extend(engine(&silo).await);
+    }
+    checks
+}
+
+/// Free space on the file system that holds the home (or its nearest
+/// existing ancestor, before the first run).
+fn disk(root: &Path) -> Check {
+    let existing = root.ancestors().find(|dir| dir.exists()).unwrap_or(root);
+    let stat = match nix::sys::statvfs::statvfs(existing) {
+        Ok(stat) => stat,
+        Err(err) => {
+            return Check::bad(
+                "disk",
+                Verdict::Warn,
+                format!("cannot measure free space at {}: {err}", existing.display()),
+                "check that the home's parent directory is readable",
+            );
+        }
+    };
+    let free = stat.blocks_available().saturating_mul(stat.fragment_size());
+    let detail = format!("{} free at {}", human_bytes(free), existing.display());
+    let fix = "free space there, or set SILO_HOME to a larger file system";
+    if free < DISK_FAIL_BYTES {
+        Check::bad("disk", Verdict::Fail, detail, fix)
+    } else if free < DISK_WARN_BYTES {
+        Check::bad("disk", Verdict::Warn, detail, fix)
+    } else {
+        Check::ok("disk", detail)
+    }
+}
+
+/// The agent silo would run: found, static, and built for musl.
+fn agent(explicit: Option<PathBuf>, bin_dir: PathBuf) -> Check {
+    let found = match AgentLocator::new(explicit, bin_dir).get() {
+        Ok(found) => found,
+        Err(err) => {
+            return Check::bad(
+                "agent",
+                Verdict::Fail,
+                silo_protocol::http::error_chain(&err),
+                format!("rebuild silo so it embeds the agent ({MUSL_FIX}), or pass --agent PATH"),
+            );
+        }
+    };
+    let path = found.path.display();
+    let is_static = std::fs::read(&found.path)
+        .map(|bytes| agent_binary::is_static_executable(&bytes))
+        .unwrap_or(false);
+    if !is_static {
+        return Check::bad(
+            "agent",
+            Verdict::Fail,
+            format!("{path} is not a static executable, so it cannot run in most images"),
+            format!(
+                "use the embedded agent (drop --agent / SILO_AGENT) or build one with {MUSL_FIX}"
+            ),
+        );
+    }
+    match (found.source, agent_binary::EMBEDDED_TARGET) {
+        (AgentSource::Embedded, MUSL_TARGET) => Check::ok(
+            "agent",
+            format!("embedded, static ({MUSL_TARGET}), at {path}"),
+        ),
+        (AgentSource::Embedded, target) if target != "prebuilt" => Check::bad(
+            "agent",
+            Verdict::Warn,
+            format!(
+                "embedded agent is a static {target} build: it runs, but glibc's static name lookups fail in some images"
+            ),
+            MUSL_FIX,
+        ),
+        (source, _) => Check::ok("agent", format!("static, at {path} ({source:?})")),
+    }
+}
+
+/// The Docker engine and the base image the demo and tests use.
+async fn engine(silo: &Silo) -> Vec<Check> {
+    let host = crate::backend::docker::engine_host();
+    let engine = match silo.docker().engine().await {
+        Ok(engine) => engine,
+        Err(err) => {
+            return vec![Check::bad(
+                "docker",
+                Verdict::Fail,
+                format!(
+                    "no engine answers at {host}: {}",
+                    silo_protocol::http::error_chain(&err)
+                ),
+                "install and start one (Debian: apt-get install docker.io, then start \
+                 dockerd), or set DOCKER_HOST; without it only the local backend works, \
+                 with no isolation",
+            )];
+        }
+    };
+    let version = engine.version().await.unwrap_or_default();
+    let mut checks = vec![Check::ok(
+        "docker",
+        format!(
+            "engine {} (API {}) at {host}",
+            version.version.unwrap_or_default(),
+            version.api_version.unwrap_or_default()
+        ),
+    )];
+    let base = match crate::image::exists(engine, DEFAULT_BASE_TAG).await {
+        Ok(true) => Check::ok("base image", format!("{DEFAULT_BASE_TAG} is present")),
+        Ok(false) if Path::new(DEFAULT_BUSYBOX).exists() => Check::bad(
+            "base image",
+            Verdict::Warn,
+            format!("{DEFAULT_BASE_TAG} is missing (built on first use)"),
+            "silo image base",
+        ),
+        Ok(false) => Check::bad(
+            "base image",
+            Verdict::Warn,
+            format!("{DEFAULT_BASE_TAG} is missing and {DEFAULT_BUSYBOX} is not there to build it"),
+            "apt-get install busybox-static && silo image base",
+        ),
+        Err(err) => Check::bad(
+            "base image",
+            Verdict::Warn,
+            silo_protocol::http::error_chain(&err),
+            "check the engine with `docker info`",
+        ),
+    };
+    checks.push(base);
+    checks
+}
