@@ -184,3 +184,41 @@ async fn two_homes_on_one_engine_never_touch_each_others_containers() {
     assert_eq!(containers_of(&engine, &in_b).await.len(), 1);
     assert_eq!(b.ok(&["exec", "same", "--", "echo", "ok"]), "ok\n");
 }
+
+#[tokio::test]
+async fn the_demo_shows_the_whole_product_on_docker() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    let steps = json(&cli.ok(&["demo", "--json"]));
+    let detail = |name: &str| {
+        steps
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step"] == name)
+            .unwrap_or_else(|| panic!("no {name} step: {steps}"))["detail"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(detail("up (create)").contains("docker backend"), "{steps}");
+    assert!(
+        detail("first exec").contains("PID 1 is silo-agent"),
+        "{steps}"
+    );
+    assert!(detail("streaming").contains("arrived at"), "{steps}");
+    assert!(
+        detail("session").contains("hello from /tmp, project silo"),
+        "{steps}"
+    );
+    assert!(detail("push").contains("pushed by silo"), "{steps}");
+    assert!(detail("resume").contains("still says \"hello\""), "{steps}");
+    assert!(detail("interrupt").contains("exit 130"), "{steps}");
+    assert!(detail("rewind").contains("passwd is back"), "{steps}");
+    assert!(detail("fork").contains("says \"hello\""), "{steps}");
+    assert!(detail("remove").contains("removed"), "{steps}");
+    // Nothing is left behind.
+    assert_eq!(json(&cli.ok(&["ls", "--json"])), serde_json::json!([]));
+}

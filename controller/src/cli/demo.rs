@@ -1,17 +1,22 @@
 //! `silo demo`: the tour a new user runs first. On Docker when an engine
 //! answers (building the registry-free base image if it is missing), on the
 //! local backend otherwise, saying so. It opens a sandbox with `silo up`,
-//! runs commands in it, has second `silo` processes find it, stops it and
-//! resumes it from a new process (its files intact), interrupts a runaway
-//! command, snapshots it and rewinds a change (on Docker), and prints each
-//! step with its timing. It leaves nothing behind unless asked to (`--keep`).
+//! runs commands in it (output streamed as printed), keeps a shell session's
+//! cwd and variables, pushes files, has second `silo` processes find it,
+//! stops it and resumes it from a new process (its files intact), interrupts
+//! a runaway command, snapshots it, rewinds a breaking change and forks the
+//! snapshot (on Docker), and prints each step with its timing and a summary.
+//! It leaves nothing behind unless asked to (`--keep`).
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use silo::client::{ExecConnection, ExecEvent};
 use silo::image::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX};
+use silo::push::PushOptions;
 use silo::{BackendKind, SandboxSpec, Silo, UpRequest};
+use silo_protocol::bundle::FileSet;
 use silo_protocol::exec::ExecSpec;
 
 use super::output::{DemoStep, Output};
@@ -60,6 +65,7 @@ fn sh(script: &str) -> ExecSpec {
 }
 
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
+    let demo_started = Instant::now();
     let mut steps = Steps {
         out,
         done: Vec::new(),
@@ -100,6 +106,8 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
         String::from_utf8_lossy(&first.stdout).trim().to_owned(),
     );
 
+    streaming(&conn, &mut steps).await?;
+
     let t = Instant::now();
     for _ in 0..WARM_EXECS {
         let done = conn
@@ -128,7 +136,9 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
         t.elapsed(),
         format!("`silo exec {name} -- cat note.txt` printed {cat:?}"),
     );
+    session(&conn, &mut steps).await?;
     drop(conn);
+    push(silo, &name, &mut steps).await?;
 
     let t = Instant::now();
     silo.stop(&name).await?;
@@ -171,8 +181,15 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
     drop(conn);
 
     let snapshot = if backend == BackendKind::Docker {
-        Some(snapshot_and_rewind(silo, &name, &mut steps).await?)
+        let snapshot = snapshot_and_rewind(silo, &name, &mut steps).await?;
+        fork(silo, &name, &snapshot, &mut steps).await?;
+        Some(snapshot)
     } else {
+        steps.add(
+            "snapshot",
+            Duration::ZERO,
+            "skipped: snapshots, rewind and fork need the docker backend".into(),
+        );
         None
     };
 
@@ -196,8 +213,131 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
             "sandbox (and its snapshot) removed; its events remain in `silo events`".into(),
         );
     }
-    out.demo_done(&steps.done)?;
+    out.demo_done(&steps.done, demo_started.elapsed())?;
     Ok(0)
+}
+
+/// A command that prints a line every 300 ms: each line arrives as it is
+/// printed, not when the command ends.
+async fn streaming(conn: &ExecConnection, steps: &mut Steps<'_>) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let mut handle = conn
+        .exec(sh("for i in 1 2 3; do echo tick $i; sleep 0.3; done"))
+        .await?;
+    let mut arrivals = Vec::new();
+    while let Some(event) = handle.next_event().await {
+        match event {
+            ExecEvent::Output { data, .. } => {
+                let lines = data.iter().filter(|b| **b == b'\n').count();
+                arrivals.extend(std::iter::repeat_n(t.elapsed(), lines));
+            }
+            ExecEvent::Exit(exit) => ensure!(exit.code == Some(0), "the ticker failed: {exit:?}"),
+        }
+    }
+    let at: Vec<String> = arrivals
+        .iter()
+        .map(|d| format!("{:.0} ms", d.as_secs_f64() * 1000.0))
+        .collect();
+    steps.add(
+        "streaming",
+        t.elapsed(),
+        format!("3 lines printed 300 ms apart arrived at {}", at.join(", ")),
+    );
+    Ok(())
+}
+
+/// A named shell session keeps its cwd and variables from one call to the next.
+async fn session(conn: &ExecConnection, steps: &mut Steps<'_>) -> anyhow::Result<()> {
+    let in_session = |line: &str| ExecSpec {
+        argv: vec![line.into()],
+        session: Some("demo".into()),
+        ..Default::default()
+    };
+    let t = Instant::now();
+    conn.run(in_session(
+        "cd /tmp && GREETING=hello && export PROJECT=silo",
+    ))
+    .await?;
+    let said = conn
+        .run(in_session(
+            "echo \"$GREETING from $(pwd), project $PROJECT\"",
+        ))
+        .await?;
+    steps.add(
+        "session",
+        t.elapsed(),
+        format!(
+            "`cd /tmp`, a variable and an export, then a second call printed {:?}",
+            String::from_utf8_lossy(&said.stdout).trim()
+        ),
+    );
+    Ok(())
+}
+
+/// Pushes a small tree to a mount, swapped in whole, and reads it back.
+async fn push(silo: &Silo, name: &str, steps: &mut Steps<'_>) -> anyhow::Result<()> {
+    const MOUNT: &str = "/workspace/managed/app";
+    let mut files = FileSet::new();
+    files.insert_bytes("hello.txt", b"pushed by silo\n".to_vec(), false)?;
+    files.insert_bytes("run.sh", b"#!/bin/sh\necho run.sh ran\n".to_vec(), true)?;
+    let t = Instant::now();
+    let report = silo
+        .push_to_sandboxes(
+            MOUNT,
+            vec![(silo.get(name)?, files)],
+            &PushOptions::default(),
+        )
+        .await?;
+    let took = t.elapsed();
+    if let Some(failure) = report.failures.first() {
+        bail!("pushing to the demo sandbox: {}", failure.detail);
+    }
+    // The local backend roots mounts under the sandbox's directory, which is
+    // also a command's default working directory there.
+    let read = second_process(
+        silo,
+        &[
+            "exec",
+            name,
+            "--",
+            "sh",
+            "-c",
+            "cd /workspace/managed/app 2>/dev/null || cd workspace/managed/app; cat hello.txt; ./run.sh",
+        ],
+    )
+    .await?;
+    steps.add(
+        "push",
+        took,
+        format!("2 files to {MOUNT}, swapped in at once; reading them gave {read:?}"),
+    );
+    Ok(())
+}
+
+/// Forks the snapshot into a second sandbox, which has the snapshot's files
+/// and leaves the first alone; then removes the fork.
+async fn fork(
+    silo: &Silo,
+    name: &str,
+    snapshot: &str,
+    steps: &mut Steps<'_>,
+) -> anyhow::Result<()> {
+    let fork_name = format!("{name}-fork");
+    let t = Instant::now();
+    silo.fork(snapshot, &fork_name, &silo::silo::no_progress())
+        .await
+        .context("forking the demo snapshot")?;
+    let took = t.elapsed();
+    let read = second_process(silo, &["exec", &fork_name, "--", "cat", "note.txt"]).await?;
+    silo.remove(&fork_name).await?;
+    steps.add(
+        "fork",
+        took,
+        format!(
+            "`silo fork {snapshot} --name {fork_name}`: its note.txt says {read:?} (removed again)"
+        ),
+    );
+    Ok(())
 }
 
 /// Snapshots the sandbox, breaks its note, and rewinds it back; returns
@@ -208,10 +348,13 @@ async fn snapshot_and_rewind(
     steps: &mut Steps<'_>,
 ) -> anyhow::Result<String> {
     let quiet = silo::silo::no_progress();
+    // The first snapshot on an image stores the image once: worth a bar.
+    let progress = steps.out.snapshot_progress();
     let taken = silo
-        .snapshot(name, Some("demo".into()), &quiet)
-        .await
-        .context("snapshotting the demo sandbox")?;
+        .snapshot(name, Some("demo".into()), &progress.callback())
+        .await;
+    progress.finish();
+    let taken = taken.context("snapshotting the demo sandbox")?;
     steps.add(
         "snapshot",
         Duration::from_secs_f64(taken.durable_ms / 1000.0),

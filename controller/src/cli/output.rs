@@ -142,12 +142,18 @@ impl Output {
         }
     }
 
-    /// Closes the demo: the whole list as JSON, or nothing more for people.
-    pub fn demo_done(&self, steps: &[DemoStep]) -> anyhow::Result<()> {
+    /// Closes the demo: the whole list as JSON, or a summary line for people.
+    pub fn demo_done(&self, steps: &[DemoStep], took: std::time::Duration) -> anyhow::Result<()> {
         if self.json {
             return print_json(&steps);
         }
-        Ok(())
+        let names: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
+        print_lines(&format!(
+            "done: {} steps in {:.1} s ({})",
+            steps.len(),
+            took.as_secs_f64(),
+            names.join(", ")
+        ))
     }
 
     /// A progress bar over a push's targets, on stderr; hidden with
