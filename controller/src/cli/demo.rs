@@ -454,20 +454,16 @@ async fn choose_backend(
                     args.image
                 ),
             ),
-            Err(error) if !forced => {
-                steps.add(
-                    "backend",
-                    t.elapsed(),
-                    format!(
-                        "cannot build {} ({:#}); running on the local backend instead \
-                         (no isolation)",
-                        args.image,
-                        anyhow::Error::new(error)
-                    ),
-                );
-                return Ok(local);
+            // An engine is there, so falling back to no isolation would hide
+            // what is missing: say it and how to get it.
+            Err(error) => {
+                return Err(anyhow::Error::new(error).context(format!(
+                    "cannot build {} for the demo; install Debian's busybox-static \
+                     (apt-get install busybox-static), pass --image IMAGE, or run \
+                     --backend local (no isolation)",
+                    args.image
+                )));
             }
-            Err(error) => return Err(error.into()),
         }
     } else {
         steps.add(
