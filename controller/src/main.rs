@@ -33,12 +33,16 @@ fn main() {
     std::process::exit(code);
 }
 
-/// Diagnostics go to stderr, filtered by `SILO_LOG` (default: warnings).
+/// Diagnostics go to stderr, filtered by `SILO_LOG` (default: warnings), in
+/// colour only on a terminal and never with `NO_COLOR` set.
 fn init_logging() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SILO_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
         .with_writer(std::io::stderr)
         .with_target(false)
         .without_time()

@@ -295,3 +295,35 @@ fn doctor_names_each_problem_with_its_fix() {
         String::from_utf8_lossy(&cli.command(&["doctor"]).output().unwrap().stdout).into_owned();
     assert!(table.contains("agent"), "{table}");
 }
+
+#[test]
+fn every_listing_takes_one_output_flag() {
+    let cli = Cli::new();
+    cli.ok(&["create", "--backend", "local", "--name", "fmt"]);
+    for listing in [
+        &["ls"][..],
+        &["events", "fmt"],
+        &["snapshots"],
+        &["session", "ls", "fmt"],
+    ] {
+        let with_flag = json(&cli.ok(&[listing, &["--json"]].concat()));
+        let with_output = json(&cli.ok(&[listing, &["-o", "json"]].concat()));
+        assert_eq!(with_flag.is_array(), with_output.is_array(), "{listing:?}");
+        let table = cli.ok(&[listing, &["-o", "table"]].concat());
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&table).is_err(),
+            "{table}"
+        );
+    }
+    let out = cli
+        .command(&["ls"])
+        .env("SILO_LOG", "debug")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        !out.stderr.contains(&0x1b),
+        "no escape codes when stderr is not a terminal"
+    );
+}

@@ -43,11 +43,29 @@ pub struct Cli {
     /// silo-agent binary to run instead of the built-in one.
     #[arg(long, global = true, env = "SILO_AGENT", value_name = "PATH")]
     agent: Option<PathBuf>,
-    /// Print machine-readable JSON instead of tables.
+    /// Print machine-readable JSON instead of tables (the same as `-o json`).
     #[arg(long, global = true)]
     json: bool,
+    /// How to print results: `table` for people (the default) or `json`.
+    #[arg(
+        short = 'o',
+        long = "output",
+        global = true,
+        value_enum,
+        value_name = "FORMAT"
+    )]
+    format: Option<Format>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The output formats every command offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// Tables and sentences.
+    Table,
+    /// One JSON document.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -98,6 +116,10 @@ enum Command {
 
 /// Runs the parsed command; returns the process exit code.
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let json = match cli.format {
+        Some(format) => format == Format::Json,
+        None => cli.json,
+    };
     let options = SiloOptions {
         home: cli.home,
         agent: cli.agent,
@@ -106,7 +128,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Completions(args) => return completions::completions(args),
         Command::Man => return completions::man(),
-        Command::Doctor(args) => return doctor::run(options, &Output::new(cli.json), args).await,
+        Command::Doctor(args) => return doctor::run(options, &Output::new(json), args).await,
         _ => {}
     }
     let home_hint = options.home.clone();
@@ -114,7 +136,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Some(home) => format!("opening silo home {}", home.display()),
         None => "opening silo home".to_owned(),
     })?;
-    let out = Output::new(cli.json);
+    let out = Output::new(json);
     match cli.command {
         // Answered above, before the home was opened.
         Command::Completions(_) | Command::Man | Command::Doctor(_) => Ok(0),
