@@ -18,6 +18,7 @@ use silo_protocol::bundle::{
 };
 use silo_protocol::limits::{DEFAULT_GRACE, DEFAULT_RING_BYTES, MAX_GRACE};
 
+use crate::exec::detach::DEFAULT_DETACH_TIMEOUT;
 use crate::push::{DEFAULT_KEEP_VERSIONS, DEFAULT_PUSH_ROOT, DEFAULT_VERSION_GRACE, PushConfig};
 use crate::workload::RestartPolicy;
 
@@ -60,6 +61,10 @@ pub struct Args {
     /// Default grace between SIGINT and SIGKILL on interrupt, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_GRACE_MS)]
     pub grace_ms: u64,
+    /// Interrupt a command after this many seconds with no client attached,
+    /// unless its request says otherwise; 0 lets such commands run on.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_DETACH_TIMEOUT.as_secs())]
+    pub detach_timeout_secs: u64,
     /// When to restart the workload after it exits.
     #[arg(long, value_enum, value_name = "POLICY", default_value_t = RestartPolicy::OnFailure)]
     pub restart: RestartPolicy,
@@ -150,6 +155,8 @@ pub struct Config {
     pub ring_bytes: usize,
     /// Default interrupt grace.
     pub grace: Duration,
+    /// Default detach timeout of execs; `None` for none.
+    pub detach_timeout: Option<Duration>,
     /// Workload restart policy.
     pub restart: RestartPolicy,
     /// Exit when idle this long.
@@ -287,6 +294,8 @@ impl Config {
             workdir,
             ring_bytes: args.ring_bytes,
             grace: Duration::from_millis(args.grace_ms).min(MAX_GRACE),
+            detach_timeout: (args.detach_timeout_secs > 0)
+                .then(|| Duration::from_secs(args.detach_timeout_secs)),
             restart: args.restart,
             idle_timeout: args.idle_timeout.map(Duration::from_secs),
             workload: args.workload,

@@ -152,6 +152,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
             workdir: config.workdir.clone(),
             ring_bytes: config.ring_bytes,
             default_grace: config.grace,
+            detach_timeout: config.detach_timeout,
         },
         reaper,
         ops,

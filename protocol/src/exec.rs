@@ -75,7 +75,11 @@ pub struct ExecSpec {
     /// Grace between SIGINT and SIGKILL for the timeout; the default grace when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_ms: Option<u64>,
-    /// Kill the command if no client has been attached for this long; never when absent.
+    /// Interrupt the command once no client has been attached for this long.
+    /// Absent: the agent's default (60 s unless the agent was started with
+    /// another `--detach-timeout-secs`), so a client that dies without a
+    /// word never leaves its commands running. `0`: never, the command runs
+    /// on as a background job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detach_timeout_ms: Option<u64>,
     /// Run under a pseudo-terminal (setsid + controlling terminal): output on

@@ -108,6 +108,62 @@ async fn a_dropped_client_wedges_nothing() {
 }
 
 #[tokio::test]
+async fn every_exec_whose_client_vanishes_at_once_is_interrupted() {
+    // The agent's default applies to requests that name no timeout; an
+    // explicit 0 keeps a command running as a background job.
+    let agent = TestAgent::start_with(&["--detach-timeout-secs", "1"], &[]).await;
+    let mut abandoned = Vec::new();
+    for round in 0..40 {
+        let conn = agent.client().connect().await.unwrap();
+        let spec = ExecSpec {
+            argv: vec!["sleep".into(), "100.4242".into()],
+            // Half name their own timeout, half rely on the agent's.
+            detach_timeout_ms: (round % 2 == 0).then_some(300),
+            ..Default::default()
+        };
+        let exec = conn.exec(spec).await.unwrap();
+        abandoned.push(exec.pid());
+        // The client goes away right as the exec starts.
+        drop(exec);
+        drop(conn);
+    }
+    let conn = agent.client().connect().await.unwrap();
+    let background = conn
+        .exec(ExecSpec {
+            argv: vec!["sleep".into(), "100.4343".into()],
+            detach_timeout_ms: Some(0),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (kept, kept_pid) = (background.id(), background.pid());
+    drop(background);
+    drop(conn);
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let alive = |pids: &[u32]| -> Vec<u32> {
+        pids.iter()
+            .copied()
+            .filter(|pid| silo_tests::process_alive(*pid))
+            .collect()
+    };
+    while !alive(&abandoned).is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        alive(&abandoned),
+        Vec::<u32>::new(),
+        "abandoned execs still running"
+    );
+    assert!(
+        silo_tests::process_alive(kept_pid),
+        "a 0 timeout keeps it running"
+    );
+    let conn = agent.client().connect().await.unwrap();
+    conn.interrupt(kept, Some(Duration::ZERO)).await.unwrap();
+}
+
+#[tokio::test]
 async fn detach_timeout_kills_an_abandoned_exec() {
     let agent = TestAgent::start().await;
     let conn = agent.client().connect().await.unwrap();

@@ -26,6 +26,7 @@ pub(crate) mod kill;
 pub(crate) mod pty;
 
 mod adopt;
+pub(crate) mod detach;
 mod fanout;
 mod record;
 mod ring;
@@ -73,6 +74,8 @@ pub struct ExecConfig {
     pub ring_bytes: usize,
     /// Grace between SIGINT and SIGKILL when a request names none.
     pub default_grace: Duration,
+    /// Detach timeout when a request names none (see [`detach`]).
+    pub detach_timeout: Option<Duration>,
 }
 
 /// Why an exec request failed.
@@ -257,6 +260,11 @@ impl Execs {
                 next_id: AtomicU64::new(first_id.max(1)),
             }),
         })
+    }
+
+    /// The detach timeout of an exec whose request asked for `requested_ms`.
+    pub fn detach_after(&self, requested_ms: Option<u64>) -> Option<Duration> {
+        detach::resolve(requested_ms, self.inner.config.detach_timeout)
     }
 
     /// Starts a command; `sub` follows its output from the first byte. A

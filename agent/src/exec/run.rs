@@ -28,6 +28,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 
+use super::detach::{self, DetachTimer};
 use super::pty::{self, Pty};
 use super::record::ExecRecord;
 use super::{EXEC_MARKER_VAR, ExecError, Inner, Subscriber};
@@ -112,7 +113,7 @@ pub(super) fn launch(
             .grace_ms
             .map_or(inner.config.default_grace, Duration::from_millis)
             .min(MAX_GRACE),
-        detach_after: spec.detach_timeout_ms.map(Duration::from_millis),
+        detach_after: detach::resolve(spec.detach_timeout_ms, inner.config.detach_timeout),
     };
     tracing::debug!(exec_id = id, pid, argv = ?spec.argv, "exec started");
     tokio::spawn(supervise(
@@ -211,9 +212,10 @@ async fn supervise(
 
     let far = Instant::now() + FAR_FUTURE;
     let mut timeout_at = limits.timeout.map(|t| Instant::now() + t);
-    let mut attached = record.attached();
-    let mut watch_attached = limits.detach_after.is_some();
-    let mut detach_at: Option<Instant> = None;
+    let mut detach = DetachTimer::new(record.attached(), limits.detach_after);
+    let unattended = detach.expired();
+    tokio::pin!(unattended);
+    let mut detach_fired = false;
 
     let status = loop {
         tokio::select! {
@@ -225,16 +227,8 @@ async fn supervise(
                 record.mark_timed_out();
                 inner.kill(&record, Signal::SIGINT, limits.grace);
             }
-            changed = attached.changed(), if watch_attached => {
-                if changed.is_err() {
-                    watch_attached = false;
-                } else if let Some(after) = limits.detach_after {
-                    detach_at = (*attached.borrow_and_update() == 0).then(|| Instant::now() + after);
-                }
-            }
-            () = sleep_until(detach_at.unwrap_or(far)), if detach_at.is_some() => {
-                detach_at = None;
-                watch_attached = false;
+            () = &mut unattended, if !detach_fired => {
+                detach_fired = true;
                 tracing::debug!(exec_id = record.id, "no client attached; killing");
                 inner.kill(&record, Signal::SIGINT, inner.config.default_grace);
             }

@@ -34,6 +34,7 @@ use super::report::Record;
 use super::run::{Context, Control, Plan};
 use super::script::{self, RunFds};
 use super::shell::{Shell, raw};
+use crate::exec::detach::DetachTimer;
 use crate::exec::{Adopted, LINGER, kill};
 use crate::reaper::ProcessExit;
 
@@ -154,9 +155,10 @@ impl Line<'_> {
         let mut start_by = Some(Instant::now() + UNRESPONSIVE);
         let mut grace_at: Option<Instant> = None;
         let mut settle_at: Option<Instant> = None;
-        let mut attached = record.attached();
-        let mut watch_attached = self.plan.detach_after.is_some();
-        let mut detach_at: Option<Instant> = None;
+        let mut detach = DetachTimer::new(record.attached(), self.plan.detach_after);
+        let unattended = detach.expired();
+        tokio::pin!(unattended);
+        let mut detach_fired = false;
         loop {
             tokio::select! {
                 got = self.shell.records.recv() => match got {
@@ -208,16 +210,8 @@ impl Line<'_> {
                     record.mark_timed_out();
                     self.control.request(self.plan.grace);
                 }
-                changed = attached.changed(), if watch_attached => {
-                    if changed.is_err() {
-                        watch_attached = false;
-                    } else if let Some(after) = self.plan.detach_after {
-                        detach_at = (*attached.borrow_and_update() == 0).then(|| Instant::now() + after);
-                    }
-                }
-                () = sleep_until(detach_at.unwrap_or(far)), if detach_at.is_some() => {
-                    detach_at = None;
-                    watch_attached = false;
+                () = &mut unattended, if !detach_fired => {
+                    detach_fired = true;
                     tracing::debug!(exec_id = id, "no client attached; interrupting");
                     self.control.request(self.ctx.default_grace);
                 }

@@ -99,7 +99,7 @@ pub fn start(
             .grace_ms
             .map_or(ctx.default_grace, Duration::from_millis)
             .min(MAX_GRACE),
-        detach_after: spec.detach_timeout_ms.map(Duration::from_millis),
+        detach_after: execs.detach_after(spec.detach_timeout_ms),
     };
     let started = Started {
         exec_id: adopted.id(),

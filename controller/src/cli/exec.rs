@@ -34,9 +34,6 @@ use super::terminal;
 
 /// A second Ctrl-C within this window kills without grace.
 const DOUBLE_TAP: Duration = Duration::from_secs(1);
-/// The agent kills a command whose client has been gone this long; this CLI
-/// is its only client, and nothing re-attaches once this process is dead.
-const DETACH_TIMEOUT: Duration = Duration::from_secs(60);
 /// Re-attach attempts after a lost connection before giving up.
 const MAX_REATTACH: u32 = 3;
 /// Bytes read from local stdin per frame.
@@ -109,10 +106,11 @@ pub(super) fn ask_for_terminal(spec: &mut ExecSpec) {
 pub(super) async fn execute(
     silo: &Silo,
     sandbox: &str,
-    mut spec: ExecSpec,
+    spec: ExecSpec,
     forward_stdin: bool,
 ) -> anyhow::Result<i32> {
-    spec.detach_timeout_ms = Some(DETACH_TIMEOUT.as_millis() as u64);
+    // No detach timeout is named: the agent's default interrupts the command
+    // once this process, its only client, has been gone that long.
     let tty = spec.tty;
     let mut signals = Signals::catch(tty)?;
     let sandbox = silo.get(sandbox)?;
