@@ -10,7 +10,6 @@
 //! Failures name what was wrong (missing header, stale clock, replay, bad
 //! signature) and never echo key material.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -19,13 +18,12 @@ use sha2::{Digest, Sha256};
 
 use crate::http::{HEADER_CONTENT_SHA256, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use crate::limits::SIGNATURE_SKEW;
+use crate::replay::{Admission, ReplayGuard};
 
 type HmacSha256 = Hmac<Sha256>;
 
 /// Length in bytes of every silo key (master and per-sandbox).
 pub const KEY_LEN: usize = 32;
-/// Most nonces the verifier remembers; past this, requests are refused until old ones expire.
-pub const NONCE_CACHE_CAPACITY: usize = 100_000;
 /// Hex SHA-256 of the empty body, which bodyless requests must claim.
 pub const EMPTY_BODY_SHA256: &str =
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
@@ -175,8 +173,8 @@ pub fn sign_at(
 pub struct Verifier {
     key: Key,
     skew: Duration,
-    /// Nonce → unix second after which it may be forgotten (it would fail the skew check anyway).
-    seen: Mutex<HashMap<String, u64>>,
+    /// The nonces seen within the window.
+    seen: Mutex<ReplayGuard>,
 }
 
 impl Verifier {
@@ -190,7 +188,7 @@ impl Verifier {
         Self {
             key,
             skew,
-            seen: Mutex::new(HashMap::new()),
+            seen: Mutex::new(ReplayGuard::new()),
         }
     }
 
@@ -251,23 +249,17 @@ impl Verifier {
     }
 
     /// Records a nonce, refusing one already seen. Only called for valid signatures,
-    /// so an attacker without the key cannot fill the cache.
+    /// so an attacker without the key cannot fill the guard.
     fn remember_nonce(&self, now: u64, nonce: &str, forget_after: u64) -> Result<(), AuthError> {
         let mut seen = self
             .seen
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if seen.contains_key(nonce) {
-            return Err(AuthError::Replayed);
+        match seen.admit(now, nonce, forget_after) {
+            Admission::Fresh => Ok(()),
+            Admission::Replayed => Err(AuthError::Replayed),
+            Admission::TooOld => Err(AuthError::TooOldToCheck),
         }
-        if seen.len() >= NONCE_CACHE_CAPACITY {
-            seen.retain(|_, expiry| *expiry >= now);
-            if seen.len() >= NONCE_CACHE_CAPACITY {
-                return Err(AuthError::NonceCacheFull);
-            }
-        }
-        seen.insert(nonce.to_owned(), forget_after);
-        Ok(())
     }
 }
 
@@ -292,9 +284,12 @@ pub enum AuthError {
     /// The nonce was already used.
     #[error("nonce already used (replayed request)")]
     Replayed,
-    /// Too many recent requests to remember.
-    #[error("too many recent requests to track; retry shortly")]
-    NonceCacheFull,
+    /// Signed so long ago that, under the current request rate, the agent
+    /// can no longer tell whether it was already used.
+    #[error(
+        "request was signed too long ago to rule out a replay at this request rate; sign it again"
+    )]
+    TooOldToCheck,
     /// A key file or variable is not 64 hex digits.
     #[error("key is not {} hex digits", KEY_LEN * 2)]
     MalformedKey,
@@ -312,6 +307,8 @@ fn unix_now() -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     fn verify(
@@ -386,6 +383,40 @@ mod tests {
         ));
         // A refused request does not burn its nonce.
         assert!(verify(&v, 1000, "POST", "/v1/push?mount=/a", &h).is_ok());
+    }
+
+    #[test]
+    fn a_sustained_rate_past_any_cache_size_is_never_locked_out() {
+        let key = Key::generate().unwrap();
+        let v = Verifier::new(key.clone());
+        // 1,000 signed requests a second for 110 s, all inside one skew window.
+        for i in 0..110_000u64 {
+            let now = 1_000 + i / 1_000;
+            let h = sign_at(
+                &key,
+                "GET",
+                "/v1/exec",
+                EMPTY_BODY_SHA256,
+                now,
+                &format!("{i:032x}"),
+            );
+            assert!(
+                verify(&v, now, "GET", "/v1/exec", &h).is_ok(),
+                "request {i} refused"
+            );
+        }
+        let again = sign_at(
+            &key,
+            "GET",
+            "/v1/exec",
+            EMPTY_BODY_SHA256,
+            1_109,
+            &format!("{:032x}", 109_999),
+        );
+        assert_eq!(
+            verify(&v, 1_110, "GET", "/v1/exec", &again),
+            Err(AuthError::Replayed)
+        );
     }
 
     #[test]

@@ -5,12 +5,13 @@
 //! and carries the protocol version. This crate has no server code, no async
 //! runtime, no Docker and no SQLite: it is plain data, pure functions, the
 //! bundle builder (blocking `std::io`, which reads the files it bundles) and
-//! one small piece of state (the nonce cache behind [`auth::Verifier`]).
+//! one small piece of state (the replay guard behind [`auth::Verifier`]).
 //!
 //! # Layout
 //! - [`version`]: the protocol version and the handshake header that checks it.
 //! - [`http`]: endpoint paths, header names and the JSON error body.
-//! - [`auth`]: request signing, verification, replay protection, key derivation.
+//! - [`auth`]: request signing, verification, key derivation.
+//! - [`replay`]: the nonces seen within the skew window, bounded in memory.
 //! - [`exec`]: the exec channel: control messages (JSON) and output frames (binary).
 //! - [`health`]: the unauthenticated `GET /healthz` answer.
 //! - [`limits`]: defaults both sides need to know (ring size, grace, keepalive).
@@ -29,6 +30,7 @@ pub mod health;
 pub mod http;
 pub mod limits;
 pub mod push;
+pub mod replay;
 pub mod session;
 pub mod snapshot;
 pub mod version;
