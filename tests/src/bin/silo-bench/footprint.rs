@@ -22,7 +22,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         ready.push(t.elapsed());
         // Idle: give it a moment after the health check, then read resident memory.
         tokio::time::sleep(Duration::from_millis(100)).await;
-        rss_kb = rss_kb.max(vm_rss_kb(agent.pid()).unwrap_or(f64::NAN));
+        rss_kb = rss_kb.max(vm_rss_kib(agent.pid()).unwrap_or(f64::NAN));
     }
     let mut spawn = Samples::default();
     for _ in 0..n {
@@ -65,7 +65,8 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     ])
 }
 
-fn vm_rss_kb(pid: u32) -> Option<f64> {
+/// Resident memory of a process, in KiB.
+pub fn vm_rss_kib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()

@@ -20,6 +20,7 @@ mod docker_tti;
 mod exec_rtt;
 mod footprint;
 mod interrupt;
+mod nonce_window;
 mod push_big;
 mod push_fanout;
 mod report;
@@ -40,6 +41,7 @@ const SCENARIOS: &[&str] = &[
     "agent-footprint",
     "push-big",
     "push-fanout",
+    "nonce-window",
     "docker-exec-rtt",
     "tti",
     "resume",
@@ -51,7 +53,8 @@ const SCENARIOS: &[&str] = &[
 struct Args {
     /// Scenarios to run (all when none): exec-rtt, session-rtt, interrupt
     /// (plain execs and session runs), agent-footprint,
-    /// push-big, push-fanout, docker-exec-rtt, tti, resume, snapshot (the Docker
+    /// push-big, push-fanout, nonce-window (signed requests for longer than
+    /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot (the Docker
     /// ones are skipped, with a note, when no engine answers outside CI).
     scenarios: Vec<String>,
     /// Where to write the JSON results.
@@ -84,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
             "agent-footprint" => footprint::run(args.quick).await?,
             "push-big" => push_big::run(args.quick).await?,
             "push-fanout" => push_fanout::run(args.quick).await?,
+            "nonce-window" => nonce_window::run(args.quick).await?,
             "docker-exec-rtt" => docker_exec_rtt::run(args.quick).await?,
             "tti" => docker_tti::run(args.quick).await?,
             "resume" => docker_resume::run(args.quick).await?,
