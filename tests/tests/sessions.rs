@@ -344,36 +344,81 @@ async fn sessions_are_opened_listed_and_closed() {
     assert!(conn.list_sessions().await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn a_posix_sh_session_behaves_the_same() {
-    let shell = "dash";
-    let found = std::process::Command::new("sh")
-        .args(["-c", "command -v dash"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!("skipped: dash is not installed");
-        return;
-    }
-    let agent = TestAgent::start().await;
-    let conn = agent.client().connect().await.unwrap();
-    let options = SessionOptions {
-        shell: Some(shell.into()),
-        ..Default::default()
+/// A POSIX shell the sessions must work with: dash, or busybox ash (what
+/// minimal images ship). Missing is a skip outside CI and a failure in it.
+fn posix_shell(name: &str, program: &str) -> Option<std::path::PathBuf> {
+    let Ok(path) = which(program) else {
+        assert!(
+            !silo_tests::docker::in_ci(),
+            "{program} is not installed (CI installs it)"
+        );
+        eprintln!("skipped: {program} is not installed");
+        return None;
     };
-    let (info, _) = conn.open_session("d", options).await.unwrap();
-    assert!(info.shell.ends_with("dash"), "{info:?}");
-    run(&conn, "d", "cd /tmp; export FOO=bar").await;
-    let out = run(&conn, "d", "pwd; echo $FOO; echo err >&2; false").await;
-    assert_eq!(text(&out.stdout), "/tmp\nbar\n");
-    assert_eq!(text(&out.stderr), "err\n");
-    assert_eq!(out.exit.code, Some(1));
-    let exec = conn.exec(in_session("d", "sleep 100.7878")).await.unwrap();
-    wait_for_process("sleep 100.7878", true).await;
-    exec.interrupt(None).await.unwrap();
-    let out = exec.collect().await.unwrap();
-    assert_eq!(out.exit.shell_code(), 130);
-    assert_eq!(text(&run(&conn, "d", "pwd").await.stdout), "/tmp\n");
+    if name == "ash" {
+        // busybox picks its applet from argv[0]: a link named `sh` runs ash.
+        let dir = tempfile::tempdir().unwrap().keep();
+        let link = dir.join("sh");
+        std::os::unix::fs::symlink(path, &link).unwrap();
+        return Some(link);
+    }
+    Some(path)
+}
+
+fn which(program: &str) -> Result<std::path::PathBuf, ()> {
+    let out = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .map_err(|_| ())?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if out.status.success() && !path.is_empty() {
+        Ok(path.into())
+    } else {
+        Err(())
+    }
+}
+
+#[tokio::test]
+async fn posix_sh_sessions_survive_an_interrupt_with_everything_kept() {
+    for (name, program) in [("dash", "dash"), ("ash", "busybox")] {
+        let Some(shell) = posix_shell(name, program) else {
+            continue;
+        };
+        let agent = TestAgent::start().await;
+        let conn = agent.client().connect().await.unwrap();
+        let options = SessionOptions {
+            shell: Some(shell.display().to_string()),
+            ..Default::default()
+        };
+        let (info, _) = conn.open_session("d", options).await.unwrap();
+        assert_eq!(info.shell, shell.display().to_string());
+        run(
+            &conn,
+            "d",
+            "cd /tmp; export FOO=bar; LOCAL=kept; greet() { echo hi $1; }",
+        )
+        .await;
+        let out = run(&conn, "d", "pwd; echo $FOO; echo err >&2; false").await;
+        assert_eq!(text(&out.stdout), "/tmp\nbar\n", "{name}");
+        assert_eq!(text(&out.stderr), "err\n", "{name}");
+        assert_eq!(out.exit.code, Some(1), "{name}");
+        let exec = conn.exec(in_session("d", "sleep 100.7878")).await.unwrap();
+        wait_for_process("sleep 100.7878", true).await;
+        let asked = Instant::now();
+        exec.interrupt(None).await.unwrap();
+        let out = exec.collect().await.unwrap();
+        assert_eq!(out.exit.shell_code(), 130, "{name}: {:?}", out.exit);
+        assert!(!out.exit.restored, "{name}: the shell itself survived");
+        // The default grace is 2 s; a shell that came back is far quicker.
+        assert!(
+            asked.elapsed() < Duration::from_millis(1500),
+            "{name}: {:?}",
+            asked.elapsed()
+        );
+        let out = run(&conn, "d", "pwd; echo $FOO $LOCAL; greet there").await;
+        assert_eq!(text(&out.stdout), "/tmp\nbar kept\nhi there\n", "{name}");
+        assert_eq!(conn.list_sessions().await.unwrap()[0].restarts, 0, "{name}");
+    }
 }
 
 #[test]

@@ -4,7 +4,10 @@
 //!
 //! The shell runs interactive (so SIGINT aborts its running command instead
 //! of killing it) in a session of its own, with a pipe from the agent as
-//! stdin, `/dev/null` as stdout and a pipe to the agent as stderr. Its pid is
+//! stdin and one pipe to the agent as both stdout and stderr: bash and dash
+//! print their prompt (which carries the `P` record) on stderr, busybox ash
+//! on stdout, and the record parser skips whatever else a shell prints
+//! there (a banner, job-control notes). Its pid is
 //! registered with the reaper like any child's; a task turns the reaped
 //! status into a watch, and another parses stderr into [`Record`]s.
 
@@ -125,7 +128,7 @@ impl Shell {
         cmd.args(launch.program.flavor.args())
             .current_dir(launch.cwd)
             .stdin(Stdio::from(control_r))
-            .stdout(Stdio::null())
+            .stdout(Stdio::from(report_w.try_clone()?))
             .stderr(Stdio::from(report_w));
         if launch.restore.is_some() {
             cmd.env_clear();
