@@ -29,6 +29,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const STABLE_RUN: Duration = Duration::from_secs(10);
 /// Status reported when the workload could not be started at all (the shell's "not found").
 const SPAWN_FAILED_CODE: i32 = 127;
+/// How long what a finished run left behind gets, after SIGTERM, before the
+/// SIGKILL sweep: a child still holding the run's port would make the next
+/// run fail.
+const LEFTOVER_GRACE: Duration = Duration::from_secs(1);
 
 /// When to start the workload again after it exits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -142,7 +146,10 @@ impl Supervisor {
                     let outcome = self.wait(pgid, exit_rx, &mut stop).await;
                     self.set_current(None);
                     match outcome {
-                        Waited::Exited(exit) => exit,
+                        Waited::Exited(exit) => {
+                            self.clear_leftovers(pgid).await;
+                            exit
+                        }
                         Waited::Stopped(exit) => return Some(exit),
                     }
                 }
@@ -193,11 +200,7 @@ impl Supervisor {
             grace = stop => {
                 let grace = grace.unwrap_or(Duration::ZERO);
                 let (gone_tx, gone_rx) = watch::channel(false);
-                let scope = Scope {
-                    leader: pgid,
-                    marker: format!("{WORKLOAD_MARKER_VAR}={}", self.marker_value),
-                };
-                let kill = kill::escalate(Arc::clone(&self.ops), scope, Signal::SIGTERM, grace, gone_rx);
+                let kill = kill::escalate(Arc::clone(&self.ops), self.scope(pgid), Signal::SIGTERM, grace, gone_rx);
                 let reaped = async {
                     let exit = exit_rx.await.unwrap_or(lost);
                     gone_tx.send_replace(true);
@@ -206,6 +209,38 @@ impl Supervisor {
                 let (exit, _) = tokio::join!(reaped, kill);
                 Waited::Stopped(exit)
             }
+        }
+    }
+
+    /// Everything a run started: its group, and processes that left it but
+    /// carry the workload's marker (the next run does not exist yet).
+    fn scope(&self, pgid: i32) -> Scope {
+        Scope {
+            leader: pgid,
+            marker: format!("{WORKLOAD_MARKER_VAR}={}", self.marker_value),
+        }
+    }
+
+    /// Ends what a run whose leader exited left running (background
+    /// children, daemons that `setsid` away), as an interrupt does: SIGTERM,
+    /// a short grace, then SIGKILL sweeps.
+    async fn clear_leftovers(&self, pgid: i32) {
+        let leader_gone = watch::channel(true).1;
+        let scope = self.scope(pgid);
+        let outcome = kill::escalate(
+            Arc::clone(&self.ops),
+            scope,
+            Signal::SIGTERM,
+            LEFTOVER_GRACE,
+            leader_gone,
+        )
+        .await;
+        if outcome.sweeps > 0 {
+            tracing::info!(
+                pgid,
+                sweeps = outcome.sweeps,
+                "killed what the workload's last run left"
+            );
         }
     }
 

@@ -255,6 +255,60 @@ async fn a_crashing_workload_is_restarted_with_backoff() {
 }
 
 #[tokio::test]
+async fn a_restarted_workload_leaves_nothing_of_its_last_run() {
+    let runs = tempfile::NamedTempFile::new().unwrap();
+    let path = runs.path().to_str().unwrap().to_owned();
+    // Each run starts a background child and one that escapes into its own
+    // session (as a server's worker or daemon would), then waits.
+    let script = format!(
+        "sleep 1000.1717 & a=$!; setsid sleep 1000.1818 & b=$!; echo \"$$ $a $b\" >> {path}; wait"
+    );
+    let _agent = TestAgent::start_with(&["--restart", "on-failure"], &["sh", "-c", &script]).await;
+    let lines = |min: usize| {
+        let path = path.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let lines: Vec<Vec<u32>> = text
+                    .lines()
+                    .map(|l| l.split_whitespace().map(|p| p.parse().unwrap()).collect())
+                    .collect();
+                if lines.len() >= min || Instant::now() > deadline {
+                    return lines;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let first = lines(1).await[0].clone();
+    let leader = i32::try_from(first[0]).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(leader),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let runs_now = lines(2).await;
+    assert!(runs_now.len() >= 2, "the workload was not restarted");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while first[1..].iter().any(|p| silo_tests::process_alive(*p)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for pid in &first[1..] {
+        assert!(
+            !silo_tests::process_alive(*pid),
+            "process {pid} of the last run still runs"
+        );
+    }
+    // The new run's own children are alive.
+    assert!(
+        runs_now[1][1..]
+            .iter()
+            .all(|p| silo_tests::process_alive(*p))
+    );
+}
+
+#[tokio::test]
 async fn sigterm_shuts_down_with_the_workload_status() {
     let agent = TestAgent::start_with(
         &["--restart", "never"],
