@@ -18,6 +18,7 @@ use silo_protocol::bundle::{
 };
 use silo_protocol::limits::{DEFAULT_GRACE, DEFAULT_RING_BYTES, MAX_GRACE};
 
+use crate::exec::DEFAULT_OUTPUT_BUDGET;
 use crate::exec::detach::DEFAULT_DETACH_TIMEOUT;
 use crate::push::{DEFAULT_KEEP_VERSIONS, DEFAULT_PUSH_ROOT, DEFAULT_VERSION_GRACE, PushConfig};
 use crate::workload::RestartPolicy;
@@ -58,6 +59,10 @@ pub struct Args {
     /// Bytes of recent output each exec keeps for re-attach.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_RING_BYTES)]
     pub ring_bytes: usize,
+    /// Bytes of recent output all running execs keep together; a command
+    /// printing past it gives up its own oldest output first.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_OUTPUT_BUDGET)]
+    pub output_budget: usize,
     /// Default grace between SIGINT and SIGKILL on interrupt, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_GRACE_MS)]
     pub grace_ms: u64,
@@ -153,6 +158,8 @@ pub struct Config {
     pub workdir: PathBuf,
     /// Output bytes kept per exec.
     pub ring_bytes: usize,
+    /// Output bytes kept by all running execs together.
+    pub output_budget: usize,
     /// Default interrupt grace.
     pub grace: Duration,
     /// Default detach timeout of execs; `None` for none.
@@ -293,6 +300,7 @@ impl Config {
             key,
             workdir,
             ring_bytes: args.ring_bytes,
+            output_budget: args.output_budget,
             grace: Duration::from_millis(args.grace_ms).min(MAX_GRACE),
             detach_timeout: (args.detach_timeout_secs > 0)
                 .then(|| Duration::from_secs(args.detach_timeout_secs)),

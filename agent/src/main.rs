@@ -153,6 +153,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
             ring_bytes: config.ring_bytes,
             default_grace: config.grace,
             detach_timeout: config.detach_timeout,
+            output_budget: config.output_budget,
         },
         reaper,
         ops,

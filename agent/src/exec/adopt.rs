@@ -58,7 +58,7 @@ impl Execs {
             (None, None)
         };
         let record = Arc::new(
-            ExecRecord::new(id, pid, scope, self.inner.config.ring_bytes, sub, stdin_tx)
+            ExecRecord::new(id, pid, scope, self.inner.new_ring(), sub, stdin_tx)
                 .with_interrupter(interrupter),
         );
         self.inner.insert(Arc::clone(&record));

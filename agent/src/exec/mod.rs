@@ -59,6 +59,10 @@ pub const MAX_CONCURRENT_EXECS: usize = 128;
 pub const MAX_FINISHED_EXECS: usize = 256;
 /// How long a finished exec's result is kept.
 pub const RETENTION: Duration = Duration::from_secs(10 * 60);
+/// Default output memory of all running execs together: what one exec may
+/// hold, so several chatty commands cost no more than one (a sandbox with
+/// `--memory 64m` must survive them).
+pub const DEFAULT_OUTPUT_BUDGET: usize = silo_protocol::limits::DEFAULT_RING_BYTES;
 /// Most output bytes kept, across all finished execs, for replay.
 pub const FINISHED_OUTPUT_BUDGET: usize = 64 * 1024 * 1024;
 /// Environment variable every exec's processes carry, so an interrupt can find
@@ -76,6 +80,8 @@ pub struct ExecConfig {
     pub default_grace: Duration,
     /// Detach timeout when a request names none (see [`detach`]).
     pub detach_timeout: Option<Duration>,
+    /// Output memory all running execs' rings share (see [`ring`]).
+    pub output_budget: usize,
 }
 
 /// Why an exec request failed.
@@ -195,6 +201,15 @@ struct Inner {
     /// One permit per unfinished exec.
     slots: Arc<Semaphore>,
     next_id: AtomicU64,
+    /// What the running execs' rings hold together.
+    output_budget: Arc<ring::Budget>,
+}
+
+impl Inner {
+    /// An empty output ring for a new exec, charged to the shared budget.
+    fn new_ring(&self) -> ring::Ring {
+        ring::Ring::with_budget(self.config.ring_bytes, Arc::clone(&self.output_budget))
+    }
 }
 
 /// A finished exec waiting for eviction.
@@ -243,6 +258,7 @@ impl Execs {
         let mut seed = [0u8; 4];
         getrandom::fill(&mut seed).map_err(|err| io::Error::other(err.to_string()))?;
         let first_id = u64::from(u32::from_le_bytes(seed) & ID_EPOCH_MASK) << 32;
+        let output_budget = ring::Budget::new(config.output_budget);
         let sessions = Sessions::new(
             config.workdir.clone(),
             config.default_grace,
@@ -258,6 +274,7 @@ impl Execs {
                 table: Mutex::default(),
                 slots: Arc::new(Semaphore::new(MAX_CONCURRENT_EXECS)),
                 next_id: AtomicU64::new(first_id.max(1)),
+                output_budget,
             }),
         })
     }

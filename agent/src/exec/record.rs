@@ -103,7 +103,7 @@ impl ExecRecord {
         id: ExecId,
         pid: u32,
         scope: Scope,
-        ring_bytes: usize,
+        ring: Ring,
         first: Subscriber,
         stdin: Option<mpsc::Sender<Bytes>>,
     ) -> Self {
@@ -115,7 +115,7 @@ impl ExecRecord {
             started: Instant::now(),
             scope,
             shared: Mutex::new(Shared {
-                ring: Ring::new(ring_bytes),
+                ring,
                 fanout,
                 phase: Phase::Running,
                 interrupted: false,
@@ -172,7 +172,7 @@ impl ExecRecord {
     /// Numbers, stores and broadcasts a chunk of output.
     pub fn append(&self, channel: Channel, data: Bytes) {
         let mut shared = self.lock();
-        let seq = shared.ring.push(channel, data.clone());
+        let seq = shared.ring.push(channel, &data);
         let event = Event::Output {
             exec_id: self.id,
             seq,
@@ -276,6 +276,7 @@ impl ExecRecord {
             restored: shared.restored,
         };
         shared.phase = Phase::Finished(exit.clone());
+        shared.ring.release();
         let event = Event::Exit {
             exec_id: self.id,
             exit: exit.clone(),

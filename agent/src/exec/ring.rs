@@ -1,31 +1,76 @@
 //! A bounded window of an exec's most recent output, addressed by byte offset.
 //!
 //! Sequence numbers are byte offsets in the exec's combined output, so the
-//! ring can answer "replay from offset N" exactly: it hands back the chunks
-//! from N on (trimming a chunk N falls inside) and says how many bytes before
-//! its oldest held byte were asked for but are gone.
+//! ring can answer "replay from offset N" exactly: it hands back the output
+//! from N on and says how many bytes before its oldest held byte were asked
+//! for but are gone.
+//!
+//! Memory is what the bytes take, not what the reads were: output is kept in
+//! one contiguous byte buffer, and consecutive reads of one channel merge
+//! into one run, so a command writing a byte at a time costs a byte a byte
+//! (a chunk per read once cost ~100 bytes of bookkeeping each). Runs are
+//! bounded too ([`RUN_BYTES`] of output per run at the least), in case the
+//! two channels alternate byte by byte. Beside its own capacity, a ring
+//! charges a [`Budget`] shared by every running exec, and gives up its own
+//! oldest output while the agent's total is over it, so many chatty
+//! commands together cannot take more than the budget.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use silo_protocol::exec::Channel;
+use silo_protocol::limits::MAX_FRAME_PAYLOAD;
 
-/// One read's worth of output.
+/// Memory charged for one run's bookkeeping.
+pub const RUN_COST: usize = 32;
+/// A ring keeps at most one run per this many bytes of capacity ...
+pub const RUN_BYTES: usize = 64;
+/// ... or this many, whichever is more.
+const MIN_RUNS: usize = 16;
+/// Below this much spare capacity a ring's buffer is not worth shrinking.
+const SHRINK_SLACK: usize = 64 * 1024;
+
+/// Output memory shared by every running exec's ring.
+#[derive(Debug)]
+pub struct Budget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// Bytes charged now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn charge(&self, bytes: usize) {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn refund(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// One read's worth of output, or a run of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chunk {
     /// Offset of `data[0]` in the exec's output.
     pub seq: u64,
     /// Stdout or stderr.
     pub channel: Channel,
-    /// The bytes (shared with whoever is streaming them live).
+    /// The bytes.
     pub data: Bytes,
-}
-
-impl Chunk {
-    /// Offset just past the chunk.
-    pub fn end(&self) -> u64 {
-        self.seq + self.data.len() as u64
-    }
 }
 
 /// What a replay request gets back.
@@ -35,59 +80,89 @@ pub struct Replay {
     pub next_seq: u64,
     /// Bytes between the requested offset and `next_seq` that the ring no longer holds.
     pub lost_bytes: u64,
-    /// Held output from `next_seq` on.
+    /// Held output from `next_seq` on, in chunks of at most one frame.
     pub chunks: Vec<Chunk>,
+}
+
+/// Consecutive output of one channel.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    seq: u64,
+    channel: Channel,
+    len: usize,
 }
 
 /// The recent-output window of one exec.
 #[derive(Debug)]
 pub struct Ring {
-    chunks: VecDeque<Chunk>,
-    /// Bytes currently held; never above `capacity`.
-    held: usize,
+    /// The held bytes, oldest first; `runs` says which channel each is.
+    bytes: VecDeque<u8>,
+    runs: VecDeque<Run>,
     capacity: usize,
     /// Offset of the next byte to be produced (total produced so far).
     end: u64,
+    /// The agent-wide budget this ring is charged to, while it is.
+    budget: Option<Arc<Budget>>,
 }
 
 impl Ring {
-    /// An empty ring holding at most `capacity` bytes (0 keeps nothing).
+    /// An empty ring holding at most `capacity` bytes (0 keeps nothing),
+    /// charged to no shared budget.
     pub fn new(capacity: usize) -> Self {
         Self {
-            chunks: VecDeque::new(),
-            held: 0,
+            bytes: VecDeque::new(),
+            runs: VecDeque::new(),
             capacity,
             end: 0,
+            budget: None,
         }
     }
 
-    /// Appends output, evicting the oldest chunks to stay within capacity.
-    /// Returns the chunk's sequence number.
-    pub fn push(&mut self, channel: Channel, data: Bytes) -> u64 {
+    /// The same, charged to `budget` until [`Ring::release`].
+    pub fn with_budget(capacity: usize, budget: Arc<Budget>) -> Self {
+        let mut ring = Self::new(capacity);
+        ring.budget = Some(budget);
+        ring
+    }
+
+    /// Appends output, evicting the oldest to stay within capacity and the
+    /// shared budget. Returns its sequence number.
+    pub fn push(&mut self, channel: Channel, data: &[u8]) -> u64 {
         let seq = self.end;
         self.end += data.len() as u64;
         if data.is_empty() || self.capacity == 0 {
             return seq;
         }
-        // A chunk larger than the whole ring keeps only its tail.
-        let (seq_kept, data) = if data.len() > self.capacity {
-            let skip = data.len() - self.capacity;
-            (seq + skip as u64, data.slice(skip..))
-        } else {
-            (seq, data)
-        };
-        while self.held + data.len() > self.capacity {
-            match self.chunks.pop_front() {
-                Some(old) => self.held -= old.data.len(),
-                None => break,
+        // More than the whole ring keeps only its tail.
+        let skip = data.len().saturating_sub(self.capacity);
+        let data = &data[skip..];
+        let kept_seq = seq + skip as u64;
+        let before = self.charged();
+        match self.runs.back_mut() {
+            Some(last) if last.channel == channel && last.seq + last.len as u64 == kept_seq => {
+                last.len += data.len();
             }
+            _ => self.runs.push_back(Run {
+                seq: kept_seq,
+                channel,
+                len: data.len(),
+            }),
         }
-        self.held += data.len();
-        self.chunks.push_back(Chunk {
-            seq: seq_kept,
-            channel,
-            data,
-        });
+        self.bytes.extend(data);
+        self.account(before);
+        let max_runs = (self.capacity / RUN_BYTES).max(MIN_RUNS);
+        loop {
+            let over_capacity = self.bytes.len().saturating_sub(self.capacity);
+            let over_budget = self.budget_excess();
+            if over_capacity == 0 && over_budget == 0 && self.runs.len() <= max_runs {
+                break;
+            }
+            let before = self.charged();
+            if !self.evict_oldest(over_capacity.max(over_budget)) {
+                break;
+            }
+            self.account(before);
+        }
         seq
     }
 
@@ -98,12 +173,26 @@ impl Ring {
 
     /// Bytes held.
     pub fn held(&self) -> usize {
-        self.held
+        self.bytes.len()
     }
 
     /// Offset of the oldest byte still held (`end` when nothing is).
     pub fn start(&self) -> u64 {
-        self.chunks.front().map_or(self.end, |c| c.seq)
+        self.runs.front().map_or(self.end, |r| r.seq)
+    }
+
+    /// Stops charging the shared budget (the exec finished, and finished
+    /// output is bounded elsewhere), and gives back buffer space it holds
+    /// beyond its bytes.
+    pub fn release(&mut self) {
+        let charged = self.charged();
+        if let Some(budget) = self.budget.take() {
+            budget.refund(charged);
+        }
+        if self.bytes.capacity() > self.bytes.len() + SHRINK_SLACK {
+            self.bytes.shrink_to_fit();
+        }
+        self.runs.shrink_to_fit();
     }
 
     /// Output from `from_seq` on, as far as it is still held. An offset past
@@ -116,29 +205,86 @@ impl Ring {
         } else {
             (from, 0)
         };
-        let first = self.chunks.partition_point(|c| c.end() <= next_seq);
-        let chunks = self
-            .chunks
-            .range(first..)
-            .map(|c| {
-                if c.seq < next_seq {
-                    // Offsets are inside this chunk, so the difference fits in usize.
-                    let skip = usize::try_from(next_seq - c.seq).unwrap_or(c.data.len());
-                    Chunk {
-                        seq: next_seq,
-                        channel: c.channel,
-                        data: c.data.slice(skip..),
-                    }
-                } else {
-                    c.clone()
+        let mut chunks = Vec::new();
+        let mut offset = 0usize;
+        for run in &self.runs {
+            let run_end = run.seq + run.len as u64;
+            if run_end > next_seq {
+                // Both differences lie inside a run, so they fit in usize.
+                let skip = usize::try_from(next_seq.saturating_sub(run.seq)).unwrap_or(run.len);
+                let mut at = offset + skip;
+                let stop = offset + run.len;
+                while at < stop {
+                    let take = (stop - at).min(MAX_FRAME_PAYLOAD);
+                    chunks.push(Chunk {
+                        seq: run.seq + (at - offset) as u64,
+                        channel: run.channel,
+                        data: self
+                            .bytes
+                            .range(at..at + take)
+                            .copied()
+                            .collect::<Vec<u8>>()
+                            .into(),
+                    });
+                    at += take;
                 }
-            })
-            .collect();
+            }
+            offset += run.len;
+        }
         Replay {
             next_seq,
             lost_bytes,
             chunks,
         }
+    }
+
+    /// Drops at least `want` of the oldest bytes (a whole run when that is
+    /// less, or `want` is 0); false when nothing is left to drop.
+    fn evict_oldest(&mut self, want: usize) -> bool {
+        let Some(first) = self.runs.front_mut() else {
+            return false;
+        };
+        let drop_bytes = if want > 0 && want < first.len {
+            first.len -= want;
+            first.seq += want as u64;
+            want
+        } else {
+            let len = first.len;
+            self.runs.pop_front();
+            len
+        };
+        self.bytes.drain(..drop_bytes);
+        true
+    }
+
+    /// How far the shared budget is over, while this ring has bytes to give.
+    fn budget_excess(&self) -> usize {
+        match &self.budget {
+            Some(budget) if !self.bytes.is_empty() => budget.used().saturating_sub(budget.limit),
+            _ => 0,
+        }
+    }
+
+    /// What this ring costs: its bytes and its runs' bookkeeping.
+    fn charged(&self) -> usize {
+        self.bytes.len() + self.runs.len() * RUN_COST
+    }
+
+    fn account(&self, before: usize) {
+        if let Some(budget) = &self.budget {
+            let now = self.charged();
+            if now > before {
+                budget.charge(now - before);
+            } else {
+                budget.refund(before - now);
+            }
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -154,7 +300,7 @@ mod tests {
             } else {
                 Channel::Stderr
             };
-            ring.push(channel, Bytes::from_static(part.as_bytes()));
+            ring.push(channel, part.as_bytes());
         }
         ring
     }
@@ -170,9 +316,9 @@ mod tests {
     #[test]
     fn sequence_numbers_are_byte_offsets_across_channels() {
         let mut ring = Ring::new(100);
-        assert_eq!(ring.push(Channel::Stdout, Bytes::from_static(b"abc")), 0);
-        assert_eq!(ring.push(Channel::Stderr, Bytes::from_static(b"de")), 3);
-        assert_eq!(ring.push(Channel::Stdout, Bytes::new()), 5);
+        assert_eq!(ring.push(Channel::Stdout, b"abc"), 0);
+        assert_eq!(ring.push(Channel::Stderr, b"de"), 3);
+        assert_eq!(ring.push(Channel::Stdout, b""), 5);
         assert_eq!(ring.end(), 5);
         let all = ring.replay(0);
         assert_eq!(all.chunks.len(), 2);
@@ -220,5 +366,74 @@ mod tests {
         let r = ring.replay(0);
         assert_eq!((r.next_seq, r.lost_bytes, r.chunks.len()), (6, 6, 0));
         assert_eq!(ring.held(), 0);
+    }
+
+    #[test]
+    fn single_bytes_coalesce_and_cost_a_byte_each() {
+        let budget = Budget::new(1 << 20);
+        let mut ring = Ring::with_budget(1 << 20, Arc::clone(&budget));
+        for i in 0..300_000u64 {
+            assert_eq!(ring.push(Channel::Stdout, b"x"), i);
+        }
+        assert_eq!(ring.held(), 300_000);
+        assert_eq!(budget.used(), 300_000 + RUN_COST, "one run, charged once");
+        let r = ring.replay(299_990);
+        assert_eq!(text(&r), "xxxxxxxxxx");
+        // Whole replays come back in frames no larger than the wire allows.
+        assert!(
+            ring.replay(0)
+                .chunks
+                .iter()
+                .all(|c| c.data.len() <= MAX_FRAME_PAYLOAD)
+        );
+        drop(ring);
+        assert_eq!(budget.used(), 0, "a dropped ring gives its charge back");
+    }
+
+    #[test]
+    fn interleaved_channels_are_bounded_in_runs_and_exact_in_offsets() {
+        let mut ring = Ring::new(64 * 32);
+        for i in 0..10_000u64 {
+            let channel = if i % 2 == 0 {
+                Channel::Stdout
+            } else {
+                Channel::Stderr
+            };
+            ring.push(channel, b"y");
+        }
+        assert!(ring.runs.len() <= MIN_RUNS.max(64 * 32 / RUN_BYTES));
+        let r = ring.replay(0);
+        assert_eq!(
+            r.next_seq + r.chunks.iter().map(|c| c.data.len() as u64).sum::<u64>(),
+            10_000
+        );
+        assert_eq!(r.lost_bytes, r.next_seq);
+        for pair in r.chunks.windows(2) {
+            assert_eq!(pair[0].seq + pair[0].data.len() as u64, pair[1].seq);
+        }
+    }
+
+    #[test]
+    fn a_shared_budget_makes_the_chatty_ring_give_up_its_oldest_output() {
+        let budget = Budget::new(1000);
+        let mut quiet = Ring::with_budget(4096, Arc::clone(&budget));
+        quiet.push(Channel::Stdout, &[b'q'; 600]);
+        let mut chatty = Ring::with_budget(4096, Arc::clone(&budget));
+        for _ in 0..100 {
+            chatty.push(Channel::Stdout, &[b'c'; 50]);
+        }
+        assert!(budget.used() <= 1000 + RUN_COST, "{}", budget.used());
+        assert_eq!(quiet.held(), 600, "the quiet ring keeps what it had");
+        let r = chatty.replay(0);
+        assert_eq!(
+            r.lost_bytes as usize + chatty.held(),
+            5000,
+            "lost bytes are exact"
+        );
+        chatty.release();
+        quiet.release();
+        assert_eq!(budget.used(), 0);
+        // Released rings keep their bytes for replay, outside the budget.
+        assert_eq!(quiet.held(), 600);
     }
 }

@@ -95,7 +95,7 @@ pub(super) fn launch(
         }
         None => (None, None),
     };
-    let mut record = ExecRecord::new(id, pid, scope, inner.config.ring_bytes, sub, stdin_tx);
+    let mut record = ExecRecord::new(id, pid, scope, inner.new_ring(), sub, stdin_tx);
     if let Output::Pty(reader) = &output {
         record = record.with_pty(Arc::clone(&reader.0));
     }

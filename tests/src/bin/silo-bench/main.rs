@@ -17,6 +17,7 @@ mod docker_common;
 mod docker_exec_rtt;
 mod docker_resume;
 mod docker_tti;
+mod exec_memory;
 mod exec_rtt;
 mod footprint;
 mod interrupt;
@@ -36,6 +37,7 @@ use clap::Parser;
 /// Every scenario, in the order they run by default.
 const SCENARIOS: &[&str] = &[
     "exec-rtt",
+    "exec-memory",
     "session-rtt",
     "interrupt",
     "agent-footprint",
@@ -51,7 +53,8 @@ const SCENARIOS: &[&str] = &[
 #[derive(Parser)]
 #[command(about = "Benchmarks silo against the plain alternative, side by side")]
 struct Args {
-    /// Scenarios to run (all when none): exec-rtt, session-rtt, interrupt
+    /// Scenarios to run (all when none): exec-rtt, exec-memory (agent memory
+    /// under four chatty commands), session-rtt, interrupt
     /// (plain execs and session runs), agent-footprint,
     /// push-big, push-fanout, nonce-window (signed requests for longer than
     /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot (the Docker
@@ -78,6 +81,7 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("running {scenario}...");
         let mut found = match scenario {
             "exec-rtt" => exec_rtt::run(args.quick).await?,
+            "exec-memory" => exec_memory::run(args.quick).await?,
             "session-rtt" => session_rtt::run(args.quick).await?,
             "interrupt" => {
                 let mut rows = interrupt::run(args.quick).await?;
