@@ -118,9 +118,24 @@ pub struct SandboxSpec {
     /// Memory limit in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
-    /// Most processes the sandbox may have at once.
+    /// Most processes the sandbox may have at once; silo's default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_limit: Option<u64>,
+    /// Capabilities given back on top of silo's reduced default set (a
+    /// container backend's security defaults), e.g. `NET_RAW` for `ping`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cap_add: Vec<String>,
+    /// Run privileged (every capability and device, no confinement); only
+    /// ever when asked for by name.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub privileged: bool,
+    /// Let setuid programs (`sudo`, `su`) gain privileges; off by default.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub new_privileges: bool,
+    /// The engine's container runtime (`runsc` for gVisor); the engine's
+    /// default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
     /// Extra labels on the machine (silo's own labels cannot be overridden).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,

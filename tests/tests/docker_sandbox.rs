@@ -222,3 +222,137 @@ async fn the_demo_shows_the_whole_product_on_docker() {
     // Nothing is left behind.
     assert_eq!(json(&cli.ok(&["ls", "--json"])), serde_json::json!([]));
 }
+
+/// Whether capability `bit` is in the hex capability mask of `line` from
+/// /proc/PID/status (`CapEff:\t00000000a80425fb`).
+fn has_capability(status: &str, field: &str, bit: u32) -> bool {
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in {status}"));
+    let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    mask & (1 << bit) != 0
+}
+
+#[tokio::test]
+async fn sandboxes_are_confined_by_default_and_each_flag_loosens_one_thing() {
+    const CAP_MKNOD: u32 = 27;
+    const CAP_NET_RAW: u32 = 13;
+    const CAP_CHOWN: u32 = 0;
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    let id = id_of(&cli, &["up", "tight", "--image", BASE_IMAGE, "--json"]);
+    let status = cli.ok(&["exec", "tight", "--", "cat", "/proc/self/status"]);
+    assert!(!has_capability(&status, "CapEff:", CAP_MKNOD), "{status}");
+    assert!(!has_capability(&status, "CapEff:", CAP_NET_RAW), "{status}");
+    assert!(has_capability(&status, "CapEff:", CAP_CHOWN), "{status}");
+    assert!(status.lines().any(|l| l == "NoNewPrivs:\t1"), "{status}");
+    let out = cli.run(&["exec", "tight", "--", "mknod", "/tmp/null", "c", "1", "3"]);
+    assert!(!out.status.success(), "mknod must be refused");
+    let host = container(&engine, &id).await.unwrap().host_config.unwrap();
+    assert_eq!(host.pids_limit, Some(4096));
+    // A snapshot still stops and continues every process under these caps.
+    let snap = json(&cli.ok(&["snapshot", "tight", "--json"]));
+    assert!(snap["snapshot"]["id"].is_string(), "{snap}");
+
+    // Loosening is a spec change, listed like any other.
+    let out = cli.run(&["up", "tight", "--image", BASE_IMAGE, "--cap-add", "NET_RAW"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cap_add"), "{err}");
+
+    cli.ok(&[
+        "up",
+        "loose",
+        "--image",
+        BASE_IMAGE,
+        "--cap-add",
+        "NET_RAW",
+        "--new-privileges",
+        "--pids-limit",
+        "64",
+    ]);
+    let status = cli.ok(&["exec", "loose", "--", "cat", "/proc/self/status"]);
+    assert!(has_capability(&status, "CapEff:", CAP_NET_RAW), "{status}");
+    assert!(!has_capability(&status, "CapEff:", CAP_MKNOD), "{status}");
+    assert!(status.lines().any(|l| l == "NoNewPrivs:\t0"), "{status}");
+
+    let out = cli.run(&["up", "odd", "--image", BASE_IMAGE, "--cap-add", "net raw"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cap-add"));
+}
+
+/// Whether the engine has the gVisor runtime (`.ci/run` registers it; in CI
+/// its absence fails the test).
+async fn has_runsc(engine: &bollard::Docker) -> bool {
+    let info = engine.info().await.unwrap();
+    let found = info.runtimes.is_some_and(|r| r.contains_key("runsc"));
+    assert!(
+        found || !silo_tests::docker::in_ci(),
+        "the engine has no runsc runtime"
+    );
+    if !found {
+        eprintln!("skipped: the engine has no runsc runtime");
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_gvisor_sandbox_runs_commands_takes_pushes_and_snapshots() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    if !has_runsc(&engine).await {
+        return;
+    }
+    let cli = Cli::new();
+    cli.ok(&[
+        "up",
+        "gv",
+        "--image",
+        BASE_IMAGE,
+        "--runtime",
+        "runsc",
+        "--network",
+        "none",
+    ]);
+    // gVisor's own kernel answers.
+    assert_eq!(cli.ok(&["exec", "gv", "--", "uname", "-r"]), "4.4.0\n");
+    let out = cli.run(&["exec", "gv", "--timeout", "1", "--", "sleep", "100"]);
+    assert_eq!(out.status.code(), Some(130));
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a.txt"), "pushed\n").unwrap();
+    let mount = "/workspace/managed/app";
+    cli.ok(&["push", src.path().to_str().unwrap(), "--mount", mount, "gv"]);
+    assert_eq!(
+        cli.ok(&["exec", "gv", "--", "cat", &format!("{mount}/a.txt")]),
+        "pushed\n"
+    );
+    cli.ok(&["exec", "gv", "--", "sh", "-c", "echo v1 > /note"]);
+    let snap = json(&cli.ok(&["snapshot", "gv", "--json"]));
+    let id = snap["snapshot"]["id"].as_str().unwrap().to_owned();
+    cli.ok(&["exec", "gv", "--", "sh", "-c", "echo broken > /note"]);
+    cli.ok(&["rewind", "gv", &id]);
+    assert_eq!(cli.ok(&["exec", "gv", "--", "cat", "/note"]), "v1\n");
+    assert_eq!(
+        cli.ok(&["exec", "gv", "--", "uname", "-r"]),
+        "4.4.0\n",
+        "still gVisor"
+    );
+
+    let out = cli.run(&[
+        "up",
+        "nort",
+        "--image",
+        BASE_IMAGE,
+        "--runtime",
+        "no-such-runtime",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no runtime \"no-such-runtime\"") && err.contains("daemon.json"),
+        "{err}"
+    );
+}

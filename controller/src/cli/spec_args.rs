@@ -32,9 +32,22 @@ pub struct SpecArgs {
     /// Memory limit, e.g. 512m.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     memory: Option<u64>,
-    /// Most processes the sandbox may run at once.
+    /// Most processes the sandbox may run at once [default: 4096].
     #[arg(long, value_name = "N")]
     pids_limit: Option<u64>,
+    /// Give back a capability silo drops by default (NET_RAW, MKNOD,
+    /// AUDIT_WRITE, SETFCAP, SETPCAP, SYS_CHROOT), or add another.
+    #[arg(long = "cap-add", value_name = "CAP")]
+    cap_add: Vec<String>,
+    /// Run privileged: every capability and device, no confinement.
+    #[arg(long)]
+    privileged: bool,
+    /// Let setuid programs (sudo, su) gain privileges [default: they cannot].
+    #[arg(long)]
+    new_privileges: bool,
+    /// The engine's container runtime, e.g. runsc for gVisor.
+    #[arg(long, value_name = "NAME")]
+    runtime: Option<String>,
     /// User the agent and every command run as (name or uid[:gid]).
     #[arg(long)]
     user: Option<String>,
@@ -65,6 +78,10 @@ impl SpecArgs {
             || self.cpus.is_some()
             || self.memory.is_some()
             || self.pids_limit.is_some()
+            || !self.cap_add.is_empty()
+            || self.privileged
+            || self.new_privileges
+            || self.runtime.is_some()
             || self.user.is_some()
             || self.idle_timeout.is_some()
             || !self.labels.is_empty()
@@ -96,6 +113,10 @@ impl SpecArgs {
         spec.milli_cpus = self.cpus;
         spec.memory_bytes = self.memory;
         spec.pids_limit = self.pids_limit;
+        spec.cap_add = self.cap_add;
+        spec.privileged = self.privileged;
+        spec.new_privileges = self.new_privileges;
+        spec.runtime = self.runtime;
         spec.user = self.user;
         spec.idle_timeout_secs = self.idle_timeout;
         spec.labels = self.labels.into_iter().collect();

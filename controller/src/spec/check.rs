@@ -34,6 +34,10 @@ impl SandboxSpec {
             ("cpus", self.milli_cpus.is_some()),
             ("memory", self.memory_bytes.is_some()),
             ("pids-limit", self.pids_limit.is_some()),
+            ("cap-add", !self.cap_add.is_empty()),
+            ("privileged", self.privileged),
+            ("new-privileges", self.new_privileges),
+            ("runtime", self.runtime.is_some()),
             ("label", !self.labels.is_empty()),
         ];
         set.into_iter()
@@ -107,8 +111,22 @@ impl SandboxSpec {
         if self.pids_limit == Some(0) {
             return Err(invalid("pids-limit", "it must be at least 1".into()));
         }
+        if let Some(cap) = self.cap_add.iter().find(|c| !is_capability_name(c)) {
+            return Err(invalid(
+                "cap-add",
+                format!("{cap:?} is not a capability name (like NET_RAW or CAP_NET_RAW)"),
+            ));
+        }
+        if self.runtime.as_deref().is_some_and(|r| r.trim().is_empty()) {
+            return Err(invalid("runtime", "it is empty".into()));
+        }
         Ok(())
     }
+}
+
+/// `NET_RAW`, `CAP_NET_RAW`: capital letters and underscores.
+fn is_capability_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
 }
 
 /// A spec its backend cannot honour.

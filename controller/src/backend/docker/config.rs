@@ -179,7 +179,7 @@ fn host_config(plan: &Plan<'_>) -> HostConfig {
             .iter()
             .map(|b| bind(&b.source, &b.target, b.read_only)),
     );
-    HostConfig {
+    let mut host = HostConfig {
         mounts: Some(mounts),
         network_mode: Some(
             spec.network
@@ -191,7 +191,6 @@ fn host_config(plan: &Plan<'_>) -> HostConfig {
             .and_then(|m| i64::try_from(m).ok())
             .map(|m| m.saturating_mul(NANOS_PER_MILLI_CPU)),
         memory: spec.memory_bytes.and_then(|b| i64::try_from(b).ok()),
-        pids_limit: spec.pids_limit.and_then(|p| i64::try_from(p).ok()),
         // Only silo starts a sandbox: an engine restart policy would revive
         // containers that stopped on their idle timeout.
         restart_policy: Some(RestartPolicy {
@@ -202,7 +201,9 @@ fn host_config(plan: &Plan<'_>) -> HostConfig {
         init: Some(false),
         auto_remove: Some(false),
         ..Default::default()
-    }
+    };
+    super::security::confine(spec, &mut host);
+    host
 }
 
 #[cfg(test)]

@@ -50,6 +50,17 @@ pub enum DockerError {
         #[source]
         source: Box<bollard::errors::Error>,
     },
+    /// The spec names a container runtime the engine does not have.
+    #[error(
+        "the docker engine has no runtime {runtime:?}; register it under \"runtimes\" in \
+         /etc/docker/daemon.json and send dockerd a SIGHUP (for gVisor: \
+         \"runsc\": {{\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--network=none\", \
+         \"--host-uds=all\"]}}), then check `docker info`"
+    )]
+    UnknownRuntime {
+        /// The runtime asked for.
+        runtime: String,
+    },
     /// The spec asks for something this backend cannot do.
     #[error(transparent)]
     Spec(#[from] crate::spec::SpecError),
@@ -193,6 +204,17 @@ pub(super) fn is_conflict(error: &bollard::errors::Error) -> bool {
             status_code: 409,
             ..
         }
+    )
+}
+
+/// Whether a container create failed because the engine lacks the runtime.
+pub(super) fn is_unknown_runtime(error: &bollard::errors::Error) -> bool {
+    matches!(
+        error,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 400,
+            message,
+        } if message.contains("Unknown runtime")
     )
 }
 

@@ -27,6 +27,7 @@ mod error;
 mod image;
 mod labels;
 mod ready;
+pub mod security;
 mod snapshot;
 mod sweep;
 mod time;
@@ -68,7 +69,7 @@ pub use snapshot::{
 pub use time::{rfc3339_to_unix_ms, rfc3339_to_unix_ns, unix_ms_to_rfc3339};
 
 pub(crate) use error::is_not_found;
-use error::{api, io, is_conflict, is_missing_image};
+use error::{api, io, is_conflict, is_missing_image, is_unknown_runtime};
 
 /// Longest socket path the kernel accepts (`sun_path` is 108 bytes with its NUL).
 const MAX_SOCKET_PATH: usize = 107;
@@ -310,6 +311,11 @@ impl DockerBackend {
                     .map_err(api(format!("create container {name}")));
             }
             Err(error) if is_conflict(&error) => {}
+            Err(error) if is_unknown_runtime(&error) => {
+                return Err(DockerError::UnknownRuntime {
+                    runtime: machine.spec.runtime.clone().unwrap_or_default(),
+                });
+            }
             Err(error) => return Err(api(format!("create container {name}"))(error)),
         }
         // The name is taken: a leftover of this sandbox from an interrupted
