@@ -62,6 +62,17 @@ pub(crate) fn tail(path: &Path, max_lines: usize) -> String {
     lines[lines.len().saturating_sub(max_lines)..].join("\n")
 }
 
+/// Free space below which a disk counts as full: less than SQLite needs to
+/// open a database in WAL mode (its shared-memory file is 32 KiB).
+const FULL_BELOW_BYTES: u64 = 1024 * 1024;
+
+/// Whether the file system holding `dir` has (next to) no space left.
+pub(crate) fn disk_is_full(dir: &Path) -> bool {
+    nix::sys::statvfs::statvfs(dir).is_ok_and(|stat| {
+        stat.blocks_available().saturating_mul(stat.fragment_size()) < FULL_BELOW_BYTES
+    })
+}
+
 /// `1.5 MiB`-style sizes.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -327,3 +327,52 @@ fn every_listing_takes_one_output_flag() {
         "no escape codes when stderr is not a terminal"
     );
 }
+
+/// Fills the file system holding `dir` to the last byte.
+fn fill(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    for size in [1 << 20, 4096, 1] {
+        let block = vec![0u8; size];
+        while file.write_all(&block).is_ok() {}
+    }
+    let _ = file.sync_all();
+    path
+}
+
+#[test]
+fn a_full_home_still_reads_and_names_the_full_disk() {
+    let Some(disk) = silo_tests::disk::SmallDisk::mount(32 << 20) else {
+        return;
+    };
+    let cli = Cli {
+        home: tempfile::Builder::new()
+            .prefix("home-")
+            .tempdir_in(disk.path())
+            .unwrap(),
+    };
+    cli.ok(&["create", "--backend", "local", "--name", "before"]);
+    let filler = fill(disk.path());
+
+    let out = cli.run(&["ls", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "a command that only reads works: {err}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("before"));
+    assert!(
+        err.contains("is full"),
+        "and says why it cannot write: {err}"
+    );
+    let out = cli.run(&["create", "--backend", "local", "--name", "after"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("is full"), "{err}");
+    assert!(!err.contains("disk I/O error"), "{err}");
+
+    std::fs::remove_file(filler).unwrap();
+    cli.ok(&["create", "--backend", "local", "--name", "after"]);
+    assert!(cli.ok(&["ls"]).contains("after"));
+}

@@ -23,7 +23,7 @@ mod snapshots;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 pub use events::{Event, EventKind};
 pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
@@ -46,7 +46,35 @@ pub struct StateDb {
 impl StateDb {
     /// Opens (creating if needed) the database at `path` and brings its schema
     /// up to date.
+    ///
+    /// On a full disk it cannot: even reading a WAL database makes its
+    /// shared-memory file. Then an up-to-date database is opened read-only
+    /// as it was last checkpointed, so commands that only read still work,
+    /// with a warning naming the full disk; and when that fails too, the
+    /// error names the full disk rather than SQLite's "disk I/O error".
     pub fn open(path: &Path) -> Result<Self, StateError> {
+        let error = match Self::open_writable(path) {
+            Ok(db) => return Ok(db),
+            Err(error) => error,
+        };
+        let dir = path.parent().unwrap_or(path).to_owned();
+        if !crate::fsutil::disk_is_full(&dir) {
+            return Err(error);
+        }
+        match Self::open_read_only(path) {
+            Some(db) => {
+                tracing::warn!(
+                    "the disk holding {} is full: silo can read its state but change nothing \
+                     until space is freed there",
+                    dir.display()
+                );
+                Ok(db)
+            }
+            None => Err(StateError::DiskFull { dir }),
+        }
+    }
+
+    fn open_writable(path: &Path) -> Result<Self, StateError> {
         let conn = Connection::open(path).map_err(|source| StateError::Open {
             path: path.to_owned(),
             source,
@@ -58,6 +86,21 @@ impl StateDb {
         db.configure()?;
         schema::migrate(&mut db.conn)?;
         Ok(db)
+    }
+
+    /// The database as last checkpointed, read-only and without the WAL's
+    /// shared memory (`immutable`), if its schema is this build's.
+    fn open_read_only(path: &Path) -> Option<Self> {
+        let uri = format!("file:{}?immutable=1", uri_path(path)?);
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(uri, flags).ok()?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .ok()?;
+        (version == schema::SCHEMA_VERSION).then(|| Self {
+            conn,
+            path: path.to_owned(),
+        })
     }
 
     /// Where the database lives.
@@ -137,6 +180,16 @@ pub enum StateError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The disk holding the home is full, so the database cannot be opened.
+    #[error(
+        "the disk holding {} is full, so silo cannot open its state there; free space \
+         on it (or point SILO_HOME elsewhere)",
+        dir.display()
+    )]
+    DiskFull {
+        /// The home directory.
+        dir: PathBuf,
+    },
     /// The file system refused WAL mode (e.g. a network file system).
     #[error("state database refused WAL mode (stuck in {mode:?}); keep SILO_HOME on a local disk")]
     NoWal {
@@ -174,6 +227,16 @@ pub enum StateError {
 }
 
 /// Wraps a rusqlite error with what was being done.
+/// A path as an SQLite URI path: `%`, `?` and `#` escaped, UTF-8 only.
+fn uri_path(path: &Path) -> Option<String> {
+    let text = path.to_str()?;
+    Some(
+        text.replace('%', "%25")
+            .replace('?', "%3f")
+            .replace('#', "%23"),
+    )
+}
+
 fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> StateError {
     move |source| StateError::Db { context, source }
 }
