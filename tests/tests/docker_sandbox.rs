@@ -356,3 +356,42 @@ async fn a_gvisor_sandbox_runs_commands_takes_pushes_and_snapshots() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn an_up_killed_before_its_machine_existed_is_finished_not_called_removed() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    // An engine that accepts connections and never answers holds the first
+    // `up` after it has recorded the sandbox and before any machine exists.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("silent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let _held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming().flatten() {
+            open.push(stream);
+        }
+    });
+    let cli = Cli::new();
+    let mut first = cli
+        .command(&["up", "half", "--image", BASE_IMAGE])
+        .env("DOCKER_HOST", format!("unix://{}", socket.display()))
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !cli.ok(&["ls", "--json"]).contains("\"half\"") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first up never recorded the sandbox"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let out = cli.ok(&["up", "half", "--image", BASE_IMAGE]);
+    assert!(!out.contains("removed outside silo"), "{out}");
+    assert!(out.contains("never made"), "{out}");
+    assert_eq!(cli.ok(&["exec", "half", "--", "echo", "up"]), "up\n");
+}

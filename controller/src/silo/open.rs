@@ -139,6 +139,16 @@ impl Silo {
                 )?;
                 Ok(outcome(started, UpAction::Started, notes))
             }
+            // A sandbox whose machine was never recorded as made: an earlier
+            // create (or recreate) was cut short before the machine existed.
+            MachineState::Missing if !existing.machine_recorded() => {
+                notes.push(
+                    "its machine was never made (an earlier create was interrupted); making it now"
+                        .into(),
+                );
+                self.restore_or_recreate(existing, wanted, "machine never made", notes)
+                    .await
+            }
             MachineState::Missing => {
                 notes.push(format!(
                     "its {} machine was removed outside silo",
@@ -199,7 +209,16 @@ impl Silo {
                 )?;
                 Ok(outcome(restored.sandbox, UpAction::Restored, notes))
             }
-            None => self.recreate(sandbox, spec, reason, notes).await,
+            None => {
+                if sandbox.machine_recorded() {
+                    notes.push(
+                        "it has no snapshot to restore from, so the files it had are gone: \
+                         this is a fresh machine"
+                            .into(),
+                    );
+                }
+                self.recreate(sandbox, spec, reason, notes).await
+            }
         }
     }
 

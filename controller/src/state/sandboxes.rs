@@ -34,6 +34,15 @@ pub struct Sandbox {
     pub origin_snapshot: Option<String>,
 }
 
+impl Sandbox {
+    /// Whether a backend ever reported making this sandbox's current
+    /// machine: a sandbox is recorded (with an empty handle) before its
+    /// machine is made, so a create cut short leaves it without one.
+    pub fn machine_recorded(&self) -> bool {
+        self.backend_ref.as_object().is_some_and(|o| !o.is_empty())
+    }
+}
+
 /// What is needed to record a new sandbox.
 #[derive(Debug, Clone)]
 pub struct NewSandbox {
