@@ -125,3 +125,78 @@ async fn push_fans_out_to_docker_sandboxes_and_refuses_hostile_bundles() {
     let passwd = cli.run(&["exec", "d1", "--", "cat", "/etc/passwd"]);
     assert_ne!(passwd.stdout, b"x", "/etc/passwd was overwritten");
 }
+
+#[tokio::test]
+async fn a_push_whose_client_is_killed_stops_and_frees_its_mount_at_once() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    cli.ok(&["up", "many", "--image", BASE_IMAGE]);
+    // 60,000 empty files: the agent takes seconds to write them and as long
+    // again to remove them, while the bundle itself is sent in a moment.
+    let big = tempfile::tempdir().unwrap();
+    for i in 0..60_000 {
+        std::fs::write(big.path().join(format!("f{i:05}")), "").unwrap();
+    }
+    let small = tempfile::tempdir().unwrap();
+    std::fs::write(small.path().join("a.txt"), "small\n").unwrap();
+
+    let mut first = cli
+        .command(&[
+            "push",
+            big.path().to_str().unwrap(),
+            "--mount",
+            MOUNT,
+            "many",
+        ])
+        .spawn()
+        .unwrap();
+    // Wait until the agent is writing files, then kill the client.
+    let partial = "ls -d /workspace/managed/.versions/app/.partial-* 2>/dev/null | head -1";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cli
+        .ok(&["exec", "many", "--", "sh", "-c", partial])
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the big push never started extracting"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let started = std::time::Instant::now();
+    cli.ok(&[
+        "push",
+        small.path().to_str().unwrap(),
+        "--mount",
+        MOUNT,
+        "many",
+    ]);
+    let took = started.elapsed();
+    assert_eq!(
+        cli.ok(&["exec", "many", "--", "cat", &format!("{MOUNT}/a.txt")]),
+        "small\n"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "the next push waited {took:?}"
+    );
+    // What the killed push wrote goes, in the background.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cli
+        .ok(&["exec", "many", "--", "sh", "-c", partial])
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed push's staging stayed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -20,6 +20,7 @@ use std::fs::{DirBuilder, OpenOptions, Permissions};
 use std::io::{self, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
 use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES, RATIO_FLOOR_BYTES};
@@ -50,12 +51,14 @@ pub struct Extracted {
 }
 
 /// Extracts the tar.gz read from `body` into `dest` (existing and empty),
-/// then checks the body's SHA-256 against `claimed_sha256`.
+/// then checks the body's SHA-256 against `claimed_sha256`. Stops before
+/// the next entry once `cancelled` is set (the client went away).
 pub fn extract<R: Read>(
     body: R,
     dest: &Path,
     limits: &BundleLimits,
     claimed_sha256: &str,
+    cancelled: &AtomicBool,
 ) -> Result<Extracted, ExtractError> {
     let meter = Meter::default();
     let raw = RawReader {
@@ -73,6 +76,9 @@ pub fn extract<R: Read>(
     let mut archive = tar::Archive::new(inflate);
     let mut tree = Tree::new(dest, limits);
     for entry in archive.entries().map_err(|e| meter.read_error(e))? {
+        if cancelled.load(Ordering::Relaxed) {
+            return Err(ExtractError::Cancelled);
+        }
         let mut entry = entry.map_err(|e| meter.read_error(e))?;
         tree.add(&mut entry, &meter)?;
     }
@@ -454,6 +460,9 @@ pub enum ExtractError {
         /// The bound.
         ratio: u64,
     },
+    /// The request went away before the bundle was extracted.
+    #[error("the client went away; extraction stopped")]
+    Cancelled,
     /// Bytes after the gzip stream.
     #[error("bundle has data after the end of its gzip stream")]
     TrailingData,
@@ -491,7 +500,7 @@ mod tests {
         limits: &BundleLimits,
     ) -> (tempfile::TempDir, Result<Extracted, ExtractError>) {
         let dir = tempfile::tempdir().unwrap();
-        let result = extract(bytes, dir.path(), limits, sha);
+        let result = extract(bytes, dir.path(), limits, sha, &AtomicBool::new(false));
         (dir, result)
     }
 

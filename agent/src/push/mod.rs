@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -224,26 +224,42 @@ impl Pusher {
             self.next_tag.fetch_add(1, Ordering::Relaxed)
         );
         let (tx, rx) = mpsc::channel(BODY_CHANNEL_CHUNKS);
+        // Set when this request ends, answered or not: hyper drops the
+        // request when its client goes away, and the extract, which cannot
+        // be cancelled from outside its thread, stops at the next entry.
+        let cancelled = CancelOnDrop::default();
         let job = {
             let mount = mount.clone();
             let limits = self.config.limits;
             let claimed = request.sha256.clone();
+            let cancelled = Arc::clone(&cancelled.0);
+            let runtime = tokio::runtime::Handle::current();
             tokio::task::spawn_blocking(move || {
-                let staged =
-                    stage_and_swap(&mount, &tag, ChannelReader::new(rx), &limits, &claimed);
-                drop(permit);
-                (state, staged)
+                let reader = ChannelReader::new(rx);
+                match stage_and_swap(&mount, &tag, reader, &limits, &claimed, &cancelled) {
+                    Ok(done) => Ok((state, done)),
+                    // The mount's lock goes at once; what the extract wrote
+                    // is removed in the background, under the push permit
+                    // (a snapshot must not read it half removed). This runs
+                    // here, not in the request, which a departed client's
+                    // connection drops.
+                    Err(failed) => {
+                        drop(state);
+                        runtime.spawn_blocking(move || {
+                            remove_leftovers(&failed.leftovers);
+                            drop(permit);
+                        });
+                        Err(failed.error)
+                    }
+                }
             })
         };
         // A refused bundle's body is still drained for a clean answer, but
         // the mount's lock goes as soon as the extract has failed: a client
         // that stops sending must not hold off other pushes to the mount.
         let extracted = async {
-            match job.await {
-                // On failure the lock (the job's first half) is dropped here.
-                Ok((state, staged)) => Ok(staged.map(|done| (state, done))),
-                Err(e) => Err(PushError::Internal(format!("extract task failed: {e}"))),
-            }
+            job.await
+                .map_err(|e| PushError::Internal(format!("extract task failed: {e}")))
         };
         let (pumped, joined) =
             tokio::join!(body::pump(body, tx, cap, BODY_IDLE_TIMEOUT), extracted);
@@ -342,28 +358,61 @@ impl Pusher {
     }
 }
 
+/// Removes the directories a failed push made.
+fn remove_leftovers(leftovers: &[PathBuf]) {
+    for dir in leftovers {
+        if let Err(err) = store::remove_tree(dir) {
+            tracing::warn!(dir = %dir.display(), %err, "cannot remove a failed version");
+        }
+    }
+}
+
+/// A push that failed, and the directories it made, for removal.
+struct Failed {
+    error: PushError,
+    leftovers: Vec<PathBuf>,
+}
+
+/// Sets its flag when dropped.
+#[derive(Default)]
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Extracts into a fresh staging directory, commits it as the next version
-/// and swaps it in. Removes everything it made on any failure.
+/// and swaps it in. On failure it names what it made, for the caller to
+/// remove once the mount is released.
 fn stage_and_swap(
     mount: &Mount,
     tag: &str,
     body: ChannelReader,
     limits: &BundleLimits,
     claimed: &str,
-) -> Result<(VersionId, extract::Extracted), PushError> {
+    cancelled: &AtomicBool,
+) -> Result<(VersionId, extract::Extracted), Failed> {
+    let failed = |error: PushError| Failed {
+        error,
+        leftovers: Vec::new(),
+    };
     let store = mount.store();
     let seq = store::versions(&store)
-        .map_err(FsError::at("list versions in", &store))?
+        .map_err(FsError::at("list versions in", &store))
+        .map_err(|e| failed(e.into()))?
         .last()
         .map_or(1, |v| v.seq + 1);
     let staging = store::staging_path(&store, tag);
     std::fs::DirBuilder::new()
         .mode(STAGING_MODE)
         .create(&staging)
-        .map_err(FsError::at("create", &staging))?;
+        .map_err(FsError::at("create", &staging))
+        .map_err(|e| failed(e.into()))?;
     let mut made = None;
     let result = (|| {
-        let extracted = extract::extract(body, &staging, limits, claimed)?;
+        let extracted = extract::extract(body, &staging, limits, claimed, cancelled)?;
         std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(VERSION_MODE))
             .map_err(FsError::at("chmod", &staging))?;
         let id = VersionId {
@@ -374,14 +423,10 @@ fn stage_and_swap(
         store::commit_and_swap(&staging, &store, &mount.link(), &mount.name, &id, tag)?;
         Ok((id, extracted))
     })();
-    if result.is_err() {
-        for dir in std::iter::once(&staging).chain(made.as_ref()) {
-            if let Err(err) = store::remove_tree(dir) {
-                tracing::warn!(dir = %dir.display(), %err, "cannot remove a failed version");
-            }
-        }
-    }
-    result
+    result.map_err(|error| Failed {
+        error,
+        leftovers: std::iter::once(staging).chain(made).collect(),
+    })
 }
 
 async fn blocking<T: Send + 'static>(
@@ -458,9 +503,9 @@ impl PushError {
             Self::Mount(MountError::Io(err)) => disk(&err.source),
             Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
             Self::Extract(err) => match err {
-                ExtractError::Malformed(_) | ExtractError::TrailingData => {
-                    (StatusCode::BAD_REQUEST, kind::MALFORMED)
-                }
+                ExtractError::Malformed(_)
+                | ExtractError::TrailingData
+                | ExtractError::Cancelled => (StatusCode::BAD_REQUEST, kind::MALFORMED),
                 ExtractError::Rejected { .. } => (StatusCode::BAD_REQUEST, kind::REJECTED_ENTRY),
                 ExtractError::FileTooLarge { .. }
                 | ExtractError::TooManyEntries { .. }

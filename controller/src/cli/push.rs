@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use silo::Silo;
 use silo::push::{
-    DEFAULT_CONCURRENCY, DEFAULT_RETRY_BUDGET, PushOptions, RetryPolicy, files_from_dir,
+    DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_RETRY_BUDGET, PushOptions, RetryPolicy,
+    files_from_dir,
 };
 
 use super::output::Output;
@@ -37,6 +38,10 @@ pub struct Args {
     /// Seconds to keep retrying a sandbox that cannot be reached.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_RETRY_BUDGET.as_secs_f64())]
     retry_budget: f64,
+    /// Seconds one try (upload, extract, answer) may take before it is
+    /// given up, and retried within the retry budget.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_ATTEMPT_TIMEOUT.as_secs_f64())]
+    attempt_timeout: f64,
 }
 
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
@@ -64,6 +69,12 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
             args.retry_budget
         )
     })?;
+    let attempt_timeout = Duration::try_from_secs_f64(args.attempt_timeout).with_context(|| {
+        format!(
+            "--attempt-timeout {} is not a number of seconds",
+            args.attempt_timeout
+        )
+    })?;
     let files = files_from_dir(&args.dir)
         .with_context(|| format!("reading {} to push", args.dir.display()))?;
     let progress = out.push_progress(sandboxes.len());
@@ -71,6 +82,7 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
         concurrency: args.concurrency,
         retry: RetryPolicy {
             budget,
+            attempt_timeout,
             ..RetryPolicy::default()
         },
         progress: Some(progress.callback()),

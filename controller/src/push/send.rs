@@ -58,7 +58,7 @@ pub enum AttemptError {
     #[error(transparent)]
     Client(#[from] ClientError),
     /// The try took longer than the policy allows.
-    #[error("no answer within {0:?}")]
+    #[error("the try timed out: no answer within {0:?} (see --attempt-timeout)")]
     TimedOut(Duration),
     /// The agent refused the push.
     #[error("agent answered HTTP {status} ({kind}): {message}")]
