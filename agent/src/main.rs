@@ -1,26 +1,4 @@
-//! silo-agent: the process that runs as PID 1 in every sandbox.
-//!
-//! It reaps orphans, supervises an optional workload, runs commands for the
-//! controller over a signed WebSocket channel (with replay, interrupt and
-//! stdin), takes pushed file bundles into mount paths with an atomic swap,
-//! and shuts everything down in order when asked. It is one static
-//! binary with no runtime dependencies, so the same file works in any image;
-//! it also runs as an ordinary process (local backend, tests), where it makes
-//! itself a child subreaper to keep the same guarantees.
-//!
-//! # Layout
-//! - `config`: command-line flags, then the validated settings derived from them.
-//! - `reaper`: the single owner of `waitpid(-1)`; delivers statuses to registered pids.
-//! - `fs_error`: the one error for a failed file system call (what, path, why).
-//! - `process`: the seam for signalling and finding processes (`/proc`), faked in tests.
-//! - `exec`: the exec registry: spawn (pipes or a PTY), output ring and fan-out, stdin, interrupt, retention.
-//! - `session`: persistent shell sessions whose runs are execs; interrupt keeps the shell.
-//! - `workload`: the optional command after `--`, restarted with backoff.
-//! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
-//! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped.
-//! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
-//! - `activity`: what counts as use, for `--idle-timeout`.
-//! - `shutdown`: the shutdown phases every long-lived task watches.
+//! The silo-agent binary: boots the agent from the library's parts.
 //!
 //! # Boot
 //! [`main`] runs these steps in order, each a small function below:
@@ -29,19 +7,6 @@
 //! `start_reaper` → `bind_listener` → `start_workload` → `start_push` →
 //! `serve_until_shutdown`.
 //! Nothing slow happens before the listener is bound.
-
-mod activity;
-mod config;
-mod exec;
-mod fs_error;
-mod process;
-mod push;
-mod reaper;
-mod server;
-mod session;
-mod shutdown;
-mod snapshot;
-mod workload;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -55,16 +20,17 @@ use silo_protocol::auth::Verifier;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::activity::Activity;
-use crate::config::{Args, Config, KEY_ENV};
-use crate::exec::{ExecConfig, Execs};
-use crate::process::{ProcessOps, System};
-use crate::push::Pusher;
-use crate::reaper::Reaper;
-use crate::server::AgentState;
-use crate::server::listener::Listener;
-use crate::shutdown::Phase;
-use crate::workload::Workload;
+use silo_agent::activity::Activity;
+use silo_agent::config::{Args, Config, KEY_ENV};
+use silo_agent::exec::{ExecConfig, Execs};
+use silo_agent::process::{ProcessOps, System};
+use silo_agent::push::Pusher;
+use silo_agent::reaper::Reaper;
+use silo_agent::server::AgentState;
+use silo_agent::server::listener::Listener;
+use silo_agent::shutdown::Phase;
+use silo_agent::workload::Workload;
+use silo_agent::{activity, random_hex, server};
 
 /// Time the workload and execs get between SIGTERM and SIGKILL at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -354,12 +320,4 @@ async fn wait_for_stop(s: &mut Serving) -> StopReason {
             () = &mut idle => return StopReason::Idle,
         }
     }
-}
-
-/// `N` random bytes as hex: boot ids and the session shells' process markers.
-pub(crate) fn random_hex<const N: usize>() -> std::io::Result<String> {
-    let mut bytes = [0u8; N];
-    getrandom::fill(&mut bytes)
-        .map_err(|err| std::io::Error::other(format!("no randomness: {err}")))?;
-    Ok(hex::encode(bytes))
 }

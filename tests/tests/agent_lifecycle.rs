@@ -163,6 +163,46 @@ async fn every_exec_whose_client_vanishes_at_once_is_interrupted() {
     conn.interrupt(kept, Some(Duration::ZERO)).await.unwrap();
 }
 
+/// Sends a request to start `sleep SECS` on a fresh connection and drops the
+/// connection without waiting for the reply, as a client killed at that
+/// moment would.
+async fn start_and_drop(agent: &TestAgent, secs: &str, detach_timeout_ms: Option<u64>) {
+    let conn = agent.client().connect().await.unwrap();
+    let spec = ExecSpec {
+        argv: vec!["sleep".into(), secs.into()],
+        detach_timeout_ms,
+        ..Default::default()
+    };
+    // One poll queues the request; the writer still sends it before closing.
+    let _ = tokio::time::timeout(Duration::ZERO, conn.exec(spec)).await;
+    drop(conn);
+}
+
+#[tokio::test]
+async fn every_exec_whose_client_drops_before_the_reply_is_interrupted() {
+    const RUNS: usize = 100;
+    let agent = TestAgent::start().await;
+    let marker = "1001.5151";
+    for _ in 0..RUNS {
+        start_and_drop(&agent, marker, Some(2_000)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut peak = 0;
+    let left = loop {
+        let now = silo_tests::pids_running(&["sleep", marker]).len();
+        peak = peak.max(now);
+        if (now == 0 && peak > 0) || Instant::now() >= deadline {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        peak >= RUNS / 2,
+        "only {peak} of {RUNS} execs were seen running"
+    );
+    assert_eq!(left, 0, "{left} orphaned execs still run");
+}
+
 #[tokio::test]
 async fn detach_timeout_kills_an_abandoned_exec() {
     let agent = TestAgent::start().await;

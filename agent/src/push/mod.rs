@@ -19,7 +19,7 @@
 //! - `store`: version ids, commit and swap, garbage collection, leftovers.
 
 mod body;
-mod extract;
+pub mod extract;
 mod mount;
 mod store;
 

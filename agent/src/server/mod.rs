@@ -17,7 +17,7 @@
 //! - `session`: one exec WebSocket connection after the upgrade.
 //! - `sessions`: the shell-session requests of that connection (open, list, close, interrupt).
 
-mod auth;
+pub mod auth;
 mod exec_ws;
 pub mod listener;
 mod push;

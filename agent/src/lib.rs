@@ -1,0 +1,46 @@
+//! silo-agent: the process that runs as PID 1 in every sandbox, as a library
+//! (its binary boots it; the fuzz harness drives its parsers and extractor).
+//!
+//! It reaps orphans, supervises an optional workload, runs commands for the
+//! controller over a signed WebSocket channel (with replay, interrupt and
+//! stdin), takes pushed file bundles into mount paths with an atomic swap,
+//! and shuts everything down in order when asked. It is one static
+//! binary with no runtime dependencies, so the same file works in any image;
+//! it also runs as an ordinary process (local backend, tests), where it makes
+//! itself a child subreaper to keep the same guarantees.
+//!
+//! # Layout
+//! - `config`: command-line flags, then the validated settings derived from them.
+//! - `reaper`: the single owner of `waitpid(-1)`; delivers statuses to registered pids.
+//! - `fs_error`: the one error for a failed file system call (what, path, why).
+//! - `process`: the seam for signalling and finding processes (`/proc`), faked in tests.
+//! - `exec`: the exec registry: spawn (pipes or a PTY), output ring and fan-out, stdin, interrupt, retention.
+//! - `session`: persistent shell sessions whose runs are execs; interrupt keeps the shell.
+//! - `workload`: the optional command after `--`, restarted with backoff.
+//! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
+//! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped.
+//! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
+//! - `activity`: what counts as use, for `--idle-timeout`.
+//! - `shutdown`: the shutdown phases every long-lived task watches.
+//!
+
+pub mod activity;
+pub mod config;
+pub mod exec;
+pub mod fs_error;
+pub mod process;
+pub mod push;
+pub mod reaper;
+pub mod server;
+pub mod session;
+pub mod shutdown;
+pub mod snapshot;
+pub mod workload;
+
+/// `N` random bytes as hex: boot ids and the session shells' process markers.
+pub fn random_hex<const N: usize>() -> std::io::Result<String> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes)
+        .map_err(|err| std::io::Error::other(format!("no randomness: {err}")))?;
+    Ok(hex::encode(bytes))
+}
