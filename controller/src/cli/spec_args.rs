@@ -113,7 +113,7 @@ impl SpecArgs {
         spec.milli_cpus = self.cpus;
         spec.memory_bytes = self.memory;
         spec.pids_limit = self.pids_limit;
-        spec.cap_add = self.cap_add;
+        spec.cap_add = canonical_capabilities(self.cap_add);
         spec.privileged = self.privileged;
         spec.new_privileges = self.new_privileges;
         spec.runtime = self.runtime;
@@ -123,6 +123,19 @@ impl SpecArgs {
         spec.check()?;
         Ok(spec)
     }
+}
+
+/// Capability names in one form (`CAP_` dropped), sorted and without
+/// repeats, so the same capabilities given in another order or spelling
+/// make the same spec, and the same spec hash (no false drift).
+fn canonical_capabilities(caps: Vec<String>) -> Vec<String> {
+    let mut caps: Vec<String> = caps
+        .into_iter()
+        .map(|c| c.strip_prefix("CAP_").map(str::to_owned).unwrap_or(c))
+        .collect();
+    caps.sort();
+    caps.dedup();
+    caps
 }
 
 /// Splits a command line into words as a POSIX shell would, for quoting
@@ -218,5 +231,22 @@ mod tests {
         assert_eq!(spec.backend, BackendKind::Local);
         assert_eq!(spec.workload, ["sleep", "inf"]);
         assert!(!SpecArgs::default().given());
+    }
+
+    #[test]
+    fn capabilities_in_any_order_or_spelling_make_one_spec() {
+        let spec = |caps: &[&str]| {
+            SpecArgs {
+                image: Some("busybox".into()),
+                cap_add: caps.iter().map(|c| (*c).to_owned()).collect(),
+                ..SpecArgs::default()
+            }
+            .into_spec()
+            .unwrap()
+        };
+        let a = spec(&["NET_RAW", "CAP_SYS_PTRACE"]);
+        let b = spec(&["SYS_PTRACE", "CAP_NET_RAW", "NET_RAW"]);
+        assert_eq!(a.cap_add, ["NET_RAW", "SYS_PTRACE"]);
+        assert_eq!(a.hash(), b.hash());
     }
 }

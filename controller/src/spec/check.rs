@@ -117,12 +117,28 @@ impl SandboxSpec {
                 format!("{cap:?} is not a capability name (like NET_RAW or CAP_NET_RAW)"),
             ));
         }
+        if self
+            .cap_add
+            .iter()
+            .any(|c| c.strip_prefix("CAP_").unwrap_or(c) == EVERY_CAPABILITY)
+        {
+            // The engine reads ALL as every capability: privileged in all
+            // but name, which only an explicit --privileged may give.
+            return Err(invalid(
+                "cap-add",
+                "ALL would give every capability; --privileged is the one way to ask for that"
+                    .into(),
+            ));
+        }
         if self.runtime.as_deref().is_some_and(|r| r.trim().is_empty()) {
             return Err(invalid("runtime", "it is empty".into()));
         }
         Ok(())
     }
 }
+
+/// The engine's name for the whole capability set.
+const EVERY_CAPABILITY: &str = "ALL";
 
 /// `NET_RAW`, `CAP_NET_RAW`: capital letters and underscores.
 fn is_capability_name(name: &str) -> bool {
@@ -179,6 +195,19 @@ mod tests {
             err.to_string(),
             "the local backend has no containers, so it cannot honour: image, memory"
         );
+    }
+
+    #[test]
+    fn every_capability_is_only_had_through_privileged() {
+        for all in ["ALL", "CAP_ALL"] {
+            let mut spec = docker("busybox");
+            spec.cap_add = vec!["NET_RAW".into(), all.into()];
+            let err = spec.check().unwrap_err().to_string();
+            assert!(err.contains("--privileged"), "{err}");
+        }
+        let mut spec = docker("busybox");
+        spec.privileged = true;
+        assert_eq!(spec.check(), Ok(()));
     }
 
     #[test]

@@ -15,6 +15,7 @@
 
 mod docker_common;
 mod docker_exec_rtt;
+mod docker_gvisor;
 mod docker_resume;
 mod docker_tti;
 mod exec_memory;
@@ -48,6 +49,7 @@ const SCENARIOS: &[&str] = &[
     "tti",
     "resume",
     "snapshot",
+    "gvisor",
 ];
 
 #[derive(Parser)]
@@ -57,7 +59,8 @@ struct Args {
     /// under four chatty commands), session-rtt, interrupt
     /// (plain execs and session runs), agent-footprint,
     /// push-big, push-fanout, nonce-window (signed requests for longer than
-    /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot (the Docker
+    /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot,
+    /// gvisor (tti, exec rtt and snapshot under runsc beside runc) (the Docker
     /// ones are skipped, with a note, when no engine answers outside CI).
     scenarios: Vec<String>,
     /// Where to write the JSON results.
@@ -96,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
             "tti" => docker_tti::run(args.quick).await?,
             "resume" => docker_resume::run(args.quick).await?,
             "snapshot" => snapshot::run(args.quick).await?,
+            "gvisor" => docker_gvisor::run(args.quick).await?,
             other => anyhow::bail!(
                 "unknown scenario {other:?}; known: {}",
                 SCENARIOS.join(", ")

@@ -12,6 +12,11 @@ impl Samples {
         self.0.push(d.as_secs_f64() * 1000.0);
     }
 
+    /// Adds every sample of `other`.
+    pub fn append(&mut self, other: Samples) {
+        self.0.extend(other.0);
+    }
+
     /// The `p`th percentile (0..=100), nearest-rank.
     pub fn percentile(&self, p: f64) -> f64 {
         let mut sorted = self.0.clone();
