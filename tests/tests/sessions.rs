@@ -500,3 +500,41 @@ fn cli_ctrl_c_interrupts_a_session_command_and_keeps_the_session() {
     );
     assert!(pids_running(&["sleep", "100.9191"]).is_empty());
 }
+
+#[tokio::test]
+async fn ctrl_c_in_a_busybox_sandbox_keeps_the_session_and_its_state() {
+    let Some(_engine) = silo_tests::docker::engine_with_base().await else {
+        return;
+    };
+    let cli = Cli::new();
+    cli.ok(&["up", "bb", "--image", silo_tests::docker::BASE_IMAGE]);
+    let exec = |script: &str| cli.ok(&["exec", "--session", "s", "bb", "--", script]);
+    exec("cd /tmp; x=5; f() { echo \"f:$1\"; }");
+    let child = cli
+        .command(&[
+            "exec",
+            "--session",
+            "s",
+            "bb",
+            "--",
+            "sleep 100.9292; echo never",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The sandbox's processes are visible from the host.
+    while pids_running(&["sleep", "100.9292"]).is_empty() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sent = Instant::now();
+    silo_tests::signal(child.id(), nix::sys::signal::Signal::SIGINT);
+    let out = child.wait_with_output().unwrap();
+    let took = sent.elapsed();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    // Generous: a shell that is killed and restarted costs the grace (2 s) first.
+    assert!(took < Duration::from_secs(2), "interrupt took {took:?}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(exec("pwd; echo $x; f kept"), "/tmp\n5\nf:kept\n");
+}

@@ -34,6 +34,8 @@ pub use snapshots::{Snapshot, StoredImage};
 
 /// How long a statement waits for another process's lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between tries to switch a new database to WAL mode.
+const WAL_RETRY: Duration = Duration::from_millis(10);
 
 /// An open state database. One per process is enough; it is not `Sync`, so
 /// share it behind a mutex.
@@ -114,10 +116,7 @@ impl StateDb {
         self.conn
             .busy_timeout(BUSY_TIMEOUT)
             .map_err(db("setting the busy timeout"))?;
-        let mode: String = self
-            .conn
-            .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
-            .map_err(db("switching to WAL mode"))?;
+        let mode = self.switch_to_wal()?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StateError::NoWal { mode });
         }
@@ -130,6 +129,30 @@ impl StateDb {
             .pragma_update(None, "foreign_keys", true)
             .map_err(db("enabling foreign keys"))?;
         Ok(())
+    }
+
+    /// Sets WAL mode and returns the mode in force. SQLite does not always
+    /// call the busy handler for this (two processes opening a new database
+    /// at once can get "database is locked" at once), so a busy answer is
+    /// retried here within the same timeout.
+    fn switch_to_wal(&self) -> Result<String, StateError> {
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        loop {
+            let mode = self
+                .conn
+                .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0));
+            match mode {
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if matches!(
+                        e.code,
+                        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                    ) && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(WAL_RETRY);
+                }
+                other => return other.map_err(db("switching to WAL mode")),
+            }
+        }
     }
 
     /// Runs `f` in a transaction that holds the write lock from its start.

@@ -44,13 +44,22 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             }
         }
     });
-    let mut received = 0u64;
-    for mut handle in handles {
-        while let Some(event) = handle.next_event().await {
-            if let ExecEvent::Output { data, .. } = event {
-                received += data.len() as u64;
+    // Every exec is followed at once: one left unread would back up the
+    // connection for all of them.
+    let readers = handles.into_iter().map(|mut handle| {
+        tokio::spawn(async move {
+            let mut received = 0u64;
+            while let Some(event) = handle.next_event().await {
+                if let ExecEvent::Output { data, .. } = event {
+                    received += data.len() as u64;
+                }
             }
-        }
+            received
+        })
+    });
+    let mut received = 0u64;
+    for reader in readers.collect::<Vec<_>>() {
+        received += reader.await?;
     }
     let _ = stop.send(());
     let peak_kib = sampler.await?;
