@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::exec::ExecId;
 
+/// Longest command text a session's info carries.
+pub const MAX_COMMAND_SHOWN: usize = 200;
+
 /// Longest session id.
 pub const MAX_SESSION_ID_LEN: usize = 64;
 
@@ -30,6 +33,10 @@ pub struct SessionInfo {
     /// The command it is running, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<ExecId>,
+    /// That command's words, as the run asked for them (shortened past
+    /// [`MAX_COMMAND_SHOWN`] characters); absent from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     /// Commands waiting for the running one to end.
     #[serde(default)]
     pub queued: u32,

@@ -538,3 +538,28 @@ async fn ctrl_c_in_a_busybox_sandbox_keeps_the_session_and_its_state() {
     assert!(out.stdout.is_empty());
     assert_eq!(exec("pwd; echo $x; f kept"), "/tmp\n5\nf:kept\n");
 }
+
+#[test]
+fn session_ls_shows_the_running_command() {
+    let cli = Cli::new();
+    cli.ok(&["create", "--backend", "local", "--name", "box"]);
+    let mut child = cli
+        .command(&["exec", "--session", "s", "box", "--", "sleep 100.3131"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pids_running(&["sleep", "100.3131"]).is_empty() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let table = cli.ok(&["session", "ls", "box"]);
+    assert!(table.contains("sleep 100.3131"), "{table}");
+    let listed: serde_json::Value =
+        serde_json::from_str(&cli.ok(&["session", "ls", "box", "--json"])).unwrap();
+    assert_eq!(listed[0]["command"], "sleep 100.3131", "{listed}");
+    cli.ok(&["session", "interrupt", "box", "s"]);
+    let _ = child.wait();
+    let listed: serde_json::Value =
+        serde_json::from_str(&cli.ok(&["session", "ls", "box", "--json"])).unwrap();
+    assert!(listed[0].get("command").is_none(), "{listed}");
+}

@@ -152,6 +152,8 @@ struct State {
     marker: String,
     gone: Option<tokio::sync::watch::Receiver<bool>>,
     running: Option<ExecId>,
+    /// The running command's words.
+    command: Option<String>,
     queued: u32,
     runs: u64,
     restarts: u32,
@@ -373,6 +375,7 @@ impl Session {
                 .and_then(|pid| u32::try_from(pid).ok()),
             cwd: String::from_utf8_lossy(&state.snapshot.cwd).into_owned(),
             running: state.running,
+            command: state.command.clone(),
             queued: state.queued,
             runs: state.runs,
             restarts: state.restarts,

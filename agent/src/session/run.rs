@@ -14,6 +14,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use silo_protocol::exec::ExecSpec;
 use silo_protocol::limits::MAX_GRACE;
+use silo_protocol::session::MAX_COMMAND_SHOWN;
 use tokio::sync::{OwnedMutexGuard, watch};
 use tokio::time::{Instant, sleep_until};
 
@@ -34,6 +35,8 @@ pub struct Context {
 
 /// What to run and the limits that apply.
 pub(super) struct Plan {
+    /// The run's words, for `session ls`.
+    pub(super) command: String,
     pub(super) script: Vec<u8>,
     pub(super) stdin: bool,
     pub(super) timeout: Option<Duration>,
@@ -92,6 +95,7 @@ pub fn start(
     )?;
     let cwd = cwd.map(|dir| dir.into_os_string().into_encoded_bytes());
     let plan = Plan {
+        command: shown(&spec.argv),
         script: script::user_script(&spec.argv, cwd.as_deref(), &spec.env),
         stdin: spec.stdin,
         timeout: spec.timeout_ms.map(Duration::from_millis),
@@ -108,7 +112,10 @@ pub fn start(
     {
         let mut state = session.state();
         match guard {
-            Some(_) => state.running = Some(started.exec_id),
+            Some(_) => {
+                state.running = Some(started.exec_id);
+                state.command = Some(plan.command.clone());
+            }
             None => state.queued += 1,
         }
     }
@@ -145,12 +152,14 @@ async fn drive(
         let mut state = session.state();
         if state.closed {
             state.running = None;
+            state.command = None;
             drop(state);
             adopted.note("the session was closed before this command could run");
             adopted.finish(Some(ProcessExit::Signal(Signal::SIGKILL as i32)), false);
             return;
         }
         state.running = Some(adopted.id());
+        state.command = Some(plan.command.clone());
     }
     let mut restored = false;
     let ended = match ensure_shell(&ctx, &session, &mut slot) {
@@ -212,6 +221,7 @@ async fn drive(
     }
     let mut state = session.state();
     state.running = None;
+    state.command = None;
     state.runs += 1;
 }
 
@@ -257,4 +267,14 @@ fn ensure_shell(ctx: &Context, session: &Session, slot: &mut Slot) -> Result<boo
     slot.shell = Some(session.spawn_shell(&ctx.reaper, &ctx.workdir, true)?);
     tracing::info!(session = %session.id, "session shell restarted with its last cwd and environment");
     Ok(true)
+}
+
+/// The words of a run as `session ls` shows them, cut at
+/// [`MAX_COMMAND_SHOWN`] characters.
+fn shown(argv: &[String]) -> String {
+    let text = argv.join(" ");
+    match text.char_indices().nth(MAX_COMMAND_SHOWN) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
 }

@@ -319,9 +319,11 @@ impl Output {
             "ID", "SHELL", "PID", "RUNNING", "RUNS", "RESTARTS", "CWD",
         ])];
         for s in sessions {
+            // The command's words when the agent tells them, else its exec id.
+            let what = |id: u64| s.command.clone().unwrap_or_else(|| id.to_string());
             let running = match (s.running, s.queued) {
-                (Some(id), 0) => id.to_string(),
-                (Some(id), queued) => format!("{id} (+{queued} queued)"),
+                (Some(id), 0) => what(id),
+                (Some(id), queued) => format!("{} (+{queued} queued)", what(id)),
                 (None, _) => "-".to_owned(),
             };
             table.push(row([
