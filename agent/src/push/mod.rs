@@ -233,22 +233,20 @@ impl Pusher {
             let limits = self.config.limits;
             let claimed = request.sha256.clone();
             let cancelled = Arc::clone(&cancelled.0);
-            let runtime = tokio::runtime::Handle::current();
             tokio::task::spawn_blocking(move || {
                 let reader = ChannelReader::new(rx);
                 match stage_and_swap(&mount, &tag, reader, &limits, &claimed, &cancelled) {
                     Ok(done) => Ok((state, done)),
-                    // The mount's lock goes at once; what the extract wrote
-                    // is removed in the background, under the push permit
-                    // (a snapshot must not read it half removed). This runs
-                    // here, not in the request, which a departed client's
-                    // connection drops.
+                    // The mount's lock goes at once, so other pushes to it
+                    // go ahead while what the extract wrote is removed, still
+                    // under the push permit (a snapshot must not read it half
+                    // removed) and before the answer, so a refusal leaves
+                    // nothing behind. This runs on this thread, not in the
+                    // request, which a departed client's connection drops.
                     Err(failed) => {
                         drop(state);
-                        runtime.spawn_blocking(move || {
-                            remove_leftovers(&failed.leftovers);
-                            drop(permit);
-                        });
+                        remove_leftovers(&failed.leftovers);
+                        drop(permit);
                         Err(failed.error)
                     }
                 }
@@ -256,7 +254,8 @@ impl Pusher {
         };
         // A refused bundle's body is still drained for a clean answer, but
         // the mount's lock goes as soon as the extract has failed: a client
-        // that stops sending must not hold off other pushes to the mount.
+        // that stops sending must not hold off other pushes to the mount,
+        // and neither may the removal of what it wrote.
         let extracted = async {
             job.await
                 .map_err(|e| PushError::Internal(format!("extract task failed: {e}")))
