@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::agent_binary::{self, AgentLocator, AgentSource};
-use crate::fsutil::human_bytes;
+use crate::fsutil::{free_bytes, human_bytes};
 use crate::home::Home;
 use crate::image::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX};
 use crate::{Silo, SiloOptions};
@@ -124,8 +124,8 @@ pub async fn diagnose(options: SiloOptions) -> Vec<Check> {
 /// existing ancestor, before the first run).
 fn disk(root: &Path) -> Check {
     let existing = root.ancestors().find(|dir| dir.exists()).unwrap_or(root);
-    let stat = match nix::sys::statvfs::statvfs(existing) {
-        Ok(stat) => stat,
+    let free = match free_bytes(existing) {
+        Ok(free) => free,
         Err(err) => {
             return Check::bad(
                 "disk",
@@ -135,7 +135,6 @@ fn disk(root: &Path) -> Check {
             );
         }
     };
-    let free = stat.blocks_available().saturating_mul(stat.fragment_size());
     let detail = format!("{} free at {}", human_bytes(free), existing.display());
     let fix = "free space there, or set SILO_HOME to a larger file system";
     if free < DISK_FAIL_BYTES {

@@ -66,11 +66,15 @@ pub(crate) fn tail(path: &Path, max_lines: usize) -> String {
 /// open a database in WAL mode (its shared-memory file is 32 KiB).
 const FULL_BELOW_BYTES: u64 = 1024 * 1024;
 
+/// Bytes an unprivileged writer may still use on the file system holding `dir`.
+pub(crate) fn free_bytes(dir: &Path) -> nix::Result<u64> {
+    let stat = nix::sys::statvfs::statvfs(dir)?;
+    Ok(stat.blocks_available().saturating_mul(stat.fragment_size()))
+}
+
 /// Whether the file system holding `dir` has (next to) no space left.
 pub(crate) fn disk_is_full(dir: &Path) -> bool {
-    nix::sys::statvfs::statvfs(dir).is_ok_and(|stat| {
-        stat.blocks_available().saturating_mul(stat.fragment_size()) < FULL_BELOW_BYTES
-    })
+    free_bytes(dir).is_ok_and(|free| free < FULL_BELOW_BYTES)
 }
 
 /// `1.5 MiB`-style sizes.
