@@ -496,7 +496,7 @@ impl PushError {
             Self::Mount(MountError::NotAllowed { .. }) => {
                 (StatusCode::FORBIDDEN, kind::MOUNT_NOT_ALLOWED)
             }
-            Self::Mount(MountError::Conflict { .. }) => {
+            Self::Mount(MountError::Conflict { .. } | MountError::Blocked { .. }) => {
                 (StatusCode::CONFLICT, kind::MOUNT_CONFLICT)
             }
             Self::Mount(MountError::Io(err)) => disk(&err.source),

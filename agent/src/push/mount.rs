@@ -23,7 +23,9 @@ use crate::fs_error::FsError;
 pub struct Mount {
     /// The path as the request named it.
     pub path: String,
-    /// Physical directory of the allowed root it lies under.
+    /// The allowed root it lies under, as requests name it.
+    root_path: PathBuf,
+    /// Physical directory of that root.
     root: PathBuf,
     /// Components from the root to the mount's parent.
     between: Vec<String>,
@@ -81,6 +83,7 @@ pub fn resolve(path: &str, config: &PushConfig) -> Result<Mount, MountError> {
             let name = between.pop().unwrap_or_default();
             return Ok(Mount {
                 path: path.to_owned(),
+                root_path: root.clone(),
                 root: physical(&config.base, root),
                 between,
                 name,
@@ -123,9 +126,11 @@ pub enum Live {
 pub fn prepare(mount: &Mount) -> Result<Live, MountError> {
     std::fs::create_dir_all(&mount.root).map_err(FsError::at("create", &mount.root))?;
     let mut dir = mount.root.clone();
+    let mut shown = mount.root_path.clone();
     for part in &mount.between {
         dir.push(part);
-        ensure_real_dir(&dir, mount)?;
+        shown.push(part);
+        ensure_real_dir(&dir, &shown, mount)?;
     }
     let live = inspect_link(mount)?;
     // The store is made only once the mount is known to be ours (or free),
@@ -133,7 +138,8 @@ pub fn prepare(mount: &Mount) -> Result<Live, MountError> {
     let mut store = dir;
     for part in [STORE_DIR, mount.name.as_str()] {
         store.push(part);
-        ensure_real_dir(&store, mount)?;
+        shown.push(part);
+        ensure_real_dir(&store, &shown, mount)?;
     }
     Ok(live)
 }
@@ -165,21 +171,24 @@ fn inspect_link(mount: &Mount) -> Result<Live, MountError> {
     }
 }
 
-fn ensure_real_dir(dir: &Path, mount: &Mount) -> Result<(), MountError> {
+/// Makes `dir` (shown to callers as `shown`) a real directory, or says
+/// which path stands in the way, since that is the one a user must move.
+fn ensure_real_dir(dir: &Path, shown: &Path, mount: &Mount) -> Result<(), MountError> {
+    let blocked = |reason| MountError::Blocked {
+        path: mount.path.clone(),
+        at: shown.display().to_string(),
+        reason,
+    };
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(()),
-        Ok(meta) if meta.file_type().is_symlink() => Err(MountError::Conflict {
-            path: mount.path.clone(),
-            reason: "passes through a symlink",
-        }),
-        Ok(_) => Err(MountError::Conflict {
-            path: mount.path.clone(),
-            reason: "passes through something that is not a directory",
-        }),
+        Ok(meta) if meta.file_type().is_symlink() => Err(blocked("is a symlink")),
+        Ok(_) => Err(blocked("is not a directory")),
         Err(err) if err.kind() == io::ErrorKind::NotFound => match std::fs::create_dir(dir) {
             Ok(()) => Ok(()),
             // Made by someone else meanwhile: look again.
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => ensure_real_dir(dir, mount),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                ensure_real_dir(dir, shown, mount)
+            }
             Err(err) => Err(FsError::new("create", dir, err).into()),
         },
         Err(err) => Err(FsError::new("inspect", dir, err).into()),
@@ -211,6 +220,20 @@ pub enum MountError {
         /// The path.
         path: String,
         /// What is in the way.
+        reason: &'static str,
+    },
+    /// A directory on the way to the mount or its version store is a
+    /// symlink or a file, which a push never follows or replaces.
+    #[error(
+        "mount path {path:?} cannot be used: {at:?} {reason}; silo writes only through \
+         real directories, so move {at:?} away or push to another path"
+    )]
+    Blocked {
+        /// The mount path.
+        path: String,
+        /// The path that stands in the way.
+        at: String,
+        /// What it is.
         reason: &'static str,
     },
     /// A file system operation failed.
@@ -283,7 +306,28 @@ mod tests {
         let root = dir.path().join("workspace/managed");
         std::os::unix::fs::symlink(outside.path(), root.join("evil")).unwrap();
         let m = resolve("/workspace/managed/evil/app", &c).unwrap();
-        assert!(matches!(prepare(&m), Err(MountError::Conflict { .. })));
+        let err = prepare(&m).unwrap_err();
+        assert!(
+            matches!(&err, MountError::Blocked { at, .. } if at == "/workspace/managed/evil"),
+            "{err}"
+        );
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_symlinked_version_store_is_named_in_the_refusal() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = config(dir.path());
+        let m = resolve("/workspace/managed/app", &c).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("workspace/managed")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), m.parent().join(STORE_DIR)).unwrap();
+        let err = prepare(&m).unwrap_err();
+        assert!(
+            matches!(&err, MountError::Blocked { at, .. } if at == "/workspace/managed/.versions"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("\"/workspace/managed/.versions\" is a symlink"));
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     }
 }
