@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_DETACH_TIMEOUT.as_secs())]
     pub detach_timeout_secs: u64,
     /// When to restart the workload after it exits.
-    #[arg(long, value_enum, value_name = "POLICY", default_value_t = RestartPolicy::OnFailure)]
+    #[arg(long, value_name = "always|on-failure|never", default_value_t = RestartPolicy::OnFailure)]
     pub restart: RestartPolicy,
     /// Exit after this many seconds with no request, no connection and no running exec.
     #[arg(long, value_name = "SECS")]

@@ -9,8 +9,8 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use clap::ValueEnum;
 use nix::sys::signal::Signal;
+pub use silo_protocol::workload::RestartPolicy;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -34,24 +34,12 @@ const SPAWN_FAILED_CODE: i32 = 127;
 /// run fail.
 const LEFTOVER_GRACE: Duration = Duration::from_secs(1);
 
-/// When to start the workload again after it exits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RestartPolicy {
-    /// Whatever the exit.
-    Always,
-    /// Unless it exited with code 0.
-    OnFailure,
-    /// Never; the agent keeps running without it.
-    Never,
-}
-
-impl RestartPolicy {
-    fn restarts_after(self, exit: ProcessExit) -> bool {
-        match self {
-            Self::Always => true,
-            Self::OnFailure => !exit.success(),
-            Self::Never => false,
-        }
+/// Whether `policy` starts the workload again after `exit`.
+fn restarts_after(policy: RestartPolicy, exit: ProcessExit) -> bool {
+    match policy {
+        RestartPolicy::Always => true,
+        RestartPolicy::OnFailure => !exit.success(),
+        RestartPolicy::Never => false,
     }
 }
 
@@ -158,7 +146,7 @@ impl Supervisor {
                     ProcessExit::Code(SPAWN_FAILED_CODE)
                 }
             };
-            if !self.policy.restarts_after(exit) {
+            if !restarts_after(self.policy, exit) {
                 tracing::info!(?exit, policy = ?self.policy, "workload exited; not restarting");
                 // Stay until shutdown, so `stop` still returns this exit.
                 let _ = (&mut stop).await;
@@ -285,11 +273,11 @@ mod tests {
         let ok = ProcessExit::Code(0);
         let failed = ProcessExit::Code(1);
         let killed = ProcessExit::Signal(9);
-        assert!(RestartPolicy::Always.restarts_after(ok));
-        assert!(!RestartPolicy::OnFailure.restarts_after(ok));
-        assert!(RestartPolicy::OnFailure.restarts_after(failed));
-        assert!(RestartPolicy::OnFailure.restarts_after(killed));
-        assert!(!RestartPolicy::Never.restarts_after(killed));
+        assert!(restarts_after(RestartPolicy::Always, ok));
+        assert!(!restarts_after(RestartPolicy::OnFailure, ok));
+        assert!(restarts_after(RestartPolicy::OnFailure, failed));
+        assert!(restarts_after(RestartPolicy::OnFailure, killed));
+        assert!(!restarts_after(RestartPolicy::Never, killed));
     }
 
     #[tokio::test]

@@ -22,6 +22,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+pub use silo_protocol::workload::RestartPolicy;
 
 pub use check::SpecError;
 pub use parse::{BindMount, ParseError, parse_cpus, parse_memory};
@@ -87,6 +88,10 @@ pub struct SandboxSpec {
     /// a notebook); none when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workload: Vec<String>,
+    /// When the agent starts the workload again after it exits; the agent's
+    /// default (`on-failure`) when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartPolicy>,
     /// Environment given to the agent, and so to every command run in the sandbox.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,

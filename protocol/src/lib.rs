@@ -20,6 +20,7 @@
 //! - [`exact`]: a tar entry's contents read to exactly the size its header declared.
 //! - [`snapshot`]: the snapshot request and the layer format of its answer.
 //! - [`session`]: shell session ids and the info the agent reports about them.
+//! - [`workload`]: the workload's restart policy, spelt one way on both sides.
 #![deny(missing_docs)]
 
 pub mod auth;
@@ -34,5 +35,6 @@ pub mod replay;
 pub mod session;
 pub mod snapshot;
 pub mod version;
+pub mod workload;
 
 pub use version::PROTOCOL_VERSION;

@@ -376,3 +376,75 @@ fn a_full_home_still_reads_and_names_the_full_disk() {
     cli.ok(&["create", "--backend", "local", "--name", "after"]);
     assert!(cli.ok(&["ls"]).contains("after"));
 }
+
+/// Lines in the sandbox file `runs`, which the workload appends to per run.
+fn runs(cli: &Cli, sandbox: &str) -> usize {
+    let out = cli.run(&["exec", sandbox, "--", "sh", "-c", "cat runs 2>/dev/null"]);
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn the_workload_restart_policy_is_set_from_up() {
+    let cli = Cli::new();
+    let refused = cli.run(&["up", "bare", "--backend", "local", "--restart", "always"]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("--restart") && err.contains("workload"),
+        "{err}"
+    );
+    let unknown = cli.run(&["up", "bad", "--backend", "local", "--restart", "sometimes"]);
+    let err = String::from_utf8_lossy(&unknown.stderr);
+    assert!(err.contains("on-failure"), "{err}");
+
+    // A clean exit is restarted under `always` (the default, on-failure, would not).
+    let line = "echo run >> runs";
+    cli.ok(&[
+        "up",
+        "again",
+        "--backend",
+        "local",
+        "--restart",
+        "always",
+        "--",
+        "sh",
+        "-c",
+        line,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while runs(&cli, "again") < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "an always workload was not restarted"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A failing one is left alone under `never`.
+    let failing = "echo run >> runs; exit 3";
+    cli.ok(&[
+        "up",
+        "once",
+        "--backend",
+        "local",
+        "--restart",
+        "never",
+        "--",
+        "sh",
+        "-c",
+        failing,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while runs(&cli, "once") < 1 {
+        assert!(Instant::now() < deadline, "the workload never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The agent's first restart would come 100 ms after the exit.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(runs(&cli, "once"), 1, "a never workload was restarted");
+    let ls = json(&cli.ok(&["ls", "-o", "json"]));
+    assert!(
+        ls.to_string().contains("never"),
+        "the spec keeps the policy: {ls}"
+    );
+}

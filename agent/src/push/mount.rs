@@ -327,7 +327,10 @@ mod tests {
             matches!(&err, MountError::Blocked { at, .. } if at == "/workspace/managed/.versions"),
             "{err}"
         );
-        assert!(err.to_string().contains("\"/workspace/managed/.versions\" is a symlink"));
+        assert!(
+            err.to_string()
+                .contains("\"/workspace/managed/.versions\" is a symlink")
+        );
         assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     }
 }

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use silo::BackendKind;
 use silo::SandboxSpec;
-use silo::spec::{BindMount, parse_cpus, parse_memory};
+use silo::spec::{BindMount, RestartPolicy, parse_cpus, parse_memory};
 
 #[derive(Debug, Default, clap::Args)]
 pub struct SpecArgs {
@@ -61,6 +61,10 @@ pub struct SpecArgs {
     /// command), `none`, or a command line [default: none].
     #[arg(long, value_name = "image|none|CMD", conflicts_with = "workload_argv")]
     workload: Option<String>,
+    /// When the agent starts the workload again after it exits
+    /// (always, on-failure, never) [default: on-failure].
+    #[arg(long, value_name = "POLICY")]
+    restart: Option<RestartPolicy>,
     /// A command the agent keeps running for the sandbox's life.
     #[arg(last = true, value_name = "WORKLOAD")]
     workload_argv: Vec<String>,
@@ -86,6 +90,7 @@ impl SpecArgs {
             || self.idle_timeout.is_some()
             || !self.labels.is_empty()
             || self.workload.is_some()
+            || self.restart.is_some()
             || !self.workload_argv.is_empty()
     }
 
@@ -105,6 +110,7 @@ impl SpecArgs {
                     split_words(line).with_context(|| format!("reading --workload {line:?}"))?;
             }
         }
+        spec.restart = self.restart;
         spec.image = self.image;
         spec.env = self.env.into_iter().collect();
         spec.binds = self.binds;

@@ -16,6 +16,9 @@ impl SandboxSpec {
         if !self.workload.is_empty() && self.workload_from_image {
             return Err(SpecError::TwoWorkloads);
         }
+        if self.restart.is_some() && self.workload.is_empty() && !self.workload_from_image {
+            return Err(SpecError::RestartWithoutWorkload);
+        }
         match self.backend {
             BackendKind::Local => self.check_local(),
             BackendKind::Docker => self.check_container(),
@@ -162,6 +165,9 @@ pub enum SpecError {
     /// Both a command and the image's own entrypoint as the workload.
     #[error("give either a workload command or `--workload image`, not both")]
     TwoWorkloads,
+    /// A restart policy with nothing to restart.
+    #[error("`--restart` applies to a workload; give one (`--workload image` or `-- CMD...`)")]
+    RestartWithoutWorkload,
     /// A setting with an unusable value.
     #[error("bad {setting}: {reason}")]
     Invalid {
@@ -175,7 +181,7 @@ pub enum SpecError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::BindMount;
+    use crate::spec::{BindMount, RestartPolicy};
 
     fn docker(image: &str) -> SandboxSpec {
         SandboxSpec {
@@ -236,5 +242,18 @@ mod tests {
         spec.workload = vec!["sleep".into()];
         spec.workload_from_image = true;
         assert_eq!(spec.check(), Err(SpecError::TwoWorkloads));
+    }
+
+    #[test]
+    fn a_restart_policy_needs_a_workload() {
+        let mut spec = docker("busybox");
+        spec.restart = Some(RestartPolicy::Always);
+        assert_eq!(spec.check(), Err(SpecError::RestartWithoutWorkload));
+        spec.workload_from_image = true;
+        assert_eq!(spec.check(), Ok(()));
+        let mut spec = SandboxSpec::new(BackendKind::Local);
+        spec.restart = Some(RestartPolicy::Never);
+        spec.workload = vec!["sleep".into(), "1".into()];
+        assert_eq!(spec.check(), Ok(()));
     }
 }

@@ -102,6 +102,9 @@ pub fn create_body(plan: &Plan<'_>) -> Result<ContainerCreateBody, DockerError> 
     if let Some(secs) = spec.idle_timeout_secs {
         entrypoint.extend(["--idle-timeout".to_owned(), secs.to_string()]);
     }
+    if let Some(policy) = spec.restart {
+        entrypoint.extend(["--restart".to_owned(), policy.to_string()]);
+    }
     if !workload.is_empty() {
         entrypoint.push("--".to_owned());
         entrypoint.extend(workload);

@@ -58,6 +58,9 @@ pub fn spawn_agent(
     if let Some(secs) = spec.idle_timeout_secs {
         cmd.arg("--idle-timeout").arg(secs.to_string());
     }
+    if let Some(policy) = spec.restart {
+        cmd.arg("--restart").arg(policy.as_str());
+    }
     if !spec.workload.is_empty() {
         cmd.arg("--").args(&spec.workload);
     }
