@@ -13,8 +13,10 @@
 //! - [`auth`]: request signing, verification, key derivation.
 //! - [`replay`]: the nonces seen within the skew window, bounded in memory.
 //! - [`exec`]: the exec channel: control messages (JSON) and output frames (binary).
+//! - [`files`]: the file API: read, write, stat, list, mkdir, remove, trees as tar.
 //! - [`health`]: the unauthenticated `GET /healthz` answer.
 //! - [`limits`]: defaults both sides need to know (ring size, grace, keepalive).
+//! - [`query`]: percent-encoded query strings, built and read one way on both tiers.
 //! - [`push`]: the push request's query, its answer and its error kinds.
 //! - [`bundle`]: the bundle format, its limits, and the deterministic builder.
 //! - [`exact`]: a tar entry's contents read to exactly the size its header declared.
@@ -27,10 +29,12 @@ pub mod auth;
 pub mod bundle;
 pub mod exact;
 pub mod exec;
+pub mod files;
 pub mod health;
 pub mod http;
 pub mod limits;
 pub mod push;
+pub mod query;
 pub mod replay;
 pub mod session;
 pub mod snapshot;

@@ -2,8 +2,8 @@
 //! (see [`crate::bundle`]) as the body, its SHA-256 in the signed
 //! `x-silo-content-sha256` header.
 //!
-//! The mount path travels percent-encoded in the query; [`path_and_query`]
-//! and [`parse_query`] are the two halves, so both tiers agree on the exact
+//! The mount path travels percent-encoded in the query ([`crate::query`]);
+//! [`path_and_query`] and [`parse_query`] are the two halves, so both tiers agree on the exact
 //! text that is signed. Success is a [`PushResponse`]; failure is the usual
 //! [`crate::http::ErrorBody`] with one of the [`kind`] values, which the
 //! controller uses to decide whether a retry can help.
@@ -11,6 +11,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::http::PATH_PUSH;
+pub use crate::query::QueryError;
+use crate::query::{Query, QueryBuilder};
 
 /// The query parameter naming the mount path.
 pub const QUERY_MOUNT: &str = "mount";
@@ -52,66 +54,14 @@ pub mod kind {
 
 /// `/v1/push?mount=…` for `mount`, percent-encoded: the exact text to sign.
 pub fn path_and_query(mount: &str) -> String {
-    let mut out = format!("{PATH_PUSH}?{QUERY_MOUNT}=");
-    for byte in mount.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    QueryBuilder::new(PATH_PUSH)
+        .param(QUERY_MOUNT, mount)
+        .finish()
 }
 
 /// The mount path from a push's query string.
 pub fn parse_query(query: Option<&str>) -> Result<String, QueryError> {
-    let mut mount = None;
-    for pair in query.unwrap_or_default().split('&') {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if name != QUERY_MOUNT {
-            continue;
-        }
-        if mount.is_some() {
-            return Err(QueryError::Repeated);
-        }
-        mount = Some(percent_decode(value)?);
-    }
-    mount.ok_or(QueryError::Missing)
-}
-
-fn percent_decode(text: &str) -> Result<String, QueryError> {
-    let raw = text.as_bytes();
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        if raw[i] == b'%' {
-            let hex = raw.get(i + 1..i + 3).ok_or(QueryError::BadEscape)?;
-            let hex = std::str::from_utf8(hex).map_err(|_| QueryError::BadEscape)?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| QueryError::BadEscape)?);
-            i += 3;
-        } else {
-            out.push(raw[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| QueryError::NotUtf8)
-}
-
-/// Why a push's query cannot be read.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum QueryError {
-    /// No `mount=` parameter.
-    #[error("missing query parameter {QUERY_MOUNT}=ABS_PATH")]
-    Missing,
-    /// More than one `mount=` parameter.
-    #[error("query parameter {QUERY_MOUNT} given more than once")]
-    Repeated,
-    /// A `%` not followed by two hex digits.
-    #[error("malformed percent-escape in the mount path")]
-    BadEscape,
-    /// The decoded path is not UTF-8.
-    #[error("mount path is not UTF-8")]
-    NotUtf8,
+    Ok(Query::parse(query)?.require(QUERY_MOUNT)?.to_owned())
 }
 
 #[cfg(test)]
@@ -128,10 +78,10 @@ mod tests {
             assert!(!query[QUERY_MOUNT.len() + 1..].contains(['&', ' ', '=']));
             assert_eq!(parse_query(Some(query)).unwrap(), mount);
         }
-        assert_eq!(parse_query(None), Err(QueryError::Missing));
+        assert_eq!(parse_query(None), Err(QueryError::Missing(QUERY_MOUNT)));
         assert_eq!(
             parse_query(Some("mount=/a&mount=/b")),
-            Err(QueryError::Repeated)
+            Err(QueryError::Repeated(QUERY_MOUNT))
         );
         assert_eq!(parse_query(Some("mount=%zz")), Err(QueryError::BadEscape));
         assert_eq!(parse_query(Some("mount=%ff")), Err(QueryError::NotUtf8));
