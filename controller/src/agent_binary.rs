@@ -24,17 +24,24 @@ pub const AGENT_FILE_NAME: &str = "silo-agent";
 /// Hex digits of the content hash kept in an extracted agent's file name.
 const HASH_PREFIX_LEN: usize = 16;
 
-/// The agent embedded at build time; empty when the build embedded none.
-static EMBEDDED: &[u8] = include_bytes!(env!("SILO_EMBEDDED_AGENT"));
+/// The target the embedded agent was built for (`<arch>-unknown-linux-musl`,
+/// the static glibc fallback `<arch>-unknown-linux-gnu`), `prebuilt` when the
+/// build embedded a given file, or `none` without the `embedded-agent` feature.
+#[cfg(feature = "embedded-agent")]
+pub const EMBEDDED_TARGET: &str = silo_embedded_agent::TARGET;
+/// The target the embedded agent was built for: `none`, as this build was
+/// made without the `embedded-agent` feature.
+#[cfg(not(feature = "embedded-agent"))]
+pub const EMBEDDED_TARGET: &str = "none";
 
-/// The target the embedded agent was built for (`x86_64-unknown-linux-musl`,
-/// the static glibc fallback `x86_64-unknown-linux-gnu`), or `prebuilt` when
-/// the build embedded a given file.
-pub const EMBEDDED_TARGET: &str = env!("SILO_EMBEDDED_AGENT_TARGET");
-
-/// The embedded agent, if this build carries one.
+/// The embedded agent, if this build carries one (the `embedded-agent`
+/// feature; without it, the agent comes from `$SILO_AGENT` or beside the
+/// executable).
 pub fn embedded() -> Option<&'static [u8]> {
-    (!EMBEDDED.is_empty()).then_some(EMBEDDED)
+    #[cfg(feature = "embedded-agent")]
+    return silo_embedded_agent::bytes();
+    #[cfg(not(feature = "embedded-agent"))]
+    None
 }
 
 /// Where a located agent came from.

@@ -14,8 +14,6 @@ use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 use silo::backend::docker::{LABEL_SANDBOX_ID, container_name};
 
-use crate::Cli;
-
 /// The base image the Docker tests run (silo's default base tag).
 pub const BASE_IMAGE: &str = silo::image::DEFAULT_BASE_TAG;
 /// Pause between looks at a container that is expected to change state.
@@ -60,8 +58,10 @@ pub async fn base_image(engine: &Docker) {
         .await
         .expect("inspecting the base image");
     if !present {
-        let cli = Cli::new();
-        cli.ok(&["image", "base", "-t", BASE_IMAGE]);
+        let busybox = std::path::Path::new(silo::image::DEFAULT_BUSYBOX);
+        silo::image::build_base(engine, busybox, BASE_IMAGE, &mut |_| {})
+            .await
+            .expect("building the base image from the host's static busybox");
     }
     *built = true;
 }

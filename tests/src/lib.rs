@@ -2,12 +2,14 @@
 //!
 //! Everything here starts real parts: the static `silo-agent` binary that the
 //! controller embeds, the real `silo` CLI binary, and scratch `$SILO_HOME`
-//! directories. Nothing is mocked.
+//! directories. Nothing is mocked. The test binaries (`tests/local`,
+//! `tests/docker`) are targets of the `silo-cli` package, so cargo builds
+//! the CLI before them and hands them its path as `CARGO_BIN_EXE_silo`.
 //!
 //! Layout:
 //! - [`TestAgent`]: one agent process on a private Unix socket with its own key.
 //! - [`Cli`]: runs the `silo` binary against a scratch `$SILO_HOME`.
-//! - [`agent_binary`] / [`silo_binary`]: where the real binaries are.
+//! - [`agent_binary`]: the real agent, extracted once.
 //! - [`docker`]: the real engine (required in CI), the base image, containers
 //!   looked at (and removed behind silo's back) through the Engine API.
 //! - [`push`]: hand-made (hostile) bundles, raw pushes and tree snapshots.
@@ -42,36 +44,6 @@ pub fn workspace_root() -> PathBuf {
         .parent()
         .expect("tests/ has a parent")
         .to_path_buf()
-}
-
-/// The real `silo` CLI binary, built once per test process.
-///
-/// Cargo only hands a package its own binaries, so this asks cargo for the
-/// controller's; when it is up to date that costs a fraction of a second.
-pub fn silo_binary() -> &'static Path {
-    static SILO: OnceLock<PathBuf> = OnceLock::new();
-    SILO.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(workspace_root())
-            .args(["build", "--quiet", "-p", "silo", "--bin", "silo"]);
-        if !cfg!(debug_assertions) {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("running cargo to build the silo CLI");
-        assert!(status.success(), "building the silo CLI failed");
-        let exe = std::env::current_exe().expect("current exe");
-        // Test binaries live in target/<profile>/deps; the CLI in target/<profile>.
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let candidates = [profile_dir.join("silo"), exe.parent().unwrap().join("silo")];
-        candidates
-            .into_iter()
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| panic!("silo binary not found under {}", profile_dir.display()))
-    })
 }
 
 /// The real static agent: the one the controller embeds, extracted once.
@@ -276,28 +248,25 @@ fn process_ppid(stat: &str) -> Option<u32> {
 pub struct Cli {
     /// The scratch state directory.
     pub home: tempfile::TempDir,
-}
-
-impl Default for Cli {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// The `silo` executable (a test's `CARGO_BIN_EXE_silo`).
+    pub binary: PathBuf,
 }
 
 impl Cli {
-    /// A CLI with an empty state directory.
-    pub fn new() -> Self {
+    /// The CLI at `binary` with an empty state directory.
+    pub fn new(binary: impl Into<PathBuf>) -> Self {
         Self {
             home: tempfile::Builder::new()
                 .prefix("silo-home-")
                 .tempdir()
                 .expect("tempdir"),
+            binary: binary.into(),
         }
     }
 
     /// A command line for `silo ARGS...`, not yet run.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(silo_binary());
+        let mut cmd = Command::new(&self.binary);
         cmd.env("SILO_HOME", self.home.path())
             .env_remove("SILO_AGENT")
             .args(args)

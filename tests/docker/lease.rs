@@ -11,7 +11,6 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, containers_of, engine_with_base};
 
 /// Longest any single `silo` process in these tests may take.
@@ -42,7 +41,7 @@ async fn concurrent_ups_of_one_name_make_one_sandbox() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let spawn = || {
         cli.command(&["up", "shared", "--image", BASE_IMAGE, "--json"])
             .stdout(Stdio::piped())
@@ -83,7 +82,7 @@ async fn a_held_lease_makes_others_wait_and_names_its_holder() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["up", "held", "--image", BASE_IMAGE]);
     let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
     let lease = silo.lease("held", "test").await.unwrap();
@@ -120,7 +119,7 @@ async fn a_lease_left_by_a_killed_process_is_taken_over() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
     // A real `silo up` killed mid-create, once its container exists: it
     // holds the lease then (create and boot run under it).

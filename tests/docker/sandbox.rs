@@ -27,7 +27,7 @@ async fn a_sandbox_without_a_network_is_still_reachable() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let id = id_of(
         &cli,
         &[
@@ -57,7 +57,7 @@ async fn bind_mounts_are_read_write_or_read_only_as_asked() {
     let ro = tempfile::tempdir().unwrap();
     std::fs::write(rw.path().join("in.txt"), "from host\n").unwrap();
     std::fs::write(ro.path().join("data.txt"), "read me\n").unwrap();
-    let cli = Cli::new();
+    let cli = crate::cli();
     let rw_bind = format!("{}:/rw", rw.path().display());
     let ro_bind = format!("{}:/ro:ro", ro.path().display());
     cli.ok(&[
@@ -107,7 +107,7 @@ async fn spec_settings_reach_the_container() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let id = id_of(
         &cli,
         &[
@@ -161,7 +161,7 @@ async fn two_homes_on_one_engine_never_touch_each_others_containers() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let (a, b) = (Cli::new(), Cli::new());
+    let (a, b) = (crate::cli(), crate::cli());
     let in_a = id_of(&a, &["up", "same", "--image", BASE_IMAGE, "--json"]);
     let in_b = id_of(&b, &["up", "same", "--image", BASE_IMAGE, "--json"]);
     assert_ne!(in_a, in_b);
@@ -190,7 +190,7 @@ async fn the_demo_shows_the_whole_product_on_docker() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let steps = json(&cli.ok(&["demo", "--json"]));
     let detail = |name: &str| {
         steps
@@ -242,7 +242,7 @@ async fn sandboxes_are_confined_by_default_and_each_flag_loosens_one_thing() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let id = id_of(&cli, &["up", "tight", "--image", BASE_IMAGE, "--json"]);
     let status = cli.ok(&["exec", "tight", "--", "cat", "/proc/self/status"]);
     assert!(!has_capability(&status, "CapEff:", CAP_MKNOD), "{status}");
@@ -307,7 +307,7 @@ async fn a_gvisor_sandbox_runs_commands_takes_pushes_and_snapshots() {
     if !has_runsc(&engine).await {
         return;
     }
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&[
         "up",
         "gv",
@@ -373,7 +373,7 @@ async fn an_up_killed_before_its_machine_existed_is_finished_not_called_removed(
             open.push(stream);
         }
     });
-    let cli = Cli::new();
+    let cli = crate::cli();
     let mut first = cli
         .command(&["up", "half", "--image", BASE_IMAGE])
         .env("DOCKER_HOST", format!("unix://{}", socket.display()))

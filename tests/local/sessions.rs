@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use silo::client::{ClientError, ExecConnection, ExecEvent, ExecOutput, SessionOptions};
 use silo_protocol::exec::{ErrorKind, ExecSpec};
-use silo_tests::{Cli, TestAgent, pids_running, text};
+use silo_tests::{TestAgent, pids_running, text};
 
 /// A run of `script` in session `id`.
 fn in_session(id: &str, script: &str) -> ExecSpec {
@@ -423,7 +423,7 @@ async fn posix_sh_sessions_survive_an_interrupt_with_everything_kept() {
 
 #[test]
 fn cli_sessions_persist_across_silo_processes() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "box"]);
     let exec = |script: &str| cli.run(&["exec", "--session", "work", "box", "--", script]);
     let out = exec("cd /tmp && export FOO=bar");
@@ -469,7 +469,7 @@ fn cli_sessions_persist_across_silo_processes() {
 
 #[test]
 fn cli_ctrl_c_interrupts_a_session_command_and_keeps_the_session() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "box"]);
     cli.ok(&["exec", "--session", "s", "box", "--", "cd /tmp"]);
     let child = cli
@@ -506,7 +506,7 @@ async fn ctrl_c_in_a_busybox_sandbox_keeps_the_session_and_its_state() {
     let Some(_engine) = silo_tests::docker::engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["up", "bb", "--image", silo_tests::docker::BASE_IMAGE]);
     let exec = |script: &str| cli.ok(&["exec", "--session", "s", "bb", "--", script]);
     exec("cd /tmp; x=5; f() { echo \"f:$1\"; }");
@@ -541,7 +541,7 @@ async fn ctrl_c_in_a_busybox_sandbox_keeps_the_session_and_its_state() {
 
 #[test]
 fn session_ls_shows_the_running_command() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "box"]);
     let mut child = cli
         .command(&["exec", "--session", "s", "box", "--", "sleep 100.3131"])

@@ -1,5 +1,11 @@
-//! Argument parsing and dispatch. One file per subcommand, each a few lines
-//! over the library; all printing goes through [`output::Output`].
+//! The `silo` command: a thin CLI over the `silo` library.
+//!
+//! This crate owns argument parsing, output (tables, JSON, progress bars)
+//! and the embedded agent; everything a command does is a library call.
+//! One file per subcommand; all printing goes through [`output::Output`].
+//!
+//! Exit codes: 0 on success, the command's own code for `silo exec`, 1 for a
+//! silo error (printed as `silo: <error chain>`), 2 for a usage error.
 
 mod completions;
 mod create;
@@ -167,6 +173,48 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
         _ => Err(format!("expected KEY=VALUE, got {text:?}")),
     }
+}
+
+fn main() {
+    let args = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("silo: cannot start the async runtime: {error}");
+            std::process::exit(1);
+        }
+    };
+    let code = match runtime.block_on(run(args)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("silo: {error:#}");
+            1
+        }
+    };
+    // Exit without dropping the runtime: a blocking read of our stdin (exec
+    // --stdin) cannot be cancelled and would hold the shutdown forever.
+    std::process::exit(code);
+}
+
+/// Diagnostics go to stderr, filtered by `SILO_LOG` (default: warnings), in
+/// colour only on a terminal and never with `NO_COLOR` set.
+fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SILO_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
 }
 
 #[cfg(test)]

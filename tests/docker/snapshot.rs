@@ -90,7 +90,7 @@ async fn rewind_undoes_changes_and_keeps_deletions_deleted() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let id = up(&cli, "rw");
     sh(
         &cli,
@@ -155,7 +155,7 @@ async fn a_snapshot_comes_back_from_the_store_after_the_engine_loses_every_image
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let marker = format!("unique-{}", std::process::id());
     let tag = format!("silo-test-unique:{}", std::process::id());
     unique_image(&engine, &tag, &marker).await;
@@ -187,7 +187,7 @@ async fn forks_and_chains_leave_their_sources_alone() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["up", "src", "--image", BASE_IMAGE]);
     sh(&cli, "src", "echo one > /root/a");
     let one = snapshot_id(&snapshot(&cli, "src", "one"));
@@ -249,7 +249,7 @@ async fn up_restores_a_removed_container_from_its_latest_snapshot() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let id = up(&cli, "phoenix");
     sh(&cli, "phoenix", "echo old > /root/marker");
     snapshot(&cli, "phoenix", "old");
@@ -306,7 +306,7 @@ async fn a_killed_snapshot_leaves_no_record_and_gc_keeps_only_what_is_named() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["up", "victim", "--image", BASE_IMAGE]);
     // Big enough that the layer is still streaming when silo is killed.
     sh(
@@ -382,7 +382,7 @@ async fn a_snapshot_waits_for_a_push_under_way_and_captures_it_whole() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let id = up(&cli, "busy");
     // The base is stored first, so the next snapshot only waits on the push.
     snapshot(&cli, "busy", "base");
@@ -454,7 +454,7 @@ async fn a_command_started_while_a_snapshot_reads_waits_for_the_thaw() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let id = up(&cli, "held");
     // More than every buffer between the agent and a client that does not
     // read holds, so the layer stalls mid-walk with the sandbox stopped.
@@ -514,6 +514,7 @@ async fn a_full_store_fails_the_snapshot_and_keeps_everything_else() {
     // Dropped before the disk, so its cleanup still finds its home.
     let cli = Cli {
         home: tempfile::tempdir_in(disk.path()).unwrap(),
+        binary: crate::SILO.into(),
     };
     cli.ok(&["up", "full", "--image", BASE_IMAGE]);
     let base = snapshot_id(&snapshot(&cli, "full", "base"));

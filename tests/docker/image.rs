@@ -16,7 +16,6 @@ use bollard::query_parameters::{
 };
 use silo::client::{AgentClient, Endpoint};
 use silo_protocol::auth::Key;
-use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, engine_with_base};
 
 /// The tag the bake test builds (removed at the end).
@@ -29,7 +28,7 @@ async fn a_baked_base_image_runs_as_a_sandbox_and_on_its_own() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let built = cli.ok(&["image", "bake", BASE_IMAGE, "-t", BAKED]);
     assert!(
         built.starts_with(&format!("built {BAKED} (sha256:")),
@@ -122,7 +121,7 @@ async fn bake_refuses_what_cannot_go_into_a_dockerfile() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let out = cli.run(&[
         "image",
         "bake",

@@ -17,7 +17,7 @@ fn json(text: &str) -> serde_json::Value {
 
 #[test]
 fn create_exec_ls_events_rm_across_processes() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     let created = json(&cli.ok(&["create", "--backend", "local", "--name", "alpha", "--json"]));
     let id = created["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("sbx-"), "{created}");
@@ -85,7 +85,7 @@ fn create_exec_ls_events_rm_across_processes() {
 
 #[test]
 fn stop_and_start_keep_the_sandbox_files() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "beta"]);
     cli.ok(&["exec", "beta", "--", "sh", "-c", "echo kept > marker"]);
     cli.ok(&["stop", "beta"]);
@@ -107,7 +107,7 @@ fn stop_and_start_keep_the_sandbox_files() {
 
 #[test]
 fn unknown_sandboxes_and_taken_names_are_clear_errors() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     let out = cli.run(&["exec", "nope", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -141,7 +141,7 @@ fn unknown_sandboxes_and_taken_names_are_clear_errors() {
 
 #[test]
 fn ctrl_c_interrupts_the_command_not_the_sandbox() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "delta"]);
     let mut child = cli
         .command(&["exec", "delta", "--", "sleep", "100.4242"])
@@ -177,7 +177,7 @@ fn ctrl_c_interrupts_the_command_not_the_sandbox() {
 
 #[test]
 fn missing_and_unexecutable_commands_exit_as_a_shell_does() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "shellish"]);
     let out = cli.run(&["exec", "shellish", "--", "no-such-command-here"]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -203,7 +203,7 @@ fn missing_and_unexecutable_commands_exit_as_a_shell_does() {
 
 #[test]
 fn a_push_to_a_stopped_sandbox_says_so_at_once() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "idle"]);
     cli.ok(&["stop", "idle"]);
     let src = tempfile::tempdir().unwrap();
@@ -225,7 +225,7 @@ fn a_push_to_a_stopped_sandbox_says_so_at_once() {
 
 #[test]
 fn completions_and_the_manual_page_come_from_the_parser() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     let bash = cli.ok(&["completions", "bash"]);
     assert!(bash.contains("_silo()"), "{bash}");
     assert!(
@@ -250,7 +250,7 @@ fn completions_and_the_manual_page_come_from_the_parser() {
 
 #[test]
 fn doctor_names_each_problem_with_its_fix() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     let out = cli
         .command(&["doctor", "--json"])
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
@@ -298,7 +298,7 @@ fn doctor_names_each_problem_with_its_fix() {
 
 #[test]
 fn every_listing_takes_one_output_flag() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "fmt"]);
     for listing in [
         &["ls"][..],
@@ -351,6 +351,7 @@ fn a_full_home_still_reads_and_names_the_full_disk() {
             .prefix("home-")
             .tempdir_in(disk.path())
             .unwrap(),
+        binary: crate::SILO.into(),
     };
     cli.ok(&["create", "--backend", "local", "--name", "before"]);
     let filler = fill(disk.path());
@@ -385,7 +386,7 @@ fn runs(cli: &Cli, sandbox: &str) -> usize {
 
 #[test]
 fn the_workload_restart_policy_is_set_from_up() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     let refused = cli.run(&["up", "bare", "--backend", "local", "--restart", "always"]);
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);

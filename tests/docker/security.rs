@@ -8,7 +8,6 @@
     reason = "a test should fail loudly at the first surprise"
 )]
 
-use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, engine_with_base};
 
 #[tokio::test]
@@ -16,7 +15,7 @@ async fn cap_add_all_is_refused_before_anything_is_made() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let out = cli.run(&["up", "every", "--image", BASE_IMAGE, "--cap-add", "ALL"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -33,7 +32,7 @@ async fn capabilities_in_another_order_or_spelling_are_no_drift() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let up = |caps: &[&str]| {
         let mut args = vec!["up", "caps", "--image", BASE_IMAGE];
         for cap in caps {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use silo::client::ExecEvent;
 use silo_protocol::exec::{ExecSpec, WindowSize};
-use silo_tests::{Cli, TestAgent, pids_running, pids_with_cmdline, silo_binary, text};
+use silo_tests::{Cli, TestAgent, pids_running, pids_with_cmdline, text};
 
 fn tty(argv: &[&str], window: WindowSize) -> ExecSpec {
     ExecSpec {
@@ -116,7 +116,7 @@ async fn ctrl_c_is_a_byte_the_line_discipline_turns_into_sigint() {
 
 #[test]
 fn cli_exec_t_gives_the_command_a_terminal() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "box"]);
     assert!(
         cli.ok(&["exec", "-t", "box", "--", "tty"])
@@ -247,7 +247,7 @@ fn silo_line(cli: &Cli, args: &str) -> String {
     format!(
         "env -u SILO_AGENT SILO_HOME={} {} {args}",
         cli.home.path().display(),
-        silo_binary().display()
+        std::path::Path::new(crate::SILO).display()
     )
 }
 
@@ -266,7 +266,7 @@ fn wait_for_sleep(secs: &str) {
 
 #[test]
 fn ctrl_c_in_a_terminal_interrupts_silo_exec_which_exits_130() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "box"]);
     let Some(tmux) = Tmux::start(&silo_line(&cli, "exec box -- sleep 100.6161")) else {
         return;
@@ -281,7 +281,7 @@ fn ctrl_c_in_a_terminal_interrupts_silo_exec_which_exits_130() {
 
 #[test]
 fn ctrl_c_interrupts_a_session_command_in_a_terminal_and_the_session_keeps_its_cwd() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "box"]);
     cli.ok(&["exec", "--session", "s", "box", "--", "cd /tmp"]);
     let Some(tmux) = Tmux::start(&silo_line(&cli, "exec --session s box -- 'sleep 100.6262'"))
@@ -299,7 +299,7 @@ fn ctrl_c_interrupts_a_session_command_in_a_terminal_and_the_session_keeps_its_c
 
 #[test]
 fn exec_it_is_raw_follows_the_window_and_passes_ctrl_c_through() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "box"]);
     let line = silo_line(
         &cli,
@@ -324,7 +324,7 @@ fn exec_it_is_raw_follows_the_window_and_passes_ctrl_c_through() {
 
 #[test]
 fn silo_shell_starts_from_a_sessions_state() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "box"]);
     cli.ok(&[
         "exec",

@@ -9,7 +9,6 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use silo_tests::Cli;
 use silo_tests::push::push_to_all;
 
 fn json(text: &str) -> serde_json::Value {
@@ -21,7 +20,7 @@ const MOUNT: &str = "/workspace/managed/app";
 #[test]
 fn fan_out_to_many_sandboxes_survives_a_dead_one() {
     const SANDBOXES: usize = 21;
-    let cli = Cli::new();
+    let cli = crate::cli();
     let mut ids = Vec::new();
     for i in 0..SANDBOXES {
         let created = json(&cli.ok(&[
@@ -134,7 +133,7 @@ fn fan_out_to_many_sandboxes_survives_a_dead_one() {
 
 #[test]
 fn push_refusals_are_reported_not_retried() {
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["create", "--backend", "local", "--name", "solo"]);
     let src = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("a"), "a").unwrap();

@@ -55,7 +55,7 @@ async fn tier_1_attaches_to_a_running_sandbox_and_starts_a_stopped_one() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let (id, action, _) = up(&cli, "t1", &["--image", BASE_IMAGE]);
     assert_eq!(action, "created", "tier 3: nothing existed");
     let container = container_id(&engine, &id).await;
@@ -90,7 +90,7 @@ async fn up_without_a_spec_opens_but_never_creates() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let out = cli.run(&["up", "nothing-here"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -102,7 +102,7 @@ async fn a_changed_spec_is_refused_with_its_differences_unless_recreate() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let (id, _, _) = up(&cli, "drift", &["--image", BASE_IMAGE, "--env", "A=1"]);
     let container = container_id(&engine, &id).await;
     cli.ok(&["exec", "drift", "--", "touch", "/old"]);
@@ -154,7 +154,7 @@ async fn a_container_removed_behind_silos_back_is_reported_and_replaced() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let (id, _, _) = up(&cli, "gone", &["--image", BASE_IMAGE]);
     remove_behind_silos_back(&engine, &id).await;
 
@@ -179,7 +179,7 @@ async fn an_expired_idle_ttl_counts_as_gone_and_gc_collects_it() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     let (id, _, _) = up(&cli, "ttl", &["--image", BASE_IMAGE, "--idle-timeout", "1"]);
     let first = container_id(&engine, &id).await;
     cli.ok(&["exec", "ttl", "--", "touch", "/marker"]);

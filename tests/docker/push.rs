@@ -35,7 +35,7 @@ async fn push_fans_out_to_docker_sandboxes_and_refuses_hostile_bundles() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     for name in ["d0", "d1"] {
         cli.ok(&["up", name, "--image", BASE_IMAGE, "--label", "tier=web"]);
     }
@@ -131,7 +131,7 @@ async fn a_push_whose_client_is_killed_stops_and_frees_its_mount_at_once() {
     let Some(_engine) = engine_with_base().await else {
         return;
     };
-    let cli = Cli::new();
+    let cli = crate::cli();
     cli.ok(&["up", "many", "--image", BASE_IMAGE]);
     // 60,000 empty files: the agent takes seconds to write them and as long
     // again to remove them, while the bundle itself is sent in a moment.

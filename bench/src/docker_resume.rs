@@ -25,14 +25,14 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let Some(bench) = DockerBench::start().await? else {
         return Ok(Vec::new());
     };
-    // Built before any container exists, so a failed build leaves none behind.
-    let silo_bin = silo_tests::silo_binary();
+    // Found before any container exists, so a missing CLI leaves none behind.
+    let silo_bin = silo_beside_this_program()?;
     let name = "bench-resume";
     let sandbox = bench.silo.create(DockerBench::request(name)).await?;
     let container = silo::backend::docker::container_name(&sandbox.id);
     let home = bench.silo.home().root().to_owned();
     let exec_true = || {
-        Command::new(silo_bin)
+        Command::new(&silo_bin)
             .env("SILO_HOME", &home)
             .env_remove("SILO_AGENT")
             .args(["exec", name, "--", "true"])
@@ -109,4 +109,18 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             met: start_ratio <= TARGET_START_RATIO,
         },
     ])
+}
+
+/// The `silo` CLI of the same build as this program (cargo puts every
+/// binary of a profile in one directory).
+fn silo_beside_this_program() -> anyhow::Result<std::path::PathBuf> {
+    let me = std::env::current_exe()?;
+    let silo = me.with_file_name("silo");
+    anyhow::ensure!(
+        silo.is_file(),
+        "{} is missing: build the CLI with this program's profile first \
+         (cargo build --release -p silo-cli)",
+        silo.display()
+    );
+    Ok(silo)
 }

@@ -1,4 +1,5 @@
-//! Embeds the silo-agent binary in `silo`, so one file is all a user needs.
+//! Builds the silo-agent binary that this crate embeds, so the `silo`
+//! command (and any program that opts in) is one file with its agent inside.
 //!
 //! With `SILO_AGENT_BIN` set, that file is embedded as is (an empty file, e.g.
 //! `/dev/null`, embeds nothing and leaves the run-time lookup to find the agent
@@ -16,8 +17,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const MUSL: &str = "x86_64-unknown-linux-musl";
-const GNU: &str = "x86_64-unknown-linux-gnu";
 /// Cargo profile of the agent embedded in release builds (`[profile.agent]`, tuned for size).
 const AGENT_PROFILE_RELEASE: &str = "agent";
 /// Cargo profile of the agent embedded in debug builds (`[profile.agent-dev]`, quick to relink).
@@ -74,7 +73,7 @@ fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(var("CARGO_MANIFEST_DIR")?);
     let workspace = manifest_dir
         .parent()
-        .ok_or("controller crate has no parent directory")?
+        .ok_or("embedded-agent crate has no parent directory")?
         .to_path_buf();
     let out_dir = PathBuf::from(var("OUT_DIR")?);
 
@@ -96,9 +95,13 @@ fn run() -> Result<(), String> {
         Some(path) => {
             let path = PathBuf::from(path);
             println!("cargo:rerun-if-changed={}", path.display());
-            (path, "prebuilt")
+            (path, "prebuilt".to_owned())
         }
-        None => build_agent(&workspace, &out_dir)?,
+        None => {
+            // The agent runs on the same architecture as the binary embedding it.
+            let arch = var("CARGO_CFG_TARGET_ARCH")?;
+            build_agent(&workspace, &out_dir, &arch)?
+        }
     };
     // What `silo doctor` reports about the agent it carries.
     println!("cargo:rustc-env=SILO_EMBEDDED_AGENT_TARGET={target}");
@@ -114,42 +117,44 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-fn build_agent(workspace: &Path, out_dir: &Path) -> Result<(PathBuf, &'static str), String> {
+fn build_agent(workspace: &Path, out_dir: &Path, arch: &str) -> Result<(PathBuf, String), String> {
+    let musl = format!("{arch}-unknown-linux-musl");
+    let gnu = format!("{arch}-unknown-linux-gnu");
     let target_dir = match env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => PathBuf::from(dir).join("agent"),
         None => workspace.join("target").join("agent"),
     };
-    let musl = nested_cargo(workspace, &target_dir, MUSL, false)?;
-    if musl.success {
-        return Ok((binary_path(&target_dir, MUSL), MUSL));
+    let musl_build = nested_cargo(workspace, &target_dir, &musl, false)?;
+    if musl_build.success {
+        return Ok((binary_path(&target_dir, &musl), musl));
     }
     println!(
-        "cargo:warning=building silo-agent for {MUSL} failed; embedding a static glibc \
-         build instead (for musl: `rustup target add {MUSL}` and a musl C compiler, \
+        "cargo:warning=building silo-agent for {musl} failed; embedding a static glibc \
+         build instead (for musl: `rustup target add {musl}` and a musl C compiler, \
          e.g. Debian's musl-tools)"
     );
-    for line in musl
+    for line in musl_build
         .stderr
         .lines()
         .filter(|l| l.trim_start().starts_with("error"))
         .take(3)
     {
-        println!("cargo:warning=  {MUSL}: {}", line.trim());
+        println!("cargo:warning=  {musl}: {}", line.trim());
     }
-    let gnu = nested_cargo(workspace, &target_dir, GNU, true)?;
-    if gnu.success {
+    let gnu_build = nested_cargo(workspace, &target_dir, &gnu, true)?;
+    if gnu_build.success {
         // Cargo reruns a build script whose watched path is missing on every
         // build, so the musl build is tried again until it works: a target or
         // C compiler installed later replaces the glibc agent at the next build.
         let never_written = out_dir.join("musl-agent-retry");
         println!("cargo:rerun-if-changed={}", never_written.display());
-        return Ok((binary_path(&target_dir, GNU), GNU));
+        return Ok((binary_path(&target_dir, &gnu), gnu));
     }
     Err(format!(
-        "building the embedded silo-agent failed for both {MUSL} and {GNU}.\n\
+        "building the embedded silo-agent failed for both {musl} and {gnu}.\n\
          Set SILO_AGENT_BIN to a prebuilt agent (or /dev/null to embed none).\n\
-         --- {MUSL} ---\n{}\n--- {GNU} ---\n{}",
-        musl.stderr, gnu.stderr
+         --- {musl} ---\n{}\n--- {gnu} ---\n{}",
+        musl_build.stderr, gnu_build.stderr
     ))
 }
 

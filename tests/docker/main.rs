@@ -1,0 +1,20 @@
+//! End-to-end tests on the real Docker engine (required when `CI=true`):
+//! sandboxes, their security settings, leases, images, push and snapshots,
+//! mostly driven through the real `silo` CLI. One test binary, one module
+//! per area, so the workspace links it once.
+
+mod backend;
+mod image;
+mod lease;
+mod push;
+mod sandbox;
+mod security;
+mod snapshot;
+
+/// The `silo` binary cargo built for these tests.
+const SILO: &str = env!("CARGO_BIN_EXE_silo");
+
+/// The real CLI against a fresh scratch home.
+fn cli() -> silo_tests::Cli {
+    silo_tests::Cli::new(SILO)
+}
