@@ -3,10 +3,10 @@
 //! Ctrl-C never reaches the sandbox as a signal (its processes are in sessions
 //! of their own); this process catches it and asks the agent, in band, to
 //! interrupt the command: the first Ctrl-C with the agent's default grace, a
-//! second within [`DOUBLE_TAP`] at once. A connection lost mid-command, or
-//! one that fell behind and had output dropped, is re-attached and replayed
-//! from the last byte shown, so output is lost only if the agent's ring no
-//! longer holds it (and then the count is reported).
+//! second within [`DOUBLE_TAP`] at once. Output is followed through the
+//! library's [`Execution`], which re-attaches after a lost connection and
+//! replays from the last byte shown, so output is lost only if the agent's
+//! ring no longer holds it (and then the count is reported).
 //!
 //! `--session ID` runs the command in a named shell session of the sandbox
 //! (created on first use): cwd, exported variables and shell variables carry
@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use silo::Silo;
-use silo::client::{AgentClient, ClientError, ExecConnection, ExecEvent, ExecHandle};
+use silo::client::ClientError;
+use silo::sandbox::{Commands, Event, Execution};
 use silo_protocol::exec::{Channel, ExecSpec, ExitInfo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -34,8 +35,6 @@ use super::terminal;
 
 /// A second Ctrl-C within this window kills without grace.
 const DOUBLE_TAP: Duration = Duration::from_secs(1);
-/// Re-attach attempts after a lost connection before giving up.
-const MAX_REATTACH: u32 = 3;
 /// Bytes read from local stdin per frame.
 const STDIN_CHUNK: usize = 64 * 1024;
 /// The shell's exit code for a command killed by SIGPIPE, used when our own
@@ -115,9 +114,9 @@ pub(super) async fn execute(
     let mut signals = Signals::catch(tty)?;
     let sandbox = silo.get(sandbox)?;
     let connection = silo.connect(&sandbox).await?;
-    let client = silo.client(&sandbox)?;
-    let handle = match connection.exec(spec).await {
-        Ok(handle) => handle,
+    let commands = Commands::new(silo.client(&sandbox)?);
+    let execution = match commands.spawn_on(connection, spec).await {
+        Ok(execution) => execution,
         Err(err) => {
             // Not found and not executable end as a shell ends them: 127 and 126.
             if let ClientError::Agent { kind, message } = &err
@@ -136,10 +135,8 @@ pub(super) async fn execute(
     };
     let stdin = forward_stdin.then(tokio::io::stdin);
     let mut running = Running {
-        client,
-        connection,
-        handle,
-        shown: 0,
+        commands,
+        execution,
         tty,
     };
     let outcome = running.pump(&mut signals, stdin).await;
@@ -199,13 +196,10 @@ impl Signals {
     }
 }
 
-/// One running command and what has been shown of it.
+/// One running command.
 struct Running {
-    client: AgentClient,
-    connection: ExecConnection,
-    handle: ExecHandle,
-    /// Output offset up to which bytes have been written locally.
-    shown: u64,
+    commands: Commands,
+    execution: Execution,
     /// It runs under a pseudo-terminal.
     tty: bool,
 }
@@ -229,47 +223,37 @@ impl Running {
         mut stdin: Option<impl AsyncRead + Unpin>,
     ) -> anyhow::Result<Outcome> {
         let mut last_interrupt: Option<Instant> = None;
-        let mut reattached = 0;
         let mut buf = vec![0u8; STDIN_CHUNK];
         let mut stdout = tokio::io::stdout();
         let mut stderr = tokio::io::stderr();
         loop {
             tokio::select! {
-                event = self.handle.next_event() => match event {
-                    Some(ExecEvent::Exit(exit)) => return Ok(Outcome::Exited(exit)),
-                    Some(ExecEvent::Output { seq, .. }) if seq > self.shown => {
-                        // The agent dropped output this connection was too slow
-                        // to take; replay it from the agent's ring.
-                        self.reattach().await?;
+                event = self.execution.next() => match event.context("following the command")? {
+                    None => bail!("the command's output ended without an exit"),
+                    Some(Event::Exit(exit)) => return Ok(Outcome::Exited(exit)),
+                    Some(Event::Lost { bytes, .. }) => {
+                        eprintln!("silo: {bytes} bytes of output were lost (no longer held by the agent)");
                     }
-                    Some(ExecEvent::Output { channel, seq, data }) => {
+                    Some(Event::Output { channel, data, .. }) => {
                         let out: &mut (dyn AsyncWrite + Unpin) = match channel {
                             Channel::Stderr => &mut stderr,
                             _ => &mut stdout,
                         };
-                        if let Err(error) = self.show(out, seq, &data).await {
+                        if let Err(error) = show(out, &data).await {
                             if error.kind() == std::io::ErrorKind::BrokenPipe {
                                 // Nobody reads the output any more: stop the command.
-                                let id = self.handle.id();
-                                let _ = self.connection.interrupt(id, Some(Duration::ZERO)).await;
+                                let _ = self.execution.interrupt(Some(Duration::ZERO)).await;
                                 return Ok(Outcome::OutputClosed);
                             }
                             return Err(error).context("writing the command's output");
                         }
-                    }
-                    None => {
-                        reattached += 1;
-                        if reattached > MAX_REATTACH {
-                            bail!("lost the connection to the agent {MAX_REATTACH} times; giving up");
-                        }
-                        self.reattach().await?;
                     }
                 },
                 Some(()) = signals.interrupt.recv() => {
                     if self.tty {
                         // Raw mode turns Ctrl-C into input; this is a SIGINT
                         // from elsewhere, delivered the same way.
-                        self.handle.write_stdin(&[CTRL_C]).await.context("forwarding Ctrl-C")?;
+                        self.execution.write_stdin(&[CTRL_C]).await.context("forwarding Ctrl-C")?;
                         continue;
                     }
                     let now = Instant::now();
@@ -282,7 +266,7 @@ impl Running {
                 }
                 Some(()) = next(&mut signals.window_change) => {
                     if let Some(window) = terminal::window_size() {
-                        self.handle.resize(window).await.context("resizing the terminal")?;
+                        self.execution.resize(window).await.context("resizing the terminal")?;
                     }
                 }
                 Some(()) = next(&mut signals.terminate) => return Ok(Outcome::Signalled(128 + libc::SIGTERM)),
@@ -290,63 +274,30 @@ impl Running {
                 read = read_some(&mut stdin, &mut buf), if stdin.is_some() => match read {
                     Ok(0) | Err(_) => {
                         stdin = None;
-                        self.handle.close_stdin().await.context("closing the command's stdin")?;
+                        self.execution.close_stdin().await.context("closing the command's stdin")?;
                     }
-                    Ok(n) => self.handle.write_stdin(&buf[..n]).await.context("forwarding stdin")?,
+                    Ok(n) => self.execution.write_stdin(&buf[..n]).await.context("forwarding stdin")?,
                 },
             }
         }
     }
 
-    /// Writes the part of a frame not shown yet (a replay may overlap).
-    async fn show(
-        &mut self,
-        out: &mut (dyn AsyncWrite + Unpin),
-        seq: u64,
-        data: &[u8],
-    ) -> std::io::Result<()> {
-        let skip = usize::try_from(self.shown.saturating_sub(seq)).unwrap_or(usize::MAX);
-        let Some(fresh) = data.get(skip..).filter(|d| !d.is_empty()) else {
-            return Ok(());
-        };
-        out.write_all(fresh).await?;
-        out.flush().await?;
-        self.shown = seq.saturating_add(data.len() as u64);
-        Ok(())
-    }
-
-    /// Opens a new connection and follows the command from the last byte shown.
-    async fn reattach(&mut self) -> anyhow::Result<()> {
-        let exec_id = self.handle.id();
-        tracing::debug!(exec_id, from = self.shown, "re-attaching to the command");
-        let connection = self
-            .client
-            .connect()
-            .await
-            .context("reconnecting to the agent")?;
-        let (handle, lost) = connection
-            .attach(exec_id, self.shown)
-            .await
-            .context("re-attaching to the command")?;
-        if lost > 0 {
-            eprintln!("silo: {lost} bytes of output were lost (no longer held by the agent)");
-            self.shown = self.shown.saturating_add(lost);
-        }
-        self.connection = connection;
-        self.handle = handle;
-        Ok(())
-    }
-
     /// Sends the interrupt without waiting for its answer, so output keeps flowing.
     fn interrupt(&self, grace: Option<Duration>) {
-        let connection = self.connection.clone();
-        let exec_id = self.handle.id();
+        let commands = self.commands.clone();
+        let exec_id = self.execution.id();
         tokio::spawn(async move {
-            if let Err(error) = connection.interrupt(exec_id, grace).await {
+            if let Err(error) = commands.interrupt(exec_id, grace).await {
                 eprintln!("silo: interrupting the command failed: {error}");
             }
         });
     }
+}
+
+/// Writes output as it comes.
+async fn show(out: &mut (dyn AsyncWrite + Unpin), data: &[u8]) -> std::io::Result<()> {
+    out.write_all(data).await?;
+    out.flush().await
 }
 
 /// The next delivery of a signal that may not be watched at all.

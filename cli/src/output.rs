@@ -16,7 +16,9 @@ use silo::silo::{
     ImageSource, Progress, ProgressFn as SnapshotProgressFn, RestoreReport, SnapshotReport,
 };
 use silo::state::Snapshot;
-use silo::{Event, GcReport, MachineState, Sandbox, Started, UpAction, UpOutcome, human_bytes};
+use silo::{
+    Event, GcReport, MachineState, SandboxRecord, Started, UpAction, UpOutcome, human_bytes,
+};
 use silo_protocol::session::SessionInfo;
 
 /// How results are printed.
@@ -36,7 +38,7 @@ pub struct DemoStep {
 #[derive(Serialize)]
 struct SandboxView<'a> {
     #[serde(flatten)]
-    sandbox: &'a Sandbox,
+    sandbox: &'a SandboxRecord,
     /// `None` when the backend could not be asked (shown as `unknown`).
     status: Option<MachineState>,
 }
@@ -46,7 +48,7 @@ impl Output {
         Self { json }
     }
 
-    pub fn created(&self, sandbox: &Sandbox) -> anyhow::Result<()> {
+    pub fn created(&self, sandbox: &SandboxRecord) -> anyhow::Result<()> {
         if self.json {
             return print_json(sandbox);
         }
@@ -65,7 +67,7 @@ impl Output {
         }
     }
 
-    pub fn stopped(&self, sandbox: &Sandbox, was_running: bool) -> anyhow::Result<()> {
+    pub fn stopped(&self, sandbox: &SandboxRecord, was_running: bool) -> anyhow::Result<()> {
         if self.json {
             return print_json(
                 &serde_json::json!({ "sandbox": sandbox, "was_running": was_running }),
@@ -79,7 +81,7 @@ impl Output {
         print_lines(&format!("{verb} {}", sandbox.name))
     }
 
-    pub fn removed(&self, sandboxes: &[Sandbox]) -> anyhow::Result<()> {
+    pub fn removed(&self, sandboxes: &[SandboxRecord]) -> anyhow::Result<()> {
         if self.json {
             return print_json(&sandboxes);
         }
@@ -90,7 +92,7 @@ impl Output {
         print_lines(&lines.join("\n"))
     }
 
-    pub fn sandboxes(&self, rows: &[(Sandbox, Option<MachineState>)]) -> anyhow::Result<()> {
+    pub fn sandboxes(&self, rows: &[(SandboxRecord, Option<MachineState>)]) -> anyhow::Result<()> {
         if self.json {
             let views: Vec<SandboxView<'_>> = rows
                 .iter()

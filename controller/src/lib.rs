@@ -1,13 +1,42 @@
 //! silo, the host controller: it creates sandboxes on a backend, keeps their
 //! state, and talks to the silo-agent inside each one.
 //!
-//! Start at [`Silo`]: open a home, create a sandbox, get an [`client::AgentClient`]
-//! for it and run commands. The `silo` binary is a thin CLI over this library.
+//! Start at [`Silo`]: open a home, then [`Silo::up_sandbox`] (open or
+//! create) or [`Silo::sandbox`] gives a [`Sandbox`] with its commands, files
+//! and snapshots. The `silo` binary (crate `silo-cli`) is a thin CLI over
+//! this library.
+//!
+//! ```no_run
+//! # async fn step() -> Result<(), Box<dyn std::error::Error>> {
+//! use silo::{BackendKind, SandboxSpec, Silo, UpRequest};
+//! use silo_protocol::exec::ExecSpec;
+//!
+//! let silo = Silo::open(None)?;
+//! let (sandbox, _) = silo
+//!     .up_sandbox(UpRequest {
+//!         name: "work".into(),
+//!         spec: Some(SandboxSpec::new(BackendKind::Local)),
+//!         recreate: false,
+//!     })
+//!     .await?;
+//! sandbox.files().write("notes.txt", "hello\n", None).await?;
+//! let out = sandbox
+//!     .commands()
+//!     .run(ExecSpec::argv(["cat", "notes.txt"]))
+//!     .await?;
+//! assert_eq!(out.stdout, b"hello\n");
+//! let checkpoint = sandbox.snapshots().take(Some("after step 1".into())).await?;
+//! # let _ = checkpoint;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Layout
 //! - [`silo`]: `Silo`, the front door: create, get, list, start, stop, remove, events, client.
 //!   Its children: `open` (`up`, open-or-create), `lease` (serializing lifecycle
 //!   operations across processes), `gc` (expired sandboxes, orphaned containers).
+//! - [`sandbox`]: `Sandbox`, the handle a harness holds: `commands()` (run, and
+//!   spawn that re-attaches after a dropped connection), `files()`, `snapshots()`, push.
 //! - [`client`]: AgentClient, the one way the controller talks to an agent.
 //! - [`push`]: bundles from files, one push with retries, fan-out and its report
 //!   (`Silo::push_to_sandboxes` in `silo/push.rs` ties it to sandboxes and events).
@@ -36,6 +65,7 @@ pub mod home;
 pub mod image;
 pub mod naming;
 pub mod push;
+pub mod sandbox;
 pub mod silo;
 pub mod spec;
 pub mod state;
@@ -43,7 +73,8 @@ pub mod store;
 
 pub use backend::MachineState;
 pub use fsutil::human_bytes;
+pub use sandbox::Sandbox;
 pub use silo::{CreateRequest, Silo, SiloError, SiloOptions, Started};
 pub use silo::{GcReport, UpAction, UpOutcome, UpRequest};
 pub use spec::{BackendKind, SandboxSpec};
-pub use state::{Event, Sandbox};
+pub use state::{Event, SandboxRecord};

@@ -24,7 +24,7 @@ use crate::home::{Home, HomeError};
 use crate::naming::{NamingError, generated_name, new_sandbox_id, validate_name};
 use crate::spec::{BackendKind, SandboxSpec};
 use crate::state::{
-    Event, EventKind, MasterKeyError, NewSandbox, Sandbox, StateDb, StateError,
+    Event, EventKind, MasterKeyError, NewSandbox, SandboxRecord, StateDb, StateError,
     load_or_create_master_key,
 };
 
@@ -84,19 +84,35 @@ impl CreateRequest {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Started {
     /// The sandbox as it is now recorded.
-    pub sandbox: Sandbox,
+    pub sandbox: SandboxRecord,
     /// It was running already, so nothing was started.
     pub was_running: bool,
 }
 
 /// A handle on one silo home: its state, its key and its backends.
+///
+/// Cheap to clone: clones share one state connection, so a harness can hand
+/// one to each task, and each [`Sandbox`] handle carries one.
+#[derive(Debug, Clone)]
+pub struct Silo(Arc<Shared>);
+
+#[doc(hidden)]
+/// What every clone of a [`Silo`] shares.
 #[derive(Debug)]
-pub struct Silo {
+pub struct Shared {
     home: Home,
     db: Mutex<StateDb>,
     master: Key,
     local: LocalBackend,
     docker: DockerBackend,
+}
+
+impl std::ops::Deref for Silo {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl Silo {
@@ -115,13 +131,13 @@ impl Silo {
         let master = load_or_create_master_key(&home.master_key())?;
         let db = StateDb::open(&home.state_db())?;
         let agent = Arc::new(AgentLocator::new(options.agent, home.bin_dir()));
-        Ok(Self {
+        Ok(Self(Arc::new(Shared {
             docker: DockerBackend::new(home.clone(), Arc::clone(&agent)),
             local: LocalBackend::new(home.clone(), agent),
             home,
             db: Mutex::new(db),
             master,
-        })
+        })))
     }
 
     /// The home this handle works on.
@@ -137,7 +153,7 @@ impl Silo {
 
     /// Creates a sandbox and starts it. Nothing is left behind on failure
     /// (the log keeps a `created` and a `removed` event saying why).
-    pub async fn create(&self, request: CreateRequest) -> Result<Sandbox, SiloError> {
+    pub async fn create(&self, request: CreateRequest) -> Result<SandboxRecord, SiloError> {
         request.spec.check()?;
         // A generated name is fresh, so nobody else can be working on it.
         let _lease = match &request.name {
@@ -148,7 +164,7 @@ impl Silo {
     }
 
     /// [`Silo::create`] for a caller that holds the name's lease (or needs none).
-    async fn create_unleased(&self, request: CreateRequest) -> Result<Sandbox, SiloError> {
+    async fn create_unleased(&self, request: CreateRequest) -> Result<SandboxRecord, SiloError> {
         let sandbox = self.reserve(request, None)?;
         self.launch(sandbox, None).await
     }
@@ -157,7 +173,11 @@ impl Silo {
     /// (a snapshot's) or its spec's. On failure nothing is left behind: the
     /// machine is removed and the sandbox forgotten (the log keeps a
     /// `created` and a `removed` event saying why).
-    async fn launch(&self, sandbox: Sandbox, image: Option<&str>) -> Result<Sandbox, SiloError> {
+    async fn launch(
+        &self,
+        sandbox: SandboxRecord,
+        image: Option<&str>,
+    ) -> Result<SandboxRecord, SiloError> {
         let key = self.sandbox_key(&sandbox);
         let backend = self.backend(sandbox.backend);
         let made = Machine {
@@ -183,9 +203,9 @@ impl Silo {
     /// restore leaves it machineless for the next `up`.
     async fn record_made(
         &self,
-        sandbox: &Sandbox,
+        sandbox: &SandboxRecord,
         made: Result<serde_json::Value, BackendError>,
-    ) -> Result<Sandbox, SiloError> {
+    ) -> Result<SandboxRecord, SiloError> {
         match made {
             Ok(backend_ref) => {
                 let detail = json!({ "backend_ref": backend_ref });
@@ -210,17 +230,17 @@ impl Silo {
     }
 
     /// The sandbox with this name or id.
-    pub fn get(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
+    pub fn get(&self, name_or_id: &str) -> Result<SandboxRecord, SiloError> {
         Ok(self.db().sandbox(name_or_id)?)
     }
 
     /// Every sandbox, oldest first.
-    pub fn list(&self) -> Result<Vec<Sandbox>, SiloError> {
+    pub fn list(&self) -> Result<Vec<SandboxRecord>, SiloError> {
         Ok(self.db().sandboxes()?)
     }
 
     /// What the sandbox's backend says about its machine now.
-    pub async fn status(&self, sandbox: &Sandbox) -> Result<MachineState, SiloError> {
+    pub async fn status(&self, sandbox: &SandboxRecord) -> Result<MachineState, SiloError> {
         let key = self.sandbox_key(sandbox);
         self.backend(sandbox.backend)
             .status(machine(sandbox, &key))
@@ -252,7 +272,7 @@ impl Silo {
     }
 
     /// Stops and deletes a sandbox. Its events stay in the log.
-    pub async fn remove(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
+    pub async fn remove(&self, name_or_id: &str) -> Result<SandboxRecord, SiloError> {
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "rm").await?;
         let key = self.sandbox_key(&sandbox);
         self.backend(sandbox.backend)
@@ -270,7 +290,10 @@ impl Silo {
 
     /// Makes sure the sandbox's agent answers, starting a stopped machine.
     /// Returns the sandbox as it is now recorded.
-    pub async fn ensure_running(&self, sandbox: &Sandbox) -> Result<Sandbox, SiloError> {
+    pub async fn ensure_running(
+        &self,
+        sandbox: &SandboxRecord,
+    ) -> Result<SandboxRecord, SiloError> {
         match self.status(sandbox).await? {
             MachineState::Running => Ok(sandbox.clone()),
             MachineState::Stopped => {
@@ -289,7 +312,7 @@ impl Silo {
     /// a stopped sandbox was stopped on purpose or by its idle timeout. When
     /// the agent cannot be reached, the error says whether the sandbox is
     /// stopped or gone rather than only that a socket refused.
-    pub async fn connect(&self, sandbox: &Sandbox) -> Result<ExecConnection, SiloError> {
+    pub async fn connect(&self, sandbox: &SandboxRecord) -> Result<ExecConnection, SiloError> {
         let client = self.client(sandbox)?;
         match client.connect().await {
             Ok(connection) => Ok(connection),
@@ -310,7 +333,7 @@ impl Silo {
     }
 
     /// A client for the sandbox's agent (it does not check that the agent is up).
-    pub fn client(&self, sandbox: &Sandbox) -> Result<AgentClient, SiloError> {
+    pub fn client(&self, sandbox: &SandboxRecord) -> Result<AgentClient, SiloError> {
         let key = self.sandbox_key(sandbox);
         let endpoint = self
             .backend(sandbox.backend)
@@ -320,15 +343,15 @@ impl Silo {
     }
 
     /// The key this sandbox's agent accepts.
-    pub fn sandbox_key(&self, sandbox: &Sandbox) -> Key {
+    pub fn sandbox_key(&self, sandbox: &SandboxRecord) -> Key {
         derive_sandbox_key(&self.master, &sandbox.id)
     }
 
-    async fn start_sandbox(&self, sandbox: &Sandbox) -> Result<Sandbox, SiloError> {
+    async fn start_sandbox(&self, sandbox: &SandboxRecord) -> Result<SandboxRecord, SiloError> {
         Ok(self.start_machine(sandbox).await?.sandbox)
     }
 
-    async fn start_machine(&self, sandbox: &Sandbox) -> Result<Started, SiloError> {
+    async fn start_machine(&self, sandbox: &SandboxRecord) -> Result<Started, SiloError> {
         let key = self.sandbox_key(sandbox);
         let started = self
             .backend(sandbox.backend)
@@ -356,7 +379,7 @@ impl Silo {
         &self,
         request: CreateRequest,
         origin: Option<String>,
-    ) -> Result<Sandbox, SiloError> {
+    ) -> Result<SandboxRecord, SiloError> {
         let id = new_sandbox_id()?;
         if let Some(name) = request.name {
             validate_name(&name)?;
@@ -401,7 +424,7 @@ impl Silo {
     }
 }
 
-fn machine<'a>(sandbox: &'a Sandbox, key: &'a Key) -> Machine<'a> {
+fn machine<'a>(sandbox: &'a SandboxRecord, key: &'a Key) -> Machine<'a> {
     Machine {
         id: &sandbox.id,
         name: &sandbox.name,
@@ -412,7 +435,7 @@ fn machine<'a>(sandbox: &'a Sandbox, key: &'a Key) -> Machine<'a> {
     }
 }
 
-fn backend_error(op: &'static str, sandbox: &Sandbox, source: BackendError) -> SiloError {
+fn backend_error(op: &'static str, sandbox: &SandboxRecord, source: BackendError) -> SiloError {
     SiloError::Backend {
         op,
         name: sandbox.name.clone(),
@@ -533,7 +556,7 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o700);
-        let sandbox = Sandbox {
+        let sandbox = SandboxRecord {
             id: "sbx-00000000000a".into(),
             name: "a".into(),
             backend: BackendKind::Local,

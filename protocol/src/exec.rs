@@ -345,6 +345,25 @@ pub struct ExitInfo {
     pub restored: bool,
 }
 
+impl ExecSpec {
+    /// A command and its arguments, every other setting at its default.
+    pub fn argv<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            argv: argv.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// A shell line, run by `sh -c`.
+    pub fn shell(line: &str) -> Self {
+        Self::argv(["sh", "-c", line])
+    }
+}
+
 impl ExitInfo {
     /// The shell convention: the exit code, or 128 + signal.
     pub fn shell_code(&self) -> i32 {

@@ -12,6 +12,7 @@
 //! - [`agent_binary`]: the real agent, extracted once.
 //! - [`docker`]: the real engine (required in CI), the base image, containers
 //!   looked at (and removed behind silo's back) through the Engine API.
+//! - [`proxy`]: a relay in front of an agent that drops every connection on demand.
 //! - [`push`]: hand-made (hostile) bundles, raw pushes and tree snapshots.
 //! - [`disk`]: a small tmpfs, for what a full disk does.
 #![allow(
@@ -25,6 +26,7 @@
 
 pub mod disk;
 pub mod docker;
+pub mod proxy;
 pub mod push;
 
 use std::path::{Path, PathBuf};

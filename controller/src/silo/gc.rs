@@ -18,13 +18,13 @@ use serde_json::json;
 
 use super::{Silo, SiloError, StoreGc, backend_error, machine};
 use crate::backend::{Backend, DockerError};
-use crate::state::{EventKind, Sandbox, now_ms};
+use crate::state::{EventKind, SandboxRecord, now_ms};
 
 /// One sandbox gc removed (or would remove, in a dry run).
 #[derive(Debug, Clone, Serialize)]
 pub struct Collected {
     /// The sandbox.
-    pub sandbox: Sandbox,
+    pub sandbox: SandboxRecord,
     /// When its idle TTL expired (unix ms).
     pub expired_at_ms: i64,
     /// Only its machine was removed: its snapshots keep the sandbox, for
@@ -103,7 +103,7 @@ impl Silo {
     /// keep it; the `removed` or `reclaimed` event says why.
     async fn collect(
         &self,
-        sandbox: &Sandbox,
+        sandbox: &SandboxRecord,
         expired_at_ms: i64,
         machine_only: bool,
     ) -> Result<(), SiloError> {

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Silo, SiloError};
-use crate::state::{LeaseAttempt, LeaseHolder, LeaseOwner, Sandbox};
+use crate::state::{LeaseAttempt, LeaseHolder, LeaseOwner, SandboxRecord};
 
 /// How long an operation waits for another process's operation on the same
 /// sandbox (long enough for a slow create, which may pull an image).
@@ -69,7 +69,7 @@ impl Silo {
         &self,
         name_or_id: &str,
         op: &'static str,
-    ) -> Result<(Lease<'_>, Sandbox), SiloError> {
+    ) -> Result<(Lease<'_>, SandboxRecord), SiloError> {
         let name = self.get(name_or_id)?.name;
         let lease = self.lease(&name, op).await?;
         let sandbox = self.get(&name)?;

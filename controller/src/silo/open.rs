@@ -19,7 +19,7 @@ use super::{Silo, SiloError, backend_error, machine};
 use crate::backend::{Backend, MachineState};
 use crate::naming::validate_name;
 use crate::spec::SandboxSpec;
-use crate::state::{EventKind, Sandbox, StateError};
+use crate::state::{EventKind, SandboxRecord, StateError};
 
 /// What `silo up` asks for.
 #[derive(Debug, Clone)]
@@ -64,7 +64,7 @@ impl UpAction {
 #[derive(Debug, Clone, Serialize)]
 pub struct UpOutcome {
     /// The sandbox, as recorded now.
-    pub sandbox: Sandbox,
+    pub sandbox: SandboxRecord,
     /// What was done.
     pub action: UpAction,
     /// Its tier.
@@ -162,7 +162,7 @@ impl Silo {
 
     /// When the sandbox's idle TTL expired, if it has one and it did: its
     /// machine stopped by itself, cleanly, and not because silo stopped it.
-    pub async fn expired_at(&self, sandbox: &Sandbox) -> Result<Option<i64>, SiloError> {
+    pub async fn expired_at(&self, sandbox: &SandboxRecord) -> Result<Option<i64>, SiloError> {
         if sandbox.spec.idle_timeout_secs.is_none() {
             return Ok(None);
         }
@@ -194,7 +194,7 @@ impl Silo {
     /// and fresh if not.
     async fn restore_or_recreate(
         &self,
-        sandbox: Sandbox,
+        sandbox: SandboxRecord,
         spec: SandboxSpec,
         reason: &str,
         mut notes: Vec<String>,
@@ -226,7 +226,7 @@ impl Silo {
     /// a fresh one with `spec` under the same id, name and history.
     async fn recreate(
         &self,
-        sandbox: Sandbox,
+        sandbox: SandboxRecord,
         spec: SandboxSpec,
         reason: &str,
         notes: Vec<String>,
@@ -253,7 +253,7 @@ impl Silo {
     }
 }
 
-fn outcome(sandbox: Sandbox, action: UpAction, notes: Vec<String>) -> UpOutcome {
+fn outcome(sandbox: SandboxRecord, action: UpAction, notes: Vec<String>) -> UpOutcome {
     UpOutcome {
         sandbox,
         action,

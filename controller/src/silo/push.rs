@@ -15,7 +15,7 @@ use crate::backend::MachineState;
 use crate::push::{
     Job, PushError, PushEvent, PushFailure, PushOptions, PushReport, build_bundle, push_all,
 };
-use crate::state::{EventKind, Sandbox};
+use crate::state::{EventKind, SandboxRecord};
 
 /// Failure reasons that may mean the sandbox is down rather than its agent
 /// misbehaving; for these the backend is asked, to say which.
@@ -23,7 +23,10 @@ const DOWN_REASONS: &[&str] = &["unreachable", "timeout", "connection_lost"];
 
 impl Silo {
     /// Every sandbox carrying all of `labels` (key = value).
-    pub fn with_labels(&self, labels: &[(String, String)]) -> Result<Vec<Sandbox>, SiloError> {
+    pub fn with_labels(
+        &self,
+        labels: &[(String, String)],
+    ) -> Result<Vec<SandboxRecord>, SiloError> {
         Ok(self
             .list()?
             .into_iter()
@@ -44,7 +47,7 @@ impl Silo {
     pub async fn push_to_sandboxes(
         &self,
         mount: &str,
-        targets: Vec<(Sandbox, FileSet)>,
+        targets: Vec<(SandboxRecord, FileSet)>,
         options: &PushOptions,
     ) -> Result<PushReport, PushError> {
         let mut report = PushReport {
@@ -140,7 +143,7 @@ impl Silo {
     async fn leave_out_down(
         &self,
         jobs: Vec<Job>,
-        by_name: &HashMap<String, Sandbox>,
+        by_name: &HashMap<String, SandboxRecord>,
         concurrency: usize,
     ) -> (Vec<Job>, Vec<PushFailure>) {
         let checked: Vec<(Job, Option<PushFailure>)> = stream::iter(jobs)
@@ -191,7 +194,7 @@ impl Silo {
 
     fn log_pushed(
         &self,
-        sandbox: &Sandbox,
+        sandbox: &SandboxRecord,
         mount: &str,
         answer: &silo_protocol::push::PushResponse,
     ) {

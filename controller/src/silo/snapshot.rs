@@ -39,7 +39,7 @@ use crate::bridge;
 use crate::client::ClientError;
 use crate::naming::{new_snapshot_id, validate_name};
 use crate::spec::BackendKind;
-use crate::state::{EventKind, Sandbox, Snapshot, StateError, StoredImage, now_ms};
+use crate::state::{EventKind, SandboxRecord, Snapshot, StateError, StoredImage, now_ms};
 use crate::store::{
     BlobTee, Digest, Index, IndexError, IngestError, LayerDelta, LoadArchiveError, LoadPlan, Store,
     StoreError, load_archive, save_archive,
@@ -125,7 +125,7 @@ pub struct BaseStored {
 #[derive(Debug, Clone, Serialize)]
 pub struct RestoreReport {
     /// The sandbox, as recorded now.
-    pub sandbox: Sandbox,
+    pub sandbox: SandboxRecord,
     /// The snapshot it runs from.
     pub snapshot: String,
     /// How the engine got the snapshot's image.
@@ -289,7 +289,7 @@ impl Silo {
         Ok(Store::open(self.home.store_dir()).map_err(SnapshotError::from)?)
     }
 
-    fn snapshot_backend(&self, sandbox: &Sandbox) -> Result<&DockerBackend, SnapshotError> {
+    fn snapshot_backend(&self, sandbox: &SandboxRecord) -> Result<&DockerBackend, SnapshotError> {
         match sandbox.backend {
             BackendKind::Docker => Ok(&self.docker),
             backend => Err(SnapshotError::Unsupported {
@@ -691,7 +691,7 @@ impl Silo {
     /// labels) and history. Call with the sandbox's lease held.
     async fn restore(
         &self,
-        sandbox: &Sandbox,
+        sandbox: &SandboxRecord,
         snapshot: &Snapshot,
         reason: &str,
         progress: &ProgressFn,
@@ -751,7 +751,7 @@ impl Silo {
     /// Whether `snapshot` is in the sandbox's history: taken of it, or an
     /// ancestor of what it was forked or rewound from, or of its own
     /// snapshots (so a fork can go back to where it forked).
-    fn in_history(&self, sandbox: &Sandbox, snapshot: &Snapshot) -> Result<bool, SiloError> {
+    fn in_history(&self, sandbox: &SandboxRecord, snapshot: &Snapshot) -> Result<bool, SiloError> {
         if snapshot.sandbox_id == sandbox.id {
             return Ok(true);
         }
@@ -783,7 +783,7 @@ impl Silo {
     /// has no snapshots), for tier 3 to take over.
     pub(super) async fn restore_latest(
         &self,
-        sandbox: &Sandbox,
+        sandbox: &SandboxRecord,
         reason: &str,
     ) -> Result<Option<RestoreReport>, SiloError> {
         if sandbox.backend != BackendKind::Docker {

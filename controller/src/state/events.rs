@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 use serde::Serialize;
 
 use super::{StateDb, StateError, db, now_ms};
-use crate::state::Sandbox;
+use crate::state::SandboxRecord;
 
 /// Kinds of event this build writes. Stored as text, so logs written by a
 /// newer silo (with kinds this one does not know) still read back.
@@ -81,7 +81,7 @@ impl StateDb {
     /// Appends an event about a sandbox.
     pub fn append_event(
         &mut self,
-        sandbox: &Sandbox,
+        sandbox: &SandboxRecord,
         kind: EventKind,
         detail: &serde_json::Value,
     ) -> Result<(), StateError> {

@@ -28,7 +28,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 pub use events::{Event, EventKind};
 pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
 pub use master_key::{MasterKeyError, load_or_create_master_key};
-pub use sandboxes::{NewSandbox, Sandbox};
+pub use sandboxes::{NewSandbox, SandboxRecord};
 pub use schema::SCHEMA_VERSION;
 pub use snapshots::{Snapshot, StoredImage};
 

@@ -12,7 +12,7 @@ use crate::spec::{BackendKind, SandboxSpec};
 
 /// A sandbox as the state database knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Sandbox {
+pub struct SandboxRecord {
     /// Stable id (`sbx-` and 12 hex digits); the sandbox key derives from it.
     pub id: String,
     /// Unique human name.
@@ -34,7 +34,7 @@ pub struct Sandbox {
     pub origin_snapshot: Option<String>,
 }
 
-impl Sandbox {
+impl SandboxRecord {
     /// Whether a backend ever reported making this sandbox's current
     /// machine: a sandbox is recorded (with an empty handle) before its
     /// machine is made, so a create cut short leaves it without one.
@@ -62,7 +62,7 @@ const COLUMNS: &str =
 impl StateDb {
     /// Records a new sandbox (with an empty backend handle) and its `created`
     /// event. Fails with [`StateError::NameTaken`] if the name is in use.
-    pub fn insert_sandbox(&mut self, new: &NewSandbox) -> Result<Sandbox, StateError> {
+    pub fn insert_sandbox(&mut self, new: &NewSandbox) -> Result<SandboxRecord, StateError> {
         let spec_json = to_json(&new.id, &new.spec)?;
         let spec_hash = new.spec.hash();
         let now = now_ms();
@@ -98,7 +98,7 @@ impl StateDb {
             )?;
             Ok(())
         })?;
-        Ok(Sandbox {
+        Ok(SandboxRecord {
             id: new.id.clone(),
             name: new.name.clone(),
             backend,
@@ -112,7 +112,7 @@ impl StateDb {
     }
 
     /// The live sandbox with this name or id.
-    pub fn sandbox(&self, name_or_id: &str) -> Result<Sandbox, StateError> {
+    pub fn sandbox(&self, name_or_id: &str) -> Result<SandboxRecord, StateError> {
         self.conn
             .query_row(
                 &format!("SELECT {COLUMNS} FROM sandboxes WHERE id = ?1 OR name = ?1"),
@@ -126,7 +126,7 @@ impl StateDb {
     }
 
     /// Every live sandbox, oldest first.
-    pub fn sandboxes(&self) -> Result<Vec<Sandbox>, StateError> {
+    pub fn sandboxes(&self) -> Result<Vec<SandboxRecord>, StateError> {
         let mut stmt = self
             .conn
             .prepare(&format!(
@@ -146,10 +146,10 @@ impl StateDb {
     /// Replaces a sandbox's backend handle and, when given, logs an event with it.
     pub fn update_backend_ref(
         &mut self,
-        sandbox: &Sandbox,
+        sandbox: &SandboxRecord,
         backend_ref: &serde_json::Value,
         event: Option<(EventKind, serde_json::Value)>,
-    ) -> Result<Sandbox, StateError> {
+    ) -> Result<SandboxRecord, StateError> {
         let ref_json = to_json(&sandbox.id, backend_ref)?;
         let now = now_ms();
         self.write("updating a sandbox", |tx| {
@@ -167,7 +167,7 @@ impl StateDb {
             }
             Ok(())
         })?;
-        Ok(Sandbox {
+        Ok(SandboxRecord {
             backend_ref: backend_ref.clone(),
             updated_at_ms: now,
             ..sandbox.clone()
@@ -180,11 +180,11 @@ impl StateDb {
     /// machine is up; `event` is logged in the same transaction.
     pub fn replace_machine(
         &mut self,
-        sandbox: &Sandbox,
+        sandbox: &SandboxRecord,
         spec: &SandboxSpec,
         origin: Option<&str>,
         event: (EventKind, serde_json::Value),
-    ) -> Result<Sandbox, StateError> {
+    ) -> Result<SandboxRecord, StateError> {
         let spec_json = to_json(&sandbox.id, spec)?;
         let spec_hash = spec.hash();
         let now = now_ms();
@@ -209,7 +209,7 @@ impl StateDb {
             let (kind, detail) = &event;
             insert_event(tx, &sandbox.id, &sandbox.name, now, *kind, detail)
         })?;
-        Ok(Sandbox {
+        Ok(SandboxRecord {
             backend: spec.backend,
             spec: spec.clone(),
             spec_hash,
@@ -223,7 +223,7 @@ impl StateDb {
     /// Deletes a sandbox's row and logs `removed` with `detail`. Its events stay.
     pub fn delete_sandbox(
         &mut self,
-        sandbox: &Sandbox,
+        sandbox: &SandboxRecord,
         detail: &serde_json::Value,
     ) -> Result<(), StateError> {
         let now = now_ms();
@@ -274,7 +274,7 @@ impl RawRow {
         })
     }
 
-    fn parse(self) -> Result<Sandbox, StateError> {
+    fn parse(self) -> Result<SandboxRecord, StateError> {
         let corrupt = |what: String| StateError::Corrupt {
             id: self.id.clone(),
             what,
@@ -287,7 +287,7 @@ impl RawRow {
             serde_json::from_str(&self.spec).map_err(|e| corrupt(format!("spec: {e}")))?;
         let backend_ref = serde_json::from_str(&self.backend_ref)
             .map_err(|e| corrupt(format!("backend_ref: {e}")))?;
-        Ok(Sandbox {
+        Ok(SandboxRecord {
             id: self.id,
             name: self.name,
             backend,

@@ -1,0 +1,112 @@
+//! [`Sandbox`]: the handle a harness holds on one sandbox, with its
+//! commands, files and snapshots, the shape E2B and Daytona SDK users know.
+//!
+//! A handle is what [`Silo::up`] and [`Silo::sandbox`] answer. It is cheap
+//! to clone and owns what it needs (a [`Silo`] clone and the sandbox's
+//! agent client), so each task of a harness can hold one. It does not keep
+//! the sandbox alive or running: another process may stop or remove it, and
+//! the next call then says so.
+
+mod commands;
+mod files;
+mod snapshots;
+
+use silo_protocol::bundle::FileSet;
+
+pub use commands::{CommandOutput, Commands, Event, Execution};
+pub use files::{FileError, Files};
+pub use snapshots::Snapshots;
+
+use crate::push::{PushError, PushOptions, PushReport};
+use crate::state::SandboxRecord;
+use crate::{Silo, SiloError, UpOutcome, UpRequest};
+
+/// One sandbox, ready to use.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    silo: Silo,
+    record: SandboxRecord,
+    commands: Commands,
+    files: Files,
+}
+
+impl Sandbox {
+    fn new(silo: Silo, record: SandboxRecord) -> Result<Self, SiloError> {
+        let client = silo.client(&record)?;
+        Ok(Self {
+            commands: Commands::new(client.clone()),
+            files: Files::new(client),
+            silo,
+            record,
+        })
+    }
+
+    /// Its stable id (`sbx-…`).
+    pub fn id(&self) -> &str {
+        &self.record.id
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.record.name
+    }
+
+    /// What the state database recorded of it when this handle was made.
+    pub fn record(&self) -> &SandboxRecord {
+        &self.record
+    }
+
+    /// Running commands and shell sessions.
+    pub fn commands(&self) -> &Commands {
+        &self.commands
+    }
+
+    /// Reading and writing files.
+    pub fn files(&self) -> &Files {
+        &self.files
+    }
+
+    /// Taking, listing, rewinding to and forking from snapshots.
+    pub fn snapshots(&self) -> Snapshots {
+        Snapshots::new(self.silo.clone(), self.record.id.clone())
+    }
+
+    /// Pushes `files` to `mount`, swapped in whole or not at all.
+    pub async fn push(
+        &self,
+        mount: &str,
+        files: FileSet,
+        options: &PushOptions,
+    ) -> Result<PushReport, PushError> {
+        self.silo
+            .push_to_sandboxes(mount, vec![(self.record.clone(), files)], options)
+            .await
+    }
+
+    /// Stops it; its files stay. Answers whether it was running.
+    pub async fn stop(&self) -> Result<bool, SiloError> {
+        self.silo.stop(&self.record.id).await
+    }
+
+    /// Removes it and its machine (its events stay in the log).
+    pub async fn remove(self) -> Result<SandboxRecord, SiloError> {
+        self.silo.remove(&self.record.id).await
+    }
+}
+
+impl Silo {
+    /// Opens the sandbox `request.name` or creates it (see [`Silo::up`]),
+    /// and answers a handle on it with what was done.
+    pub async fn up_sandbox(&self, request: UpRequest) -> Result<(Sandbox, UpOutcome), SiloError> {
+        let outcome = self.up(request).await?;
+        let sandbox = Sandbox::new(self.clone(), outcome.sandbox.clone())?;
+        Ok((sandbox, outcome))
+    }
+
+    /// A handle on an existing sandbox, started first if it was stopped.
+    pub async fn sandbox(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
+        let record = self.get(name_or_id)?;
+        let record = self.ensure_running(&record).await?;
+        Sandbox::new(self.clone(), record)
+    }
+}
