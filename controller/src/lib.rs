@@ -2,8 +2,8 @@
 //! state, and talks to the silo-agent inside each one.
 //!
 //! Start at [`Silo`]: open a home, then [`Silo::up_sandbox`] (open or
-//! create) or [`Silo::sandbox`] gives a [`Sandbox`] with its commands, files
-//! and snapshots. The `silo` binary (crate `silo-cli`) is a thin CLI over
+//! create) or [`Silo::sandbox`] gives a [`Sandbox`] with its commands and
+//! snapshots. The `silo` binary (crate `silo-cli`) is a thin CLI over
 //! this library.
 //!
 //! ```no_run
@@ -19,10 +19,9 @@
 //!         recreate: false,
 //!     })
 //!     .await?;
-//! sandbox.files().write("notes.txt", "hello\n", None).await?;
 //! let out = sandbox
 //!     .commands()
-//!     .run(ExecSpec::argv(["cat", "notes.txt"]))
+//!     .run(ExecSpec::shell("echo hello > notes.txt && cat notes.txt"))
 //!     .await?;
 //! assert_eq!(out.stdout, b"hello\n");
 //! let checkpoint = sandbox.snapshots().take(Some("after step 1".into())).await?;
@@ -36,7 +35,7 @@
 //!   Its children: `open` (`up`, open-or-create), `lease` (serializing lifecycle
 //!   operations across processes), `gc` (expired sandboxes, orphaned containers).
 //! - [`sandbox`]: `Sandbox`, the handle a harness holds: `commands()` (run, and
-//!   spawn that re-attaches after a dropped connection), `files()`, `snapshots()`, push.
+//!   spawn that re-attaches after a dropped connection), `snapshots()`, push.
 //! - [`client`]: AgentClient, the one way the controller talks to an agent.
 //! - [`push`]: bundles from files, one push with retries, fan-out and its report
 //!   (`Silo::push_to_sandboxes` in `silo/push.rs` ties it to sandboxes and events).
