@@ -18,7 +18,7 @@
 //! - `extract`: the safe extractor (every reject reason lives there).
 //! - `store`: version ids, commit and swap, garbage collection, leftovers.
 
-mod body;
+pub mod body;
 pub mod extract;
 mod mount;
 mod store;
