@@ -374,7 +374,7 @@ struct Failed {
 
 /// Sets its flag when dropped.
 #[derive(Default)]
-struct CancelOnDrop(Arc<AtomicBool>);
+pub(crate) struct CancelOnDrop(pub(crate) Arc<AtomicBool>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
