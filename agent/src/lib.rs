@@ -18,6 +18,7 @@
 //! - `session`: persistent shell sessions whose runs are execs; interrupt keeps the shell.
 //! - `workload`: the optional command after `--`, restarted with backoff.
 //! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
+//! - `files`: the file API's work: read, write, stat, list, mkdir, remove, tar trees in and out.
 //! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped.
 //! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
 //! - `activity`: what counts as use, for `--idle-timeout`.
@@ -27,6 +28,7 @@
 pub mod activity;
 pub mod config;
 pub mod exec;
+pub mod files;
 pub mod fs_error;
 pub mod process;
 pub mod push;

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use silo_agent::activity::Activity;
 use silo_agent::config::{Args, Config, KEY_ENV};
 use silo_agent::exec::{ExecConfig, Execs};
+use silo_agent::files::{Files, FilesConfig};
 use silo_agent::process::{ProcessOps, System};
 use silo_agent::push::Pusher;
 use silo_agent::reaper::Reaper;
@@ -131,6 +132,10 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
         Verifier::new(config.key.clone()),
         execs,
         pusher,
+        Files::new(FilesConfig {
+            workdir: config.workdir.clone(),
+            tree_limits: config.push.limits,
+        }),
         Arc::new(Activity::default()),
         boot_id,
     ));

@@ -7,8 +7,8 @@
     reason = "test helpers: a failed step should abort the test with its error"
 )]
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,7 +16,7 @@ use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use silo_protocol::PROTOCOL_VERSION;
-use silo_protocol::auth::{EMPTY_BODY_SHA256, Key, sign};
+use silo_protocol::auth::{EMPTY_BODY_SHA256, sign};
 use silo_protocol::exec::{AgentMessage, Channel, ClientMessage, ExecSpec, ExitInfo, Frame};
 use silo_protocol::health::Health;
 use silo_protocol::http::{HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ};
@@ -25,48 +25,11 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::ClientRequestBuilder;
 use tokio_tungstenite::tungstenite::{self, Message};
 
-type Ws = WebSocketStream<UnixStream>;
-const WAIT: Duration = Duration::from_secs(10);
+use common::{Agent, WAIT};
 
-struct Agent {
-    child: Child,
-    dir: PathBuf,
-    key: Key,
-}
+type Ws = WebSocketStream<UnixStream>;
 
 impl Agent {
-    fn start(name: &str, extra: &[&str]) -> Self {
-        let dir = std::env::temp_dir().join(format!("silo-agent-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let key = Key::generate().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_silo-agent"))
-            .arg("--listen")
-            .arg(format!("unix:{}", dir.join("agent.sock").display()))
-            .arg("--workdir")
-            .arg(&dir)
-            .args(extra)
-            .env("SILO_AGENT_KEY", key.to_hex())
-            .env(
-                "SILO_AGENT_LOG",
-                std::env::var("SILO_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let agent = Self { child, dir, key };
-        let deadline = Instant::now() + WAIT;
-        while std::os::unix::net::UnixStream::connect(agent.socket()).is_err() {
-            assert!(Instant::now() < deadline, "agent never listened");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        agent
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.join("agent.sock")
-    }
-
     async fn healthz(&self) -> (u16, Bytes) {
         let stream = UnixStream::connect(self.socket()).await.unwrap();
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -105,30 +68,6 @@ impl Agent {
 
     async fn ws(&self) -> Ws {
         self.connect(true, None).await.unwrap()
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "agent did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -3,7 +3,8 @@
 //! The body is read once, as it arrives, through a chain of readers: the
 //! raw reader hashes and counts compressed bytes (bundle cap), the gzip
 //! decoder inflates, the inflate meter counts what came out (decompression
-//! ratio), and the tar reader splits entries. Every entry is checked before
+//! ratio), and the tar reader splits entries. A plain tar (the file API's
+//! tree upload) skips the two gzip stages and meets every other rule. Every entry is checked before
 //! anything is written for it: a plain UTF-8 relative path with no `..`,
 //! only regular files and directories (symlinks, hard links, devices, FIFOs
 //! and every other type are refused), no duplicates or file/directory
@@ -50,10 +51,32 @@ pub struct Extracted {
     pub sha256: String,
 }
 
+/// How a body is packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packing {
+    /// A gzip-compressed tar (push bundles).
+    Gzip,
+    /// A plain tar (file API tree uploads).
+    Tar,
+}
+
 /// Extracts the tar.gz read from `body` into `dest` (existing and empty),
 /// then checks the body's SHA-256 against `claimed_sha256`. Stops before
 /// the next entry once `cancelled` is set (the client went away).
 pub fn extract<R: Read>(
+    body: R,
+    dest: &Path,
+    limits: &BundleLimits,
+    claimed_sha256: &str,
+    cancelled: &AtomicBool,
+) -> Result<Extracted, ExtractError> {
+    extract_packed(Packing::Gzip, body, dest, limits, claimed_sha256, cancelled)
+}
+
+/// [`extract`] for a body packed as `packing`. Every entry rule is the same;
+/// only a gzip body has an inflation ratio to bound.
+pub fn extract_packed<R: Read>(
+    packing: Packing,
     body: R,
     dest: &Path,
     limits: &BundleLimits,
@@ -67,29 +90,32 @@ pub fn extract<R: Read>(
         meter: &meter,
         cap: limits.max_bundle_bytes,
     };
-    let gzip = flate2::bufread::GzDecoder::new(BufReader::with_capacity(READ_BUFFER, raw));
-    let inflate = InflateReader {
-        inner: gzip,
-        meter: &meter,
-        max_ratio: limits.max_ratio,
-    };
-    let mut archive = tar::Archive::new(inflate);
+    let mut buffered = BufReader::with_capacity(READ_BUFFER, raw);
     let mut tree = Tree::new(dest, limits);
-    for entry in archive.entries().map_err(|e| meter.read_error(e))? {
-        if cancelled.load(Ordering::Relaxed) {
-            return Err(ExtractError::Cancelled);
+    match packing {
+        Packing::Gzip => {
+            let mut inflate = InflateReader {
+                inner: flate2::bufread::GzDecoder::new(&mut buffered),
+                meter: &meter,
+                max_ratio: limits.max_ratio,
+            };
+            unpack(&mut inflate, &mut tree, &meter, cancelled)?;
+            // The tar's end marker may come before the gzip trailer (and its
+            // CRC): read the rest, still metered, then nothing may follow
+            // the gzip stream.
+            io::copy(&mut inflate, &mut io::sink()).map_err(|e| meter.read_error(e))?;
+            let trailing =
+                io::copy(&mut buffered, &mut io::sink()).map_err(|e| meter.read_error(e))?;
+            if trailing > 0 {
+                return Err(ExtractError::TrailingData);
+            }
         }
-        let mut entry = entry.map_err(|e| meter.read_error(e))?;
-        tree.add(&mut entry, &meter)?;
-    }
-    // The tar's end marker may come before the gzip trailer (and its CRC):
-    // read the rest, still metered, then nothing may follow the gzip stream.
-    let mut inflate = archive.into_inner();
-    io::copy(&mut inflate, &mut io::sink()).map_err(|e| meter.read_error(e))?;
-    let mut buffered = inflate.inner.into_inner();
-    let trailing = io::copy(&mut buffered, &mut io::sink()).map_err(|e| meter.read_error(e))?;
-    if trailing > 0 {
-        return Err(ExtractError::TrailingData);
+        Packing::Tar => {
+            unpack(&mut buffered, &mut tree, &meter, cancelled)?;
+            // Tar writers pad past the end marker to a whole record; the
+            // padding is part of what was signed, so it is read and hashed.
+            io::copy(&mut buffered, &mut io::sink()).map_err(|e| meter.read_error(e))?;
+        }
     }
     let sha256 = hex::encode(buffered.into_inner().hasher.finalize());
     if sha256 != claimed_sha256 {
@@ -103,6 +129,24 @@ pub fn extract<R: Read>(
         bytes: tree.bytes,
         sha256,
     })
+}
+
+/// Writes every entry of the tar read from `tar` into `tree`.
+fn unpack<R: Read>(
+    tar: R,
+    tree: &mut Tree<'_>,
+    meter: &Meter,
+    cancelled: &AtomicBool,
+) -> Result<(), ExtractError> {
+    let mut archive = tar::Archive::new(tar);
+    for entry in archive.entries().map_err(|e| meter.read_error(e))? {
+        if cancelled.load(Ordering::Relaxed) {
+            return Err(ExtractError::Cancelled);
+        }
+        let mut entry = entry.map_err(|e| meter.read_error(e))?;
+        tree.add(&mut entry, meter)?;
+    }
+    Ok(())
 }
 
 /// A cap hit while reading, remembered so the reader's plain `io::Error`
@@ -566,6 +610,36 @@ mod tests {
             matches!(r, Err(ExtractError::BundleTooLarge { .. })),
             "{r:?}"
         );
+    }
+
+    #[test]
+    fn a_plain_tar_meets_the_same_rules() {
+        let tar_of = |name: &str| {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(2);
+            header.set_mode(0o640);
+            header.set_entry_type(tar::EntryType::Regular);
+            // `set_path` refuses `..`; a hostile writer does not.
+            header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+            header.set_cksum();
+            let mut builder = tar::Builder::new(Vec::new());
+            builder.append(&header, &b"hi"[..]).unwrap();
+            builder.into_inner().unwrap()
+        };
+        let limits = BundleLimits::default();
+        let good = tar_of("d/f");
+        let sha = hex::encode(Sha256::digest(&good));
+        let dir = tempfile::tempdir().unwrap();
+        let never = AtomicBool::new(false);
+        let done = extract_packed(Packing::Tar, &good[..], dir.path(), &limits, &sha, &never);
+        assert_eq!(done.unwrap().files, 1);
+        assert_eq!(std::fs::read(dir.path().join("d/f")).unwrap(), b"hi");
+
+        let bad = tar_of("../escape");
+        let sha = hex::encode(Sha256::digest(&bad));
+        let dir = tempfile::tempdir().unwrap();
+        let r = extract_packed(Packing::Tar, &bad[..], dir.path(), &limits, &sha, &never);
+        assert!(matches!(r, Err(ExtractError::Rejected { .. })), "{r:?}");
     }
 
     #[test]

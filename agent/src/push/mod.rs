@@ -18,7 +18,7 @@
 //! - `extract`: the safe extractor (every reject reason lives there).
 //! - `store`: version ids, commit and swap, garbage collection, leftovers.
 
-mod body;
+pub mod body;
 pub mod extract;
 mod mount;
 mod store;
@@ -374,7 +374,7 @@ struct Failed {
 
 /// Sets its flag when dropped.
 #[derive(Default)]
-struct CancelOnDrop(Arc<AtomicBool>);
+pub(crate) struct CancelOnDrop(pub(crate) Arc<AtomicBool>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {

@@ -5,13 +5,14 @@
 //! its work against shutdown. Connections are limited by a semaphore permit
 //! taken before `accept` and held until the connection (or the exec session
 //! it upgraded to) ends. Handlers only parse and check; the work is done by
-//! the modules that own it (`exec`, `push`, `snapshot`).
+//! the modules that own it (`exec`, `push`, `snapshot`, `files`).
 //!
 //! # Layout
 //! - `listener`: binding Unix/TCP sockets, stale socket handling, accepting.
 //! - `tls`: rustls acceptor from PEM files.
 //! - `auth`: version check, then signature check, for every route but `/healthz`.
 //! - `exec_ws`: `GET /v1/exec`: admission and the WebSocket handshake.
+//! - `files`: `/v1/files/…`: the file API's admission, parsing and body plumbing for `crate::files`.
 //! - `push`: `POST /v1/push`: admission and request parsing for `crate::push`.
 //! - `snapshot`: `POST /v1/snapshot`: admission and request parsing for `crate::snapshot`.
 //! - `session`: one exec WebSocket connection after the upgrade.
@@ -19,6 +20,7 @@
 
 pub mod auth;
 mod exec_ws;
+mod files;
 pub mod listener;
 mod push;
 mod session;
@@ -51,6 +53,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::activity::Activity;
 use crate::exec::{ConnId, Execs};
+use crate::files::Files;
 use crate::push::Pusher;
 use crate::shutdown::{self, Phase};
 use crate::snapshot::{LayerStream, Snapshotter};
@@ -67,7 +70,8 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// Response body type of every route but the snapshot's.
 pub type Body = Full<Bytes>;
-/// Response body type of the connection: a whole body, or a streamed layer.
+/// Response body type of the connection: a whole body, or a streamed one
+/// (a snapshot's layer, a file or tree download).
 pub type Reply = Either<Body, LayerStream>;
 
 /// What every connection needs.
@@ -80,6 +84,8 @@ pub struct AgentState {
     pub pusher: Arc<Pusher>,
     /// The snapshot service.
     pub snapshots: Snapshotter,
+    /// The file API.
+    pub files: Files,
     /// Use tracking for the idle timeout.
     pub activity: Arc<Activity>,
     /// When the agent started, for `uptime_ms`.
@@ -95,6 +101,7 @@ impl AgentState {
         verifier: Verifier,
         execs: Execs,
         pusher: Arc<Pusher>,
+        files: Files,
         activity: Arc<Activity>,
         boot_id: String,
     ) -> Self {
@@ -103,6 +110,7 @@ impl AgentState {
             execs,
             pusher,
             snapshots: Snapshotter::default(),
+            files,
             activity,
             started: Instant::now(),
             boot_id,
@@ -218,6 +226,8 @@ async fn route(
     let streamed = req.uri().path() == PATH_SNAPSHOT && req.method() == Method::POST;
     let mut response = if streamed {
         snapshot::handle(req, state).await
+    } else if files::owns(req.uri().path()) {
+        files::handle(req, state).await
     } else {
         route_whole(req, state, guard).await.map(Either::Left)
     };

@@ -27,7 +27,7 @@
 
 mod freeze;
 mod layer;
-mod stream;
+pub mod stream;
 mod walk;
 
 use std::collections::HashSet;

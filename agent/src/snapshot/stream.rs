@@ -172,7 +172,9 @@ impl Body for LayerStream {
             Poll::Ready(None) => {
                 this.done = true;
                 if this.cut.load(Ordering::Acquire) {
-                    Poll::Ready(Some(Err(io::Error::other("the snapshot failed mid-layer"))))
+                    Poll::Ready(Some(Err(io::Error::other(
+                        "the stream failed before its end",
+                    ))))
                 } else {
                     Poll::Ready(None)
                 }
