@@ -1,5 +1,5 @@
 //! [`Sandbox`]: the handle a harness holds on one sandbox, with its
-//! commands and snapshots, the shape E2B and Daytona SDK users know.
+//! commands, files and snapshots, the shape E2B and Daytona SDK users know.
 //!
 //! A handle is what [`Silo::up`] and [`Silo::sandbox`] answer. It is cheap
 //! to clone and owns what it needs (a [`Silo`] clone and the sandbox's
@@ -8,11 +8,13 @@
 //! the next call then says so.
 
 mod commands;
+mod files;
 mod snapshots;
 
 use silo_protocol::bundle::FileSet;
 
 pub use commands::{CommandOutput, Commands, Event, Execution};
+pub use files::{FileError, Files};
 pub use snapshots::Snapshots;
 
 use crate::push::{PushError, PushOptions, PushReport};
@@ -25,13 +27,15 @@ pub struct Sandbox {
     silo: Silo,
     record: SandboxRecord,
     commands: Commands,
+    files: Files,
 }
 
 impl Sandbox {
     fn new(silo: Silo, record: SandboxRecord) -> Result<Self, SiloError> {
         let client = silo.client(&record)?;
         Ok(Self {
-            commands: Commands::new(client),
+            commands: Commands::new(client.clone()),
+            files: Files::new(client),
             silo,
             record,
         })
@@ -55,6 +59,11 @@ impl Sandbox {
     /// Running commands and shell sessions.
     pub fn commands(&self) -> &Commands {
         &self.commands
+    }
+
+    /// Reading and writing files.
+    pub fn files(&self) -> &Files {
+        &self.files
     }
 
     /// Taking, listing, rewinding to and forking from snapshots.

@@ -30,10 +30,6 @@
 //! | `PUT` [`PATH_TREE`] | unpacks a tar into the directory `path` (made if missing), merging; the push extract's rules apply to every entry | [`TreeWritten`] |
 //!
 //! Failure is the usual [`crate::http::ErrorBody`] with one of the [`kind`] values.
-//!
-//! Status: silo-agent does not serve these endpoints yet; the shapes are
-//! fixed here first so that the agent and the controller build against one
-//! definition.
 
 use serde::{Deserialize, Serialize};
 

@@ -120,3 +120,29 @@ async fn bytes_the_ring_no_longer_holds_are_counted_exactly() {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_write_read_list_and_remove_through_the_handle() {
+    let agent = TestAgent::start().await;
+    let files = silo::sandbox::Files::new(agent.client());
+    let stat = files
+        .write("dir/notes.txt", "hello\n", Some(0o600))
+        .await
+        .unwrap();
+    assert_eq!(stat.size, 6);
+    assert_eq!(stat.mode & 0o777, 0o600);
+    assert_eq!(&files.read("dir/notes.txt").await.unwrap()[..], b"hello\n");
+    let names: Vec<String> = files
+        .list("dir")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["notes.txt"]);
+    let err = files.read("dir/missing").await.unwrap_err();
+    assert!(err.to_string().contains("dir/missing"), "{err}");
+    assert!(!files.exists("dir/missing").await.unwrap());
+    assert_eq!(files.remove("dir", true).await.unwrap(), 2);
+    assert!(!files.exists("dir").await.unwrap());
+}

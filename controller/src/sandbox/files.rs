@@ -1,0 +1,183 @@
+//! Files in one sandbox, through the agent's file API (see
+//! [`silo_protocol::files`] for the endpoints and which paths are allowed).
+//!
+//! Writes are atomic on the agent's side (a temp file renamed into place,
+//! after the body matched its signed SHA-256), so a reader in the sandbox
+//! sees the old file or the new one, never half of either.
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use silo_protocol::auth::body_sha256;
+use silo_protocol::files::{
+    FileQuery, FileStat, Listing, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_STAT, PATH_TREE, Removed,
+    TreeWritten,
+};
+use silo_protocol::http::ErrorBody;
+
+use crate::client::{AgentClient, ClientError, Response};
+
+/// The files of one sandbox.
+#[derive(Debug, Clone)]
+pub struct Files {
+    client: AgentClient,
+    confine: Option<String>,
+}
+
+impl Files {
+    /// Files through `client` (a sandbox's, or any agent's).
+    pub fn new(client: AgentClient) -> Self {
+        Self {
+            client,
+            confine: None,
+        }
+    }
+
+    /// The same files, every request kept beneath `dir` through no symlink
+    /// (for paths that sandbox code could have planted links in).
+    pub fn confined_to(mut self, dir: impl Into<String>) -> Self {
+        self.confine = Some(dir.into());
+        self
+    }
+
+    /// A regular file's contents.
+    pub async fn read(&self, path: &str) -> Result<Bytes, FileError> {
+        let answer = self.call(Method::GET, PATH_FILE, self.query(path), Bytes::new());
+        Ok(answer.await?.body)
+    }
+
+    /// Writes `data` to `path` atomically, with `mode` (0644 for a new file,
+    /// or the old file's mode, when `None`), making missing parents.
+    pub async fn write(
+        &self,
+        path: &str,
+        data: impl Into<Bytes>,
+        mode: Option<u32>,
+    ) -> Result<FileStat, FileError> {
+        let mut query = self.query(path);
+        query.mode = mode;
+        query.parents = true;
+        let answer = self
+            .call(Method::PUT, PATH_FILE, query, data.into())
+            .await?;
+        decode(&answer)
+    }
+
+    /// What is at `path` (a final symlink is described, not followed).
+    pub async fn stat(&self, path: &str) -> Result<FileStat, FileError> {
+        let answer = self.call(Method::GET, PATH_STAT, self.query(path), Bytes::new());
+        decode(&answer.await?)
+    }
+
+    /// Whether anything is at `path`.
+    pub async fn exists(&self, path: &str) -> Result<bool, FileError> {
+        match self.stat(path).await {
+            Ok(_) => Ok(true),
+            Err(FileError::Refused { kind, .. })
+                if kind == silo_protocol::files::kind::NOT_FOUND =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A directory's entries, sorted by name.
+    pub async fn list(&self, path: &str) -> Result<Vec<FileStat>, FileError> {
+        let answer = self.call(Method::GET, PATH_LIST, self.query(path), Bytes::new());
+        Ok(decode::<Listing>(&answer.await?)?.entries)
+    }
+
+    /// Makes a directory and any missing parents.
+    pub async fn mkdir(&self, path: &str, mode: Option<u32>) -> Result<FileStat, FileError> {
+        let mut query = self.query(path);
+        query.mode = mode;
+        query.parents = true;
+        decode(
+            &self
+                .call(Method::POST, PATH_MKDIR, query, Bytes::new())
+                .await?,
+        )
+    }
+
+    /// Removes a file, a symlink or a directory; a non-empty directory only
+    /// with `recursive`. Answers how many paths went.
+    pub async fn remove(&self, path: &str, recursive: bool) -> Result<u64, FileError> {
+        let mut query = self.query(path);
+        query.recursive = recursive;
+        let answer = self.call(Method::DELETE, PATH_FILE, query, Bytes::new());
+        Ok(decode::<Removed>(&answer.await?)?.entries)
+    }
+
+    /// A file or a tree as an uncompressed tar, entries named from the
+    /// path's last component.
+    pub async fn download(&self, path: &str) -> Result<Bytes, FileError> {
+        let answer = self.call(Method::GET, PATH_TREE, self.query(path), Bytes::new());
+        Ok(answer.await?.body)
+    }
+
+    /// Unpacks a tar into the directory `dir` (made if missing), merging
+    /// with what is there; the push extract's entry rules apply.
+    pub async fn upload(&self, dir: &str, tar: impl Into<Bytes>) -> Result<TreeWritten, FileError> {
+        let mut query = self.query(dir);
+        query.parents = true;
+        decode(&self.call(Method::PUT, PATH_TREE, query, tar.into()).await?)
+    }
+
+    fn query(&self, path: &str) -> FileQuery {
+        FileQuery {
+            confine: self.confine.clone(),
+            ..FileQuery::new(path)
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        endpoint: &str,
+        query: FileQuery,
+        body: Bytes,
+    ) -> Result<Response, FileError> {
+        let target = query.path_and_query(endpoint);
+        let sha256 = body_sha256(&body);
+        let answer = self
+            .client
+            .request_streamed(method, &target, body, &sha256, None)
+            .await?;
+        if answer.status.is_success() {
+            return Ok(answer);
+        }
+        let ErrorBody { kind, message } = answer.error_body();
+        Err(FileError::Refused {
+            path: query.path,
+            status: answer.status,
+            kind,
+            message,
+        })
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(answer: &Response) -> Result<T, FileError> {
+    serde_json::from_slice(&answer.body)
+        .map_err(|e| ClientError::Protocol(format!("unreadable file API answer: {e}")).into())
+}
+
+/// Why a file request failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileError {
+    /// The agent refused it; `kind` is one of [`silo_protocol::files::kind`].
+    #[error("{path}: {message}")]
+    Refused {
+        /// The path the request named.
+        path: String,
+        /// The HTTP status.
+        status: StatusCode,
+        /// The stable category.
+        kind: String,
+        /// The agent's explanation.
+        message: String,
+    },
+    /// The agent could not be reached or spoke nonsense.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
