@@ -135,9 +135,14 @@ struct Tmux {
 }
 
 impl Tmux {
-    /// `None` (the test is skipped) when tmux is not installed.
+    /// `None` (the test is skipped) when tmux is not installed; in CI,
+    /// which installs it, its absence fails the test.
     fn start(command: &str) -> Option<Self> {
         if Command::new("tmux").arg("-V").output().is_err() {
+            assert!(
+                !silo_tests::docker::in_ci(),
+                "tmux is not installed (CI installs it)"
+            );
             eprintln!("skipped: tmux is not installed");
             return None;
         }
