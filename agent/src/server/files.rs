@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::Either;
 use hyper::body::Incoming;
@@ -21,7 +21,7 @@ use silo_protocol::http::error_chain;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{AgentState, Reply, auth, error_response, json_response};
+use super::{AgentState, Reply, auth, declared_length, error_response, json_response};
 use crate::files::{self, FilesError, Target, WriteSpec};
 use crate::push::body::{self, BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use crate::push::{BODY_IDLE_TIMEOUT, CancelOnDrop};
@@ -168,7 +168,7 @@ async fn write(
     how: WriteSpec,
 ) -> Result<silo_protocol::files::FileStat, FilesError> {
     let limit = how.limit;
-    if declared(headers).is_some_and(|len| len > limit) {
+    if declared_length(headers).is_some_and(|len| len > limit) {
         return Err(FilesError::TooLarge { limit });
     }
     let (tx, rx) = mpsc::channel(BODY_CHANNEL_CHUNKS);
@@ -189,7 +189,7 @@ async fn upload(
 ) -> Result<silo_protocol::files::TreeWritten, FilesError> {
     let limits = state.files.config.tree_limits;
     let cap = limits.max_bundle_bytes;
-    if declared(headers).is_some_and(|len| len > cap) {
+    if declared_length(headers).is_some_and(|len| len > cap) {
         return Err(FilesError::TooLarge { limit: cap });
     }
     let (tx, rx) = mpsc::channel(BODY_CHANNEL_CHUNKS);
@@ -229,13 +229,6 @@ async fn pumped<T>(
         (Pumped::Stalled, Err(_)) => Err(FilesError::BodyStalled(BODY_IDLE_TIMEOUT)),
         (Pumped::Complete, Err(err)) => Err(err),
     }
-}
-
-fn declared(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
 }
 
 async fn blocking<T: Send + 'static>(

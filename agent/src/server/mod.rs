@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -272,6 +272,15 @@ fn health(state: &AgentState) -> Response<Body> {
             pid: std::process::id(),
         },
     )
+}
+
+/// The body length a request declares, if it declares a readable one; each
+/// endpoint refuses a declared body over its cap before reading a byte.
+pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
 }
 
 /// A JSON response.

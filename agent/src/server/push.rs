@@ -5,13 +5,12 @@
 //! [`PushRequest`], and `crate::push` does the rest, including checking the
 //! streamed body against the signed hash.
 
-use http::header::CONTENT_LENGTH;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use silo_protocol::http::error_chain;
 use silo_protocol::push::{kind, parse_query};
 
-use super::{AgentState, Body, auth, error_response, json_response};
+use super::{AgentState, Body, auth, declared_length, error_response, json_response};
 use crate::push::{PushError, PushRequest};
 
 /// Handles one push request.
@@ -41,15 +40,10 @@ fn parse<B>(req: &Request<B>, sha256: String) -> Result<PushRequest, PushError> 
     if !is_sha256 {
         return Err(PushError::BadHash);
     }
-    let content_length = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
     Ok(PushRequest {
         mount,
         sha256,
-        content_length,
+        content_length: declared_length(req.headers()),
     })
 }
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
 use hyper::body::Incoming;
@@ -18,7 +18,7 @@ use silo_protocol::snapshot::{
     HEADER_STOPPED, HEADER_UNSETTLED, LAYER_CONTENT_TYPE, SnapshotRequest, kind,
 };
 
-use super::{AgentState, Reply, auth, error_response};
+use super::{AgentState, Reply, auth, declared_length, error_response};
 use crate::snapshot::SnapshotError;
 
 /// Largest request body: the baseline of a big image is most of it.
@@ -61,12 +61,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
 /// Reads, checks and parses the body.
 async fn read(req: Request<Incoming>, sha256: &str) -> Result<SnapshotRequest, SnapshotError> {
     let limit = MAX_REQUEST_BYTES as u64;
-    let declared = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit) {
+    if declared_length(req.headers()).is_some_and(|len| len > limit) {
         return Err(SnapshotError::TooLarge { limit });
     }
     let body = Limited::new(req.into_body(), MAX_REQUEST_BYTES);
