@@ -164,24 +164,8 @@ impl FilesError {
             Self::NotEmpty(_) => (StatusCode::CONFLICT, kind::NOT_EMPTY),
             Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
             Self::HashMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind::HASH_MISMATCH),
-            Self::Extract(err) => match err {
-                ExtractError::Malformed(_)
-                | ExtractError::TrailingData
-                | ExtractError::Cancelled
-                | ExtractError::Rejected { .. } => (StatusCode::BAD_REQUEST, kind::MALFORMED),
-                ExtractError::FileTooLarge { .. }
-                | ExtractError::TooManyEntries { .. }
-                | ExtractError::UnpackedTooLarge { .. }
-                | ExtractError::BundleTooLarge { .. }
-                | ExtractError::Bomb { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
-                ExtractError::HashMismatch { .. } => {
-                    (StatusCode::UNPROCESSABLE_ENTITY, kind::HASH_MISMATCH)
-                }
-                ExtractError::DiskFull { .. } => {
-                    (StatusCode::INSUFFICIENT_STORAGE, kind::DISK_FULL)
-                }
-                ExtractError::Io(err) => by_errno(&err.source),
-            },
+            // The file API names no refused entry apart: it is malformed input.
+            Self::Extract(err) => err.status(kind::MALFORMED, by_errno),
             Self::Io(err) => by_errno(&err.source),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL),
         }

@@ -181,3 +181,18 @@ fn trees_round_trip_through_staging() {
         .collect();
     assert_eq!(left, ["into"]);
 }
+
+#[test]
+fn extract_failures_answer_in_the_file_api_own_kinds() {
+    use silo_protocol::{files, push};
+    // `ExtractError::status` speaks push's kinds; the file API answers with
+    // them too, so the names must be the same.
+    for (ours, theirs) in [
+        (files::kind::MALFORMED, push::kind::MALFORMED),
+        (files::kind::TOO_LARGE, push::kind::TOO_LARGE),
+        (files::kind::HASH_MISMATCH, push::kind::HASH_MISMATCH),
+        (files::kind::DISK_FULL, push::kind::DISK_FULL),
+    ] {
+        assert_eq!(ours, theirs);
+    }
+}

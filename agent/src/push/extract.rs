@@ -23,8 +23,10 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use http::StatusCode;
 use sha2::{Digest, Sha256};
 use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES, RATIO_FLOOR_BYTES};
+use silo_protocol::push::kind;
 
 use crate::fs_error::FsError;
 
@@ -530,6 +532,32 @@ pub enum ExtractError {
     /// Another file system failure.
     #[error(transparent)]
     Io(#[from] FsError),
+}
+
+impl ExtractError {
+    /// The answer of every endpoint that extracts (push and the file API,
+    /// whose kinds share these names): a refused entry answers `rejected`,
+    /// and a failed system call whatever `io` makes of it.
+    pub fn status(
+        &self,
+        rejected: &'static str,
+        io: impl FnOnce(&io::Error) -> (StatusCode, &'static str),
+    ) -> (StatusCode, &'static str) {
+        match self {
+            Self::Malformed(_) | Self::TrailingData | Self::Cancelled => {
+                (StatusCode::BAD_REQUEST, kind::MALFORMED)
+            }
+            Self::Rejected { .. } => (StatusCode::BAD_REQUEST, rejected),
+            Self::FileTooLarge { .. }
+            | Self::TooManyEntries { .. }
+            | Self::UnpackedTooLarge { .. }
+            | Self::BundleTooLarge { .. }
+            | Self::Bomb { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
+            Self::HashMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind::HASH_MISMATCH),
+            Self::DiskFull { .. } => (StatusCode::INSUFFICIENT_STORAGE, kind::DISK_FULL),
+            Self::Io(err) => io(&err.source),
+        }
+    }
 }
 
 #[cfg(test)]

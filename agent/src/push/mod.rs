@@ -501,24 +501,7 @@ impl PushError {
             }
             Self::Mount(MountError::Io(err)) => disk(&err.source),
             Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
-            Self::Extract(err) => match err {
-                ExtractError::Malformed(_)
-                | ExtractError::TrailingData
-                | ExtractError::Cancelled => (StatusCode::BAD_REQUEST, kind::MALFORMED),
-                ExtractError::Rejected { .. } => (StatusCode::BAD_REQUEST, kind::REJECTED_ENTRY),
-                ExtractError::FileTooLarge { .. }
-                | ExtractError::TooManyEntries { .. }
-                | ExtractError::UnpackedTooLarge { .. }
-                | ExtractError::BundleTooLarge { .. }
-                | ExtractError::Bomb { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
-                ExtractError::HashMismatch { .. } => {
-                    (StatusCode::UNPROCESSABLE_ENTITY, kind::HASH_MISMATCH)
-                }
-                ExtractError::DiskFull { .. } => {
-                    (StatusCode::INSUFFICIENT_STORAGE, kind::DISK_FULL)
-                }
-                ExtractError::Io(err) => disk(&err.source),
-            },
+            Self::Extract(err) => err.status(kind::REJECTED_ENTRY, disk),
             Self::Io(err) => disk(&err.source),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL),
         }
