@@ -254,7 +254,9 @@ pub(super) fn remove_tree(dir: &Path) -> Result<u64, FilesError> {
     Ok(removed + 1)
 }
 
-fn lstat(path: &Path) -> Result<Metadata, FilesError> {
+/// What is at `path`, a final symlink not followed; nothing there is
+/// [`FilesError::NotFound`].
+pub(super) fn lstat(path: &Path) -> Result<Metadata, FilesError> {
     std::fs::symlink_metadata(path).map_err(|e| not_found_or(e, "inspect", path))
 }
 

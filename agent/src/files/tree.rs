@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use silo_protocol::bundle::BundleLimits;
 use silo_protocol::files::TreeWritten;
 
-use super::ops::remove_tree;
+use super::ops::{lstat, remove_tree};
 use super::path::{Target, undo};
 use super::{DEFAULT_DIR_MODE, FilesError};
 use crate::fs_error::FsError;
@@ -27,13 +27,7 @@ static NEXT_STAGING: AtomicU64 = AtomicU64::new(1);
 /// Checks that there is something to download, before the answer starts.
 pub fn check_download(target: &Target) -> Result<Metadata, FilesError> {
     target.check()?;
-    std::fs::symlink_metadata(&target.path).map_err(|err| {
-        if err.kind() == io::ErrorKind::NotFound {
-            FilesError::NotFound(target.path.clone())
-        } else {
-            FsError::new("inspect", &target.path, err).into()
-        }
-    })
+    lstat(&target.path)
 }
 
 /// Writes the path (a file, a symlink or a whole directory) as a tar whose

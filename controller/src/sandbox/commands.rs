@@ -168,7 +168,7 @@ impl Execution {
         if self.finished {
             return Ok(None);
         }
-        let mut failures = 0;
+        let mut attempts = 0;
         loop {
             if let Some(lost) = self.take_lost() {
                 return Ok(Some(lost));
@@ -181,7 +181,7 @@ impl Execution {
                 // The agent skipped frames this connection was too slow to
                 // take: fetch them again from its ring.
                 Some(ExecEvent::Output { seq, .. }) if seq > self.delivered => {
-                    self.reattach(&mut failures).await?;
+                    self.reattach(&mut attempts).await?;
                 }
                 Some(ExecEvent::Output { channel, seq, data }) => {
                     let skip = usize::try_from(self.delivered - seq).unwrap_or(usize::MAX);
@@ -196,7 +196,7 @@ impl Execution {
                         data: fresh.to_vec(),
                     }));
                 }
-                None => self.reattach(&mut failures).await?,
+                None => self.reattach(&mut attempts).await?,
             }
         }
     }
@@ -257,11 +257,16 @@ impl Execution {
         Some(event)
     }
 
-    /// A new connection, attached from the last delivered byte. Gives up
-    /// after [`MAX_REATTACH_IN_A_ROW`] attempts that brought nothing.
-    async fn reattach(&mut self, failures: &mut u32) -> Result<(), ClientError> {
+    /// A new connection, attached from the last delivered byte. `attempts`
+    /// counts the attempts since the last delivered event, failed or not,
+    /// so a connection that keeps dying before any progress ends in an error.
+    async fn reattach(&mut self, attempts: &mut u32) -> Result<(), ClientError> {
         let exec_id = self.handle.id();
         loop {
+            if *attempts >= MAX_REATTACH_IN_A_ROW {
+                return Err(ClientError::Disconnected);
+            }
+            *attempts += 1;
             let attempt = async {
                 let connection = self.client.connect().await?;
                 let (handle, lost) = connection.attach(exec_id, self.delivered).await?;
@@ -273,17 +278,12 @@ impl Execution {
                     self.connection = connection;
                     self.handle = handle;
                     self.note_lost(lost);
-                    *failures += 1;
-                    if *failures > MAX_REATTACH_IN_A_ROW {
-                        return Err(ClientError::Disconnected);
-                    }
                     return Ok(());
                 }
-                Err(error) if *failures >= MAX_REATTACH_IN_A_ROW => return Err(error),
+                Err(error) if *attempts >= MAX_REATTACH_IN_A_ROW => return Err(error),
                 Err(error) => {
                     tracing::debug!(exec_id, %error, "re-attach failed; trying again");
-                    tokio::time::sleep(REATTACH_BACKOFF * 2u32.pow(*failures)).await;
-                    *failures += 1;
+                    tokio::time::sleep(REATTACH_BACKOFF * 2u32.pow(*attempts - 1)).await;
                 }
             }
         }
