@@ -90,6 +90,24 @@ pub struct LastExit {
     pub clean: bool,
 }
 
+/// What a backend can do with snapshots.
+///
+/// The agent writes a snapshot's layer on every backend that has one; what
+/// differs is where the machine's base comes from and how a snapshot becomes
+/// a machine again, so the snapshot code asks this rather than the backend's
+/// name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotSupport {
+    /// No snapshots: the agent is not PID 1 of a private root file system
+    /// (the local backend's host process), so there is nothing whole to
+    /// capture.
+    None,
+    /// Machines are made from engine images: a base image's layers are
+    /// exported into the store, and a snapshot goes back onto the engine as
+    /// an image its new machine is made from (Docker).
+    EngineImages,
+}
+
 /// The operations every backend provides.
 ///
 /// Each one must be safe to call from several `silo` processes at once, and
@@ -98,6 +116,9 @@ pub struct LastExit {
 pub trait Backend {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
+
+    /// What it can do with snapshots.
+    fn snapshot_support(&self) -> SnapshotSupport;
 
     /// Makes the machine and starts its agent; returns the new `backend_ref`.
     /// On failure the caller calls [`Backend::remove`] to clean up.
@@ -154,6 +175,13 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.kind(),
             AnyBackend::Docker(b) => b.kind(),
+        }
+    }
+
+    fn snapshot_support(&self) -> SnapshotSupport {
+        match self {
+            AnyBackend::Local(b) => b.snapshot_support(),
+            AnyBackend::Docker(b) => b.snapshot_support(),
         }
     }
 

@@ -45,7 +45,7 @@ use bollard::query_parameters::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, BackendError, LastExit, Machine, MachineState, Started};
+use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
 use crate::agent_binary::{AgentLocator, is_static_executable};
 use crate::client::{AgentClient, Endpoint};
 use crate::fsutil::{remove_if_present, write_atomic};
@@ -389,6 +389,10 @@ impl DockerBackend {
 impl Backend for DockerBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Docker
+    }
+
+    fn snapshot_support(&self) -> SnapshotSupport {
+        SnapshotSupport::EngineImages
     }
 
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {

@@ -35,7 +35,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, BackendError, LastExit, Machine, MachineState, Started};
+use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
 use crate::agent_binary::{AgentBinaryError, AgentLocator};
 use crate::client::{AgentClient, Endpoint};
 use crate::fsutil::{remove_if_present, tail, write_atomic};
@@ -237,6 +237,10 @@ impl LocalBackend {
 impl Backend for LocalBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Local
+    }
+
+    fn snapshot_support(&self) -> SnapshotSupport {
+        SnapshotSupport::None
     }
 
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {

@@ -1,0 +1,376 @@
+//! Snapshots: taking one (`silo snapshot`), putting a sandbox back to one
+//! (`silo rewind`, and `silo up` restoring a machine that is gone), making a
+//! new sandbox from one (`silo fork`), listing and deleting them, and the
+//! store's half of `silo gc`.
+//!
+//! A snapshot is one image layer on top of the image the sandbox's machine
+//! was made from: the sandbox's agent writes the changes since that image
+//! (see `silo_protocol::snapshot`), and the controller streams them into
+//! the content-addressed store. The base image's own layers are stored once,
+//! by the first snapshot that stands on them (the engine's export of that
+//! image), and shared by every later one. A snapshot's row lists all its
+//! layers, base first, so any snapshot can be loaded back from the store
+//! alone, onto an engine that has lost every image.
+//!
+//! The moments a snapshot reports:
+//! - **captured**: the layer is taken and the sandbox runs again;
+//! - **durable**: the layer is fsynced in the store and the row recorded;
+//! - **loaded**: the engine has the snapshot as an image, so a rewind on
+//!   this engine need not load it. Loading sends only the layers the engine
+//!   lacks (it skips a layer whose chain it has).
+//!
+//! Processes and memory are not captured: a rewound sandbox boots afresh.
+//!
+//! What a backend can do is its [`SnapshotSupport`], never its name. This
+//! module holds the types, the errors, listing and deletion; the work is in
+//! its children:
+//! - `take`: asking the agent for the layer, storing the base and the layer,
+//!   recording the snapshot;
+//! - `layer`: receiving a layer stream into the store, checked as it comes;
+//! - `restore`: a snapshot back onto the engine as an image, and the
+//!   operations that make a machine from it (rewind, fork, `up` tier 2);
+//! - `gc`: the store's half of `silo gc`.
+
+mod gc;
+mod layer;
+mod restore;
+mod take;
+
+use std::collections::HashSet;
+use std::io;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::Silo;
+use super::SiloError;
+use crate::backend::{Backend, DockerBackend, DockerError, SnapshotSupport};
+use crate::client::ClientError;
+use crate::spec::BackendKind;
+use crate::state::{SandboxRecord, Snapshot, StateError};
+use crate::store::{
+    Digest, IndexError, IngestError, LoadArchiveError, Store, StoreError, load_archive,
+};
+
+/// What a long snapshot step reports, for progress bars.
+#[derive(Debug, Clone, Copy)]
+pub enum Progress {
+    /// A step begins; `total` bytes when known.
+    Step {
+        /// What it does, in a few words.
+        label: &'static str,
+        /// Its size, when known.
+        total: Option<u64>,
+    },
+    /// Bytes done in the current step.
+    Bytes(u64),
+}
+
+/// Receives [`Progress`]; called from blocking threads too.
+pub type ProgressFn = Arc<dyn Fn(Progress) + Send + Sync>;
+
+/// A progress receiver that ignores everything.
+pub fn no_progress() -> ProgressFn {
+    Arc::new(|_| {})
+}
+
+/// What [`Silo::snapshot`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotReport {
+    /// The snapshot, as recorded.
+    pub snapshot: Snapshot,
+    /// The base image's layers, when this snapshot had to store them.
+    pub base_stored: Option<BaseStored>,
+    /// Milliseconds from the start until the layer was taken and the
+    /// sandbox ran again.
+    pub captured_ms: f64,
+    /// Milliseconds from the start until it was in the store and recorded.
+    pub durable_ms: f64,
+    /// Milliseconds from the start until the engine had it as an image;
+    /// `None` if loading it failed (see `load_error`; a rewind loads it then).
+    pub loaded_ms: Option<f64>,
+    /// Why loading it into the engine failed.
+    pub load_error: Option<String>,
+    /// Entries in its layer (files, directories, links, deletions).
+    pub entries: u64,
+    /// Deletions among them.
+    pub deletions: u64,
+    /// Processes stopped while the layer was read.
+    pub processes_stopped: u64,
+    /// Processes that had not stopped when the layer started (in
+    /// uninterruptible sleep, say): a write of theirs under way may be in
+    /// the snapshot half done.
+    pub processes_unsettled: u64,
+}
+
+/// A base image stored by a snapshot.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaseStored {
+    /// The engine's id of the image.
+    pub image_id: String,
+    /// Its layers.
+    pub layers: usize,
+    /// Bytes the store grew by.
+    pub bytes: u64,
+    /// Milliseconds it took.
+    pub ms: f64,
+}
+
+/// What a restore (rewind, fork, `up` tier 2) did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreReport {
+    /// The sandbox, as recorded now.
+    pub sandbox: SandboxRecord,
+    /// The snapshot it runs from.
+    pub snapshot: String,
+    /// How the engine got the snapshot's image.
+    pub image: ImageSource,
+    /// Milliseconds from the start until its agent answered.
+    pub ms: f64,
+}
+
+/// Where a restore found the snapshot's image.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageSource {
+    /// The engine had it.
+    Engine,
+    /// It was loaded from the store: this many layers and bytes were sent.
+    Store {
+        /// Layers sent (the engine had the rest).
+        layers_sent: usize,
+        /// Bytes sent.
+        bytes: u64,
+    },
+}
+
+/// What the store's part of gc did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StoreGc {
+    /// Blobs removed (no snapshot or stored image names them).
+    pub blobs_removed: usize,
+    /// Bytes they took.
+    pub bytes_freed: u64,
+    /// Temp files of interrupted writes removed.
+    pub temps_removed: usize,
+    /// Base images no snapshot stands on any more, forgotten.
+    pub images_forgotten: Vec<String>,
+    /// Engine images of deleted snapshots, removed.
+    pub engine_images_removed: Vec<String>,
+}
+
+/// Why a snapshot operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The sandbox's backend cannot snapshot.
+    #[error("sandbox {name:?} runs on the {backend} backend, which has no snapshots (docker has)")]
+    Unsupported {
+        /// The sandbox.
+        name: String,
+        /// Its backend.
+        backend: BackendKind,
+    },
+    /// Rewind was given a snapshot from outside the sandbox's history.
+    #[error(
+        "snapshot {snapshot} was taken of sandbox {owner:?} and is not in the history of \
+         {sandbox:?}; `silo fork {snapshot} --name NEW` makes a new sandbox from it"
+    )]
+    OtherSandbox {
+        /// The snapshot.
+        snapshot: String,
+        /// The sandbox it was taken of.
+        owner: String,
+        /// The sandbox asked to rewind.
+        sandbox: String,
+    },
+    /// A snapshot to delete is what live sandboxes run from.
+    #[error(
+        "snapshot {snapshot} is what {} run{} from; rewind or remove {} first",
+        sandboxes.join(", "),
+        if sandboxes.len() == 1 { "s" } else { "" },
+        if sandboxes.len() == 1 { "it" } else { "them" }
+    )]
+    InUse {
+        /// The snapshot.
+        snapshot: String,
+        /// The sandboxes' names.
+        sandboxes: Vec<String>,
+    },
+    /// The agent refused or failed the snapshot.
+    #[error("the agent of sandbox {name:?} could not take the snapshot")]
+    Agent {
+        /// The sandbox.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<ClientError>,
+    },
+    /// The layer stream broke off or could not be stored.
+    #[error("receiving the snapshot layer of sandbox {name:?} failed")]
+    Layer {
+        /// The sandbox.
+        name: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The engine failed.
+    #[error("the engine could not {what}")]
+    Engine {
+        /// What was asked of it.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: Box<DockerError>,
+    },
+    /// The blob store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The state database failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A stored layer or index could not be read.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// The engine's export of the base image could not be stored.
+    #[error("storing the layers of image {image} failed")]
+    Ingest {
+        /// The image.
+        image: String,
+        /// Why.
+        #[source]
+        source: IngestError,
+    },
+    /// The image archive for the engine could not be written.
+    #[error(transparent)]
+    LoadArchive(#[from] LoadArchiveError),
+    /// What the state database holds does not fit together.
+    #[error("inconsistent snapshot records: {0}")]
+    Inconsistent(String),
+    /// A blocking step panicked or was cancelled.
+    #[error("a snapshot step failed to run: {0}")]
+    Task(String),
+}
+
+impl From<SnapshotError> for SiloError {
+    fn from(error: SnapshotError) -> Self {
+        SiloError::Snapshot(Box::new(error))
+    }
+}
+
+fn engine(what: &'static str) -> impl FnOnce(DockerError) -> SnapshotError {
+    move |source| SnapshotError::Engine {
+        what,
+        source: Box::new(source),
+    }
+}
+
+/// Runs blocking store work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, SnapshotError> + Send + 'static,
+) -> Result<T, SnapshotError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SnapshotError::Task(e.to_string()))?
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1000.0
+}
+
+impl Silo {
+    /// The content-addressed store under this home.
+    pub fn store(&self) -> Result<Store, SiloError> {
+        Ok(Store::open(self.home.store_dir()).map_err(SnapshotError::from)?)
+    }
+
+    /// The engine that holds the images a sandbox's snapshots stand on, or
+    /// why its backend has none.
+    fn image_engine(&self, sandbox: &SandboxRecord) -> Result<&DockerBackend, SnapshotError> {
+        match self.backend(sandbox.backend).snapshot_support() {
+            SnapshotSupport::EngineImages => Ok(&self.docker),
+            SnapshotSupport::None => Err(SnapshotError::Unsupported {
+                name: sandbox.name.clone(),
+                backend: sandbox.backend,
+            }),
+        }
+    }
+
+    /// Whether `snapshot` is in the sandbox's history: taken of it, or an
+    /// ancestor of what it was forked or rewound from, or of its own
+    /// snapshots (so a fork can go back to where it forked).
+    fn in_history(&self, sandbox: &SandboxRecord, snapshot: &Snapshot) -> Result<bool, SiloError> {
+        if snapshot.sandbox_id == sandbox.id {
+            return Ok(true);
+        }
+        let db = self.db();
+        let mut starts: Vec<Option<String>> = db
+            .snapshots(Some(&sandbox.id))?
+            .into_iter()
+            .map(|own| own.parent)
+            .collect();
+        starts.push(sandbox.origin_snapshot.clone());
+        let mut seen = HashSet::new();
+        for start in starts {
+            let mut next = start;
+            while let Some(id) = next.take() {
+                if id == snapshot.id {
+                    return Ok(true);
+                }
+                if !seen.insert(id.clone()) {
+                    break;
+                }
+                next = db.snapshot(&id).ok().and_then(|s| s.parent);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Snapshots, oldest first: one sandbox's (by name or id; a removed
+    /// sandbox's id works too), or all.
+    pub fn snapshots(&self, sandbox: Option<&str>) -> Result<Vec<Snapshot>, SiloError> {
+        let id = match sandbox {
+            None => None,
+            Some(name_or_id) => match self.get(name_or_id) {
+                Ok(sandbox) => Some(sandbox.id),
+                Err(SiloError::State(crate::state::StateError::UnknownSandbox(_))) => {
+                    Some(name_or_id.to_owned())
+                }
+                Err(other) => return Err(other),
+            },
+        };
+        Ok(self.db().snapshots(id.as_deref())?)
+    }
+
+    /// One snapshot, by id or a unique prefix of it.
+    pub fn snapshot_info(&self, id: &str) -> Result<Snapshot, SiloError> {
+        Ok(self.db().snapshot(id)?)
+    }
+
+    /// Deletes a snapshot's record and its engine image. Its blobs go at the
+    /// next gc, unless other snapshots share them. A snapshot a live
+    /// sandbox runs from is refused.
+    pub async fn remove_snapshot(&self, id: &str) -> Result<Snapshot, SiloError> {
+        let snapshot = self.db().snapshot(id)?;
+        let users = self.db().sandboxes_made_from(&snapshot.id)?;
+        if !users.is_empty() {
+            return Err(SnapshotError::InUse {
+                snapshot: snapshot.id,
+                sandboxes: users,
+            }
+            .into());
+        }
+        self.db().delete_snapshot(&snapshot)?;
+        let image = load_archive::image_id(snapshot.config.as_bytes());
+        match self.docker.remove_image(&image).await {
+            Ok(_) | Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {}
+            Err(error) => tracing::warn!(snapshot = snapshot.id, "removing its image: {error}"),
+        }
+        Ok(snapshot)
+    }
+}
+
+fn parse_digest(text: &str) -> Result<Digest, SnapshotError> {
+    Digest::parse(text).map_err(|e| SnapshotError::Inconsistent(format!("{text:?}: {e}")))
+}

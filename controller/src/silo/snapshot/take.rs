@@ -1,0 +1,389 @@
+//! Taking a snapshot: the base the sandbox's machine stands on (stored once
+//! per image), the agent's layer of what changed since, and the row that
+//! names them all. A snapshot is durable once its layer is fsynced in the
+//! store and the row is recorded; it is then loaded onto the engine so a
+//! rewind there starts at once.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use silo_protocol::snapshot::SnapshotRequest;
+
+use super::layer::{CountingReader, Received, receive_layer};
+use super::{
+    BaseStored, Progress, ProgressFn, SnapshotError, SnapshotReport, blocking, engine, ms_since,
+    parse_digest,
+};
+use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT, unix_ms_to_rfc3339};
+use crate::backend::{BackendError, DockerBackend, MachineState};
+use crate::bridge;
+use crate::naming::new_snapshot_id;
+use crate::silo::{Silo, SiloError, backend_error, machine};
+use crate::state::{Snapshot, StoredImage, now_ms};
+use crate::store::{Index, Store, save_archive};
+
+/// How far before its container's creation a file's ctime still counts as
+/// changed. File times come from a clock that ticks a few milliseconds
+/// behind the one the engine stamps containers with; a margin can only make
+/// a snapshot larger, never miss a change.
+const CTIME_MARGIN_NS: i64 = 20_000_000;
+
+impl Silo {
+    /// Snapshots a sandbox's file system (starting it first if it is
+    /// stopped). See the module docs for what is captured and reported.
+    pub async fn snapshot(
+        &self,
+        name_or_id: &str,
+        message: Option<String>,
+        progress: &ProgressFn,
+    ) -> Result<SnapshotReport, SiloError> {
+        let start = Instant::now();
+        let (_lease, sandbox) = self.lease_sandbox(name_or_id, "snapshot").await?;
+        let docker = self.image_engine(&sandbox)?;
+        let sandbox = match self.status(&sandbox).await? {
+            MachineState::Running => sandbox,
+            MachineState::Stopped => self.start_sandbox(&sandbox).await?,
+            MachineState::Missing => {
+                return Err(SiloError::Missing {
+                    name: sandbox.name.clone(),
+                    backend: sandbox.backend,
+                });
+            }
+        };
+        let key = self.sandbox_key(&sandbox);
+        let facts = docker
+            .container_facts(machine(&sandbox, &key))
+            .await
+            .map_err(|e| backend_error("snapshot", &sandbox, BackendError::from(e)))?;
+        let store = self.store()?;
+        let lock = {
+            let store = store.clone();
+            blocking(move || Ok(store.shared_lock()?)).await?
+        };
+
+        // What the machine was made from: a snapshot, or its image as is.
+        let (base, layers, config, parent, base_stored) = match &sandbox.origin_snapshot {
+            Some(origin) => {
+                let origin = self.db().snapshot(origin)?;
+                let base = self.db().stored_image(&origin.base_image)?.ok_or_else(|| {
+                    SnapshotError::Inconsistent(format!(
+                        "snapshot {} stands on image {}, which is not stored",
+                        origin.id, origin.base_image
+                    ))
+                })?;
+                let config: Value = serde_json::from_str(&origin.config).map_err(|e| {
+                    SnapshotError::Inconsistent(format!("config of {}: {e}", origin.id))
+                })?;
+                (base, origin.layers.clone(), config, Some(origin.id), None)
+            }
+            None => {
+                let (base, stored) = self
+                    .store_base_image(docker, &store, &facts.image_id, progress)
+                    .await?;
+                let layers = base.layers.clone();
+                let config = base.config.clone();
+                (base, layers, config, None, stored)
+            }
+        };
+        let baseline = {
+            let (store, base, layers) = (store.clone(), base.clone(), layers.clone());
+            blocking(move || image_index(&store, &base, &layers)).await?
+        };
+
+        progress(Progress::Step {
+            label: "capturing",
+            total: None,
+        });
+        let request = SnapshotRequest {
+            changed_since_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
+            prune_unchanged_dirs: facts.overlay,
+            exclude: facts.exclude.clone(),
+            baseline: baseline.to_vec(),
+        };
+        let client = self.client(&sandbox)?;
+        let agent_error = |source| SnapshotError::Agent {
+            name: sandbox.name.clone(),
+            source: Box::new(source),
+        };
+        let answer = client.snapshot(&request).await.map_err(agent_error)?;
+        let (processes_stopped, processes_unsettled) = (answer.stopped, answer.unsettled);
+        if answer.unsettled > 0 {
+            tracing::warn!(
+                sandbox = %sandbox.name,
+                unsettled = answer.unsettled,
+                "processes had not stopped when the layer started; their writes under way may be half in it"
+            );
+        }
+        let (written, stats) = {
+            let store = store.clone();
+            let progress = Arc::clone(progress);
+            bridge::consume_blocking(answer.body.into_data_stream(), move |reader| {
+                receive_layer(reader, &store, &progress)
+            })
+            .await
+        }
+        .map_err(|e| SnapshotError::Task(e.to_string()))?
+        .map_err(|failure| match failure {
+            Received::Stream(source) => SnapshotError::Layer {
+                name: sandbox.name.clone(),
+                source,
+            },
+            Received::Store(error) => SnapshotError::Store(error),
+        })?;
+        let captured_ms = ms_since(start);
+
+        let id = new_snapshot_id()?;
+        let mut layers = layers;
+        layers.push(written.digest.to_string());
+        let config = snapshot_config(
+            config,
+            &layers,
+            &id,
+            message.as_deref(),
+            &docker
+                .home_id()
+                .map_err(engine("read this home's identity"))?,
+        )?;
+        let base_bytes = base_stored.as_ref().map_or(0, |b| b.bytes);
+        let snapshot = Snapshot {
+            id,
+            sandbox_id: sandbox.id.clone(),
+            sandbox_name: sandbox.name.clone(),
+            parent,
+            spec: sandbox.spec.clone(),
+            base_image: base.image_id.clone(),
+            layers,
+            config,
+            message,
+            layer_bytes: written.size,
+            new_bytes: base_bytes + if written.new { written.size } else { 0 },
+            created_at_ms: now_ms(),
+        };
+        let detail = json!({
+            "snapshot": snapshot.id,
+            "parent": snapshot.parent,
+            "layer_bytes": snapshot.layer_bytes,
+            "new_bytes": snapshot.new_bytes,
+            "message": snapshot.message,
+        });
+        self.db().insert_snapshot(&snapshot, &detail)?;
+        drop(lock);
+        let durable_ms = ms_since(start);
+
+        // The engine already has every layer but the new one: the
+        // container's image is what the snapshot stands on.
+        let (loaded_ms, load_error) = match self
+            .load_snapshot_image(docker, &store, &snapshot, progress)
+            .await
+        {
+            Ok(_) => (Some(ms_since(start)), None),
+            Err(error) => {
+                let error = silo_protocol::http::error_chain(&error);
+                tracing::warn!(snapshot = snapshot.id, "loading into the engine: {error}");
+                (None, Some(error))
+            }
+        };
+        Ok(SnapshotReport {
+            snapshot,
+            base_stored,
+            captured_ms,
+            durable_ms,
+            loaded_ms,
+            load_error,
+            entries: stats.entries,
+            deletions: stats.whiteouts,
+            processes_stopped,
+            processes_unsettled,
+        })
+    }
+
+    /// The base image, stored: from the records when its layers are in the
+    /// store already, else exported from the engine into the store now.
+    async fn store_base_image(
+        &self,
+        docker: &DockerBackend,
+        store: &Store,
+        image_id: &str,
+        progress: &ProgressFn,
+    ) -> Result<(StoredImage, Option<BaseStored>), SnapshotError> {
+        let recorded = self.db().stored_image(image_id)?;
+        if let Some(image) = recorded {
+            let store2 = store.clone();
+            let blobs: Vec<String> = image
+                .layers
+                .iter()
+                .cloned()
+                .chain([image.index_blob.clone()])
+                .collect();
+            let complete = blocking(move || {
+                for blob in blobs {
+                    if !store2.has(&parse_digest(&blob)?)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            })
+            .await?;
+            if complete {
+                return Ok((image, None));
+            }
+        }
+        let start = Instant::now();
+        progress(Progress::Step {
+            label: "storing the base image",
+            total: None,
+        });
+        let export = docker
+            .export_image(image_id)
+            .await
+            .map_err(engine("export the base image"))?;
+        let (saved, index) = {
+            let store = store.clone();
+            let image = image_id.to_owned();
+            let progress = Arc::clone(progress);
+            bridge::consume_blocking(export, move |reader| {
+                let counted = CountingReader {
+                    inner: reader,
+                    progress,
+                };
+                let saved = save_archive::ingest(counted, &store)
+                    .map_err(|source| SnapshotError::Ingest { image, source })?;
+                let mut index = store.writer()?;
+                saved.index.write_to(&mut index)?;
+                let index = index.finish()?;
+                Ok::<_, SnapshotError>((saved, index))
+            })
+            .await
+        }
+        .map_err(|e| SnapshotError::Task(e.to_string()))??;
+        let image = StoredImage {
+            image_id: image_id.to_owned(),
+            config: saved.config,
+            layers: saved.layers.iter().map(ToString::to_string).collect(),
+            index_blob: index.digest.to_string(),
+            bytes: saved.bytes_stored + index.size,
+            stored_at_ms: now_ms(),
+        };
+        self.db().insert_image(&image)?;
+        let stored = BaseStored {
+            image_id: image_id.to_owned(),
+            layers: image.layers.len(),
+            bytes: image.bytes,
+            ms: ms_since(start),
+        };
+        Ok((image, Some(stored)))
+    }
+}
+
+/// The paths of an image made of `layers`: the base image's stored index,
+/// then each layer above the base's applied in order.
+fn image_index(
+    store: &Store,
+    base: &StoredImage,
+    layers: &[String],
+) -> Result<Index, SnapshotError> {
+    let mut index = Index::read_from(store.open_blob(&parse_digest(&base.index_blob)?)?)?;
+    if !layers.starts_with(&base.layers) {
+        return Err(SnapshotError::Inconsistent(format!(
+            "layers do not start with those of image {}",
+            base.image_id
+        )));
+    }
+    for layer in &layers[base.layers.len()..] {
+        let file = store.open_blob(&parse_digest(layer)?)?;
+        index.apply_layer(io::BufReader::new(file))?;
+    }
+    Ok(index)
+}
+
+/// The image config of a snapshot: its parent's (or the base image's),
+/// with its layers, a history entry, and the labels that find it again.
+fn snapshot_config(
+    mut config: Value,
+    layers: &[String],
+    id: &str,
+    message: Option<&str>,
+    home_id: &str,
+) -> Result<String, SnapshotError> {
+    let Some(object) = config.as_object_mut() else {
+        return Err(SnapshotError::Inconsistent(
+            "image config is not an object".into(),
+        ));
+    };
+    let diff_ids: Vec<Value> = layers
+        .iter()
+        .map(|l| Value::String(format!("sha256:{l}")))
+        .collect();
+    object.insert(
+        "rootfs".into(),
+        json!({ "type": "layers", "diff_ids": diff_ids }),
+    );
+    object.insert(
+        "created".into(),
+        Value::String(unix_ms_to_rfc3339(now_ms())),
+    );
+    let history = object
+        .entry("history")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Some(history) = history.as_array_mut() {
+        history.push(json!({
+            "created": unix_ms_to_rfc3339(now_ms()),
+            "created_by": format!("silo snapshot {id}"),
+            "comment": message.unwrap_or_default(),
+        }));
+    }
+    let inner = object.entry("config").or_insert_with(|| json!({}));
+    if inner.is_null() {
+        *inner = json!({});
+    }
+    if let Some(inner) = inner.as_object_mut() {
+        let labels = inner.entry("Labels").or_insert_with(|| json!({}));
+        if labels.is_null() {
+            *labels = json!({});
+        }
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(LABEL_SNAPSHOT.into(), Value::String(id.to_owned()));
+            labels.insert(LABEL_HOME.into(), Value::String(home_id.to_owned()));
+        }
+    }
+    serde_json::to_string(&config).map_err(|e| SnapshotError::Inconsistent(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_config_carries_its_layers_history_and_labels() {
+        let base = json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "config": null,
+            "rootfs": { "type": "layers", "diff_ids": ["sha256:aa"] },
+            "history": [{ "created_by": "import" }],
+        });
+        let text = snapshot_config(
+            base,
+            &["aa".into(), "bb".into()],
+            "snap-000000000001",
+            Some("first"),
+            "home1",
+        )
+        .unwrap();
+        let config: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            config["rootfs"]["diff_ids"],
+            json!(["sha256:aa", "sha256:bb"])
+        );
+        assert_eq!(config["history"].as_array().unwrap().len(), 2);
+        assert_eq!(config["history"][1]["comment"], "first");
+        assert_eq!(
+            config["config"]["Labels"][LABEL_SNAPSHOT],
+            "snap-000000000001"
+        );
+        assert_eq!(config["config"]["Labels"][LABEL_HOME], "home1");
+    }
+}
