@@ -118,10 +118,16 @@ fn locate_with(
 ) -> Result<AgentBinary, AgentBinaryError> {
     if let Some(path) = explicit {
         return match fs::metadata(&path) {
-            Ok(meta) if meta.is_file() => Ok(AgentBinary {
-                path,
-                source: AgentSource::Explicit,
-            }),
+            // Absolute, because the path is handed on to places with another
+            // working directory: the local backend's agent process, and the
+            // engine, which bind-mounts only absolute paths.
+            Ok(meta) if meta.is_file() => match std::path::absolute(&path) {
+                Ok(path) => Ok(AgentBinary {
+                    path,
+                    source: AgentSource::Explicit,
+                }),
+                Err(source) => Err(AgentBinaryError::Explicit { path, source }),
+            },
             Ok(_) => Err(AgentBinaryError::Explicit {
                 path,
                 source: io::Error::other("not a regular file"),
@@ -263,6 +269,21 @@ mod tests {
         );
     }
 
+    /// `path` relative to `base`, climbing with `..` as far as needed.
+    fn pathdiff(path: &Path, base: &Path) -> PathBuf {
+        let common = path
+            .components()
+            .zip(base.components())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let mut relative = PathBuf::new();
+        for _ in base.components().skip(common) {
+            relative.push("..");
+        }
+        relative.extend(path.components().skip(common));
+        relative
+    }
+
     fn touch(path: &Path) {
         fs::write(path, b"#!/bin/sh\n").unwrap();
     }
@@ -279,6 +300,14 @@ mod tests {
 
         let found = locate_with(Some(custom.clone()), Some(exe.clone()), Some(b"x"), &bin);
         assert_eq!(found.unwrap().source, AgentSource::Explicit);
+
+        // A relative path is made absolute: the engine and the local
+        // backend's agent process resolve it from elsewhere.
+        let cwd = std::env::current_dir().unwrap();
+        let relative = pathdiff(&custom, &cwd);
+        let found = locate_with(Some(relative), None, None, &bin).unwrap();
+        assert!(found.path.is_absolute(), "{}", found.path.display());
+        assert_eq!(fs::read(&found.path).unwrap(), fs::read(&custom).unwrap());
 
         let found = locate_with(None, Some(exe.clone()), Some(b"embedded"), &bin).unwrap();
         assert_eq!(found.source, AgentSource::Embedded);
