@@ -6,10 +6,13 @@
 //! `sandboxes/<id>/` (per-sandbox directories: the local backend's scratch
 //! space, the Docker backend's agent socket directory).
 
-use std::fs::DirBuilder;
-use std::io;
-use std::os::unix::fs::DirBuilderExt;
+use std::fs::{self, DirBuilder};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+/// Random bytes in a home identity (shown as twice as many hex digits).
+const HOME_ID_BYTES: usize = 8;
 
 /// Environment variable that overrides the default home.
 pub const HOME_ENV: &str = "SILO_HOME";
@@ -109,6 +112,42 @@ pub enum HomeError {
     },
 }
 
+/// The home's identity, drawn and stored on first use. Two processes racing
+/// to draw it agree: the file is linked into place only if absent, and
+/// whoever loses reads the winner's.
+pub fn load_or_create_home_id(path: &Path) -> io::Result<String> {
+    if let Some(id) = read_home_id(path)? {
+        return Ok(id);
+    }
+    let mut bytes = [0u8; HOME_ID_BYTES];
+    getrandom::fill(&mut bytes).map_err(|_| io::Error::other("no randomness for a home id"))?;
+    let tmp = crate::fsutil::temp_sibling(path)?;
+    let written = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        writeln!(file, "{}", hex::encode(bytes))?;
+        file.sync_all()?;
+        match fs::hard_link(&tmp, path) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+            _ => Ok(()),
+        }
+    })();
+    let _ = fs::remove_file(&tmp);
+    written?;
+    read_home_id(path)?.ok_or_else(|| io::Error::other("home id file is empty"))
+}
+
+fn read_home_id(path: &Path) -> io::Result<Option<String>> {
+    match fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text.trim().to_owned()).filter(|id| !id.is_empty())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +166,24 @@ mod tests {
     #[test]
     fn relative_homes_become_absolute() {
         assert!(Home::at("rel".into()).root().is_absolute());
+    }
+
+    #[test]
+    fn home_ids_are_drawn_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("home-id");
+        let first = load_or_create_home_id(&path).unwrap();
+        assert_eq!(first.len(), HOME_ID_BYTES * 2);
+        assert_eq!(load_or_create_home_id(&path).unwrap(), first);
+        let other = tempfile::tempdir().unwrap();
+        assert_ne!(
+            load_or_create_home_id(&other.path().join("home-id")).unwrap(),
+            first
+        );
+        assert_eq!(
+            fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temp files left"
+        );
     }
 }

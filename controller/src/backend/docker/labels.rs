@@ -8,10 +8,6 @@
 //! each other's containers: every lookup checks the label.
 
 use std::collections::HashMap;
-use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
 
 use crate::backend::Machine;
 
@@ -25,8 +21,6 @@ pub const LABEL_SPEC_HASH: &str = "silo.spec.hash";
 pub const LABEL_VERSION: &str = "silo.version";
 /// Label: the identity of the `$SILO_HOME` that owns it.
 pub const LABEL_HOME: &str = "silo.home";
-/// Random bytes in a home identity (shown as twice as many hex digits).
-const HOME_ID_BYTES: usize = 8;
 
 /// The container of a sandbox: its id is random and unique, so the name
 /// never collides across homes, and any process can find it without the database.
@@ -55,62 +49,7 @@ pub fn labels(machine: &Machine<'_>, home_id: &str) -> HashMap<String, String> {
     labels
 }
 
-/// The home's identity, drawn and stored on first use. Two processes racing
-/// to draw it agree: the file is linked into place only if absent, and
-/// whoever loses reads the winner's.
-pub fn load_or_create_home_id(path: &Path) -> io::Result<String> {
-    if let Some(id) = read_home_id(path)? {
-        return Ok(id);
-    }
-    let mut bytes = [0u8; HOME_ID_BYTES];
-    getrandom::fill(&mut bytes).map_err(|_| io::Error::other("no randomness for a home id"))?;
-    let tmp = crate::fsutil::temp_sibling(path)?;
-    let written = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        writeln!(file, "{}", hex::encode(bytes))?;
-        file.sync_all()?;
-        match fs::hard_link(&tmp, path) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
-            _ => Ok(()),
-        }
-    })();
-    let _ = fs::remove_file(&tmp);
-    written?;
-    read_home_id(path)?.ok_or_else(|| io::Error::other("home id file is empty"))
-}
-
-fn read_home_id(path: &Path) -> io::Result<Option<String>> {
-    match fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text.trim().to_owned()).filter(|id| !id.is_empty())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn home_ids_are_drawn_once_and_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("home-id");
-        let first = load_or_create_home_id(&path).unwrap();
-        assert_eq!(first.len(), HOME_ID_BYTES * 2);
-        assert_eq!(load_or_create_home_id(&path).unwrap(), first);
-        let other = tempfile::tempdir().unwrap();
-        assert_ne!(
-            load_or_create_home_id(&other.path().join("home-id")).unwrap(),
-            first
-        );
-        assert_eq!(
-            fs::read_dir(dir.path()).unwrap().count(),
-            1,
-            "no temp files left"
-        );
-    }
 }

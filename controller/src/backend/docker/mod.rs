@@ -160,7 +160,7 @@ impl DockerBackend {
             return Ok(id.clone());
         }
         let path = self.inner.home.identity();
-        let id = labels::load_or_create_home_id(&path).map_err(io("read or create", &path))?;
+        let id = crate::home::load_or_create_home_id(&path).map_err(io("read or create", &path))?;
         Ok(self.inner.home_id.get_or_init(|| id).clone())
     }
 
