@@ -135,8 +135,8 @@ impl AgentClient {
         let signed = sign(&self.key, "GET", PATH_EXEC, EMPTY_BODY_SHA256)?;
         let mut builder = http::Request::builder()
             .method("GET")
-            .uri(format!("ws://agent{PATH_EXEC}"))
-            .header(http::header::HOST, "agent")
+            .uri(format!("ws://{}{PATH_EXEC}", self.endpoint.host_header()))
+            .header(http::header::HOST, self.endpoint.host_header())
             .header(http::header::CONNECTION, "Upgrade")
             .header(http::header::UPGRADE, "websocket")
             .header(http::header::SEC_WEBSOCKET_VERSION, "13")
@@ -147,6 +147,9 @@ impl AgentClient {
             .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
         for (name, value) in signed.pairs() {
             builder = builder.header(name, value);
+        }
+        for (name, value) in self.endpoint.extra_headers() {
+            builder = builder.header(name.as_str(), value.as_str());
         }
         let request = builder
             .body(())

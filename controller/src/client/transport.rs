@@ -36,17 +36,42 @@ pub enum Endpoint {
         /// Port.
         port: u16,
     },
-    /// TCP with TLS.
+    /// TCP with TLS, possibly through a provider's HTTPS proxy that routes
+    /// on the `Host` header (TLS ends there; the signature still covers
+    /// every request end to end).
     Tls {
         /// Host name or address to connect to.
         host: String,
         /// Port.
         port: u16,
-        /// Name the server certificate must carry.
+        /// Name the server certificate must carry, and the `Host` header
+        /// every request carries.
         server_name: String,
         /// PEM bundle of trusted roots; the system bundle when absent.
         ca_pem: Option<PathBuf>,
+        /// Headers every request carries besides silo's own, such as a
+        /// proxy's access token.
+        headers: Vec<(String, String)>,
     },
+}
+
+impl Endpoint {
+    /// The `Host` header of requests to it: a proxy routes on it; a direct
+    /// agent ignores it.
+    pub fn host_header(&self) -> &str {
+        match self {
+            Endpoint::Tls { server_name, .. } => server_name,
+            Endpoint::Unix(_) | Endpoint::Tcp { .. } => "agent",
+        }
+    }
+
+    /// Headers every request to it carries besides silo's own.
+    pub fn extra_headers(&self) -> &[(String, String)] {
+        match self {
+            Endpoint::Tls { headers, .. } => headers,
+            Endpoint::Unix(_) | Endpoint::Tcp { .. } => &[],
+        }
+    }
 }
 
 impl std::fmt::Display for Endpoint {
@@ -81,6 +106,7 @@ pub async fn open(endpoint: &Endpoint) -> Result<Box<dyn Stream>, ClientError> {
                 port,
                 server_name,
                 ca_pem,
+                ..
             } => {
                 let connector = tls_connector(ca_pem.as_ref().map(PathBuf::as_path))?;
                 let name = ServerName::try_from(server_name.clone()).map_err(|_| {
@@ -278,8 +304,11 @@ where
     let mut builder = http::Request::builder()
         .method(method.as_str())
         .uri(path_and_query)
-        .header(http::header::HOST, "agent")
+        .header(http::header::HOST, endpoint.host_header())
         .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
+    for (name, value) in endpoint.extra_headers() {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
     if let Some((key, digest)) = signing {
         for (name, value) in sign(key, method.as_str(), path_and_query, digest)?.pairs() {
             builder = builder.header(name, value);
