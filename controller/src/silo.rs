@@ -17,7 +17,8 @@ use silo_protocol::auth::{Key, derive_sandbox_key};
 
 use crate::agent_binary::AgentLocator;
 use crate::backend::{
-    AnyBackend, Backend, BackendError, DockerBackend, LocalBackend, Machine, MachineState,
+    AnyBackend, Backend, BackendError, DockerBackend, E2bBackend, LocalBackend, Machine,
+    MachineState,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -105,6 +106,7 @@ pub struct Shared {
     master: Key,
     local: LocalBackend,
     docker: DockerBackend,
+    e2b: E2bBackend,
 }
 
 impl std::ops::Deref for Silo {
@@ -133,6 +135,7 @@ impl Silo {
         let agent = Arc::new(AgentLocator::new(options.agent, home.bin_dir()));
         Ok(Self(Arc::new(Shared {
             docker: DockerBackend::new(home.clone(), Arc::clone(&agent)),
+            e2b: E2bBackend::new(home.clone(), Arc::clone(&agent)),
             local: LocalBackend::new(home.clone(), agent),
             home,
             db: Mutex::new(db),
@@ -412,6 +415,7 @@ impl Silo {
         match kind {
             BackendKind::Local => AnyBackend::Local(self.local.clone()),
             BackendKind::Docker => AnyBackend::Docker(self.docker.clone()),
+            BackendKind::E2b => AnyBackend::E2b(self.e2b.clone()),
         }
     }
 

@@ -36,17 +36,22 @@ pub enum BackendKind {
     Local,
     /// A container on a Docker engine, the agent bind-mounted in as PID 1.
     Docker,
+    /// An E2B sandbox (a VM from a template), the agent uploaded and started
+    /// beside E2B's own daemon, reached through E2B's proxy.
+    E2b,
 }
 
 impl BackendKind {
     /// Every backend this build knows, in the order `--help` lists them.
-    pub const ALL: &'static [BackendKind] = &[BackendKind::Local, BackendKind::Docker];
+    pub const ALL: &'static [BackendKind] =
+        &[BackendKind::Local, BackendKind::Docker, BackendKind::E2b];
 
     /// The name used in the CLI, the database and JSON.
     pub fn as_str(self) -> &'static str {
         match self {
             BackendKind::Local => "local",
             BackendKind::Docker => "docker",
+            BackendKind::E2b => "e2b",
         }
     }
 }

@@ -16,7 +16,9 @@
 //! when that is what several `silo` processes must agree on.
 
 pub mod docker;
+pub mod e2b;
 pub mod local;
+pub mod remote;
 
 use std::future::Future;
 
@@ -27,6 +29,7 @@ use crate::client::Endpoint;
 use crate::spec::{BackendKind, SandboxSpec};
 
 pub use docker::{DockerBackend, DockerError};
+pub use e2b::{E2bBackend, E2bError};
 pub use local::{LocalBackend, LocalError, LogTail};
 
 /// What a backend is told about the sandbox it acts on.
@@ -168,6 +171,8 @@ pub enum AnyBackend {
     Local(LocalBackend),
     /// A container on a Docker engine.
     Docker(DockerBackend),
+    /// An E2B sandbox.
+    E2b(E2bBackend),
 }
 
 impl Backend for AnyBackend {
@@ -175,6 +180,7 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.kind(),
             AnyBackend::Docker(b) => b.kind(),
+            AnyBackend::E2b(b) => b.kind(),
         }
     }
 
@@ -182,6 +188,7 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.snapshot_support(),
             AnyBackend::Docker(b) => b.snapshot_support(),
+            AnyBackend::E2b(b) => b.snapshot_support(),
         }
     }
 
@@ -189,6 +196,7 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.create(machine).await,
             AnyBackend::Docker(b) => b.create(machine).await,
+            AnyBackend::E2b(b) => b.create(machine).await,
         }
     }
 
@@ -196,6 +204,7 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.status(machine).await,
             AnyBackend::Docker(b) => b.status(machine).await,
+            AnyBackend::E2b(b) => b.status(machine).await,
         }
     }
 
@@ -203,6 +212,7 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.start(machine).await,
             AnyBackend::Docker(b) => b.start(machine).await,
+            AnyBackend::E2b(b) => b.start(machine).await,
         }
     }
 
@@ -210,6 +220,7 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.stop(machine).await,
             AnyBackend::Docker(b) => b.stop(machine).await,
+            AnyBackend::E2b(b) => b.stop(machine).await,
         }
     }
 
@@ -217,6 +228,7 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.remove(machine).await,
             AnyBackend::Docker(b) => b.remove(machine).await,
+            AnyBackend::E2b(b) => b.remove(machine).await,
         }
     }
 
@@ -224,6 +236,7 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.endpoint(machine),
             AnyBackend::Docker(b) => b.endpoint(machine),
+            AnyBackend::E2b(b) => b.endpoint(machine),
         }
     }
 
@@ -231,6 +244,7 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Local(b) => b.last_exit(machine).await,
             AnyBackend::Docker(b) => b.last_exit(machine).await,
+            AnyBackend::E2b(b) => b.last_exit(machine).await,
         }
     }
 }
@@ -244,4 +258,7 @@ pub enum BackendError {
     /// The Docker backend failed.
     #[error(transparent)]
     Docker(#[from] DockerError),
+    /// The E2B backend failed.
+    #[error(transparent)]
+    E2b(#[from] E2bError),
 }

@@ -15,7 +15,7 @@
 mod connection;
 mod session;
 mod snapshot;
-mod transport;
+pub(crate) mod transport;
 
 use std::time::{Duration, Instant};
 

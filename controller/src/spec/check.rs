@@ -22,7 +22,44 @@ impl SandboxSpec {
         match self.backend {
             BackendKind::Local => self.check_local(),
             BackendKind::Docker => self.check_container(),
+            BackendKind::E2b => self.check_remote(),
         }
+    }
+
+    /// A provider VM: made from a template (the spec's image), with or
+    /// without internet; the template fixes its size, and there is no host
+    /// file system to mount.
+    fn check_remote(&self) -> Result<(), SpecError> {
+        let honoured = ["image", "workdir", "network"];
+        let unsupported: Vec<&str> = self
+            .container_settings()
+            .into_iter()
+            .filter(|name| !honoured.contains(name))
+            .collect();
+        if !unsupported.is_empty() {
+            return Err(SpecError::Unsupported {
+                backend: self.backend,
+                settings: unsupported.join(", "),
+            });
+        }
+        if let Some(network) = self.network.as_deref() {
+            if !matches!(network, "none" | "bridge") {
+                return Err(SpecError::Invalid {
+                    setting: "network",
+                    reason: format!(
+                        "{network:?}: a {} sandbox has internet (bridge) or none",
+                        self.backend
+                    ),
+                });
+            }
+        }
+        if self.image.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(SpecError::Invalid {
+                setting: "image",
+                reason: "the template name is empty".into(),
+            });
+        }
+        Ok(())
     }
 
     /// The container-only settings that are set, by their flag names.

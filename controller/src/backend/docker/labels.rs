@@ -48,8 +48,3 @@ pub fn labels(machine: &Machine<'_>, home_id: &str) -> HashMap<String, String> {
     }
     labels
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-}

@@ -1,0 +1,74 @@
+//! [`E2bError`]: why an E2B backend operation failed, each naming what was
+//! asked and what E2B (or envd, or the agent) answered.
+
+use super::config::E2bConfigError;
+use crate::agent_binary::AgentBinaryError;
+use crate::backend::remote::rest::RestError;
+use crate::client::ClientError;
+
+/// Why an E2B operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum E2bError {
+    /// The configuration is incomplete or wrong.
+    #[error(transparent)]
+    Config(#[from] E2bConfigError),
+    /// E2B could not be reached, or kept saying "later".
+    #[error(transparent)]
+    Rest(#[from] RestError),
+    /// E2B answered with an error.
+    #[error("E2B refused to {what} ({status}): {message}{}", hint(*status))]
+    Refused {
+        /// What was asked.
+        what: &'static str,
+        /// Its HTTP status.
+        status: u16,
+        /// E2B's message.
+        message: String,
+    },
+    /// E2B no longer knows the sandbox (killed, or its timeout passed).
+    #[error("E2B has no sandbox {0} any more (killed, or its timeout passed)")]
+    Gone(String),
+    /// envd did something silo did not expect.
+    #[error("envd: {0}")]
+    Envd(String),
+    /// envd could not be reached through the proxy.
+    #[error("cannot reach {what}")]
+    EnvdUnreachable {
+        /// What was asked.
+        what: String,
+        /// Why.
+        #[source]
+        source: ClientError,
+    },
+    /// The agent to upload could not be found.
+    #[error(transparent)]
+    AgentBinary(#[from] AgentBinaryError),
+    /// The agent binary could not be read.
+    #[error("cannot read the agent binary {path}")]
+    ReadAgent {
+        /// Its path.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent was started but never answered through the proxy.
+    #[error("sandbox {id} started, but {why}")]
+    AgentNotReady {
+        /// The E2B sandbox id.
+        id: String,
+        /// What the last probe saw.
+        why: String,
+    },
+}
+
+/// What to do about an answer, when the status says it.
+fn hint(status: u16) -> &'static str {
+    match status {
+        401 => " (check E2B_API_KEY)",
+        403 => " (the key's team may not use this)",
+        404 => " (check the template name: silo up --image TEMPLATE)",
+        429 => " (the team's sandbox or rate limit; remove sandboxes or wait)",
+        _ => "",
+    }
+}

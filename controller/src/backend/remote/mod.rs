@@ -1,0 +1,120 @@
+//! What every remote backend (E2B, Daytona) shares: the provider's VM runs
+//! the same static agent as a Docker container does, and silo reaches it
+//! through the provider's HTTPS port proxy.
+//!
+//! A remote backend only makes, finds, pauses, resumes and removes VMs, and
+//! gets the agent running in a fresh one: it uploads the agent and the
+//! sandbox's key through the provider's file API and starts the agent in the
+//! background through its process API (a template that already carries the
+//! agent needs only the key). From then on everything goes through the
+//! agent, signed with the sandbox's own key, exactly as on Docker: TLS ends
+//! at the provider's proxy, so the proxy is not trusted with anything the
+//! signature does not cover.
+//!
+//! The agent there is not PID 1 (the provider's init is), so it runs as a
+//! *machine agent*: a child subreaper that freezes only what it started
+//! when it snapshots. Its key reaches it as a file it deletes once read,
+//! never through the VM's environment or metadata, which the provider lists.
+
+pub mod rest;
+
+use std::time::{Duration, Instant};
+
+use silo_protocol::http::error_chain;
+
+use crate::client::AgentClient;
+use crate::spec::SandboxSpec;
+
+/// The port the agent listens on inside a VM, behind the provider's proxy.
+pub const AGENT_PORT: u16 = 49999;
+/// Where silo keeps its files in a VM (left out of snapshots).
+pub const SILO_DIR: &str = "/.silo";
+/// Where the uploaded agent lives in a VM.
+pub const AGENT_PATH: &str = "/.silo/silo-agent";
+/// Where the sandbox's key waits for the agent, which deletes it on start.
+pub const KEY_PATH: &str = "/.silo/key";
+/// How long a freshly started or resumed VM's agent has to answer.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest a single health probe may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between health probes while waiting.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The agent's command line in a VM: listening on [`AGENT_PORT`] for the
+/// proxy, taking its key from [`KEY_PATH`] once, supervising the spec's
+/// workload.
+pub fn agent_command(spec: &SandboxSpec) -> Vec<String> {
+    let mut argv: Vec<String> = [
+        AGENT_PATH,
+        "--listen",
+        &format!("tcp:0.0.0.0:{AGENT_PORT}"),
+        "--machine-agent",
+        "--key-file",
+        KEY_PATH,
+        "--remove-key-file",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    if let Some(dir) = &spec.workdir {
+        argv.extend(["--workdir".to_owned(), dir.clone()]);
+    }
+    if let Some(secs) = spec.idle_timeout_secs {
+        argv.extend(["--idle-timeout".to_owned(), secs.to_string()]);
+    }
+    if let Some(policy) = spec.restart {
+        argv.extend(["--restart".to_owned(), policy.to_string()]);
+    }
+    if !spec.workload.is_empty() {
+        argv.push("--".to_owned());
+        argv.extend(spec.workload.iter().cloned());
+    }
+    argv
+}
+
+/// Whether the agent answers now.
+pub async fn healthy(client: &AgentClient) -> bool {
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, client.healthz()).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Polls the agent through the proxy until it answers; the error says what
+/// the last probe saw.
+pub async fn wait_for_agent(client: &AgentClient) -> Result<(), String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let last = match tokio::time::timeout(PROBE_TIMEOUT, client.healthz()).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(error)) => error_chain(&error),
+            Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),
+        };
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "its agent did not answer within {READY_TIMEOUT:?}: {last}"
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::BackendKind;
+
+    #[test]
+    fn the_agent_takes_its_key_once_and_runs_the_workload() {
+        let mut spec = SandboxSpec::new(BackendKind::Local);
+        spec.workload = vec!["jupyter".into(), "lab".into()];
+        spec.idle_timeout_secs = Some(60);
+        let argv = agent_command(&spec);
+        assert_eq!(argv[0], AGENT_PATH);
+        assert!(argv.windows(2).any(|w| w == ["--key-file", KEY_PATH]));
+        assert!(argv.contains(&"--remove-key-file".to_owned()));
+        assert!(argv.contains(&"--machine-agent".to_owned()));
+        assert!(argv.windows(2).any(|w| w == ["--idle-timeout", "60"]));
+        assert_eq!(argv[argv.len() - 3..], ["--", "jupyter", "lab"]);
+    }
+}

@@ -1,0 +1,374 @@
+//! A small JSON-over-HTTP(S) client for providers' REST APIs (a control
+//! plane, an in-VM daemon reached through a proxy).
+//!
+//! Each call opens a fresh connection through the agent client's transport
+//! (so TLS, trusted roots and the `Host` header of a proxy are set up in one
+//! place), sends one request and reads the whole answer. Calls that fail in
+//! a way worth another try (no connection, a timeout, 429, 502, 503, 504)
+//! are retried with exponential backoff inside [`RETRY_BUDGET`]; a provider's
+//! `Retry-After` is honoured. Nothing else is retried: 4xx answers mean the
+//! request itself is wrong.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+
+use crate::client::{ClientError, Endpoint, transport};
+
+/// How long one call may keep retrying.
+pub const RETRY_BUDGET: Duration = Duration::from_secs(30);
+/// Longest a single request may take, answer included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// First pause between tries; doubled each time, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// Longest pause between tries.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Where a provider's API answers, and what every request to it carries.
+#[derive(Debug, Clone)]
+pub struct Rest {
+    /// Who answers, for messages ("the E2B API", "envd of sandbox X").
+    what: String,
+    endpoint: Endpoint,
+    /// Prepended to every path (an API URL may have one).
+    base_path: String,
+    headers: Vec<(String, String)>,
+}
+
+/// A whole answer.
+#[derive(Debug)]
+pub struct Reply {
+    /// Its status.
+    pub status: StatusCode,
+    /// Its headers.
+    pub headers: HeaderMap,
+    /// Its body.
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// The body as JSON of type `T`.
+    pub fn json<T: DeserializeOwned>(&self, what: &str) -> Result<T, RestError> {
+        serde_json::from_slice(&self.body).map_err(|source| RestError::Decode {
+            what: what.to_owned(),
+            source,
+        })
+    }
+
+    /// The body as text, for error messages (cut at a sane length).
+    pub fn text(&self) -> String {
+        let text = String::from_utf8_lossy(&self.body);
+        let text = text.trim();
+        match text.char_indices().nth(500) {
+            Some((cut, _)) => format!("{}…", &text[..cut]),
+            None => text.to_owned(),
+        }
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RestError {
+    /// The URL is not one this client can use.
+    #[error("{url:?} is not a usable URL: {reason}")]
+    BadUrl {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// No answer within the retry budget.
+    #[error("{what} did not answer")]
+    Unreachable {
+        /// Who was asked.
+        what: String,
+        /// The last failure.
+        #[source]
+        source: ClientError,
+    },
+    /// The provider kept answering "try later" until the budget ran out.
+    #[error("{what} answered {status} until silo gave up: {body}")]
+    GaveUp {
+        /// Who was asked.
+        what: String,
+        /// The last status.
+        status: StatusCode,
+        /// The last body.
+        body: String,
+    },
+    /// An answer's body was not what the provider's API documents.
+    #[error("cannot read {what}")]
+    Decode {
+        /// What was being read.
+        what: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Rest {
+    /// A client for the API at `url` (`http://host[:port][/path]` or
+    /// `https://…`), trusting `ca_pem` besides nothing else when given (the
+    /// system's roots otherwise), sending `headers` with every request.
+    pub fn new(
+        what: impl Into<String>,
+        url: &str,
+        ca_pem: Option<std::path::PathBuf>,
+        headers: Vec<(String, String)>,
+    ) -> Result<Self, RestError> {
+        let bad = |reason: &str| RestError::BadUrl {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let uri: http::Uri = url.parse().map_err(|_| bad("it does not parse"))?;
+        let host = uri.host().ok_or_else(|| bad("it has no host"))?.to_owned();
+        let endpoint = match uri.scheme_str() {
+            Some("https") => Endpoint::Tls {
+                port: uri.port_u16().unwrap_or(443),
+                server_name: host.clone(),
+                host,
+                ca_pem,
+                headers: Vec::new(),
+            },
+            Some("http") => Endpoint::Tcp {
+                port: uri.port_u16().unwrap_or(80),
+                host,
+            },
+            _ => return Err(bad("it is neither http nor https")),
+        };
+        Ok(Self {
+            what: what.into(),
+            endpoint,
+            base_path: uri.path().trim_end_matches('/').to_owned(),
+            headers,
+        })
+    }
+
+    /// A client for an API reached at `endpoint` (a proxy route, say).
+    pub fn at(what: impl Into<String>, endpoint: Endpoint, headers: Vec<(String, String)>) -> Self {
+        Self {
+            what: what.into(),
+            endpoint,
+            base_path: String::new(),
+            headers,
+        }
+    }
+
+    /// Who answers, for messages.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
+    /// Sends a JSON body (or none) and reads the answer, retrying what is
+    /// worth retrying. Any status comes back as a [`Reply`]; only failing
+    /// to get one is an error.
+    pub async fn json(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Reply, RestError> {
+        let body = match body {
+            Some(value) => Bytes::from(serde_json::to_vec(value).unwrap_or_default()),
+            None => Bytes::new(),
+        };
+        let content_type = (!body.is_empty()).then_some("application/json");
+        self.send(method, path_and_query, content_type, &[], body)
+            .await
+    }
+
+    /// Sends `body` with `content_type` and extra `headers`, retrying what
+    /// is worth retrying.
+    pub async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        content_type: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Reply, RestError> {
+        let deadline = Instant::now() + RETRY_BUDGET;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let attempt = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                self.once(&method, path_and_query, content_type, headers, body.clone()),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(ClientError::Timeout {
+                    what: format!("{} {path_and_query}", self.what),
+                })
+            });
+            let pause = match attempt {
+                Ok(reply) if !retryable(reply.status) => return Ok(reply),
+                Ok(reply) => {
+                    if Instant::now() >= deadline {
+                        return Err(RestError::GaveUp {
+                            what: self.what.clone(),
+                            status: reply.status,
+                            body: reply.text(),
+                        });
+                    }
+                    retry_after(&reply.headers).unwrap_or(backoff)
+                }
+                Err(source) => {
+                    if Instant::now() >= deadline {
+                        return Err(RestError::Unreachable {
+                            what: self.what.clone(),
+                            source,
+                        });
+                    }
+                    backoff
+                }
+            };
+            let pause = pause.min(deadline.saturating_duration_since(Instant::now()));
+            tokio::time::sleep(jitter(pause)).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Opens a request and answers as soon as its status arrives, for
+    /// streamed answers; not retried.
+    pub async fn open_stream(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        content_type: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<http::Response<hyper::body::Incoming>, ClientError> {
+        let stream = transport::open(&self.endpoint).await?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(ClientError::Http)?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path_and_query}", self.base_path))
+            .header(http::header::HOST, self.host_header());
+        for (name, value) in self.endpoint.extra_headers() {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        for (name, value) in &self.headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        if let Some(content_type) = content_type {
+            builder = builder.header(http::header::CONTENT_TYPE, content_type);
+        }
+        let request = builder
+            .body(Full::new(body))
+            .map_err(|e| ClientError::Protocol(format!("building a request: {e}")))?;
+        sender
+            .send_request(request)
+            .await
+            .map_err(ClientError::Http)
+    }
+
+    async fn once(
+        &self,
+        method: &Method,
+        path_and_query: &str,
+        content_type: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Reply, ClientError> {
+        let response = self
+            .open_stream(method.clone(), path_and_query, content_type, headers, body)
+            .await?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(ClientError::Http)?
+            .to_bytes();
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    fn host_header(&self) -> String {
+        match &self.endpoint {
+            Endpoint::Tcp { host, port } => format!("{host}:{port}"),
+            Endpoint::Tls {
+                server_name, port, ..
+            } if *port != 443 => format!("{server_name}:{port}"),
+            other => other.host_header().to_owned(),
+        }
+    }
+}
+
+/// Answers worth another try: the provider is busy or its proxy could not
+/// reach the backend for a moment.
+fn retryable(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 429 | 502 | 503 | 504)
+}
+
+/// A `Retry-After` in seconds (the form providers use), capped.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs).min(MAX_BACKOFF))
+}
+
+/// Up to a quarter off, so clients that failed together do not retry together.
+fn jitter(pause: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    let _ = getrandom::fill(&mut byte);
+    pause.mul_f64(1.0 - f64::from(byte[0]) / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn urls_become_endpoints_with_their_path() {
+        let rest = Rest::new("api", "https://api.e2b.app/v1/", None, vec![]).unwrap();
+        assert!(matches!(
+            &rest.endpoint,
+            Endpoint::Tls { host, port: 443, server_name, .. } if host == "api.e2b.app" && server_name == "api.e2b.app"
+        ));
+        assert_eq!(rest.base_path, "/v1");
+        let rest = Rest::new("api", "http://127.0.0.1:3000", None, vec![]).unwrap();
+        assert!(matches!(&rest.endpoint, Endpoint::Tcp { port: 3000, .. }));
+        assert_eq!(rest.host_header(), "127.0.0.1:3000");
+        let err = Rest::new("api", "ftp://x", None, vec![]).unwrap_err();
+        assert!(err.to_string().contains("neither http nor https"), "{err}");
+    }
+
+    #[test]
+    fn only_busy_answers_are_retried_and_retry_after_is_capped() {
+        assert!(retryable(StatusCode::TOO_MANY_REQUESTS));
+        assert!(retryable(StatusCode::BAD_GATEWAY));
+        assert!(!retryable(StatusCode::UNAUTHORIZED));
+        assert!(!retryable(StatusCode::NOT_FOUND));
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
+        headers.insert(http::header::RETRY_AFTER, "3600".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(MAX_BACKOFF));
+        let pause = jitter(Duration::from_millis(400));
+        assert!(pause <= Duration::from_millis(400) && pause >= Duration::from_millis(300));
+    }
+}
