@@ -18,6 +18,7 @@ mod gc;
 mod image;
 mod ls;
 mod output;
+mod pause;
 mod push;
 mod rewind;
 mod rm;
@@ -112,6 +113,10 @@ enum Command {
     Snapshot(snapshot::Args),
     /// List snapshots.
     Snapshots(snapshots::Args),
+    /// Pause a sandbox with its memory and processes (e2b); `resume` continues it.
+    Pause(pause::Args),
+    /// Resume a paused sandbox (the same as `start`).
+    Resume(pause::Args),
     /// Start a stopped sandbox.
     Start(start::Args),
     /// Stop a sandbox, keeping it for a later start.
@@ -161,6 +166,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Shell(args) => shell::run(&silo, args).await,
         Command::Snapshot(args) => snapshot::run(&silo, &out, args).await,
         Command::Snapshots(args) => snapshots::run(&silo, &out, args).await,
+        Command::Pause(args) => pause::pause(&silo, &out, args).await,
+        Command::Resume(args) => pause::resume(&silo, &out, args).await,
         Command::Start(args) => start::run(&silo, &out, args).await,
         Command::Stop(args) => stop::run(&silo, &out, args).await,
         Command::Up(args) => up::run(&silo, &out, args).await,

@@ -67,18 +67,29 @@ impl Output {
         }
     }
 
-    pub fn stopped(&self, sandbox: &SandboxRecord, was_running: bool) -> anyhow::Result<()> {
+    /// A stop; `paused` when the backend kept memory and processes.
+    pub fn stopped(
+        &self,
+        sandbox: &SandboxRecord,
+        was_running: bool,
+        paused: bool,
+    ) -> anyhow::Result<()> {
         if self.json {
-            return print_json(
-                &serde_json::json!({ "sandbox": sandbox, "was_running": was_running }),
-            );
+            return print_json(&serde_json::json!({
+                "sandbox": sandbox,
+                "was_running": was_running,
+                "paused": paused,
+            }));
         }
-        let verb = if was_running {
-            "stopped"
-        } else {
-            "was not running:"
+        let line = match (was_running, paused) {
+            (true, true) => format!(
+                "paused {} (memory and processes kept; `silo start` resumes them)",
+                sandbox.name
+            ),
+            (true, false) => format!("stopped {}", sandbox.name),
+            (false, _) => format!("was not running: {}", sandbox.name),
         };
-        print_lines(&format!("{verb} {}", sandbox.name))
+        print_lines(&line)
     }
 
     pub fn removed(&self, sandboxes: &[SandboxRecord]) -> anyhow::Result<()> {

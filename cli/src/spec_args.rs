@@ -11,8 +11,9 @@ pub struct SpecArgs {
     /// Where the sandbox runs [default: docker when --image is given, else local].
     #[arg(long)]
     backend: Option<BackendKind>,
-    /// Image to run (docker backend); any image works, nothing is baked in.
-    #[arg(long)]
+    /// Image to run (docker backend; any image works, nothing is baked in),
+    /// or the template to make the VM from (e2b backend; `base` by default).
+    #[arg(long, visible_alias = "template")]
     image: Option<String>,
     /// Environment for every command in the sandbox.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = super::parse_key_value)]

@@ -13,6 +13,6 @@ pub struct Args {
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
     let was_running = silo.stop(&args.sandbox).await?;
     let sandbox = silo.get(&args.sandbox)?;
-    out.stopped(&sandbox, was_running)?;
+    out.stopped(&sandbox, was_running, silo.stop_keeps_processes(&sandbox))?;
     Ok(0)
 }

@@ -274,6 +274,25 @@ impl Silo {
         Ok(was_running)
     }
 
+    /// Pauses a sandbox whose backend keeps memory and processes across a
+    /// stop (E2B), so [`Silo::start`] resumes them as they were; refused
+    /// where a stop loses them. Answers whether it was running.
+    pub async fn pause(&self, name_or_id: &str) -> Result<bool, SiloError> {
+        let sandbox = self.get(name_or_id)?;
+        if !self.backend(sandbox.backend).stop_keeps_processes() {
+            return Err(SiloError::NoPause {
+                name: sandbox.name,
+                backend: sandbox.backend,
+            });
+        }
+        self.stop(&sandbox.id).await
+    }
+
+    /// Whether stopping this sandbox keeps its processes (a pause).
+    pub fn stop_keeps_processes(&self, sandbox: &SandboxRecord) -> bool {
+        self.backend(sandbox.backend).stop_keeps_processes()
+    }
+
     /// Stops and deletes a sandbox. Its events stay in the log.
     pub async fn remove(&self, name_or_id: &str) -> Result<SandboxRecord, SiloError> {
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "rm").await?;
@@ -475,6 +494,17 @@ pub enum SiloError {
         /// Why (boxed: backend errors are large and this enum is returned everywhere).
         #[source]
         source: Box<BackendError>,
+    },
+    /// Pause was asked of a backend whose stop loses processes.
+    #[error(
+        "sandbox {name:?} runs on the {backend} backend, where a stop ends its processes; \
+         `silo stop {name}` stops it anyway (files kept), and only e2b pauses with memory"
+    )]
+    NoPause {
+        /// The sandbox.
+        name: String,
+        /// Its backend.
+        backend: BackendKind,
     },
     /// The sandbox exists but is stopped.
     #[error("sandbox {name:?} is stopped; start it with `silo start {name}`")]

@@ -123,6 +123,13 @@ pub trait Backend {
     /// What it can do with snapshots.
     fn snapshot_support(&self) -> SnapshotSupport;
 
+    /// Whether a stopped machine keeps its memory and processes, so a start
+    /// resumes them as they were (a provider's pause) rather than booting
+    /// afresh.
+    fn stop_keeps_processes(&self) -> bool {
+        false
+    }
+
     /// Makes the machine and starts its agent; returns the new `backend_ref`.
     /// On failure the caller calls [`Backend::remove`] to clean up.
     fn create(
@@ -189,6 +196,14 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.snapshot_support(),
             AnyBackend::Docker(b) => b.snapshot_support(),
             AnyBackend::E2b(b) => b.snapshot_support(),
+        }
+    }
+
+    fn stop_keeps_processes(&self) -> bool {
+        match self {
+            AnyBackend::Local(b) => b.stop_keeps_processes(),
+            AnyBackend::Docker(b) => b.stop_keeps_processes(),
+            AnyBackend::E2b(b) => b.stop_keeps_processes(),
         }
     }
 

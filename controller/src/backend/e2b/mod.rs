@@ -242,6 +242,10 @@ impl Backend for E2bBackend {
         SnapshotSupport::None
     }
 
+    fn stop_keeps_processes(&self) -> bool {
+        true
+    }
+
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
         let api = self.api()?;
         let config = self.config()?;
