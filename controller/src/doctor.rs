@@ -1,7 +1,7 @@
 //! `silo doctor`: what this host has and lacks for silo, each finding with
 //! the command that fixes it. It checks the home (state database, key), the
 //! disk under it, the agent binary silo would run (static, musl or glibc),
-//! the Docker engine and the registry-free base image. It changes nothing
+//! the Docker engine, the registry-free base image, and E2B when a key is set. It changes nothing
 //! beyond what any first command does (the home, the extracted agent).
 
 use std::path::{Path, PathBuf};
@@ -117,7 +117,48 @@ pub async fn diagnose(options: SiloOptions) -> Vec<Check> {
     if let Some(silo) = silo {
         checks.extend(engine(&silo).await);
     }
+    checks.push(e2b().await);
     checks
+}
+
+/// The E2B backend: off without a key (that is no failure), else whether
+/// the control plane takes the key.
+async fn e2b() -> Check {
+    use crate::backend::e2b::{Api, E2bConfig, config::ENV_API_KEY};
+    let config = match E2bConfig::from_env() {
+        Ok(config) => config,
+        Err(err) => {
+            return Check::bad(
+                "e2b",
+                Verdict::Fail,
+                err.to_string(),
+                "fix the variable it names",
+            );
+        }
+    };
+    if config.api_key.is_none() {
+        return Check::ok(
+            "e2b",
+            format!("off ({ENV_API_KEY} is not set; set it to run sandboxes on E2B)"),
+        );
+    }
+    let checked = match Api::new(&config) {
+        Ok(api) => api.check().await,
+        Err(err) => Err(err),
+    };
+    match checked {
+        Ok(()) => Check::ok("e2b", format!("{} accepts the key", config.api_url)),
+        Err(err) => Check::bad(
+            "e2b",
+            Verdict::Fail,
+            format!(
+                "{}: {}",
+                config.api_url,
+                silo_protocol::http::error_chain(&err)
+            ),
+            format!("check {ENV_API_KEY}, E2B_DOMAIN and E2B_API_URL"),
+        ),
+    }
 }
 
 /// Free space on the file system that holds the home (or its nearest

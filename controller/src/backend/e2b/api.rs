@@ -14,6 +14,8 @@ use super::config::E2bConfig;
 use super::error::E2bError;
 use crate::backend::remote::rest::{Reply, Rest};
 
+/// How long `silo doctor`'s check of the key may retry.
+const CHECK_BUDGET: std::time::Duration = std::time::Duration::from_secs(3);
 /// Most sandboxes asked for per page when listing.
 const PAGE_LIMIT: u32 = 100;
 /// Most pages followed when listing (10,000 sandboxes).
@@ -167,6 +169,21 @@ impl Api {
             }
         }
         Ok(found)
+    }
+
+    /// Whether the key is accepted: one list call of one sandbox, retried
+    /// for a few seconds at most.
+    pub async fn check(&self) -> Result<(), E2bError> {
+        let reply = self
+            .rest
+            .clone()
+            .with_retry_budget(CHECK_BUDGET)
+            .json(Method::GET, "/v2/sandboxes?limit=1", None)
+            .await?;
+        match reply.status {
+            StatusCode::OK => Ok(()),
+            _ => Err(refused("list sandboxes", &reply)),
+        }
     }
 
     /// Pauses a running sandbox (memory and processes kept). Answers whether

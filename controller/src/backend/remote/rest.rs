@@ -37,6 +37,7 @@ pub struct Rest {
     /// Prepended to every path (an API URL may have one).
     base_path: String,
     headers: Vec<(String, String)>,
+    retry_budget: Duration,
 }
 
 /// A whole answer.
@@ -82,13 +83,12 @@ pub enum RestError {
         reason: String,
     },
     /// No answer within the retry budget.
-    #[error("{what} did not answer")]
+    #[error("{what} did not answer: {reason}")]
     Unreachable {
         /// Who was asked.
         what: String,
         /// The last failure.
-        #[source]
-        source: ClientError,
+        reason: String,
     },
     /// The provider kept answering "try later" until the budget ran out.
     #[error("{what} answered {status} until silo gave up: {body}")]
@@ -146,6 +146,7 @@ impl Rest {
             endpoint,
             base_path: uri.path().trim_end_matches('/').to_owned(),
             headers,
+            retry_budget: RETRY_BUDGET,
         })
     }
 
@@ -156,7 +157,14 @@ impl Rest {
             endpoint,
             base_path: String::new(),
             headers,
+            retry_budget: RETRY_BUDGET,
         }
+    }
+
+    /// The same client, retrying for `budget` at most (a quick check).
+    pub fn with_retry_budget(mut self, budget: Duration) -> Self {
+        self.retry_budget = budget;
+        self
     }
 
     /// Who answers, for messages.
@@ -192,7 +200,7 @@ impl Rest {
         headers: &[(&str, &str)],
         body: Bytes,
     ) -> Result<Reply, RestError> {
-        let deadline = Instant::now() + RETRY_BUDGET;
+        let deadline = Instant::now() + self.retry_budget;
         let mut backoff = FIRST_BACKOFF;
         loop {
             let attempt = tokio::time::timeout(
@@ -217,11 +225,11 @@ impl Rest {
                     }
                     retry_after(&reply.headers).unwrap_or(backoff)
                 }
-                Err(source) => {
+                Err(error) => {
                     if Instant::now() >= deadline {
                         return Err(RestError::Unreachable {
                             what: self.what.clone(),
-                            source,
+                            reason: unreachable_reason(&error),
                         });
                     }
                     backoff
@@ -309,6 +317,14 @@ impl Rest {
             } if *port != 443 => format!("{server_name}:{port}"),
             other => other.host_header().to_owned(),
         }
+    }
+}
+
+/// What went wrong with a connection, without calling the peer an agent.
+fn unreachable_reason(error: &ClientError) -> String {
+    match error {
+        ClientError::Connect { endpoint, source } => format!("{endpoint}: {source}"),
+        other => silo_protocol::http::error_chain(other),
     }
 }
 
