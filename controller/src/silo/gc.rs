@@ -39,7 +39,7 @@ pub struct GcReport {
     pub dry_run: bool,
     /// Expired sandboxes removed.
     pub removed: Vec<Collected>,
-    /// Containers of this home without a sandbox, removed.
+    /// Machines of this home without a sandbox (containers, E2B VMs), removed.
     pub orphans: Vec<String>,
     /// Sandboxes left alone, and why (busy, or their backend failed).
     pub skipped: Vec<(String, String)>,
@@ -49,7 +49,7 @@ pub struct GcReport {
 
 impl Silo {
     /// Removes sandboxes whose idle TTL expired at least `older_than` ago,
-    /// this home's orphaned containers, and the store's unnamed blobs.
+    /// this home's orphaned containers and VMs, and the store's unnamed blobs.
     pub async fn gc(&self, older_than: Duration, dry_run: bool) -> Result<GcReport, SiloError> {
         let mut report = GcReport {
             dry_run,
@@ -94,6 +94,12 @@ impl Silo {
             Err(error) => report
                 .skipped
                 .push(("orphaned containers".into(), error_chain(&error))),
+        }
+        match self.e2b.sweep_orphans(&live, dry_run).await {
+            Ok(names) => report.orphans.extend(names),
+            Err(error) => report
+                .skipped
+                .push(("orphaned E2B sandboxes".into(), error_chain(&error))),
         }
         report.store = self.gc_store(dry_run).await?;
         Ok(report)

@@ -223,6 +223,43 @@ impl E2bBackend {
     }
 }
 
+impl E2bBackend {
+    /// Kills this home's VMs whose sandbox is not in `live` (made by a
+    /// create that died before recording it, or left by a removal that did
+    /// not reach E2B); answers what it killed (or would, on a dry run).
+    /// Without an API key there is nothing to sweep.
+    pub async fn sweep_orphans(
+        &self,
+        live: &std::collections::HashSet<String>,
+        dry_run: bool,
+    ) -> Result<Vec<String>, E2bError> {
+        let Ok(config) = self.config() else {
+            return Ok(Vec::new());
+        };
+        if config.api_key.is_none() {
+            return Ok(Vec::new());
+        }
+        let api = Api::new(config)?;
+        let mine = BTreeMap::from([(LABEL_HOME.to_owned(), self.home_id()?)]);
+        let mut swept = Vec::new();
+        for vm in api.find(&mine).await? {
+            let owner = vm
+                .metadata
+                .get(LABEL_SANDBOX_ID)
+                .cloned()
+                .unwrap_or_default();
+            if live.contains(&owner) {
+                continue;
+            }
+            if !dry_run {
+                api.kill(&vm.sandbox_id).await?;
+            }
+            swept.push(format!("e2b:{} ({owner})", vm.sandbox_id));
+        }
+        Ok(swept)
+    }
+}
+
 fn parse_ref(machine: &Machine<'_>) -> Option<E2bRef> {
     serde_json::from_value::<E2bRef>(machine.backend_ref.clone())
         .ok()
