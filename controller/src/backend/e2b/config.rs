@@ -14,10 +14,10 @@ pub const ENV_DOMAIN: &str = "E2B_DOMAIN";
 pub const ENV_API_URL: &str = "E2B_API_URL";
 /// `HOST:PORT` to connect to for every sandbox host instead of resolving
 /// `{port}-{id}.{domain}` (the name still goes in SNI and `Host`).
-pub const ENV_PROXY: &str = "SILO_E2B_PROXY";
+pub const ENV_PROXY: &str = "SILO_E2B_PROXY_ADDR";
 /// A PEM file of the roots to trust for the API and the proxy instead of
 /// the system's.
-pub const ENV_CA: &str = "SILO_E2B_CA";
+pub const ENV_CA: &str = "SILO_E2B_CA_PEM";
 /// Seconds a sandbox lives without silo touching it before E2B pauses it.
 pub const ENV_TIMEOUT: &str = "SILO_E2B_TIMEOUT";
 /// E2B's own domain.
