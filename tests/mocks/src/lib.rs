@@ -1,7 +1,8 @@
 //! Mock remote providers for silo's tests. A provider's public API is
 //! followed field for field, and each sandbox is a real Docker container in
 //! which silo's real agent can run, so a backend under test takes the same
-//! path it takes against the provider.
+//! path it takes against the provider: create, upload, start a process,
+//! reach a port through the provider's TLS proxy, pause, resume, time out.
 //!
 //! Layout:
 //! - [`containers`]: sandboxes as containers (create with published ports,
@@ -11,7 +12,12 @@
 //!   wildcard certificate) and the relay to a published port, WebSocket
 //!   upgrades spliced byte for byte. Shared.
 //! - [`http`]: one body type, response helpers and the accept loop. Shared.
+//! - [`e2b`]: E2B's control plane, proxy rules and envd; [`MockE2b`] starts
+//!   them all.
 
 pub mod containers;
+pub mod e2b;
 pub mod http;
 pub mod proxy;
+
+pub use e2b::{MockE2b, MockE2bConfig, MockError};
