@@ -1,4 +1,5 @@
 //! The mock E2B against the real Docker engine (required when `CI=true`):
+//! silo's real agent started and reached the way a backend would,
 //! the control plane's refusals and listings, a sandbox's whole life
 //! (files, processes, a port through the TLS proxy, pause, resume,
 //! timeout), envd's tokens and signatures, processes that time out or are
@@ -13,6 +14,7 @@
     reason = "tests: a broken environment should fail loudly"
 )]
 
+mod agent;
 mod api;
 mod binary;
 mod client;
