@@ -228,8 +228,13 @@ impl Client {
         let mut request = Request::post("/process.Process/Start")
             .header("host", &host)
             .header("content-type", "application/connect+json")
-            .header("connect-protocol-version", "1")
-            .header("keepalive-ping-interval", "50");
+            .header("connect-protocol-version", "1");
+        if !headers
+            .iter()
+            .any(|(name, _)| *name == "keepalive-ping-interval")
+        {
+            request = request.header("keepalive-ping-interval", "50");
+        }
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
@@ -268,6 +273,7 @@ pub struct Run {
     pub stderr: String,
     pub end: Option<Value>,
     pub end_stream: Value,
+    pub keepalives: usize,
 }
 
 impl Events {
@@ -323,6 +329,9 @@ impl Events {
                         .unwrap();
                     text.push_str(&String::from_utf8_lossy(&bytes));
                 }
+            }
+            if event.get("keepalive").is_some() {
+                run.keepalives += 1;
             }
             if event.get("end").is_some() {
                 run.end = Some(event["end"].clone());

@@ -189,6 +189,19 @@ async fn processes_time_out_take_signals_or_fail_to_start() {
     )
     .await;
 
+    // Silence is broken by keepalives at the client's interval.
+    let quiet = client
+        .start(
+            &id,
+            "sleep 1.5; echo done",
+            &[("keepalive-ping-interval", "1")],
+        )
+        .await
+        .finish()
+        .await;
+    assert_eq!(quiet.stdout, "done\n");
+    assert_eq!(quiet.keepalives, 1);
+
     // SendSignal by tag ends the stream with envd's signalled end event.
     let message =
         json!({"process": {"cmd": "sleep", "args": ["30"]}, "tag": "sleeper", "stdin": false});
