@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use serde_json::json;
 
 use super::{mock, wait_for};
@@ -22,14 +20,8 @@ async fn silos_agent_runs_in_a_sandbox_and_answers_through_the_proxy() {
     let id = client
         .create_id(json!({"templateID": "base", "timeout": 60}))
         .await;
-    let envd = client.host(49983, &id);
     let binary = std::fs::read(silo_tests::agent_binary()).unwrap();
-    let upload = Request::post(format!("/files?path={AGENT}"))
-        .header("host", &envd)
-        .header("content-type", "application/octet-stream")
-        .body(Full::new(Bytes::from(binary)))
-        .unwrap();
-    let uploaded = client.sandbox(&envd, upload).await;
+    let uploaded = client.upload(&id, AGENT, binary).await;
     assert_eq!(uploaded.status, StatusCode::OK, "{}", uploaded.text());
 
     // Uploads are not executable, as on E2B.

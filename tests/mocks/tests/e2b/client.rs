@@ -152,6 +152,17 @@ impl Client {
             .to_owned()
     }
 
+    /// Writes `data` to `path` in a sandbox through envd (a raw body).
+    pub async fn upload(&self, sandbox_id: &str, path: &str, data: impl Into<Bytes>) -> Reply {
+        let host = self.host(49983, sandbox_id);
+        let request = Request::post(format!("/files?path={path}"))
+            .header("host", &host)
+            .header("content-type", "application/octet-stream")
+            .body(Full::new(data.into()))
+            .unwrap();
+        self.sandbox(&host, request).await
+    }
+
     pub fn host(&self, port: u16, sandbox_id: &str) -> String {
         format!("{port}-{sandbox_id}.{}", self.domain)
     }

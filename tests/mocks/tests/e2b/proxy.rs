@@ -26,13 +26,8 @@ async fn upgrades_are_spliced_byte_for_byte() {
     let id = client
         .create_id(json!({"templateID": "base", "timeout": 60}))
         .await;
-    let envd = client.host(49983, &id);
-    let upload = Request::post("/files?path=/tmp/echo.sh")
-        .header("host", &envd)
-        .header("content-type", "application/octet-stream")
-        .body(Full::new(Bytes::from_static(ECHO_UPGRADE.as_bytes())))
-        .unwrap();
-    assert_eq!(client.sandbox(&envd, upload).await.status, StatusCode::OK);
+    let uploaded = client.upload(&id, "/tmp/echo.sh", ECHO_UPGRADE).await;
+    assert_eq!(uploaded.status, StatusCode::OK);
     let mut server = client
         .start(
             &id,
