@@ -1,0 +1,85 @@
+//! `silo-mock-e2b`: starts a mock E2B (control plane, TLS proxy, envd) over
+//! the local Docker engine, prints the environment a client needs as
+//! `KEY=value` lines, and runs until Ctrl-C or SIGTERM, then removes every
+//! container it made.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use silo_mocks::e2b::{AGENT_PORT, DEFAULT_DOMAIN, DEFAULT_TEMPLATE};
+use silo_mocks::{MockE2b, MockE2bConfig};
+
+/// A mock E2B over the local Docker engine, for silo's tests.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// A template as ID=IMAGE (repeatable; default base=silo-base:latest).
+    #[arg(long = "template", value_name = "ID=IMAGE")]
+    templates: Vec<String>,
+    /// The API key clients must send (must start with e2b_; random if omitted).
+    #[arg(long, env = "E2B_API_KEY")]
+    api_key: Option<String>,
+    /// The sandbox domain (hosts are {port}-{sandboxID}.{domain}).
+    #[arg(long, default_value = DEFAULT_DOMAIN)]
+    domain: String,
+    /// Container ports to publish through the proxy, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [AGENT_PORT])]
+    ports: Vec<u16>,
+    /// Control-plane port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    api_port: u16,
+    /// Proxy port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    proxy_port: u16,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .init();
+    let args = Args::parse();
+    let mut templates = BTreeMap::new();
+    for template in &args.templates {
+        let Some((id, image)) = template
+            .split_once('=')
+            .filter(|(i, m)| !i.is_empty() && !m.is_empty())
+        else {
+            bail!("--template {template:?} is not ID=IMAGE");
+        };
+        templates.insert(id.to_owned(), image.to_owned());
+    }
+    if templates.is_empty() {
+        templates.insert(DEFAULT_TEMPLATE.0.to_owned(), DEFAULT_TEMPLATE.1.to_owned());
+    }
+    let config = MockE2bConfig {
+        templates,
+        api_key: args.api_key,
+        domain: args.domain,
+        ports: args.ports,
+        api_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.api_port)),
+        proxy_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.proxy_port)),
+    };
+    let mock = MockE2b::start(config)
+        .await
+        .context("starting the mock E2B")?;
+    for (name, value) in mock.env() {
+        println!("{name}={value}");
+    }
+    wait_for_signal().await?;
+    let removed = mock.shutdown().await.context("stopping the mock E2B")?;
+    eprintln!("removed {removed} sandbox container(s)");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listening for SIGTERM")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("listening for Ctrl-C"),
+        _ = term.recv() => Ok(()),
+    }
+}

@@ -1,0 +1,361 @@
+//! A mock of E2B: its control plane ([`api`], plain HTTP), its sandbox
+//! proxy ([`gateway`], HTTPS with a test CA) and envd ([`envd`], served by
+//! the mock for each sandbox on port 49983), with every sandbox a real
+//! Docker container ([`crate::containers`]) and its lifecycle in [`store`].
+//!
+//! [`MockE2b::start`] brings all of it up on 127.0.0.1; a client reaches
+//! the control plane at [`MockE2b::api_url`] and every sandbox port at
+//! [`MockE2b::proxy_addr`], with TLS server name
+//! `{port}-{sandboxID}.{domain}` and the CA at [`MockE2b::ca_pem_path`].
+//! [`MockE2b::shutdown`] removes every container the instance made; a mock
+//! dropped without it removes them too, blocking while it does.
+
+pub mod api;
+pub mod envd;
+pub mod gateway;
+pub mod list;
+pub mod model;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::api::{API_KEY_PREFIX, Api};
+use self::gateway::Gateway;
+use self::store::{ALPHABET, Store, random_text};
+use crate::containers::{ContainerError, Engine};
+use crate::http::serve;
+use crate::proxy::tls::{TestCa, TlsError};
+
+/// envd's port in every sandbox (served by the mock, never published).
+pub const ENVD_PORT: u16 = 49983;
+/// The port silo's agent listens on in an E2B sandbox; published by default.
+pub const AGENT_PORT: u16 = 49999;
+/// The deprecated `clientID` every `Sandbox` carries.
+pub const CLIENT_ID: &str = "6532622b";
+/// The envd version sandboxes report: the first with raw-body uploads,
+/// the newest feature the mock's envd models.
+pub const ENVD_VERSION: &str = "0.5.7";
+/// The sandbox domain unless configured.
+pub const DEFAULT_DOMAIN: &str = "e2b.test";
+/// The template every default configuration has.
+pub const DEFAULT_TEMPLATE: (&str, &str) = ("base", "silo-base:latest");
+/// The label value naming E2B mocks' containers.
+pub const MOCK_KIND: &str = "e2b";
+
+/// Environment variable: the control plane's URL (E2B SDKs read it).
+pub const ENV_API_URL: &str = "E2B_API_URL";
+/// Environment variable: the API key (E2B SDKs read it).
+pub const ENV_API_KEY: &str = "E2B_API_KEY";
+/// Environment variable: the sandbox domain (E2B SDKs read it).
+pub const ENV_DOMAIN: &str = "E2B_DOMAIN";
+/// Environment variable: where to connect for any `*.{domain}` host.
+pub const ENV_PROXY_ADDR: &str = "SILO_E2B_PROXY_ADDR";
+/// Environment variable: the PEM file of the CA to trust for the proxy.
+pub const ENV_CA_PEM: &str = "SILO_E2B_CA_PEM";
+
+/// How to start the mock.
+#[derive(Debug, Clone)]
+pub struct MockE2bConfig {
+    /// Template id → Docker image (must be on the engine).
+    pub templates: BTreeMap<String, String>,
+    /// The API key clients must send; a random `e2b_…` one when `None`.
+    pub api_key: Option<String>,
+    /// The sandbox domain.
+    pub domain: String,
+    /// Container ports published for the proxy (never 49983).
+    pub ports: Vec<u16>,
+    /// Where the control plane listens (`127.0.0.1:0`: any free port).
+    pub api_addr: SocketAddr,
+    /// Where the proxy listens.
+    pub proxy_addr: SocketAddr,
+}
+
+impl Default for MockE2bConfig {
+    fn default() -> Self {
+        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        Self {
+            templates: BTreeMap::from([(
+                DEFAULT_TEMPLATE.0.to_owned(),
+                DEFAULT_TEMPLATE.1.to_owned(),
+            )]),
+            api_key: None,
+            domain: DEFAULT_DOMAIN.to_owned(),
+            ports: vec![AGENT_PORT],
+            api_addr: loopback,
+            proxy_addr: loopback,
+        }
+    }
+}
+
+/// What the servers share, fixed at start.
+#[derive(Debug)]
+pub struct Settings {
+    /// The sandbox domain.
+    pub domain: String,
+    /// The one valid API key.
+    pub api_key: String,
+    /// Template id → image.
+    pub templates: BTreeMap<String, String>,
+    /// Published container ports.
+    pub ports: Vec<u16>,
+}
+
+/// Why the mock could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum MockError {
+    /// The configuration cannot work.
+    #[error("invalid mock configuration: {0}")]
+    Config(String),
+    /// A template's image is not on the engine.
+    #[error(
+        "template {template:?} needs image {image:?}, which the engine does not have (for silo-base:latest run `silo image base`)"
+    )]
+    MissingImage {
+        /// The template.
+        template: String,
+        /// Its image.
+        image: String,
+    },
+    /// A listener could not be bound.
+    #[error("binding {addr} failed")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The scratch directory for the CA could not be made or removed.
+    #[error("the state directory {path} is unusable")]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The test CA could not be made.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The engine failed.
+    #[error(transparent)]
+    Engine(#[from] ContainerError),
+    /// The system's random generator failed.
+    #[error("the system's random generator failed: {0}")]
+    Random(getrandom::Error),
+}
+
+/// A running mock E2B.
+pub struct MockE2b {
+    settings: Arc<Settings>,
+    api_url: String,
+    proxy_addr: SocketAddr,
+    state_dir: PathBuf,
+    ca_pem: PathBuf,
+    instance: String,
+    store: Arc<Store>,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    stopped: bool,
+}
+
+impl MockE2b {
+    /// Checks `config`, then starts the control plane, the proxy and the
+    /// expiry task.
+    pub async fn start(config: MockE2bConfig) -> Result<Self, MockError> {
+        let random = |len, alphabet| random_text(len, alphabet).map_err(MockError::Random);
+        let api_key = match config.api_key {
+            Some(key) if !key.starts_with(API_KEY_PREFIX) => {
+                return Err(MockError::Config(format!(
+                    "the api key must start with {API_KEY_PREFIX:?}"
+                )));
+            }
+            Some(key) => key,
+            None => format!("{API_KEY_PREFIX}{}", random(40, b"0123456789abcdef")?),
+        };
+        if config.templates.is_empty() {
+            return Err(MockError::Config("no template is configured".into()));
+        }
+        if config.ports.contains(&ENVD_PORT) {
+            return Err(MockError::Config(format!(
+                "port {ENVD_PORT} is envd's, served by the mock; it cannot be published"
+            )));
+        }
+        let instance = random(12, ALPHABET)?;
+        let engine = Engine::connect(MOCK_KIND, &instance).await?;
+        for (template, image) in &config.templates {
+            if !engine.has_image(image).await? {
+                return Err(MockError::MissingImage {
+                    template: template.clone(),
+                    image: image.clone(),
+                });
+            }
+        }
+
+        let state_dir = std::env::temp_dir().join(format!("silo-mock-e2b-{instance}"));
+        std::fs::create_dir_all(&state_dir).map_err(|source| MockError::StateDir {
+            path: state_dir.clone(),
+            source,
+        })?;
+        let ca_pem = state_dir.join("ca.pem");
+        let ca = TestCa::generate(&config.domain, &ca_pem)?;
+
+        let bind = |addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| MockError::Bind { addr, source })
+        };
+        let api_listener = bind(config.api_addr).await?;
+        let proxy_listener = bind(config.proxy_addr).await?;
+        let local = |l: &TcpListener, addr| {
+            l.local_addr()
+                .map_err(|source| MockError::Bind { addr, source })
+        };
+        let api_addr = local(&api_listener, config.api_addr)?;
+        let proxy_addr = local(&proxy_listener, config.proxy_addr)?;
+
+        let settings = Arc::new(Settings {
+            domain: config.domain,
+            api_key,
+            templates: config.templates,
+            ports: config.ports,
+        });
+        let store = Arc::new(Store::new(engine, settings.clone()));
+        let api = Arc::new(Api {
+            store: store.clone(),
+            settings: settings.clone(),
+        });
+        let cancel = CancellationToken::new();
+        let gateway = Arc::new(Gateway {
+            store: store.clone(),
+            api: api.clone(),
+            settings: settings.clone(),
+            cancel: cancel.clone(),
+        });
+        let tasks = vec![
+            tokio::spawn(serve(api_listener, None, api, cancel.clone())),
+            tokio::spawn(serve(
+                proxy_listener,
+                Some(ca.acceptor()),
+                gateway,
+                cancel.clone(),
+            )),
+            tokio::spawn(store.clone().expire(cancel.clone())),
+        ];
+        Ok(Self {
+            settings,
+            api_url: format!("http://{api_addr}"),
+            proxy_addr,
+            state_dir,
+            ca_pem,
+            instance,
+            store,
+            cancel,
+            tasks,
+            stopped: false,
+        })
+    }
+
+    /// The control plane's base URL (`http://127.0.0.1:PORT`).
+    pub fn api_url(&self) -> &str {
+        &self.api_url
+    }
+
+    /// The API key the control plane accepts.
+    pub fn api_key(&self) -> &str {
+        &self.settings.api_key
+    }
+
+    /// The sandbox domain.
+    pub fn domain(&self) -> &str {
+        &self.settings.domain
+    }
+
+    /// The proxy's address: connect here for any `*.{domain}` host.
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy_addr
+    }
+
+    /// The PEM file of the CA that signed the proxy's certificate.
+    pub fn ca_pem_path(&self) -> &Path {
+        &self.ca_pem
+    }
+
+    /// The host (and TLS server name) of a sandbox's port.
+    pub fn sandbox_host(&self, port: u16, sandbox_id: &str) -> String {
+        format!("{port}-{sandbox_id}.{}", self.settings.domain)
+    }
+
+    /// The environment a client needs, as `(name, value)` pairs.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (ENV_API_URL, self.api_url.clone()),
+            (ENV_API_KEY, self.settings.api_key.clone()),
+            (ENV_DOMAIN, self.settings.domain.clone()),
+            (ENV_PROXY_ADDR, self.proxy_addr.to_string()),
+            (ENV_CA_PEM, self.ca_pem.display().to_string()),
+        ]
+    }
+
+    /// Stops the servers and removes every container this instance made;
+    /// returns how many were removed.
+    pub async fn shutdown(mut self) -> Result<usize, MockError> {
+        self.stopped = true;
+        self.cancel.cancel();
+        for task in self.tasks.drain(..) {
+            task.await.ok();
+        }
+        let removed = self.store.remove_all().await?;
+        remove_state_dir(&self.state_dir)?;
+        Ok(removed)
+    }
+}
+
+impl Drop for MockE2b {
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.cancel.cancel();
+        // The caller's runtime may be shutting down, so the containers are
+        // removed on a thread with a runtime and an engine connection of its own.
+        let instance = self.instance.clone();
+        let cleanup = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async {
+                let removed = match Engine::connect(MOCK_KIND, &instance).await {
+                    Ok(engine) => engine.remove_all().await,
+                    Err(error) => Err(error),
+                };
+                if let Err(error) = removed {
+                    tracing::warn!(%error, "removing the mock's containers failed");
+                }
+            });
+        });
+        cleanup.join().ok();
+        remove_state_dir(&self.state_dir).ok();
+    }
+}
+
+fn remove_state_dir(path: &Path) -> Result<(), MockError> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(MockError::StateDir {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}

@@ -1,0 +1,23 @@
+//! Mock remote providers for silo's tests. A provider's public API is
+//! followed field for field, and each sandbox is a real Docker container in
+//! which silo's real agent can run, so a backend under test takes the same
+//! path it takes against the provider: create, upload, start a process,
+//! reach a port through the provider's TLS proxy, pause, resume, time out.
+//!
+//! Layout:
+//! - [`containers`]: sandboxes as containers (create with published ports,
+//!   files in and out, `docker exec` with in-container pids, signals,
+//!   pause, removal by instance label). Shared by every provider.
+//! - [`proxy`]: the TLS side of a provider's port proxy (a test CA and a
+//!   wildcard certificate) and the relay to a published port, WebSocket
+//!   upgrades spliced byte for byte. Shared.
+//! - [`http`]: one body type, response helpers and the accept loop. Shared.
+//! - [`e2b`]: E2B's control plane, proxy rules and envd; [`MockE2b`] starts
+//!   them all.
+
+pub mod containers;
+pub mod e2b;
+pub mod http;
+pub mod proxy;
+
+pub use e2b::{MockE2b, MockE2bConfig, MockError};

@@ -1,0 +1,61 @@
+//! The mock E2B against the real Docker engine (required when `CI=true`):
+//! silo's real agent started and reached the way a backend would,
+//! the control plane's refusals and listings, a sandbox's whole life
+//! (files, processes, a port through the TLS proxy, pause, resume,
+//! timeout), envd's tokens and signatures, processes that time out or are
+//! signalled, WebSocket splicing, and the binary. One test binary, one
+//! module per area.
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a broken environment should fail loudly"
+)]
+#![allow(
+    clippy::expect_used,
+    reason = "tests: a broken environment should fail loudly"
+)]
+
+mod agent;
+mod api;
+mod binary;
+mod client;
+mod envd;
+mod lifecycle;
+mod proxy;
+
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use silo_mocks::containers::{LABEL_SANDBOX, labelled};
+use silo_mocks::{MockE2b, MockE2bConfig};
+
+use self::client::Client;
+
+/// A mock on the real engine with the base image, and a client for it;
+/// `None` (the test skips) only without an engine outside CI.
+async fn mock() -> Option<(MockE2b, Client, Docker)> {
+    let engine = silo_tests::docker::engine_with_base().await?;
+    let mock = MockE2b::start(MockE2bConfig::default()).await.unwrap();
+    let client = Client::new(&mock);
+    Some((mock, client, engine))
+}
+
+/// Polls `check` until it holds; panics with `what` after `within`.
+async fn wait_for<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Ids of the containers (running or not) backing `sandbox_id`.
+async fn containers_of(engine: &Docker, sandbox_id: &str) -> Vec<String> {
+    labelled(engine, LABEL_SANDBOX, sandbox_id).await.unwrap()
+}
