@@ -4,6 +4,7 @@
 //! per area, so the workspace links it once.
 
 mod backend;
+mod e2b;
 mod image;
 mod lease;
 mod push;
