@@ -392,4 +392,30 @@ mod tests {
         }
         assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
     }
+
+    #[test]
+    fn a_link_in_a_sandbox_tar_is_never_written_through() {
+        let outside = tempfile::tempdir().unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut dir = tar::Header::new_gnu();
+        dir.set_entry_type(tar::EntryType::Directory);
+        dir.set_mode(0o755);
+        dir.set_size(0);
+        tar.append_data(&mut dir, "top", io::empty()).unwrap();
+        let mut link = tar::Header::new_gnu();
+        link.set_entry_type(tar::EntryType::Symlink);
+        link.set_size(0);
+        tar.append_link(&mut link, "top/l", outside.path()).unwrap();
+        let mut file = tar::Header::new_gnu();
+        file.set_size(3);
+        file.set_mode(0o644);
+        tar.append_data(&mut file, "top/l/planted", &b"bad"[..])
+            .unwrap();
+        let tar = tar.into_inner().unwrap();
+
+        let out = tempfile::tempdir().unwrap();
+        assert!(place(&tar, "top", out.path(), false).is_err());
+        assert!(!outside.path().join("planted").exists());
+        assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+    }
 }
