@@ -33,7 +33,9 @@ Where things land, as with docker cp:
 
 Permission bits are kept (without setuid, setgid and sticky), owners are
 not. A symlink or special file on the host side is refused, named. One side
-must be a sandbox and the other the host.";
+must be a sandbox and the other the host. A tree going in is held to the
+agent's push caps (by default 25 MiB per file, 100 MiB of tar); a single
+file goes in through one write, up to 4 GiB. Copies are held in memory.";
 
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = RULES)]
