@@ -20,6 +20,7 @@ mod docker_resume;
 mod docker_tti;
 mod exec_memory;
 mod exec_rtt;
+mod files;
 mod footprint;
 mod interrupt;
 mod nonce_window;
@@ -49,6 +50,7 @@ const SCENARIOS: &[&str] = &[
     "tti",
     "resume",
     "snapshot",
+    "files",
     "gvisor",
 ];
 
@@ -60,7 +62,7 @@ struct Args {
     /// (plain execs and session runs), agent-footprint,
     /// push-big, push-fanout, nonce-window (signed requests for longer than
     /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot,
-    /// gvisor (tti, exec rtt and snapshot under runsc beside runc) (the Docker
+    /// files (write and read through the agent beside docker cp), gvisor (tti, exec rtt and snapshot under runsc beside runc) (the Docker
     /// ones are skipped, with a note, when no engine answers outside CI).
     scenarios: Vec<String>,
     /// Where to write the JSON results.
@@ -99,6 +101,7 @@ async fn main() -> anyhow::Result<()> {
             "tti" => docker_tti::run(args.quick).await?,
             "resume" => docker_resume::run(args.quick).await?,
             "snapshot" => snapshot::run(args.quick).await?,
+            "files" => files::run(args.quick).await?,
             "gvisor" => docker_gvisor::run(args.quick).await?,
             other => anyhow::bail!(
                 "unknown scenario {other:?}; known: {}",

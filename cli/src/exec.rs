@@ -31,15 +31,13 @@ use silo_protocol::exec::{Channel, ExecSpec, ExitInfo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use super::output::BROKEN_PIPE_CODE;
 use super::terminal;
 
 /// A second Ctrl-C within this window kills without grace.
 const DOUBLE_TAP: Duration = Duration::from_secs(1);
 /// Bytes read from local stdin per frame.
 const STDIN_CHUNK: usize = 64 * 1024;
-/// The shell's exit code for a command killed by SIGPIPE, used when our own
-/// stdout goes away (`silo exec … | head`).
-const BROKEN_PIPE_CODE: i32 = 128 + 13;
 /// What a terminal sends for Ctrl-C.
 const CTRL_C: u8 = 0x03;
 

@@ -7,7 +7,9 @@
 //! Exit codes: 0 on success, the command's own code for `silo exec`, 1 for a
 //! silo error (printed as `silo: <error chain>`), 2 for a usage error.
 
+mod cat;
 mod completions;
+mod cp;
 mod create;
 mod demo;
 mod doctor;
@@ -17,6 +19,7 @@ mod fork;
 mod gc;
 mod image;
 mod ls;
+mod ls_files;
 mod output;
 mod pause;
 mod push;
@@ -77,6 +80,10 @@ enum Format {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Print files of a sandbox to stdout.
+    Cat(cat::Args),
+    /// Copy files and directories between the host and a sandbox (docker cp syntax).
+    Cp(cp::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsArgs),
     /// Print the manual page (roff): `silo man | man -l -`.
@@ -97,6 +104,8 @@ enum Command {
     Image(image::Args),
     /// List sandboxes.
     Ls(ls::Args),
+    /// List a directory in a sandbox: name, kind, size, mode, modification time.
+    LsFiles(ls_files::Args),
     /// Push a directory's files to a mount path in sandboxes, atomically.
     Push(push::Args),
     /// Put a sandbox's file system back to one of its snapshots.
@@ -151,6 +160,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         // Answered above, before the home was opened.
         Command::Completions(_) | Command::Man | Command::Doctor(_) => Ok(0),
+        Command::Cat(args) => cat::run(&silo, &out, args).await,
+        Command::Cp(args) => cp::run(&silo, &out, args).await,
         Command::Create(args) => create::run(&silo, &out, args).await,
         Command::Demo(args) => demo::run(&silo, &out, args).await,
         Command::Exec(args) => exec::run(&silo, args).await,
@@ -158,6 +169,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Gc(args) => gc::run(&silo, &out, args).await,
         Command::Image(args) => image::run(&silo, &out, args).await,
         Command::Ls(args) => ls::run(&silo, &out, args).await,
+        Command::LsFiles(args) => ls_files::run(&silo, &out, args).await,
         Command::Push(args) => push::run(&silo, &out, args).await,
         Command::Rewind(args) => rewind::run(&silo, &out, args).await,
         Command::Rm(args) => rm::run(&silo, &out, args).await,

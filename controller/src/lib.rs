@@ -35,7 +35,9 @@
 //!   Its children: `open` (`up`, open-or-create), `lease` (serializing lifecycle
 //!   operations across processes), `gc` (expired sandboxes, orphaned containers).
 //! - [`sandbox`]: `Sandbox`, the handle a harness holds: `commands()` (run, and
-//!   spawn that re-attaches after a dropped connection), `snapshots()`, push.
+//!   spawn that re-attaches after a dropped connection), `files()` (read, write,
+//!   list, trees, and copies to and from the host with `docker cp`'s rules),
+//!   `snapshots()`, push.
 //! - [`client`]: AgentClient, the one way the controller talks to an agent.
 //! - [`push`]: bundles from files, one push with retries, fan-out and its report
 //!   (`Silo::push_to_sandboxes` in `silo/push.rs` ties it to sandboxes and events).

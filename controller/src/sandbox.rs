@@ -14,7 +14,7 @@ mod snapshots;
 use silo_protocol::bundle::FileSet;
 
 pub use commands::{CommandOutput, Commands, Event, Execution};
-pub use files::{FileError, Files};
+pub use files::{Copied, CopyError, FileError, Files};
 pub use snapshots::Snapshots;
 
 use crate::push::{PushError, PushOptions, PushReport};
@@ -101,6 +101,17 @@ impl Silo {
         let outcome = self.up(request).await?;
         let sandbox = Sandbox::new(self.clone(), outcome.sandbox.clone())?;
         Ok((sandbox, outcome))
+    }
+
+    /// A handle on an existing sandbox as it is: one that is stopped is not
+    /// started (it was stopped on purpose, or by its idle timeout), and the
+    /// error says so, as [`Silo::connect`]'s does.
+    pub async fn running_sandbox(&self, name_or_id: &str) -> Result<Sandbox, SiloError> {
+        let record = self.get(name_or_id)?;
+        if let Err(source) = self.client(&record)?.healthz().await {
+            return Err(self.unreachable(&record, source).await);
+        }
+        Sandbox::new(self.clone(), record)
     }
 
     /// A handle on an existing sandbox, started first if it was stopped.

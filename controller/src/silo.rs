@@ -338,18 +338,28 @@ impl Silo {
         let client = self.client(sandbox)?;
         match client.connect().await {
             Ok(connection) => Ok(connection),
-            Err(source) => match self.status(sandbox).await {
-                Ok(MachineState::Stopped) => Err(SiloError::NotRunning {
-                    name: sandbox.name.clone(),
-                }),
-                Ok(MachineState::Missing) => Err(SiloError::Missing {
-                    name: sandbox.name.clone(),
-                    backend: sandbox.backend,
-                }),
-                _ => Err(SiloError::Agent {
-                    name: sandbox.name.clone(),
-                    source: Box::new(source),
-                }),
+            Err(source) => Err(self.unreachable(sandbox, source).await),
+        }
+    }
+
+    /// Why a sandbox's agent could not be reached: stopped or gone when the
+    /// backend says so, else the client's own error.
+    pub(crate) async fn unreachable(
+        &self,
+        sandbox: &SandboxRecord,
+        source: ClientError,
+    ) -> SiloError {
+        match self.status(sandbox).await {
+            Ok(MachineState::Stopped) => SiloError::NotRunning {
+                name: sandbox.name.clone(),
+            },
+            Ok(MachineState::Missing) => SiloError::Missing {
+                name: sandbox.name.clone(),
+                backend: sandbox.backend,
+            },
+            _ => SiloError::Agent {
+                name: sandbox.name.clone(),
+                source: Box::new(source),
             },
         }
     }

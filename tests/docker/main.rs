@@ -1,10 +1,11 @@
 //! End-to-end tests on the real Docker engine (required when `CI=true`):
-//! sandboxes, their security settings, leases, images, push and snapshots,
-//! mostly driven through the real `silo` CLI. One test binary, one module
-//! per area, so the workspace links it once.
+//! sandboxes, their security settings, leases, images, push, file copies
+//! and snapshots, mostly driven through the real `silo` CLI. One test
+//! binary, one module per area, so the workspace links it once.
 
 mod backend;
 mod e2b;
+mod files_cli;
 mod image;
 mod lease;
 mod push;

@@ -6,6 +6,7 @@ mod auth;
 mod cli;
 mod exec;
 mod fanout;
+mod files_cli;
 mod handle;
 mod lifecycle;
 mod pty;

@@ -15,6 +15,7 @@
 //! - [`proxy`]: a relay in front of an agent that drops every connection on demand.
 //! - [`push`]: hand-made (hostile) bundles, raw pushes and tree snapshots.
 //! - [`disk`]: a small tmpfs, for what a full disk does.
+//! - [`tree`]: a sample tree for copies, and a digest two equal trees share.
 #![allow(
     clippy::unwrap_used,
     reason = "test harness: a broken environment should fail loudly"
@@ -28,6 +29,7 @@ pub mod disk;
 pub mod docker;
 pub mod proxy;
 pub mod push;
+pub mod tree;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

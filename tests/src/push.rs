@@ -97,12 +97,22 @@ pub async fn push_claiming(
 /// Everything under `dir` (not following symlinks below it): path → what it
 /// is (`dir`, `link -> target`, or `file <mode> <contents>`).
 pub fn snapshot(dir: &Path) -> BTreeMap<String, String> {
+    snapshot_with(dir, |data| String::from_utf8_lossy(data).into_owned())
+}
+
+/// [`snapshot`] with each file's contents shown by `show`.
+pub fn snapshot_with(dir: &Path, show: impl Fn(&[u8]) -> String) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
+    walk(dir, dir, &mut out, &show);
     out
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+fn walk(
+    root: &Path,
+    dir: &Path,
+    out: &mut BTreeMap<String, String>,
+    show: &dyn Fn(&[u8]) -> String,
+) {
     use std::os::unix::fs::PermissionsExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -119,14 +129,11 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
             out.insert(key, format!("link -> {}", target.display()));
         } else if meta.is_dir() {
             out.insert(key, "dir".into());
-            walk(root, &path, out);
+            walk(root, &path, out, show);
         } else {
             let data = std::fs::read(&path).expect("read");
             let mode = meta.permissions().mode() & 0o7777;
-            out.insert(
-                key,
-                format!("file {mode:o} {}", String::from_utf8_lossy(&data)),
-            );
+            out.insert(key, format!("file {mode:o} {}", show(&data)));
         }
     }
 }

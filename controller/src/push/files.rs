@@ -83,7 +83,7 @@ pub enum FilesError {
     #[error("{} is not a directory", .0.display())]
     NotADirectory(PathBuf),
     /// Something in it cannot be pushed.
-    #[error("{} is {what}; only regular files and directories can be pushed", path.display())]
+    #[error("{} is {what}; only regular files and directories can be sent to a sandbox", path.display())]
     Unsupported {
         /// The offending path.
         path: PathBuf,

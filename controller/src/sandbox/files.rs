@@ -4,6 +4,11 @@
 //! Writes are atomic on the agent's side (a temp file renamed into place,
 //! after the body matched its signed SHA-256), so a reader in the sandbox
 //! sees the old file or the new one, never half of either.
+//!
+//! Copies between the host and the sandbox with `docker cp`'s rules are
+//! [`Files::copy_in`] and [`Files::copy_out`] (`copy`), over the host's half
+//! of a tree (`host`: a tar with its modes, and an unpack beside the
+//! destination).
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
@@ -15,6 +20,11 @@ use silo_protocol::files::{
 use silo_protocol::http::ErrorBody;
 
 use crate::client::{AgentClient, ClientError, Response};
+
+mod copy;
+mod host;
+
+pub use copy::{Copied, CopyError};
 
 /// The files of one sandbox.
 #[derive(Debug, Clone)]
@@ -85,6 +95,19 @@ impl Files {
     pub async fn list(&self, path: &str) -> Result<Vec<FileStat>, FileError> {
         let answer = self.call(Method::GET, PATH_LIST, self.query(path), Bytes::new());
         Ok(decode::<Listing>(&answer.await?)?.entries)
+    }
+
+    /// What `ls` shows for `path`: a directory's entries, sorted by name,
+    /// or the path itself when it is anything else.
+    pub async fn entries(&self, path: &str) -> Result<Vec<FileStat>, FileError> {
+        match self.list(path).await {
+            Err(FileError::Refused { kind, .. })
+                if kind == silo_protocol::files::kind::NOT_A_DIRECTORY =>
+            {
+                Ok(vec![self.stat(path).await?])
+            }
+            listed => listed,
+        }
     }
 
     /// Makes a directory and any missing parents.
@@ -166,7 +189,7 @@ fn decode<T: serde::de::DeserializeOwned>(answer: &Response) -> Result<T, FileEr
 #[non_exhaustive]
 pub enum FileError {
     /// The agent refused it; `kind` is one of [`silo_protocol::files::kind`].
-    #[error("{path}: {message}")]
+    #[error("{}", refusal(path, message))]
     Refused {
         /// The path the request named.
         path: String,
@@ -180,4 +203,47 @@ pub enum FileError {
     /// The agent could not be reached or spoke nonsense.
     #[error(transparent)]
     Client(#[from] ClientError),
+}
+
+/// The agent's message, led by the path unless it names it already (as
+/// itself, or as the absolute path a relative one became).
+fn refusal(path: &str, message: &str) -> String {
+    let bare = path.trim_end_matches('/');
+    let names_it = !bare.is_empty()
+        && message.match_indices(bare).any(|(at, _)| {
+            let before = message[..at].chars().next_back();
+            let after = message[at + bare.len()..].chars().next();
+            matches!(before, None | Some('/' | ' ' | '"'))
+                && matches!(after, None | Some(' ' | ':' | ',' | '"' | '/'))
+        });
+    if names_it {
+        message.to_owned()
+    } else {
+        format!("{path}: {message}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refusal;
+
+    #[test]
+    fn a_refusal_names_the_path_once() {
+        assert_eq!(
+            refusal("notes.txt", "/work/notes.txt does not exist"),
+            "/work/notes.txt does not exist"
+        );
+        assert_eq!(
+            refusal("/a/b", "/a/b is a directory"),
+            "/a/b is a directory"
+        );
+        assert_eq!(
+            refusal("a", "body is larger than the limit of 5 bytes"),
+            "a: body is larger than the limit of 5 bytes"
+        );
+        assert_eq!(
+            refusal("b", "/a/bb is a directory"),
+            "b: /a/bb is a directory"
+        );
+    }
 }
