@@ -143,6 +143,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let options = SiloOptions {
         home: cli.home,
         agent: cli.agent,
+        ..SiloOptions::default()
     };
     // These need no home, or report on it rather than failing with it.
     match cli.command {

@@ -16,6 +16,7 @@ use serde_json::json;
 use silo_protocol::auth::{Key, derive_sandbox_key};
 
 use crate::agent_binary::AgentLocator;
+use crate::backend::e2b::E2bConfig;
 use crate::backend::{
     AnyBackend, Backend, BackendError, DockerBackend, E2bBackend, LocalBackend, Machine,
     MachineState,
@@ -54,6 +55,8 @@ pub struct SiloOptions {
     /// The agent binary to run; found automatically when absent (see
     /// [`crate::agent_binary`]).
     pub agent: Option<PathBuf>,
+    /// How to reach E2B; from the environment (`E2B_API_KEY` …) when absent.
+    pub e2b: Option<E2bConfig>,
 }
 
 /// What to create.
@@ -135,7 +138,12 @@ impl Silo {
         let agent = Arc::new(AgentLocator::new(options.agent, home.bin_dir()));
         Ok(Self(Arc::new(Shared {
             docker: DockerBackend::new(home.clone(), Arc::clone(&agent)),
-            e2b: E2bBackend::new(home.clone(), Arc::clone(&agent)),
+            e2b: match options.e2b {
+                Some(config) => {
+                    E2bBackend::with_config(home.clone(), Arc::clone(&agent), Ok(config))
+                }
+                None => E2bBackend::new(home.clone(), Arc::clone(&agent)),
+            },
             local: LocalBackend::new(home.clone(), agent),
             home,
             db: Mutex::new(db),
@@ -636,6 +644,7 @@ mod tests {
         let silo = Silo::open_with(SiloOptions {
             home: Some(dir.path().join("home")),
             agent: Some(dir.path().join("no-such-agent")),
+            ..SiloOptions::default()
         })
         .unwrap();
         let err = silo
