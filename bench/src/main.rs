@@ -18,6 +18,7 @@ mod docker_exec_rtt;
 mod docker_gvisor;
 mod docker_resume;
 mod docker_tti;
+mod e2b;
 mod exec_memory;
 mod exec_rtt;
 mod files;
@@ -52,6 +53,7 @@ const SCENARIOS: &[&str] = &[
     "snapshot",
     "files",
     "gvisor",
+    "e2b",
 ];
 
 #[derive(Parser)]
@@ -62,8 +64,11 @@ struct Args {
     /// (plain execs and session runs), agent-footprint,
     /// push-big, push-fanout, nonce-window (signed requests for longer than
     /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot,
-    /// files (write and read through the agent beside docker cp), gvisor (tti, exec rtt and snapshot under runsc beside runc) (the Docker
-    /// ones are skipped, with a note, when no engine answers outside CI).
+    /// files (write and read through the agent beside docker cp), gvisor
+    /// (tti, exec rtt and snapshot under runsc beside runc), e2b (time to
+    /// interactive, exec and resume beside E2B's own API, through the mock
+    /// E2B). The Docker ones are skipped, with a note, when no engine
+    /// answers outside CI.
     scenarios: Vec<String>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/silo-bench.json")]
@@ -102,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
             "resume" => docker_resume::run(args.quick).await?,
             "snapshot" => snapshot::run(args.quick).await?,
             "files" => files::run(args.quick).await?,
+            "e2b" => e2b::run(args.quick).await?,
             "gvisor" => docker_gvisor::run(args.quick).await?,
             other => anyhow::bail!(
                 "unknown scenario {other:?}; known: {}",

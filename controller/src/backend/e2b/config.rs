@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::client::Endpoint;
+
 /// The API key.
 pub const ENV_API_KEY: &str = "E2B_API_KEY";
 /// The sandbox domain (`e2b.app` by default).
@@ -91,6 +93,28 @@ impl E2bConfig {
     /// proxy address is set).
     pub fn connect_to(&self, host: &str) -> (String, u16) {
         self.proxy.clone().unwrap_or_else(|| (host.to_owned(), 443))
+    }
+}
+
+impl E2bConfig {
+    /// The route through E2B's proxy to `port` of sandbox `id`, carrying
+    /// `headers` (an access token) on every request.
+    pub fn route(
+        &self,
+        port: u16,
+        id: &str,
+        domain: Option<&str>,
+        headers: Vec<(String, String)>,
+    ) -> Endpoint {
+        let server_name = self.sandbox_host(port, id, domain);
+        let (host, port) = self.connect_to(&server_name);
+        Endpoint::Tls {
+            host,
+            port,
+            server_name,
+            ca_pem: self.ca_pem.clone(),
+            headers,
+        }
     }
 }
 

@@ -18,13 +18,17 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::E2bRef;
 use super::api::refused;
+use super::config::E2bConfig;
 use super::error::E2bError;
 use crate::backend::remote::rest::Rest;
 use crate::client::ClientError;
 
 /// envd's port.
 pub const ENVD_PORT: u16 = 49983;
+/// The header envd wants on secure sandboxes.
+const ENVD_TOKEN_HEADER: &str = "X-Access-Token";
 /// The user silo's files and agent belong to in a VM.
 const USER: &str = "root";
 /// A Connect envelope's header: one flags byte and a big-endian length.
@@ -50,10 +54,24 @@ pub struct Ended {
 }
 
 impl Envd {
-    /// envd reached through `rest` (the proxy route of its port, with the
-    /// access token when the sandbox has one).
-    pub fn new(rest: Rest) -> Self {
-        Self { rest }
+    /// envd of sandbox `e2b`, through the proxy `config` names, with the
+    /// sandbox's access token when it has one.
+    pub fn of(config: &E2bConfig, e2b: &E2bRef) -> Self {
+        let headers = e2b
+            .envd_token
+            .iter()
+            .map(|token| (ENVD_TOKEN_HEADER.to_owned(), token.clone()))
+            .collect();
+        let endpoint = config.route(
+            ENVD_PORT,
+            &e2b.sandbox_id,
+            e2b.domain.as_deref(),
+            Vec::new(),
+        );
+        let what = format!("envd of E2B sandbox {}", e2b.sandbox_id);
+        Self {
+            rest: Rest::at(what, endpoint, headers),
+        }
     }
 
     /// Writes `bytes` to `path` in the sandbox, parents made, as root.

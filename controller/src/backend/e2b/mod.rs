@@ -30,7 +30,6 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Serialize};
 
 use super::docker::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
-use super::remote::rest::Rest;
 use super::remote::{AGENT_PATH, AGENT_PORT, KEY_PATH, agent_command, healthy, wait_for_agent};
 use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
 use crate::agent_binary::AgentLocator;
@@ -46,8 +45,6 @@ pub use error::E2bError;
 /// The header E2B's proxy wants for ports other than envd's on sandboxes
 /// without public traffic.
 const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
-/// The header envd wants on secure sandboxes.
-const ENVD_TOKEN_HEADER: &str = "X-Access-Token";
 
 /// Runs sandboxes as E2B sandboxes.
 #[derive(Debug, Clone)]
@@ -81,6 +78,19 @@ pub struct E2bRef {
     /// The sandbox's domain, when E2B named one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+}
+
+impl E2bRef {
+    /// What to keep of a sandbox E2B just made from `template`.
+    pub fn new(created: api::SandboxCreated, template: String) -> Self {
+        Self {
+            sandbox_id: created.sandbox_id,
+            template,
+            envd_token: created.envd_access_token,
+            traffic_token: created.traffic_access_token,
+            domain: created.domain.filter(|d| !d.is_empty()),
+        }
+    }
 }
 
 impl E2bBackend {
@@ -131,34 +141,8 @@ impl E2bBackend {
         ]))
     }
 
-    /// The route through E2B's proxy to `port` of the sandbox.
-    fn route(
-        &self,
-        e2b: &E2bRef,
-        port: u16,
-        headers: Vec<(String, String)>,
-    ) -> Result<Endpoint, E2bError> {
-        let config = self.config()?;
-        let server_name = config.sandbox_host(port, &e2b.sandbox_id, e2b.domain.as_deref());
-        let (host, port) = config.connect_to(&server_name);
-        Ok(Endpoint::Tls {
-            host,
-            port,
-            server_name,
-            ca_pem: config.ca_pem.clone(),
-            headers,
-        })
-    }
-
     fn envd(&self, e2b: &E2bRef) -> Result<Envd, E2bError> {
-        let headers = e2b
-            .envd_token
-            .iter()
-            .map(|token| (ENVD_TOKEN_HEADER.to_owned(), token.clone()))
-            .collect();
-        let endpoint = self.route(e2b, ENVD_PORT, Vec::new())?;
-        let what = format!("envd of E2B sandbox {}", e2b.sandbox_id);
-        Ok(Envd::new(Rest::at(what, endpoint, headers)))
+        Ok(Envd::of(self.config()?, e2b))
     }
 
     fn agent_endpoint(&self, e2b: &E2bRef) -> Result<Endpoint, E2bError> {
@@ -167,7 +151,8 @@ impl E2bBackend {
             .iter()
             .map(|token| (TRAFFIC_TOKEN_HEADER.to_owned(), token.clone()))
             .collect();
-        self.route(e2b, AGENT_PORT, headers)
+        let config = self.config()?;
+        Ok(config.route(AGENT_PORT, &e2b.sandbox_id, e2b.domain.as_deref(), headers))
     }
 
     /// Puts the agent and the key in the VM and starts the agent; answers
@@ -305,13 +290,7 @@ impl Backend for E2bBackend {
                 metadata,
             })
             .await?;
-        let e2b = E2bRef {
-            sandbox_id: created.sandbox_id,
-            template,
-            envd_token: created.envd_access_token,
-            traffic_token: created.traffic_access_token,
-            domain: created.domain.filter(|d| !d.is_empty()),
-        };
+        let e2b = E2bRef::new(created, template);
         if let Err(error) = self.install_and_start(&e2b, &machine).await {
             if let Err(kill) = api.kill(&e2b.sandbox_id).await {
                 tracing::warn!(vm = e2b.sandbox_id, "killing a half-made sandbox: {kill}");
