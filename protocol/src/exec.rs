@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::error::ErrorKind;
 use crate::session::SessionInfo;
 
 /// Agent-assigned identifier of one exec, unique for the agent's lifetime.
@@ -264,7 +265,7 @@ pub enum AgentMessage {
         /// The exec concerned, when there is one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exec_id: Option<ExecId>,
-        /// Category.
+        /// Category (one list for the whole protocol: [`crate::error`]).
         kind: ErrorKind,
         /// Human-readable explanation.
         message: String,
@@ -371,43 +372,6 @@ impl ExitInfo {
             (Some(code), _) => code,
             (None, Some(signal)) => 128 + signal,
             (None, None) => 255,
-        }
-    }
-}
-
-/// Categories of [`AgentMessage::Error`].
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    /// The message could not be parsed or is invalid.
-    BadRequest,
-    /// The exec id is not known to this agent.
-    UnknownExec,
-    /// The command could not be started (a bad cwd, no resources).
-    SpawnFailed,
-    /// The program was not found (on `PATH`, or at the path given).
-    CommandNotFound,
-    /// The program was found but cannot be executed (no permission, not an
-    /// executable format).
-    NotExecutable,
-    /// A limit was reached (too many execs).
-    LimitReached,
-    /// Something failed inside the agent.
-    Internal,
-    /// No session with that id.
-    UnknownSession,
-    /// The session is running another command and the request asked not to wait.
-    Busy,
-}
-
-impl ErrorKind {
-    /// The exit code a POSIX shell gives a command that failed this way (127
-    /// not found, 126 not executable), for errors a shell user knows by it.
-    pub fn shell_code(self) -> Option<i32> {
-        match self {
-            Self::CommandNotFound => Some(127),
-            Self::NotExecutable => Some(126),
-            _ => None,
         }
     }
 }

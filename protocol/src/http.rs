@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ErrorKind;
+
 /// Unauthenticated liveness and version probe.
 pub const PATH_HEALTHZ: &str = "/healthz";
 /// WebSocket upgrade for the exec channel.
@@ -29,8 +31,8 @@ pub const HEADER_SIGNATURE: &str = "x-silo-signature";
 /// JSON body of every non-2xx answer from the agent.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ErrorBody {
-    /// Stable machine-readable category, e.g. `unauthorized`, `version_mismatch`.
-    pub kind: String,
+    /// Stable machine-readable category; it fixes the answer's status.
+    pub kind: ErrorKind,
     /// Human-readable explanation; never contains key material.
     pub message: String,
 }

@@ -5,7 +5,8 @@
 //! rather than a confusing signature error. Rejections name what was wrong
 //! and never echo key material (the protocol's error texts guarantee that).
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
+use silo_protocol::ErrorKind;
 use silo_protocol::auth::{AuthError, SignedHeaders, Verifier};
 use silo_protocol::http::HEADER_PROTOCOL;
 use silo_protocol::version::{VersionError, check_peer};
@@ -26,14 +27,11 @@ pub enum AdmitError {
 impl AdmitError {
     /// The JSON error response for this rejection.
     pub fn response(&self) -> Response<Body> {
-        match self {
-            Self::Version(err) => {
-                error_response(StatusCode::BAD_REQUEST, "version_mismatch", err.to_string())
-            }
-            Self::Auth(err) => {
-                error_response(StatusCode::UNAUTHORIZED, "unauthorized", err.to_string())
-            }
-        }
+        let kind = match self {
+            Self::Version(_) => ErrorKind::VersionMismatch,
+            Self::Auth(_) => ErrorKind::Unauthorized,
+        };
+        error_response(kind, self.to_string())
     }
 }
 
@@ -51,6 +49,7 @@ pub fn admit<B>(req: &Request<B>, verifier: &Verifier) -> Result<SignedHeaders, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::StatusCode;
     use silo_protocol::PROTOCOL_VERSION;
     use silo_protocol::auth::{EMPTY_BODY_SHA256, Key, sign};
 

@@ -42,6 +42,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
+use silo_protocol::ErrorKind;
 use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::Verifier;
 use silo_protocol::health::Health;
@@ -249,15 +250,10 @@ async fn route_whole(
         (PATH_EXEC, Method::GET) => exec_ws::upgrade(req, state, guard),
         (PATH_PUSH, Method::POST) => push::handle(req, state).await,
         (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT, _) => error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
+            ErrorKind::MethodNotAllowed,
             format!("{} does not take {}", req.uri().path(), req.method()),
         ),
-        (path, _) => error_response(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no route for {path}"),
-        ),
+        (path, _) => error_response(ErrorKind::NotFound, format!("no route for {path}")),
     }
 }
 
@@ -303,17 +299,27 @@ pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<Bo
     }
 }
 
-/// A JSON [`ErrorBody`] response.
-pub fn error_response(
-    status: StatusCode,
-    kind: &str,
-    message: impl Into<String>,
-) -> Response<Body> {
+/// A JSON [`ErrorBody`] response, with the status of its kind.
+pub fn error_response(kind: ErrorKind, message: impl Into<String>) -> Response<Body> {
+    let status = kind
+        .status()
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     json_response(
         status,
         &ErrorBody {
-            kind: kind.to_owned(),
+            kind,
             message: message.into(),
         },
     )
+}
+
+/// Logs a refused or failed request: an internal failure as an error,
+/// anything the request caused as information.
+pub fn log_failure(what: &str, kind: &ErrorKind, reason: &str) {
+    if *kind == ErrorKind::Internal {
+        tracing::error!("{what} failed: {reason}");
+    } else {
+        tracing::info!("{what} refused: {reason}");
+    }
 }

@@ -19,11 +19,11 @@ mod transport;
 
 use std::time::{Duration, Instant};
 
-use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::{AuthError, EMPTY_BODY_SHA256, Key, sign};
-use silo_protocol::exec::{ErrorKind, ExecSpec};
+use silo_protocol::exec::ExecSpec;
 use silo_protocol::health::Health;
 use silo_protocol::http::{HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ};
+use silo_protocol::{ErrorKind, PROTOCOL_VERSION};
 use tokio_tungstenite::tungstenite;
 
 pub use connection::{ExecConnection, ExecEvent, ExecHandle, ExecOutput};
@@ -171,13 +171,10 @@ impl AgentClient {
 fn rejection(status: u16, body: Option<&[u8]>) -> ClientError {
     let body: silo_protocol::http::ErrorBody = body
         .and_then(|b| serde_json::from_slice(b).ok())
-        .unwrap_or_else(|| silo_protocol::http::ErrorBody {
-            kind: "http".into(),
-            message: format!("agent answered HTTP {status}"),
-        });
-    match body.kind.as_str() {
-        "version_mismatch" => ClientError::VersionMismatch(body.message),
-        "unauthorized" => ClientError::Unauthorized(body.message),
+        .unwrap_or_else(|| transport::stand_in_error(format!("agent answered HTTP {status}")));
+    match body.kind {
+        ErrorKind::VersionMismatch => ClientError::VersionMismatch(body.message),
+        ErrorKind::Unauthorized => ClientError::Unauthorized(body.message),
         _ => ClientError::Rejected {
             status,
             message: body.message,
@@ -229,7 +226,7 @@ pub enum ClientError {
         message: String,
     },
     /// The agent reported a failed request.
-    #[error("agent error ({kind:?}): {message}")]
+    #[error("agent error ({kind}): {message}")]
     Agent {
         /// Category.
         kind: ErrorKind,

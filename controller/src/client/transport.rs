@@ -13,9 +13,9 @@ use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::{Key, sign};
 use silo_protocol::http::{ErrorBody, HEADER_PROTOCOL};
+use silo_protocol::{ErrorKind, PROTOCOL_VERSION};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -142,10 +142,18 @@ pub struct Response {
 impl Response {
     /// The agent's error body, or a stand-in built from the raw text.
     pub fn error_body(&self) -> ErrorBody {
-        serde_json::from_slice(&self.body).unwrap_or_else(|_| ErrorBody {
-            kind: "http".into(),
-            message: String::from_utf8_lossy(&self.body).into_owned(),
-        })
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| stand_in_error(String::from_utf8_lossy(&self.body).into_owned()))
+    }
+}
+
+/// The error body of an answer that carries none of the agent's (a
+/// proxy's error page, an empty body): its kind is unknown, spelt `http`,
+/// so only the status tells what happened.
+pub fn stand_in_error(message: String) -> ErrorBody {
+    ErrorBody {
+        kind: ErrorKind::Unknown("http".into()),
+        message,
     }
 }
 
