@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::error::ErrorKind;
 use crate::session::SessionInfo;
+use crate::version::Feature;
 
 /// Agent-assigned identifier of one exec, unique for the agent's lifetime.
 pub type ExecId = u64;
@@ -201,6 +202,34 @@ pub enum ClientMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         grace_ms: Option<u64>,
     },
+}
+
+impl ClientMessage {
+    /// The features this message uses; a client checks them against the
+    /// protocol version it speaks before sending it.
+    pub fn features(&self) -> Vec<Feature> {
+        match self {
+            Self::Exec { spec, .. } => {
+                let mut features = vec![Feature::Exec];
+                if spec.tty {
+                    features.push(Feature::Tty);
+                }
+                if spec.session.is_some() {
+                    features.push(Feature::Sessions);
+                }
+                features
+            }
+            Self::Resize { .. } => vec![Feature::Tty],
+            Self::SessionOpen { .. }
+            | Self::SessionList { .. }
+            | Self::SessionClose { .. }
+            | Self::SessionInterrupt { .. } => vec![Feature::Sessions],
+            Self::Attach { .. }
+            | Self::Interrupt { .. }
+            | Self::CloseStdin { .. }
+            | Self::Status { .. } => vec![Feature::Exec],
+        }
+    }
 }
 
 /// Replies and events from the agent (JSON text messages).
@@ -491,6 +520,27 @@ mod tests {
             text.contains(r#""type":"interrupt_ack""#) && text.contains(r#""state":"unknown""#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn messages_name_the_features_they_use() {
+        let plain = ClientMessage::Exec {
+            tag: 1,
+            spec: ExecSpec::argv(["true"]),
+        };
+        assert_eq!(plain.features(), [Feature::Exec]);
+        let spec = ExecSpec {
+            tty: true,
+            session: Some("s".into()),
+            ..ExecSpec::default()
+        };
+        let both = ClientMessage::Exec { tag: 1, spec };
+        assert_eq!(
+            both.features(),
+            [Feature::Exec, Feature::Tty, Feature::Sessions]
+        );
+        let list = ClientMessage::SessionList { tag: 2 };
+        assert_eq!(list.features(), [Feature::Sessions]);
     }
 
     #[test]

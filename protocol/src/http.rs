@@ -17,8 +17,13 @@ pub const PATH_PUSH: &str = "/v1/push";
 /// Snapshot endpoint (`POST`, JSON body; answers with an image layer).
 pub const PATH_SNAPSHOT: &str = "/v1/snapshot";
 
-/// The protocol version the client speaks.
+/// On a request: the protocol version the client speaks (one the agent
+/// accepts, see [`crate::version`]). On every answer: the newest version
+/// the agent speaks.
 pub const HEADER_PROTOCOL: &str = "x-silo-protocol";
+/// On every answer: the oldest protocol version the agent speaks (absent
+/// from agents before version 2, which spoke only their own).
+pub const HEADER_PROTOCOL_MIN: &str = "x-silo-protocol-min";
 /// Unix seconds at which the request was signed.
 pub const HEADER_TIMESTAMP: &str = "x-silo-timestamp";
 /// Random hex string, unique per request; defeats replay.

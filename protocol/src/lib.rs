@@ -8,7 +8,7 @@
 //! one small piece of state (the replay guard behind [`auth::Verifier`]).
 //!
 //! # Layout
-//! - [`version`]: the protocol version and the handshake header that checks it.
+//! - [`version`]: protocol versions, their negotiation, and the features of each.
 //! - [`http`]: endpoint paths, header names and the JSON error body.
 //! - [`error`]: the one list of error kinds, each with its HTTP status.
 //! - [`auth`]: request signing, verification, key derivation.
@@ -44,4 +44,4 @@ pub mod version;
 pub mod workload;
 
 pub use error::ErrorKind;
-pub use version::PROTOCOL_VERSION;
+pub use version::{Feature, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Versions};

@@ -35,7 +35,7 @@ pub fn upgrade(
     state: &Arc<AgentState>,
     guard: &Arc<ConnGuard>,
 ) -> Response<Body> {
-    let signed = match auth::admit(&req, &state.verifier) {
+    let signed = match auth::admit(&req, &state.verifier, state.protocols) {
         Ok(signed) => signed,
         Err(err) => return err.response(),
     };

@@ -69,7 +69,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
             ));
         }
     };
-    let signed = match auth::admit(&req, &state.verifier) {
+    let signed = match auth::admit(&req, &state.verifier, state.protocols) {
         Ok(signed) => signed,
         Err(err) => return whole(err.response()),
     };

@@ -15,7 +15,7 @@ use crate::push::{PushError, PushRequest};
 
 /// Handles one push request.
 pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body> {
-    let signed = match auth::admit(&req, &state.verifier) {
+    let signed = match auth::admit(&req, &state.verifier, state.protocols) {
         Ok(signed) => signed,
         Err(err) => return err.response(),
     };

@@ -28,7 +28,7 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Handles one snapshot request.
 pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Reply> {
-    let signed = match auth::admit(&req, &state.verifier) {
+    let signed = match auth::admit(&req, &state.verifier, state.protocols) {
         Ok(signed) => signed,
         Err(err) => return err.response().map(Either::Left),
     };
