@@ -255,6 +255,16 @@ mod tests {
     }
 
     #[test]
+    fn the_protocol_document_lists_every_kind_with_its_status() {
+        let doc = include_str!("../../docs/protocol.md");
+        for kind in ErrorKind::ALL {
+            let status = kind.status().map_or("exec".to_owned(), |s| s.to_string());
+            let row = format!("| `{kind}` | {status} |");
+            assert!(doc.contains(&row), "docs/protocol.md lacks the row {row:?}");
+        }
+    }
+
+    #[test]
     fn a_newer_peers_kind_is_kept_not_refused() {
         let kind: ErrorKind = serde_json::from_str(r#""layer_conflict""#).unwrap();
         assert_eq!(kind, ErrorKind::Unknown("layer_conflict".into()));

@@ -263,6 +263,20 @@ mod tests {
     }
 
     #[test]
+    fn the_protocol_document_states_the_versions_and_features() {
+        let doc = include_str!("../../docs/protocol.md");
+        let line = format!(
+            "Protocol version: **{PROTOCOL_VERSION}** (oldest still spoken: **{MIN_PROTOCOL_VERSION}**)"
+        );
+        assert!(doc.contains(&line), "docs/protocol.md lacks {line:?}");
+        for feature in Feature::ALL {
+            let name = format!("{feature:?}").to_lowercase();
+            let row = format!("| {name} | {} |", feature.since());
+            assert!(doc.contains(&row), "docs/protocol.md lacks the row {row:?}");
+        }
+    }
+
+    #[test]
     fn features_know_their_version() {
         assert!(Feature::Exec.in_version(1) && Feature::Push.in_version(1));
         for feature in [
