@@ -17,6 +17,7 @@ use silo_protocol::bundle::{
     DEFAULT_MAX_RATIO, DEFAULT_MAX_UNPACKED_BYTES,
 };
 use silo_protocol::limits::{DEFAULT_GRACE, DEFAULT_RING_BYTES, MAX_GRACE};
+use silo_protocol::version::{PROTOCOL_VERSION, VersionError, Versions};
 
 use crate::exec::DEFAULT_OUTPUT_BUDGET;
 use crate::exec::detach::DEFAULT_DETACH_TIMEOUT;
@@ -104,6 +105,12 @@ pub struct Args {
     /// Most replaced versions kept per mount, whatever their age.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_KEEP_VERSIONS)]
     pub push_keep: usize,
+    /// Newest protocol version to speak, to test a controller against an
+    /// older agent: requests announcing a newer one are refused, and
+    /// `/healthz` and every answer report this as the newest. Endpoints
+    /// stay served; only the versions change.
+    #[arg(long, value_name = "N", default_value_t = PROTOCOL_VERSION)]
+    pub max_protocol: u32,
     /// Command to supervise (after --).
     #[arg(last = true, value_name = "WORKLOAD")]
     pub workload: Vec<String>,
@@ -172,6 +179,8 @@ pub struct Config {
     pub workload: Vec<String>,
     /// Push roots, caps and version retention.
     pub push: PushConfig,
+    /// The protocol versions requests may announce.
+    pub protocols: Versions,
 }
 
 /// Why the settings are unusable.
@@ -207,6 +216,15 @@ pub enum ConfigError {
     /// The current directory cannot be determined.
     #[error("cannot determine the current directory")]
     Cwd(#[source] std::io::Error),
+    /// `--max-protocol` names a version this build does not speak.
+    #[error("--max-protocol {max}: this agent speaks protocol {}", Versions::OURS)]
+    MaxProtocol {
+        /// The version given.
+        max: u32,
+        /// Why it is refused.
+        #[source]
+        source: VersionError,
+    },
     /// A push root or the push base is not a plain absolute path.
     #[error("{flag} {} must be an absolute path without '.' or '..'", path.display())]
     PushPath {
@@ -281,6 +299,11 @@ impl Config {
                 path: args.push_base,
             });
         }
+        let protocols =
+            Versions::capped(args.max_protocol).map_err(|source| ConfigError::MaxProtocol {
+                max: args.max_protocol,
+                source,
+            })?;
         let push = PushConfig {
             roots: args.push_roots,
             base: args.push_base,
@@ -308,6 +331,7 @@ impl Config {
             idle_timeout: args.idle_timeout.map(Duration::from_secs),
             workload: args.workload,
             push,
+            protocols,
         })
     }
 }
@@ -345,6 +369,18 @@ mod tests {
                 Config::resolve(a, Some(KEY.into())),
                 Err(ConfigError::PushPath { .. })
             ));
+        }
+    }
+
+    #[test]
+    fn the_protocol_can_be_capped_to_an_older_version_only() {
+        let c = Config::resolve(args(&[]), Some(KEY.into())).unwrap();
+        assert_eq!(c.protocols, Versions::OURS);
+        let c = Config::resolve(args(&["--max-protocol", "1"]), Some(KEY.into())).unwrap();
+        assert_eq!(c.protocols.max, 1);
+        for bad in ["0", "99"] {
+            let err = Config::resolve(args(&["--max-protocol", bad]), Some(KEY.into()));
+            assert!(matches!(err, Err(ConfigError::MaxProtocol { .. })), "{bad}");
         }
     }
 

@@ -130,6 +130,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     let pusher = start_push(&config, &boot_id, phase_rx.clone());
     let state = Arc::new(AgentState::new(
         Verifier::new(config.key.clone()),
+        config.protocols,
         execs,
         pusher,
         Files::new(FilesConfig {
@@ -142,6 +143,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     tracing::info!(
         listen = %listener.describe(),
         version = env!("CARGO_PKG_VERSION"),
+        protocols = %config.protocols,
         pid = std::process::id(),
         "silo-agent ready"
     );

@@ -94,7 +94,7 @@ impl Agent {
             .await;
         let err: ErrorBody = serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| panic!("{status}: {}", String::from_utf8_lossy(&bytes)));
-        (status, err.kind)
+        (status, err.kind.to_string())
     }
 }
 

@@ -379,7 +379,7 @@ impl Silo {
             .backend(sandbox.backend)
             .endpoint(machine(sandbox, &key))
             .map_err(|e| backend_error("reach", sandbox, e))?;
-        Ok(AgentClient::new(endpoint, key))
+        Ok(AgentClient::new(endpoint, key).for_sandbox(&sandbox.name))
     }
 
     /// The key this sandbox's agent accepts.

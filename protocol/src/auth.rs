@@ -419,6 +419,36 @@ mod tests {
         );
     }
 
+    /// The worked example of `docs/protocol.md`, computed here so the
+    /// document cannot drift from the code: every value it shows must be
+    /// what this build computes.
+    #[test]
+    fn the_documented_signing_example_holds() {
+        let doc = include_str!("../../docs/protocol.md");
+        let master = Key::from_bytes(std::array::from_fn(|i| i as u8));
+        let key = derive_sandbox_key(&master, "sbx-0123456789ab");
+        let target = crate::files::FileQuery {
+            mode: Some(0o644),
+            parents: true,
+            ..crate::files::FileQuery::new("notes/hello world.txt")
+        }
+        .path_and_query(crate::files::PATH_FILE);
+        let body_hash = body_sha256(b"hello\n");
+        let nonce = "00112233445566778899aabbccddeeff";
+        let canonical = canonical_request("PUT", &target, 1_700_000_000, nonce, &body_hash);
+        let signed = sign_at(&key, "PUT", &target, &body_hash, 1_700_000_000, nonce);
+        for value in [
+            master.to_hex(),
+            key.to_hex(),
+            target,
+            body_hash,
+            canonical,
+            signed.signature,
+        ] {
+            assert!(doc.contains(&value), "docs/protocol.md lacks {value:?}");
+        }
+    }
+
     #[test]
     fn sandbox_keys_differ_and_errors_do_not_leak_keys() {
         let master = Key::generate().unwrap();

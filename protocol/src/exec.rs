@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::error::ErrorKind;
 use crate::session::SessionInfo;
+use crate::version::Feature;
 
 /// Agent-assigned identifier of one exec, unique for the agent's lifetime.
 pub type ExecId = u64;
@@ -202,6 +204,34 @@ pub enum ClientMessage {
     },
 }
 
+impl ClientMessage {
+    /// The features this message uses; a client checks them against the
+    /// protocol version it speaks before sending it.
+    pub fn features(&self) -> Vec<Feature> {
+        match self {
+            Self::Exec { spec, .. } => {
+                let mut features = vec![Feature::Exec];
+                if spec.tty {
+                    features.push(Feature::Tty);
+                }
+                if spec.session.is_some() {
+                    features.push(Feature::Sessions);
+                }
+                features
+            }
+            Self::Resize { .. } => vec![Feature::Tty],
+            Self::SessionOpen { .. }
+            | Self::SessionList { .. }
+            | Self::SessionClose { .. }
+            | Self::SessionInterrupt { .. } => vec![Feature::Sessions],
+            Self::Attach { .. }
+            | Self::Interrupt { .. }
+            | Self::CloseStdin { .. }
+            | Self::Status { .. } => vec![Feature::Exec],
+        }
+    }
+}
+
 /// Replies and events from the agent (JSON text messages).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -264,7 +294,7 @@ pub enum AgentMessage {
         /// The exec concerned, when there is one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exec_id: Option<ExecId>,
-        /// Category.
+        /// Category (one list for the whole protocol: [`crate::error`]).
         kind: ErrorKind,
         /// Human-readable explanation.
         message: String,
@@ -371,43 +401,6 @@ impl ExitInfo {
             (Some(code), _) => code,
             (None, Some(signal)) => 128 + signal,
             (None, None) => 255,
-        }
-    }
-}
-
-/// Categories of [`AgentMessage::Error`].
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    /// The message could not be parsed or is invalid.
-    BadRequest,
-    /// The exec id is not known to this agent.
-    UnknownExec,
-    /// The command could not be started (a bad cwd, no resources).
-    SpawnFailed,
-    /// The program was not found (on `PATH`, or at the path given).
-    CommandNotFound,
-    /// The program was found but cannot be executed (no permission, not an
-    /// executable format).
-    NotExecutable,
-    /// A limit was reached (too many execs).
-    LimitReached,
-    /// Something failed inside the agent.
-    Internal,
-    /// No session with that id.
-    UnknownSession,
-    /// The session is running another command and the request asked not to wait.
-    Busy,
-}
-
-impl ErrorKind {
-    /// The exit code a POSIX shell gives a command that failed this way (127
-    /// not found, 126 not executable), for errors a shell user knows by it.
-    pub fn shell_code(self) -> Option<i32> {
-        match self {
-            Self::CommandNotFound => Some(127),
-            Self::NotExecutable => Some(126),
-            _ => None,
         }
     }
 }
@@ -527,6 +520,27 @@ mod tests {
             text.contains(r#""type":"interrupt_ack""#) && text.contains(r#""state":"unknown""#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn messages_name_the_features_they_use() {
+        let plain = ClientMessage::Exec {
+            tag: 1,
+            spec: ExecSpec::argv(["true"]),
+        };
+        assert_eq!(plain.features(), [Feature::Exec]);
+        let spec = ExecSpec {
+            tty: true,
+            session: Some("s".into()),
+            ..ExecSpec::default()
+        };
+        let both = ClientMessage::Exec { tag: 1, spec };
+        assert_eq!(
+            both.features(),
+            [Feature::Exec, Feature::Tty, Feature::Sessions]
+        );
+        let list = ClientMessage::SessionList { tag: 2 };
+        assert_eq!(list.features(), [Feature::Sessions]);
     }
 
     #[test]

@@ -29,7 +29,10 @@
 //! | `GET` [`PATH_TREE`] | a file or a tree as an uncompressed tar, entries named relative to the path's parent | tar bytes |
 //! | `PUT` [`PATH_TREE`] | unpacks a tar into the directory `path` (made if missing), merging; the push extract's rules apply to every entry | [`TreeWritten`] |
 //!
-//! Failure is the usual [`crate::http::ErrorBody`] with one of the [`kind`] values.
+//! Failure is the usual [`crate::http::ErrorBody`]; its kinds are those of
+//! [`crate::error::ErrorKind`] marked for the file API and the shared ones
+//! (`malformed`, `permission_denied`, `not_found`, `too_large`,
+//! `hash_mismatch`, `disk_full`, `internal`).
 
 use serde::{Deserialize, Serialize};
 
@@ -170,32 +173,6 @@ pub struct TreeWritten {
     pub dirs: u64,
     /// Bytes of file contents written.
     pub bytes: u64,
-}
-
-/// The `kind` of a file request's [`crate::http::ErrorBody`].
-pub mod kind {
-    /// 400: the query, the path or the body cannot be read.
-    pub const MALFORMED: &str = "malformed";
-    /// 403: the path lies outside `confine`, or reaches it through a symlink.
-    pub const OUTSIDE_CONFINE: &str = "outside_confine";
-    /// 403: the sandbox user may not do this.
-    pub const PERMISSION_DENIED: &str = "permission_denied";
-    /// 404: nothing at the path (or at a parent, without `parents`).
-    pub const NOT_FOUND: &str = "not_found";
-    /// 409: a directory where a file was asked for.
-    pub const IS_A_DIRECTORY: &str = "is_a_directory";
-    /// 409: something other than a directory where one was asked for.
-    pub const NOT_A_DIRECTORY: &str = "not_a_directory";
-    /// 409: a non-empty directory removed without `recursive`.
-    pub const NOT_EMPTY: &str = "not_empty";
-    /// 413: the body is over [`super::MAX_FILE_WRITE`] or a tar limit.
-    pub const TOO_LARGE: &str = "too_large";
-    /// 422: the body does not match the signed SHA-256; nothing was written.
-    pub const HASH_MISMATCH: &str = "hash_mismatch";
-    /// 507: the sandbox's disk is full; nothing was written.
-    pub const DISK_FULL: &str = "disk_full";
-    /// 500: the agent failed for a reason of its own.
-    pub const INTERNAL: &str = "internal";
 }
 
 #[cfg(test)]

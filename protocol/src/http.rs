@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ErrorKind;
+
 /// Unauthenticated liveness and version probe.
 pub const PATH_HEALTHZ: &str = "/healthz";
 /// WebSocket upgrade for the exec channel.
@@ -15,8 +17,13 @@ pub const PATH_PUSH: &str = "/v1/push";
 /// Snapshot endpoint (`POST`, JSON body; answers with an image layer).
 pub const PATH_SNAPSHOT: &str = "/v1/snapshot";
 
-/// The protocol version the client speaks.
+/// On a request: the protocol version the client speaks (one the agent
+/// accepts, see [`crate::version`]). On every answer: the newest version
+/// the agent speaks.
 pub const HEADER_PROTOCOL: &str = "x-silo-protocol";
+/// On every answer: the oldest protocol version the agent speaks (absent
+/// from agents before version 2, which spoke only their own).
+pub const HEADER_PROTOCOL_MIN: &str = "x-silo-protocol-min";
 /// Unix seconds at which the request was signed.
 pub const HEADER_TIMESTAMP: &str = "x-silo-timestamp";
 /// Random hex string, unique per request; defeats replay.
@@ -29,8 +36,8 @@ pub const HEADER_SIGNATURE: &str = "x-silo-signature";
 /// JSON body of every non-2xx answer from the agent.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ErrorBody {
-    /// Stable machine-readable category, e.g. `unauthorized`, `version_mismatch`.
-    pub kind: String,
+    /// Stable machine-readable category; it fixes the answer's status.
+    pub kind: ErrorKind,
     /// Human-readable explanation; never contains key material.
     pub message: String,
 }

@@ -8,8 +8,9 @@
 //! one small piece of state (the replay guard behind [`auth::Verifier`]).
 //!
 //! # Layout
-//! - [`version`]: the protocol version and the handshake header that checks it.
+//! - [`version`]: protocol versions, their negotiation, and the features of each.
 //! - [`http`]: endpoint paths, header names and the JSON error body.
+//! - [`error`]: the one list of error kinds, each with its HTTP status.
 //! - [`auth`]: request signing, verification, key derivation.
 //! - [`replay`]: the nonces seen within the skew window, bounded in memory.
 //! - [`exec`]: the exec channel: control messages (JSON) and output frames (binary).
@@ -17,7 +18,7 @@
 //! - [`health`]: the unauthenticated `GET /healthz` answer.
 //! - [`limits`]: defaults both sides need to know (ring size, grace, keepalive).
 //! - [`query`]: percent-encoded query strings, built and read one way on both tiers.
-//! - [`push`]: the push request's query, its answer and its error kinds.
+//! - [`push`]: the push request's query and its answer.
 //! - [`bundle`]: the bundle format, its limits, and the deterministic builder.
 //! - [`exact`]: a tar entry's contents read to exactly the size its header declared.
 //! - [`snapshot`]: the snapshot request and the layer format of its answer.
@@ -27,6 +28,7 @@
 
 pub mod auth;
 pub mod bundle;
+pub mod error;
 pub mod exact;
 pub mod exec;
 pub mod files;
@@ -41,4 +43,5 @@ pub mod snapshot;
 pub mod version;
 pub mod workload;
 
-pub use version::PROTOCOL_VERSION;
+pub use error::ErrorKind;
+pub use version::{Feature, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Versions};

@@ -5,7 +5,7 @@
 //! The mount path travels percent-encoded in the query ([`crate::query`]);
 //! [`path_and_query`] and [`parse_query`] are the two halves, so both tiers agree on the exact
 //! text that is signed. Success is a [`PushResponse`]; failure is the usual
-//! [`crate::http::ErrorBody`] with one of the [`kind`] values, which the
+//! [`crate::http::ErrorBody`], whose [`crate::error::ErrorKind`] the
 //! controller uses to decide whether a retry can help.
 
 use serde::{Deserialize, Serialize};
@@ -30,26 +30,6 @@ pub struct PushResponse {
     pub bytes: u64,
     /// The bundle was already live, so nothing was written.
     pub unchanged: bool,
-}
-
-/// The `kind` of a push's [`crate::http::ErrorBody`].
-pub mod kind {
-    /// 400: the request or the bundle cannot be read (bad query, bad gzip or tar).
-    pub const MALFORMED: &str = "malformed";
-    /// 400: an entry is refused; the message names the entry and the reason.
-    pub const REJECTED_ENTRY: &str = "rejected_entry";
-    /// 403: the mount path is not under an allowed push root.
-    pub const MOUNT_NOT_ALLOWED: &str = "mount_not_allowed";
-    /// 409: something that silo does not manage is in the way of the mount.
-    pub const MOUNT_CONFLICT: &str = "mount_conflict";
-    /// 413: the bundle, a file, the unpacked total or the entry count is over a limit.
-    pub const TOO_LARGE: &str = "too_large";
-    /// 422: the body does not match the signed SHA-256.
-    pub const HASH_MISMATCH: &str = "hash_mismatch";
-    /// 507: the sandbox's disk is full.
-    pub const DISK_FULL: &str = "disk_full";
-    /// 500: the agent failed for a reason of its own.
-    pub const INTERNAL: &str = "internal";
 }
 
 /// `/v1/push?mount=…` for `mount`, percent-encoded: the exact text to sign.

@@ -56,19 +56,6 @@ pub struct SnapshotRequest {
     pub baseline: Vec<String>,
 }
 
-/// The `kind` of a snapshot's [`crate::http::ErrorBody`].
-pub mod kind {
-    /// 400: the request body cannot be read.
-    pub const MALFORMED: &str = "malformed";
-    /// 409: another snapshot of this sandbox is being taken.
-    pub const BUSY: &str = "busy";
-    /// 501: this agent cannot stop the sandbox's processes (it is not the
-    /// sandbox's PID 1), so it cannot take a consistent snapshot.
-    pub const UNSUPPORTED: &str = "unsupported";
-    /// 500: the agent failed for a reason of its own.
-    pub const INTERNAL: &str = "internal";
-}
-
 /// The request path (the snapshot takes no query).
 pub fn path() -> &'static str {
     PATH_SNAPSHOT

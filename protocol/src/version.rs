@@ -1,51 +1,217 @@
-//! Protocol versioning.
+//! Protocol versions, their negotiation, and the features each one has.
 //!
-//! The version is a single integer bumped on any incompatible wire change. The
-//! client sends it in [`crate::http::HEADER_PROTOCOL`] on every request and the
-//! agent refuses a mismatch before doing anything else, naming both versions,
-//! so a stale agent baked into an old image fails loudly instead of strangely.
+//! A version is one integer, bumped whenever the wire gains or changes
+//! something a peer must know about. Each side speaks a range of versions
+//! ([`Versions`]): the agent accepts a request announcing any version in its
+//! range (in [`crate::http::HEADER_PROTOCOL`]) and reports its range on
+//! every answer and in `GET /healthz`; the controller learns the agent's
+//! range and speaks the newest version both have ([`Versions::common`]).
+//! What a version offers is the list of [`Feature`]s, each with the version
+//! that brought it, so a client refuses a request the agent's version lacks
+//! before sending it, and says which feature is missing.
+//!
+//! Changes stay additive (new endpoints, new messages, optional fields with
+//! defaults), so an agent serves every version in its range the same way:
+//! the announced version says what the client understands, and an agent
+//! newer than its controller keeps serving it.
 
-/// The protocol version spoken by this build.
-pub const PROTOCOL_VERSION: u32 = 1;
+use std::fmt;
 
-/// Checks the version a peer announced against ours.
-///
-/// `announced` is the raw header value, or `None` when the header was absent.
-pub fn check_peer(announced: Option<&str>) -> Result<(), VersionError> {
-    let raw = announced.ok_or(VersionError::Missing)?;
-    let theirs: u32 = raw
-        .trim()
-        .parse()
-        .map_err(|_| VersionError::Unparsable(raw.to_owned()))?;
-    if theirs == PROTOCOL_VERSION {
-        Ok(())
-    } else {
-        Err(VersionError::Mismatch {
-            ours: PROTOCOL_VERSION,
-            theirs,
-        })
+use crate::{files, http};
+
+/// The newest protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 2;
+/// The oldest protocol version this build still speaks.
+pub const MIN_PROTOCOL_VERSION: u32 = 1;
+
+/// Something a protocol version may or may not offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Feature {
+    /// Commands on the exec channel: exec, attach and replay, interrupt,
+    /// status, stdin.
+    Exec,
+    /// `POST /v1/push`: bundles swapped in atomically at a mount.
+    Push,
+    /// `POST /v1/snapshot`: the sandbox's changes as an image layer.
+    Snapshot,
+    /// Shell sessions on the exec channel (`session` runs, open, list,
+    /// close, interrupt).
+    Sessions,
+    /// Commands under a pseudo-terminal (`tty`, resize).
+    Tty,
+    /// The file API (`/v1/files/…`).
+    Files,
+}
+
+impl Feature {
+    /// Every feature, oldest first.
+    pub const ALL: [Self; 6] = [
+        Self::Exec,
+        Self::Push,
+        Self::Snapshot,
+        Self::Sessions,
+        Self::Tty,
+        Self::Files,
+    ];
+
+    /// The first protocol version that has this feature.
+    pub fn since(self) -> u32 {
+        match self {
+            Self::Exec | Self::Push => 1,
+            Self::Snapshot | Self::Sessions | Self::Tty | Self::Files => 2,
+        }
+    }
+
+    /// The feature an HTTP endpoint belongs to, by the path of a request
+    /// target (its query ignored). `None` for `/healthz`, which every
+    /// version has, and for paths the protocol does not have.
+    pub fn of_path(path_and_query: &str) -> Option<Self> {
+        let path = path_and_query
+            .split_once('?')
+            .map_or(path_and_query, |(path, _)| path);
+        match path {
+            http::PATH_EXEC => Some(Self::Exec),
+            http::PATH_PUSH => Some(Self::Push),
+            http::PATH_SNAPSHOT => Some(Self::Snapshot),
+            files::PATH_FILE
+            | files::PATH_STAT
+            | files::PATH_LIST
+            | files::PATH_MKDIR
+            | files::PATH_TREE => Some(Self::Files),
+            _ => None,
+        }
+    }
+
+    /// Whether protocol `version` has this feature.
+    pub fn in_version(self, version: u32) -> bool {
+        version >= self.since()
+    }
+
+    /// What the feature is called in messages ("which has no {name}").
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exec => "exec channel",
+            Self::Push => "push endpoint",
+            Self::Snapshot => "snapshot endpoint",
+            Self::Sessions => "shell sessions",
+            Self::Tty => "terminal (tty) execs",
+            Self::Files => "file API",
+        }
     }
 }
 
-/// Why a peer's protocol version was refused.
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The protocol versions one side speaks: every version from `min` to `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Versions {
+    /// The oldest.
+    pub min: u32,
+    /// The newest.
+    pub max: u32,
+}
+
+impl Versions {
+    /// What this build speaks.
+    pub const OURS: Self = Self {
+        min: MIN_PROTOCOL_VERSION,
+        max: PROTOCOL_VERSION,
+    };
+
+    /// This build's range with its newest version lowered to `max`, to act
+    /// as an older peer would (the agent's `--max-protocol`, a client
+    /// pinned to an older version; both for testing compatibility).
+    pub fn capped(max: u32) -> Result<Self, VersionError> {
+        if Self::OURS.contains(max) {
+            Ok(Self { max, ..Self::OURS })
+        } else {
+            Err(VersionError::Unsupported {
+                announced: max,
+                ours: Self::OURS,
+            })
+        }
+    }
+
+    /// Whether `version` is in the range.
+    pub fn contains(self, version: u32) -> bool {
+        (self.min..=self.max).contains(&version)
+    }
+
+    /// Checks the version a request announced (the raw header value, or
+    /// `None` when the header was absent) and returns it.
+    pub fn admit(self, announced: Option<&str>) -> Result<u32, VersionError> {
+        let raw = announced.ok_or(VersionError::Missing { ours: self })?;
+        let announced: u32 = raw
+            .trim()
+            .parse()
+            .map_err(|_| VersionError::Unparsable(raw.to_owned()))?;
+        if self.contains(announced) {
+            Ok(announced)
+        } else {
+            Err(VersionError::Unsupported {
+                announced,
+                ours: self,
+            })
+        }
+    }
+
+    /// The version to speak with a peer that speaks `theirs`: the newest
+    /// both speak.
+    pub fn common(self, theirs: Versions) -> Result<u32, VersionError> {
+        let newest = self.max.min(theirs.max);
+        if newest >= self.min.max(theirs.min) {
+            Ok(newest)
+        } else {
+            Err(VersionError::Disjoint { ours: self, theirs })
+        }
+    }
+}
+
+impl fmt::Display for Versions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.min == self.max {
+            write!(f, "{}", self.max)
+        } else {
+            write!(f, "{} to {}", self.min, self.max)
+        }
+    }
+}
+
+/// Why a protocol version was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum VersionError {
-    /// The peer did not say which version it speaks.
-    #[error("peer did not announce a protocol version (expected {PROTOCOL_VERSION})")]
-    Missing,
+    /// The request did not say which version it speaks.
+    #[error("the request announced no protocol version (this side speaks {ours})")]
+    Missing {
+        /// What this side speaks.
+        ours: Versions,
+    },
     /// The announced version is not a number.
-    #[error("peer announced an unreadable protocol version {0:?}")]
+    #[error("the request announced an unreadable protocol version {0:?}")]
     Unparsable(String),
-    /// Both sides speak different versions.
+    /// The announced version is outside this side's range.
     #[error(
-        "protocol version mismatch: this side speaks {ours}, the peer speaks {theirs}; \
+        "protocol version {announced} is not spoken here (this side speaks {ours}); \
          upgrade the older of silo and silo-agent"
     )]
-    Mismatch {
-        /// Our version.
-        ours: u32,
-        /// The peer's version.
-        theirs: u32,
+    Unsupported {
+        /// What the peer announced.
+        announced: u32,
+        /// What this side speaks.
+        ours: Versions,
+    },
+    /// The two sides have no version in common.
+    #[error("no protocol version in common: this side speaks {ours}, the peer {theirs}")]
+    Disjoint {
+        /// What this side speaks.
+        ours: Versions,
+        /// What the peer speaks.
+        theirs: Versions,
     },
 }
 
@@ -53,15 +219,90 @@ pub enum VersionError {
 mod tests {
     use super::*;
 
+    const V1: Versions = Versions { min: 1, max: 1 };
+
     #[test]
-    fn accepts_own_version_and_refuses_others() {
-        assert_eq!(check_peer(Some(&PROTOCOL_VERSION.to_string())), Ok(()));
-        assert_eq!(check_peer(None), Err(VersionError::Missing));
+    fn the_agent_admits_its_whole_range_and_names_what_it_refuses() {
+        let ours = Versions::OURS;
+        for version in MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION {
+            assert_eq!(ours.admit(Some(&version.to_string())), Ok(version));
+        }
+        assert_eq!(ours.admit(Some(" 1 ")), Ok(1));
+        assert_eq!(ours.admit(None), Err(VersionError::Missing { ours }));
         assert!(matches!(
-            check_peer(Some("x")),
+            ours.admit(Some("x")),
             Err(VersionError::Unparsable(_))
         ));
-        let err = check_peer(Some("999")).unwrap_err();
+        let err = ours.admit(Some("999")).unwrap_err();
         assert!(err.to_string().contains("999"), "{err}");
+        assert!(err.to_string().contains("1 to 2"), "{err}");
+        assert!(ours.admit(Some("0")).is_err());
+        // An agent capped at 1 refuses 2, as an agent of version 1 does.
+        let capped = Versions::capped(1).unwrap();
+        assert_eq!(capped, V1);
+        assert!(capped.admit(Some("2")).is_err());
+        assert!(Versions::capped(PROTOCOL_VERSION + 1).is_err());
+        assert!(Versions::capped(0).is_err());
+    }
+
+    #[test]
+    fn both_sides_speak_the_newest_version_they_share() {
+        let ours = Versions::OURS;
+        assert_eq!(ours.common(ours), Ok(PROTOCOL_VERSION));
+        // An older agent: we step down to it.
+        assert_eq!(ours.common(V1), Ok(1));
+        // A newer agent that still speaks ours: it steps down to us.
+        let newer = Versions { min: 1, max: 9 };
+        assert_eq!(ours.common(newer), Ok(PROTOCOL_VERSION));
+        // A newer agent that dropped ours, and a peer older than our oldest.
+        let dropped = Versions { min: 7, max: 9 };
+        let err = ours.common(dropped).unwrap_err();
+        assert!(err.to_string().contains("7 to 9"), "{err}");
+        let ancient = Versions { min: 0, max: 0 };
+        assert!(ours.common(ancient).is_err());
+    }
+
+    #[test]
+    fn the_protocol_document_states_the_versions_and_features() {
+        let doc = include_str!("../../docs/protocol.md");
+        let line = format!(
+            "Protocol version: **{PROTOCOL_VERSION}** (oldest still spoken: **{MIN_PROTOCOL_VERSION}**)"
+        );
+        assert!(doc.contains(&line), "docs/protocol.md lacks {line:?}");
+        for feature in Feature::ALL {
+            let name = format!("{feature:?}").to_lowercase();
+            let row = format!("| {name} | {} |", feature.since());
+            assert!(doc.contains(&row), "docs/protocol.md lacks the row {row:?}");
+        }
+    }
+
+    #[test]
+    fn features_know_their_version() {
+        assert!(Feature::Exec.in_version(1) && Feature::Push.in_version(1));
+        for feature in [
+            Feature::Snapshot,
+            Feature::Sessions,
+            Feature::Tty,
+            Feature::Files,
+        ] {
+            assert!(!feature.in_version(1) && feature.in_version(2), "{feature}");
+        }
+        for feature in Feature::ALL {
+            assert!(
+                Versions::OURS.contains(feature.since()),
+                "{feature} needs a version this build does not speak"
+            );
+        }
+        assert_eq!(Feature::Files.to_string(), "file API");
+        assert_eq!(
+            Feature::of_path("/v1/files/stat?path=/a"),
+            Some(Feature::Files)
+        );
+        assert_eq!(Feature::of_path("/v1/push?mount=/m"), Some(Feature::Push));
+        assert_eq!(
+            Feature::of_path(http::PATH_SNAPSHOT),
+            Some(Feature::Snapshot)
+        );
+        assert_eq!(Feature::of_path(http::PATH_HEALTHZ), None);
     }
 }

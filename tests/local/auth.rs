@@ -180,6 +180,10 @@ async fn healthz_needs_no_key_and_reports_versions() {
         .await
         .unwrap();
     assert_eq!(health.protocol_version, PROTOCOL_VERSION);
+    assert_eq!(
+        health.protocol_min,
+        Some(silo_protocol::MIN_PROTOCOL_VERSION)
+    );
     assert_eq!(health.pid, agent.pid());
     assert!(!health.agent_version.is_empty() && !health.boot_id.is_empty());
 }

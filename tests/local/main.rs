@@ -13,6 +13,7 @@ mod pty;
 mod push_hostile;
 mod push_swap;
 mod sessions;
+mod versions;
 
 /// The `silo` binary cargo built for these tests.
 const SILO: &str = env!("CARGO_BIN_EXE_silo");

@@ -25,9 +25,8 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use http::StatusCode;
+use silo_protocol::ErrorKind;
 use silo_protocol::bundle::BundleLimits;
-use silo_protocol::files::kind;
 use silo_protocol::query::QueryError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -80,7 +79,7 @@ impl Files {
     }
 }
 
-/// Why a file request failed; [`FilesError::status`] makes the answer.
+/// Why a file request failed; [`FilesError::kind`] makes the answer.
 #[derive(Debug, thiserror::Error)]
 pub enum FilesError {
     /// The query cannot be read.
@@ -149,46 +148,44 @@ pub enum FilesError {
 }
 
 impl FilesError {
-    /// The HTTP status and the error body's `kind`.
-    pub fn status(&self) -> (StatusCode, &'static str) {
+    /// The error body's kind (which fixes the answer's status).
+    pub fn kind(&self) -> ErrorKind {
         match self {
             Self::Query(_)
             | Self::BadPath { .. }
             | Self::NotRegular(_)
             | Self::Body(_)
-            | Self::BodyStalled(_) => (StatusCode::BAD_REQUEST, kind::MALFORMED),
-            Self::OutsideConfine { .. } => (StatusCode::FORBIDDEN, kind::OUTSIDE_CONFINE),
-            Self::NotFound(_) => (StatusCode::NOT_FOUND, kind::NOT_FOUND),
-            Self::IsADirectory(_) => (StatusCode::CONFLICT, kind::IS_A_DIRECTORY),
-            Self::NotADirectory(_) => (StatusCode::CONFLICT, kind::NOT_A_DIRECTORY),
-            Self::NotEmpty(_) => (StatusCode::CONFLICT, kind::NOT_EMPTY),
-            Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
-            Self::HashMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind::HASH_MISMATCH),
+            | Self::BodyStalled(_) => ErrorKind::Malformed,
+            Self::OutsideConfine { .. } => ErrorKind::OutsideConfine,
+            Self::NotFound(_) => ErrorKind::NotFound,
+            Self::IsADirectory(_) => ErrorKind::IsADirectory,
+            Self::NotADirectory(_) => ErrorKind::NotADirectory,
+            Self::NotEmpty(_) => ErrorKind::NotEmpty,
+            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::HashMismatch { .. } => ErrorKind::HashMismatch,
             // The file API names no refused entry apart: it is malformed input.
-            Self::Extract(err) => err.status(kind::MALFORMED, by_errno),
+            Self::Extract(err) => err.kind(ErrorKind::Malformed, by_errno),
             Self::Io(err) => by_errno(&err.source),
-            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL),
+            Self::Internal(_) => ErrorKind::Internal,
         }
     }
 }
 
-/// The answer to a failed system call, by what the kernel said.
-fn by_errno(err: &io::Error) -> (StatusCode, &'static str) {
+/// The kind of a failed system call, by what the kernel said.
+fn by_errno(err: &io::Error) -> ErrorKind {
     if is_disk_full(err) {
-        return (StatusCode::INSUFFICIENT_STORAGE, kind::DISK_FULL);
+        return ErrorKind::DiskFull;
     }
     match err.raw_os_error() {
-        Some(libc::ENOENT) => (StatusCode::NOT_FOUND, kind::NOT_FOUND),
-        Some(libc::EACCES | libc::EPERM | libc::EROFS) => {
-            (StatusCode::FORBIDDEN, kind::PERMISSION_DENIED)
-        }
-        Some(libc::EISDIR) => (StatusCode::CONFLICT, kind::IS_A_DIRECTORY),
-        Some(libc::ENOTDIR) => (StatusCode::CONFLICT, kind::NOT_A_DIRECTORY),
-        Some(libc::ENOTEMPTY) => (StatusCode::CONFLICT, kind::NOT_EMPTY),
+        Some(libc::ENOENT) => ErrorKind::NotFound,
+        Some(libc::EACCES | libc::EPERM | libc::EROFS) => ErrorKind::PermissionDenied,
+        Some(libc::EISDIR) => ErrorKind::IsADirectory,
+        Some(libc::ENOTDIR) => ErrorKind::NotADirectory,
+        Some(libc::ENOTEMPTY) => ErrorKind::NotEmpty,
         // Only opens with O_NOFOLLOW, used under `confine`, see ELOOP: a
         // symlink appeared where the walk found none.
-        Some(libc::ELOOP) => (StatusCode::FORBIDDEN, kind::OUTSIDE_CONFINE),
-        _ => (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL),
+        Some(libc::ELOOP) => ErrorKind::OutsideConfine,
+        _ => ErrorKind::Internal,
     }
 }
 

@@ -4,10 +4,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
-use http::StatusCode;
 use sha2::{Digest, Sha256};
+use silo_protocol::ErrorKind;
 use silo_protocol::bundle::BundleLimits;
-use silo_protocol::files::{FileKind, FileQuery, kind};
+use silo_protocol::files::{FileKind, FileQuery};
 
 use super::*;
 
@@ -26,8 +26,8 @@ fn spec(body: &[u8], mode: Option<u32>) -> WriteSpec {
     }
 }
 
-fn kind_of(err: &FilesError) -> &'static str {
-    err.status().1
+fn kind_of(err: &FilesError) -> ErrorKind {
+    err.kind()
 }
 
 #[test]
@@ -35,24 +35,24 @@ fn paths_are_checked_lexically_and_confined() {
     let dir = tempfile::tempdir().unwrap();
     for bad in ["", "a/../b", "./a", "/a/./b", "a\0b", ".."] {
         let err = target(dir.path(), bad, None).unwrap_err();
-        assert_eq!(kind_of(&err), kind::MALFORMED, "{bad:?}");
+        assert_eq!(kind_of(&err), ErrorKind::Malformed, "{bad:?}");
     }
     let rel = target(dir.path(), "sub/f", None).unwrap();
     assert_eq!(rel.path, dir.path().join("sub/f"));
     let err = target(dir.path(), "/etc/hosts", Some(dir.path())).unwrap_err();
-    assert_eq!(kind_of(&err), kind::OUTSIDE_CONFINE);
+    assert_eq!(kind_of(&err), ErrorKind::OutsideConfine);
     let err = target(dir.path(), "/a", Some(Path::new("rel"))).unwrap_err();
-    assert_eq!(kind_of(&err), kind::MALFORMED);
+    assert_eq!(kind_of(&err), ErrorKind::Malformed);
 
     // A planted link anywhere below the confining directory refuses the request.
     std::fs::create_dir(dir.path().join("real")).unwrap();
     std::os::unix::fs::symlink("/", dir.path().join("real/link")).unwrap();
     let t = target(dir.path(), "real/link/etc/x", Some(dir.path())).unwrap();
     let err = stat(&t).unwrap_err();
-    assert_eq!(kind_of(&err), kind::OUTSIDE_CONFINE);
+    assert_eq!(kind_of(&err), ErrorKind::OutsideConfine);
     assert!(err.to_string().contains("real/link"), "{err}");
     let t = target(dir.path(), "real/link", Some(dir.path())).unwrap();
-    assert_eq!(kind_of(&stat(&t).unwrap_err()), kind::OUTSIDE_CONFINE);
+    assert_eq!(kind_of(&stat(&t).unwrap_err()), ErrorKind::OutsideConfine);
     // Unconfined, stat describes the link itself.
     let t = target(dir.path(), "real/link", None).unwrap();
     let st = stat(&t).unwrap();
@@ -73,9 +73,9 @@ fn writes_are_atomic_and_checked() {
     let meta = std::fs::metadata(&t.path).unwrap();
     assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
     let err = write_file(&t, &spec(b"other", None), &b"three"[..]).unwrap_err();
-    assert_eq!(kind_of(&err), kind::HASH_MISMATCH);
+    assert_eq!(kind_of(&err), ErrorKind::HashMismatch);
     let err = write_file(&t, &spec(&[1; 2000], None), &[1u8; 2000][..]).unwrap_err();
-    assert_eq!(kind_of(&err), kind::TOO_LARGE);
+    assert_eq!(kind_of(&err), ErrorKind::TooLarge);
     assert_eq!(std::fs::read(&t.path).unwrap(), b"two!");
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(names.len(), 1, "temporary files were left: {names:?}");
@@ -86,13 +86,16 @@ fn writes_are_atomic_and_checked() {
     let d = target(dir.path(), ".", None);
     assert!(d.is_err());
     let d = target(dir.path(), dir.path().to_str().unwrap(), None).unwrap();
-    assert_eq!(kind_of(&open_read(&d).unwrap_err()), kind::IS_A_DIRECTORY);
+    assert_eq!(
+        kind_of(&open_read(&d).unwrap_err()),
+        ErrorKind::IsADirectory
+    );
 
     // A missing parent is not found, unless asked to make it; a failed
     // write removes the parents it made.
     let deep = target(dir.path(), "a/b/f", None).unwrap();
     let err = write_file(&deep, &spec(b"x", None), &b"x"[..]).unwrap_err();
-    assert_eq!(kind_of(&err), kind::NOT_FOUND);
+    assert_eq!(kind_of(&err), ErrorKind::NotFound);
     let mut how = spec(b"x", None);
     how.parents = true;
     write_file(&deep, &how, &b"y"[..]).unwrap_err();
@@ -107,7 +110,7 @@ fn mkdir_list_and_remove() {
     let t = target(dir.path(), "d/e", None).unwrap();
     assert_eq!(
         kind_of(&make_dir(&t, None, false).unwrap_err()),
-        kind::NOT_FOUND
+        ErrorKind::NotFound
     );
     let st = make_dir(&t, Some(0o700), true).unwrap();
     assert_eq!((st.kind, st.mode), (FileKind::Dir, 0o700));
@@ -129,11 +132,11 @@ fn mkdir_list_and_remove() {
         ]
     );
     let err = remove(&d, false).unwrap_err();
-    assert_eq!(err.status(), (StatusCode::CONFLICT, kind::NOT_EMPTY));
+    assert_eq!(err.kind(), ErrorKind::NotEmpty);
     // The link to `/` is unlinked, never followed.
     assert_eq!(remove(&d, true).unwrap().entries, 4);
     assert!(!dir.path().join("d").exists());
-    assert_eq!(kind_of(&remove(&d, true).unwrap_err()), kind::NOT_FOUND);
+    assert_eq!(kind_of(&remove(&d, true).unwrap_err()), ErrorKind::NotFound);
 }
 
 #[test]
@@ -173,26 +176,11 @@ fn trees_round_trip_through_staging() {
     let fresh = target(dst.path(), "fresh", None).unwrap();
     assert_eq!(
         kind_of(&upload(&fresh, &bad, &tar[..]).unwrap_err()),
-        kind::HASH_MISMATCH
+        ErrorKind::HashMismatch
     );
     let left: Vec<_> = std::fs::read_dir(dst.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, ["into"]);
-}
-
-#[test]
-fn extract_failures_answer_in_the_file_api_own_kinds() {
-    use silo_protocol::{files, push};
-    // `ExtractError::status` speaks push's kinds; the file API answers with
-    // them too, so the names must be the same.
-    for (ours, theirs) in [
-        (files::kind::MALFORMED, push::kind::MALFORMED),
-        (files::kind::TOO_LARGE, push::kind::TOO_LARGE),
-        (files::kind::HASH_MISMATCH, push::kind::HASH_MISMATCH),
-        (files::kind::DISK_FULL, push::kind::DISK_FULL),
-    ] {
-        assert_eq!(ours, theirs);
-    }
 }

@@ -23,10 +23,9 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use http::StatusCode;
 use sha2::{Digest, Sha256};
+use silo_protocol::ErrorKind;
 use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES, RATIO_FLOOR_BYTES};
-use silo_protocol::push::kind;
 
 use crate::fs_error::FsError;
 
@@ -535,26 +534,20 @@ pub enum ExtractError {
 }
 
 impl ExtractError {
-    /// The answer of every endpoint that extracts (push and the file API,
-    /// whose kinds share these names): a refused entry answers `rejected`,
-    /// and a failed system call whatever `io` makes of it.
-    pub fn status(
-        &self,
-        rejected: &'static str,
-        io: impl FnOnce(&io::Error) -> (StatusCode, &'static str),
-    ) -> (StatusCode, &'static str) {
+    /// The error kind of every endpoint that extracts (push and the file
+    /// API): a refused entry answers `rejected`, and a failed system call
+    /// whatever `io` makes of it.
+    pub fn kind(&self, rejected: ErrorKind, io: impl FnOnce(&io::Error) -> ErrorKind) -> ErrorKind {
         match self {
-            Self::Malformed(_) | Self::TrailingData | Self::Cancelled => {
-                (StatusCode::BAD_REQUEST, kind::MALFORMED)
-            }
-            Self::Rejected { .. } => (StatusCode::BAD_REQUEST, rejected),
+            Self::Malformed(_) | Self::TrailingData | Self::Cancelled => ErrorKind::Malformed,
+            Self::Rejected { .. } => rejected,
             Self::FileTooLarge { .. }
             | Self::TooManyEntries { .. }
             | Self::UnpackedTooLarge { .. }
             | Self::BundleTooLarge { .. }
-            | Self::Bomb { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
-            Self::HashMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, kind::HASH_MISMATCH),
-            Self::DiskFull { .. } => (StatusCode::INSUFFICIENT_STORAGE, kind::DISK_FULL),
+            | Self::Bomb { .. } => ErrorKind::TooLarge,
+            Self::HashMismatch { .. } => ErrorKind::HashMismatch,
+            Self::DiskFull { .. } => ErrorKind::DiskFull,
             Self::Io(err) => io(&err.source),
         }
     }

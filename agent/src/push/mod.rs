@@ -31,10 +31,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http::StatusCode;
 use hyper::body::Incoming;
+use silo_protocol::ErrorKind;
 use silo_protocol::bundle::BundleLimits;
-use silo_protocol::push::{PushResponse, QueryError, kind};
+use silo_protocol::push::{PushResponse, QueryError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::fs_error::FsError;
@@ -441,7 +441,7 @@ pub fn is_disk_full(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
-/// Why a push failed; [`PushError::status`] and [`PushError::kind`] make the answer.
+/// Why a push failed; [`PushError::kind`] makes the answer.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
     /// The query does not name a mount.
@@ -479,31 +479,29 @@ pub enum PushError {
 }
 
 impl PushError {
-    /// The HTTP status and the error body's `kind`.
-    pub fn status(&self) -> (StatusCode, &'static str) {
+    /// The error body's kind (which fixes the answer's status).
+    pub fn kind(&self) -> ErrorKind {
         let disk = |source: &io::Error| {
             if is_disk_full(source) {
-                (StatusCode::INSUFFICIENT_STORAGE, kind::DISK_FULL)
+                ErrorKind::DiskFull
             } else {
-                (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL)
+                ErrorKind::Internal
             }
         };
         match self {
             Self::Query(_) | Self::BadHash | Self::BodyBroken(_) | Self::BodyStalled(_) => {
-                (StatusCode::BAD_REQUEST, kind::MALFORMED)
+                ErrorKind::Malformed
             }
-            Self::Mount(MountError::Invalid { .. }) => (StatusCode::BAD_REQUEST, kind::MALFORMED),
-            Self::Mount(MountError::NotAllowed { .. }) => {
-                (StatusCode::FORBIDDEN, kind::MOUNT_NOT_ALLOWED)
-            }
+            Self::Mount(MountError::Invalid { .. }) => ErrorKind::Malformed,
+            Self::Mount(MountError::NotAllowed { .. }) => ErrorKind::MountNotAllowed,
             Self::Mount(MountError::Conflict { .. } | MountError::Blocked { .. }) => {
-                (StatusCode::CONFLICT, kind::MOUNT_CONFLICT)
+                ErrorKind::MountConflict
             }
             Self::Mount(MountError::Io(err)) => disk(&err.source),
-            Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::TOO_LARGE),
-            Self::Extract(err) => err.status(kind::REJECTED_ENTRY, disk),
+            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::Extract(err) => err.kind(ErrorKind::RejectedEntry, disk),
             Self::Io(err) => disk(&err.source),
-            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL),
+            Self::Internal(_) => ErrorKind::Internal,
         }
     }
 }

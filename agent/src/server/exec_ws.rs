@@ -14,6 +14,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use silo_protocol::ErrorKind;
 use silo_protocol::auth::EMPTY_BODY_SHA256;
 use silo_protocol::exec::FRAME_HEADER_LEN;
 use silo_protocol::limits::MAX_FRAME_PAYLOAD;
@@ -34,32 +35,26 @@ pub fn upgrade(
     state: &Arc<AgentState>,
     guard: &Arc<ConnGuard>,
 ) -> Response<Body> {
-    let signed = match auth::admit(&req, &state.verifier) {
+    let signed = match auth::admit(&req, &state.verifier, state.protocols) {
         Ok(signed) => signed,
         Err(err) => return err.response(),
     };
     if signed.content_sha256 != EMPTY_BODY_SHA256 {
         return error_response(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
+            ErrorKind::BadRequest,
             "an exec upgrade has no body; sign the empty body's hash",
         );
     }
     let Some(key) = websocket_key(&req) else {
         return error_response(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
+            ErrorKind::BadRequest,
             "expected a WebSocket upgrade (Connection: upgrade, Upgrade: websocket, \
              Sec-WebSocket-Version: 13, Sec-WebSocket-Key)",
         );
     };
     let accept = derive_accept_key(key.as_bytes());
     let Ok(accept) = HeaderValue::from_str(&accept) else {
-        return error_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "bad accept key",
-        );
+        return error_response(ErrorKind::Internal, "bad accept key");
     };
     state.activity.touch();
 

@@ -14,14 +14,15 @@ use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::Either;
 use hyper::body::Incoming;
+use silo_protocol::ErrorKind;
 use silo_protocol::files::{
-    FileQuery, MAX_FILE_WRITE, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_STAT, PATH_TREE, kind,
+    FileQuery, MAX_FILE_WRITE, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_STAT, PATH_TREE,
 };
 use silo_protocol::http::error_chain;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
-use super::{AgentState, Reply, auth, declared_length, error_response, json_response};
+use super::{AgentState, Reply, auth, declared_length, error_response, json_response, log_failure};
 use crate::files::{self, FilesError, Target, WriteSpec};
 use crate::push::body::{self, BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use crate::push::{BODY_IDLE_TIMEOUT, CancelOnDrop};
@@ -63,13 +64,12 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
         (PATH_TREE, &Method::PUT) => Op::Upload,
         (path, method) => {
             return whole(error_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
+                ErrorKind::MethodNotAllowed,
                 format!("{path} does not take {method}"),
             ));
         }
     };
-    let signed = match auth::admit(&req, &state.verifier) {
+    let signed = match auth::admit(&req, &state.verifier, state.protocols) {
         Ok(signed) => signed,
         Err(err) => return whole(err.response()),
     };
@@ -251,11 +251,7 @@ fn whole(response: Response<super::Body>) -> Response<Reply> {
 }
 
 fn failure(err: &FilesError) -> Response<Reply> {
-    let (status, what) = err.status();
-    if what == kind::INTERNAL {
-        tracing::error!("file request failed: {}", error_chain(err));
-    } else {
-        tracing::info!("file request refused: {}", error_chain(err));
-    }
-    whole(error_response(status, what, error_chain(err)))
+    let (kind, reason) = (err.kind(), error_chain(err));
+    log_failure("file request", &kind, &reason);
+    whole(error_response(kind, reason))
 }

@@ -42,12 +42,13 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
-use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::Verifier;
 use silo_protocol::health::Health;
 use silo_protocol::http::{
-    ErrorBody, HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ, PATH_PUSH, PATH_SNAPSHOT,
+    ErrorBody, HEADER_PROTOCOL, HEADER_PROTOCOL_MIN, PATH_EXEC, PATH_HEALTHZ, PATH_PUSH,
+    PATH_SNAPSHOT,
 };
+use silo_protocol::{ErrorKind, Versions};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
@@ -78,6 +79,8 @@ pub type Reply = Either<Body, LayerStream>;
 pub struct AgentState {
     /// Checks request signatures against this sandbox's key.
     pub verifier: Verifier,
+    /// The protocol versions requests may announce, reported on every answer.
+    pub protocols: Versions,
     /// The exec registry.
     pub execs: Execs,
     /// The push service.
@@ -99,6 +102,7 @@ impl AgentState {
     /// Bundles the shared state.
     pub fn new(
         verifier: Verifier,
+        protocols: Versions,
         execs: Execs,
         pusher: Arc<Pusher>,
         files: Files,
@@ -107,6 +111,7 @@ impl AgentState {
     ) -> Self {
         Self {
             verifier,
+            protocols,
             execs,
             pusher,
             snapshots: Snapshotter::default(),
@@ -231,9 +236,9 @@ async fn route(
     } else {
         route_whole(req, state, guard).await.map(Either::Left)
     };
-    response
-        .headers_mut()
-        .insert(HEADER_PROTOCOL, HeaderValue::from(PROTOCOL_VERSION));
+    let headers = response.headers_mut();
+    headers.insert(HEADER_PROTOCOL, HeaderValue::from(state.protocols.max));
+    headers.insert(HEADER_PROTOCOL_MIN, HeaderValue::from(state.protocols.min));
     response
 }
 
@@ -249,15 +254,10 @@ async fn route_whole(
         (PATH_EXEC, Method::GET) => exec_ws::upgrade(req, state, guard),
         (PATH_PUSH, Method::POST) => push::handle(req, state).await,
         (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT, _) => error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
+            ErrorKind::MethodNotAllowed,
             format!("{} does not take {}", req.uri().path(), req.method()),
         ),
-        (path, _) => error_response(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no route for {path}"),
-        ),
+        (path, _) => error_response(ErrorKind::NotFound, format!("no route for {path}")),
     }
 }
 
@@ -266,7 +266,8 @@ fn health(state: &AgentState) -> Response<Body> {
         StatusCode::OK,
         &Health {
             agent_version: env!("CARGO_PKG_VERSION").to_owned(),
-            protocol_version: PROTOCOL_VERSION,
+            protocol_version: state.protocols.max,
+            protocol_min: Some(state.protocols.min),
             uptime_ms: u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             boot_id: state.boot_id.clone(),
             pid: std::process::id(),
@@ -303,17 +304,27 @@ pub fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Response<Bo
     }
 }
 
-/// A JSON [`ErrorBody`] response.
-pub fn error_response(
-    status: StatusCode,
-    kind: &str,
-    message: impl Into<String>,
-) -> Response<Body> {
+/// A JSON [`ErrorBody`] response, with the status of its kind.
+pub fn error_response(kind: ErrorKind, message: impl Into<String>) -> Response<Body> {
+    let status = kind
+        .status()
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     json_response(
         status,
         &ErrorBody {
-            kind: kind.to_owned(),
+            kind,
             message: message.into(),
         },
     )
+}
+
+/// Logs a refused or failed request: an internal failure as an error,
+/// anything the request caused as information.
+pub fn log_failure(what: &str, kind: &ErrorKind, reason: &str) {
+    if *kind == ErrorKind::Internal {
+        tracing::error!("{what} failed: {reason}");
+    } else {
+        tracing::info!("{what} refused: {reason}");
+    }
 }

@@ -8,14 +8,14 @@
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use silo_protocol::http::error_chain;
-use silo_protocol::push::{kind, parse_query};
+use silo_protocol::push::parse_query;
 
-use super::{AgentState, Body, auth, declared_length, error_response, json_response};
+use super::{AgentState, Body, auth, declared_length, error_response, json_response, log_failure};
 use crate::push::{PushError, PushRequest};
 
 /// Handles one push request.
 pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body> {
-    let signed = match auth::admit(&req, &state.verifier) {
+    let signed = match auth::admit(&req, &state.verifier, state.protocols) {
         Ok(signed) => signed,
         Err(err) => return err.response(),
     };
@@ -48,11 +48,7 @@ fn parse<B>(req: &Request<B>, sha256: String) -> Result<PushRequest, PushError> 
 }
 
 fn failure(err: &PushError) -> Response<Body> {
-    let (status, what) = err.status();
-    if what == kind::INTERNAL {
-        tracing::error!("push failed: {}", error_chain(err));
-    } else {
-        tracing::info!("push refused: {}", error_chain(err));
-    }
-    error_response(status, what, error_chain(err))
+    let (kind, reason) = (err.kind(), error_chain(err));
+    log_failure("push", &kind, &reason);
+    error_response(kind, reason)
 }

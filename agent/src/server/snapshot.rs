@@ -15,10 +15,10 @@ use hyper::body::Incoming;
 use silo_protocol::auth::body_sha256;
 use silo_protocol::http::error_chain;
 use silo_protocol::snapshot::{
-    HEADER_STOPPED, HEADER_UNSETTLED, LAYER_CONTENT_TYPE, SnapshotRequest, kind,
+    HEADER_STOPPED, HEADER_UNSETTLED, LAYER_CONTENT_TYPE, SnapshotRequest,
 };
 
-use super::{AgentState, Reply, auth, declared_length, error_response};
+use super::{AgentState, Reply, auth, declared_length, error_response, log_failure};
 use crate::snapshot::SnapshotError;
 
 /// Largest request body: the baseline of a big image is most of it.
@@ -28,7 +28,7 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Handles one snapshot request.
 pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Reply> {
-    let signed = match auth::admit(&req, &state.verifier) {
+    let signed = match auth::admit(&req, &state.verifier, state.protocols) {
         Ok(signed) => signed,
         Err(err) => return err.response().map(Either::Left),
     };
@@ -91,13 +91,9 @@ async fn read(req: Request<Incoming>, sha256: &str) -> Result<SnapshotRequest, S
 }
 
 fn failure(err: &SnapshotError) -> Response<Reply> {
-    let (status, what) = err.status();
-    if what == kind::INTERNAL {
-        tracing::error!("snapshot failed: {}", error_chain(err));
-    } else {
-        tracing::info!("snapshot refused: {}", error_chain(err));
-    }
-    error_response(status, what, error_chain(err)).map(Either::Left)
+    let (kind, reason) = (err.kind(), error_chain(err));
+    log_failure("snapshot", &kind, &reason);
+    error_response(kind, reason).map(Either::Left)
 }
 
 #[cfg(test)]

@@ -36,9 +36,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::StatusCode;
+use silo_protocol::ErrorKind;
 use silo_protocol::http::error_chain;
-use silo_protocol::snapshot::{SnapshotRequest, kind};
+use silo_protocol::snapshot::SnapshotRequest;
 use tokio::runtime::Handle;
 use tokio::sync::{
     OwnedRwLockReadGuard, OwnedRwLockWriteGuard, OwnedSemaphorePermit, RwLock, Semaphore, oneshot,
@@ -255,7 +255,7 @@ fn write_layer(
         .map_err(|e| FsError::new("finish the layer of", root, e).into())
 }
 
-/// Why a snapshot failed; [`SnapshotError::status`] makes the answer.
+/// Why a snapshot failed; [`SnapshotError::kind`] makes the answer.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     /// The agent is not PID 1, so it cannot stop the sandbox's processes.
@@ -282,15 +282,14 @@ pub enum SnapshotError {
 }
 
 impl SnapshotError {
-    /// The HTTP status and the error body's `kind`.
-    pub fn status(&self) -> (StatusCode, &'static str) {
+    /// The error body's kind (which fixes the answer's status).
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Unsupported => (StatusCode::NOT_IMPLEMENTED, kind::UNSUPPORTED),
-            Self::Busy => (StatusCode::CONFLICT, kind::BUSY),
-            Self::Malformed(_) => (StatusCode::BAD_REQUEST, kind::MALFORMED),
-            // The protocol has no kind of its own for this; the status tells.
-            Self::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, kind::MALFORMED),
-            Self::Io(_) | Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, kind::INTERNAL),
+            Self::Unsupported => ErrorKind::Unsupported,
+            Self::Busy => ErrorKind::Busy,
+            Self::Malformed(_) => ErrorKind::Malformed,
+            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::Io(_) | Self::Internal(_) => ErrorKind::Internal,
         }
     }
 }

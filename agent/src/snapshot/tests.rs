@@ -235,26 +235,29 @@ fn excluding_the_root_gives_an_empty_layer_and_bad_exclusions_are_refused() {
     assert!(ok.contains(Path::new("")));
     for bad in ["relative", "/a/../b", ""] {
         let err = excluded(&[bad.into()]).unwrap_err();
-        assert_eq!(err.status().1, kind::MALFORMED);
+        assert_eq!(err.kind(), ErrorKind::Malformed);
     }
 }
 
 #[test]
 fn errors_map_to_the_protocol_kinds() {
     let cases = [
-        (SnapshotError::Unsupported, StatusCode::NOT_IMPLEMENTED),
-        (SnapshotError::Busy, StatusCode::CONFLICT),
+        (SnapshotError::Unsupported, ErrorKind::Unsupported, 501),
+        (SnapshotError::Busy, ErrorKind::Busy, 409),
         (
             SnapshotError::TooLarge { limit: 1 },
-            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::TooLarge,
+            413,
         ),
         (
             SnapshotError::Internal("x".into()),
-            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::Internal,
+            500,
         ),
     ];
-    for (err, status) in cases {
-        assert_eq!(err.status().0, status);
+    for (err, kind, status) in cases {
+        assert_eq!(err.kind(), kind);
+        assert_eq!(kind.status(), Some(status));
     }
 }
 

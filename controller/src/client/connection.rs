@@ -24,8 +24,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::ClientError;
 use super::transport::Stream;
+use super::{ClientError, Spoken, lock};
 
 /// Events queued per exec before the reader waits for the consumer.
 const EXEC_EVENT_QUEUE: usize = 1024;
@@ -79,6 +79,9 @@ struct Routes {
 /// A live exec channel. Cheap to clone; every clone shares the socket.
 #[derive(Clone)]
 pub struct ExecConnection {
+    /// The protocol version the channel speaks; a message that needs a
+    /// feature it lacks is refused before it is sent.
+    spoken: Arc<Spoken>,
     outgoing: mpsc::Sender<Message>,
     routes: Arc<Mutex<Routes>>,
     next_tag: Arc<AtomicU64>,
@@ -86,13 +89,14 @@ pub struct ExecConnection {
 
 impl ExecConnection {
     /// Takes over an upgraded WebSocket and starts its reader and writer tasks.
-    pub(crate) fn start(socket: WebSocketStream<Box<dyn Stream>>) -> Self {
+    pub(crate) fn start(socket: WebSocketStream<Box<dyn Stream>>, spoken: Spoken) -> Self {
         let (sink, stream) = socket.split();
         let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
         let routes = Arc::new(Mutex::new(Routes::default()));
         tokio::spawn(write_loop(sink, outgoing_rx));
         tokio::spawn(read_loop(stream, routes.clone()));
         Self {
+            spoken: Arc::new(spoken),
             outgoing,
             routes,
             next_tag: Arc::new(AtomicU64::new(1)),
@@ -188,6 +192,11 @@ impl ExecConnection {
         self.exec(spec).await?.collect().await
     }
 
+    /// The protocol version this channel speaks, and the agent's versions.
+    pub fn protocol(&self) -> &Spoken {
+        &self.spoken
+    }
+
     pub(super) fn tag(&self) -> u64 {
         self.next_tag.fetch_add(1, Ordering::Relaxed)
     }
@@ -212,6 +221,7 @@ impl ExecConnection {
         tag: u64,
         message: ClientMessage,
     ) -> Result<Reply, ClientError> {
+        self.check(&message)?;
         let (reply_tx, reply_rx) = oneshot::channel();
         {
             let mut routes = lock(&self.routes);
@@ -240,7 +250,16 @@ impl ExecConnection {
             .map_err(|_| ClientError::Disconnected)
     }
 
+    /// Refuses a message the spoken version lacks a feature for.
+    fn check(&self, message: &ClientMessage) -> Result<(), ClientError> {
+        message
+            .features()
+            .into_iter()
+            .try_for_each(|feature| self.spoken.require(feature))
+    }
+
     async fn send(&self, message: ClientMessage) -> Result<(), ClientError> {
+        self.check(&message)?;
         let text = serde_json::to_string(&message)
             .map_err(|e| ClientError::Protocol(format!("encoding request: {e}")))?;
         self.outgoing
@@ -344,13 +363,6 @@ impl Drop for ExecHandle {
     fn drop(&mut self) {
         lock(&self.connection.routes).execs.remove(&self.exec_id);
     }
-}
-
-fn lock(routes: &Mutex<Routes>) -> std::sync::MutexGuard<'_, Routes> {
-    // A panic elsewhere while holding the lock leaves plain maps behind; keep using them.
-    routes
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn unexpected(message: AgentMessage) -> ClientError {

@@ -2,31 +2,38 @@
 //!
 //! Every backend ends in an [`Endpoint`] and a sandbox key; from there, health
 //! checks, execs, interrupts and re-attach work the same whatever the backend.
-//! The client signs every request with the sandbox's key and announces its
-//! protocol version, so a mismatched agent refuses it with a message naming
-//! both versions (surfaced as [`ClientError::VersionMismatch`]).
+//! The client signs every request with the sandbox's key. Before its first
+//! signed request it learns the agent's protocol versions (from
+//! `/healthz`, once per client and its clones), then announces the newest
+//! version both speak, and refuses at once, naming what is missing, a
+//! request that version lacks ([`ClientError::AgentTooOld`]).
 //!
 //! Layout: `transport` opens streams and makes one-shot HTTP requests
 //! (bodies in memory, or streamed with a precomputed hash for pushes);
+//! `negotiate` picks the version and checks features against it;
 //! `connection` multiplexes execs over one WebSocket; `session` adds the
 //! shell-session requests to it; `snapshot` asks for a snapshot and hands
 //! back the layer as it streams.
 
 mod connection;
+mod negotiate;
 mod session;
 mod snapshot;
 pub(crate) mod transport;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::{AuthError, EMPTY_BODY_SHA256, Key, sign};
-use silo_protocol::exec::{ErrorKind, ExecSpec};
+use silo_protocol::exec::ExecSpec;
 use silo_protocol::health::Health;
 use silo_protocol::http::{HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ};
+use silo_protocol::version::VersionError;
+use silo_protocol::{ErrorKind, Feature, Versions};
 use tokio_tungstenite::tungstenite;
 
 pub use connection::{ExecConnection, ExecEvent, ExecHandle, ExecOutput};
+pub use negotiate::{REBAKE_HINT, Spoken};
 pub use session::SessionOptions;
 pub use snapshot::LayerAnswer;
 pub use transport::{CONNECT_TIMEOUT, Endpoint, Response, SentCallback, UPLOAD_CHUNK};
@@ -39,12 +46,38 @@ const READY_POLL: Duration = Duration::from_millis(2);
 pub struct AgentClient {
     endpoint: Endpoint,
     key: Key,
+    /// The protocol versions this client speaks.
+    ours: Versions,
+    /// The sandbox's name, for messages.
+    sandbox: Option<String>,
+    /// The agent's protocol versions, once learned; shared by clones.
+    theirs: Arc<Mutex<Option<Versions>>>,
 }
 
 impl AgentClient {
     /// A client for the agent at `endpoint`, signing with the sandbox's `key`.
     pub fn new(endpoint: Endpoint, key: Key) -> Self {
-        Self { endpoint, key }
+        Self {
+            endpoint,
+            key,
+            ours: Versions::OURS,
+            sandbox: None,
+            theirs: Arc::default(),
+        }
+    }
+
+    /// The same client, naming the agent by its sandbox in messages.
+    pub fn for_sandbox(mut self, name: impl Into<String>) -> Self {
+        self.sandbox = Some(name.into());
+        self
+    }
+
+    /// The same client, speaking at most protocol `max`, as a controller
+    /// of that version would: for testing that agents keep serving older
+    /// controllers. Fails for a version this build does not speak.
+    pub fn with_max_protocol(mut self, max: u32) -> Result<Self, VersionError> {
+        self.ours = Versions::capped(max)?;
+        Ok(self)
     }
 
     /// Where the agent listens.
@@ -52,11 +85,13 @@ impl AgentClient {
         &self.endpoint
     }
 
-    /// Asks the agent whether it is up (unsigned).
+    /// Asks the agent whether it is up (unsigned), and notes its protocol
+    /// versions.
     pub async fn healthz(&self) -> Result<Health, ClientError> {
         let response = transport::request(
             &self.endpoint,
             None,
+            self.ours.max,
             http::Method::GET,
             PATH_HEALTHZ,
             Default::default(),
@@ -68,8 +103,45 @@ impl AgentClient {
                 message: response.error_body().message,
             });
         }
-        serde_json::from_slice(&response.body)
-            .map_err(|e| ClientError::Protocol(format!("unreadable health answer: {e}")))
+        let health: Health = serde_json::from_slice(&response.body)
+            .map_err(|e| ClientError::Protocol(format!("unreadable health answer: {e}")))?;
+        *lock(&self.theirs) = Some(health.versions());
+        Ok(health)
+    }
+
+    /// The protocol version this client speaks with the agent, and the
+    /// agent's versions; learned from `/healthz` on first use.
+    pub async fn protocol(&self) -> Result<Spoken, ClientError> {
+        let known = *lock(&self.theirs);
+        let theirs = match known {
+            Some(theirs) => theirs,
+            None => self.healthz().await?.versions(),
+        };
+        Spoken::new(self.ours, theirs, self.describe())
+    }
+
+    /// The version to announce for a request that needs `feature`, or the
+    /// error that says why the agent cannot serve it.
+    async fn speak(&self, feature: Feature) -> Result<Spoken, ClientError> {
+        let spoken = self.protocol().await?;
+        spoken.require(feature)?;
+        Ok(spoken)
+    }
+
+    /// The version to announce for a request to `path_and_query`.
+    async fn speak_for(&self, path_and_query: &str) -> Result<Spoken, ClientError> {
+        match Feature::of_path(path_and_query) {
+            Some(feature) => self.speak(feature).await,
+            None => self.protocol().await,
+        }
+    }
+
+    /// The agent in messages.
+    fn describe(&self) -> String {
+        match &self.sandbox {
+            Some(name) => format!("in sandbox {name}"),
+            None => format!("at {}", self.endpoint),
+        }
     }
 
     /// Polls [`AgentClient::healthz`] until it answers or `timeout` passes.
@@ -90,16 +162,20 @@ impl AgentClient {
         }
     }
 
-    /// Sends one signed request and returns the agent's answer, whatever its status.
+    /// Sends one signed request and returns the agent's answer, whatever
+    /// its status. A request to an endpoint the spoken version lacks
+    /// ([`Feature::of_path`]) is refused without being sent.
     pub async fn request(
         &self,
         method: http::Method,
         path_and_query: &str,
         body: bytes::Bytes,
     ) -> Result<Response, ClientError> {
+        let spoken = self.speak_for(path_and_query).await?;
         transport::request(
             &self.endpoint,
             Some(&self.key),
+            spoken.version,
             method,
             path_and_query,
             body,
@@ -108,7 +184,8 @@ impl AgentClient {
     }
 
     /// Sends one signed request with a body whose SHA-256 is already known,
-    /// streamed, with `sent` told of each chunk that goes out.
+    /// streamed, with `sent` told of each chunk that goes out; refused
+    /// without being sent like [`AgentClient::request`].
     pub async fn request_streamed(
         &self,
         method: http::Method,
@@ -117,20 +194,21 @@ impl AgentClient {
         sha256: &str,
         sent: Option<SentCallback>,
     ) -> Result<Response, ClientError> {
-        transport::request_streamed(
+        let spoken = self.speak_for(path_and_query).await?;
+        transport::send(
             &self.endpoint,
-            &self.key,
+            Some((&self.key, sha256)),
+            spoken.version,
             method,
             path_and_query,
-            body,
-            sha256,
-            sent,
+            transport::chunked(body, sent),
         )
         .await
     }
 
     /// Opens a signed, version-checked exec channel.
     pub async fn connect(&self) -> Result<ExecConnection, ClientError> {
+        let spoken = self.speak(Feature::Exec).await?;
         let stream = transport::open(&self.endpoint).await?;
         let signed = sign(&self.key, "GET", PATH_EXEC, EMPTY_BODY_SHA256)?;
         let mut builder = http::Request::builder()
@@ -144,7 +222,7 @@ impl AgentClient {
                 http::header::SEC_WEBSOCKET_KEY,
                 tungstenite::handshake::client::generate_key(),
             )
-            .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
+            .header(HEADER_PROTOCOL, spoken.version.to_string());
         for (name, value) in signed.pairs() {
             builder = builder.header(name, value);
         }
@@ -155,7 +233,7 @@ impl AgentClient {
             .body(())
             .map_err(|e| ClientError::Protocol(format!("building upgrade: {e}")))?;
         match tokio_tungstenite::client_async(request, stream).await {
-            Ok((socket, _)) => Ok(ExecConnection::start(socket)),
+            Ok((socket, _)) => Ok(ExecConnection::start(socket, spoken)),
             Err(tungstenite::Error::Http(response)) => Err(rejection(
                 response.status().as_u16(),
                 response.body().as_deref(),
@@ -170,17 +248,22 @@ impl AgentClient {
     }
 }
 
+/// Locks state that is plain data: a panic elsewhere while holding the
+/// lock leaves nothing half-done behind, so keep using it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Turns a refused upgrade into the error that names why.
 fn rejection(status: u16, body: Option<&[u8]>) -> ClientError {
     let body: silo_protocol::http::ErrorBody = body
         .and_then(|b| serde_json::from_slice(b).ok())
-        .unwrap_or_else(|| silo_protocol::http::ErrorBody {
-            kind: "http".into(),
-            message: format!("agent answered HTTP {status}"),
-        });
-    match body.kind.as_str() {
-        "version_mismatch" => ClientError::VersionMismatch(body.message),
-        "unauthorized" => ClientError::Unauthorized(body.message),
+        .unwrap_or_else(|| transport::stand_in_error(format!("agent answered HTTP {status}")));
+    match body.kind {
+        ErrorKind::VersionMismatch => ClientError::VersionMismatch(body.message),
+        ErrorKind::Unauthorized => ClientError::Unauthorized(body.message),
         _ => ClientError::Rejected {
             status,
             message: body.message,
@@ -217,9 +300,51 @@ pub enum ClientError {
         #[source]
         last: Box<ClientError>,
     },
-    /// The agent speaks another protocol version.
+    /// The agent refused the protocol version this client announced.
     #[error("{0}")]
     VersionMismatch(String),
+    /// The agent's protocol version lacks what the request needs; nothing
+    /// was sent.
+    #[error(
+        "the agent {agent} speaks protocol {speaks}, which has no {feature} \
+         (needs protocol {needs}); {REBAKE_HINT}",
+        needs = feature.since()
+    )]
+    AgentTooOld {
+        /// The agent: "in sandbox NAME" or "at ENDPOINT".
+        agent: String,
+        /// The newest version the agent speaks.
+        speaks: u32,
+        /// What the request needs.
+        feature: Feature,
+    },
+    /// This client is pinned to a protocol version that lacks what the
+    /// request needs ([`AgentClient::with_max_protocol`]); nothing was sent.
+    #[error(
+        "this client is pinned to protocol {speaks}, which has no {feature} \
+         (needs protocol {needs})",
+        needs = feature.since()
+    )]
+    ClientPinned {
+        /// The newest version the client speaks.
+        speaks: u32,
+        /// What the request needs.
+        feature: Feature,
+    },
+    /// The agent and this client share no protocol version.
+    #[error(
+        "the agent {agent} speaks protocol {theirs} and this silo {ours}, none in common; {hint}"
+    )]
+    NoCommonVersion {
+        /// The agent: "in sandbox NAME" or "at ENDPOINT".
+        agent: String,
+        /// What this client speaks.
+        ours: Versions,
+        /// What the agent speaks.
+        theirs: Versions,
+        /// Which side to upgrade.
+        hint: String,
+    },
     /// The agent refused our signature.
     #[error("agent refused the request: {0}")]
     Unauthorized(String),
@@ -232,7 +357,7 @@ pub enum ClientError {
         message: String,
     },
     /// The agent reported a failed request.
-    #[error("agent error ({kind:?}): {message}")]
+    #[error("agent error ({kind}): {message}")]
     Agent {
         /// Category.
         kind: ErrorKind,

@@ -3,6 +3,7 @@
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
+use silo_protocol::Feature;
 use silo_protocol::auth::body_sha256;
 use silo_protocol::snapshot::{self, HEADER_STOPPED, HEADER_UNSETTLED, SnapshotRequest};
 
@@ -27,6 +28,7 @@ impl AgentClient {
     /// must be discarded. A refusal is the agent's error: HTTP 409 busy, 501
     /// unsupported (an agent that is not PID 1), 400/413 bad request.
     pub async fn snapshot(&self, request: &SnapshotRequest) -> Result<LayerAnswer, ClientError> {
+        let spoken = self.speak(Feature::Snapshot).await?;
         let json = serde_json::to_vec(request)
             .map_err(|e| ClientError::Protocol(format!("encoding a snapshot request: {e}")))?;
         let body = Bytes::from(json);
@@ -34,6 +36,7 @@ impl AgentClient {
         let response = transport::send_for_stream(
             &self.endpoint,
             Some((&self.key, &digest)),
+            spoken.version,
             http::Method::POST,
             snapshot::path(),
             Full::new(body),

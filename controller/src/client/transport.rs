@@ -13,7 +13,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use silo_protocol::PROTOCOL_VERSION;
+use silo_protocol::ErrorKind;
 use silo_protocol::auth::{Key, sign};
 use silo_protocol::http::{ErrorBody, HEADER_PROTOCOL};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -168,10 +168,18 @@ pub struct Response {
 impl Response {
     /// The agent's error body, or a stand-in built from the raw text.
     pub fn error_body(&self) -> ErrorBody {
-        serde_json::from_slice(&self.body).unwrap_or_else(|_| ErrorBody {
-            kind: "http".into(),
-            message: String::from_utf8_lossy(&self.body).into_owned(),
-        })
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| stand_in_error(String::from_utf8_lossy(&self.body).into_owned()))
+    }
+}
+
+/// The error body of an answer that carries none of the agent's (a
+/// proxy's error page, an empty body): its kind is unknown, spelt `http`,
+/// so only the status tells what happened.
+pub fn stand_in_error(message: String) -> ErrorBody {
+    ErrorBody {
+        kind: ErrorKind::Unknown("http".into()),
+        message,
     }
 }
 
@@ -188,6 +196,7 @@ pub type SentCallback = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
 pub async fn request(
     endpoint: &Endpoint,
     key: Option<&Key>,
+    version: u32,
     method: http::Method,
     path_and_query: &str,
     body: Bytes,
@@ -196,6 +205,7 @@ pub async fn request(
     send(
         endpoint,
         key.zip(digest.as_deref()),
+        version,
         method,
         path_and_query,
         Full::new(body),
@@ -203,18 +213,13 @@ pub async fn request(
     .await
 }
 
-/// Sends a signed request whose body's SHA-256 the caller already knows
-/// (a bundle sent to many agents is hashed once), streaming it in
-/// [`UPLOAD_CHUNK`]s with a known length and reporting each one to `sent`.
-pub async fn request_streamed(
-    endpoint: &Endpoint,
-    key: &Key,
-    method: http::Method,
-    path_and_query: &str,
+/// A body to stream in [`UPLOAD_CHUNK`]s with a known length, each chunk
+/// reported to `sent` as it goes out. Its SHA-256 is the caller's to know
+/// (a bundle sent to many agents is hashed once).
+pub fn chunked(
     body: Bytes,
-    sha256: &str,
     sent: Option<SentCallback>,
-) -> Result<Response, ClientError> {
+) -> impl hyper::body::Body<Data = Bytes, Error = std::convert::Infallible> + Send + 'static {
     let len = body.len();
     let chunks = (0..len).step_by(UPLOAD_CHUNK).map(move |start| {
         let chunk = body.slice(start..len.min(start + UPLOAD_CHUNK));
@@ -224,11 +229,10 @@ pub async fn request_streamed(
         Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(chunk))
     });
     let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
-    let sized = SizedBody {
+    SizedBody {
         inner: body,
         len: len as u64,
-    };
-    send(endpoint, Some((key, sha256)), method, path_and_query, sized).await
+    }
 }
 
 /// A streamed body that tells hyper its length, so the request carries a
@@ -255,10 +259,11 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for SizedBody<B> {
 }
 
 /// Sends `body` on a fresh connection, signed with `key` over `sha256` when
-/// given, and reads the whole answer.
-async fn send<B>(
+/// given and announcing protocol `version`, and reads the whole answer.
+pub async fn send<B>(
     endpoint: &Endpoint,
     signing: Option<(&Key, &str)>,
+    version: u32,
     method: http::Method,
     path_and_query: &str,
     body: B,
@@ -267,7 +272,8 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let response = send_for_stream(endpoint, signing, method, path_and_query, body).await?;
+    let response =
+        send_for_stream(endpoint, signing, version, method, path_and_query, body).await?;
     let status = response.status();
     let body = response
         .into_body()
@@ -279,11 +285,13 @@ where
 }
 
 /// Sends `body` on a fresh connection, signed with `key` over `sha256` when
-/// given, and answers as soon as the status arrives; the connection lives
-/// until the answer's body has been read or dropped.
+/// given and announcing protocol `version`, and answers as soon as the
+/// status arrives; the connection lives until the answer's body has been
+/// read or dropped.
 pub async fn send_for_stream<B>(
     endpoint: &Endpoint,
     signing: Option<(&Key, &str)>,
+    version: u32,
     method: http::Method,
     path_and_query: &str,
     body: B,
@@ -305,7 +313,7 @@ where
         .method(method.as_str())
         .uri(path_and_query)
         .header(http::header::HOST, endpoint.host_header())
-        .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
+        .header(HEADER_PROTOCOL, version.to_string());
     for (name, value) in endpoint.extra_headers() {
         builder = builder.header(name.as_str(), value.as_str());
     }

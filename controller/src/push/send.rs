@@ -2,9 +2,12 @@
 //!
 //! A push is safe to repeat (the agent answers "unchanged" once the bundle
 //! is live), so failures that another try can cure are retried: the agent
-//! unreachable, a timeout, a connection lost mid-request, a 5xx other than
-//! 507. Refusals that would only repeat are not: 400, 401, 403, 409, 413,
-//! 422 and 507. Pauses double from [`RetryPolicy::first_delay`] up to
+//! unreachable, a timeout, a connection lost mid-request, the agent's
+//! `internal` failure, and a 5xx other than 507 that carries no kind of the
+//! agent's (a proxy's error page, a newer agent's kind). Refusals that
+//! would only repeat are not: every other kind (malformed, unauthorized,
+//! mount_not_allowed, mount_conflict, too_large, hash_mismatch, disk_full,
+//! version_mismatch, ...), and an agent too old to take a push. Pauses double from [`RetryPolicy::first_delay`] up to
 //! [`RetryPolicy::max_delay`], each with random jitter so a fan-out's
 //! retries do not arrive in lockstep, and no new try starts once the
 //! [`RetryPolicy::budget`] would be exceeded.
@@ -12,6 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use silo_protocol::ErrorKind;
 use silo_protocol::http::ErrorBody;
 use silo_protocol::push::{PushResponse, path_and_query};
 
@@ -65,8 +69,8 @@ pub enum AttemptError {
     Refused {
         /// HTTP status.
         status: u16,
-        /// The error body's kind (see `silo_protocol::push::kind`).
-        kind: String,
+        /// The error body's kind.
+        kind: ErrorKind,
         /// The agent's explanation.
         message: String,
     },
@@ -86,7 +90,12 @@ impl AttemptError {
                 | ClientError::Disconnected,
             )
             | Self::TimedOut(_) => true,
-            Self::Refused { status, .. } => (500..600).contains(status) && *status != 507,
+            Self::Refused { kind, status, .. } => match kind {
+                ErrorKind::Internal => true,
+                // No kind of the agent's: only the status tells.
+                ErrorKind::Unknown(_) => (500..600).contains(status) && *status != 507,
+                _ => false,
+            },
             _ => false,
         }
     }
@@ -101,7 +110,7 @@ impl AttemptError {
             }
             Self::Client(ClientError::Sign(_)) => "signing".into(),
             Self::Client(_) | Self::BadAnswer(_) => "protocol".into(),
-            Self::Refused { kind, .. } => kind.clone(),
+            Self::Refused { kind, .. } => kind.to_string(),
         }
     }
 }
@@ -194,16 +203,32 @@ mod tests {
 
     #[test]
     fn only_curable_failures_are_transient() {
-        let refused = |status: u16| AttemptError::Refused {
+        let refused = |status: u16, kind: ErrorKind| AttemptError::Refused {
             status,
-            kind: "x".into(),
+            kind,
             message: String::new(),
         };
+        // A proxy's page (or a kind newer than this build): the status decides.
+        let page = || ErrorKind::from("http");
         for status in [500, 502, 503] {
-            assert!(refused(status).is_transient(), "{status}");
+            assert!(refused(status, page()).is_transient(), "{status}");
         }
         for status in [400, 401, 403, 409, 413, 422, 507] {
-            assert!(!refused(status).is_transient(), "{status}");
+            assert!(!refused(status, page()).is_transient(), "{status}");
+        }
+        // The agent's own kinds decide by themselves.
+        assert!(refused(500, ErrorKind::Internal).is_transient());
+        for kind in [
+            ErrorKind::Malformed,
+            ErrorKind::RejectedEntry,
+            ErrorKind::MountConflict,
+            ErrorKind::TooLarge,
+            ErrorKind::DiskFull,
+            ErrorKind::Unsupported,
+        ] {
+            let status = kind.status().unwrap();
+            assert!(!refused(status, kind.clone()).is_transient(), "{kind}");
+            assert_eq!(refused(status, kind.clone()).reason(), kind.to_string());
         }
         let connect = AttemptError::Client(ClientError::Connect {
             endpoint: "unix:/x".into(),

@@ -12,6 +12,7 @@
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
+use silo_protocol::ErrorKind;
 use silo_protocol::auth::body_sha256;
 use silo_protocol::files::{
     FileQuery, FileStat, Listing, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_STAT, PATH_TREE, Removed,
@@ -82,11 +83,10 @@ impl Files {
     pub async fn exists(&self, path: &str) -> Result<bool, FileError> {
         match self.stat(path).await {
             Ok(_) => Ok(true),
-            Err(FileError::Refused { kind, .. })
-                if kind == silo_protocol::files::kind::NOT_FOUND =>
-            {
-                Ok(false)
-            }
+            Err(FileError::Refused {
+                kind: ErrorKind::NotFound,
+                ..
+            }) => Ok(false),
             Err(error) => Err(error),
         }
     }
@@ -101,11 +101,10 @@ impl Files {
     /// or the path itself when it is anything else.
     pub async fn entries(&self, path: &str) -> Result<Vec<FileStat>, FileError> {
         match self.list(path).await {
-            Err(FileError::Refused { kind, .. })
-                if kind == silo_protocol::files::kind::NOT_A_DIRECTORY =>
-            {
-                Ok(vec![self.stat(path).await?])
-            }
+            Err(FileError::Refused {
+                kind: ErrorKind::NotADirectory,
+                ..
+            }) => Ok(vec![self.stat(path).await?]),
             listed => listed,
         }
     }
@@ -188,7 +187,7 @@ fn decode<T: serde::de::DeserializeOwned>(answer: &Response) -> Result<T, FileEr
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FileError {
-    /// The agent refused it; `kind` is one of [`silo_protocol::files::kind`].
+    /// The agent refused it.
     #[error("{}", refusal(path, message))]
     Refused {
         /// The path the request named.
@@ -196,7 +195,7 @@ pub enum FileError {
         /// The HTTP status.
         status: StatusCode,
         /// The stable category.
-        kind: String,
+        kind: ErrorKind,
         /// The agent's explanation.
         message: String,
     },

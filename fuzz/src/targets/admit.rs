@@ -5,11 +5,11 @@
 
 use fastrand::Rng;
 use silo_agent::server::auth::admit;
-use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::{
     EMPTY_BODY_SHA256, Key, SignedHeaders, Verifier, canonical_request, sign,
 };
 use silo_protocol::http::HEADER_PROTOCOL;
+use silo_protocol::{PROTOCOL_VERSION, Versions};
 
 use super::Target;
 use crate::mutate::mutate;
@@ -146,7 +146,7 @@ impl Target for Admit {
             return Ok(());
         };
         let verifier = Verifier::new(self.key.clone());
-        let Ok(headers) = admit(&request, &verifier) else {
+        let Ok(headers) = admit(&request, &verifier, Versions::OURS) else {
             return Ok(());
         };
         let path_and_query = request
@@ -181,9 +181,23 @@ mod tests {
         let headers = headers_of(&signed);
         let request = |text: &[u8]| parse(text).unwrap();
         let verifier = Verifier::new(key.clone());
-        assert!(admit(&request(&render("GET", "/v1/exec", &headers)), &verifier).is_ok());
+        assert!(
+            admit(
+                &request(&render("GET", "/v1/exec", &headers)),
+                &verifier,
+                Versions::OURS
+            )
+            .is_ok()
+        );
         let verifier = Verifier::new(key);
-        assert!(admit(&request(&render("GET", "/v1/exec?x", &headers)), &verifier).is_err());
+        assert!(
+            admit(
+                &request(&render("GET", "/v1/exec?x", &headers)),
+                &verifier,
+                Versions::OURS
+            )
+            .is_err()
+        );
         assert!(target.run(&render("GET", "/v1/exec", &headers)).is_ok());
     }
 }

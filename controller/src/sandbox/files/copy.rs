@@ -26,7 +26,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use silo_protocol::files::{FileKind, kind};
+use silo_protocol::ErrorKind;
+use silo_protocol::files::FileKind;
 
 use super::host::{self, MODE_BITS};
 use super::{FileError, Files};
@@ -162,7 +163,7 @@ impl Files {
                 },
                 FileKind::File | FileKind::Other => Dest::NotDir,
             }),
-            Err(err) if refused_as(&err, kind::NOT_FOUND) => Ok(Dest::Missing),
+            Err(err) if refused_as(&err, &ErrorKind::NotFound) => Ok(Dest::Missing),
             Err(err) => Err(err.into()),
         }
     }
@@ -250,7 +251,7 @@ impl CopyError {
     }
 }
 
-fn refused_as(err: &FileError, wanted: &str) -> bool {
+fn refused_as(err: &FileError, wanted: &ErrorKind) -> bool {
     matches!(err, FileError::Refused { kind, .. } if kind == wanted)
 }
 

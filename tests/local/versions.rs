@@ -1,0 +1,180 @@
+//! Protocol versions across builds: an agent keeps serving a controller
+//! that speaks an older version, and a controller facing an older agent
+//! speaks that agent's version and refuses at once, saying why, what the
+//! version lacks. Both older sides are the real binaries held back: a
+//! client pinned with `AgentClient::with_max_protocol`, and an agent
+//! started with `--max-protocol`.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
+use silo::client::ClientError;
+use silo::sandbox::{FileError, Files};
+use silo_protocol::auth::{EMPTY_BODY_SHA256, sign};
+use silo_protocol::exec::ExecSpec;
+use silo_protocol::files::{FileQuery, PATH_STAT};
+use silo_protocol::http::{HEADER_PROTOCOL, HEADER_PROTOCOL_MIN};
+use silo_protocol::snapshot::SnapshotRequest;
+use silo_protocol::{Feature, PROTOCOL_VERSION, Versions};
+use silo_tests::{TestAgent, sh, text};
+
+/// Sends a signed `GET target` announcing `protocol`, on a raw socket so the
+/// announced version is exactly what the test says; returns the whole answer.
+fn get_announcing(agent: &TestAgent, target: &str, protocol: &str) -> String {
+    let signed = sign(&agent.key, "GET", target, EMPTY_BODY_SHA256).unwrap();
+    let mut request = format!(
+        "GET {target} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n{HEADER_PROTOCOL}: {protocol}\r\n"
+    );
+    for (name, value) in signed.pairs() {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    let mut stream = UnixStream::connect(agent.socket()).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// The value of header `name` in a raw answer.
+fn header<'a>(answer: &'a str, name: &str) -> Option<&'a str> {
+    let head = answer.split("\r\n\r\n").next()?;
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.eq_ignore_ascii_case(name).then_some(value.trim())
+    })
+}
+
+#[tokio::test]
+async fn an_agent_serves_a_controller_that_speaks_an_older_version() {
+    let agent = TestAgent::start().await;
+    let client = agent.client().with_max_protocol(1).unwrap();
+    let spoken = client.protocol().await.unwrap();
+    assert_eq!((spoken.version, spoken.theirs), (1, Versions::OURS));
+
+    // Exec works in version 1 ...
+    let conn = client.connect().await.unwrap();
+    assert_eq!(conn.protocol().version, 1);
+    let out = conn.run(sh("echo served")).await.unwrap();
+    assert_eq!(text(&out.stdout), "served\n");
+
+    // ... and what version 1 lacks is refused by the client, which names
+    // itself as the limit; nothing reaches the agent.
+    let err = Files::new(client.clone()).stat("/").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            FileError::Client(ClientError::ClientPinned {
+                speaks: 1,
+                feature: Feature::Files
+            })
+        ),
+        "{err}"
+    );
+    let err = conn.list_sessions().await.unwrap_err();
+    assert!(matches!(err, ClientError::ClientPinned { .. }), "{err}");
+    let tty = ExecSpec {
+        tty: true,
+        ..ExecSpec::default()
+    };
+    let err = conn.exec(tty).await.err().unwrap();
+    assert!(err.to_string().contains("no terminal (tty) execs"), "{err}");
+
+    // On the wire: a request announcing version 1 is admitted and served
+    // as it is (changes are additive), and every answer carries the
+    // agent's range.
+    let target = FileQuery::new("/").path_and_query(PATH_STAT);
+    let answer = get_announcing(&agent, &target, "1");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let newest = PROTOCOL_VERSION.to_string();
+    assert_eq!(header(&answer, HEADER_PROTOCOL), Some(newest.as_str()));
+    assert_eq!(header(&answer, HEADER_PROTOCOL_MIN), Some("1"));
+}
+
+#[tokio::test]
+async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks() {
+    let agent = TestAgent::start_with(&["--max-protocol", "1"], &[]).await;
+    let health = agent.client().healthz().await.unwrap();
+    assert_eq!((health.protocol_version, health.protocol_min), (1, Some(1)));
+
+    let client = agent.client().for_sandbox("old-image");
+    let conn = client.connect().await.unwrap();
+    assert_eq!(conn.protocol().version, 1);
+    let out = conn.run(sh("echo still-works")).await.unwrap();
+    assert_eq!(text(&out.stdout), "still-works\n");
+
+    // The file API is refused at once with what is missing and what to do,
+    // and nothing is written.
+    let err = Files::new(client.clone())
+        .write("written", "x", None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            FileError::Client(ClientError::AgentTooOld {
+                speaks: 1,
+                feature: Feature::Files,
+                ..
+            })
+        ),
+        "{err}"
+    );
+    let message = err.to_string();
+    for part in [
+        "the agent in sandbox old-image speaks protocol 1, which has no file API",
+        "(needs protocol 2)",
+        "silo image bake",
+        "mounted agent",
+    ] {
+        assert!(message.contains(part), "{message}");
+    }
+    assert!(!agent.workdir().join("written").exists());
+
+    // So are snapshots, sessions and terminals.
+    let request = SnapshotRequest {
+        changed_since_ns: 0,
+        prune_unchanged_dirs: false,
+        exclude: Vec::new(),
+        baseline: Vec::new(),
+    };
+    let err = client.snapshot(&request).await.err().unwrap();
+    assert!(
+        matches!(
+            err,
+            ClientError::AgentTooOld {
+                feature: Feature::Snapshot,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = conn.list_sessions().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::AgentTooOld {
+                feature: Feature::Sessions,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // On the wire: the capped agent refuses a newer version, naming its
+    // range in the message and in the answer's headers.
+    let target = FileQuery::new("/").path_and_query(PATH_STAT);
+    let answer = get_announcing(&agent, &target, &PROTOCOL_VERSION.to_string());
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("version_mismatch") && answer.contains("speaks 1"),
+        "{answer}"
+    );
+    assert_eq!(header(&answer, HEADER_PROTOCOL), Some("1"));
+    assert_eq!(header(&answer, HEADER_PROTOCOL_MIN), Some("1"));
+}
