@@ -22,7 +22,6 @@
 //! [`FINISHED_OUTPUT_BUDGET`], oldest evicted first. Each unfinished exec
 //! holds at most `ring_bytes` of output.
 
-pub(crate) mod kill;
 pub(crate) mod pty;
 
 mod adopt;
@@ -45,7 +44,7 @@ use silo_protocol::exec::{ErrorKind, ExecId, ExecSpec, ExecState, WindowSize};
 use silo_protocol::limits::MAX_GRACE;
 use tokio::sync::Semaphore;
 
-use crate::process::ProcessOps;
+use crate::process::{ProcessOps, kill};
 use crate::reaper::Reaper;
 use crate::session::{SessionError, Sessions};
 pub use adopt::Adopted;

@@ -35,7 +35,8 @@ use super::run::{Context, Control, Plan};
 use super::script::{self, RunFds};
 use super::shell::{Shell, raw};
 use crate::exec::detach::DetachTimer;
-use crate::exec::{Adopted, LINGER, kill};
+use crate::exec::{Adopted, LINGER};
+use crate::process::kill;
 use crate::reaper::ProcessExit;
 
 /// After the SIGKILL sweep at the end of the grace, how long the shell gets

@@ -39,8 +39,8 @@ use nix::sys::signal::Signal;
 use silo_protocol::exec::{ErrorKind, ExecId, ExecSpec};
 use silo_protocol::session::{SessionIdError, SessionInfo, check_id};
 
-use crate::exec::{ExecError, Execs, Started, Subscriber, kill};
-use crate::process::ProcessOps;
+use crate::exec::{ExecError, Execs, Started, Subscriber};
+use crate::process::{ProcessOps, kill};
 use crate::reaper::Reaper;
 use shell::{Launch, Program, Shell, Snapshot};
 
