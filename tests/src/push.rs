@@ -1,6 +1,6 @@
 //! Helpers for push tests and benchmarks: tar entries written byte by byte
 //! (so a hostile bundle really is hostile, not whatever a tar library lets
-//! through), gzip, signed pushes of raw bytes, and snapshots of trees.
+//! through), gzip, signed pushes of raw bytes, and listings of trees.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -96,7 +96,7 @@ pub async fn push_claiming(
 
 /// Everything under `dir` (not following symlinks below it): path → what it
 /// is (`dir`, `link -> target`, or `file <mode> <contents>`).
-pub fn snapshot(dir: &Path) -> BTreeMap<String, String> {
+pub fn listing(dir: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     walk(dir, dir, &mut out);
     out

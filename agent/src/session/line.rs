@@ -254,9 +254,9 @@ impl Session {
     /// Keeps what a normally ended run reported, for a later restore.
     fn remember(&self, env: Option<Vec<u8>>, cwd: Vec<u8>) {
         let mut state = self.state();
-        state.snapshot.cwd = cwd;
+        state.saved.cwd = cwd;
         if env.is_some() {
-            state.snapshot.env = env;
+            state.saved.env = env;
         }
     }
 }

@@ -3,7 +3,7 @@
 //! A run is accepted at once (the client gets its exec id even if it must
 //! wait), takes the session's slot (one command at a time, first come first
 //! served), makes sure the shell is alive (restarting it from the last
-//! snapshot if not), hands the line to `line`, and reports the exit, with
+//! saved state if not), hands the line to `line`, and reports the exit, with
 //! `restored` when the shell had to be restarted before or during the run.
 
 use silo_protocol::http::error_chain;
