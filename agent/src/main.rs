@@ -21,8 +21,9 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
 use silo_agent::activity::Activity;
+use silo_agent::commands::Commands;
 use silo_agent::config::{Args, Config, KEY_ENV};
-use silo_agent::exec::{ExecConfig, Execs};
+use silo_agent::exec::ExecConfig;
 use silo_agent::files::{Files, FilesConfig};
 use silo_agent::process::{ProcessOps, System};
 use silo_agent::push::Pusher;
@@ -35,8 +36,8 @@ use silo_agent::{activity, random_hex, server};
 
 /// Time the workload and execs get between SIGTERM and SIGKILL at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// Time exec sessions get to deliver final exits and close after shutdown.
-const SESSION_FLUSH: Duration = Duration::from_secs(1);
+/// Time exec connections get to deliver final exits and close after shutdown.
+const CONNECTION_FLUSH: Duration = Duration::from_secs(1);
 /// Time blocking helper threads get to finish when the runtime is dropped.
 const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(100);
 /// Exit status when the agent cannot start.
@@ -114,7 +115,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     let boot_id = random_hex::<16>()?;
     let ops: Arc<dyn ProcessOps> = Arc::new(System);
     let workload = start_workload(&config, &reaper, &ops, &boot_id);
-    let execs = Execs::new(
+    let commands = Commands::new(
         ExecConfig {
             workdir: config.workdir.clone(),
             ring_bytes: config.ring_bytes,
@@ -130,7 +131,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     let pusher = start_push(&config, &boot_id, phase_rx.clone());
     let state = Arc::new(AgentState::new(
         Verifier::new(config.key.clone()),
-        execs,
+        commands,
         pusher,
         Files::new(FilesConfig {
             workdir: config.workdir.clone(),
@@ -262,8 +263,9 @@ enum StopReason {
 }
 
 /// Serves until told to stop, then: stop accepting, SIGTERM the workload and
-/// every exec, SIGKILL what is left after [`SHUTDOWN_GRACE`], let sessions
-/// deliver the exits, and return the exit status.
+/// every exec and session shell, SIGKILL what is left after
+/// [`SHUTDOWN_GRACE`], let exec connections deliver the exits, and return
+/// the exit status.
 async fn serve_until_shutdown(mut s: Serving) -> anyhow::Result<u8> {
     let reason = wait_for_stop(&mut s).await;
     tracing::info!(?reason, "shutting down");
@@ -274,10 +276,12 @@ async fn serve_until_shutdown(mut s: Serving) -> anyhow::Result<u8> {
             None => None,
         }
     };
-    let (workload_exit, ()) =
-        tokio::join!(stop_workload, s.state.execs.terminate_all(SHUTDOWN_GRACE));
+    let (workload_exit, ()) = tokio::join!(
+        stop_workload,
+        s.state.commands.terminate_all(SHUTDOWN_GRACE)
+    );
     s.phase_tx.send_replace(Phase::Closing);
-    if tokio::time::timeout(SESSION_FLUSH, &mut s.server)
+    if tokio::time::timeout(CONNECTION_FLUSH, &mut s.server)
         .await
         .is_err()
     {
@@ -301,7 +305,7 @@ async fn wait_for_stop(s: &mut Serving) -> StopReason {
     let idle = async {
         match s.idle_timeout {
             Some(timeout) => {
-                activity::idle_for(&s.state.activity, &s.state.execs, timeout).await;
+                activity::idle_for(&s.state.activity, s.state.commands.execs(), timeout).await;
             }
             None => std::future::pending().await,
         }

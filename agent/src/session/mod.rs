@@ -83,6 +83,9 @@ pub enum SessionError {
     /// The spec cannot run in a session.
     #[error("invalid session request: {0}")]
     BadSpec(String),
+    /// The exec registry refused the run (too many execs).
+    #[error(transparent)]
+    Exec(#[from] ExecError),
 }
 
 impl SessionError {
@@ -96,6 +99,7 @@ impl SessionError {
             Self::NoShell | Self::ShellNotFound(_) | Self::NoProc | Self::Spawn { .. } => {
                 ErrorKind::SpawnFailed
             }
+            Self::Exec(err) => err.kind(),
         }
     }
 }
@@ -244,7 +248,7 @@ impl Sessions {
         spec: ExecSpec,
         cwd: Option<PathBuf>,
         sub: Subscriber,
-    ) -> Result<Started, ExecError> {
+    ) -> Result<Started, SessionError> {
         let id = spec.session.clone().unwrap_or_default();
         let (session, _) = self.get_or_create(&id, Options::default())?;
         run::start(self.inner.context(), session, execs, spec, cwd, sub)
