@@ -9,8 +9,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
 use std::path::Path;
 
 use crate::backend::Machine;
@@ -64,22 +63,7 @@ pub fn load_or_create_home_id(path: &Path) -> io::Result<String> {
     }
     let mut bytes = [0u8; HOME_ID_BYTES];
     getrandom::fill(&mut bytes).map_err(|_| io::Error::other("no randomness for a home id"))?;
-    let tmp = crate::fsutil::temp_sibling(path)?;
-    let written = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        writeln!(file, "{}", hex::encode(bytes))?;
-        file.sync_all()?;
-        match fs::hard_link(&tmp, path) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
-            _ => Ok(()),
-        }
-    })();
-    let _ = fs::remove_file(&tmp);
-    written?;
+    crate::fsutil::create_atomic(path, format!("{}\n", hex::encode(bytes)).as_bytes(), 0o600)?;
     read_home_id(path)?.ok_or_else(|| io::Error::other("home id file is empty"))
 }
 
