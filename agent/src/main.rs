@@ -4,8 +4,8 @@
 //! [`main`] runs these steps in order, each a small function below:
 //! `take_key_from_env` → `parse_args` → `init_logging` → `resolve_config` →
 //! `build_runtime` → `become_subreaper_if_not_pid1` → `install_signal_handlers` →
-//! `start_reaper` → `bind_listener` → `start_workload` → `start_push` →
-//! `serve_until_shutdown`.
+//! `start_reaper` → `bind_listener` → `start_workload` → `start_commands` →
+//! `start_push` → `serve_until_shutdown`.
 //! Nothing slow happens before the listener is bound.
 
 use std::ffi::OsString;
@@ -115,18 +115,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     let boot_id = random_hex::<16>()?;
     let ops: Arc<dyn ProcessOps> = Arc::new(System);
     let workload = start_workload(&config, &reaper, &ops, &boot_id);
-    let commands = Commands::new(
-        ExecConfig {
-            workdir: config.workdir.clone(),
-            ring_bytes: config.ring_bytes,
-            default_grace: config.grace,
-            detach_timeout: config.detach_timeout,
-            output_budget: config.output_budget,
-        },
-        reaper,
-        ops,
-    )
-    .context("cannot seed exec ids")?;
+    let commands = start_commands(&config, reaper, ops)?;
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let pusher = start_push(&config, &boot_id, phase_rx.clone());
     let state = Arc::new(AgentState::new(
@@ -231,6 +220,22 @@ fn start_workload(
 /// Makes the push service and sweeps away, in the background, what pushes
 /// interrupted by an earlier agent left behind (this boot's own temporary
 /// files carry its boot id, so the sweep never touches a push in progress).
+/// The exec registry and the shell sessions, empty.
+fn start_commands(
+    config: &Config,
+    reaper: Reaper,
+    ops: Arc<dyn ProcessOps>,
+) -> anyhow::Result<Commands> {
+    let exec = ExecConfig {
+        workdir: config.workdir.clone(),
+        ring_bytes: config.ring_bytes,
+        default_grace: config.grace,
+        detach_timeout: config.detach_timeout,
+        output_budget: config.output_budget,
+    };
+    Commands::new(exec, reaper, ops).context("cannot seed exec ids")
+}
+
 fn start_push(config: &Config, boot_id: &str, phase: watch::Receiver<Phase>) -> Arc<Pusher> {
     let pusher = Pusher::new(config.push.clone(), boot_id.to_owned(), phase);
     let sweeper = Arc::clone(&pusher);
