@@ -1,7 +1,8 @@
 //! What counts as use of the agent, for `--idle-timeout`.
 //!
-//! The agent is idle when no authenticated request has arrived, no exec
-//! session is open and no exec has been running for the whole timeout.
+//! The agent is idle when no authenticated request has arrived, nothing was
+//! under way (an exec connection, a push, a file transfer, a snapshot) and
+//! no exec has been running for the whole timeout.
 //! Health probes do not count: a controller polling `/healthz` must not keep
 //! an abandoned sandbox alive.
 
@@ -14,13 +15,14 @@ use crate::exec::Execs;
 /// Longest sleep between idleness checks.
 const IDLE_CHECK_MAX: Duration = Duration::from_secs(1);
 
-/// Last use and open sessions.
+/// Last use, and the work under way.
 #[derive(Debug)]
 pub struct Activity {
     origin: Instant,
     /// Milliseconds after `origin` of the last use.
     last_ms: AtomicU64,
-    sessions: AtomicUsize,
+    /// Exec connections and streamed requests under way.
+    busy: AtomicUsize,
 }
 
 impl Default for Activity {
@@ -28,7 +30,7 @@ impl Default for Activity {
         Self {
             origin: Instant::now(),
             last_ms: AtomicU64::new(0),
-            sessions: AtomicUsize::new(0),
+            busy: AtomicUsize::new(0),
         }
     }
 }
@@ -40,11 +42,12 @@ impl Activity {
         self.last_ms.fetch_max(now, Ordering::Relaxed);
     }
 
-    /// Marks a session open until the guard drops.
-    pub fn session(self: &Arc<Self>) -> SessionGuard {
-        self.sessions.fetch_add(1, Ordering::Relaxed);
+    /// Counts the agent as in use until the guard drops (an exec
+    /// connection, or a request whose body streams).
+    pub fn busy(self: &Arc<Self>) -> BusyGuard {
+        self.busy.fetch_add(1, Ordering::Relaxed);
         self.touch();
-        SessionGuard(Arc::clone(self))
+        BusyGuard(Arc::clone(self))
     }
 
     fn idle_for(&self) -> Duration {
@@ -53,13 +56,13 @@ impl Activity {
     }
 }
 
-/// Keeps a session counted as open.
+/// Keeps the agent counted as in use.
 #[derive(Debug)]
-pub struct SessionGuard(Arc<Activity>);
+pub struct BusyGuard(Arc<Activity>);
 
-impl Drop for SessionGuard {
+impl Drop for BusyGuard {
     fn drop(&mut self) {
-        self.0.sessions.fetch_sub(1, Ordering::Relaxed);
+        self.0.busy.fetch_sub(1, Ordering::Relaxed);
         self.0.touch();
     }
 }
@@ -67,7 +70,7 @@ impl Drop for SessionGuard {
 /// Resolves once the agent has been idle for `timeout`.
 pub async fn idle_for(activity: &Activity, execs: &Execs, timeout: Duration) {
     loop {
-        if execs.running() > 0 || activity.sessions.load(Ordering::Relaxed) > 0 {
+        if execs.running() > 0 || activity.busy.load(Ordering::Relaxed) > 0 {
             activity.touch();
         }
         let idle = activity.idle_for();

@@ -13,9 +13,10 @@
 //! - `config`: command-line flags, then the validated settings derived from them.
 //! - `reaper`: the single owner of `waitpid(-1)`; delivers statuses to registered pids.
 //! - `fs_error`: the one error for a failed file system call (what, path, why).
-//! - `process`: the seam for signalling and finding processes (`/proc`), faked in tests.
-//! - `exec`: the exec registry: spawn (pipes or a PTY), output ring and fan-out, stdin, interrupt, retention.
-//! - `session`: persistent shell sessions whose runs are execs; interrupt keeps the shell.
+//! - `process`: the seam for signalling and finding processes (`/proc`), faked in tests, and kill escalation.
+//! - `exec`: the exec registry: spawn (pipes or a PTY), adopted execs, output ring and fan-out, stdin, interrupt, retention.
+//! - `session`: persistent shell sessions whose runs are adopted execs; interrupt keeps the shell.
+//! - `commands`: routes each exec request to the registry or a session; shutdown of both.
 //! - `workload`: the optional command after `--`, restarted with backoff.
 //! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
 //! - `files`: the file API's work: read, write, stat, list, mkdir, remove, tar trees in and out.
@@ -26,6 +27,7 @@
 //!
 
 pub mod activity;
+pub mod commands;
 pub mod config;
 pub mod exec;
 pub mod files;

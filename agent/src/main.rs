@@ -4,8 +4,8 @@
 //! [`main`] runs these steps in order, each a small function below:
 //! `take_key_from_env` → `parse_args` → `init_logging` → `resolve_config` →
 //! `build_runtime` → `become_subreaper_if_not_pid1` → `install_signal_handlers` →
-//! `start_reaper` → `bind_listener` → `start_workload` → `start_push` →
-//! `serve_until_shutdown`.
+//! `start_reaper` → `bind_listener` → `start_workload` → `start_commands` →
+//! `start_push` → `serve_until_shutdown`.
 //! Nothing slow happens before the listener is bound.
 
 use std::ffi::OsString;
@@ -21,8 +21,9 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
 use silo_agent::activity::Activity;
+use silo_agent::commands::Commands;
 use silo_agent::config::{Args, Config, KEY_ENV};
-use silo_agent::exec::{ExecConfig, Execs};
+use silo_agent::exec::ExecConfig;
 use silo_agent::files::{Files, FilesConfig};
 use silo_agent::process::{ProcessOps, System};
 use silo_agent::push::Pusher;
@@ -35,8 +36,8 @@ use silo_agent::{activity, random_hex, server};
 
 /// Time the workload and execs get between SIGTERM and SIGKILL at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// Time exec sessions get to deliver final exits and close after shutdown.
-const SESSION_FLUSH: Duration = Duration::from_secs(1);
+/// Time exec connections get to deliver final exits and close after shutdown.
+const CONNECTION_FLUSH: Duration = Duration::from_secs(1);
 /// Time blocking helper threads get to finish when the runtime is dropped.
 const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(100);
 /// Exit status when the agent cannot start.
@@ -114,24 +115,13 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     let boot_id = random_hex::<16>()?;
     let ops: Arc<dyn ProcessOps> = Arc::new(System);
     let workload = start_workload(&config, &reaper, &ops, &boot_id);
-    let execs = Execs::new(
-        ExecConfig {
-            workdir: config.workdir.clone(),
-            ring_bytes: config.ring_bytes,
-            default_grace: config.grace,
-            detach_timeout: config.detach_timeout,
-            output_budget: config.output_budget,
-        },
-        reaper,
-        ops,
-    )
-    .context("cannot seed exec ids")?;
+    let commands = start_commands(&config, reaper, ops)?;
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let pusher = start_push(&config, &boot_id, phase_rx.clone());
     let state = Arc::new(AgentState::new(
         Verifier::new(config.key.clone()),
         config.protocols,
-        execs,
+        commands,
         pusher,
         Files::new(FilesConfig {
             workdir: config.workdir.clone(),
@@ -232,6 +222,22 @@ fn start_workload(
 /// Makes the push service and sweeps away, in the background, what pushes
 /// interrupted by an earlier agent left behind (this boot's own temporary
 /// files carry its boot id, so the sweep never touches a push in progress).
+/// The exec registry and the shell sessions, empty.
+fn start_commands(
+    config: &Config,
+    reaper: Reaper,
+    ops: Arc<dyn ProcessOps>,
+) -> anyhow::Result<Commands> {
+    let exec = ExecConfig {
+        workdir: config.workdir.clone(),
+        ring_bytes: config.ring_bytes,
+        default_grace: config.grace,
+        detach_timeout: config.detach_timeout,
+        output_budget: config.output_budget,
+    };
+    Commands::new(exec, reaper, ops).context("cannot seed exec ids")
+}
+
 fn start_push(config: &Config, boot_id: &str, phase: watch::Receiver<Phase>) -> Arc<Pusher> {
     let pusher = Pusher::new(config.push.clone(), boot_id.to_owned(), phase);
     let sweeper = Arc::clone(&pusher);
@@ -264,8 +270,9 @@ enum StopReason {
 }
 
 /// Serves until told to stop, then: stop accepting, SIGTERM the workload and
-/// every exec, SIGKILL what is left after [`SHUTDOWN_GRACE`], let sessions
-/// deliver the exits, and return the exit status.
+/// every exec and session shell, SIGKILL what is left after
+/// [`SHUTDOWN_GRACE`], let exec connections deliver the exits, and return
+/// the exit status.
 async fn serve_until_shutdown(mut s: Serving) -> anyhow::Result<u8> {
     let reason = wait_for_stop(&mut s).await;
     tracing::info!(?reason, "shutting down");
@@ -276,10 +283,12 @@ async fn serve_until_shutdown(mut s: Serving) -> anyhow::Result<u8> {
             None => None,
         }
     };
-    let (workload_exit, ()) =
-        tokio::join!(stop_workload, s.state.execs.terminate_all(SHUTDOWN_GRACE));
+    let (workload_exit, ()) = tokio::join!(
+        stop_workload,
+        s.state.commands.terminate_all(SHUTDOWN_GRACE)
+    );
     s.phase_tx.send_replace(Phase::Closing);
-    if tokio::time::timeout(SESSION_FLUSH, &mut s.server)
+    if tokio::time::timeout(CONNECTION_FLUSH, &mut s.server)
         .await
         .is_err()
     {
@@ -303,7 +312,7 @@ async fn wait_for_stop(s: &mut Serving) -> StopReason {
     let idle = async {
         match s.idle_timeout {
             Some(timeout) => {
-                activity::idle_for(&s.state.activity, &s.state.execs, timeout).await;
+                activity::idle_for(&s.state.activity, s.state.commands.execs(), timeout).await;
             }
             None => std::future::pending().await,
         }

@@ -78,6 +78,9 @@ impl Reaper {
         let mut reaped = 0;
         loop {
             let mut status: libc::c_int = 0;
+            // Not nix's waitpid: its WaitStatus cannot hold a real-time
+            // signal, so a child killed by one would be reaped and its status
+            // lost to an EINVAL. The raw status is decoded below instead.
             // SAFETY: waitpid only writes through the pointer we pass, which
             // points at a live local.
             let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };

@@ -2,8 +2,9 @@
 //!
 //! Shutdown is staged so clients see their commands end: first the listener
 //! stops accepting and plain HTTP connections finish ([`Phase::Draining`])
-//! while execs and the workload are terminated; only then are exec sessions
-//! closed ([`Phase::Closing`]), after the exits they carry have been sent.
+//! while execs and the workload are terminated; only then are exec
+//! connections closed ([`Phase::Closing`]), after the exits they carry have
+//! been sent.
 
 use tokio::sync::watch;
 
@@ -14,7 +15,7 @@ pub enum Phase {
     Running,
     /// Not accepting; execs and workload being stopped.
     Draining,
-    /// Closing exec sessions; the process is about to exit.
+    /// Closing exec connections; the process is about to exit.
     Closing,
 }
 

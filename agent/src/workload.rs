@@ -14,8 +14,7 @@ pub use silo_protocol::workload::RestartPolicy;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::exec::kill;
-use crate::process::{ProcessOps, Scope, new_session};
+use crate::process::{ProcessOps, Scope, kill, new_session};
 use crate::reaper::{ProcessExit, Reaper};
 
 /// Environment variable the workload's processes carry, so shutdown can find

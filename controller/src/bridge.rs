@@ -1,150 +1,133 @@
 //! Bridges between async byte streams (the engine's and the agent's HTTP
 //! bodies) and blocking `std::io` code (the store, tar reading and writing),
-//! which runs on the blocking pool. A bounded channel between them carries
-//! the chunks, so neither side buffers a whole body and a slow side slows
-//! the other down instead of filling memory.
+//! which runs on the blocking pool, made of tokio-util's adapters.
+//!
+//! Reading ([`consume_blocking`]): blocking code gets a `Read` over the
+//! stream (`StreamReader` under `SyncIoBridge`). Each read waits for the
+//! stream's next chunk, so at most one chunk is held and a slow reader slows
+//! the stream down instead of filling memory; a stream error is the read's.
+//!
+//! Writing ([`writer_stream`]): blocking code gets a `Write` whose bytes come
+//! out of a stream in chunks of about [`CHUNK_BYTES`] (a `BufWriter` over
+//! `SinkWriter`, `CopyToBytes` and `PollSender`, under `SyncIoBridge`),
+//! through a channel of [`CHANNEL_CHUNKS`], so a slow consumer slows the
+//! writer down. [`ChannelWriter::fail`] ends the stream with an error, so the
+//! consumer never takes a cut-short body for a whole one, and a consumer that
+//! went away fails the writer's next send.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufWriter, Write};
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
-use tokio::sync::mpsc;
+use futures_util::sink::SinkMapErr;
+use futures_util::stream::BoxStream;
+use futures_util::{SinkExt, Stream, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::io::{CopyToBytes, SinkWriter, StreamReader, SyncIoBridge};
+use tokio_util::sync::{PollSendError, PollSender};
 
-/// Chunks in flight between the two sides.
+/// Chunks in flight between a [`ChannelWriter`] and its stream.
 const CHANNEL_CHUNKS: usize = 16;
 /// Size of the chunks a [`ChannelWriter`] sends.
 const CHUNK_BYTES: usize = 256 * 1024;
 
 /// The reading end of an async stream, for blocking code.
-pub struct ChannelReader {
-    rx: mpsc::Receiver<io::Result<Bytes>>,
-    current: Bytes,
-}
+pub type ChannelReader = SyncIoBridge<StreamReader<BoxStream<'static, io::Result<Bytes>>, Bytes>>;
 
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(Ok(chunk)) => self.current = chunk,
-                Some(Err(error)) => return Err(error),
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        self.current = self.current.slice(n..);
-        Ok(n)
-    }
-}
-
-/// Feeds `stream` to a [`ChannelReader`]; the returned future pumps until
-/// the stream ends, fails (the reader then sees the error), or the reader
-/// is dropped. Run the two halves concurrently.
-fn reader_for<S, E>(stream: S) -> (ChannelReader, impl Future<Output = ()>)
-where
-    S: Stream<Item = Result<Bytes, E>>,
-    E: std::fmt::Display,
-{
-    let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
-    let pump = async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| io::Error::other(e.to_string()));
-            let failed = chunk.is_err();
-            if tx.send(chunk).await.is_err() || failed {
-                return;
-            }
-        }
-    };
-    (
-        ChannelReader {
-            rx,
-            current: Bytes::new(),
-        },
-        pump,
-    )
-}
-
-/// Runs `consume` on the blocking pool over the bytes of `stream`, pumping
-/// them to it from this task, and returns what it returns (an error only if
-/// it panicked).
+/// Runs `consume` on the blocking pool over the bytes of `stream`, and
+/// returns what it returns (an error only if it panicked). The stream is
+/// read as `consume` reads, and dropped when it returns.
 pub async fn consume_blocking<S, E, T>(
     stream: S,
     consume: impl FnOnce(ChannelReader) -> T + Send + 'static,
 ) -> Result<T, tokio::task::JoinError>
 where
-    S: Stream<Item = Result<Bytes, E>>,
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::fmt::Display,
     T: Send + 'static,
 {
-    let (reader, pump) = reader_for(stream);
-    let task = tokio::task::spawn_blocking(move || consume(reader));
-    pump.await;
-    task.await
+    let reader = reader_for(stream);
+    tokio::task::spawn_blocking(move || consume(reader)).await
 }
+
+/// A [`ChannelReader`] over `stream`; create it on the runtime, read it off it.
+fn reader_for<S, E>(stream: S) -> ChannelReader
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display,
+{
+    let chunks = stream.map(|chunk| chunk.map_err(|e| io::Error::other(e.to_string())));
+    SyncIoBridge::new(StreamReader::new(chunks.boxed()))
+}
+
+/// Where a [`ChannelWriter`]'s chunks go: the channel, as a sink of bytes.
+type ChunkSink = SinkMapErr<PollSender<Bytes>, fn(PollSendError<Bytes>) -> io::Error>;
 
 /// The writing end of an async stream, for blocking code.
 pub struct ChannelWriter {
-    tx: mpsc::Sender<io::Result<Bytes>>,
-    pending: Vec<u8>,
+    bytes: BufWriter<SyncIoBridge<SinkWriter<CopyToBytes<ChunkSink>>>>,
+    /// The error that ends the stream after its last chunk, if it fails.
+    failure: oneshot::Sender<io::Error>,
 }
 
 impl ChannelWriter {
     /// Sends what is buffered and closes the stream. Dropping the writer
-    /// without finishing also ends the stream, after what was flushed.
+    /// without finishing also ends the stream.
     pub fn finish(mut self) -> io::Result<()> {
-        self.flush()
+        self.bytes.flush()
     }
 
-    /// Ends the stream with an error, so its consumer does not mistake a
-    /// cut-short body for a whole one.
+    /// Ends the stream with an error (what is buffered is dropped), so its
+    /// consumer does not mistake a cut-short body for a whole one.
     pub fn fail(self, error: io::Error) {
-        let _ = self.tx.blocking_send(Err(error));
+        let Self { bytes, failure } = self;
+        drop(bytes.into_parts());
+        let _ = failure.send(error);
     }
 }
 
 impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.pending.extend_from_slice(buf);
-        if self.pending.len() >= CHUNK_BYTES {
-            self.flush()?;
-        }
-        Ok(buf.len())
+        self.bytes.write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let chunk = Bytes::from(std::mem::take(&mut self.pending));
-        self.tx
-            .blocking_send(Ok(chunk))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the stream's reader is gone"))
+        self.bytes.flush()
     }
 }
 
 /// A [`ChannelWriter`] for blocking code and the stream its bytes come out
-/// of, for an async consumer.
+/// of, for an async consumer. Call it on the runtime; write off it.
 pub fn writer_stream() -> (
     ChannelWriter,
     impl Stream<Item = io::Result<Bytes>> + Send + 'static,
 ) {
     let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (chunk, rx))
+    let (failure, failed) = oneshot::channel();
+    let gone: fn(PollSendError<Bytes>) -> io::Error =
+        |_| io::Error::new(io::ErrorKind::BrokenPipe, "the stream's reader is gone");
+    let sink = PollSender::new(tx).sink_map_err(gone);
+    // The chunks, then the writer's failure if it failed: the channel closes
+    // when the writer is dropped, after `fail` has sent its error.
+    let stream = futures_util::stream::unfold((rx, Some(failed)), |(mut rx, failed)| async move {
+        match rx.recv().await {
+            Some(chunk) => Some((Ok(chunk), (rx, failed))),
+            None => Some((Err(failed?.await.ok()?), (rx, None))),
+        }
     });
-    (
-        ChannelWriter {
-            tx,
-            pending: Vec::with_capacity(CHUNK_BYTES),
-        },
-        stream,
-    )
+    let writer = ChannelWriter {
+        bytes: BufWriter::with_capacity(
+            CHUNK_BYTES,
+            SyncIoBridge::new(SinkWriter::new(CopyToBytes::new(sink))),
+        ),
+        failure,
+    };
+    (writer, stream)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bytes_cross_both_ways_and_errors_arrive() {
@@ -157,12 +140,11 @@ mod tests {
             }
             writer.finish().unwrap();
         });
-        let (mut reader, pump) = reader_for(stream);
+        let mut reader = reader_for(stream);
         let consumer = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             reader.read_to_end(&mut out).map(|_| out)
         });
-        pump.await;
         producer.await.unwrap();
         assert_eq!(consumer.await.unwrap().unwrap(), data);
 
@@ -170,13 +152,50 @@ mod tests {
             Ok(Bytes::from_static(b"abc")),
             Err("the peer went away"),
         ]);
-        let (mut reader, pump) = reader_for(failing);
+        let mut reader = reader_for(failing);
         let consumer = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             reader.read_to_end(&mut out)
         });
-        pump.await;
         let error = consumer.await.unwrap().unwrap_err();
         assert!(error.to_string().contains("went away"), "{error}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_writer_is_an_error_and_a_gone_reader_fails_the_writer() {
+        let (mut writer, stream) = writer_stream();
+        let mut reader = reader_for(stream);
+        let producer = tokio::task::spawn_blocking(move || {
+            writer.write_all(&vec![7; CHUNK_BYTES + 1]).unwrap();
+            writer.fail(io::Error::other("the store broke"));
+        });
+        let consumer = tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0; 4096];
+            let mut read = 0;
+            loop {
+                match reader.read(&mut buf) {
+                    Ok(0) => panic!("a clean end after {read} bytes"),
+                    Ok(n) => read += n,
+                    Err(error) => return (read, error),
+                }
+            }
+        });
+        producer.await.unwrap();
+        let (read, error) = consumer.await.unwrap();
+        assert_eq!(
+            read,
+            CHUNK_BYTES + 1,
+            "what was sent before the failure arrives"
+        );
+        assert!(error.to_string().contains("store broke"), "{error}");
+
+        let (mut writer, stream) = writer_stream();
+        drop(stream);
+        let written = tokio::task::spawn_blocking(move || {
+            writer.write_all(&vec![7; CHUNK_BYTES + 1])?;
+            writer.finish()
+        });
+        let error = written.await.unwrap().unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::BrokenPipe, "{error}");
     }
 }

@@ -1,44 +1,53 @@
 //! Small file helpers shared by the modules that write into `$SILO_HOME`, and
 //! the one way sizes are written for people.
 
-use std::fs::{self, OpenOptions};
+use std::ffi::OsString;
+use std::fs::{self, Permissions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use tempfile::NamedTempFile;
 
 /// Writes `bytes` to `path` with `mode`, atomically: a reader (in any process)
 /// sees the old file or the whole new one, never a partial write.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let tmp = temp_sibling(path)?;
-    let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        // The temp name is ours alone; failing to remove it leaves only clutter.
-        let _ = fs::remove_file(&tmp);
-    }
-    written
+    filled_temp(path, bytes, mode)?
+        .persist(path)
+        .map_err(|err| err.error)?;
+    Ok(())
 }
 
-/// A fresh, unpredictable name beside `path` (`.<name>.tmp-<hex>`), so
-/// concurrent writers never share a temp file.
-pub(crate) fn temp_sibling(path: &Path) -> io::Result<PathBuf> {
-    let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(|_| io::Error::other("no randomness for a temp name"))?;
+/// Writes `bytes` to `path` with `mode` unless `path` exists, atomically.
+/// Of writers racing to create it, exactly one wins and the others leave it
+/// alone, so all of them can go on to read the same file.
+pub(crate) fn create_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    match filled_temp(path, bytes, mode)?.persist_noclobber(path) {
+        Err(err) if err.error.kind() != io::ErrorKind::AlreadyExists => Err(err.error),
+        _ => Ok(()),
+    }
+}
+
+/// `bytes`, on disk, in a temp file beside `path` (`.<name>.tmp-…`, so it
+/// is recognisable and on the same file system). Dropping it removes it.
+fn filled_temp(path: &Path, bytes: &[u8], mode: u32) -> io::Result<NamedTempFile> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::other("path has no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp-{}", hex::encode(suffix)));
-    Ok(path.with_file_name(tmp_name))
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut prefix = OsString::from(".");
+    prefix.push(name);
+    prefix.push(".tmp-");
+    let mut file = tempfile::Builder::new()
+        .prefix(&prefix)
+        .permissions(Permissions::from_mode(mode))
+        .tempfile_in(dir)?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    Ok(file)
 }
 
 /// Removes a file, treating "already gone" as success.

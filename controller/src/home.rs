@@ -7,8 +7,8 @@
 //! space, the Docker backend's agent socket directory).
 
 use std::fs::{self, DirBuilder};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// Random bytes in a home identity (shown as twice as many hex digits).
@@ -121,22 +121,7 @@ pub fn load_or_create_home_id(path: &Path) -> io::Result<String> {
     }
     let mut bytes = [0u8; HOME_ID_BYTES];
     getrandom::fill(&mut bytes).map_err(|_| io::Error::other("no randomness for a home id"))?;
-    let tmp = crate::fsutil::temp_sibling(path)?;
-    let written = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        writeln!(file, "{}", hex::encode(bytes))?;
-        file.sync_all()?;
-        match fs::hard_link(&tmp, path) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
-            _ => Ok(()),
-        }
-    })();
-    let _ = fs::remove_file(&tmp);
-    written?;
+    crate::fsutil::create_atomic(path, format!("{}\n", hex::encode(bytes)).as_bytes(), 0o600)?;
     read_home_id(path)?.ok_or_else(|| io::Error::other("home id file is empty"))
 }
 

@@ -54,6 +54,7 @@
 //! - `bridge` (private): async byte streams to and from blocking `std::io` code.
 //! - `fsutil` (private): atomic writes and log tails for files under `$SILO_HOME`,
 //!   and `human_bytes`, the one way sizes are written for people.
+//! - `retry` (private): deadlines polled at a steady pace, and doubling backoff with jitter.
 #![deny(missing_docs)]
 
 pub mod agent_binary;
@@ -66,6 +67,7 @@ pub mod home;
 pub mod image;
 pub mod naming;
 pub mod push;
+mod retry;
 pub mod sandbox;
 pub mod silo;
 pub mod spec;

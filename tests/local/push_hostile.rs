@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use silo_protocol::bundle::{Bundle, BundleLimits, FileSet};
 use silo_tests::TestAgent;
-use silo_tests::push::{bundle_of, gzip, push_claiming, push_raw, snapshot, tar_entry, tar_file};
+use silo_tests::push::{bundle_of, gzip, listing, push_claiming, push_raw, tar_entry, tar_file};
 
 /// A named case: its tar entries and what the refusal must mention.
 type Case = (&'static str, Vec<Vec<u8>>, &'static [&'static str]);
@@ -50,7 +50,7 @@ impl Setup {
     }
 
     fn state(&self) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
-        let all = snapshot(self.base.path());
+        let all = listing(self.base.path());
         let tmp: Vec<String> = std::fs::read_dir(std::env::temp_dir())
             .unwrap()
             .flatten()

@@ -16,7 +16,7 @@ use silo::push::{RetryPolicy, SharedBundle, push_to_sandbox};
 use silo_protocol::bundle::{Bundle, BundleLimits, FileSet};
 use silo_protocol::push::PushResponse;
 use silo_tests::TestAgent;
-use silo_tests::push::{incompressible, leftovers, snapshot, start_partial_push};
+use silo_tests::push::{incompressible, leftovers, listing, start_partial_push};
 
 async fn agent_with_root(root: &Path) -> TestAgent {
     let root = root.display().to_string();
@@ -79,12 +79,12 @@ async fn versions_swap_and_an_unchanged_bundle_writes_nothing() {
     );
     assert_eq!(std::fs::read_to_string(mount.join("a.txt")).unwrap(), "one");
 
-    let before = snapshot(base.path());
+    let before = listing(base.path());
     let again = push(&agent, &m, &one).await;
     assert!(again.unchanged);
     assert_eq!(again.version, first.version);
     assert_eq!(
-        snapshot(base.path()),
+        listing(base.path()),
         before,
         "an unchanged push wrote something"
     );
@@ -241,7 +241,7 @@ async fn sigkill_mid_extract_keeps_the_live_tree_and_the_next_agent_sweeps_up() 
     let store: PathBuf = base.path().join("deep/.versions/app");
     let agent = agent_with_root(base.path()).await;
     push(&agent, &m, &versioned(1, 16)).await;
-    let live = snapshot(&mount);
+    let live = listing(&mount);
 
     // A bundle the agent accepts (the end of the test pushes it whole): its
     // data does not compress, so it is nowhere near the decompression-ratio
@@ -281,13 +281,13 @@ async fn sigkill_mid_extract_keeps_the_live_tree_and_the_next_agent_sweeps_up() 
         "the kill left {staged} of {FILES} files in staging, not a partial extract: {:?}",
         leftovers(&store)
     );
-    assert_eq!(snapshot(&mount), live, "the live tree changed");
+    assert_eq!(listing(&mount), live, "the live tree changed");
 
     let again = agent_with_root(base.path()).await;
     wait_for("the sweep", Duration::from_secs(30), || {
         leftovers(&store).is_empty()
     });
-    assert_eq!(snapshot(&mount), live);
+    assert_eq!(listing(&mount), live);
     let next = push(&again, &m, &body).await;
     assert!(!next.unchanged);
     assert_eq!(next.files, FILES as u64);

@@ -1,6 +1,6 @@
 //! Helpers for push tests and benchmarks: tar entries written byte by byte
 //! (so a hostile bundle really is hostile, not whatever a tar library lets
-//! through), gzip, signed pushes of raw bytes, and snapshots of trees.
+//! through), gzip, signed pushes of raw bytes, and listings of trees.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -96,12 +96,12 @@ pub async fn push_claiming(
 
 /// Everything under `dir` (not following symlinks below it): path → what it
 /// is (`dir`, `link -> target`, or `file <mode> <contents>`).
-pub fn snapshot(dir: &Path) -> BTreeMap<String, String> {
-    snapshot_with(dir, |data| String::from_utf8_lossy(data).into_owned())
+pub fn listing(dir: &Path) -> BTreeMap<String, String> {
+    listing_with(dir, |data| String::from_utf8_lossy(data).into_owned())
 }
 
-/// [`snapshot`] with each file's contents shown by `show`.
-pub fn snapshot_with(dir: &Path, show: impl Fn(&[u8]) -> String) -> BTreeMap<String, String> {
+/// [`listing`] with each file's contents shown by `show`.
+pub fn listing_with(dir: &Path, show: impl Fn(&[u8]) -> String) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     walk(dir, dir, &mut out, &show);
     out

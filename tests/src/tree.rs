@@ -31,7 +31,7 @@ pub fn sample(dir: &Path) {
 /// Path → `dir`, `link -> target` or `file <mode> <sha256>`, for the tree
 /// under `dir`.
 pub fn digest(dir: &Path) -> BTreeMap<String, String> {
-    crate::push::snapshot_with(dir, sha256_hex)
+    crate::push::listing_with(dir, sha256_hex)
 }
 
 /// The SHA-256 of `data` in hex.

@@ -10,11 +10,12 @@
 //!
 //! Two other kinds of exec go through the same registry, so attach, replay,
 //! status, stdin and interrupt work the same for them: PTY execs (`tty`,
-//! spawned here under a pseudo-terminal, see `pty`) and session runs
-//! (`session`, run by a shell that [`crate::session`] owns; the registry
-//! *adopts* them, see `adopt`, and routes their interrupts back to the
-//! session, because killing a process group is not how a shell's command is
-//! stopped without losing the shell).
+//! spawned here under a pseudo-terminal, see `pty`) and execs whose process
+//! someone else runs (a shell session's runs): the registry *adopts* them,
+//! see `adopt`, and routes their interrupts back to their [`Interrupter`],
+//! because killing a process group is not how a shell's command is stopped
+//! without losing the shell. Which kind a request is, is decided above this
+//! module ([`crate::commands`]); the registry is a leaf.
 //!
 //! Bounds: at most [`MAX_CONCURRENT_EXECS`] unfinished execs (a semaphore
 //! permit each); finished ones are kept for [`RETENTION`], at most
@@ -22,7 +23,6 @@
 //! [`FINISHED_OUTPUT_BUDGET`], oldest evicted first. Each unfinished exec
 //! holds at most `ring_bytes` of output.
 
-pub(crate) mod kill;
 pub(crate) mod pty;
 
 mod adopt;
@@ -45,9 +45,8 @@ use silo_protocol::exec::{ErrorKind, ExecId, ExecSpec, ExecState, WindowSize};
 use silo_protocol::limits::MAX_GRACE;
 use tokio::sync::Semaphore;
 
-use crate::process::ProcessOps;
+use crate::process::{ProcessOps, kill};
 use crate::reaper::Reaper;
-use crate::session::{SessionError, Sessions};
 pub use adopt::Adopted;
 pub use fanout::{ConnId, Event, LagSignal, Subscriber};
 pub use record::{Attachment, ExecRecord, Interrupter, StatusReport};
@@ -141,9 +140,6 @@ pub enum ExecError {
         #[source]
         source: io::Error,
     },
-    /// A session run could not be started.
-    #[error(transparent)]
-    Session(#[from] SessionError),
 }
 
 impl ExecError {
@@ -171,7 +167,6 @@ impl ExecError {
             Self::LimitReached(_) => ErrorKind::LimitReached,
             Self::Unknown(_) => ErrorKind::UnknownExec,
             Self::Pipes(_) | Self::Resize { .. } => ErrorKind::Internal,
-            Self::Session(err) => err.kind(),
         }
     }
 }
@@ -193,8 +188,6 @@ pub struct Execs {
 
 struct Inner {
     config: ExecConfig,
-    /// The shell sessions, whose runs are execs of this registry.
-    sessions: Sessions,
     reaper: Reaper,
     ops: Arc<dyn ProcessOps>,
     table: Mutex<Table>,
@@ -259,15 +252,8 @@ impl Execs {
         getrandom::fill(&mut seed).map_err(|err| io::Error::other(err.to_string()))?;
         let first_id = u64::from(u32::from_le_bytes(seed) & ID_EPOCH_MASK) << 32;
         let output_budget = ring::Budget::new(config.output_budget);
-        let sessions = Sessions::new(
-            config.workdir.clone(),
-            config.default_grace,
-            reaper.clone(),
-            Arc::clone(&ops),
-        );
         Ok(Self {
             inner: Arc::new(Inner {
-                sessions,
                 config,
                 reaper,
                 ops,
@@ -284,26 +270,9 @@ impl Execs {
         detach::resolve(requested_ms, self.inner.config.detach_timeout)
     }
 
-    /// Starts a command; `sub` follows its output from the first byte. A
-    /// spec naming a session runs in that session's shell (or, with `tty`,
-    /// starts an interactive shell from its state); a `tty` spec without a
-    /// command runs the sandbox's interactive shell.
-    pub fn start(&self, mut spec: ExecSpec, sub: Subscriber) -> Result<Started, ExecError> {
-        match (&spec.session, spec.tty) {
-            (Some(_), false) => {
-                validate(&spec)?;
-                let cwd = match spec.cwd.as_deref() {
-                    Some(dir) => Some(self.resolve_cwd(Some(dir))?),
-                    None => None,
-                };
-                return self.inner.sessions.run(self, spec, cwd, sub);
-            }
-            (Some(_), true) => spec = self.inner.sessions.interactive(spec)?,
-            (None, true) if spec.argv.is_empty() => {
-                spec.argv = self.inner.sessions.default_shell()?;
-            }
-            (None, _) => {}
-        }
+    /// Spawns a command (under a pseudo-terminal with `tty`); `sub` follows
+    /// its output from the first byte.
+    pub fn start(&self, spec: ExecSpec, sub: Subscriber) -> Result<Started, ExecError> {
         validate(&spec)?;
         let cwd = self.resolve_cwd(spec.cwd.as_deref())?;
         let permit = Arc::clone(&self.inner.slots)
@@ -363,11 +332,6 @@ impl Execs {
             .map_err(|source| ExecError::Resize { id, source })
     }
 
-    /// The shell sessions.
-    pub fn sessions(&self) -> &Sessions {
-        &self.inner.sessions
-    }
-
     /// State, exit and output size, without attaching.
     pub fn status(&self, id: ExecId) -> StatusReport {
         match self.get(id) {
@@ -409,7 +373,7 @@ impl Execs {
     }
 
     /// Shutdown: SIGTERM every unfinished exec, SIGKILL what is left after
-    /// `grace`, then give their exits a moment to reach clients.
+    /// `grace`.
     pub async fn terminate_all(&self, grace: Duration) {
         let running: Vec<Arc<ExecRecord>> = self
             .inner
@@ -428,10 +392,11 @@ impl Execs {
                 record.leader_gone(),
             )
         });
-        tokio::join!(
-            futures_util::future::join_all(kills),
-            self.inner.sessions.terminate_all(grace)
-        );
+        futures_util::future::join_all(kills).await;
+    }
+
+    /// Gives unfinished execs' exits a moment (bounded) to reach clients.
+    pub async fn settle(&self) {
         let deadline = Instant::now() + run::LINGER * 3;
         while self.running() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -445,7 +410,7 @@ impl Execs {
     }
 
     /// The directory an exec's `cwd` names, relative ones under the workdir.
-    pub(crate) fn resolve_cwd(&self, cwd: Option<&str>) -> Result<PathBuf, ExecError> {
+    pub fn resolve_cwd(&self, cwd: Option<&str>) -> Result<PathBuf, ExecError> {
         let workdir = &self.inner.config.workdir;
         let dir = match cwd {
             None => workdir.clone(),
@@ -494,7 +459,7 @@ impl Inner {
 }
 
 /// Refuses what `execve` would refuse less clearly.
-fn validate(spec: &ExecSpec) -> Result<(), ExecError> {
+pub(crate) fn validate(spec: &ExecSpec) -> Result<(), ExecError> {
     let bad = |why: &str| Err(ExecError::BadSpec(why.to_owned()));
     match spec.argv.first() {
         None => return bad("argv is empty"),

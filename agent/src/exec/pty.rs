@@ -85,6 +85,7 @@ impl Master {
     /// Sets the window size; the foreground process group gets SIGWINCH.
     pub fn resize(&self, window: WindowSize) -> io::Result<()> {
         let size = winsize(window);
+        // nix wraps neither TIOCSWINSZ nor TIOCSCTTY (see `attach`), hence libc.
         // SAFETY: TIOCSWINSZ reads one `winsize` through the pointer, which
         // points at a live local; the descriptor is owned by `self`.
         let rc = unsafe {

@@ -3,8 +3,7 @@
 use std::fs::{File, Metadata, OpenOptions, Permissions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use sha2::{Digest, Sha256};
 use silo_protocol::files::{FileKind, FileStat, Listing, Removed};
@@ -17,9 +16,8 @@ use crate::fs_error::FsError;
 const COPY_BUFFER: usize = 256 * 1024;
 /// Mode of a temporary file while it fills: nobody else needs to look in.
 const TEMP_MODE: u32 = 0o600;
-
-/// Tells temporary files of one agent apart.
-static NEXT_TEMP: AtomicU64 = AtomicU64::new(1);
+/// Ends the name of a temporary file, so one a crash left is recognisable.
+const TEMP_SUFFIX: &str = ".silo-tmp";
 
 /// What is at the path, a final symlink not followed.
 pub fn stat(target: &Target) -> Result<FileStat, FilesError> {
@@ -94,7 +92,7 @@ pub struct WriteSpec {
 
 /// Writes `body` to a temporary file beside the path, checks its size and
 /// hash, and renames it over the path. On failure nothing is left: no
-/// temporary file and no parent made for it.
+/// temporary file (dropping it removes it) and no parent made for it.
 pub fn write_file(
     target: &Target,
     how: &WriteSpec,
@@ -115,30 +113,30 @@ pub fn write_file(
             .map_or(DEFAULT_FILE_MODE, |meta| meta.mode() & 0o7777)
     });
     let made = target.ensure_parent(how.parents)?;
-    let temp = temp_path(target)?;
-    let result = fill_and_rename(&temp, path, mode, how, body);
+    let result = fill_and_persist(target, mode, how, body);
     if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
         undo(&made);
     }
     result?;
     stat(target)
 }
 
-fn fill_and_rename(
-    temp: &Path,
-    path: &Path,
+fn fill_and_persist(
+    target: &Target,
     mode: u32,
     how: &WriteSpec,
     mut body: impl Read,
 ) -> Result<(), FilesError> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(TEMP_MODE)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(temp)
-        .map_err(FsError::at("create", temp))?;
+    let (dir, path) = (target.parent()?, &target.path);
+    // Created with O_EXCL under a fresh random name, so it never follows a
+    // link planted in its place.
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!(".{}.", target.name()))
+        .suffix(TEMP_SUFFIX)
+        .permissions(Permissions::from_mode(TEMP_MODE))
+        .tempfile_in(dir)
+        .map_err(FsError::at("create a temporary file in", dir))?;
+    let temp = file.path().to_path_buf();
     let mut hasher = Sha256::new();
     let mut total = 0u64;
     let mut buf = vec![0; COPY_BUFFER];
@@ -155,7 +153,7 @@ fn fill_and_rename(
         }
         hasher.update(&buf[..n]);
         file.write_all(&buf[..n])
-            .map_err(FsError::at("write", temp))?;
+            .map_err(FsError::at("write", &temp))?;
     }
     let actual = hex::encode(hasher.finalize());
     if actual != how.sha256 {
@@ -165,18 +163,15 @@ fn fill_and_rename(
         });
     }
     // Exactly the asked bits: the umask narrowed them at creation.
-    file.set_permissions(Permissions::from_mode(mode))
-        .map_err(FsError::at("chmod", temp))?;
+    let written = file.as_file();
+    written
+        .set_permissions(Permissions::from_mode(mode))
+        .map_err(FsError::at("chmod", &temp))?;
     // On disk before it is visible, so a crash never shows a short file.
-    file.sync_all().map_err(FsError::at("sync", temp))?;
-    std::fs::rename(temp, path).map_err(FsError::at("rename into place", path))?;
+    written.sync_all().map_err(FsError::at("sync", &temp))?;
+    file.persist(path)
+        .map_err(|err| FsError::new("rename into place", path, err.error))?;
     Ok(())
-}
-
-fn temp_path(target: &Target) -> Result<PathBuf, FilesError> {
-    let seq = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
-    let name = format!(".{}.{}-{seq}.silo-tmp", target.name(), std::process::id());
-    Ok(target.parent()?.join(name))
 }
 
 /// Makes a directory (and, with `parents`, those above it). One already

@@ -22,14 +22,14 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
-use super::{AgentState, Body, ConnGuard, auth, error_response, session};
+use super::{AgentState, Body, ConnGuard, auth, connection, error_response};
 
 /// Largest message a client may send: a stdin frame of up to 16 maximal
 /// payloads, or a control message of the same size.
 const MAX_CLIENT_MESSAGE: usize = FRAME_HEADER_LEN + 16 * MAX_FRAME_PAYLOAD;
 
 /// Checks the request and, if it passes, answers 101 and hands the upgraded
-/// connection to a new exec session.
+/// connection to [`connection::run`].
 pub fn upgrade(
     mut req: Request<Incoming>,
     state: &Arc<AgentState>,
@@ -73,7 +73,7 @@ pub fn upgrade(
                     Some(config),
                 )
                 .await;
-                session::run(ws, state, guard.phase.clone()).await;
+                connection::run(ws, state, guard.phase.clone()).await;
             }
             Err(err) => tracing::debug!(%err, "websocket upgrade failed"),
         }

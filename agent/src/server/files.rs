@@ -74,7 +74,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
         Err(err) => return whole(err.response()),
     };
     // Counts as a session until answered (a download: until sent).
-    let busy = state.activity.session();
+    let busy = state.activity.busy();
     let query = match FileQuery::parse(req.uri().query()) {
         Ok(query) => query,
         Err(err) => return failure(&err.into()),

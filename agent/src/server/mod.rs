@@ -3,9 +3,10 @@
 //!
 //! [`run`] takes a bound listener and the shutdown phase; every loop selects
 //! its work against shutdown. Connections are limited by a semaphore permit
-//! taken before `accept` and held until the connection (or the exec session
-//! it upgraded to) ends. Handlers only parse and check; the work is done by
-//! the modules that own it (`exec`, `push`, `snapshot`, `files`).
+//! taken before `accept` and held until the connection (or the exec
+//! connection it upgraded to) ends. Handlers only parse and check; the work
+//! is done by the modules that own it (`commands`, `push`, `snapshot`,
+//! `files`).
 //!
 //! # Layout
 //! - `listener`: binding Unix/TCP sockets, stale socket handling, accepting.
@@ -15,15 +16,15 @@
 //! - `files`: `/v1/files/…`: the file API's admission, parsing and body plumbing for `crate::files`.
 //! - `push`: `POST /v1/push`: admission and request parsing for `crate::push`.
 //! - `snapshot`: `POST /v1/snapshot`: admission and request parsing for `crate::snapshot`.
-//! - `session`: one exec WebSocket connection after the upgrade.
+//! - `connection`: one exec WebSocket connection after the upgrade.
 //! - `sessions`: the shell-session requests of that connection (open, list, close, interrupt).
 
 pub mod auth;
+mod connection;
 mod exec_ws;
 mod files;
 pub mod listener;
 mod push;
-mod session;
 mod sessions;
 mod snapshot;
 pub mod tls;
@@ -53,14 +54,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::activity::Activity;
-use crate::exec::{ConnId, Execs};
+use crate::commands::Commands;
+use crate::exec::ConnId;
 use crate::files::Files;
 use crate::push::Pusher;
 use crate::shutdown::{self, Phase};
 use crate::snapshot::{LayerStream, Snapshotter};
 use listener::{Accepted, Listener};
 
-/// Most simultaneous connections, exec sessions included.
+/// Most simultaneous connections, exec connections included.
 pub const MAX_CONNECTIONS: usize = 256;
 /// Time a client gets to send its request headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -81,8 +83,8 @@ pub struct AgentState {
     pub verifier: Verifier,
     /// The protocol versions requests may announce, reported on every answer.
     pub protocols: Versions,
-    /// The exec registry.
-    pub execs: Execs,
+    /// The exec registry and the shell sessions.
+    pub commands: Commands,
     /// The push service.
     pub pusher: Arc<Pusher>,
     /// The snapshot service.
@@ -103,7 +105,7 @@ impl AgentState {
     pub fn new(
         verifier: Verifier,
         protocols: Versions,
-        execs: Execs,
+        commands: Commands,
         pusher: Arc<Pusher>,
         files: Files,
         activity: Arc<Activity>,
@@ -112,7 +114,7 @@ impl AgentState {
         Self {
             verifier,
             protocols,
-            execs,
+            commands,
             pusher,
             snapshots: Snapshotter::default(),
             files,
@@ -128,7 +130,7 @@ impl AgentState {
     }
 }
 
-/// Held for a connection's life, including an exec session it upgraded to.
+/// Held for a connection's life, including the exec connection it upgraded to.
 pub struct ConnGuard {
     _permit: OwnedSemaphorePermit,
     /// Dropped last by the last connection, which lets [`run`] return.
@@ -138,7 +140,7 @@ pub struct ConnGuard {
 }
 
 /// Serves until `phase` reaches [`Phase::Draining`], then waits for every
-/// connection and exec session to end (sessions end at [`Phase::Closing`]).
+/// connection to end (exec connections end at [`Phase::Closing`]).
 pub async fn run(listener: Listener, state: Arc<AgentState>, phase: watch::Receiver<Phase>) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);

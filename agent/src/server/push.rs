@@ -20,7 +20,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body
         Err(err) => return err.response(),
     };
     // Counts as a session so a long upload never looks idle.
-    let _busy = state.activity.session();
+    let _busy = state.activity.busy();
     let request = match parse(&req, signed.content_sha256) {
         Ok(request) => request,
         Err(err) => return failure(&err),

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use silo_protocol::exec::{AgentMessage, ClientMessage};
 
-use crate::exec::{ExecError, Execs};
+use crate::commands::{CommandError, Commands};
 use crate::session::Options;
 use silo_protocol::http::error_chain;
 
 /// Answers one session request; `None` for messages that are not one.
-pub fn handle(execs: &Execs, request: ClientMessage) -> Option<AgentMessage> {
-    let sessions = execs.sessions();
+pub fn handle(commands: &Commands, request: ClientMessage) -> Option<AgentMessage> {
+    let (execs, sessions) = (commands.execs(), commands.sessions());
     let reply = match request {
         ClientMessage::SessionOpen {
             tag,
@@ -24,7 +24,7 @@ pub fn handle(execs: &Execs, request: ClientMessage) -> Option<AgentMessage> {
             env,
         } => {
             let cwd = match cwd.as_deref().map(|dir| execs.resolve_cwd(Some(dir))) {
-                Some(Err(err)) => return Some(failure(tag, &err)),
+                Some(Err(err)) => return Some(failure(tag, err.into())),
                 Some(Ok(dir)) => Some(dir),
                 None => None,
             };
@@ -34,7 +34,7 @@ pub fn handle(execs: &Execs, request: ClientMessage) -> Option<AgentMessage> {
                     session,
                     created,
                 },
-                Err(err) => failure(tag, &ExecError::from(err)),
+                Err(err) => failure(tag, err.into()),
             }
         }
         ClientMessage::SessionList { tag } => AgentMessage::SessionList {
@@ -47,7 +47,7 @@ pub fn handle(execs: &Execs, request: ClientMessage) -> Option<AgentMessage> {
                 session,
                 existed,
             },
-            Err(err) => failure(tag, &ExecError::from(err)),
+            Err(err) => failure(tag, err.into()),
         },
         ClientMessage::SessionInterrupt {
             tag,
@@ -59,19 +59,19 @@ pub fn handle(execs: &Execs, request: ClientMessage) -> Option<AgentMessage> {
                 session,
                 exec_id,
             },
-            Err(err) => failure(tag, &ExecError::from(err)),
+            Err(err) => failure(tag, err.into()),
         },
         _ => return None,
     };
     Some(reply)
 }
 
-fn failure(tag: u64, err: &ExecError) -> AgentMessage {
+fn failure(tag: u64, err: CommandError) -> AgentMessage {
     AgentMessage::Error {
         tag: Some(tag),
         exec_id: None,
         kind: err.kind(),
-        message: error_chain(err),
+        message: error_chain(&err),
     }
 }
 
@@ -83,9 +83,9 @@ mod tests {
 
     #[test]
     fn errors_keep_their_category() {
-        let err = ExecError::from(SessionError::Busy("s".into()));
+        let err = CommandError::from(SessionError::Busy("s".into()));
         assert_eq!(err.kind(), ErrorKind::Busy);
-        let reply = failure(3, &err);
+        let reply = failure(3, err);
         assert!(matches!(
             reply,
             AgentMessage::Error { tag: Some(3), kind: ErrorKind::Busy, ref message, .. }

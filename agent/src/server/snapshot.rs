@@ -33,7 +33,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
         Err(err) => return err.response().map(Either::Left),
     };
     // Counts as a session until the layer is sent, so it never looks idle.
-    let busy = state.activity.session();
+    let busy = state.activity.busy();
     let request = match read(req, &signed.content_sha256).await {
         Ok(request) => request,
         Err(err) => return failure(&err),

@@ -35,7 +35,8 @@ use super::run::{Context, Control, Plan};
 use super::script::{self, RunFds};
 use super::shell::{Shell, raw};
 use crate::exec::detach::DetachTimer;
-use crate::exec::{Adopted, LINGER, kill};
+use crate::exec::{Adopted, LINGER};
+use crate::process::kill;
 use crate::reaper::ProcessExit;
 
 /// After the SIGKILL sweep at the end of the grace, how long the shell gets
@@ -253,9 +254,9 @@ impl Session {
     /// Keeps what a normally ended run reported, for a later restore.
     fn remember(&self, env: Option<Vec<u8>>, cwd: Vec<u8>) {
         let mut state = self.state();
-        state.snapshot.cwd = cwd;
+        state.saved.cwd = cwd;
         if env.is_some() {
-            state.snapshot.env = env;
+            state.saved.env = env;
         }
     }
 }

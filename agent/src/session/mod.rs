@@ -39,10 +39,10 @@ use nix::sys::signal::Signal;
 use silo_protocol::exec::{ErrorKind, ExecId, ExecSpec};
 use silo_protocol::session::{SessionIdError, SessionInfo, check_id};
 
-use crate::exec::{ExecError, Execs, Started, Subscriber, kill};
-use crate::process::ProcessOps;
+use crate::exec::{ExecError, Execs, Started, Subscriber};
+use crate::process::{ProcessOps, kill};
 use crate::reaper::Reaper;
-use shell::{Launch, Program, Shell, Snapshot};
+use shell::{Launch, Program, Saved, Shell};
 
 /// Most sessions at once; each is a shell process.
 pub const MAX_SESSIONS: usize = 32;
@@ -83,6 +83,9 @@ pub enum SessionError {
     /// The spec cannot run in a session.
     #[error("invalid session request: {0}")]
     BadSpec(String),
+    /// The exec registry refused the run (too many execs).
+    #[error(transparent)]
+    Exec(#[from] ExecError),
 }
 
 impl SessionError {
@@ -96,6 +99,7 @@ impl SessionError {
             Self::NoShell | Self::ShellNotFound(_) | Self::NoProc | Self::Spawn { .. } => {
                 ErrorKind::SpawnFailed
             }
+            Self::Exec(err) => err.kind(),
         }
     }
 }
@@ -146,7 +150,7 @@ struct Slot {
 /// What anyone may look at.
 #[derive(Default)]
 struct State {
-    snapshot: Snapshot,
+    saved: Saved,
     /// The live shell's pid and marker, for closing it without its slot.
     pid: Option<i32>,
     marker: String,
@@ -244,7 +248,7 @@ impl Sessions {
         spec: ExecSpec,
         cwd: Option<PathBuf>,
         sub: Subscriber,
-    ) -> Result<Started, ExecError> {
+    ) -> Result<Started, SessionError> {
         let id = spec.session.clone().unwrap_or_default();
         let (session, _) = self.get_or_create(&id, Options::default())?;
         run::start(self.inner.context(), session, execs, spec, cwd, sub)
@@ -261,9 +265,9 @@ impl Sessions {
         }
         let id = spec.session.take().unwrap_or_default();
         let (session, _) = self.get_or_create(&id, Options::default())?;
-        let snapshot = session.state().snapshot.clone();
+        let saved = session.state().saved.clone();
         let shell = session.program.path.as_os_str().as_encoded_bytes();
-        let text = script::interactive(shell, snapshot.env.as_deref(), &snapshot.cwd, &spec.env);
+        let text = script::interactive(shell, saved.env.as_deref(), &saved.cwd, &spec.env);
         spec.argv = vec![
             session.program.path.to_string_lossy().into_owned(),
             "-c".into(),
@@ -326,7 +330,7 @@ impl Sessions {
             id: id.to_owned(),
             program,
             state: Mutex::new(State {
-                snapshot: Snapshot {
+                saved: Saved {
                     cwd: cwd.as_os_str().as_encoded_bytes().to_vec(),
                     env: None,
                 },
@@ -373,7 +377,7 @@ impl Session {
                 .pid
                 .filter(|_| alive)
                 .and_then(|pid| u32::try_from(pid).ok()),
-            cwd: String::from_utf8_lossy(&state.snapshot.cwd).into_owned(),
+            cwd: String::from_utf8_lossy(&state.saved.cwd).into_owned(),
             running: state.running,
             command: state.command.clone(),
             queued: state.queued,
@@ -383,15 +387,15 @@ impl Session {
     }
 
     /// Starts a shell: fresh from the session's options, or (`restore`) from
-    /// its snapshot. A cwd that no longer exists falls back to `workdir`;
-    /// the restore text `cd`s to the snapshot's own.
+    /// its saved state. A cwd that no longer exists falls back to `workdir`;
+    /// the restore text `cd`s to the saved one.
     fn spawn_shell(
         &self,
         reaper: &Reaper,
         workdir: &Path,
         restore: bool,
     ) -> Result<Shell, SessionError> {
-        let snapshot = self.state().snapshot.clone();
+        let saved = self.state().saved.clone();
         let cwd = if self.cwd.is_dir() {
             &self.cwd
         } else {
@@ -401,7 +405,7 @@ impl Session {
             program: &self.program,
             cwd,
             env: &self.env,
-            restore: (restore && snapshot.env.is_some()).then_some(&snapshot),
+            restore: (restore && saved.env.is_some()).then_some(&saved),
         };
         let shell = Shell::spawn(reaper, &launch).map_err(|source| SessionError::Spawn {
             program: self.program.path.clone(),

@@ -3,7 +3,7 @@
 //! A run is accepted at once (the client gets its exec id even if it must
 //! wait), takes the session's slot (one command at a time, first come first
 //! served), makes sure the shell is alive (restarting it from the last
-//! snapshot if not), hands the line to `line`, and reports the exit, with
+//! saved state if not), hands the line to `line`, and reports the exit, with
 //! `restored` when the shell had to be restarted before or during the run.
 
 use silo_protocol::http::error_chain;
@@ -21,7 +21,7 @@ use tokio::time::{Instant, sleep_until};
 use super::line::{Ended, FAR_FUTURE, Line, fence, kill_shell};
 use super::script;
 use super::{Session, SessionError, Slot};
-use crate::exec::{Adopted, ExecError, Execs, Interrupter, Started, Subscriber};
+use crate::exec::{Adopted, Execs, Interrupter, Started, Subscriber};
 use crate::process::ProcessOps;
 use crate::reaper::{ProcessExit, Reaper};
 
@@ -71,12 +71,12 @@ pub fn start(
     spec: ExecSpec,
     cwd: Option<PathBuf>,
     sub: Subscriber,
-) -> Result<Started, ExecError> {
+) -> Result<Started, SessionError> {
     // The slot is taken now when it is free, so runs start in the order
     // their requests arrived; otherwise the run queues (or is refused).
     let guard = match Arc::clone(&session.slot).try_lock_owned() {
         Ok(guard) => Some(guard),
-        Err(_) if spec.no_wait => return Err(SessionError::Busy(session.id.clone()).into()),
+        Err(_) if spec.no_wait => return Err(SessionError::Busy(session.id.clone())),
         Err(_) => None,
     };
     let control = Arc::new(Control {

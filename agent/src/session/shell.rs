@@ -1,5 +1,5 @@
 //! One session shell process: finding a shell program, starting it fresh or
-//! restored from a snapshot, writing lines to it, and watching its records
+//! restored from its saved state, writing lines to it, and watching its records
 //! and its exit.
 //!
 //! The shell runs interactive (so SIGINT aborts its running command instead
@@ -78,9 +78,10 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The last known state of a session, for restarting its shell.
+/// What a session's last normally ended run left (cwd and exported
+/// environment), for restarting its shell.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub struct Saved {
     /// `$PWD` after the last run that ended normally.
     pub cwd: Vec<u8>,
     /// `export -p` after it; `None` until a run has ended normally.
@@ -96,7 +97,7 @@ pub struct Launch<'a> {
     /// Variables added to the agent's environment (fresh start only).
     pub env: &'a BTreeMap<String, String>,
     /// A dead shell's state to restore; the environment then comes from it alone.
-    pub restore: Option<&'a Snapshot>,
+    pub restore: Option<&'a Saved>,
 }
 
 /// A live (or just died) shell.
@@ -160,10 +161,10 @@ impl Shell {
         ));
 
         let mut pending = Vec::new();
-        if let Some(snapshot) = launch.restore {
+        if let Some(saved) = launch.restore {
             pending.extend(script::restore(
-                snapshot.env.as_deref().unwrap_or_default(),
-                &snapshot.cwd,
+                saved.env.as_deref().unwrap_or_default(),
+                &saved.cwd,
                 &marker_value,
             ));
         }

@@ -47,7 +47,7 @@ pub enum Endpoint {
         /// Name the server certificate must carry, and the `Host` header
         /// every request carries.
         server_name: String,
-        /// PEM bundle of trusted roots; the system bundle when absent.
+        /// PEM bundle of trusted roots; the system's roots when absent.
         ca_pem: Option<PathBuf>,
         /// Headers every request carries besides silo's own, such as a
         /// proxy's access token.
@@ -87,9 +87,6 @@ impl std::fmt::Display for Endpoint {
 /// A connected byte stream of any of the endpoint kinds.
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Stream for T {}
-
-/// Where the system's trusted roots live on Debian-like hosts.
-const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// Opens a stream to the endpoint, within [`CONNECT_TIMEOUT`].
 pub async fn open(endpoint: &Endpoint) -> Result<Box<dyn Stream>, ClientError> {
@@ -135,7 +132,21 @@ pub async fn open(endpoint: &Endpoint) -> Result<Box<dyn Stream>, ClientError> {
 }
 
 fn tls_connector(ca_pem: Option<&std::path::Path>) -> std::io::Result<tokio_rustls::TlsConnector> {
-    let bundle = ca_pem.unwrap_or(std::path::Path::new(SYSTEM_CA_BUNDLE));
+    let roots = match ca_pem {
+        Some(bundle) => bundle_roots(bundle)?,
+        None => system_roots()?,
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// The trusted roots of a PEM bundle: every certificate in it.
+fn bundle_roots(bundle: &std::path::Path) -> std::io::Result<rustls::RootCertStore> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(bundle).map_err(|e| {
         std::io::Error::other(format!("reading CA bundle {}: {e}", bundle.display()))
@@ -147,13 +158,29 @@ fn tls_connector(ca_pem: Option<&std::path::Path>) -> std::io::Result<tokio_rust
             .add(cert)
             .map_err(|e| std::io::Error::other(format!("CA bundle {}: {e}", bundle.display())))?;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(std::io::Error::other)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+    Ok(roots)
+}
+
+/// The system's trusted roots, found where the platform keeps them
+/// (`SSL_CERT_FILE` and `SSL_CERT_DIR` override). Unreadable or unusable
+/// ones are skipped; none at all is an error naming what went wrong.
+fn system_roots() -> std::io::Result<rustls::RootCertStore> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _unusable) = roots.add_parsable_certificates(found.certs);
+    if added > 0 {
+        for error in &found.errors {
+            tracing::debug!(%error, "skipped a system CA certificate");
+        }
+        return Ok(roots);
+    }
+    let why = found
+        .errors
+        .first()
+        .map_or_else(|| "none found".to_owned(), ToString::to_string);
+    Err(std::io::Error::other(format!(
+        "no usable system CA certificates ({why}); name a CA bundle instead"
+    )))
 }
 
 /// An HTTP answer from the agent.
@@ -329,4 +356,20 @@ where
         .send_request(request)
         .await
         .map_err(ClientError::Http)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_empty_ca_bundle_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.pem");
+        let err = tls_connector(Some(&missing)).err().unwrap();
+        assert!(err.to_string().contains("none.pem"), "{err}");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        assert!(bundle_roots(&empty).unwrap().is_empty());
+    }
 }

@@ -21,6 +21,7 @@ use silo_protocol::push::{PushResponse, path_and_query};
 
 use super::SharedBundle;
 use crate::client::{AgentClient, ClientError, SentCallback};
+use crate::retry::{Backoff, jitter};
 
 /// Time budget for retries of one push, from its first try.
 pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(20);
@@ -164,7 +165,10 @@ pub async fn push_to_sandbox(
     sent: Option<SentCallback>,
 ) -> Result<(PushResponse, u32), PushFailed> {
     let start = Instant::now();
-    let mut delay = policy.first_delay;
+    let backoff = Backoff {
+        first: policy.first_delay,
+        max: policy.max_delay,
+    };
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -177,24 +181,15 @@ pub async fn push_to_sandbox(
         match attempt {
             Ok(answer) => return Ok((answer, attempts)),
             Err(last) => {
-                let pause = jittered(delay);
+                let pause = jitter(backoff.pause(attempts - 1));
                 if !last.is_transient() || start.elapsed() + pause > policy.budget {
                     return Err(PushFailed { attempts, last });
                 }
                 tracing::debug!(mount, attempts, error = %last, "push failed; retrying");
                 tokio::time::sleep(pause).await;
-                delay = (delay * 2).min(policy.max_delay);
             }
         }
     }
-}
-
-/// `delay` scaled by a random factor in [0.5, 1.0).
-fn jittered(delay: Duration) -> Duration {
-    let mut byte = [0u8; 1];
-    // Without randomness the pause is simply not jittered.
-    let _ = getrandom::fill(&mut byte);
-    delay.mul_f64(0.5 + f64::from(byte[0]) / 512.0)
 }
 
 #[cfg(test)]
@@ -238,13 +233,5 @@ mod tests {
         assert_eq!(connect.reason(), "unreachable");
         assert!(AttemptError::TimedOut(Duration::from_secs(1)).is_transient());
         assert!(!AttemptError::BadAnswer(String::new()).is_transient());
-    }
-
-    #[test]
-    fn jitter_stays_within_half_and_whole() {
-        for _ in 0..100 {
-            let d = jittered(Duration::from_millis(1000));
-            assert!(d >= Duration::from_millis(500) && d < Duration::from_millis(1000));
-        }
     }
 }

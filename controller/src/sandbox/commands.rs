@@ -15,11 +15,16 @@ use silo_protocol::exec::{Channel, ExecId, ExecSpec, ExecState, ExitInfo, Window
 use silo_protocol::session::SessionInfo;
 
 use crate::client::{AgentClient, ClientError, ExecConnection, ExecEvent, ExecHandle};
+use crate::retry::Backoff;
 
 /// Re-attach attempts in a row, without a byte of progress, before giving up.
 const MAX_REATTACH_IN_A_ROW: u32 = 5;
-/// Pause before the first re-attach attempt; doubled after each failure.
-const REATTACH_BACKOFF: Duration = Duration::from_millis(50);
+/// Pauses between re-attach attempts: 50 ms, doubled after each failure
+/// (no cap: [`MAX_REATTACH_IN_A_ROW`] bounds them).
+const REATTACH_BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(50),
+    max: Duration::MAX,
+};
 
 /// What an [`Execution`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -283,7 +288,7 @@ impl Execution {
                 Err(error) if *attempts >= MAX_REATTACH_IN_A_ROW => return Err(error),
                 Err(error) => {
                     tracing::debug!(exec_id, %error, "re-attach failed; trying again");
-                    tokio::time::sleep(REATTACH_BACKOFF * 2u32.pow(*attempts - 1)).await;
+                    tokio::time::sleep(REATTACH_BACKOFF.pause(*attempts - 1)).await;
                 }
             }
         }

@@ -7,9 +7,10 @@
 //! it ends. A process that dies holding one leaves a row naming a dead
 //! owner, which the next process reclaims at once.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Silo, SiloError};
+use crate::retry::Deadline;
 use crate::state::{LeaseAttempt, LeaseHolder, LeaseOwner, SandboxRecord};
 
 /// How long an operation waits for another process's operation on the same
@@ -86,7 +87,7 @@ impl Silo {
         let mut token = [0u8; TOKEN_BYTES];
         getrandom::fill(&mut token).map_err(|_| crate::naming::NamingError::NoRandomness)?;
         let owner = LeaseOwner::current(hex::encode(token)).ok_or(SiloError::NoProcessIdentity)?;
-        let started = Instant::now();
+        let deadline = Deadline::after(wait, LEASE_POLL);
         let mut announced = false;
         loop {
             let attempt = self.db().try_acquire_lease(name, op, &owner)?;
@@ -107,7 +108,7 @@ impl Silo {
                     }));
                 }
                 LeaseAttempt::Held(holder) => {
-                    if started.elapsed() >= wait {
+                    if deadline.passed() {
                         return Ok(Err(holder));
                     }
                     if !announced {
@@ -119,7 +120,7 @@ impl Silo {
                             holder.op
                         );
                     }
-                    tokio::time::sleep(LEASE_POLL).await;
+                    deadline.pause().await;
                 }
             }
         }

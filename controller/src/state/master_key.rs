@@ -7,9 +7,9 @@
 //! file and hard-linked into place, which fails if another process got there
 //! first, and then the winner's key is read.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use silo_protocol::auth::{AuthError, Key};
@@ -59,25 +59,10 @@ fn create_key(path: &Path) -> Result<(), MasterKeyError> {
         path: path.to_owned(),
         source,
     })?;
-    let tmp = crate::fsutil::temp_sibling(path).map_err(write_err)?;
-    let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        file.write_all(format!("{}\n", key.to_hex()).as_bytes())?;
-        file.sync_all()
-    })();
-    // Unlike rename, a hard link never replaces an existing file, so of two
-    // racing creators exactly one key wins and both go on to read it.
-    let linked = written.and_then(|()| match fs::hard_link(&tmp, path) {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        other => other,
-    });
-    // The temp name is ours alone; failing to remove it leaves only clutter.
-    let _ = fs::remove_file(&tmp);
-    linked.map_err(write_err)
+    // Never replaces an existing key: of two racing creators exactly one key
+    // wins and both go on to read it.
+    crate::fsutil::create_atomic(path, format!("{}\n", key.to_hex()).as_bytes(), 0o600)
+        .map_err(write_err)
 }
 
 /// Why the master key could not be used.
@@ -131,7 +116,9 @@ pub enum MasterKeyError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::fs::OpenOptions;
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 
     #[test]
     fn created_once_private_and_stable() {

@@ -25,6 +25,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
+use crate::retry::Deadline;
+
 pub use events::{Event, EventKind};
 pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
 pub use master_key::{MasterKeyError, load_or_create_master_key};
@@ -136,7 +138,7 @@ impl StateDb {
     /// at once can get "database is locked" at once), so a busy answer is
     /// retried here within the same timeout.
     fn switch_to_wal(&self) -> Result<String, StateError> {
-        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        let deadline = Deadline::after(BUSY_TIMEOUT, WAL_RETRY);
         loop {
             let mode = self
                 .conn
@@ -146,9 +148,9 @@ impl StateDb {
                     if matches!(
                         e.code,
                         rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-                    ) && std::time::Instant::now() < deadline =>
+                    ) && !deadline.passed() =>
                 {
-                    std::thread::sleep(WAL_RETRY);
+                    deadline.pause_blocking();
                 }
                 other => return other.map_err(db("switching to WAL mode")),
             }

@@ -2,12 +2,13 @@
 //! hashed as it fills and renamed to its digest when finished; and
 //! [`BlobTee`], which fills one from a stream that is parsed as it passes.
 
-use std::fs::{self, File, OpenOptions, Permissions};
+use std::fs::{File, Permissions};
 use std::io::{self, BufWriter, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
+use tempfile::NamedTempFile;
 
 use super::error::io as io_err;
 use super::{Digest, StoreError};
@@ -18,14 +19,16 @@ const WRITE_BUFFER: usize = 256 * 1024;
 
 /// Mode of a finished blob: content-addressed, so never written again.
 const BLOB_MODE: u32 = 0o400;
+/// Mode of a blob being written: only this process writes or reads it.
+const TEMP_MODE: u32 = 0o600;
 
 /// A blob being written. Write its bytes, then [`BlobWriter::finish`].
 ///
 /// Dropping it unfinished removes its temp file (best effort; anything
 /// left behind is swept by [`super::Store::sweep_temps`]).
 pub struct BlobWriter {
-    /// The open temp file; `None` once finished.
-    file: Option<BufWriter<File>>,
+    /// The open temp file, removed when dropped; `None` once finished.
+    file: Option<BufWriter<NamedTempFile>>,
     /// Its path in `tmp/`.
     temp: PathBuf,
     /// `blobs/sha256/`, where the finished blob is renamed to.
@@ -48,21 +51,13 @@ pub struct Written {
 }
 
 impl BlobWriter {
-    /// Creates a fresh temp file `tmp/<random hex>`.
+    /// Creates a fresh temp file in `tmp/`, under a random name.
     pub(super) fn create(tmp_dir: &Path, blobs: PathBuf) -> Result<Self, StoreError> {
-        let mut suffix = [0u8; 16];
-        getrandom::fill(&mut suffix).map_err(|_| StoreError::Io {
-            what: "draw a temp name in",
-            path: tmp_dir.to_owned(),
-            source: io::Error::other("no randomness"),
-        })?;
-        let temp = tmp_dir.join(hex::encode(suffix));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(io_err("create", &temp))?;
+        let file = tempfile::Builder::new()
+            .permissions(Permissions::from_mode(TEMP_MODE))
+            .tempfile_in(tmp_dir)
+            .map_err(io_err("create a temp file in", tmp_dir))?;
+        let temp = file.path().to_owned();
         Ok(Self {
             file: Some(BufWriter::with_capacity(WRITE_BUFFER, file)),
             temp,
@@ -87,19 +82,22 @@ impl BlobWriter {
         let file = buffered
             .into_inner()
             .map_err(|e| io_err("write", &self.temp)(e.into_error()))?;
-        file.set_permissions(Permissions::from_mode(BLOB_MODE))
+        file.as_file()
+            .set_permissions(Permissions::from_mode(BLOB_MODE))
             .map_err(io_err("chmod", &self.temp))?;
-        file.sync_all().map_err(io_err("fsync", &self.temp))?;
-        drop(file);
+        file.as_file()
+            .sync_all()
+            .map_err(io_err("fsync", &self.temp))?;
         let digest = Digest::from_hasher(std::mem::take(&mut self.hasher));
         let target = self.blobs.join(digest.as_str());
         let exists = target.try_exists().map_err(io_err("look for", &target))?;
         if exists {
             // Same name, same bytes: keep the blob that is there (someone may
             // be reading it) and drop ours.
-            fs::remove_file(&self.temp).map_err(io_err("remove", &self.temp))?;
+            file.close().map_err(io_err("remove", &self.temp))?;
         } else {
-            fs::rename(&self.temp, &target).map_err(io_err("rename", &self.temp))?;
+            file.persist(&target)
+                .map_err(|err| io_err("rename", &self.temp)(err.error))?;
             sync_dir(&self.blobs)?;
         }
         Ok(Written {
@@ -142,10 +140,10 @@ impl Drop for BlobWriter {
     fn drop(&mut self) {
         if let Some(file) = self.file.take() {
             // Unfinished: the bytes are unwanted, so skip the buffer's flush.
+            // Dropping the temp file removes it (best effort: a leftover is
+            // swept under the exclusive lock).
             let (file, _unwritten) = file.into_parts();
             drop(file);
-            // Best effort: a leftover is swept under the exclusive lock.
-            let _ = fs::remove_file(&self.temp);
         }
     }
 }

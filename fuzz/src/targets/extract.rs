@@ -61,7 +61,7 @@ impl Extract {
         }
         let dest = parent.join("dest");
         let probe = root.path().join("probe");
-        let baseline = snapshot(&sentinel, &dest);
+        let baseline = listing(&sentinel, &dest);
         fs::create_dir(&dest)?;
         let mut seeds = Vec::new();
         for files in [
@@ -107,7 +107,7 @@ impl Extract {
     }
 
     fn check(&self) -> Result<(), String> {
-        let now = snapshot(&self.sentinel, &self.dest);
+        let now = listing(&self.sentinel, &self.dest);
         if now != self.baseline {
             let changed: Vec<_> = now
                 .iter()
@@ -125,7 +125,7 @@ impl Extract {
         if fs::symlink_metadata(&self.probe).is_ok() {
             return Err(format!("{} was created", self.probe.display()));
         }
-        for (path, kind) in snapshot(&self.dest, Path::new("")) {
+        for (path, kind) in listing(&self.dest, Path::new("")) {
             if !(kind.starts_with("dir") || kind == "file 1") {
                 return Err(format!("{} is {kind}", path.display()));
             }
@@ -141,7 +141,7 @@ impl Extract {
 }
 
 /// Every path under `dir` but `skip`, with its kind (and link count for files).
-fn snapshot(dir: &Path, skip: &Path) -> BTreeMap<PathBuf, String> {
+fn listing(dir: &Path, skip: &Path) -> BTreeMap<PathBuf, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {

@@ -12,6 +12,7 @@ use bollard::models::ContainerInspectResponse;
 use super::engine::logs_tail;
 use super::error::{DockerError, api};
 use crate::client::AgentClient;
+use crate::retry::Deadline;
 
 /// How long a freshly started container's agent has to answer.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -45,7 +46,7 @@ pub async fn wait_for_agent(
     container: &str,
     client: &AgentClient,
 ) -> Result<(), DockerError> {
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let deadline = Deadline::after(READY_TIMEOUT, POLL);
     let mut next_inspect = Instant::now() + INSPECT_EVERY;
     let mut last: String;
     loop {
@@ -81,7 +82,7 @@ pub async fn wait_for_agent(
                 });
             }
         }
-        if now >= deadline {
+        if !deadline.pause().await {
             let logs = logs_tail(engine, container).await;
             let stop = bollard::query_parameters::StopContainerOptionsBuilder::new()
                 .t(0)
@@ -99,6 +100,5 @@ pub async fn wait_for_agent(
                 logs,
             });
         }
-        tokio::time::sleep(POLL).await;
     }
 }

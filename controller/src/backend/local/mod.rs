@@ -29,7 +29,7 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -40,6 +40,7 @@ use crate::agent_binary::{AgentBinaryError, AgentLocator};
 use crate::client::{AgentClient, Endpoint};
 use crate::fsutil::{remove_if_present, tail, write_atomic};
 use crate::home::{Home, create_private_dir};
+use crate::retry::Deadline;
 use crate::spec::BackendKind;
 
 pub use process::{STOP_GRACE, TerminateError};
@@ -199,7 +200,7 @@ impl LocalBackend {
         write_atomic(&paths.pid, format!("{pid}\n").as_bytes(), 0o600)
             .map_err(io_err("write", &paths.pid))?;
 
-        let deadline = Instant::now() + READY_TIMEOUT;
+        let deadline = Deadline::after(READY_TIMEOUT, POLL);
         let mut last: String;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -219,7 +220,7 @@ impl LocalBackend {
                 Ok(Err(error)) => last = error_chain(&error),
                 Err(_) => last = format!("no answer within {PROBE_TIMEOUT:?}"),
             }
-            if Instant::now() >= deadline {
+            if !deadline.pause().await {
                 // Leave nothing half-started behind.
                 let _ = process::terminate(pid).await;
                 let _ = remove_if_present(&paths.pid);
@@ -229,7 +230,6 @@ impl LocalBackend {
                     log: LogTail::read(&paths.log),
                 });
             }
-            tokio::time::sleep(POLL).await;
         }
     }
 }
@@ -373,13 +373,13 @@ async fn lock(path: &Path) -> Result<Flock<fs::File>, LocalError> {
         .mode(0o600)
         .open(path)
         .map_err(io_err("open", path))?;
-    let deadline = Instant::now() + LOCK_TIMEOUT;
+    let deadline = Deadline::after(LOCK_TIMEOUT, POLL);
     loop {
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(locked) => return Ok(locked),
-            Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+            Err((back, Errno::EWOULDBLOCK)) if !deadline.passed() => {
                 file = back;
-                tokio::time::sleep(POLL).await;
+                deadline.pause().await;
             }
             Err((_, Errno::EWOULDBLOCK)) => {
                 return Err(LocalError::Busy {

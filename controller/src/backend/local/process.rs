@@ -7,13 +7,14 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::agent_binary::AGENT_FILE_NAME;
+use crate::retry::Deadline;
 use crate::spec::SandboxSpec;
 
 /// How long a stopping agent gets to shut its commands down after SIGTERM.
@@ -148,15 +149,14 @@ fn signal(pid: Pid, sig: Signal) -> Result<bool, TerminateError> {
 }
 
 async fn wait_gone(pid: u32, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
+    let deadline = Deadline::after(within, EXIT_POLL);
     loop {
         if !is_alive(pid) {
             return true;
         }
-        if Instant::now() >= deadline {
+        if !deadline.pause().await {
             return false;
         }
-        tokio::time::sleep(EXIT_POLL).await;
     }
 }
 

@@ -83,9 +83,10 @@ impl Client {
         proxy: SocketAddr,
         ca_pem: &Path,
     ) -> Self {
-        let pem = std::fs::read(ca_pem).unwrap();
+        use tokio_rustls::rustls::pki_types::CertificateDer;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
         let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        for cert in CertificateDer::pem_file_iter(ca_pem).unwrap() {
             roots.add(cert.unwrap()).unwrap();
         }
         let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());

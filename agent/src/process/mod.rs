@@ -1,10 +1,15 @@
 //! The seam between process-control decisions and the kernel.
 //!
-//! Kill escalation decides what to signal and when; this module sends the
-//! signals and walks `/proc` to find the processes that belong to a command.
-//! Keeping that behind [`ProcessOps`] lets the escalation logic be tested with
-//! a recording fake, and keeps every signal the agent sends in one place,
-//! behind guards that refuse to signal the agent itself or pid 0/1.
+//! Kill escalation (`kill`) decides what to signal and when; [`ProcessOps`]
+//! sends the signals and walks `/proc` to find the processes that belong to
+//! a command. Keeping the kernel behind that trait lets the escalation be
+//! tested with a recording fake, and keeps every signal the agent sends in
+//! one place, behind guards that refuse to signal the agent itself or pid 0/1.
+//! Execs, session shells and the workload all stop their processes through
+//! [`kill::escalate`], so one escalation serves interrupts, timeouts, detach
+//! timeouts, leftover cleanup and shutdown alike.
+
+pub mod kill;
 
 use std::collections::HashSet;
 use std::fs;
@@ -13,7 +18,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{self, Signal, killpg};
 use nix::unistd::{Pid, getpgrp, setsid};
 
 /// What belongs to one command: its session (led by `leader`, which is also
@@ -75,7 +80,7 @@ impl ProcessOps for System {
     fn signal_pid(&self, pid: i32, signal: Signal) {
         if Self::allowed(pid) {
             // ESRCH means it died on its own; nothing else can be done about EPERM.
-            let _ = kill(Pid::from_raw(pid), signal);
+            let _ = signal::kill(Pid::from_raw(pid), signal);
         }
     }
 

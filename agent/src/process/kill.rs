@@ -9,8 +9,9 @@
 //! group. Sweeps repeat because a process may fork while being killed; they
 //! are bounded so a process the agent cannot kill never wedges the caller.
 //!
-//! The exec registry and the workload supervisor both use this, so the same
-//! escalation applies to an interrupt, a timeout, a detach timeout and shutdown.
+//! The exec registry, the session shells and the workload supervisor all use
+//! this, so the same escalation applies to an interrupt, a timeout, a detach
+//! timeout, a workload run's leftovers and shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
 
-use crate::process::{ProcessOps, Scope};
+use super::{ProcessOps, Scope};
 
 /// How often an emptied group is looked for during the grace, besides the
 /// wake-up when the leader is reaped.

@@ -9,8 +9,9 @@
 //! next offset it owes the client, which makes replay followed by live output,
 //! and catching up after falling behind, seamless.
 //!
-//! When the client goes away the session detaches from its execs, which keep
-//! running; nothing waits on a dead peer (keepalive pings find silent ones).
+//! When the client goes away the connection detaches from its execs, which
+//! keep running; nothing waits on a dead peer (keepalive pings find silent
+//! ones).
 
 use silo_protocol::http::error_chain;
 use std::collections::HashMap;
@@ -32,7 +33,8 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::{AgentState, sessions};
-use crate::exec::{Attachment, Event, ExecError, Execs, LagSignal, Started, Subscriber};
+use crate::commands::{CommandError, Commands};
+use crate::exec::{Attachment, Event, LagSignal, Started, Subscriber};
 use crate::shutdown::{self, Phase};
 use crate::snapshot::StartGate;
 
@@ -56,9 +58,9 @@ enum Cmd {
     Reply(AgentMessage),
 }
 
-/// Why a session ended early.
+/// Why a connection ended early.
 #[derive(Debug, thiserror::Error)]
-enum SessionError {
+enum ConnectionError {
     #[error("websocket write failed")]
     Write(#[from] tungstenite::Error),
     #[error("peer silent for {0:?}")]
@@ -98,10 +100,10 @@ impl Heard {
     }
 }
 
-/// Runs a session until the client leaves, the peer dies or the agent closes.
+/// Serves a connection until the client leaves, the peer dies or the agent closes.
 pub async fn run(ws: Ws, state: Arc<AgentState>, phase: watch::Receiver<Phase>) {
     let conn = state.next_conn_id();
-    let _open = state.activity.session();
+    let _open = state.activity.busy();
     let (sink, stream) = ws.split();
     let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
     let lag = Arc::new(LagSignal::default());
@@ -115,7 +117,7 @@ pub async fn run(ws: Ws, state: Arc<AgentState>, phase: watch::Receiver<Phase>) 
     ));
     let mut writer = Writer {
         sink,
-        execs: state.execs.clone(),
+        commands: state.commands.clone(),
         starts: state.snapshots.start_gate(),
         sub: Subscriber {
             conn,
@@ -125,19 +127,19 @@ pub async fn run(ws: Ws, state: Arc<AgentState>, phase: watch::Receiver<Phase>) 
         follows: HashMap::new(),
         wrote: false,
     };
-    tracing::debug!(conn, "exec session opened");
+    tracing::debug!(conn, "exec connection opened");
     let ended = writer.run(cmd_rx, event_rx, &lag, &heard, phase).await;
     reader.abort();
     writer.detach_all();
     match ended {
-        Ok(()) => tracing::debug!(conn, "exec session closed"),
-        Err(err) => tracing::debug!(conn, %err, "exec session ended"),
+        Ok(()) => tracing::debug!(conn, "exec connection closed"),
+        Err(err) => tracing::debug!(conn, %err, "exec connection ended"),
     }
 }
 
 struct Writer {
     sink: SplitSink<Ws, Message>,
-    execs: Execs,
+    commands: Commands,
     /// Passed before anything that may spawn, so nothing starts mid-snapshot.
     starts: StartGate,
     sub: Subscriber,
@@ -155,7 +157,7 @@ impl Writer {
         lag: &LagSignal,
         heard: &Heard,
         mut phase: watch::Receiver<Phase>,
-    ) -> Result<(), SessionError> {
+    ) -> Result<(), ConnectionError> {
         let start = tokio::time::Instant::now() + KEEPALIVE_INTERVAL;
         let mut keepalive = tokio::time::interval_at(start, KEEPALIVE_INTERVAL);
         // After a long blocked write, one ping is enough; a burst is noise.
@@ -178,7 +180,7 @@ impl Writer {
         }
     }
 
-    async fn command(&mut self, cmd: Cmd) -> Result<(), SessionError> {
+    async fn command(&mut self, cmd: Cmd) -> Result<(), ConnectionError> {
         let request = match cmd {
             Cmd::Reply(reply) => return self.send_json(&reply).await,
             Cmd::Request(request) => request,
@@ -194,13 +196,17 @@ impl Writer {
                     })
                     .await
                 }
-                Err(err) => self.send_json(&error_reply(Some(tag), None, &err)).await,
+                Err(err) => self.send_json(&error_reply(Some(tag), None, err)).await,
             },
             ClientMessage::Attach {
                 tag,
                 exec_id,
                 from_seq,
-            } => match self.execs.attach(exec_id, from_seq, self.sub.clone()) {
+            } => match self
+                .commands
+                .execs()
+                .attach(exec_id, from_seq, self.sub.clone())
+            {
                 Ok(attachment) => {
                     self.send_json(&AgentMessage::Attached {
                         tag,
@@ -212,7 +218,7 @@ impl Writer {
                     self.replay(exec_id, attachment).await
                 }
                 Err(err) => {
-                    let reply = error_reply(Some(tag), Some(exec_id), &err);
+                    let reply = error_reply(Some(tag), Some(exec_id), err);
                     self.send_json(&reply).await
                 }
             },
@@ -222,7 +228,8 @@ impl Writer {
                 grace_ms,
             } => {
                 let state = self
-                    .execs
+                    .commands
+                    .execs()
                     .interrupt(exec_id, grace_ms.map(Duration::from_millis));
                 self.send_json(&AgentMessage::InterruptAck {
                     tag,
@@ -232,7 +239,7 @@ impl Writer {
                 .await
             }
             ClientMessage::Status { tag, exec_id } => {
-                let report = self.execs.status(exec_id);
+                let report = self.commands.execs().status(exec_id);
                 self.send_json(&AgentMessage::Status {
                     tag,
                     exec_id,
@@ -243,20 +250,18 @@ impl Writer {
                 .await
             }
             // The reader handles these itself; kept correct if one arrives here.
-            ClientMessage::CloseStdin { exec_id } => match self.execs.close_stdin(exec_id) {
-                Ok(()) => Ok(()),
-                Err(err) => {
-                    self.send_json(&error_reply(None, Some(exec_id), &err))
-                        .await
+            ClientMessage::CloseStdin { exec_id } => {
+                match self.commands.execs().close_stdin(exec_id) {
+                    Ok(()) => Ok(()),
+                    Err(err) => self.send_json(&error_reply(None, Some(exec_id), err)).await,
                 }
-            },
-            ClientMessage::Resize { exec_id, window } => match self.execs.resize(exec_id, window) {
-                Ok(()) => Ok(()),
-                Err(err) => {
-                    self.send_json(&error_reply(None, Some(exec_id), &err))
-                        .await
+            }
+            ClientMessage::Resize { exec_id, window } => {
+                match self.commands.execs().resize(exec_id, window) {
+                    Ok(()) => Ok(()),
+                    Err(err) => self.send_json(&error_reply(None, Some(exec_id), err)).await,
                 }
-            },
+            }
             request => match self.session_request(request).await {
                 Some(reply) => self.send_json(&reply).await,
                 None => Ok(()),
@@ -265,19 +270,19 @@ impl Writer {
     }
 
     /// Starts an exec once no snapshot is reading.
-    async fn start(&self, spec: ExecSpec) -> Result<Started, ExecError> {
+    async fn start(&self, spec: ExecSpec) -> Result<Started, CommandError> {
         let _pass = self.starts.pass().await;
-        self.execs.start(spec, self.sub.clone())
+        self.commands.start(spec, self.sub.clone())
     }
 
     /// Answers a session request once no snapshot is reading (opening one
     /// starts its shell).
     async fn session_request(&self, request: ClientMessage) -> Option<AgentMessage> {
         let _pass = self.starts.pass().await;
-        sessions::handle(&self.execs, request)
+        sessions::handle(&self.commands, request)
     }
 
-    async fn event(&mut self, event: Event) -> Result<(), SessionError> {
+    async fn event(&mut self, event: Event) -> Result<(), ConnectionError> {
         match event {
             Event::Output {
                 exec_id,
@@ -294,7 +299,7 @@ impl Writer {
         &mut self,
         exec_id: ExecId,
         attachment: Attachment,
-    ) -> Result<(), SessionError> {
+    ) -> Result<(), ConnectionError> {
         self.follows.insert(exec_id, attachment.replay.next_seq);
         for chunk in attachment.replay.chunks {
             self.output(exec_id, chunk.seq, chunk.channel, chunk.data)
@@ -313,7 +318,7 @@ impl Writer {
         seq: u64,
         channel: Channel,
         data: Bytes,
-    ) -> Result<(), SessionError> {
+    ) -> Result<(), ConnectionError> {
         let Some(next) = self.follows.get_mut(&exec_id) else {
             return Ok(());
         };
@@ -332,7 +337,7 @@ impl Writer {
         self.send(Message::binary(frame.encode())).await
     }
 
-    async fn exit(&mut self, exec_id: ExecId, exit: ExitInfo) -> Result<(), SessionError> {
+    async fn exit(&mut self, exec_id: ExecId, exit: ExitInfo) -> Result<(), ConnectionError> {
         if self.follows.remove(&exec_id).is_some() {
             self.send_json(&AgentMessage::Exit { exec_id, exit }).await
         } else {
@@ -342,12 +347,16 @@ impl Writer {
 
     /// Re-attaches to the execs that dropped this connection for being slow,
     /// from the offset the client has reached.
-    async fn catch_up(&mut self, lag: &LagSignal) -> Result<(), SessionError> {
+    async fn catch_up(&mut self, lag: &LagSignal) -> Result<(), ConnectionError> {
         for exec_id in lag.take() {
             let Some(&from) = self.follows.get(&exec_id) else {
                 continue;
             };
-            match self.execs.attach(exec_id, from, self.sub.clone()) {
+            match self
+                .commands
+                .execs()
+                .attach(exec_id, from, self.sub.clone())
+            {
                 Ok(attachment) => {
                     let lost = attachment.replay.lost_bytes;
                     if lost > 0 {
@@ -365,7 +374,7 @@ impl Writer {
                 }
                 Err(err) => {
                     self.follows.remove(&exec_id);
-                    self.send_json(&error_reply(None, Some(exec_id), &err))
+                    self.send_json(&error_reply(None, Some(exec_id), err))
                         .await?;
                 }
             }
@@ -373,10 +382,10 @@ impl Writer {
         Ok(())
     }
 
-    async fn keepalive(&mut self, heard: &Heard) -> Result<(), SessionError> {
+    async fn keepalive(&mut self, heard: &Heard) -> Result<(), ConnectionError> {
         let silent = heard.silent_for();
         if silent > KEEPALIVE_INTERVAL * DEAD_PEER_INTERVALS {
-            return Err(SessionError::Silent(silent));
+            return Err(ConnectionError::Silent(silent));
         }
         if !self.wrote || silent >= KEEPALIVE_INTERVAL {
             self.send(Message::Ping(Bytes::new())).await?;
@@ -385,7 +394,7 @@ impl Writer {
         Ok(())
     }
 
-    async fn send_json(&mut self, message: &AgentMessage) -> Result<(), SessionError> {
+    async fn send_json(&mut self, message: &AgentMessage) -> Result<(), ConnectionError> {
         match serde_json::to_string(message) {
             Ok(text) => self.send(Message::text(text)).await,
             Err(err) => {
@@ -395,17 +404,17 @@ impl Writer {
         }
     }
 
-    async fn send(&mut self, message: Message) -> Result<(), SessionError> {
+    async fn send(&mut self, message: Message) -> Result<(), ConnectionError> {
         self.wrote = true;
         match tokio::time::timeout(WRITE_TIMEOUT, self.sink.send(message)).await {
             Ok(sent) => Ok(sent?),
-            Err(_) => Err(SessionError::Stalled(WRITE_TIMEOUT)),
+            Err(_) => Err(ConnectionError::Stalled(WRITE_TIMEOUT)),
         }
     }
 
     fn detach_all(&mut self) {
         for exec_id in self.follows.keys() {
-            self.execs.detach(*exec_id, self.sub.conn);
+            self.commands.execs().detach(*exec_id, self.sub.conn);
         }
     }
 }
@@ -429,17 +438,19 @@ async fn read_loop(
         let reply = match message {
             Message::Text(text) => match serde_json::from_str::<ClientMessage>(text.as_str()) {
                 Ok(ClientMessage::CloseStdin { exec_id }) => state
-                    .execs
+                    .commands
+                    .execs()
                     .close_stdin(exec_id)
                     .err()
-                    .map(|err| error_reply(None, Some(exec_id), &err)),
+                    .map(|err| error_reply(None, Some(exec_id), err)),
                 // Handled here rather than queued for the writer, so a
                 // resize is not held up behind output being sent.
                 Ok(ClientMessage::Resize { exec_id, window }) => state
-                    .execs
+                    .commands
+                    .execs()
                     .resize(exec_id, window)
                     .err()
-                    .map(|err| error_reply(None, Some(exec_id), &err)),
+                    .map(|err| error_reply(None, Some(exec_id), err)),
                 Ok(request) => {
                     if cmd_tx.send(Cmd::Request(request)).await.is_err() {
                         break;
@@ -460,14 +471,15 @@ async fn read_loop(
                         let exec_id = frame.exec_id;
                         heard.waiting.store(true, Ordering::Relaxed);
                         let written = state
-                            .execs
+                            .commands
+                            .execs()
                             .write_stdin(exec_id, Bytes::from(frame.payload))
                             .await;
                         heard.waiting.store(false, Ordering::Relaxed);
                         heard.touch();
                         written
                             .err()
-                            .map(|err| error_reply(None, Some(exec_id), &err))
+                            .map(|err| error_reply(None, Some(exec_id), err))
                     }
                 }
                 Ok(frame) => Some(bad_request(
@@ -506,11 +518,16 @@ fn bad_request(tag: Option<u64>, exec_id: Option<ExecId>, message: String) -> Ag
     }
 }
 
-fn error_reply(tag: Option<u64>, exec_id: Option<ExecId>, err: &ExecError) -> AgentMessage {
+fn error_reply(
+    tag: Option<u64>,
+    exec_id: Option<ExecId>,
+    err: impl Into<CommandError>,
+) -> AgentMessage {
+    let err = err.into();
     AgentMessage::Error {
         tag,
         exec_id,
         kind: err.kind(),
-        message: error_chain(err),
+        message: error_chain(&err),
     }
 }
