@@ -18,11 +18,12 @@
 
 pub mod rest;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use silo_protocol::http::error_chain;
 
 use crate::client::AgentClient;
+use crate::retry::Deadline;
 use crate::spec::SandboxSpec;
 
 /// The port the agent listens on inside a VM, behind the provider's proxy.
@@ -83,19 +84,18 @@ pub async fn healthy(client: &AgentClient) -> bool {
 /// Polls the agent through the proxy until it answers; the error says what
 /// the last probe saw.
 pub async fn wait_for_agent(client: &AgentClient) -> Result<(), String> {
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let deadline = Deadline::after(READY_TIMEOUT, POLL);
     loop {
         let last = match tokio::time::timeout(PROBE_TIMEOUT, client.healthz()).await {
             Ok(Ok(_)) => return Ok(()),
             Ok(Err(error)) => error_chain(&error),
             Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),
         };
-        if Instant::now() >= deadline {
+        if !deadline.pause().await {
             return Err(format!(
                 "its agent did not answer within {READY_TIMEOUT:?}: {last}"
             ));
         }
-        tokio::time::sleep(POLL).await;
     }
 }
 

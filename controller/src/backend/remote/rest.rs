@@ -18,15 +18,17 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 
 use crate::client::{ClientError, Endpoint, transport};
+use crate::retry::{Backoff, jitter};
 
 /// How long one call may keep retrying.
 pub const RETRY_BUDGET: Duration = Duration::from_secs(30);
 /// Longest a single request may take, answer included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// First pause between tries; doubled each time, up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-/// Longest pause between tries.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Pauses between tries: doubled from 200 ms up to 5 s.
+const BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(200),
+    max: Duration::from_secs(5),
+};
 
 /// Where a provider's API answers, and what every request to it carries.
 #[derive(Debug, Clone)]
@@ -201,7 +203,7 @@ impl Rest {
         body: Bytes,
     ) -> Result<Reply, RestError> {
         let deadline = Instant::now() + self.retry_budget;
-        let mut backoff = FIRST_BACKOFF;
+        let mut tries = 0u32;
         loop {
             let attempt = tokio::time::timeout(
                 REQUEST_TIMEOUT,
@@ -223,7 +225,7 @@ impl Rest {
                             body: reply.text(),
                         });
                     }
-                    retry_after(&reply.headers).unwrap_or(backoff)
+                    retry_after(&reply.headers).unwrap_or(BACKOFF.pause(tries))
                 }
                 Err(error) => {
                     if Instant::now() >= deadline {
@@ -232,12 +234,12 @@ impl Rest {
                             reason: unreachable_reason(&error),
                         });
                     }
-                    backoff
+                    BACKOFF.pause(tries)
                 }
             };
             let pause = pause.min(deadline.saturating_duration_since(Instant::now()));
             tokio::time::sleep(jitter(pause)).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            tries = tries.saturating_add(1);
         }
     }
 
@@ -343,14 +345,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .trim()
         .parse()
         .ok()?;
-    Some(Duration::from_secs(secs).min(MAX_BACKOFF))
-}
-
-/// Up to a quarter off, so clients that failed together do not retry together.
-fn jitter(pause: Duration) -> Duration {
-    let mut byte = [0u8; 1];
-    let _ = getrandom::fill(&mut byte);
-    pause.mul_f64(1.0 - f64::from(byte[0]) / 1024.0)
+    Some(Duration::from_secs(secs).min(BACKOFF.max))
 }
 
 #[cfg(test)]
@@ -383,8 +378,6 @@ mod tests {
         headers.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
         assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
         headers.insert(http::header::RETRY_AFTER, "3600".parse().unwrap());
-        assert_eq!(retry_after(&headers), Some(MAX_BACKOFF));
-        let pause = jitter(Duration::from_millis(400));
-        assert!(pause <= Duration::from_millis(400) && pause >= Duration::from_millis(300));
+        assert_eq!(retry_after(&headers), Some(BACKOFF.max));
     }
 }
