@@ -7,7 +7,7 @@
 //! these exact flags.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
@@ -53,6 +53,16 @@ pub struct Args {
     /// File holding the sandbox key (64 hex digits); overrides SILO_AGENT_KEY.
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+    /// This agent is the sandbox's agent on a machine it does not own as
+    /// PID 1, such as a provider VM: a snapshot stops the processes
+    /// descended from the agent (its commands and their orphans), never
+    /// the machine's own.
+    #[arg(long)]
+    pub machine_agent: bool,
+    /// The machine's root directory for snapshots [default: --push-base,
+    /// itself / by default]; tests point it at a scratch directory.
+    #[arg(long, value_name = "DIR")]
+    pub apply_root: Option<PathBuf>,
     /// Working directory for execs that name none [default: the agent's cwd].
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
@@ -172,6 +182,10 @@ pub struct Config {
     pub workload: Vec<String>,
     /// Push roots, caps and version retention.
     pub push: PushConfig,
+    /// The machine's root for snapshots, canonical.
+    pub apply_root: PathBuf,
+    /// Started as the machine's agent without being PID 1.
+    pub machine_agent: bool,
 }
 
 /// Why the settings are unusable.
@@ -184,6 +198,15 @@ pub enum ConfigError {
     #[error("cannot read key file {}", .path.display())]
     KeyFile {
         /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The apply root is unusable.
+    #[error("--apply-root {} is not a directory", .path.display())]
+    ApplyRoot {
+        /// The directory given.
         path: PathBuf,
         /// Why.
         #[source]
@@ -281,6 +304,7 @@ impl Config {
                 path: args.push_base,
             });
         }
+        let apply_root = resolve_apply_root(args.apply_root, &args.push_base)?;
         let push = PushConfig {
             roots: args.push_roots,
             base: args.push_base,
@@ -308,8 +332,32 @@ impl Config {
             idle_timeout: args.idle_timeout.map(Duration::from_secs),
             workload: args.workload,
             push,
+            apply_root,
+            machine_agent: args.machine_agent,
         })
     }
+}
+
+/// The apply root: `--apply-root`, which must be a directory, or else the
+/// push base. Canonical where it exists, so mount points (listed by their
+/// real paths) are found under it; a push base that does not exist yet
+/// (pushes make it) is taken as given.
+fn resolve_apply_root(given: Option<PathBuf>, push_base: &Path) -> Result<PathBuf, ConfigError> {
+    let Some(root) = given else {
+        return Ok(std::fs::canonicalize(push_base).unwrap_or_else(|_| push_base.to_path_buf()));
+    };
+    if !plain_absolute(&root) {
+        return Err(ConfigError::PushPath {
+            flag: "--apply-root",
+            path: root,
+        });
+    }
+    std::fs::canonicalize(&root)
+        .and_then(|dir| match dir.is_dir() {
+            true => Ok(dir),
+            false => Err(std::io::Error::other("not a directory")),
+        })
+        .map_err(|source| ConfigError::ApplyRoot { path: root, source })
 }
 
 #[cfg(test)]
@@ -346,6 +394,23 @@ mod tests {
                 Err(ConfigError::PushPath { .. })
             ));
         }
+    }
+
+    #[test]
+    fn the_apply_root_follows_the_push_base_and_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().to_str().unwrap();
+        let c = Config::resolve(args(&["--push-base", base]), Some(KEY.into())).unwrap();
+        assert_eq!(c.apply_root, dir.path().canonicalize().unwrap());
+        let c = Config::resolve(args(&[]), Some(KEY.into())).unwrap();
+        assert_eq!(c.apply_root, PathBuf::from("/"));
+        assert!(!c.machine_agent);
+        let missing = dir.path().join("missing");
+        let err = Config::resolve(
+            args(&["--apply-root", missing.to_str().unwrap()]),
+            Some(KEY.into()),
+        );
+        assert!(matches!(err, Err(ConfigError::ApplyRoot { .. })), "{err:?}");
     }
 
     #[test]

@@ -20,7 +20,6 @@ use silo_protocol::auth::Verifier;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
-use silo_agent::activity::Activity;
 use silo_agent::config::{Args, Config, KEY_ENV};
 use silo_agent::exec::{ExecConfig, Execs};
 use silo_agent::files::{Files, FilesConfig};
@@ -30,6 +29,7 @@ use silo_agent::reaper::Reaper;
 use silo_agent::server::AgentState;
 use silo_agent::server::listener::Listener;
 use silo_agent::shutdown::Phase;
+use silo_agent::snapshot::{FreezeScope, Snapshotter};
 use silo_agent::workload::Workload;
 use silo_agent::{activity, random_hex, server};
 
@@ -123,20 +123,25 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
             output_budget: config.output_budget,
         },
         reaper,
-        ops,
+        Arc::clone(&ops),
     )
     .context("cannot seed exec ids")?;
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let pusher = start_push(&config, &boot_id, phase_rx.clone());
+    let snapshots = Snapshotter::new(
+        config.apply_root.clone(),
+        FreezeScope::of_agent(is_pid1, config.machine_agent),
+        ops,
+    );
     let state = Arc::new(AgentState::new(
         Verifier::new(config.key.clone()),
         execs,
         pusher,
+        snapshots,
         Files::new(FilesConfig {
             workdir: config.workdir.clone(),
             tree_limits: config.push.limits,
         }),
-        Arc::new(Activity::default()),
         boot_id,
     ));
     tracing::info!(

@@ -101,17 +101,17 @@ impl AgentState {
         verifier: Verifier,
         execs: Execs,
         pusher: Arc<Pusher>,
+        snapshots: Snapshotter,
         files: Files,
-        activity: Arc<Activity>,
         boot_id: String,
     ) -> Self {
         Self {
             verifier,
             execs,
             pusher,
-            snapshots: Snapshotter::default(),
+            snapshots,
             files,
-            activity,
+            activity: Arc::new(Activity::default()),
             started: Instant::now(),
             boot_id,
             next_conn: AtomicU64::new(1),
@@ -223,8 +223,8 @@ async fn route(
     state: &Arc<AgentState>,
     guard: &Arc<ConnGuard>,
 ) -> Response<Reply> {
-    let streamed = req.uri().path() == PATH_SNAPSHOT && req.method() == Method::POST;
-    let mut response = if streamed {
+    let post = req.method() == Method::POST;
+    let mut response = if post && req.uri().path() == PATH_SNAPSHOT {
         snapshot::handle(req, state).await
     } else if files::owns(req.uri().path()) {
         files::handle(req, state).await

@@ -2,9 +2,10 @@
 //! layer while every process but the agent is stopped.
 //!
 //! [`Snapshotter::start`] owns one snapshot from a parsed request to the
-//! first byte of its answer: it refuses unless the agent is PID 1 (anywhere
-//! else stopping "every other process" would stop the host's), takes the
-//! one snapshot slot (a second request is told the agent is busy), and hands
+//! first byte of its answer: it refuses unless the agent has a freeze scope
+//! (PID 1, or `--machine-agent`: anywhere else stopping "every other
+//! process" would stop the host's), takes the one snapshot slot (a second
+//! request is told the agent is busy), and hands
 //! a blocking thread the rest: index the baseline, read the mount table,
 //! stop the sandbox's processes, then walk and write the layer into a
 //! bounded channel whose other end is the response body. Errors before the
@@ -20,7 +21,8 @@
 //! layer is read.
 //!
 //! # Layout
-//! - `freeze`: stopping and continuing the sandbox's processes (`/proc`, signals).
+//! - `freeze`: stopping and continuing the sandbox's processes (`/proc`, signals),
+//!   in the agent's [`FreezeScope`].
 //! - `walk`: what changed, what is excluded, what was deleted, in layer order.
 //! - `layer`: the tar writer (hard links, devices, whiteouts, the end marker).
 //! - `stream`: the bounded bridge from the blocking writer to the response body.
@@ -45,27 +47,23 @@ use tokio::sync::{
 };
 
 use crate::fs_error::FsError;
+use crate::process::ProcessOps;
+pub use freeze::FreezeScope;
 pub use stream::LayerStream;
 use walk::{Baseline, WalkSpec};
 
 /// Snapshots taken at once: one, since each stops the whole sandbox.
 pub const MAX_ACTIVE_SNAPSHOTS: usize = 1;
-/// The directory a snapshot walks: the sandbox's whole file system.
-const ROOT: &str = "/";
 
 /// The snapshot service.
 pub struct Snapshotter {
+    /// The machine's file system as the agent sees it (`/` but in tests).
+    root: PathBuf,
+    /// Which processes a freeze stops; `None`: snapshots are refused.
+    scope: Option<FreezeScope>,
+    ops: Arc<dyn ProcessOps>,
     active: Arc<Semaphore>,
     starts: StartGate,
-}
-
-impl Default for Snapshotter {
-    fn default() -> Self {
-        Self {
-            active: Arc::new(Semaphore::new(MAX_ACTIVE_SNAPSHOTS)),
-            starts: StartGate::default(),
-        }
-    }
 }
 
 /// Where requests that start processes (execs, session shells) wait while
@@ -95,6 +93,18 @@ struct Held {
 }
 
 impl Snapshotter {
+    /// The snapshot service for the file system at `root`, stopping the
+    /// processes in `scope` (none: it refuses) and listing them through `ops`.
+    pub fn new(root: PathBuf, scope: Option<FreezeScope>, ops: Arc<dyn ProcessOps>) -> Self {
+        Self {
+            root,
+            scope,
+            ops,
+            active: Arc::new(Semaphore::new(MAX_ACTIVE_SNAPSHOTS)),
+            starts: StartGate::default(),
+        }
+    }
+
     /// The gate execs and session shells pass before they spawn.
     pub fn start_gate(&self) -> StartGate {
         self.starts.clone()
@@ -112,9 +122,9 @@ impl Snapshotter {
     where
         H: Future<Output = Result<OwnedSemaphorePermit, SnapshotError>>,
     {
-        if !freeze::is_pid1() {
+        let Some(scope) = self.scope else {
             return Err(SnapshotError::Unsupported);
-        }
+        };
         let excluded = excluded(&request.exclude)?;
         let slot = Arc::clone(&self.active)
             .try_acquire_owned()
@@ -126,8 +136,13 @@ impl Snapshotter {
         };
         let (writer, layer) = stream::channel(Handle::current());
         let (ready_tx, ready_rx) = oneshot::channel();
+        let machine = Machine {
+            root: self.root.clone(),
+            scope,
+            ops: Arc::clone(&self.ops),
+        };
         tokio::task::spawn_blocking(move || {
-            take(held, request, excluded, writer, ready_tx);
+            take(held, &machine, request, excluded, writer, ready_tx);
         });
         match ready_rx.await {
             Ok(Ok(stopped)) => Ok((layer, stopped)),
@@ -167,10 +182,18 @@ fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, SnapshotError> {
         .collect()
 }
 
+/// The machine a snapshot reads and the processes it stops.
+struct Machine {
+    root: PathBuf,
+    scope: FreezeScope,
+    ops: Arc<dyn ProcessOps>,
+}
+
 /// The blocking part of one snapshot. `ready` hears whether the layer
 /// starts; after that, errors can only cut the layer short.
 fn take(
     held: Held,
+    machine: &Machine,
     request: SnapshotRequest,
     mut excluded: HashSet<PathBuf>,
     mut out: stream::ChannelWriter,
@@ -179,7 +202,7 @@ fn take(
     // Bound first so it is released last, after the thaw.
     let _held = held;
     let started = Instant::now();
-    let mounts = match walk::mount_points() {
+    let mounts = match walk::mount_points(&machine.root) {
         Ok(mounts) => mounts,
         Err(err) => {
             let _ = ready.send(Err(err));
@@ -194,7 +217,7 @@ fn take(
         baseline: Baseline::new(&request.baseline),
     };
     drop(request);
-    let mut frozen = match freeze::freeze() {
+    let mut frozen = match freeze::freeze(&*machine.ops, machine.scope) {
         Ok(frozen) => frozen,
         Err(freeze::FreezeError::NotPid1) => {
             let _ = ready.send(Err(SnapshotError::Unsupported));
@@ -219,7 +242,7 @@ fn take(
         tracing::info!("snapshot abandoned: the client went away");
         return;
     }
-    let written = write_layer(Path::new(ROOT), &spec, &mut out);
+    let written = write_layer(&machine.root, &spec, &mut out);
     // Every file is read: the sandbox may go on while the last chunks go out.
     frozen.thaw();
     let stopped = stopped.processes;
@@ -258,8 +281,11 @@ fn write_layer(
 /// Why a snapshot failed; [`SnapshotError::status`] makes the answer.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    /// The agent is not PID 1, so it cannot stop the sandbox's processes.
-    #[error("this agent is not the sandbox's PID 1, so it cannot stop its processes")]
+    /// The agent has no freeze scope, so it cannot stop the sandbox's processes.
+    #[error(
+        "this agent is neither the sandbox's PID 1 nor started with --machine-agent, \
+         so it cannot stop the sandbox's processes"
+    )]
     Unsupported,
     /// Another snapshot is being taken.
     #[error("another snapshot of this sandbox is being taken")]

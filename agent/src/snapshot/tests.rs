@@ -267,6 +267,8 @@ async fn outside_pid_1_a_snapshot_is_unsupported() {
         baseline: Vec::new(),
     };
     let unused = async { Err(SnapshotError::Internal("not reached".into())) };
-    let refused = Snapshotter::default().start(request, unused).await;
+    let ops = Arc::new(crate::process::System);
+    let snapshots = Snapshotter::new(PathBuf::from("/"), None, ops);
+    let refused = snapshots.start(request, unused).await;
     assert!(matches!(refused, Err(SnapshotError::Unsupported)));
 }

@@ -227,10 +227,16 @@ fn emit_parents(stack: &mut [Frame], sink: &mut impl Sink) -> Result<(), Snapsho
     Ok(())
 }
 
-/// The mount points in `/proc/self/mountinfo`, relative to `/`, but `/`.
-pub fn mount_points() -> Result<Vec<PathBuf>, SnapshotError> {
+/// The mount points in `/proc/self/mountinfo` below `root` (absolute),
+/// relative to it; `root` itself is left out.
+pub fn mount_points(root: &Path) -> Result<Vec<PathBuf>, SnapshotError> {
     let text = fs::read(MOUNTINFO).map_err(FsError::at("read", Path::new(MOUNTINFO)))?;
-    Ok(parse_mountinfo(&text))
+    let root = relative(root).unwrap_or_default();
+    Ok(parse_mountinfo(&text)
+        .into_iter()
+        .filter_map(|mount| Some(mount.strip_prefix(&root).ok()?.to_path_buf()))
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .collect())
 }
 
 /// The mount point (field 5, octal escapes decoded) of every line, relative
