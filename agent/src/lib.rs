@@ -19,7 +19,8 @@
 //! - `workload`: the optional command after `--`, restarted with backoff.
 //! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
 //! - `files`: the file API's work: read, write, stat, list, mkdir, remove, tar trees in and out.
-//! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped.
+//! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped;
+//!   the path index of the whole machine.
 //! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
 //! - `activity`: what counts as use, for `--idle-timeout`.
 //! - `shutdown`: the shutdown phases every long-lived task watches.

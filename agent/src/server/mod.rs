@@ -15,12 +15,16 @@
 //! - `files`: `/v1/files/…`: the file API's admission, parsing and body plumbing for `crate::files`.
 //! - `push`: `POST /v1/push`: admission and request parsing for `crate::push`.
 //! - `snapshot`: `POST /v1/snapshot`: admission and request parsing for `crate::snapshot`.
+//! - `index`: `POST /v1/index`: admission and request parsing for the path index.
+//! - `json_body`: a signed JSON request body, read whole and checked (snapshot, index).
 //! - `session`: one exec WebSocket connection after the upgrade.
 //! - `sessions`: the shell-session requests of that connection (open, list, close, interrupt).
 
 pub mod auth;
 mod exec_ws;
 mod files;
+mod index;
+mod json_body;
 pub mod listener;
 mod push;
 mod session;
@@ -46,7 +50,7 @@ use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::Verifier;
 use silo_protocol::health::Health;
 use silo_protocol::http::{
-    ErrorBody, HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ, PATH_PUSH, PATH_SNAPSHOT,
+    ErrorBody, HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ, PATH_INDEX, PATH_PUSH, PATH_SNAPSHOT,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -82,7 +86,7 @@ pub struct AgentState {
     pub execs: Execs,
     /// The push service.
     pub pusher: Arc<Pusher>,
-    /// The snapshot service.
+    /// The snapshot and path index service.
     pub snapshots: Snapshotter,
     /// The file API.
     pub files: Files,
@@ -226,6 +230,8 @@ async fn route(
     let post = req.method() == Method::POST;
     let mut response = if post && req.uri().path() == PATH_SNAPSHOT {
         snapshot::handle(req, state).await
+    } else if post && req.uri().path() == PATH_INDEX {
+        index::handle(req, state).await
     } else if files::owns(req.uri().path()) {
         files::handle(req, state).await
     } else {
@@ -248,7 +254,7 @@ async fn route_whole(
         (PATH_HEALTHZ, Method::GET) => health(state),
         (PATH_EXEC, Method::GET) => exec_ws::upgrade(req, state, guard),
         (PATH_PUSH, Method::POST) => push::handle(req, state).await,
-        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT, _) => error_response(
+        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT | PATH_INDEX, _) => error_response(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
             format!("{} does not take {}", req.uri().path(), req.method()),

@@ -20,14 +20,19 @@
 //! started after the freeze's last pass would run, and write, while the
 //! layer is read.
 //!
+//! The same walk, taking every path, answers the path index
+//! ([`Snapshotter::index`]): the baseline of a machine's first snapshot.
+//!
 //! # Layout
 //! - `freeze`: stopping and continuing the sandbox's processes (`/proc`, signals),
 //!   in the agent's [`FreezeScope`].
 //! - `walk`: what changed, what is excluded, what was deleted, in layer order.
+//! - `index`: every path of the machine, sorted, NUL-terminated.
 //! - `layer`: the tar writer (hard links, devices, whiteouts, the end marker).
 //! - `stream`: the bounded bridge from the blocking writer to the response body.
 
 mod freeze;
+mod index;
 mod layer;
 pub mod stream;
 mod walk;
@@ -49,11 +54,14 @@ use tokio::sync::{
 use crate::fs_error::FsError;
 use crate::process::ProcessOps;
 pub use freeze::FreezeScope;
+pub use index::IndexError;
 pub use stream::LayerStream;
 use walk::{Baseline, WalkSpec};
 
 /// Snapshots taken at once: one, since each stops the whole sandbox.
 pub const MAX_ACTIVE_SNAPSHOTS: usize = 1;
+/// Path indexes taken at once: each walks the whole file system.
+pub const MAX_ACTIVE_INDEXES: usize = 1;
 
 /// The snapshot service.
 pub struct Snapshotter {
@@ -63,6 +71,7 @@ pub struct Snapshotter {
     scope: Option<FreezeScope>,
     ops: Arc<dyn ProcessOps>,
     active: Arc<Semaphore>,
+    indexes: Arc<Semaphore>,
     starts: StartGate,
 }
 
@@ -101,6 +110,7 @@ impl Snapshotter {
             scope,
             ops,
             active: Arc::new(Semaphore::new(MAX_ACTIVE_SNAPSHOTS)),
+            indexes: Arc::new(Semaphore::new(MAX_ACTIVE_INDEXES)),
             starts: StartGate::default(),
         }
     }
@@ -125,7 +135,7 @@ impl Snapshotter {
         let Some(scope) = self.scope else {
             return Err(SnapshotError::Unsupported);
         };
-        let excluded = excluded(&request.exclude)?;
+        let excluded = excluded(&request.exclude).map_err(SnapshotError::Malformed)?;
         let slot = Arc::clone(&self.active)
             .try_acquire_owned()
             .map_err(|_| SnapshotError::Busy)?;
@@ -164,8 +174,8 @@ pub struct StopCounts {
     pub unsettled: usize,
 }
 
-/// The request's exclusions, relative to `/`.
-fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, SnapshotError> {
+/// A request's exclusions, relative to `/`; the message names a bad one.
+fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, String> {
     paths
         .iter()
         .map(|path| {
@@ -173,11 +183,7 @@ fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, SnapshotError> {
                 .is_absolute()
                 .then(|| walk::relative(Path::new(path)))
                 .flatten();
-            rel.ok_or_else(|| {
-                SnapshotError::Malformed(format!(
-                    "exclude path {path:?} must be absolute, without `..`"
-                ))
-            })
+            rel.ok_or_else(|| format!("exclude path {path:?} must be absolute, without `..`"))
         })
         .collect()
 }

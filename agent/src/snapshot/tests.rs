@@ -235,7 +235,7 @@ fn excluding_the_root_gives_an_empty_layer_and_bad_exclusions_are_refused() {
     assert!(ok.contains(Path::new("")));
     for bad in ["relative", "/a/../b", ""] {
         let err = excluded(&[bad.into()]).unwrap_err();
-        assert_eq!(err.status().1, kind::MALFORMED);
+        assert!(err.contains("must be absolute"), "{err}");
     }
 }
 
