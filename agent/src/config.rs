@@ -59,9 +59,9 @@ pub struct Args {
     /// the machine's own.
     #[arg(long)]
     pub machine_agent: bool,
-    /// The machine's root directory for path indexes and snapshots
-    /// [default: --push-base, itself / by default]; tests point it at a
-    /// scratch directory.
+    /// The machine's root directory for layer applies, path indexes and
+    /// snapshots [default: --push-base, itself / by default]; tests point
+    /// it at a scratch directory.
     #[arg(long, value_name = "DIR")]
     pub apply_root: Option<PathBuf>,
     /// Working directory for execs that name none [default: the agent's cwd].
@@ -183,7 +183,7 @@ pub struct Config {
     pub workload: Vec<String>,
     /// Push roots, caps and version retention.
     pub push: PushConfig,
-    /// The machine's root for indexes and snapshots, canonical.
+    /// The machine's root for layers, indexes and snapshots, canonical.
     pub apply_root: PathBuf,
     /// Started as the machine's agent without being PID 1.
     pub machine_agent: bool,

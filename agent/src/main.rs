@@ -5,7 +5,7 @@
 //! `take_key_from_env` → `parse_args` → `init_logging` → `resolve_config` →
 //! `build_runtime` → `become_subreaper_if_not_pid1` → `install_signal_handlers` →
 //! `start_reaper` → `bind_listener` → `start_workload` → `start_push` →
-//! `serve_until_shutdown`.
+//! `start_layers` → `serve_until_shutdown`.
 //! Nothing slow happens before the listener is bound.
 
 use std::ffi::OsString;
@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use silo_agent::config::{Args, Config, KEY_ENV};
 use silo_agent::exec::{ExecConfig, Execs};
 use silo_agent::files::{Files, FilesConfig};
+use silo_agent::layers::Applier;
 use silo_agent::process::{ProcessOps, System};
 use silo_agent::push::Pusher;
 use silo_agent::reaper::Reaper;
@@ -133,11 +134,13 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
         FreezeScope::of_agent(is_pid1, config.machine_agent),
         ops,
     );
+    let layers = start_layers(&config, &boot_id);
     let state = Arc::new(AgentState::new(
         Verifier::new(config.key.clone()),
         execs,
         pusher,
         snapshots,
+        layers,
         Files::new(FilesConfig {
             workdir: config.workdir.clone(),
             tree_limits: config.push.limits,
@@ -245,6 +248,20 @@ fn start_push(config: &Config, boot_id: &str, phase: watch::Receiver<Phase>) -> 
         }
     });
     pusher
+}
+
+/// Makes the layer apply service and sweeps away, in the background, the
+/// staging directories applies cut short in earlier boots left behind.
+fn start_layers(config: &Config, boot_id: &str) -> Arc<Applier> {
+    let layers = Arc::new(Applier::new(config.apply_root.clone(), boot_id.to_owned()));
+    let sweeper = Arc::clone(&layers);
+    tokio::task::spawn_blocking(move || {
+        let removed = sweeper.clean_leftovers();
+        if removed > 0 {
+            tracing::info!(removed, "removed leftovers of interrupted layer applies");
+        }
+    });
+    layers
 }
 
 struct Serving {

@@ -13,9 +13,12 @@
 //! earlier entries, and a deletion as an empty `.wh.<name>` entry
 //! ([`WHITEOUT_PREFIX`]) in its parent directory.
 //!
-//! The sandbox's processes (everything but the agent) are stopped while the
+//! The sandbox's processes (everything but the agent when it is PID 1; on
+//! a machine it runs on beside the provider's own processes, started with
+//! `--machine-agent`, only the agent's descendants) are stopped while the
 //! layer is read and continued when its last byte is sent, so the layer is
-//! one consistent moment. A well-formed layer ends with the tar end marker;
+//! one consistent moment. Such a layer comes back onto a machine that is
+//! not an engine through [`crate::layers`]. A well-formed layer ends with the tar end marker;
 //! a body without it was cut short and must be discarded.
 
 use serde::{Deserialize, Serialize};
@@ -60,10 +63,12 @@ pub struct SnapshotRequest {
 pub mod kind {
     /// 400: the request body cannot be read.
     pub const MALFORMED: &str = "malformed";
-    /// 409: another snapshot of this sandbox is being taken.
+    /// 409: another snapshot of this sandbox is being taken, or a layer is
+    /// being applied.
     pub const BUSY: &str = "busy";
-    /// 501: this agent cannot stop the sandbox's processes (it is not the
-    /// sandbox's PID 1), so it cannot take a consistent snapshot.
+    /// 501: this agent cannot stop the sandbox's processes (it is neither
+    /// the sandbox's PID 1 nor started with `--machine-agent`), so it
+    /// cannot take a consistent snapshot.
     pub const UNSUPPORTED: &str = "unsupported";
     /// 500: the agent failed for a reason of its own.
     pub const INTERNAL: &str = "internal";

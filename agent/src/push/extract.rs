@@ -329,6 +329,21 @@ pub enum Reject {
     /// A path used as a directory below a file.
     #[error("a file is in the way of this path")]
     FileDirClash,
+    /// At or under a path a layer may not change (`/proc`, a mount point).
+    #[error("lies at or under /{0}, which a layer may not change")]
+    Excluded(String),
+    /// A parent directory is a symlink on the destination.
+    #[error("its parent /{0} is a symlink on the machine")]
+    ParentSymlink(String),
+    /// A parent directory is something else than a directory on the destination.
+    #[error("its parent /{0} is not a directory on the machine")]
+    ParentNotDir(String),
+    /// A hard link to anything but an earlier file of the same archive.
+    #[error("a hard link must name an earlier file of the same layer")]
+    LinkTarget,
+    /// A whiteout naming nothing (`.wh.`, `.wh..`, `.wh...`).
+    #[error("a whiteout must name an entry")]
+    BadWhiteout,
 }
 
 /// Why an extract failed.

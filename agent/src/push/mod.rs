@@ -45,6 +45,7 @@ use body::{BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use extract::ExtractError;
 use mount::{Live, Mount, MountError};
 use store::VersionId;
+pub use store::remove_tree;
 
 /// Where mounts may live unless the agent is told otherwise.
 pub const DEFAULT_PUSH_ROOT: &str = "/workspace/managed";

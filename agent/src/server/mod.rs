@@ -15,6 +15,7 @@
 //! - `files`: `/v1/files/…`: the file API's admission, parsing and body plumbing for `crate::files`.
 //! - `push`: `POST /v1/push`: admission and request parsing for `crate::push`.
 //! - `snapshot`: `POST /v1/snapshot`: admission and request parsing for `crate::snapshot`.
+//! - `layers`: `POST /v1/layers`: admission and request parsing for `crate::layers`.
 //! - `index`: `POST /v1/index`: admission and request parsing for the path index.
 //! - `json_body`: a signed JSON request body, read whole and checked (snapshot, index).
 //! - `session`: one exec WebSocket connection after the upgrade.
@@ -25,6 +26,7 @@ mod exec_ws;
 mod files;
 mod index;
 mod json_body;
+mod layers;
 pub mod listener;
 mod push;
 mod session;
@@ -50,7 +52,8 @@ use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::Verifier;
 use silo_protocol::health::Health;
 use silo_protocol::http::{
-    ErrorBody, HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ, PATH_INDEX, PATH_PUSH, PATH_SNAPSHOT,
+    ErrorBody, HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ, PATH_INDEX, PATH_LAYERS, PATH_PUSH,
+    PATH_SNAPSHOT,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -58,6 +61,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use crate::activity::Activity;
 use crate::exec::{ConnId, Execs};
 use crate::files::Files;
+use crate::layers::Applier;
 use crate::push::Pusher;
 use crate::shutdown::{self, Phase};
 use crate::snapshot::{LayerStream, Snapshotter};
@@ -88,6 +92,8 @@ pub struct AgentState {
     pub pusher: Arc<Pusher>,
     /// The snapshot and path index service.
     pub snapshots: Snapshotter,
+    /// The layer apply service.
+    pub layers: Arc<Applier>,
     /// The file API.
     pub files: Files,
     /// Use tracking for the idle timeout.
@@ -106,6 +112,7 @@ impl AgentState {
         execs: Execs,
         pusher: Arc<Pusher>,
         snapshots: Snapshotter,
+        layers: Arc<Applier>,
         files: Files,
         boot_id: String,
     ) -> Self {
@@ -114,6 +121,7 @@ impl AgentState {
             execs,
             pusher,
             snapshots,
+            layers,
             files,
             activity: Arc::new(Activity::default()),
             started: Instant::now(),
@@ -254,11 +262,14 @@ async fn route_whole(
         (PATH_HEALTHZ, Method::GET) => health(state),
         (PATH_EXEC, Method::GET) => exec_ws::upgrade(req, state, guard),
         (PATH_PUSH, Method::POST) => push::handle(req, state).await,
-        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT | PATH_INDEX, _) => error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            format!("{} does not take {}", req.uri().path(), req.method()),
-        ),
+        (PATH_LAYERS, Method::POST) => layers::handle(req, state).await,
+        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT | PATH_LAYERS | PATH_INDEX, _) => {
+            error_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{} does not take {}", req.uri().path(), req.method()),
+            )
+        }
         (path, _) => error_response(
             StatusCode::NOT_FOUND,
             "not_found",

@@ -5,7 +5,7 @@
 //! first byte of its answer: it refuses unless the agent has a freeze scope
 //! (PID 1, or `--machine-agent`: anywhere else stopping "every other
 //! process" would stop the host's), takes the one snapshot slot (a second
-//! request is told the agent is busy), and hands
+//! request, or a layer apply, is told the agent is busy), and hands
 //! a blocking thread the rest: index the baseline, read the mount table,
 //! stop the sandbox's processes, then walk and write the layer into a
 //! bounded channel whose other end is the response body. Errors before the
@@ -35,7 +35,7 @@ mod freeze;
 mod index;
 mod layer;
 pub mod stream;
-mod walk;
+pub mod walk;
 
 use std::collections::HashSet;
 use std::io;
@@ -115,6 +115,15 @@ impl Snapshotter {
         }
     }
 
+    /// The snapshot slot, for work that must never overlap a snapshot (a
+    /// layer apply): a snapshot asked for meanwhile is told the agent is
+    /// busy, and this fails the same way while one is taken.
+    pub fn try_hold(&self) -> Result<OwnedSemaphorePermit, SnapshotError> {
+        Arc::clone(&self.active)
+            .try_acquire_owned()
+            .map_err(|_| SnapshotError::Busy)
+    }
+
     /// The gate execs and session shells pass before they spawn.
     pub fn start_gate(&self) -> StartGate {
         self.starts.clone()
@@ -136,9 +145,7 @@ impl Snapshotter {
             return Err(SnapshotError::Unsupported);
         };
         let excluded = excluded(&request.exclude).map_err(SnapshotError::Malformed)?;
-        let slot = Arc::clone(&self.active)
-            .try_acquire_owned()
-            .map_err(|_| SnapshotError::Busy)?;
+        let slot = self.try_hold()?;
         let held = Held {
             _slot: slot,
             _pushes: hold_pushes.await?,
