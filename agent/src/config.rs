@@ -53,6 +53,11 @@ pub struct Args {
     /// File holding the sandbox key (64 hex digits); overrides SILO_AGENT_KEY.
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+    /// Delete --key-file once the key is read, before serving, so commands
+    /// on the machine can never read it; the agent refuses to start if it
+    /// cannot.
+    #[arg(long, requires = "key_file")]
+    pub remove_key_file: bool,
     /// This agent is the sandbox's agent on a machine it does not own as
     /// PID 1, such as a provider VM: a snapshot stops the processes
     /// descended from the agent (its commands and their orphans), never
@@ -204,6 +209,18 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The key file cannot be deleted (`--remove-key-file`).
+    #[error(
+        "cannot delete key file {} (--remove-key-file): commands on the machine could read it",
+        .path.display()
+    )]
+    KeyFileRemove {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The apply root is unusable.
     #[error("--apply-root {} is not a directory", .path.display())]
     ApplyRoot {
@@ -255,17 +272,7 @@ impl Config {
     /// from the environment.
     pub fn resolve(args: Args, env_key: Option<OsString>) -> Result<Self, ConfigError> {
         let key = match (&args.key_file, env_key) {
-            (Some(path), _) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
-                        path: path.clone(),
-                        source,
-                    })?;
-                Key::from_hex(&text).map_err(|source| ConfigError::BadKey {
-                    origin: path.display().to_string(),
-                    source,
-                })?
-            }
+            (Some(path), _) => read_key_file(path, args.remove_key_file)?,
             (None, Some(value)) => {
                 let bad = |source| ConfigError::BadKey {
                     origin: KEY_ENV.to_owned(),
@@ -361,6 +368,25 @@ fn resolve_apply_root(given: Option<PathBuf>, push_base: &Path) -> Result<PathBu
         .map_err(|source| ConfigError::ApplyRoot { path: root, source })
 }
 
+/// Reads the key from `path`, then deletes the file when `remove` (before
+/// the key is even checked, so a bad key leaves nothing readable either).
+fn read_key_file(path: &std::path::Path, remove: bool) -> Result<Key, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if remove {
+        std::fs::remove_file(path).map_err(|source| ConfigError::KeyFileRemove {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    Key::from_hex(&text).map_err(|source| ConfigError::BadKey {
+        origin: path.display().to_string(),
+        source,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +421,30 @@ mod tests {
                 Err(ConfigError::PushPath { .. })
             ));
         }
+    }
+
+    #[test]
+    fn a_removed_key_file_is_gone_before_serving() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.key");
+        std::fs::write(&file, KEY).unwrap();
+        let path = file.to_str().unwrap();
+        let kept = Config::resolve(args(&["--key-file", path]), None).unwrap();
+        assert!(file.exists());
+        let removed =
+            Config::resolve(args(&["--key-file", path, "--remove-key-file"]), None).unwrap();
+        assert!(!file.exists());
+        assert_eq!(kept.key, removed.key);
+        // procfs refuses unlink: the agent must refuse to start.
+        let err = Config::resolve(
+            args(&["--key-file", "/proc/version", "--remove-key-file"]),
+            None,
+        );
+        assert!(
+            matches!(err, Err(ConfigError::KeyFileRemove { .. })),
+            "{err:?}"
+        );
+        assert!(Args::try_parse_from(["silo-agent", "--remove-key-file"]).is_err());
     }
 
     #[test]
