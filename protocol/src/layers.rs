@@ -72,7 +72,7 @@ pub struct ApplyResponse {
     /// Owners (uid, gid) were set as the layer says. False when the agent
     /// does not run as root: everything is then owned by the agent's user.
     pub owners_applied: bool,
-    /// Milliseconds from the first body byte to the answer.
+    /// Milliseconds the apply took, from the request to the answer.
     pub ms: u64,
 }
 

@@ -300,8 +300,8 @@ pub enum SnapshotError {
          so it cannot stop the sandbox's processes"
     )]
     Unsupported,
-    /// Another snapshot is being taken.
-    #[error("another snapshot of this sandbox is being taken")]
+    /// Another snapshot is being taken, or a layer applied.
+    #[error("another snapshot of this sandbox or a layer apply is under way")]
     Busy,
     /// The request cannot be read.
     #[error("{0}")]
