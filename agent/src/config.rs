@@ -7,7 +7,7 @@
 //! these exact flags.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
@@ -54,6 +54,22 @@ pub struct Args {
     /// File holding the sandbox key (64 hex digits); overrides SILO_AGENT_KEY.
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+    /// Delete --key-file once the key is read, before serving, so commands
+    /// on the machine can never read it; the agent refuses to start if it
+    /// cannot.
+    #[arg(long, requires = "key_file")]
+    pub remove_key_file: bool,
+    /// This agent is the sandbox's agent on a machine it does not own as
+    /// PID 1, such as a provider VM: a snapshot stops the processes
+    /// descended from the agent (its commands and their orphans), never
+    /// the machine's own.
+    #[arg(long)]
+    pub machine_agent: bool,
+    /// The machine's root directory for layer applies, path indexes and
+    /// snapshots [default: --push-base, itself / by default]; tests point
+    /// it at a scratch directory.
+    #[arg(long, value_name = "DIR")]
+    pub apply_root: Option<PathBuf>,
     /// Working directory for execs that name none [default: the agent's cwd].
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
@@ -181,6 +197,10 @@ pub struct Config {
     pub push: PushConfig,
     /// The protocol versions requests may announce.
     pub protocols: Versions,
+    /// The machine's root for layers, indexes and snapshots, canonical.
+    pub apply_root: PathBuf,
+    /// Started as the machine's agent without being PID 1.
+    pub machine_agent: bool,
 }
 
 /// Why the settings are unusable.
@@ -193,6 +213,27 @@ pub enum ConfigError {
     #[error("cannot read key file {}", .path.display())]
     KeyFile {
         /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The key file cannot be deleted (`--remove-key-file`).
+    #[error(
+        "cannot delete key file {} (--remove-key-file): commands on the machine could read it",
+        .path.display()
+    )]
+    KeyFileRemove {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The apply root is unusable.
+    #[error("--apply-root {} is not a directory", .path.display())]
+    ApplyRoot {
+        /// The directory given.
         path: PathBuf,
         /// Why.
         #[source]
@@ -249,17 +290,7 @@ impl Config {
     /// from the environment.
     pub fn resolve(args: Args, env_key: Option<OsString>) -> Result<Self, ConfigError> {
         let key = match (&args.key_file, env_key) {
-            (Some(path), _) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
-                        path: path.clone(),
-                        source,
-                    })?;
-                Key::from_hex(&text).map_err(|source| ConfigError::BadKey {
-                    origin: path.display().to_string(),
-                    source,
-                })?
-            }
+            (Some(path), _) => read_key_file(path, args.remove_key_file)?,
             (None, Some(value)) => {
                 let bad = |source| ConfigError::BadKey {
                     origin: KEY_ENV.to_owned(),
@@ -304,6 +335,7 @@ impl Config {
                 max: args.max_protocol,
                 source,
             })?;
+        let apply_root = resolve_apply_root(args.apply_root, &args.push_base)?;
         let push = PushConfig {
             roots: args.push_roots,
             base: args.push_base,
@@ -332,8 +364,51 @@ impl Config {
             workload: args.workload,
             push,
             protocols,
+            apply_root,
+            machine_agent: args.machine_agent,
         })
     }
+}
+
+/// The apply root: `--apply-root`, which must be a directory, or else the
+/// push base. Canonical where it exists, so mount points (listed by their
+/// real paths) are found under it; a push base that does not exist yet
+/// (pushes make it) is taken as given.
+fn resolve_apply_root(given: Option<PathBuf>, push_base: &Path) -> Result<PathBuf, ConfigError> {
+    let Some(root) = given else {
+        return Ok(std::fs::canonicalize(push_base).unwrap_or_else(|_| push_base.to_path_buf()));
+    };
+    if !plain_absolute(&root) {
+        return Err(ConfigError::PushPath {
+            flag: "--apply-root",
+            path: root,
+        });
+    }
+    std::fs::canonicalize(&root)
+        .and_then(|dir| match dir.is_dir() {
+            true => Ok(dir),
+            false => Err(std::io::Error::other("not a directory")),
+        })
+        .map_err(|source| ConfigError::ApplyRoot { path: root, source })
+}
+
+/// Reads the key from `path`, then deletes the file when `remove` (before
+/// the key is even checked, so a bad key leaves nothing readable either).
+fn read_key_file(path: &std::path::Path, remove: bool) -> Result<Key, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if remove {
+        std::fs::remove_file(path).map_err(|source| ConfigError::KeyFileRemove {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    Key::from_hex(&text).map_err(|source| ConfigError::BadKey {
+        origin: path.display().to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -382,6 +457,47 @@ mod tests {
             let err = Config::resolve(args(&["--max-protocol", bad]), Some(KEY.into()));
             assert!(matches!(err, Err(ConfigError::MaxProtocol { .. })), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_removed_key_file_is_gone_before_serving() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.key");
+        std::fs::write(&file, KEY).unwrap();
+        let path = file.to_str().unwrap();
+        let kept = Config::resolve(args(&["--key-file", path]), None).unwrap();
+        assert!(file.exists());
+        let removed =
+            Config::resolve(args(&["--key-file", path, "--remove-key-file"]), None).unwrap();
+        assert!(!file.exists());
+        assert_eq!(kept.key, removed.key);
+        // procfs refuses unlink: the agent must refuse to start.
+        let err = Config::resolve(
+            args(&["--key-file", "/proc/version", "--remove-key-file"]),
+            None,
+        );
+        assert!(
+            matches!(err, Err(ConfigError::KeyFileRemove { .. })),
+            "{err:?}"
+        );
+        assert!(Args::try_parse_from(["silo-agent", "--remove-key-file"]).is_err());
+    }
+
+    #[test]
+    fn the_apply_root_follows_the_push_base_and_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().to_str().unwrap();
+        let c = Config::resolve(args(&["--push-base", base]), Some(KEY.into())).unwrap();
+        assert_eq!(c.apply_root, dir.path().canonicalize().unwrap());
+        let c = Config::resolve(args(&[]), Some(KEY.into())).unwrap();
+        assert_eq!(c.apply_root, PathBuf::from("/"));
+        assert!(!c.machine_agent);
+        let missing = dir.path().join("missing");
+        let err = Config::resolve(
+            args(&["--apply-root", missing.to_str().unwrap()]),
+            Some(KEY.into()),
+        );
+        assert!(matches!(err, Err(ConfigError::ApplyRoot { .. })), "{err:?}");
     }
 
     #[test]

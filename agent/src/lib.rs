@@ -20,7 +20,9 @@
 //! - `workload`: the optional command after `--`, restarted with backoff.
 //! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
 //! - `files`: the file API's work: read, write, stat, list, mkdir, remove, tar trees in and out.
-//! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped.
+//! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped;
+//!   the path index of the whole machine.
+//! - `layers`: an image layer applied onto the machine (remote restores), staged and checked first.
 //! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
 //! - `activity`: what counts as use, for `--idle-timeout`.
 //! - `shutdown`: the shutdown phases every long-lived task watches.
@@ -32,6 +34,7 @@ pub mod config;
 pub mod exec;
 pub mod files;
 pub mod fs_error;
+pub mod layers;
 pub mod process;
 pub mod push;
 pub mod reaper;

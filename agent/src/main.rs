@@ -5,7 +5,7 @@
 //! `take_key_from_env` → `parse_args` → `init_logging` → `resolve_config` →
 //! `build_runtime` → `become_subreaper_if_not_pid1` → `install_signal_handlers` →
 //! `start_reaper` → `bind_listener` → `start_workload` → `start_commands` →
-//! `start_push` → `serve_until_shutdown`.
+//! `start_push` → `start_layers` → `serve_until_shutdown`.
 //! Nothing slow happens before the listener is bound.
 
 use std::ffi::OsString;
@@ -20,17 +20,18 @@ use silo_protocol::auth::Verifier;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
-use silo_agent::activity::Activity;
 use silo_agent::commands::Commands;
 use silo_agent::config::{Args, Config, KEY_ENV};
 use silo_agent::exec::ExecConfig;
 use silo_agent::files::{Files, FilesConfig};
+use silo_agent::layers::Applier;
 use silo_agent::process::{ProcessOps, System};
 use silo_agent::push::Pusher;
 use silo_agent::reaper::Reaper;
-use silo_agent::server::AgentState;
 use silo_agent::server::listener::Listener;
+use silo_agent::server::{AgentState, Services};
 use silo_agent::shutdown::Phase;
+use silo_agent::snapshot::{FreezeScope, Snapshotter};
 use silo_agent::workload::Workload;
 use silo_agent::{activity, random_hex, server};
 
@@ -115,19 +116,28 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     let boot_id = random_hex::<16>()?;
     let ops: Arc<dyn ProcessOps> = Arc::new(System);
     let workload = start_workload(&config, &reaper, &ops, &boot_id);
-    let commands = start_commands(&config, reaper, ops)?;
+    let commands = start_commands(&config, reaper, Arc::clone(&ops))?;
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let pusher = start_push(&config, &boot_id, phase_rx.clone());
+    let snapshots = Snapshotter::new(
+        config.apply_root.clone(),
+        FreezeScope::of_agent(is_pid1, config.machine_agent),
+        ops,
+    );
+    let layers = start_layers(&config, &boot_id);
     let state = Arc::new(AgentState::new(
         Verifier::new(config.key.clone()),
         config.protocols,
-        commands,
-        pusher,
-        Files::new(FilesConfig {
-            workdir: config.workdir.clone(),
-            tree_limits: config.push.limits,
-        }),
-        Arc::new(Activity::default()),
+        Services {
+            commands,
+            pusher,
+            snapshots,
+            layers,
+            files: Files::new(FilesConfig {
+                workdir: config.workdir.clone(),
+                tree_limits: config.push.limits,
+            }),
+        },
         boot_id,
     ));
     tracing::info!(
@@ -248,6 +258,20 @@ fn start_push(config: &Config, boot_id: &str, phase: watch::Receiver<Phase>) -> 
         }
     });
     pusher
+}
+
+/// Makes the layer apply service and sweeps away, in the background, the
+/// staging directories applies cut short in earlier boots left behind.
+fn start_layers(config: &Config, boot_id: &str) -> Arc<Applier> {
+    let layers = Arc::new(Applier::new(config.apply_root.clone(), boot_id.to_owned()));
+    let sweeper = Arc::clone(&layers);
+    tokio::task::spawn_blocking(move || {
+        let removed = sweeper.clean_leftovers();
+        if removed > 0 {
+            tracing::info!(removed, "removed leftovers of interrupted layer applies");
+        }
+    });
+    layers
 }
 
 struct Serving {

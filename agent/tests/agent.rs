@@ -351,3 +351,35 @@ async fn sigterm_stops_the_workload_and_exits_with_its_status() {
     let mut bare = Agent::start("bare", &[]);
     assert_eq!(bare.terminate().code(), Some(0));
 }
+
+#[tokio::test]
+async fn a_removed_key_file_is_gone_and_an_unremovable_one_stops_the_agent() {
+    let scratch = tempfile::tempdir().unwrap();
+    let key_file = scratch.path().join("agent.key");
+    let key = silo_protocol::auth::Key::generate().unwrap();
+    std::fs::write(&key_file, key.to_hex()).unwrap();
+    let file_arg = key_file.to_str().unwrap();
+    let mut agent = Agent::start("layers-key", &["--key-file", file_arg, "--remove-key-file"]);
+    assert!(!key_file.exists());
+    // The environment's key (the harness's) lost to the file's.
+    agent.key = key;
+    let (status, _) = agent.healthz().await;
+    assert_eq!(status, 200);
+    // Signed with the file's key: the agent took it.
+    let stat =
+        silo_protocol::files::FileQuery::new("/").path_and_query(silo_protocol::files::PATH_STAT);
+    let (status, _) = agent.call("GET", &stat, b"", true).await;
+    assert_eq!(status, 200);
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_silo-agent"))
+        .args(["--listen", "unix:/nonexistent/agent.sock"])
+        .args(["--key-file", "/proc/version", "--remove-key-file"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot delete key file /proc/version"),
+        "{stderr}"
+    );
+}

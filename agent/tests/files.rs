@@ -9,64 +9,16 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
-use silo_protocol::PROTOCOL_VERSION;
-use silo_protocol::auth::{body_sha256, sign};
+use silo_protocol::auth::body_sha256;
 use silo_protocol::files::{
     FileKind, FileQuery, FileStat, Listing, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_STAT, PATH_TREE,
     Removed, TreeWritten,
 };
-use silo_protocol::http::{ErrorBody, HEADER_PROTOCOL};
-use tokio::net::UnixStream;
+use silo_protocol::http::ErrorBody;
 
 use common::Agent;
 
 impl Agent {
-    /// Sends one request, signed over `body` unless `signed` is false.
-    async fn call(
-        &self,
-        method: &str,
-        path_and_query: &str,
-        body: &[u8],
-        signed: bool,
-    ) -> (u16, Bytes) {
-        let sha = signed.then(|| body_sha256(body));
-        self.send(method, path_and_query, body, sha.as_deref())
-            .await
-    }
-
-    /// Sends `body` in a request signed for the body hash `sha`, if any.
-    async fn send(
-        &self,
-        method: &str,
-        path_and_query: &str,
-        body: &[u8],
-        sha: Option<&str>,
-    ) -> (u16, Bytes) {
-        let stream = UnixStream::connect(self.socket()).await.unwrap();
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let mut req = http::Request::builder()
-            .method(method)
-            .uri(path_and_query)
-            .header("host", "agent")
-            .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
-        if let Some(sha) = sha {
-            let headers = sign(&self.key, method, path_and_query, sha).unwrap();
-            for (name, value) in headers.pairs() {
-                req = req.header(name, value);
-            }
-        }
-        let req = req.body(Full::new(Bytes::copy_from_slice(body))).unwrap();
-        let resp = sender.send_request(req).await.unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.into_body().collect().await.unwrap().to_bytes())
-    }
-
     async fn ok<T: serde::de::DeserializeOwned>(
         &self,
         method: &str,

@@ -88,6 +88,14 @@ pub fn body_sha256(body: &[u8]) -> String {
     hex::encode(Sha256::digest(body))
 }
 
+/// Whether `text` has the form [`body_sha256`] gives: 64 lowercase hex digits.
+pub fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// The exact text that is signed. Fields are newline-separated; none of them can
 /// contain a newline (header values and request targets cannot).
 pub fn canonical_request(
@@ -322,6 +330,14 @@ mod tests {
         v.verify_at(now, method, pq, |name| {
             headers.get(name).map(String::as_str)
         })
+    }
+
+    #[test]
+    fn sha256_hex_is_64_lowercase_digits() {
+        assert!(is_sha256_hex(EMPTY_BODY_SHA256));
+        assert!(!is_sha256_hex(&EMPTY_BODY_SHA256.to_uppercase()));
+        assert!(!is_sha256_hex(&EMPTY_BODY_SHA256[1..]));
+        assert!(!is_sha256_hex(&"g".repeat(64)));
     }
 
     #[test]

@@ -70,6 +70,10 @@ pub enum ErrorKind {
     Unsupported,
     /// 507: the sandbox's disk is full; nothing was written.
     DiskFull,
+    /// 500: a layer was only partly applied (placing failed half way, a
+    /// full disk included): the machine holds part of it and should be
+    /// replaced by a fresh one rather than used.
+    Incomplete,
     /// Exec channel: the exec id is not known to this agent.
     UnknownExec,
     /// Exec channel: the command could not be started (a bad cwd, no resources).
@@ -90,7 +94,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every known kind, in the order the protocol document lists them.
-    pub const ALL: [Self; 26] = [
+    pub const ALL: [Self; 27] = [
         Self::Malformed,
         Self::BadRequest,
         Self::VersionMismatch,
@@ -111,6 +115,7 @@ impl ErrorKind {
         Self::Internal,
         Self::Unsupported,
         Self::DiskFull,
+        Self::Incomplete,
         Self::UnknownExec,
         Self::SpawnFailed,
         Self::CommandNotFound,
@@ -142,6 +147,7 @@ impl ErrorKind {
             Self::Internal => "internal",
             Self::Unsupported => "unsupported",
             Self::DiskFull => "disk_full",
+            Self::Incomplete => "incomplete",
             Self::UnknownExec => "unknown_exec",
             Self::SpawnFailed => "spawn_failed",
             Self::CommandNotFound => "command_not_found",
@@ -171,6 +177,7 @@ impl ErrorKind {
             Self::Internal => 500,
             Self::Unsupported => 501,
             Self::DiskFull => 507,
+            Self::Incomplete => 500,
             Self::UnknownExec
             | Self::SpawnFailed
             | Self::CommandNotFound

@@ -16,6 +16,12 @@ pub const PATH_EXEC: &str = "/v1/exec";
 pub const PATH_PUSH: &str = "/v1/push";
 /// Snapshot endpoint (`POST`, JSON body; answers with an image layer).
 pub const PATH_SNAPSHOT: &str = "/v1/snapshot";
+/// Layer apply endpoint (`POST`, image layer tar body; answers JSON). New
+/// with remote backends: see [`crate::layers`].
+pub const PATH_LAYERS: &str = "/v1/layers";
+/// Path index endpoint (`POST`, JSON body; answers NUL-terminated paths).
+/// New with remote backends: see [`crate::index`].
+pub const PATH_INDEX: &str = "/v1/index";
 
 /// On a request: the protocol version the client speaks (one the agent
 /// accepts, see [`crate::version`]). On every answer: the newest version

@@ -22,6 +22,10 @@
 //! - [`bundle`]: the bundle format, its limits, and the deterministic builder.
 //! - [`exact`]: a tar entry's contents read to exactly the size its header declared.
 //! - [`snapshot`]: the snapshot request and the layer format of its answer.
+//! - [`layers`]: a layer applied onto the machine (new with remote backends):
+//!   its limits, answer and error kinds.
+//! - [`index`]: every path of the machine, the baseline of a first snapshot
+//!   (new with remote backends).
 //! - [`session`]: shell session ids and the info the agent reports about them.
 //! - [`workload`]: the workload's restart policy, spelt one way on both sides.
 #![deny(missing_docs)]
@@ -34,6 +38,8 @@ pub mod exec;
 pub mod files;
 pub mod health;
 pub mod http;
+pub mod index;
+pub mod layers;
 pub mod limits;
 pub mod push;
 pub mod query;

@@ -13,9 +13,12 @@
 //! earlier entries, and a deletion as an empty `.wh.<name>` entry
 //! ([`WHITEOUT_PREFIX`]) in its parent directory.
 //!
-//! The sandbox's processes (everything but the agent) are stopped while the
+//! The sandbox's processes (everything but the agent when it is PID 1; on
+//! a machine it runs on beside the provider's own processes, started with
+//! `--machine-agent`, only the agent's descendants) are stopped while the
 //! layer is read and continued when its last byte is sent, so the layer is
-//! one consistent moment. A well-formed layer ends with the tar end marker;
+//! one consistent moment. Such a layer comes back onto a machine that is
+//! not an engine through [`crate::layers`]. A well-formed layer ends with the tar end marker;
 //! a body without it was cut short and must be discarded.
 
 use serde::{Deserialize, Serialize};

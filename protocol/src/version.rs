@@ -42,24 +42,35 @@ pub enum Feature {
     Tty,
     /// The file API (`/v1/files/…`).
     Files,
+    /// `POST /v1/layers`: an image layer applied onto the machine.
+    Layers,
+    /// `POST /v1/index`: every path of the machine's file system.
+    Index,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
         Self::Sessions,
         Self::Tty,
         Self::Files,
+        Self::Layers,
+        Self::Index,
     ];
 
     /// The first protocol version that has this feature.
     pub fn since(self) -> u32 {
         match self {
             Self::Exec | Self::Push => 1,
-            Self::Snapshot | Self::Sessions | Self::Tty | Self::Files => 2,
+            Self::Snapshot
+            | Self::Sessions
+            | Self::Tty
+            | Self::Files
+            | Self::Layers
+            | Self::Index => 2,
         }
     }
 
@@ -79,6 +90,8 @@ impl Feature {
             | files::PATH_LIST
             | files::PATH_MKDIR
             | files::PATH_TREE => Some(Self::Files),
+            http::PATH_LAYERS => Some(Self::Layers),
+            http::PATH_INDEX => Some(Self::Index),
             _ => None,
         }
     }
@@ -97,6 +110,8 @@ impl Feature {
             Self::Sessions => "shell sessions",
             Self::Tty => "terminal (tty) execs",
             Self::Files => "file API",
+            Self::Layers => "layer apply",
+            Self::Index => "path index",
         }
     }
 }

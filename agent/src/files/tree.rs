@@ -14,7 +14,8 @@ use super::ops::{lstat, remove_tree};
 use super::path::{Target, undo};
 use super::{DEFAULT_DIR_MODE, FilesError};
 use crate::fs_error::FsError;
-use crate::push::extract::{self, Packing};
+use crate::push::archive::Packing;
+use crate::push::extract;
 
 /// Mode of a staging directory while it fills: nobody else needs to look in.
 const STAGING_MODE: u32 = 0o700;

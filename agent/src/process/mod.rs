@@ -2,7 +2,8 @@
 //!
 //! Kill escalation (`kill`) decides what to signal and when; [`ProcessOps`]
 //! sends the signals and walks `/proc` to find the processes that belong to
-//! a command. Keeping the kernel behind that trait lets the escalation be
+//! a command (and lists them all for a snapshot's freeze, which picks its
+//! own). Keeping the kernel behind that trait lets the escalation be
 //! tested with a recording fake, and keeps every signal the agent sends in
 //! one place, behind guards that refuse to signal the agent itself or pid 0/1.
 //! Execs, session shells and the workload all stop their processes through
@@ -49,6 +50,14 @@ pub trait ProcessOps: Send + Sync + 'static {
     /// Live (not zombie) processes in `scope`: the leader's session, carriers
     /// of the marker, and all their descendants.
     fn members(&self, scope: &Scope) -> Vec<i32>;
+    /// Every process of this pid namespace that can be read, with its stat
+    /// (the agent's own included): what a snapshot's freeze chooses from.
+    fn table(&self) -> io::Result<Vec<(i32, ProcStat)>> {
+        Ok(live_pids()?
+            .into_iter()
+            .filter_map(|pid| Some((pid, read_stat(pid)?)))
+            .collect())
+    }
 }
 
 /// The real kernel.
@@ -125,7 +134,7 @@ fn own_pid() -> i32 {
 /// The fields of `/proc/PID/stat` the agent reads: the kill sweep walks
 /// sessions and parents, the snapshot freeze states, flags and start times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ProcStat {
+pub struct ProcStat {
     /// One-letter state (`R`, `S`, `D`, `T`, `t`, `Z`, ...).
     pub state: char,
     /// Parent pid.
@@ -208,25 +217,30 @@ fn select_members(
     let led = |pid: i32, stat: &ProcStat| {
         scope.leader > 0 && (pid == scope.leader || stat.session == scope.leader)
     };
-    let mut hit: HashSet<i32> = procs
+    let seeds: HashSet<i32> = procs
         .iter()
         .filter(|(pid, stat)| led(*pid, stat) || marked(*pid))
         .map(|(pid, _)| *pid)
         .collect();
-    loop {
-        let before = hit.len();
-        for (pid, stat) in procs {
-            if hit.contains(&stat.ppid) {
-                hit.insert(*pid);
-            }
-        }
-        if hit.len() == before {
-            break;
-        }
-    }
-    let mut out: Vec<i32> = hit.into_iter().collect();
+    let mut out: Vec<i32> = with_descendants(procs, seeds).into_iter().collect();
     out.sort_unstable();
     out
+}
+
+/// `seeds` and every process of `procs` descended from one of them,
+/// following parent links (however deep, in any listing order).
+pub fn with_descendants(procs: &[(i32, ProcStat)], mut seeds: HashSet<i32>) -> HashSet<i32> {
+    loop {
+        let before = seeds.len();
+        for (pid, stat) in procs {
+            if seeds.contains(&stat.ppid) {
+                seeds.insert(*pid);
+            }
+        }
+        if seeds.len() == before {
+            return seeds;
+        }
+    }
 }
 
 #[cfg(test)]

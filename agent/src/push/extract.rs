@@ -1,36 +1,33 @@
 //! Safe extraction of a bundle stream into a fresh, empty directory.
 //!
-//! The body is read once, as it arrives, through a chain of readers: the
-//! raw reader hashes and counts compressed bytes (bundle cap), the gzip
-//! decoder inflates, the inflate meter counts what came out (decompression
-//! ratio), and the tar reader splits entries. A plain tar (the file API's
-//! tree upload) skips the two gzip stages and meets every other rule. Every entry is checked before
-//! anything is written for it: a plain UTF-8 relative path with no `..`,
-//! only regular files and directories (symlinks, hard links, devices, FIFOs
-//! and every other type are refused), no duplicates or file/directory
-//! clashes, and the per-file, total and entry-count caps. Files are created
-//! with `O_EXCL | O_NOFOLLOW` and their modes masked to the permission bits.
+//! The body comes through the reader chain of `archive` (hash, caps,
+//! gzip for bundles, a plain tar for the file API's tree uploads); this
+//! module is the push tree that takes its entries, and the pieces a
+//! layer's staging (`crate::layers`, which has rules of its own) shares:
+//! [`normalize`], [`write_new_file`], [`Reject`] and [`ExtractError`].
+//! In the push tree every entry is checked before anything is written for
+//! it: a plain UTF-8 relative path with no `..`, only regular files and
+//! directories (symlinks, hard links, devices, FIFOs and every other type
+//! are refused), no duplicates or file/directory clashes, and the
+//! per-file, total and entry-count caps. Files are created with
+//! `O_EXCL | O_NOFOLLOW` and their modes masked to the permission bits.
 //! The hash is compared to the signed one only at the end, so the caller
 //! must treat the directory as untrusted until [`extract`] returns `Ok`.
 //!
 //! Nothing here cleans up: on error the caller removes the directory.
 
-use std::cell::Cell;
 use std::collections::HashMap;
-use std::fs::{DirBuilder, OpenOptions, Permissions};
-use std::io::{self, BufReader, Read, Write};
+use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
-use sha2::{Digest, Sha256};
 use silo_protocol::ErrorKind;
-use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES, RATIO_FLOOR_BYTES};
+use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES};
 
+use super::archive::{Meter, Packing, Unpack, read_archive};
 use crate::fs_error::FsError;
-
-/// Compressed bytes read ahead from the body at a time.
-const READ_BUFFER: usize = 256 * 1024;
 /// Buffer for copying one file's bytes to disk.
 const COPY_BUFFER: usize = 256 * 1024;
 /// Permission bits kept from an entry's mode: no setuid, setgid or sticky.
@@ -50,15 +47,6 @@ pub struct Extracted {
     pub bytes: u64,
     /// Hex SHA-256 of the whole body.
     pub sha256: String,
-}
-
-/// How a body is packed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Packing {
-    /// A gzip-compressed tar (push bundles).
-    Gzip,
-    /// A plain tar (file API tree uploads).
-    Tar,
 }
 
 /// Extracts the tar.gz read from `body` into `dest` (existing and empty),
@@ -84,144 +72,13 @@ pub fn extract_packed<R: Read>(
     claimed_sha256: &str,
     cancelled: &AtomicBool,
 ) -> Result<Extracted, ExtractError> {
-    let meter = Meter::default();
-    let raw = RawReader {
-        inner: body,
-        hasher: Sha256::new(),
-        meter: &meter,
-        cap: limits.max_bundle_bytes,
-    };
-    let mut buffered = BufReader::with_capacity(READ_BUFFER, raw);
     let mut tree = Tree::new(dest, limits);
-    match packing {
-        Packing::Gzip => {
-            let mut inflate = InflateReader {
-                inner: flate2::bufread::GzDecoder::new(&mut buffered),
-                meter: &meter,
-                max_ratio: limits.max_ratio,
-            };
-            unpack(&mut inflate, &mut tree, &meter, cancelled)?;
-            // The tar's end marker may come before the gzip trailer (and its
-            // CRC): read the rest, still metered, then nothing may follow
-            // the gzip stream.
-            io::copy(&mut inflate, &mut io::sink()).map_err(|e| meter.read_error(e))?;
-            let trailing =
-                io::copy(&mut buffered, &mut io::sink()).map_err(|e| meter.read_error(e))?;
-            if trailing > 0 {
-                return Err(ExtractError::TrailingData);
-            }
-        }
-        Packing::Tar => {
-            unpack(&mut buffered, &mut tree, &meter, cancelled)?;
-            // Tar writers pad past the end marker to a whole record; the
-            // padding is part of what was signed, so it is read and hashed.
-            io::copy(&mut buffered, &mut io::sink()).map_err(|e| meter.read_error(e))?;
-        }
-    }
-    let sha256 = hex::encode(buffered.into_inner().hasher.finalize());
-    if sha256 != claimed_sha256 {
-        return Err(ExtractError::HashMismatch {
-            claimed: claimed_sha256.to_owned(),
-            actual: sha256,
-        });
-    }
+    let sha256 = read_archive(packing, body, limits, claimed_sha256, cancelled, &mut tree)?;
     Ok(Extracted {
         files: tree.files,
         bytes: tree.bytes,
         sha256,
     })
-}
-
-/// Writes every entry of the tar read from `tar` into `tree`.
-fn unpack<R: Read>(
-    tar: R,
-    tree: &mut Tree<'_>,
-    meter: &Meter,
-    cancelled: &AtomicBool,
-) -> Result<(), ExtractError> {
-    let mut archive = tar::Archive::new(tar);
-    for entry in archive.entries().map_err(|e| meter.read_error(e))? {
-        if cancelled.load(Ordering::Relaxed) {
-            return Err(ExtractError::Cancelled);
-        }
-        let mut entry = entry.map_err(|e| meter.read_error(e))?;
-        tree.add(&mut entry, meter)?;
-    }
-    Ok(())
-}
-
-/// A cap hit while reading, remembered so the reader's plain `io::Error`
-/// (which the gzip and tar layers pass on or wrap) maps to the right answer.
-#[derive(Debug, Clone, Copy)]
-enum Over {
-    Bundle(u64),
-    Ratio(u64),
-}
-
-#[derive(Default)]
-struct Meter {
-    compressed: Cell<u64>,
-    inflated: Cell<u64>,
-    over: Cell<Option<Over>>,
-}
-
-impl Meter {
-    fn trip(&self, over: Over) -> io::Error {
-        self.over.set(Some(over));
-        io::Error::other("bundle limit reached")
-    }
-
-    fn read_error(&self, source: io::Error) -> ExtractError {
-        match self.over.get() {
-            Some(Over::Bundle(limit)) => ExtractError::BundleTooLarge { limit },
-            Some(Over::Ratio(ratio)) => ExtractError::Bomb { ratio },
-            None => ExtractError::Malformed(source),
-        }
-    }
-}
-
-struct RawReader<'m, R> {
-    inner: R,
-    hasher: Sha256,
-    meter: &'m Meter,
-    cap: u64,
-}
-
-impl<R: Read> Read for RawReader<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        let total = self.meter.compressed.get() + n as u64;
-        self.meter.compressed.set(total);
-        if total > self.cap {
-            return Err(self.meter.trip(Over::Bundle(self.cap)));
-        }
-        Ok(n)
-    }
-}
-
-struct InflateReader<'m, R> {
-    inner: R,
-    meter: &'m Meter,
-    max_ratio: u64,
-}
-
-impl<R: Read> Read for InflateReader<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        let inflated = self.meter.inflated.get() + n as u64;
-        self.meter.inflated.set(inflated);
-        let allowed = self
-            .meter
-            .compressed
-            .get()
-            .saturating_mul(self.max_ratio)
-            .max(RATIO_FLOOR_BYTES);
-        if inflated > allowed {
-            return Err(self.meter.trip(Over::Ratio(self.max_ratio)));
-        }
-        Ok(n)
-    }
 }
 
 /// What a path in the tree is so far.
@@ -240,7 +97,6 @@ struct Tree<'a> {
     dest: &'a Path,
     limits: &'a BundleLimits,
     seen: HashMap<String, Seen>,
-    entries: u64,
     files: u64,
     bytes: u64,
     buf: Vec<u8>,
@@ -252,24 +108,19 @@ impl<'a> Tree<'a> {
             dest,
             limits,
             seen: HashMap::new(),
-            entries: 0,
             files: 0,
             bytes: 0,
-            buf: vec![0; COPY_BUFFER],
+            buf: copy_buffer(),
         }
     }
+}
 
+impl Unpack for Tree<'_> {
     fn add<R: Read>(
         &mut self,
         entry: &mut tar::Entry<'_, R>,
         meter: &Meter,
     ) -> Result<(), ExtractError> {
-        self.entries += 1;
-        if self.entries > self.limits.max_entries {
-            return Err(ExtractError::TooManyEntries {
-                limit: self.limits.max_entries,
-            });
-        }
         let raw = entry.path_bytes().into_owned();
         let Ok(name) = String::from_utf8(raw.clone()) else {
             return Err(reject(&String::from_utf8_lossy(&raw), Reject::NotUtf8));
@@ -315,29 +166,14 @@ impl<'a> Tree<'a> {
             return Err(reject(&name, Reject::Duplicate));
         }
         let target = self.dest.join(&path);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&target)
-            .map_err(write_error("create", &target))?;
-        loop {
-            let n = entry.read(&mut self.buf).map_err(|e| meter.read_error(e))?;
-            if n == 0 {
-                break;
-            }
-            file.write_all(&self.buf[..n])
-                .map_err(write_error("write", &target))?;
-        }
-        // The process umask narrowed the mode at creation; set it exactly.
-        file.set_permissions(Permissions::from_mode(mode))
-            .map_err(write_error("chmod", &target))?;
+        write_new_file(entry, &target, mode, &mut self.buf, meter)?;
         self.files += 1;
         self.bytes += size;
         Ok(())
     }
+}
 
+impl Tree<'_> {
     /// Creates the parents of `path` not made yet; refuses a parent that is a file.
     fn make_parents(&mut self, name: &str, path: &str) -> Result<(), ExtractError> {
         let mut end = 0;
@@ -379,10 +215,45 @@ impl<'a> Tree<'a> {
     }
 }
 
+/// Creates `target` (which must not exist, and is never followed if it is
+/// a link) with `mode`, fills it with the entry's contents through `buf`,
+/// and sets `mode` exactly (the umask narrowed it at creation).
+pub fn write_new_file<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+    target: &Path,
+    mode: u32,
+    buf: &mut [u8],
+    meter: &Meter,
+) -> Result<File, ExtractError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(target)
+        .map_err(write_error("create", target))?;
+    loop {
+        let n = entry.read(buf).map_err(|e| meter.read_error(e))?;
+        if n == 0 {
+            break;
+        }
+        file.write_all(&buf[..n])
+            .map_err(write_error("write", target))?;
+    }
+    file.set_permissions(Permissions::from_mode(mode))
+        .map_err(write_error("chmod", target))?;
+    Ok(file)
+}
+
+/// A buffer for [`write_new_file`].
+pub fn copy_buffer() -> Vec<u8> {
+    vec![0; COPY_BUFFER]
+}
+
 /// The entry's path as `a/b/c`, or `None` for the root itself (`./`).
 /// Leading `./`, repeated slashes and a trailing slash are tolerated (tar
 /// tools write them); `..`, absolute paths and oversize names are not.
-fn normalize(name: &str) -> Result<Option<String>, Reject> {
+pub fn normalize(name: &str) -> Result<Option<String>, Reject> {
     if name.starts_with('/') {
         return Err(Reject::Absolute);
     }
@@ -401,14 +272,16 @@ fn normalize(name: &str) -> Result<Option<String>, Reject> {
     Ok((!parts.is_empty()).then(|| parts.join("/")))
 }
 
-fn reject(entry: &str, reason: Reject) -> ExtractError {
+/// Entry `entry` is refused for `reason`.
+pub fn reject(entry: &str, reason: Reject) -> ExtractError {
     ExtractError::Rejected {
         entry: entry.to_owned(),
         reason,
     }
 }
 
-fn write_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> ExtractError {
+/// A failed write to `path`: disk full, or a plain file system error.
+pub fn write_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> ExtractError {
     let path = path.to_owned();
     move |source| {
         if super::is_disk_full(&source) {
@@ -423,7 +296,7 @@ fn write_error(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Ext
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Reject {
     /// A `..` component.
-    #[error("'..' in a path could escape the mount")]
+    #[error("'..' in a path could climb out of the destination")]
     DotDot,
     /// Starts with `/`.
     #[error("absolute paths are not allowed")]
@@ -455,13 +328,28 @@ pub enum Reject {
     /// A path used as a directory below a file.
     #[error("a file is in the way of this path")]
     FileDirClash,
+    /// At or under a path a layer may not change (`/proc`, a mount point).
+    #[error("lies at or under /{0}, which a layer may not change")]
+    Excluded(String),
+    /// A parent directory is a symlink on the destination.
+    #[error("its parent /{0} is a symlink on the machine")]
+    ParentSymlink(String),
+    /// A parent directory is something else than a directory on the destination.
+    #[error("its parent /{0} is not a directory on the machine")]
+    ParentNotDir(String),
+    /// A hard link to anything but an earlier file of the same archive.
+    #[error("a hard link must name an earlier file of the same layer")]
+    LinkTarget,
+    /// A whiteout naming nothing (`.wh.`, `.wh..`, `.wh...`).
+    #[error("a whiteout must name an entry")]
+    BadWhiteout,
 }
 
 /// Why an extract failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
-    /// Not a readable tar.gz (or the body ended early).
-    #[error("bundle is not a readable tar.gz")]
+    /// Not a readable tar or tar.gz (or the body ended early).
+    #[error("body is not a readable tar or tar.gz")]
     Malformed(#[source] io::Error),
     /// An entry is refused.
     #[error("entry {entry:?} rejected: {reason}")]
@@ -482,7 +370,7 @@ pub enum ExtractError {
         limit: u64,
     },
     /// Too many entries.
-    #[error("bundle has more than {limit} entries")]
+    #[error("archive has more than {limit} entries")]
     TooManyEntries {
         /// The cap.
         limit: u64,
@@ -494,7 +382,7 @@ pub enum ExtractError {
         limit: u64,
     },
     /// The body is over the bundle cap.
-    #[error("bundle is larger than {limit} bytes")]
+    #[error("body is larger than {limit} bytes")]
     BundleTooLarge {
         /// The cap.
         limit: u64,
@@ -512,7 +400,7 @@ pub enum ExtractError {
     #[error("bundle has data after the end of its gzip stream")]
     TrailingData,
     /// The body is not what was signed.
-    #[error("bundle SHA-256 is {actual}, but the request was signed for {claimed}")]
+    #[error("body SHA-256 is {actual}, but the request was signed for {claimed}")]
     HashMismatch {
         /// The signed hash.
         claimed: String,
@@ -557,6 +445,7 @@ impl ExtractError {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
+    use sha2::{Digest, Sha256};
     use silo_protocol::bundle::{Bundle, FileEntry, FileSet};
 
     fn run(

@@ -15,9 +15,11 @@
 //! # Layout
 //! - `mount`: which mount paths are allowed, where they live, what is live.
 //! - `body`: the bounded bridge from the async connection to the blocking extractor.
+//! - `archive`: the reader chain of every signed archive body (hash, caps, gzip, tar).
 //! - `extract`: the safe extractor (every reject reason lives there).
 //! - `store`: version ids, commit and swap, garbage collection, leftovers.
 
+pub mod archive;
 pub mod body;
 pub mod extract;
 mod mount;
@@ -43,6 +45,7 @@ use body::{BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use extract::ExtractError;
 use mount::{Live, Mount, MountError};
 use store::VersionId;
+pub use store::remove_tree;
 
 /// Where mounts may live unless the agent is told otherwise.
 pub const DEFAULT_PUSH_ROOT: &str = "/workspace/managed";

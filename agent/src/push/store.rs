@@ -47,10 +47,7 @@ impl VersionId {
     pub fn parse(name: &str) -> Option<Self> {
         let (seq, sha256) = name.split_once('-')?;
         let valid = seq.len() == 6 || (seq.len() > 6 && !seq.starts_with('0'));
-        let hex = sha256.len() == 64
-            && sha256
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let hex = silo_protocol::auth::is_sha256_hex(sha256);
         if !(valid && hex && seq.bytes().all(|b| b.is_ascii_digit())) {
             return None;
         }

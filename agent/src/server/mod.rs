@@ -16,6 +16,9 @@
 //! - `files`: `/v1/files/…`: the file API's admission, parsing and body plumbing for `crate::files`.
 //! - `push`: `POST /v1/push`: admission and request parsing for `crate::push`.
 //! - `snapshot`: `POST /v1/snapshot`: admission and request parsing for `crate::snapshot`.
+//! - `layers`: `POST /v1/layers`: admission and request parsing for `crate::layers`.
+//! - `index`: `POST /v1/index`: admission and request parsing for the path index.
+//! - `json_body`: a signed JSON request body, read whole and checked (snapshot, index).
 //! - `connection`: one exec WebSocket connection after the upgrade.
 //! - `sessions`: the shell-session requests of that connection (open, list, close, interrupt).
 
@@ -23,6 +26,9 @@ pub mod auth;
 mod connection;
 mod exec_ws;
 mod files;
+mod index;
+mod json_body;
+mod layers;
 pub mod listener;
 mod push;
 mod sessions;
@@ -46,8 +52,8 @@ use serde::Serialize;
 use silo_protocol::auth::Verifier;
 use silo_protocol::health::Health;
 use silo_protocol::http::{
-    ErrorBody, HEADER_PROTOCOL, HEADER_PROTOCOL_MIN, PATH_EXEC, PATH_HEALTHZ, PATH_PUSH,
-    PATH_SNAPSHOT,
+    ErrorBody, HEADER_PROTOCOL, HEADER_PROTOCOL_MIN, PATH_EXEC, PATH_HEALTHZ, PATH_INDEX,
+    PATH_LAYERS, PATH_PUSH, PATH_SNAPSHOT,
 };
 use silo_protocol::{ErrorKind, Versions};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -57,6 +63,7 @@ use crate::activity::Activity;
 use crate::commands::Commands;
 use crate::exec::ConnId;
 use crate::files::Files;
+use crate::layers::Applier;
 use crate::push::Pusher;
 use crate::shutdown::{self, Phase};
 use crate::snapshot::{LayerStream, Snapshotter};
@@ -87,8 +94,10 @@ pub struct AgentState {
     pub commands: Commands,
     /// The push service.
     pub pusher: Arc<Pusher>,
-    /// The snapshot service.
+    /// The snapshot and path index service.
     pub snapshots: Snapshotter,
+    /// The layer apply service.
+    pub layers: Arc<Applier>,
     /// The file API.
     pub files: Files,
     /// Use tracking for the idle timeout.
@@ -100,25 +109,44 @@ pub struct AgentState {
     next_conn: AtomicU64,
 }
 
+/// The services that do the work the handlers admit and parse.
+pub struct Services {
+    /// The exec registry and the shell sessions.
+    pub commands: Commands,
+    /// The push service.
+    pub pusher: Arc<Pusher>,
+    /// The snapshot and path index service.
+    pub snapshots: Snapshotter,
+    /// The layer apply service.
+    pub layers: Arc<Applier>,
+    /// The file API.
+    pub files: Files,
+}
+
 impl AgentState {
     /// Bundles the shared state.
     pub fn new(
         verifier: Verifier,
         protocols: Versions,
-        commands: Commands,
-        pusher: Arc<Pusher>,
-        files: Files,
-        activity: Arc<Activity>,
+        services: Services,
         boot_id: String,
     ) -> Self {
+        let Services {
+            commands,
+            pusher,
+            snapshots,
+            layers,
+            files,
+        } = services;
         Self {
             verifier,
             protocols,
             commands,
             pusher,
-            snapshots: Snapshotter::default(),
+            snapshots,
+            layers,
             files,
-            activity,
+            activity: Arc::new(Activity::default()),
             started: Instant::now(),
             boot_id,
             next_conn: AtomicU64::new(1),
@@ -230,9 +258,11 @@ async fn route(
     state: &Arc<AgentState>,
     guard: &Arc<ConnGuard>,
 ) -> Response<Reply> {
-    let streamed = req.uri().path() == PATH_SNAPSHOT && req.method() == Method::POST;
-    let mut response = if streamed {
+    let post = req.method() == Method::POST;
+    let mut response = if post && req.uri().path() == PATH_SNAPSHOT {
         snapshot::handle(req, state).await
+    } else if post && req.uri().path() == PATH_INDEX {
+        index::handle(req, state).await
     } else if files::owns(req.uri().path()) {
         files::handle(req, state).await
     } else {
@@ -255,10 +285,13 @@ async fn route_whole(
         (PATH_HEALTHZ, Method::GET) => health(state),
         (PATH_EXEC, Method::GET) => exec_ws::upgrade(req, state, guard),
         (PATH_PUSH, Method::POST) => push::handle(req, state).await,
-        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT, _) => error_response(
-            ErrorKind::MethodNotAllowed,
-            format!("{} does not take {}", req.uri().path(), req.method()),
-        ),
+        (PATH_LAYERS, Method::POST) => layers::handle(req, state).await,
+        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT | PATH_LAYERS | PATH_INDEX, _) => {
+            error_response(
+                ErrorKind::MethodNotAllowed,
+                format!("{} does not take {}", req.uri().path(), req.method()),
+            )
+        }
         (path, _) => error_response(ErrorKind::NotFound, format!("no route for {path}")),
     }
 }

@@ -7,6 +7,7 @@
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
+use silo_protocol::auth::is_sha256_hex;
 use silo_protocol::http::error_chain;
 use silo_protocol::push::parse_query;
 
@@ -33,11 +34,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body
 
 fn parse<B>(req: &Request<B>, sha256: String) -> Result<PushRequest, PushError> {
     let mount = parse_query(req.uri().query())?;
-    let is_sha256 = sha256.len() == 64
-        && sha256
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if !is_sha256 {
+    if !is_sha256_hex(&sha256) {
         return Err(PushError::BadHash);
     }
     Ok(PushRequest {

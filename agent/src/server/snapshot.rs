@@ -3,28 +3,24 @@
 //! The request is admitted like any other (version, then signature over the
 //! claimed body hash); its JSON body is read whole, up to
 //! [`MAX_REQUEST_BYTES`], checked against the signed hash and parsed into a
-//! [`SnapshotRequest`], and `crate::snapshot` does the rest. The answer to a
+//! [`SnapshotRequest`] (`json_body`), and `crate::snapshot` does the rest. The answer to a
 //! started snapshot is the layer, streamed.
-
-use std::time::Duration;
 
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Request, Response};
-use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
+use http_body_util::Either;
 use hyper::body::Incoming;
-use silo_protocol::auth::body_sha256;
 use silo_protocol::http::error_chain;
 use silo_protocol::snapshot::{
     HEADER_STOPPED, HEADER_UNSETTLED, LAYER_CONTENT_TYPE, SnapshotRequest,
 };
 
-use super::{AgentState, Reply, auth, declared_length, error_response, log_failure};
+use super::json_body::{JsonBodyError, read_json};
+use super::{AgentState, Reply, auth, error_response, log_failure};
 use crate::snapshot::SnapshotError;
 
 /// Largest request body: the baseline of a big image is most of it.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
-/// Longest time the client may take to send the whole request body.
-const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Handles one snapshot request.
 pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Reply> {
@@ -60,34 +56,12 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
 
 /// Reads, checks and parses the body.
 async fn read(req: Request<Incoming>, sha256: &str) -> Result<SnapshotRequest, SnapshotError> {
-    let limit = MAX_REQUEST_BYTES as u64;
-    if declared_length(req.headers()).is_some_and(|len| len > limit) {
-        return Err(SnapshotError::TooLarge { limit });
-    }
-    let body = Limited::new(req.into_body(), MAX_REQUEST_BYTES);
-    let bytes = match tokio::time::timeout(BODY_TIMEOUT, body.collect()).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(err)) if err.downcast_ref::<LengthLimitError>().is_some() => {
-            return Err(SnapshotError::TooLarge { limit });
-        }
-        Ok(Err(err)) => {
-            return Err(SnapshotError::Malformed(format!(
-                "request body was cut off: {err}"
-            )));
-        }
-        Err(_) => {
-            return Err(SnapshotError::Malformed(format!(
-                "request body took longer than {BODY_TIMEOUT:?}"
-            )));
-        }
-    };
-    if body_sha256(&bytes) != sha256 {
-        return Err(SnapshotError::Malformed(
-            "request body does not match its signed x-silo-content-sha256".into(),
-        ));
-    }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| SnapshotError::Malformed(format!("not a snapshot request: {e}")))
+    read_json(req, sha256, MAX_REQUEST_BYTES, "a snapshot request")
+        .await
+        .map_err(|err| match err {
+            JsonBodyError::TooLarge { limit } => SnapshotError::TooLarge { limit },
+            JsonBodyError::Malformed(message) => SnapshotError::Malformed(message),
+        })
 }
 
 fn failure(err: &SnapshotError) -> Response<Reply> {

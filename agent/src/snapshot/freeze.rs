@@ -9,8 +9,15 @@
 //! it returns continues what it stopped when dropped (so on every path,
 //! panics included), children before parents, so a job-control shell never
 //! sees its child stopped, and only a process whose start time still matches
-//! (a pid reused since is someone else's). It refuses to run unless the agent
-//! is PID 1: anywhere else it would stop the host's processes.
+//! (a pid reused since is someone else's).
+//!
+//! What "every process" means is the [`FreezeScope`]: as PID 1 the agent
+//! owns its pid namespace, so every process in it is the sandbox's; as a
+//! machine's agent that is not PID 1 (`--machine-agent`: a provider VM,
+//! whose init and daemons run beside it) only the processes descended from
+//! the agent are, its commands and their orphans, which re-parent to it as
+//! the child subreaper. Anywhere else there is no scope and no freeze: it
+//! would stop the host's processes.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -20,7 +27,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::process::{ProcStat, live_pids, read_stat};
+use crate::process::{ProcStat, ProcessOps, read_stat, with_descendants};
 
 /// Longest wait for signalled processes to reach the stopped state.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -32,8 +39,29 @@ const MAX_PASSES: usize = 64;
 /// `PF_KTHREAD` in the `flags` field: kernel threads ignore SIGSTOP.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// Whether this agent may stop processes: only as the sandbox's PID 1, when
-/// every other process in its pid namespace is the sandbox's.
+/// Which processes a freeze stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FreezeScope {
+    /// Every process in the pid namespace but the agent: the agent is PID 1.
+    Namespace,
+    /// The agent's descendants only: it runs beside a machine's own init
+    /// and daemons, which must never be stopped.
+    Descendants,
+}
+
+impl FreezeScope {
+    /// The scope of an agent that is PID 1 or not, and was started as the
+    /// machine's agent or not; `None` when it may stop nothing.
+    pub fn of_agent(is_pid1: bool, machine_agent: bool) -> Option<Self> {
+        match (is_pid1, machine_agent) {
+            (true, _) => Some(Self::Namespace),
+            (false, true) => Some(Self::Descendants),
+            (false, false) => None,
+        }
+    }
+}
+
+/// Whether this agent is PID 1, which [`FreezeScope::Namespace`] requires.
 pub fn is_pid1() -> bool {
     std::process::id() == 1
 }
@@ -105,26 +133,23 @@ pub enum FreezeError {
     Proc(#[source] io::Error),
 }
 
-/// Stops every process of the sandbox but the agent (blocking: up to
-/// [`SETTLE_TIMEOUT`]). Whatever was stopped is continued if this fails.
-pub fn freeze() -> Result<Frozen, FreezeError> {
-    if !is_pid1() {
+/// Stops every process of the sandbox in `scope` but the agent (blocking:
+/// up to [`SETTLE_TIMEOUT`]), listing them through `ops`. Whatever was
+/// stopped is continued if this fails.
+pub fn freeze(ops: &dyn ProcessOps, scope: FreezeScope) -> Result<Frozen, FreezeError> {
+    if scope == FreezeScope::Namespace && !is_pid1() {
         return Err(FreezeError::NotPid1);
     }
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
     // Built first, so an error or a panic below still thaws what was stopped.
     let mut frozen = Frozen::default();
     let mut ours: HashSet<i32> = HashSet::new();
     for _ in 0..MAX_PASSES {
         let mut stopped_now = 0usize;
-        for pid in live_pids().map_err(FreezeError::Proc)? {
-            if !signal_allowed(pid) || ours.contains(&pid) {
-                continue;
-            }
-            let Some(stat) = read_stat(pid) else {
-                continue;
-            };
+        let table = ops.table().map_err(FreezeError::Proc)?;
+        for (pid, stat) in candidates(&table, scope, me) {
             frozen.parents.insert(pid, stat.ppid);
-            if !wants_stop(&stat) {
+            if ours.contains(&pid) || !wants_stop(&stat) {
                 continue;
             }
             match kill(Pid::from_raw(pid), Signal::SIGSTOP) {
@@ -146,6 +171,22 @@ pub fn freeze() -> Result<Frozen, FreezeError> {
     }
     frozen.unsettled = settle(&frozen.stopped, SETTLE_TIMEOUT);
     Ok(frozen)
+}
+
+/// The processes of `table` that `scope` lets a freeze by agent `me` stop:
+/// never the agent, init or the "every process" pids; with
+/// [`FreezeScope::Descendants`], only those descended from the agent.
+fn candidates(table: &[(i32, ProcStat)], scope: FreezeScope, me: i32) -> Vec<(i32, ProcStat)> {
+    let ours = match scope {
+        FreezeScope::Namespace => None,
+        FreezeScope::Descendants => Some(with_descendants(table, HashSet::from([me]))),
+    };
+    table
+        .iter()
+        .filter(|(pid, _)| *pid != me && signal_allowed(*pid))
+        .filter(|(pid, _)| ours.as_ref().is_none_or(|ours| ours.contains(pid)))
+        .copied()
+        .collect()
 }
 
 /// Waits until every process in `stopped` is stopped or gone, at most
@@ -217,7 +258,84 @@ mod tests {
         assert!(!signal_allowed(0));
         assert!(!signal_allowed(-1));
         // Tests never run as PID 1: the freeze must refuse, not stop the host.
-        assert!(matches!(freeze(), Err(FreezeError::NotPid1)));
+        assert!(matches!(
+            freeze(&crate::process::System, FreezeScope::Namespace),
+            Err(FreezeError::NotPid1)
+        ));
+    }
+
+    /// A process table to choose from; nothing else is asked of it.
+    struct Table(Vec<(i32, ProcStat)>);
+
+    impl ProcessOps for Table {
+        fn signal_group(&self, _pgid: i32, _signal: Signal) -> bool {
+            false
+        }
+        fn signal_pid(&self, _pid: i32, _signal: Signal) {}
+        fn group_alive(&self, _pgid: i32) -> bool {
+            false
+        }
+        fn process_ended(&self, _pid: i32) -> bool {
+            true
+        }
+        fn members(&self, _scope: &crate::process::Scope) -> Vec<i32> {
+            Vec::new()
+        }
+        fn table(&self) -> io::Result<Vec<(i32, ProcStat)>> {
+            Ok(self.0.clone())
+        }
+    }
+
+    #[test]
+    fn a_machine_agent_freezes_its_descendants_only() {
+        let proc = |ppid| ProcStat {
+            state: 'S',
+            ppid,
+            session: 0,
+            flags: 0,
+            start: 0,
+        };
+        // A provider VM: init (1) runs the provider's daemon (50), which
+        // started the agent (60) and something of its own (90). The agent's
+        // command (70) has a child (71) listed before it, and an orphan (80)
+        // of another command was re-parented to the agent, its subreaper.
+        let ops = Table(vec![
+            (1, proc(0)),
+            (2, proc(0)),
+            (50, proc(1)),
+            (71, proc(70)),
+            (60, proc(50)),
+            (70, proc(60)),
+            (80, proc(60)),
+            (90, proc(50)),
+            (100, proc(1)),
+            (101, proc(100)),
+        ]);
+        let table = ops.table().unwrap();
+        let pids = |scope| -> Vec<i32> {
+            let mut pids: Vec<i32> = candidates(&table, scope, 60)
+                .into_iter()
+                .map(|(pid, _)| pid)
+                .collect();
+            pids.sort_unstable();
+            pids
+        };
+        assert_eq!(pids(FreezeScope::Descendants), [70, 71, 80]);
+        // As PID 1 everything but init and the agent is the sandbox's
+        // (kernel threads are left out later, by their flags).
+        assert_eq!(
+            pids(FreezeScope::Namespace),
+            [2, 50, 70, 71, 80, 90, 100, 101]
+        );
+        assert_eq!(FreezeScope::of_agent(false, false), None);
+        assert_eq!(
+            FreezeScope::of_agent(false, true),
+            Some(FreezeScope::Descendants)
+        );
+        assert_eq!(
+            FreezeScope::of_agent(true, false),
+            Some(FreezeScope::Namespace)
+        );
     }
 
     #[test]

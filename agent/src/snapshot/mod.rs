@@ -2,9 +2,10 @@
 //! layer while every process but the agent is stopped.
 //!
 //! [`Snapshotter::start`] owns one snapshot from a parsed request to the
-//! first byte of its answer: it refuses unless the agent is PID 1 (anywhere
-//! else stopping "every other process" would stop the host's), takes the
-//! one snapshot slot (a second request is told the agent is busy), and hands
+//! first byte of its answer: it refuses unless the agent has a freeze scope
+//! (PID 1, or `--machine-agent`: anywhere else stopping "every other
+//! process" would stop the host's), takes the one snapshot slot (a second
+//! request, or a layer apply, is told the agent is busy), and hands
 //! a blocking thread the rest: index the baseline, read the mount table,
 //! stop the sandbox's processes, then walk and write the layer into a
 //! bounded channel whose other end is the response body. Errors before the
@@ -19,16 +20,22 @@
 //! started after the freeze's last pass would run, and write, while the
 //! layer is read.
 //!
+//! The same walk, taking every path, answers the path index
+//! ([`Snapshotter::index`]): the baseline of a machine's first snapshot.
+//!
 //! # Layout
-//! - `freeze`: stopping and continuing the sandbox's processes (`/proc`, signals).
+//! - `freeze`: stopping and continuing the sandbox's processes (`/proc`, signals),
+//!   in the agent's [`FreezeScope`].
 //! - `walk`: what changed, what is excluded, what was deleted, in layer order.
+//! - `index`: every path of the machine, sorted, NUL-terminated.
 //! - `layer`: the tar writer (hard links, devices, whiteouts, the end marker).
 //! - `stream`: the bounded bridge from the blocking writer to the response body.
 
 mod freeze;
+mod index;
 mod layer;
 pub mod stream;
-mod walk;
+pub mod walk;
 
 use std::collections::HashSet;
 use std::io;
@@ -45,27 +52,27 @@ use tokio::sync::{
 };
 
 use crate::fs_error::FsError;
+use crate::process::ProcessOps;
+pub use freeze::FreezeScope;
+pub use index::IndexError;
 pub use stream::LayerStream;
 use walk::{Baseline, WalkSpec};
 
 /// Snapshots taken at once: one, since each stops the whole sandbox.
 pub const MAX_ACTIVE_SNAPSHOTS: usize = 1;
-/// The directory a snapshot walks: the sandbox's whole file system.
-const ROOT: &str = "/";
+/// Path indexes taken at once: each walks the whole file system.
+pub const MAX_ACTIVE_INDEXES: usize = 1;
 
 /// The snapshot service.
 pub struct Snapshotter {
+    /// The machine's file system as the agent sees it (`/` but in tests).
+    root: PathBuf,
+    /// Which processes a freeze stops; `None`: snapshots are refused.
+    scope: Option<FreezeScope>,
+    ops: Arc<dyn ProcessOps>,
     active: Arc<Semaphore>,
+    indexes: Arc<Semaphore>,
     starts: StartGate,
-}
-
-impl Default for Snapshotter {
-    fn default() -> Self {
-        Self {
-            active: Arc::new(Semaphore::new(MAX_ACTIVE_SNAPSHOTS)),
-            starts: StartGate::default(),
-        }
-    }
 }
 
 /// Where requests that start processes (execs, session shells) wait while
@@ -95,6 +102,28 @@ struct Held {
 }
 
 impl Snapshotter {
+    /// The snapshot service for the file system at `root`, stopping the
+    /// processes in `scope` (none: it refuses) and listing them through `ops`.
+    pub fn new(root: PathBuf, scope: Option<FreezeScope>, ops: Arc<dyn ProcessOps>) -> Self {
+        Self {
+            root,
+            scope,
+            ops,
+            active: Arc::new(Semaphore::new(MAX_ACTIVE_SNAPSHOTS)),
+            indexes: Arc::new(Semaphore::new(MAX_ACTIVE_INDEXES)),
+            starts: StartGate::default(),
+        }
+    }
+
+    /// The snapshot slot, for work that must never overlap a snapshot (a
+    /// layer apply): a snapshot asked for meanwhile is told the agent is
+    /// busy, and this fails the same way while one is taken.
+    pub fn try_hold(&self) -> Result<OwnedSemaphorePermit, SnapshotError> {
+        Arc::clone(&self.active)
+            .try_acquire_owned()
+            .map_err(|_| SnapshotError::Busy)
+    }
+
     /// The gate execs and session shells pass before they spawn.
     pub fn start_gate(&self) -> StartGate {
         self.starts.clone()
@@ -112,13 +141,11 @@ impl Snapshotter {
     where
         H: Future<Output = Result<OwnedSemaphorePermit, SnapshotError>>,
     {
-        if !freeze::is_pid1() {
+        let Some(scope) = self.scope else {
             return Err(SnapshotError::Unsupported);
-        }
-        let excluded = excluded(&request.exclude)?;
-        let slot = Arc::clone(&self.active)
-            .try_acquire_owned()
-            .map_err(|_| SnapshotError::Busy)?;
+        };
+        let excluded = excluded(&request.exclude).map_err(SnapshotError::Malformed)?;
+        let slot = self.try_hold()?;
         let held = Held {
             _slot: slot,
             _pushes: hold_pushes.await?,
@@ -126,8 +153,13 @@ impl Snapshotter {
         };
         let (writer, layer) = stream::channel(Handle::current());
         let (ready_tx, ready_rx) = oneshot::channel();
+        let machine = Machine {
+            root: self.root.clone(),
+            scope,
+            ops: Arc::clone(&self.ops),
+        };
         tokio::task::spawn_blocking(move || {
-            take(held, request, excluded, writer, ready_tx);
+            take(held, &machine, request, excluded, writer, ready_tx);
         });
         match ready_rx.await {
             Ok(Ok(stopped)) => Ok((layer, stopped)),
@@ -149,8 +181,8 @@ pub struct StopCounts {
     pub unsettled: usize,
 }
 
-/// The request's exclusions, relative to `/`.
-fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, SnapshotError> {
+/// A request's exclusions, relative to `/`; the message names a bad one.
+fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, String> {
     paths
         .iter()
         .map(|path| {
@@ -158,19 +190,23 @@ fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, SnapshotError> {
                 .is_absolute()
                 .then(|| walk::relative(Path::new(path)))
                 .flatten();
-            rel.ok_or_else(|| {
-                SnapshotError::Malformed(format!(
-                    "exclude path {path:?} must be absolute, without `..`"
-                ))
-            })
+            rel.ok_or_else(|| format!("exclude path {path:?} must be absolute, without `..`"))
         })
         .collect()
+}
+
+/// The machine a snapshot reads and the processes it stops.
+struct Machine {
+    root: PathBuf,
+    scope: FreezeScope,
+    ops: Arc<dyn ProcessOps>,
 }
 
 /// The blocking part of one snapshot. `ready` hears whether the layer
 /// starts; after that, errors can only cut the layer short.
 fn take(
     held: Held,
+    machine: &Machine,
     request: SnapshotRequest,
     mut excluded: HashSet<PathBuf>,
     mut out: stream::ChannelWriter,
@@ -179,7 +215,7 @@ fn take(
     // Bound first so it is released last, after the thaw.
     let _held = held;
     let started = Instant::now();
-    let mounts = match walk::mount_points() {
+    let mounts = match walk::mount_points(&machine.root) {
         Ok(mounts) => mounts,
         Err(err) => {
             let _ = ready.send(Err(err));
@@ -194,7 +230,7 @@ fn take(
         baseline: Baseline::new(&request.baseline),
     };
     drop(request);
-    let mut frozen = match freeze::freeze() {
+    let mut frozen = match freeze::freeze(&*machine.ops, machine.scope) {
         Ok(frozen) => frozen,
         Err(freeze::FreezeError::NotPid1) => {
             let _ = ready.send(Err(SnapshotError::Unsupported));
@@ -219,7 +255,7 @@ fn take(
         tracing::info!("snapshot abandoned: the client went away");
         return;
     }
-    let written = write_layer(Path::new(ROOT), &spec, &mut out);
+    let written = write_layer(&machine.root, &spec, &mut out);
     // Every file is read: the sandbox may go on while the last chunks go out.
     frozen.thaw();
     let stopped = stopped.processes;
@@ -258,11 +294,14 @@ fn write_layer(
 /// Why a snapshot failed; [`SnapshotError::kind`] makes the answer.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    /// The agent is not PID 1, so it cannot stop the sandbox's processes.
-    #[error("this agent is not the sandbox's PID 1, so it cannot stop its processes")]
+    /// The agent has no freeze scope, so it cannot stop the sandbox's processes.
+    #[error(
+        "this agent is neither the sandbox's PID 1 nor started with --machine-agent, \
+         so it cannot stop the sandbox's processes"
+    )]
     Unsupported,
-    /// Another snapshot is being taken.
-    #[error("another snapshot of this sandbox is being taken")]
+    /// Another snapshot is being taken, or a layer applied.
+    #[error("another snapshot of this sandbox or a layer apply is under way")]
     Busy,
     /// The request cannot be read.
     #[error("{0}")]

@@ -1,9 +1,11 @@
 //! Finding what changed: one walk of the file system from a root, in the
 //! order the layer lists it.
 //!
-//! [`walk`] never follows a symlink, visits names in byte order, and hands
-//! its [`Sink`] every changed path (ctime at or after the threshold), each
-//! directory before what is in it. A changed path whose parent directories
+//! [`walk`] never follows a symlink and hands its [`Sink`] every changed
+//! path (ctime at or after the threshold) in byte order of the whole path
+//! (`a`, `a.b`, `a/x`: a directory is walked once the names of its parent
+//! that sort before `name/` are done), so each directory comes before what
+//! is in it and a walk that takes everything is the sorted path index. A changed path whose parent directories
 //! did not change still gets them first, with their own metadata, so whoever
 //! applies the layer never has to invent one. Excluded paths (the request's,
 //! plus every mount point but the root) are skipped with everything under
@@ -14,11 +16,12 @@
 //! `redirect_dir`, any plain file system), so only its own ctime says it
 //! moved.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::{self, Metadata};
 use std::io;
-use std::os::unix::ffi::OsStringExt;
+use std::iter::Peekable;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
@@ -29,6 +32,10 @@ use crate::fs_error::FsError;
 
 /// Where the kernel lists this process's mounts.
 pub const MOUNTINFO: &str = "/proc/self/mountinfo";
+/// The kernel's own file systems, relative to a machine's root: a walk of
+/// the whole machine (the path index) and a layer apply never enter them,
+/// mounted or not.
+pub const SYSTEM_DIRS: [&str; 3] = ["proc", "sys", "dev"];
 
 /// What the walk looks for, with every path relative to the walk's root.
 #[derive(Debug, Default)]
@@ -122,10 +129,24 @@ struct Frame {
     emitted: bool,
     /// Not in the image at this path: everything under it is captured.
     fresh: bool,
-    names: std::vec::IntoIter<OsString>,
+    names: Peekable<std::vec::IntoIter<OsString>>,
+    /// Subdirectories met but not walked yet, by the key their entries sort
+    /// at (`name/`): each is walked once no name before that key is left,
+    /// so paths come in byte order (`a`, `a.b`, `a/x`).
+    pending: BTreeMap<Vec<u8>, Subdir>,
 }
 
-/// Walks `root` (blocking) and tells `sink` what changed, in layer order.
+/// A subdirectory waiting for its turn.
+struct Subdir {
+    rel: PathBuf,
+    meta: Metadata,
+    emitted: bool,
+    fresh: bool,
+}
+
+/// Walks `root` (blocking) and tells `sink` what changed, in layer order:
+/// every path after its parent, and all of them in byte order of the whole
+/// path, so a full walk is the sorted path index.
 pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), SnapshotError> {
     let top = PathBuf::new();
     if spec.excluded.contains(&top) {
@@ -135,13 +156,33 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
     let mut stack = Vec::new();
     enter(root, spec, sink, &mut stack, top, meta, true, false)?;
     while let Some(frame) = stack.last_mut() {
+        let next = frame.names.peek();
+        let subdir_first = frame
+            .pending
+            .first_key_value()
+            .is_some_and(|(key, _)| next.is_none_or(|name| key.as_slice() < name.as_bytes()));
+        if subdir_first {
+            if let Some((_, dir)) = frame.pending.pop_first() {
+                enter(
+                    root,
+                    spec,
+                    sink,
+                    &mut stack,
+                    dir.rel,
+                    dir.meta,
+                    dir.emitted,
+                    dir.fresh,
+                )?;
+            }
+            continue;
+        }
         let Some(name) = frame.names.next() else {
             stack.pop();
             continue;
         };
         let inside_fresh = frame.fresh;
         let in_image = !inside_fresh && spec.baseline.has(&frame.rel, &name);
-        let rel = frame.rel.join(name);
+        let rel = frame.rel.join(&name);
         if spec.excluded.contains(&rel) {
             continue;
         }
@@ -159,8 +200,17 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
                 sink.entry(&rel, &meta).map_err(FsError::at("add", &path))?;
             }
             if changed || !spec.prune_unchanged_dirs {
-                let fresh = changed && !in_image;
-                enter(root, spec, sink, &mut stack, rel, meta, changed, fresh)?;
+                let mut key = name.into_vec();
+                key.push(b'/');
+                let dir = Subdir {
+                    rel,
+                    meta,
+                    emitted: changed,
+                    fresh: changed && !in_image,
+                };
+                if let Some(frame) = stack.last_mut() {
+                    frame.pending.insert(key, dir);
+                }
             }
         } else if changed && !meta.file_type().is_socket() {
             emit_parents(&mut stack, sink)?;
@@ -212,7 +262,8 @@ fn enter(
         meta,
         emitted,
         fresh,
-        names: names.into_iter(),
+        names: names.into_iter().peekable(),
+        pending: BTreeMap::new(),
     });
     Ok(())
 }
@@ -227,10 +278,16 @@ fn emit_parents(stack: &mut [Frame], sink: &mut impl Sink) -> Result<(), Snapsho
     Ok(())
 }
 
-/// The mount points in `/proc/self/mountinfo`, relative to `/`, but `/`.
-pub fn mount_points() -> Result<Vec<PathBuf>, SnapshotError> {
+/// The mount points in `/proc/self/mountinfo` below `root` (absolute),
+/// relative to it; `root` itself is left out.
+pub fn mount_points(root: &Path) -> Result<Vec<PathBuf>, SnapshotError> {
     let text = fs::read(MOUNTINFO).map_err(FsError::at("read", Path::new(MOUNTINFO)))?;
-    Ok(parse_mountinfo(&text))
+    let root = relative(root).unwrap_or_default();
+    Ok(parse_mountinfo(&text)
+        .into_iter()
+        .filter_map(|mount| Some(mount.strip_prefix(&root).ok()?.to_path_buf()))
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .collect())
 }
 
 /// The mount point (field 5, octal escapes decoded) of every line, relative

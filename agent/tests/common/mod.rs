@@ -6,7 +6,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use silo_protocol::auth::Key;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use silo_protocol::PROTOCOL_VERSION;
+use silo_protocol::auth::{Key, body_sha256, sign};
+use silo_protocol::http::HEADER_PROTOCOL;
+use tokio::net::UnixStream;
 
 /// Longest wait for the agent to come up or go down.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -64,6 +70,68 @@ impl Agent {
             assert!(Instant::now() < deadline, "agent did not stop on SIGTERM");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+}
+
+impl Agent {
+    /// Sends one request, signed over `body` unless `signed` is false.
+    pub async fn call(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: &[u8],
+        signed: bool,
+    ) -> (u16, Bytes) {
+        let sha = signed.then(|| body_sha256(body));
+        self.send(method, path_and_query, body, sha.as_deref())
+            .await
+    }
+
+    /// Sends `body` in a request signed for the body hash `sha`, if any.
+    pub async fn send(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: &[u8],
+        sha: Option<&str>,
+    ) -> (u16, Bytes) {
+        let (status, _, bytes) = self.exchange(method, path_and_query, body, sha).await;
+        (status, bytes)
+    }
+
+    /// [`Agent::send`], with the answer's headers.
+    pub async fn exchange(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        body: &[u8],
+        sha: Option<&str>,
+    ) -> (u16, http::HeaderMap, Bytes) {
+        let stream = UnixStream::connect(self.socket()).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .header("host", "agent")
+            .header(HEADER_PROTOCOL, PROTOCOL_VERSION.to_string());
+        if let Some(sha) = sha {
+            let headers = sign(&self.key, method, path_and_query, sha).unwrap();
+            for (name, value) in headers.pairs() {
+                req = req.header(name, value);
+            }
+        }
+        let req = req.body(Full::new(Bytes::copy_from_slice(body))).unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        (
+            status,
+            headers,
+            resp.into_body().collect().await.unwrap().to_bytes(),
+        )
     }
 }
 

@@ -1,0 +1,412 @@
+//! Layer apply: an image layer (a snapshot's, sent back by the controller)
+//! made part of the machine's file system, all checked before any of it
+//! goes live.
+//!
+//! [`Applier::apply`] owns one apply from an admitted request to its
+//! answer. It takes the snapshot slot (a snapshot and an apply never
+//! overlap; a second apply is refused as busy), streams the body through
+//! the push reader chain (the signed hash, the size and entry caps) into a
+//! fresh staging directory under `<root>/.silo/layers/`, with every entry
+//! checked by `stage`; a refused, cut or mismatched layer is removed there
+//! and the machine is as it was. Then it holds pushes off and `place`
+//! carries the plan out on the live tree. What fails from then on leaves
+//! part of the layer in place, and says so ([`ApplyError::Incomplete`]).
+//! Execs are not held off: the apply stops no process, so a command that
+//! runs meanwhile sees the tree change either way; the controller applies
+//! onto a machine before handing it out.
+//!
+//! The root is `--apply-root` (by default the push base, itself `/`), so
+//! a host-process agent (local backend) applies inside its sandbox
+//! directory, and tests into a scratch one.
+//!
+//! # Layout
+//! - `stage`: the layer into a staging directory and a plan; every reject.
+//! - `place`: the plan onto the live tree through directory descriptors.
+
+mod place;
+mod stage;
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hyper::body::Incoming;
+use silo_protocol::ErrorKind;
+use silo_protocol::bundle::BundleLimits;
+use silo_protocol::http::error_chain;
+use silo_protocol::layers::{ApplyResponse, MAX_LAYER_BYTES, MAX_LAYER_ENTRIES};
+use tokio::sync::mpsc;
+
+use crate::fs_error::FsError;
+use crate::push::archive::{Packing, read_archive};
+use crate::push::body::{self, BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
+use crate::push::extract::ExtractError;
+use crate::push::{BODY_IDLE_TIMEOUT, CancelOnDrop, Pusher, is_disk_full};
+use crate::snapshot::Snapshotter;
+use crate::snapshot::walk::{SYSTEM_DIRS, mount_points};
+use place::{Placed, Target};
+use stage::{Plan, Stager};
+
+/// The agent's own directory under the root: never part of a layer.
+pub const STATE_DIR: &str = ".silo";
+/// Where staging directories live, under [`STATE_DIR`].
+const STAGING_DIR: &str = "layers";
+/// Mode of the state directory when the agent makes it.
+const STATE_DIR_MODE: u32 = 0o755;
+/// Mode of the staging directories: nobody else needs to look in.
+const STAGING_MODE: u32 = 0o700;
+
+/// One apply, as the handler parsed it.
+#[derive(Debug, Clone)]
+pub struct ApplyRequest {
+    /// The signed hex SHA-256 of the body.
+    pub sha256: String,
+    /// The declared body size, when the client sent one.
+    pub content_length: Option<u64>,
+}
+
+/// The layer apply service.
+pub struct Applier {
+    root: PathBuf,
+    boot_id: String,
+    next_tag: AtomicU64,
+}
+
+impl Applier {
+    /// Applies onto the file system at `root`; `boot_id` tags staging
+    /// directories, so a later boot knows them for leftovers.
+    pub fn new(root: PathBuf, boot_id: String) -> Self {
+        Self {
+            root,
+            boot_id,
+            next_tag: AtomicU64::new(1),
+        }
+    }
+
+    /// Removes staging directories earlier boots left behind (blocking).
+    pub fn clean_leftovers(&self) -> usize {
+        let dir = self.root.join(STATE_DIR).join(STAGING_DIR);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return 0;
+        };
+        let ours = format!("{}-", self.boot_id);
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&ours) {
+                continue;
+            }
+            match crate::push::remove_tree(&entry.path()) {
+                Ok(()) => removed += 1,
+                Err(err) => {
+                    tracing::warn!(dir = %entry.path().display(), %err, "cannot remove a leftover staging directory");
+                }
+            }
+        }
+        removed
+    }
+
+    /// Carries out one apply, reading `body` to its end in every case but
+    /// an oversize declared length, so the client always gets the answer.
+    pub async fn apply(
+        &self,
+        request: ApplyRequest,
+        body: Incoming,
+        snapshots: &Snapshotter,
+        pusher: &Pusher,
+    ) -> Result<ApplyResponse, ApplyError> {
+        let started = Instant::now();
+        if let Some(declared) = request.content_length.filter(|len| *len > MAX_LAYER_BYTES) {
+            return Err(ApplyError::TooLarge {
+                declared,
+                limit: MAX_LAYER_BYTES,
+            });
+        }
+        let Ok(slot) = snapshots.try_hold() else {
+            body::drain(body, MAX_LAYER_BYTES, BODY_IDLE_TIMEOUT).await;
+            return Err(ApplyError::Busy);
+        };
+        let tag = format!(
+            "{}-{}",
+            self.boot_id,
+            self.next_tag.fetch_add(1, Ordering::Relaxed)
+        );
+        let (tx, rx) = mpsc::channel(BODY_CHANNEL_CHUNKS);
+        // Set when this request ends, answered or not, so a staging whose
+        // client went away stops at its next entry.
+        let cancelled = CancelOnDrop::default();
+        let job = {
+            let root = self.root.clone();
+            let flag = Arc::clone(&cancelled.0);
+            let claimed = request.sha256;
+            tokio::task::spawn_blocking(move || {
+                let body = ChannelReader::new(rx);
+                let staged = stage(&root, &tag, body, &claimed, &layer_limits(), &flag);
+                (slot, staged)
+            })
+        };
+        let (pumped, joined) = tokio::join!(
+            body::pump(body, tx, MAX_LAYER_BYTES, BODY_IDLE_TIMEOUT),
+            job
+        );
+        let (slot, staged) =
+            joined.map_err(|e| ApplyError::Internal(format!("staging task failed: {e}")))?;
+        let staged = match (pumped, staged) {
+            (_, Ok(staged)) => staged,
+            (Pumped::OverCap, Err(_)) => {
+                return Err(ExtractError::BundleTooLarge {
+                    limit: MAX_LAYER_BYTES,
+                }
+                .into());
+            }
+            (Pumped::Broken(err), Err(_)) => return Err(ApplyError::BodyBroken(err)),
+            (Pumped::Stalled, Err(_)) => return Err(ApplyError::BodyStalled(BODY_IDLE_TIMEOUT)),
+            (Pumped::Complete, Err(err)) => return Err(err),
+        };
+        let pushes = match pusher.hold_off().await {
+            Ok(pushes) => pushes,
+            Err(err) => {
+                tokio::task::spawn_blocking(move || staged.discard());
+                return Err(ApplyError::Internal(error_chain(&err)));
+            }
+        };
+        // Both holds move into the task, so they last until it is over
+        // even if the client goes away meanwhile.
+        let root = self.root.clone();
+        let placed = tokio::task::spawn_blocking(move || {
+            let _held = (slot, pushes);
+            staged.place(&root)
+        })
+        .await
+        .map_err(|e| ApplyError::Internal(format!("placing task failed: {e}")))??;
+        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        tracing::info!(
+            files = placed.placed.files,
+            bytes = placed.placed.bytes,
+            whiteouts = placed.placed.whiteouts,
+            skipped = placed.skipped_count,
+            ms,
+            "layer applied"
+        );
+        Ok(placed.answer(ms))
+    }
+}
+
+/// A layer staged and checked, with its hash; removed when placed or discarded.
+#[derive(Debug)]
+struct Staged {
+    staging: PathBuf,
+    excluded: HashSet<PathBuf>,
+    plan: Plan,
+    sha256: String,
+}
+
+/// A placed layer, for the answer.
+#[derive(Debug)]
+struct Applied {
+    placed: Placed,
+    sha256: String,
+    skipped_count: u64,
+    skipped: Vec<silo_protocol::layers::Skipped>,
+    owners: bool,
+}
+
+impl Staged {
+    /// Carries the plan out on the machine at `root` (blocking).
+    fn place(self, root: &Path) -> Result<Applied, ApplyError> {
+        let target = Target {
+            root,
+            staging: &self.staging,
+            excluded: &self.excluded,
+        };
+        let placed = place::place(&self.plan, target);
+        remove_staging(&self.staging);
+        Ok(Applied {
+            placed: placed.map_err(ApplyError::Incomplete)?,
+            sha256: self.sha256,
+            skipped_count: self.plan.skipped_count,
+            skipped: self.plan.skipped,
+            owners: self.plan.owners,
+        })
+    }
+
+    /// Removes what was staged, for a layer that will not be placed (blocking).
+    fn discard(self) {
+        remove_staging(&self.staging);
+    }
+}
+
+impl Applied {
+    fn answer(self, ms: u64) -> ApplyResponse {
+        let p = self.placed;
+        ApplyResponse {
+            sha256: self.sha256,
+            entries: p.dirs + p.files + p.symlinks + p.hard_links + p.whiteouts,
+            dirs: p.dirs,
+            files: p.files,
+            bytes: p.bytes,
+            symlinks: p.symlinks,
+            hard_links: p.hard_links,
+            whiteouts: p.whiteouts,
+            skipped_count: self.skipped_count,
+            skipped: self.skipped,
+            owners_applied: self.owners,
+            ms,
+        }
+    }
+}
+
+/// The caps a layer body meets: its size and entry count (it is a plain
+/// tar, so no file or total can be larger than the body).
+fn layer_limits() -> BundleLimits {
+    BundleLimits {
+        max_file_bytes: MAX_LAYER_BYTES,
+        max_bundle_bytes: MAX_LAYER_BYTES,
+        max_unpacked_bytes: MAX_LAYER_BYTES,
+        max_entries: MAX_LAYER_ENTRIES,
+        max_ratio: u64::MAX,
+    }
+}
+
+/// Reads the layer in `body` into a fresh staging directory under `root`
+/// and checks it (blocking); on failure nothing of it is left.
+fn stage(
+    root: &Path,
+    tag: &str,
+    body: impl Read,
+    claimed: &str,
+    limits: &BundleLimits,
+    cancelled: &AtomicBool,
+) -> Result<Staged, ApplyError> {
+    let excluded = excluded_roots(root)?;
+    let staging = make_staging(root, tag)?;
+    let owners = nix::unistd::geteuid().is_root();
+    let mut stager = Stager::new(root, &staging, &excluded, owners);
+    match read_archive(Packing::Tar, body, limits, claimed, cancelled, &mut stager) {
+        Ok(sha256) => Ok(Staged {
+            plan: stager.finish(),
+            staging,
+            excluded,
+            sha256,
+        }),
+        Err(err) => {
+            remove_staging(&staging);
+            Err(err.into())
+        }
+    }
+}
+
+/// What a layer may never touch, relative to `root`: the kernel's file
+/// systems, the agent's own directory and every mount point below `root`.
+pub fn excluded_roots(root: &Path) -> Result<HashSet<PathBuf>, ApplyError> {
+    let mounts = mount_points(root).map_err(|err| ApplyError::Internal(error_chain(&err)))?;
+    Ok(SYSTEM_DIRS
+        .iter()
+        .chain(&[STATE_DIR])
+        .map(PathBuf::from)
+        .chain(mounts)
+        .collect())
+}
+
+/// Makes `<root>/.silo/layers/<tag>`, refusing a symlink on the way.
+fn make_staging(root: &Path, tag: &str) -> Result<PathBuf, FsError> {
+    let state = root.join(STATE_DIR);
+    let layers = state.join(STAGING_DIR);
+    ensure_real_dir(&state, STATE_DIR_MODE)?;
+    ensure_real_dir(&layers, STAGING_MODE)?;
+    let staging = layers.join(tag);
+    std::fs::DirBuilder::new()
+        .mode(STAGING_MODE)
+        .create(&staging)
+        .map_err(FsError::at("create", &staging))?;
+    Ok(staging)
+}
+
+/// Makes `dir` with `mode` if it is missing; refuses anything but a real directory.
+fn ensure_real_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(err) => return Err(FsError::new("create", dir, err)),
+    }
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(FsError::new(
+            "use",
+            dir,
+            std::io::Error::other("is not a directory (a symlink is refused)"),
+        )),
+        Err(err) => Err(FsError::new("inspect", dir, err)),
+    }
+}
+
+fn remove_staging(staging: &Path) {
+    if let Err(err) = crate::push::remove_tree(staging) {
+        tracing::warn!(dir = %staging.display(), %err, "cannot remove a staging directory");
+    }
+}
+
+/// Why an apply failed; [`ApplyError::status`] makes the answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The signed content hash is not a SHA-256.
+    #[error("x-silo-content-sha256 must be 64 lowercase hex digits for a layer")]
+    BadHash,
+    /// The declared body is over the layer cap.
+    #[error("layer of {declared} bytes is over the limit of {limit}")]
+    TooLarge {
+        /// Content-Length.
+        declared: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// A snapshot or another apply holds the slot.
+    #[error("a snapshot or another layer apply is under way")]
+    Busy,
+    /// The layer is refused or could not be staged; nothing live changed.
+    #[error(transparent)]
+    Stage(#[from] ExtractError),
+    /// The connection failed mid-body.
+    #[error("request body was cut off")]
+    BodyBroken(#[source] hyper::Error),
+    /// The client stopped sending.
+    #[error("request body stalled for {0:?}")]
+    BodyStalled(Duration),
+    /// Staging could not be set up; nothing live changed.
+    #[error(transparent)]
+    Io(#[from] FsError),
+    /// Placing failed: part of the layer is in place.
+    #[error("the layer was only partly applied")]
+    Incomplete(#[source] FsError),
+    /// The agent failed in a way the request could not cause.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApplyError {
+    /// The error body's kind (which fixes the status).
+    pub fn kind(&self) -> ErrorKind {
+        let disk = |source: &std::io::Error| {
+            if is_disk_full(source) {
+                ErrorKind::DiskFull
+            } else {
+                ErrorKind::Internal
+            }
+        };
+        match self {
+            Self::BadHash | Self::BodyBroken(_) | Self::BodyStalled(_) => ErrorKind::Malformed,
+            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::Busy => ErrorKind::Busy,
+            Self::Stage(err) => err.kind(ErrorKind::RejectedEntry, disk),
+            Self::Io(err) => disk(&err.source),
+            Self::Incomplete(_) => ErrorKind::Incomplete,
+            Self::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

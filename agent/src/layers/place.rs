@@ -1,0 +1,480 @@
+//! A staged [`Plan`] carried out on the live tree.
+//!
+//! Every change goes through directory descriptors: a path's parents are
+//! opened from the root one component at a time with `O_NOFOLLOW`, and the
+//! change is an `*at` call on the last one, so a symlink a process of the
+//! sandbox plants after the staging checks makes the apply fail, never
+//! steers it elsewhere. The removals come first (whiteouts, then opaque
+//! directories' contents), never following a link and never entering an
+//! excluded path or another file system; then the steps in layer order: a
+//! directory is made (mode `0700` for now) or kept, a staged file or
+//! symlink is renamed over whatever is there (a directory there is removed
+//! first; across file systems it is copied beside and renamed), a hard link
+//! is made beside and renamed; last, every directory of the layer gets its
+//! owner, mode and time, deepest first, so placing entries in it neither
+//! moves its time nor is refused by its mode.
+
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat, readlinkat, renameat};
+use nix::sys::stat::{
+    FileStat, Mode, SFlag, UtimensatFlags, fchmod, fstatat, futimens, mkdirat, utimensat,
+};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{Gid, Uid, UnlinkatFlags, fchown, fchownat, linkat, symlinkat, unlinkat};
+
+use super::stage::{Meta, Plan, Removal, Step};
+use crate::fs_error::FsError;
+
+/// Mode of a directory made for a parent the layer does not list.
+const IMPLIED_DIR_MODE: u32 = 0o755;
+/// Mode of a directory the layer lists, until its own is set at the end.
+const PLACING_DIR_MODE: u32 = 0o700;
+/// Mode of a file copied across file systems while it is written.
+const COPY_MODE: u32 = 0o600;
+
+/// What placing a plan did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Placed {
+    /// Directories made or kept.
+    pub dirs: u64,
+    /// Files placed.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Symlinks placed.
+    pub symlinks: u64,
+    /// Hard links made.
+    pub hard_links: u64,
+    /// Whiteouts and opaque markers carried out.
+    pub whiteouts: u64,
+}
+
+/// Where a plan goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The machine's root.
+    pub root: &'a Path,
+    /// The staging directory the plan's files are in.
+    pub staging: &'a Path,
+    /// Paths (relative to `root`) never removed: mount points, `/proc` and the like.
+    pub excluded: &'a HashSet<PathBuf>,
+}
+
+/// Carries out `plan` (blocking). On error, what was done stays done.
+pub fn place(plan: &Plan, target: Target<'_>) -> Result<Placed, FsError> {
+    let root = open_dir(AT_FDCWD, target.root).map_err(sys("open", target.root))?;
+    let root_dev = fstat_dev(&root, target.root)?;
+    let staging = open_dir(AT_FDCWD, target.staging).map_err(sys("open", target.staging))?;
+    let guard = Guard {
+        root: target.root,
+        excluded: target.excluded,
+        root_dev,
+    };
+    let mut placer = Placer {
+        dirs: Dirs {
+            path: target.root.to_path_buf(),
+            root,
+            open: Vec::new(),
+        },
+        guard,
+        staging,
+        owners: plan.owners,
+        placed: Placed::default(),
+        temps: 0,
+    };
+    for removal in &plan.removals {
+        placer.remove(removal)?;
+    }
+    // Removed directories may be among the open ones.
+    placer.dirs.open.clear();
+    for step in &plan.steps {
+        placer.step(step)?;
+    }
+    for step in plan.steps.iter().rev() {
+        if let Step::Dir { path, meta } = step {
+            placer.finish_dir(path, meta)?;
+        }
+    }
+    Ok(placer.placed)
+}
+
+/// The directories of the last path walked, kept open for the next.
+struct Dirs {
+    path: PathBuf,
+    root: OwnedFd,
+    /// `open[i]` is the path's first `i + 1` components.
+    open: Vec<(String, OwnedFd)>,
+}
+
+impl Dirs {
+    /// The directory at `rel` (`""`: the root), opened without following a
+    /// symlink; a missing one is made (`create`) or answers `None`.
+    fn dir(&mut self, rel: &str, create: bool) -> Result<Option<BorrowedFd<'_>>, FsError> {
+        let parts: Vec<&str> = rel.split('/').filter(|part| !part.is_empty()).collect();
+        let keep = self
+            .open
+            .iter()
+            .zip(&parts)
+            .take_while(|((open, _), part)| open == *part)
+            .count();
+        self.open.truncate(keep);
+        for (depth, part) in parts.iter().enumerate().skip(keep) {
+            let shown = || self.path.join(parts[..=depth].join("/"));
+            let fd = {
+                let at = self
+                    .open
+                    .last()
+                    .map_or(self.root.as_fd(), |(_, fd)| fd.as_fd());
+                match open_dir(at, *part) {
+                    Ok(fd) => fd,
+                    Err(Errno::ENOENT) if create => {
+                        match mkdirat(at, *part, Mode::from_bits_truncate(IMPLIED_DIR_MODE)) {
+                            Ok(()) | Err(Errno::EEXIST) => {}
+                            Err(err) => return Err(FsError::new("create", &shown(), err.into())),
+                        }
+                        open_dir(at, *part).map_err(|err| not_a_dir(&shown(), err))?
+                    }
+                    Err(Errno::ENOENT) => return Ok(None),
+                    Err(err) => return Err(not_a_dir(&shown(), err)),
+                }
+            };
+            self.open.push(((*part).to_owned(), fd));
+        }
+        Ok(Some(
+            self.open
+                .last()
+                .map_or(self.root.as_fd(), |(_, fd)| fd.as_fd()),
+        ))
+    }
+}
+
+/// A failed open of a directory on the way, named plainly when it is a link.
+fn not_a_dir(path: &Path, err: Errno) -> FsError {
+    let source = match err {
+        Errno::ELOOP => io::Error::other("is a symlink, which an apply never follows"),
+        Errno::ENOTDIR => io::Error::other("is not a directory"),
+        err => err.into(),
+    };
+    FsError::new("open directory", path, source)
+}
+
+/// What removals must never touch.
+struct Guard<'a> {
+    root: &'a Path,
+    excluded: &'a HashSet<PathBuf>,
+    root_dev: u64,
+}
+
+impl Guard<'_> {
+    /// Removes `name` in `at` (`rel` from the root) and everything under it,
+    /// never following a link, entering an excluded path or leaving the
+    /// root's file system. Missing: nothing to do.
+    fn remove(&self, at: BorrowedFd<'_>, name: &OsStr, rel: &Path) -> Result<(), FsError> {
+        let shown = || self.root.join(rel);
+        let stat = match fstatat(at, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(Errno::ENOENT) => return Ok(()),
+            Err(err) => return Err(FsError::new("inspect", &shown(), err.into())),
+        };
+        if !is_dir(&stat) {
+            return unlinkat(at, name, UnlinkatFlags::NoRemoveDir).map_err(sys("remove", &shown()));
+        }
+        if self.excluded.contains(rel) || stat.st_dev != self.root_dev {
+            tracing::warn!(path = %shown().display(), "left in place: another file system or an excluded path");
+            return Ok(());
+        }
+        let fd = open_dir(at, name).map_err(|err| not_a_dir(&shown(), err))?;
+        if stat.st_mode & 0o700 != 0o700 {
+            // Emptying it needs its owner's rights; it goes anyway.
+            let mode = Mode::from_bits_truncate((stat.st_mode | 0o700) & 0o7777);
+            fchmod(&fd, mode).map_err(sys("chmod", &shown()))?;
+        }
+        let mut dir = Dir::from_fd(fd).map_err(sys("read", &shown()))?;
+        for child in children(&mut dir) {
+            self.remove(dir.as_fd(), &child, &rel.join(&child))?;
+        }
+        unlinkat(at, name, UnlinkatFlags::RemoveDir).map_err(sys("remove", &shown()))
+    }
+}
+
+struct Placer<'a> {
+    dirs: Dirs,
+    guard: Guard<'a>,
+    staging: OwnedFd,
+    owners: bool,
+    placed: Placed,
+    /// Names of temporaries made beside a destination.
+    temps: u64,
+}
+
+impl Placer<'_> {
+    fn remove(&mut self, removal: &Removal) -> Result<(), FsError> {
+        match removal {
+            Removal::Whiteout(path) => {
+                let (parent, name) = split(path);
+                if let Some(at) = self.dirs.dir(parent, false)? {
+                    self.guard.remove(at, OsStr::new(name), Path::new(path))?;
+                }
+            }
+            Removal::Opaque(dir) => {
+                let Some(at) = self.dirs.dir(dir, false)? else {
+                    return Ok(());
+                };
+                let shown = self.guard.root.join(dir);
+                let fd = at
+                    .try_clone_to_owned()
+                    .map_err(FsError::at("open", &shown))?;
+                let mut list = Dir::from_fd(fd).map_err(sys("read", &shown))?;
+                for child in children(&mut list) {
+                    let rel = Path::new(dir).join(&child);
+                    if !self.guard.excluded.contains(&rel) {
+                        self.guard.remove(list.as_fd(), &child, &rel)?;
+                    }
+                }
+            }
+        }
+        self.placed.whiteouts += 1;
+        Ok(())
+    }
+
+    fn step(&mut self, step: &Step) -> Result<(), FsError> {
+        match step {
+            Step::Dir { path, .. } => {
+                self.make_dir(path)?;
+                self.placed.dirs += 1;
+            }
+            Step::File { path, staged, size } => {
+                self.put(path, staged, false)?;
+                self.placed.files += 1;
+                self.placed.bytes += size;
+            }
+            Step::Symlink { path, staged } => {
+                self.put(path, staged, true)?;
+                self.placed.symlinks += 1;
+            }
+            Step::HardLink { path, target } => {
+                self.link(path, target)?;
+                self.placed.hard_links += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn make_dir(&mut self, path: &str) -> Result<(), FsError> {
+        let shown = self.guard.root.join(path);
+        let (parent, name) = split(path);
+        let at = self.dirs.dir(parent, true)?.ok_or_else(|| gone(&shown))?;
+        match fstatat(at, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) if is_dir(&stat) => return Ok(()),
+            Ok(_) => {
+                unlinkat(at, name, UnlinkatFlags::NoRemoveDir).map_err(sys("remove", &shown))?
+            }
+            Err(Errno::ENOENT) => {}
+            Err(err) => return Err(FsError::new("inspect", &shown, err.into())),
+        }
+        mkdirat(at, name, Mode::from_bits_truncate(PLACING_DIR_MODE)).map_err(sys("create", &shown))
+    }
+
+    /// Renames staged `staged` to `path`, over anything there.
+    fn put(&mut self, path: &str, staged: &str, is_link: bool) -> Result<(), FsError> {
+        let shown = self.guard.root.join(path);
+        let (parent, name) = split(path);
+        let at = self.dirs.dir(parent, true)?.ok_or_else(|| gone(&shown))?;
+        clear_dir(&self.guard, at, name, path)?;
+        match renameat(&self.staging, staged, at, name) {
+            Ok(()) => Ok(()),
+            Err(Errno::EXDEV) => {
+                self.temps += 1;
+                let temp = temp_name(self.temps);
+                let copied = if is_link {
+                    copy_link(self.staging.as_fd(), staged, at, &temp, self.owners)
+                } else {
+                    copy_file(self.staging.as_fd(), staged, at, &temp, self.owners)
+                };
+                replace_with(at, &temp, name, copied)
+                    .map_err(FsError::at("copy into place", &shown))
+            }
+            Err(err) => Err(FsError::new("rename into place", &shown, err.into())),
+        }
+    }
+
+    /// Makes `path` a second name of `target`, placed earlier.
+    fn link(&mut self, path: &str, target: &str) -> Result<(), FsError> {
+        let shown = self.guard.root.join(path);
+        let (target_parent, target_name) = split(target);
+        let from = self
+            .dirs
+            .dir(target_parent, false)?
+            .ok_or_else(|| gone(&self.guard.root.join(target)))?
+            .try_clone_to_owned()
+            .map_err(FsError::at("open", &self.guard.root.join(target_parent)))?;
+        let (parent, name) = split(path);
+        let at = self.dirs.dir(parent, true)?.ok_or_else(|| gone(&shown))?;
+        clear_dir(&self.guard, at, name, path)?;
+        self.temps += 1;
+        let temp = temp_name(self.temps);
+        let linked = linkat(&from, target_name, at, temp.as_str(), AtFlags::empty())
+            .map_err(io::Error::from);
+        replace_with(at, &temp, name, linked).map_err(FsError::at("link into place", &shown))
+    }
+
+    /// Sets a directory's owner, mode and time (after everything in it).
+    fn finish_dir(&mut self, path: &str, meta: &Meta) -> Result<(), FsError> {
+        let shown = self.guard.root.join(path);
+        let (parent, name) = split(path);
+        let at = self.dirs.dir(parent, false)?.ok_or_else(|| gone(&shown))?;
+        let fd = open_dir(at, name).map_err(|err| not_a_dir(&shown, err))?;
+        if self.owners {
+            fchown(
+                &fd,
+                Some(Uid::from_raw(meta.uid)),
+                Some(Gid::from_raw(meta.gid)),
+            )
+            .map_err(sys("chown", &shown))?;
+        }
+        fchmod(&fd, Mode::from_bits_truncate(meta.mode)).map_err(sys("chmod", &shown))?;
+        let time = TimeSpec::new(meta.mtime, 0);
+        futimens(&fd, &time, &time).map_err(sys("set the time of", &shown))
+    }
+}
+
+/// Removes a directory at `name` in `at`, which a file or link replaces.
+fn clear_dir(guard: &Guard<'_>, at: BorrowedFd<'_>, name: &str, path: &str) -> Result<(), FsError> {
+    match fstatat(at, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(stat) if is_dir(&stat) => guard.remove(at, OsStr::new(name), Path::new(path)),
+        _ => Ok(()),
+    }
+}
+
+/// Renames `temp` over `name` once `made` succeeded; removes it otherwise.
+fn replace_with(
+    at: BorrowedFd<'_>,
+    temp: &str,
+    name: &str,
+    made: io::Result<()>,
+) -> io::Result<()> {
+    let result = made.and_then(|()| renameat(at, temp, at, name).map_err(io::Error::from));
+    if result.is_err() {
+        let _ = unlinkat(at, temp, UnlinkatFlags::NoRemoveDir);
+    }
+    result
+}
+
+/// Copies staged file `staged` to `temp` in `at`, metadata included.
+fn copy_file(
+    staging: BorrowedFd<'_>,
+    staged: &str,
+    at: BorrowedFd<'_>,
+    temp: &str,
+    owners: bool,
+) -> io::Result<()> {
+    let mut from = File::from(openat(
+        staging,
+        staged,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?);
+    let meta = from.metadata()?;
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut to = File::from(openat(
+        at,
+        temp,
+        flags,
+        Mode::from_bits_truncate(COPY_MODE),
+    )?);
+    io::copy(&mut from, &mut to)?;
+    if owners {
+        std::os::unix::fs::fchown(&to, Some(meta.uid()), Some(meta.gid()))?;
+    }
+    to.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    to.set_modified(meta.modified()?)
+}
+
+/// Makes `temp` in `at` a copy of staged symlink `staged`, owner and time included.
+fn copy_link(
+    staging: BorrowedFd<'_>,
+    staged: &str,
+    at: BorrowedFd<'_>,
+    temp: &str,
+    owners: bool,
+) -> io::Result<()> {
+    let link = readlinkat(staging, staged)?;
+    let stat = fstatat(staging, staged, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    symlinkat(link.as_os_str(), at, temp)?;
+    if owners {
+        fchownat(
+            at,
+            temp,
+            Some(Uid::from_raw(stat.st_uid)),
+            Some(Gid::from_raw(stat.st_gid)),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )?;
+    }
+    let time = TimeSpec::new(stat.st_mtime, 0);
+    utimensat(at, temp, &time, &time, UtimensatFlags::NoFollowSymlink)?;
+    Ok(())
+}
+
+fn open_dir<P: ?Sized + nix::NixPath>(at: impl AsFd, name: &P) -> nix::Result<OwnedFd> {
+    openat(
+        at,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+fn fstat_dev(fd: &OwnedFd, path: &Path) -> Result<u64, FsError> {
+    nix::sys::stat::fstat(fd)
+        .map(|stat| stat.st_dev)
+        .map_err(|err| FsError::new("inspect", path, err.into()))
+}
+
+fn is_dir(stat: &FileStat) -> bool {
+    SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR
+}
+
+/// The names in `dir` but `.` and `..`.
+fn children(dir: &mut Dir) -> Vec<OsString> {
+    dir.iter()
+        .filter_map(Result::ok)
+        .map(|entry| OsStr::from_bytes(entry.file_name().to_bytes()).to_owned())
+        .filter(|child| child != "." && child != "..")
+        .collect()
+}
+
+/// A failed system call `what` on `path`, for `map_err`.
+fn sys(what: &'static str, path: &Path) -> impl FnOnce(Errno) -> FsError {
+    let path = path.to_path_buf();
+    move |err| FsError::new(what, &path, err.into())
+}
+
+/// `a/b/c` → (`a/b`, `c`); `c` → (``, `c`).
+fn split(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap_or(("", path))
+}
+
+fn temp_name(seq: u64) -> String {
+    format!(".silo-apply.{}.{seq}", std::process::id())
+}
+
+/// A directory made or checked a moment ago is gone (made with `create`,
+/// so only a race can do this).
+fn gone(path: &Path) -> FsError {
+    FsError::new(
+        "open directory",
+        path,
+        io::Error::from(io::ErrorKind::NotFound),
+    )
+}

@@ -1,0 +1,442 @@
+//! A layer read into a staging directory and a plan, every entry checked
+//! before anything live is touched.
+//!
+//! [`Stager`] takes the entries `push::archive::read_archive` hands it, in
+//! layer order. Each name is normalized by the push rules (no `..`, no
+//! absolute path, length caps), refused at or under an excluded root, and
+//! its parents are looked at: a parent the layer itself brings as a
+//! directory is fine, one it brings as anything else is refused, and one it
+//! does not bring is looked up on the machine with `lstat`, where a symlink
+//! or a non-directory refuses the entry (a missing one will be made).
+//! Regular files are written into the staging directory under a number,
+//! with their owner, mode (setuid and setgid included) and time set there,
+//! so that placing one is a single `rename`; symlinks are made there the
+//! same way. Directories, hard links (to an earlier file of this layer
+//! only), whiteouts and opaque markers become steps of the [`Plan`].
+//! Devices, FIFOs, names that are not UTF-8, the engine's own `.wh..wh.`
+//! files and the root's own entry are left out and listed.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::{AT_FDCWD, AtFlags};
+use nix::sys::stat::{UtimensatFlags, utimensat};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{Gid, Uid, fchownat};
+use silo_protocol::layers::{
+    MAX_SKIPPED_LISTED, OPAQUE_WHITEOUT, SkipReason, Skipped, WHITEOUT_PREFIX,
+};
+use tar::EntryType;
+
+use crate::fs_error::FsError;
+use crate::push::archive::{Meter, Unpack};
+use crate::push::extract::{
+    ExtractError, Reject, copy_buffer, normalize, reject, write_error, write_new_file,
+};
+
+/// Names starting with this (but [`OPAQUE_WHITEOUT`]) are the engine's
+/// AUFS bookkeeping, never file system content.
+const WHITEOUT_META_PREFIX: &str = ".wh..wh.";
+/// Mode a staged file has while it is written: only the agent reads it.
+const STAGED_FILE_MODE: u32 = 0o600;
+/// Permission bits an entry keeps: setuid, setgid and sticky included (the
+/// layer came from a sandbox of the same kind, and the agent runs as root).
+const MODE_BITS: u32 = 0o7777;
+
+/// Owner, permission bits and modification time of an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// Permission bits (`MODE_BITS`).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Modification time, Unix seconds.
+    pub mtime: i64,
+}
+
+/// What to remove before the layer's entries go in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    /// A path, and everything under it (`.wh.NAME`).
+    Whiteout(String),
+    /// Everything in a directory (`.wh..wh..opq`); `""` is the root.
+    Opaque(String),
+}
+
+/// One entry to put in place, in layer order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A directory, made or kept; its metadata is set after every entry.
+    Dir {
+        /// Relative to the root.
+        path: String,
+        /// What to set.
+        meta: Meta,
+    },
+    /// A regular file staged under `staged`, metadata set.
+    File {
+        /// Relative to the root.
+        path: String,
+        /// Its name in the staging directory.
+        staged: String,
+        /// Its size.
+        size: u64,
+    },
+    /// A symlink staged under `staged`, owner and time set.
+    Symlink {
+        /// Relative to the root.
+        path: String,
+        /// Its name in the staging directory.
+        staged: String,
+    },
+    /// A second name for a file placed earlier.
+    HardLink {
+        /// Relative to the root.
+        path: String,
+        /// The earlier file, relative to the root.
+        target: String,
+    },
+}
+
+/// A staged layer: what to remove, what to place, and what was left out.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Carried out first.
+    pub removals: Vec<Removal>,
+    /// Then these, in order.
+    pub steps: Vec<Step>,
+    /// The first entries left out.
+    pub skipped: Vec<Skipped>,
+    /// How many were left out.
+    pub skipped_count: u64,
+    /// Owners were set on what was staged (and will be on directories).
+    pub owners: bool,
+}
+
+/// What a path is, as far as the layer's checks know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    /// A directory this layer brings, or one on the machine.
+    Dir,
+    /// A regular file this layer brings (a hard link may name it).
+    File,
+    /// Anything else this layer brings (a symlink).
+    Other,
+    /// Not there once the removals are done (whited out, or missing).
+    Absent,
+}
+
+/// Why a parent on the machine is not usable.
+enum Looked {
+    /// It is a symlink or not a directory.
+    Refused(Reject),
+    /// It could not be looked at.
+    Failed(FsError),
+}
+
+/// The [`Unpack`] that stages a layer.
+pub struct Stager<'a> {
+    root: &'a Path,
+    staging: &'a Path,
+    excluded: &'a HashSet<PathBuf>,
+    known: HashMap<String, Known>,
+    plan: Plan,
+    next: u64,
+    buf: Vec<u8>,
+}
+
+impl<'a> Stager<'a> {
+    /// Stages into `staging` (existing, empty) a layer meant for `root`,
+    /// refusing entries at or under `excluded` (relative to `root`); sets
+    /// owners when `owners`.
+    pub fn new(
+        root: &'a Path,
+        staging: &'a Path,
+        excluded: &'a HashSet<PathBuf>,
+        owners: bool,
+    ) -> Self {
+        Self {
+            root,
+            staging,
+            excluded,
+            known: HashMap::new(),
+            plan: Plan {
+                owners,
+                ..Plan::default()
+            },
+            next: 0,
+            buf: copy_buffer(),
+        }
+    }
+
+    /// The plan, once every entry is in.
+    pub fn finish(self) -> Plan {
+        self.plan
+    }
+
+    fn skip(&mut self, name: &[u8], reason: SkipReason) {
+        self.plan.skipped_count += 1;
+        if self.plan.skipped.len() < MAX_SKIPPED_LISTED {
+            self.plan.skipped.push(Skipped {
+                path: String::from_utf8_lossy(name).into_owned(),
+                reason,
+            });
+        }
+    }
+
+    /// Refuses `path` if it or an ancestor is excluded.
+    fn check_excluded(&self, name: &str, path: &str) -> Result<(), ExtractError> {
+        let mut end = 0;
+        loop {
+            let next = path[end..].find('/').map(|at| end + at);
+            let prefix = &path[..next.unwrap_or(path.len())];
+            if self.excluded.contains(Path::new(prefix)) {
+                return Err(reject(name, Reject::Excluded(prefix.to_owned())));
+            }
+            match next {
+                Some(at) => end = at + 1,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Refuses `path` if a parent is, or will be, anything but a directory.
+    fn check_parents(&mut self, name: &str, path: &str) -> Result<(), ExtractError> {
+        let mut parents = Vec::new();
+        let mut at = path;
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            parents.push(parent);
+            at = parent;
+        }
+        for parent in parents.into_iter().rev() {
+            let known = match self.known.get(parent) {
+                Some(known) => *known,
+                None => {
+                    let found = self.look(parent).map_err(|why| match why {
+                        Looked::Refused(why) => reject(name, why),
+                        Looked::Failed(err) => err.into(),
+                    })?;
+                    self.known.insert(parent.to_owned(), found);
+                    found
+                }
+            };
+            match known {
+                Known::Dir | Known::Absent => {}
+                Known::File | Known::Other => return Err(reject(name, Reject::FileDirClash)),
+            }
+        }
+        Ok(())
+    }
+
+    /// What the machine has at `parent`; a symlink or a non-directory refuses.
+    fn look(&self, parent: &str) -> Result<Known, Looked> {
+        let on_disk = self.root.join(parent);
+        match std::fs::symlink_metadata(&on_disk) {
+            Ok(meta) if meta.is_dir() => Ok(Known::Dir),
+            Ok(meta) if meta.file_type().is_symlink() => {
+                Err(Looked::Refused(Reject::ParentSymlink(parent.to_owned())))
+            }
+            Ok(_) => Err(Looked::Refused(Reject::ParentNotDir(parent.to_owned()))),
+            Err(err) if matches!(err.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+                Ok(Known::Absent)
+            }
+            Err(err) => Err(Looked::Failed(FsError::new("inspect", &on_disk, err))),
+        }
+    }
+
+    fn staged_name(&mut self) -> String {
+        self.next += 1;
+        self.next.to_string()
+    }
+
+    fn stage_file<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        path: String,
+        meta: Meta,
+        meter: &Meter,
+    ) -> Result<(), ExtractError> {
+        let staged = self.staged_name();
+        let target = self.staging.join(&staged);
+        let file = write_new_file(entry, &target, STAGED_FILE_MODE, &mut self.buf, meter)?;
+        // Owner first: a chown clears setuid and setgid.
+        if self.plan.owners {
+            std::os::unix::fs::fchown(&file, Some(meta.uid), Some(meta.gid))
+                .map_err(write_error("chown", &target))?;
+        }
+        file.set_permissions(std::fs::Permissions::from_mode(meta.mode))
+            .map_err(write_error("chmod", &target))?;
+        file.set_modified(system_time(meta.mtime))
+            .map_err(write_error("set the time of", &target))?;
+        let size = entry.size();
+        self.known.insert(path.clone(), Known::File);
+        self.plan.steps.push(Step::File { path, staged, size });
+        Ok(())
+    }
+
+    fn stage_symlink(
+        &mut self,
+        name: &str,
+        link: Option<Vec<u8>>,
+        path: String,
+        meta: Meta,
+    ) -> Result<(), ExtractError> {
+        let Some(link) = link.filter(|link| !link.is_empty()) else {
+            return Err(reject(name, Reject::BadName("a symlink without a target")));
+        };
+        let staged = self.staged_name();
+        let target = self.staging.join(&staged);
+        symlink(OsStr::from_bytes(&link), &target).map_err(write_error("create", &target))?;
+        if self.plan.owners {
+            fchownat(
+                AT_FDCWD,
+                &target,
+                Some(Uid::from_raw(meta.uid)),
+                Some(Gid::from_raw(meta.gid)),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| write_error("chown", &target)(e.into()))?;
+        }
+        let time = TimeSpec::new(meta.mtime, 0);
+        utimensat(
+            AT_FDCWD,
+            &target,
+            &time,
+            &time,
+            UtimensatFlags::NoFollowSymlink,
+        )
+        .map_err(|e| write_error("set the time of", &target)(e.into()))?;
+        self.known.insert(path.clone(), Known::Other);
+        self.plan.steps.push(Step::Symlink { path, staged });
+        Ok(())
+    }
+
+    fn stage_hard_link(
+        &mut self,
+        name: &str,
+        link: Option<Vec<u8>>,
+        path: String,
+    ) -> Result<(), ExtractError> {
+        let target = link
+            .and_then(|link| String::from_utf8(link).ok())
+            .and_then(|link| normalize(&link).ok().flatten())
+            .filter(|target| self.known.get(target) == Some(&Known::File))
+            .ok_or_else(|| reject(name, Reject::LinkTarget))?;
+        self.known.insert(path.clone(), Known::File);
+        self.plan.steps.push(Step::HardLink { path, target });
+        Ok(())
+    }
+
+    /// A `.wh.` entry: `Ok(true)` if it was one (and is planned or skipped).
+    fn whiteout(&mut self, name: &str, path: &str) -> Result<bool, ExtractError> {
+        let (parent, last) = path.rsplit_once('/').unwrap_or(("", path));
+        if last == OPAQUE_WHITEOUT {
+            if !parent.is_empty() {
+                self.check_excluded(name, parent)?;
+            }
+            self.check_parents(name, path)?;
+            self.plan.removals.push(Removal::Opaque(parent.to_owned()));
+            return Ok(true);
+        }
+        if last.starts_with(WHITEOUT_META_PREFIX) || path.starts_with(WHITEOUT_META_PREFIX) {
+            self.skip(name.as_bytes(), SkipReason::EngineMetadata);
+            return Ok(true);
+        }
+        let Some(hidden) = last.strip_prefix(WHITEOUT_PREFIX) else {
+            return Ok(false);
+        };
+        if matches!(hidden, "" | "." | "..") {
+            return Err(reject(name, Reject::BadWhiteout));
+        }
+        let target = if parent.is_empty() {
+            hidden.to_owned()
+        } else {
+            format!("{parent}/{hidden}")
+        };
+        self.check_excluded(name, &target)?;
+        self.check_parents(name, &target)?;
+        self.known.entry(target.clone()).or_insert(Known::Absent);
+        self.plan.removals.push(Removal::Whiteout(target));
+        Ok(true)
+    }
+}
+
+impl Unpack for Stager<'_> {
+    fn add<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        meter: &Meter,
+    ) -> Result<(), ExtractError> {
+        let raw = entry.path_bytes().into_owned();
+        let kind = entry.header().entry_type();
+        if kind.is_pax_global_extensions() {
+            return Ok(());
+        }
+        let Ok(name) = String::from_utf8(raw.clone()) else {
+            self.skip(&raw, SkipReason::NotUtf8);
+            return Ok(());
+        };
+        let Some(path) = normalize(&name).map_err(|why| reject(&name, why))? else {
+            self.skip(&raw, SkipReason::Root);
+            return Ok(());
+        };
+        if self.whiteout(&name, &path)? {
+            return Ok(());
+        }
+        let skip = match kind {
+            EntryType::Char | EntryType::Block => Some(SkipReason::Device),
+            EntryType::Fifo => Some(SkipReason::Fifo),
+            EntryType::Regular
+            | EntryType::Continuous
+            | EntryType::Directory
+            | EntryType::Symlink
+            | EntryType::Link => None,
+            _ => Some(SkipReason::Unsupported),
+        };
+        if let Some(reason) = skip {
+            self.skip(&raw, reason);
+            return Ok(());
+        }
+        self.check_excluded(&name, &path)?;
+        self.check_parents(&name, &path)?;
+        let meta = meta_of(entry.header()).map_err(|why| reject(&name, why))?;
+        let link = entry.link_name_bytes().map(|link| link.into_owned());
+        match kind {
+            EntryType::Directory => {
+                self.known.insert(path.clone(), Known::Dir);
+                self.plan.steps.push(Step::Dir { path, meta });
+                Ok(())
+            }
+            EntryType::Symlink => self.stage_symlink(&name, link, path, meta),
+            EntryType::Link => self.stage_hard_link(&name, link, path),
+            _ => self.stage_file(entry, path, meta, meter),
+        }
+    }
+}
+
+/// The metadata a header gives, or why it is unusable.
+fn meta_of(header: &tar::Header) -> Result<Meta, Reject> {
+    let bad = |_| Reject::BadName("unreadable mode, owner or time");
+    let id = |value: u64| u32::try_from(value).map_err(|_| Reject::BadName("owner out of range"));
+    Ok(Meta {
+        mode: header.mode().map_err(bad)? & MODE_BITS,
+        uid: id(header.uid().map_err(bad)?)?,
+        gid: id(header.gid().map_err(bad)?)?,
+        mtime: i64::try_from(header.mtime().map_err(bad)?).unwrap_or(i64::MAX),
+    })
+}
+
+/// Unix seconds as a time (before 1970 or out of range: the epoch).
+fn system_time(secs: i64) -> SystemTime {
+    u64::try_from(secs)
+        .ok()
+        .and_then(|secs| UNIX_EPOCH.checked_add(Duration::from_secs(secs)))
+        .unwrap_or(UNIX_EPOCH)
+}
