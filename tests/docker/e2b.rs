@@ -96,7 +96,7 @@ async fn vms(engine: &bollard::Docker, vm: &str) -> usize {
     labelled(engine, LABEL_SANDBOX, vm).await.unwrap().len()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sandbox_lives_on_e2b_through_the_agent() {
     let Some((mock, engine)) = mock().await else {
         return;
@@ -215,7 +215,7 @@ async fn a_sandbox_lives_on_e2b_through_the_agent() {
     mock.shutdown().await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
     let Some((mock, engine)) = mock().await else {
         return;
