@@ -15,9 +15,7 @@
 use std::error::Error;
 
 use silo::push::PushOptions;
-use silo::{BackendKind, SandboxSpec, Silo, UpRequest};
-use silo_protocol::bundle::FileSet;
-use silo_protocol::exec::ExecSpec;
+use silo::{BackendKind, ExecSpec, FileSet, SandboxSpec, Silo, UpRequest};
 
 /// The steps a model might have proposed: the third one breaks the tree.
 const STEPS: &[&str] = &[

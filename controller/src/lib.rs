@@ -8,8 +8,7 @@
 //!
 //! ```no_run
 //! # async fn step() -> Result<(), Box<dyn std::error::Error>> {
-//! use silo::{BackendKind, SandboxSpec, Silo, UpRequest};
-//! use silo_protocol::exec::ExecSpec;
+//! use silo::{BackendKind, ExecSpec, SandboxSpec, Silo, UpRequest};
 //!
 //! let silo = Silo::open(None)?;
 //! let (sandbox, _) = silo
@@ -33,7 +32,8 @@
 //! # Layout
 //! - [`silo`]: `Silo`, the front door: create, get, list, start, stop, remove, events, client.
 //!   Its children: `open` (`up`, open-or-create), `lease` (serializing lifecycle
-//!   operations across processes), `gc` (expired sandboxes, orphaned containers).
+//!   operations across processes), `gc` (expired sandboxes, orphaned containers
+//!   and VMs), `snapshot` (take, restore, the store's gc).
 //! - [`sandbox`]: `Sandbox`, the handle a harness holds: `commands()` (run, and
 //!   spawn that re-attaches after a dropped connection), `files()` (read, write,
 //!   list, trees, and copies to and from the host with `docker cp`'s rules),
@@ -41,7 +41,8 @@
 //! - [`client`]: AgentClient, the one way the controller talks to an agent.
 //! - [`push`]: bundles from files, one push with retries, fan-out and its report
 //!   (`Silo::push_to_sandboxes` in `silo/push.rs` ties it to sandboxes and events).
-//! - [`backend`]: the `Backend` contract, enum dispatch, the `local` and `docker` backends.
+//! - [`backend`]: the `Backend` contract, enum dispatch, the `local`, `docker` and
+//!   `e2b` backends, and `remote` (what every provider backend shares).
 //! - [`image`]: building images through the engine (`image bake`, `image base`).
 //! - [`state`]: SQLite state (sandboxes, append-only events) and the master key.
 //! - [`store`]: the content-addressed blob store of snapshot layers, image path
@@ -73,6 +74,14 @@ pub mod silo;
 pub mod spec;
 pub mod state;
 pub mod store;
+
+/// The wire crate, for the types below and anything else a harness needs
+/// of it, so that depending on `silo` alone is enough.
+pub use silo_protocol;
+pub use silo_protocol::ErrorKind;
+pub use silo_protocol::bundle::FileSet;
+pub use silo_protocol::exec::{ExecSpec, ExitInfo};
+pub use silo_protocol::files::FileStat;
 
 pub use backend::MachineState;
 pub use fsutil::human_bytes;

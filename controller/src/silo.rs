@@ -487,6 +487,7 @@ fn backend_error(op: &'static str, sandbox: &SandboxRecord, source: BackendError
 
 /// Why a [`Silo`] operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SiloError {
     /// The home directory is unusable.
     #[error(transparent)]

@@ -266,6 +266,7 @@ impl Backend for AnyBackend {
 
 /// Why a backend operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackendError {
     /// The local backend failed.
     #[error(transparent)]

@@ -238,7 +238,7 @@ impl AgentClient {
                 response.status().as_u16(),
                 response.body().as_deref(),
             )),
-            Err(error) => Err(ClientError::Handshake(error)),
+            Err(error) => Err(ClientError::Handshake(TransportError::new(error))),
         }
     }
 
@@ -273,6 +273,7 @@ fn rejection(status: u16, body: Option<&[u8]>) -> ClientError {
 
 /// Why talking to an agent failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The agent's socket could not be reached.
     #[error("cannot reach agent at {endpoint}")]
@@ -366,10 +367,10 @@ pub enum ClientError {
     },
     /// The WebSocket upgrade failed for a transport reason.
     #[error("websocket handshake with agent failed")]
-    Handshake(#[source] tungstenite::Error),
+    Handshake(#[source] TransportError),
     /// HTTP-level failure.
     #[error("http exchange with agent failed")]
-    Http(#[source] hyper::Error),
+    Http(#[source] TransportError),
     /// Signing failed.
     #[error("signing the request failed")]
     Sign(#[from] AuthError),
@@ -379,4 +380,35 @@ pub enum ClientError {
     /// The connection closed before the answer arrived.
     #[error("connection to agent closed")]
     Disconnected,
+}
+
+impl ClientError {
+    /// An HTTP-level failure of the transport.
+    pub(crate) fn http(error: hyper::Error) -> Self {
+        Self::Http(TransportError::new(error))
+    }
+}
+
+/// A failure of the HTTP or WebSocket machinery, kept opaque so that the
+/// crates silo speaks HTTP with are not part of its API; its message and
+/// source chain say what happened.
+#[derive(Debug)]
+pub struct TransportError(Box<dyn std::error::Error + Send + Sync>);
+
+impl TransportError {
+    fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(error))
+    }
+}
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }

@@ -64,7 +64,7 @@ impl AgentClient {
             .into_body()
             .collect()
             .await
-            .map_err(ClientError::Http)?
+            .map_err(ClientError::http)?
             .to_bytes();
         Err(rejection(status.as_u16(), Some(&refusal)))
     }

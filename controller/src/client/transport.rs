@@ -306,7 +306,7 @@ where
         .into_body()
         .collect()
         .await
-        .map_err(ClientError::Http)?
+        .map_err(ClientError::http)?
         .to_bytes();
     Ok(Response { status, body })
 }
@@ -330,7 +330,7 @@ where
     let stream = open(endpoint).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(ClientError::Http)?;
+        .map_err(ClientError::http)?;
     // The connection future drives the socket; it ends when the request is done.
     tokio::spawn(async move {
         let _ = conn.await;
@@ -355,7 +355,7 @@ where
     sender
         .send_request(request)
         .await
-        .map_err(ClientError::Http)
+        .map_err(ClientError::http)
 }
 
 #[cfg(test)]

@@ -67,6 +67,7 @@ pub async fn build_bundle(files: FileSet, limits: BundleLimits) -> Result<Shared
 
 /// Why a push could not even start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PushError {
     /// The files to push cannot be read as a tree.
     #[error(transparent)]

@@ -221,7 +221,7 @@ impl ProcessStream {
                 Some(Err(error)) => {
                     return Err(E2bError::EnvdUnreachable {
                         what: "envd's process stream".into(),
-                        source: ClientError::Http(error),
+                        source: ClientError::http(error),
                     });
                 }
                 None => return Ok(None),

@@ -8,6 +8,7 @@ use crate::client::ClientError;
 
 /// Why an E2B operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum E2bError {
     /// The configuration is incomplete or wrong.
     #[error(transparent)]

@@ -256,7 +256,7 @@ impl Rest {
         let stream = transport::open(&self.endpoint).await?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(ClientError::Http)?;
+            .map_err(ClientError::http)?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
@@ -282,7 +282,7 @@ impl Rest {
         sender
             .send_request(request)
             .await
-            .map_err(ClientError::Http)
+            .map_err(ClientError::http)
     }
 
     async fn once(
@@ -302,7 +302,7 @@ impl Rest {
             .into_body()
             .collect()
             .await
-            .map_err(ClientError::Http)?
+            .map_err(ClientError::http)?
             .to_bytes();
         Ok(Reply {
             status,

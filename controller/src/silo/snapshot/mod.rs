@@ -162,6 +162,7 @@ pub struct StoreGc {
 
 /// Why a snapshot operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SnapshotError {
     /// The sandbox's backend cannot snapshot.
     #[error("sandbox {name:?} runs on the {backend} backend, which has no snapshots (docker has)")]
