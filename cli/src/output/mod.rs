@@ -1,5 +1,10 @@
 //! Everything the CLI prints on success, in one place: aligned tables for
 //! people, JSON (`--json`) for scripts. Errors go to stderr as `silo: …`.
+//! Snapshot results and their progress bar are in `snapshots`, file results
+//! (`cp`, `cat`, `ls-files`) in `files`.
+
+mod files;
+mod snapshots;
 
 use std::io::{self, Write};
 
@@ -12,15 +17,9 @@ use serde::Serialize;
 use silo::backend::docker::unix_ms_to_rfc3339;
 use silo::doctor::{Check, Verdict};
 use silo::push::{ProgressFn, PushEvent, PushReport};
-use silo::sandbox::Copied;
-use silo::silo::{
-    ImageSource, Progress, ProgressFn as SnapshotProgressFn, RestoreReport, SnapshotReport,
-};
-use silo::state::Snapshot;
 use silo::{
     Event, GcReport, MachineState, SandboxRecord, Started, UpAction, UpOutcome, human_bytes,
 };
-use silo_protocol::files::{FileKind, FileStat, TreeWritten};
 use silo_protocol::session::SessionInfo;
 
 /// The shell's exit code for a process killed by SIGPIPE, used when our own
@@ -401,204 +400,6 @@ impl Output {
         })
     }
 
-    /// A progress bar for a snapshot, rewind or fork, on stderr; hidden with
-    /// `--json` (and by indicatif when stderr is not a terminal).
-    pub fn snapshot_progress(&self) -> SnapshotProgress {
-        let bar = if self.json {
-            ProgressBar::hidden()
-        } else {
-            ProgressBar::new_spinner()
-        };
-        SnapshotProgress { bar }
-    }
-
-    /// A snapshot just taken, with its moments and sizes.
-    pub fn snapshot_taken(&self, report: &SnapshotReport) -> anyhow::Result<()> {
-        if self.json {
-            return print_json(report);
-        }
-        let s = &report.snapshot;
-        let mut lines = vec![format!(
-            "snapshot {} of {}: {} entries ({} deletions), layer {}, store grew {}",
-            s.id,
-            s.sandbox_name,
-            report.entries,
-            report.deletions,
-            human_bytes(s.layer_bytes),
-            human_bytes(s.new_bytes)
-        )];
-        if let Some(base) = &report.base_stored {
-            lines.push(format!(
-                "  stored base image {} once: {} layers, {} in {:.0} ms",
-                base.image_id,
-                base.layers,
-                human_bytes(base.bytes),
-                base.ms
-            ));
-        }
-        lines.push(format!(
-            "  captured {:.0} ms (processes stopped: {}), durable {:.0} ms, {}",
-            report.captured_ms,
-            report.processes_stopped,
-            report.durable_ms,
-            match (report.loaded_ms, &report.load_error) {
-                (Some(ms), _) => format!("on the engine {ms:.0} ms"),
-                (None, Some(error)) => format!("not loaded into the engine ({error})"),
-                (None, None) => "not loaded into the engine".to_owned(),
-            }
-        ));
-        if report.processes_unsettled > 0 {
-            lines.push(format!(
-                "  warning: {} of {} processes had not stopped when the layer was read \
-                 (uninterruptible sleep?); a write of theirs under way may be in it half done",
-                report.processes_unsettled, report.processes_stopped
-            ));
-        }
-        print_lines(&lines.join("\n"))
-    }
-
-    /// Snapshots as a table.
-    pub fn snapshots(&self, snapshots: &[Snapshot]) -> anyhow::Result<()> {
-        if self.json {
-            return print_json(&snapshots);
-        }
-        let mut table = vec![row([
-            "ID",
-            "SANDBOX",
-            "TAKEN (UTC)",
-            "LAYER",
-            "NEW",
-            "PARENT",
-            "MESSAGE",
-        ])];
-        for s in snapshots {
-            table.push(row([
-                &s.id,
-                &s.sandbox_name,
-                &utc(s.created_at_ms),
-                &human_bytes(s.layer_bytes),
-                &human_bytes(s.new_bytes),
-                s.parent.as_deref().unwrap_or("-"),
-                s.message.as_deref().unwrap_or(""),
-            ]));
-        }
-        print_lines(&render(&table))
-    }
-
-    /// A snapshot that was deleted.
-    pub fn snapshot_removed(&self, snapshot: &Snapshot) -> anyhow::Result<()> {
-        if self.json {
-            return print_json(snapshot);
-        }
-        print_lines(&format!(
-            "removed snapshot {} of {} (its blobs go at the next `silo gc`)",
-            snapshot.id, snapshot.sandbox_name
-        ))
-    }
-
-    /// A sandbox made (again) from a snapshot: `rewound NAME to` it, or
-    /// `made NAME from` it.
-    pub fn restored(
-        &self,
-        what: &str,
-        preposition: &str,
-        report: &RestoreReport,
-    ) -> anyhow::Result<()> {
-        if self.json {
-            return print_json(report);
-        }
-        let source = match &report.image {
-            ImageSource::Engine => "image on the engine".to_owned(),
-            ImageSource::Store { layers_sent, bytes } => format!(
-                "loaded from the store: {layers_sent} layers, {}",
-                human_bytes(*bytes)
-            ),
-        };
-        print_lines(&format!(
-            "{what} {} ({}) {preposition} snapshot {} in {:.0} ms ({source})",
-            report.sandbox.name, report.sandbox.id, report.snapshot, report.ms
-        ))
-    }
-
-    /// What `silo cp` copied; `sandbox` names the side the path is in.
-    pub fn copied(&self, copied: &Copied, sandbox: Option<&str>) -> anyhow::Result<()> {
-        let to = match sandbox {
-            Some(name) => format!("{name}:{}", copied.path),
-            None => copied.path.clone(),
-        };
-        if self.json {
-            return print_json(&serde_json::json!({
-                "files": copied.files,
-                "dirs": copied.dirs,
-                "bytes": copied.bytes,
-                "to": to,
-            }));
-        }
-        print_lines(&format!(
-            "copied {} files, {} directories ({}) to {to}",
-            copied.files,
-            copied.dirs,
-            human_bytes(copied.bytes)
-        ))
-    }
-
-    /// What `silo cp - SANDBOX:DIR` unpacked.
-    pub fn tree_written(
-        &self,
-        written: &TreeWritten,
-        sandbox: &str,
-        dir: &str,
-    ) -> anyhow::Result<()> {
-        self.copied(
-            &Copied {
-                files: written.files,
-                dirs: written.dirs,
-                bytes: written.bytes,
-                path: dir.to_owned(),
-            },
-            Some(sandbox),
-        )
-    }
-
-    /// Raw bytes to stdout (`silo cat`, a tar for `silo cp … -`); answers
-    /// the exit code to leave with when stdout has gone away, else 0.
-    pub fn bytes(&self, bytes: &[u8]) -> anyhow::Result<i32> {
-        let mut stdout = io::stdout().lock();
-        match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-            Ok(()) => Ok(0),
-            Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(BROKEN_PIPE_CODE),
-            Err(err) => Err(err).context("writing to stdout"),
-        }
-    }
-
-    /// Paths in a sandbox, as `silo ls-files` shows them.
-    pub fn file_entries(&self, entries: &[FileStat]) -> anyhow::Result<()> {
-        if self.json {
-            return print_json(&entries);
-        }
-        let mut table = vec![row(["KIND", "MODE", "SIZE", "MODIFIED (UTC)", "NAME"])];
-        for e in entries {
-            let kind = match e.kind {
-                FileKind::File => "file",
-                FileKind::Dir => "dir",
-                FileKind::Symlink => "symlink",
-                FileKind::Other => "other",
-            };
-            let name = match &e.link_target {
-                Some(target) => format!("{} -> {target}", e.name),
-                None => e.name.clone(),
-            };
-            table.push(row([
-                kind,
-                &format!("{:04o}", e.mode),
-                &e.size.to_string(),
-                &utc(e.modified_ms),
-                &name,
-            ]));
-        }
-        print_lines(&render(&table))
-    }
-
     /// Reports one failure while the command carries on with the rest.
     pub fn error(&self, error: &anyhow::Error) {
         eprintln!("silo: {error:#}");
@@ -624,40 +425,6 @@ impl PushProgress {
                 bar.set_message(format!("{} sent", human_bytes(total)));
             }
             PushEvent::Done { .. } => bar.inc(1),
-        })
-    }
-
-    /// Removes the bar before the results are printed.
-    pub fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
-}
-
-/// The progress bar of one snapshot, rewind or fork.
-pub struct SnapshotProgress {
-    bar: ProgressBar,
-}
-
-impl SnapshotProgress {
-    /// What the library calls as the work goes.
-    pub fn callback(&self) -> SnapshotProgressFn {
-        let bar = self.bar.clone();
-        Arc::new(move |event| match event {
-            Progress::Step { label, total } => {
-                let style = match total {
-                    Some(total) => {
-                        bar.set_length(total);
-                        ProgressStyle::with_template(
-                            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
-                        )
-                    }
-                    None => ProgressStyle::with_template("{spinner} {msg} {bytes} {bytes_per_sec}"),
-                };
-                bar.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()));
-                bar.set_position(0);
-                bar.set_message(label);
-            }
-            Progress::Bytes(n) => bar.inc(n),
         })
     }
 
