@@ -169,7 +169,12 @@ pub async fn serve<H: Handler>(
         let tcp = tokio::select! {
             () = cancel.cancelled() => return,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok((tcp, _)) => {
+                    // Small frames (exec output, a control message) must not
+                    // wait on delayed ACKs, as they do not behind a real proxy.
+                    let _ = tcp.set_nodelay(true);
+                    tcp
+                }
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;

@@ -158,7 +158,6 @@ impl E2bBackend {
     /// Puts the agent and the key in the VM and starts the agent; answers
     /// once it answers through the proxy.
     async fn install_and_start(&self, e2b: &E2bRef, machine: &Machine<'_>) -> Result<(), E2bError> {
-        let envd = self.envd(e2b)?;
         let agent = self.inner.agent.get()?;
         let bytes = tokio::fs::read(&agent.path)
             .await
@@ -166,25 +165,43 @@ impl E2bBackend {
                 path: agent.path.display().to_string(),
                 source,
             })?;
-        envd.upload(AGENT_PATH, bytes.into()).await?;
-        let chmod = ["/bin/chmod", "0755", AGENT_PATH].map(str::to_owned);
-        let ended = envd.run(&chmod).await?;
-        if ended.exit_code != 0 {
-            return Err(E2bError::Envd(format!(
-                "making the agent executable failed ({}): {}",
-                ended.exit_code, ended.output
-            )));
-        }
-        self.start_agent(e2b, machine).await
+        let envd = self.envd(e2b)?;
+        tokio::try_join!(
+            envd.upload(AGENT_PATH, bytes.into()),
+            self.hand_over_key(&envd, machine),
+        )?;
+        // envd writes files 0644: the agent is made executable by the same
+        // process that then becomes it, which saves a round trip.
+        let mut argv: Vec<String> = ["/bin/sh", "-c", "chmod 0755 \"$1\" && exec \"$@\"", "sh"]
+            .map(str::to_owned)
+            .to_vec();
+        argv.extend(agent_command(machine.spec));
+        self.launch(&envd, e2b, machine, &argv).await
     }
 
     /// Hands the agent its key and starts it (the binary is in place).
     async fn start_agent(&self, e2b: &E2bRef, machine: &Machine<'_>) -> Result<(), E2bError> {
         let envd = self.envd(e2b)?;
+        self.hand_over_key(&envd, machine).await?;
+        self.launch(&envd, e2b, machine, &agent_command(machine.spec))
+            .await
+    }
+
+    /// Writes the key where the agent takes it from (and deletes it).
+    async fn hand_over_key(&self, envd: &Envd, machine: &Machine<'_>) -> Result<(), E2bError> {
         let key = format!("{}\n", machine.key.to_hex());
-        envd.upload(KEY_PATH, key.into()).await?;
-        envd.spawn(&agent_command(machine.spec), &machine.spec.env)
-            .await?;
+        envd.upload(KEY_PATH, key.into()).await
+    }
+
+    /// Starts `argv` in the background and waits for the agent to answer.
+    async fn launch(
+        &self,
+        envd: &Envd,
+        e2b: &E2bRef,
+        machine: &Machine<'_>,
+        argv: &[String],
+    ) -> Result<(), E2bError> {
+        envd.spawn(argv, &machine.spec.env).await?;
         let client = AgentClient::new(self.agent_endpoint(e2b)?, machine.key.clone());
         wait_for_agent(&client)
             .await

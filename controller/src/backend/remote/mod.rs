@@ -39,7 +39,7 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest a single health probe may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between health probes while waiting.
-const POLL: Duration = Duration::from_millis(50);
+const POLL: Duration = Duration::from_millis(10);
 
 /// The agent's command line in a VM: listening on [`AGENT_PORT`] for the
 /// proxy, taking its key from [`KEY_PATH`] once, supervising the spec's

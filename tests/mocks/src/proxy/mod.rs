@@ -78,7 +78,10 @@ pub async fn forward(
 
     let tcp =
         match tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, TcpStream::connect(upstream)).await {
-            Ok(Ok(tcp)) => tcp,
+            Ok(Ok(tcp)) => {
+                let _ = tcp.set_nodelay(true);
+                tcp
+            }
             Ok(Err(source)) => return Err(ForwardError::Connect { upstream, source }),
             Err(_) => return Err(ForwardError::ConnectTimeout { upstream }),
         };
