@@ -10,7 +10,6 @@
     reason = "a test should fail loudly at the first surprise"
 )]
 
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use silo_mocks::containers::{LABEL_SANDBOX, labelled};
@@ -18,50 +17,9 @@ use silo_mocks::{MockE2b, MockE2bConfig};
 use silo_tests::Cli;
 use silo_tests::docker::engine_with_base;
 
-/// The CLI with the mock's environment.
-struct E2b {
-    cli: Cli,
-    env: Vec<(&'static str, String)>,
-}
-
-impl E2b {
-    fn new(mock: &MockE2b) -> Self {
-        Self {
-            cli: crate::cli(),
-            env: mock.env(),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let mut command = self.cli.command(args);
-        command.envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
-        command.output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "silo {args:?} failed with {:?}\nstdout: {}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(!out.status.success(), "silo {args:?} should have failed");
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-}
-
-impl Drop for E2b {
-    fn drop(&mut self) {
-        // The CLI's own clean-up runs without the mock's environment.
-        let _ = self.run(&["rm", "--all"]);
-    }
+/// The CLI with the mock's environment (its clean-up included).
+fn cli(mock: &MockE2b) -> Cli {
+    crate::cli().with_env(mock.env())
 }
 
 fn json(text: &str) -> serde_json::Value {
@@ -69,7 +27,7 @@ fn json(text: &str) -> serde_json::Value {
 }
 
 /// The E2B id of a silo sandbox, from `silo ls --json`.
-fn vm_of(e2b: &E2b, name: &str) -> String {
+fn vm_of(e2b: &Cli, name: &str) -> String {
     let listed = json(&e2b.ok(&["ls", "--json"]));
     let row = listed
         .as_array()
@@ -101,7 +59,7 @@ async fn a_sandbox_lives_on_e2b_through_the_agent() {
     let Some((mock, engine)) = mock().await else {
         return;
     };
-    let e2b = E2b::new(&mock);
+    let e2b = cli(&mock);
 
     let up = json(&e2b.ok(&[
         "up",
@@ -220,16 +178,21 @@ async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
     let Some((mock, engine)) = mock().await else {
         return;
     };
-    let mut e2b = E2b::new(&mock);
-    for (name, value) in e2b.env.iter_mut() {
-        if *name == "E2B_API_KEY" {
-            *value = "e2b_wrong".into();
-        }
-    }
+    let wrong_key = mock.env().into_iter().map(|(k, v)| {
+        (
+            k,
+            if k == "E2B_API_KEY" {
+                "e2b_wrong".into()
+            } else {
+                v
+            },
+        )
+    });
+    let e2b = crate::cli().with_env(wrong_key);
     let err = e2b.fails(&["up", "box", "--backend", "e2b"]);
     assert!(err.contains("401") && err.contains("E2B_API_KEY"), "{err}");
 
-    let e2b = E2b::new(&mock);
+    let e2b = cli(&mock);
     let err = e2b.fails(&["up", "box", "--backend", "e2b", "--template", "nope"]);
     assert!(err.contains("404") && err.contains("template"), "{err}");
 

@@ -515,6 +515,7 @@ async fn a_full_store_fails_the_snapshot_and_keeps_everything_else() {
     let cli = Cli {
         home: tempfile::tempdir_in(disk.path()).unwrap(),
         binary: crate::SILO.into(),
+        env: Vec::new(),
     };
     cli.ok(&["up", "full", "--image", BASE_IMAGE]);
     let base = snapshot_id(&snapshot(&cli, "full", "base"));

@@ -352,6 +352,7 @@ fn a_full_home_still_reads_and_names_the_full_disk() {
             .tempdir_in(disk.path())
             .unwrap(),
         binary: crate::SILO.into(),
+        env: Vec::new(),
     };
     cli.ok(&["create", "--backend", "local", "--name", "before"]);
     let filler = fill(disk.path());

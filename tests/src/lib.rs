@@ -254,6 +254,9 @@ pub struct Cli {
     pub home: tempfile::TempDir,
     /// The `silo` executable (a test's `CARGO_BIN_EXE_silo`).
     pub binary: PathBuf,
+    /// Environment every command gets besides the home (a provider's
+    /// endpoints and key, say), clean-up included.
+    pub env: Vec<(String, String)>,
 }
 
 impl Cli {
@@ -265,7 +268,14 @@ impl Cli {
                 .tempdir()
                 .expect("tempdir"),
             binary: binary.into(),
+            env: Vec::new(),
         }
+    }
+
+    /// The same CLI with `env` added to every command's environment.
+    pub fn with_env<K: Into<String>>(mut self, env: impl IntoIterator<Item = (K, String)>) -> Self {
+        self.env.extend(env.into_iter().map(|(k, v)| (k.into(), v)));
+        self
     }
 
     /// A command line for `silo ARGS...`, not yet run.
@@ -273,6 +283,7 @@ impl Cli {
         let mut cmd = Command::new(&self.binary);
         cmd.env("SILO_HOME", self.home.path())
             .env_remove("SILO_AGENT")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(args)
             .stdin(Stdio::null());
         cmd
@@ -294,6 +305,13 @@ impl Cli {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs `silo ARGS...`, requires failure, and returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(!out.status.success(), "silo {args:?} should have failed");
+        String::from_utf8_lossy(&out.stderr).into_owned()
     }
 }
 

@@ -171,6 +171,27 @@ pub trait Backend {
     ) -> impl Future<Output = Result<Option<LastExit>, BackendError>> + Send;
 }
 
+/// The agent flags a spec sets on every backend (workdir, idle timeout,
+/// restart policy) and the workload after `--`; each backend adds how the
+/// agent listens and gets its key.
+pub(crate) fn agent_flags(spec: &SandboxSpec, workload: &[String]) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some(dir) = &spec.workdir {
+        flags.extend(["--workdir".to_owned(), dir.clone()]);
+    }
+    if let Some(secs) = spec.idle_timeout_secs {
+        flags.extend(["--idle-timeout".to_owned(), secs.to_string()]);
+    }
+    if let Some(policy) = spec.restart {
+        flags.extend(["--restart".to_owned(), policy.to_string()]);
+    }
+    if !workload.is_empty() {
+        flags.push("--".to_owned());
+        flags.extend(workload.iter().cloned());
+    }
+    flags
+}
+
 /// Every backend this build has, for dispatch without trait objects.
 #[derive(Debug, Clone)]
 pub enum AnyBackend {

@@ -17,7 +17,7 @@ use bollard::models::{
 
 use super::error::DockerError;
 use super::labels::labels;
-use crate::backend::Machine;
+use crate::backend::{Machine, agent_flags};
 use crate::spec::SandboxSpec;
 
 /// Where the agent binary is mounted in every container.
@@ -96,19 +96,7 @@ pub fn create_body(plan: &Plan<'_>) -> Result<ContainerCreateBody, DockerError> 
     // Without a workdir in the spec, the agent keeps the one the engine
     // starts it in: the image's, or `/`. (The engine creates a spec's
     // workdir if the image lacks it.)
-    if let Some(dir) = &spec.workdir {
-        entrypoint.extend(["--workdir".to_owned(), dir.clone()]);
-    }
-    if let Some(secs) = spec.idle_timeout_secs {
-        entrypoint.extend(["--idle-timeout".to_owned(), secs.to_string()]);
-    }
-    if let Some(policy) = spec.restart {
-        entrypoint.extend(["--restart".to_owned(), policy.to_string()]);
-    }
-    if !workload.is_empty() {
-        entrypoint.push("--".to_owned());
-        entrypoint.extend(workload);
-    }
+    entrypoint.extend(agent_flags(spec, &workload));
 
     Ok(ContainerCreateBody {
         image: Some(image_ref(plan.machine).to_owned()),

@@ -55,16 +55,10 @@ pub fn spawn_agent(
         // A host process has no private `/`: sandbox paths of pushes (mount
         // /workspace/managed/app) live under its root directory instead.
         .arg("--push-base")
-        .arg(workdir);
-    if let Some(secs) = spec.idle_timeout_secs {
-        cmd.arg("--idle-timeout").arg(secs.to_string());
-    }
-    if let Some(policy) = spec.restart {
-        cmd.arg("--restart").arg(policy.as_str());
-    }
-    if !spec.workload.is_empty() {
-        cmd.arg("--").args(&spec.workload);
-    }
+        .arg(workdir)
+        // A local spec has no workdir of its own (the spec check refuses
+        // one), so this adds only the idle timeout, restart and workload.
+        .args(crate::backend::agent_flags(spec, &spec.workload));
     cmd.current_dir(workdir)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -57,19 +57,7 @@ pub fn agent_command(spec: &SandboxSpec) -> Vec<String> {
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
-    if let Some(dir) = &spec.workdir {
-        argv.extend(["--workdir".to_owned(), dir.clone()]);
-    }
-    if let Some(secs) = spec.idle_timeout_secs {
-        argv.extend(["--idle-timeout".to_owned(), secs.to_string()]);
-    }
-    if let Some(policy) = spec.restart {
-        argv.extend(["--restart".to_owned(), policy.to_string()]);
-    }
-    if !spec.workload.is_empty() {
-        argv.push("--".to_owned());
-        argv.extend(spec.workload.iter().cloned());
-    }
+    argv.extend(super::agent_flags(spec, &spec.workload));
     argv
 }
 
