@@ -349,7 +349,7 @@ fn remove_staging(staging: &Path) {
     }
 }
 
-/// Why an apply failed; [`ApplyError::status`] makes the answer.
+/// Why an apply failed; [`ApplyError::kind`] makes the answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// The signed content hash is not a SHA-256.

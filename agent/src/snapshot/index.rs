@@ -147,7 +147,7 @@ impl<W: Write> Sink for PathList<W> {
     }
 }
 
-/// Why a path index failed; [`IndexError::status`] makes the answer.
+/// Why a path index failed; [`IndexError::kind`] makes the answer.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     /// Another index is being taken.
