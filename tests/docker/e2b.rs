@@ -162,6 +162,11 @@ async fn a_sandbox_lives_on_e2b_through_the_agent() {
     // Gone behind silo's back: `up` makes a fresh VM under the same id.
     let (status, _) = api(&mock, "DELETE", &format!("/sandboxes/{vm}")).await;
     assert_eq!(status, 204);
+    let gone = e2b.fails(&["exec", "box", "--", "true"]);
+    assert!(
+        gone.contains("no longer exists") && gone.contains("silo up box"),
+        "{gone}"
+    );
     let up = json(&e2b.ok(&["up", "box", "--json"]));
     assert_eq!(up["tier"], 3, "{up}");
     let again = vm_of(&e2b, "box");
