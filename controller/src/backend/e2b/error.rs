@@ -53,6 +53,15 @@ pub enum E2bError {
         #[source]
         source: std::io::Error,
     },
+    /// This home's identity, which marks its VMs, could not be read or made.
+    #[error("cannot read or create this home's identity {path}")]
+    HomeId {
+        /// Its file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The agent was started but never answered through the proxy.
     #[error("sandbox {id} started, but {why}")]
     AgentNotReady {

@@ -128,8 +128,11 @@ impl E2bBackend {
         if let Some(id) = self.inner.home_id.get() {
             return Ok(id.clone());
         }
-        let id = load_or_create_home_id(&self.inner.home.identity())
-            .map_err(|e| E2bError::Envd(format!("reading this home's identity: {e}")))?;
+        let path = self.inner.home.identity();
+        let id = load_or_create_home_id(&path).map_err(|source| E2bError::HomeId {
+            path: path.display().to_string(),
+            source,
+        })?;
         Ok(self.inner.home_id.get_or_init(|| id).clone())
     }
 
