@@ -23,10 +23,13 @@
 
 pub mod cli;
 pub mod containers;
+pub mod daytona;
 pub mod e2b;
 pub mod http;
 pub mod instance;
 pub mod proxy;
 pub mod secret;
 
-pub use e2b::{MockE2b, MockE2bConfig, MockError};
+pub use daytona::{MockDaytona, MockDaytonaConfig};
+pub use e2b::{MockE2b, MockE2bConfig};
+pub use instance::MockError;
