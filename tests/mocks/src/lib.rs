@@ -2,7 +2,8 @@
 //! followed field for field, and each sandbox is a real Docker container in
 //! which silo's real agent can run, so a backend under test takes the same
 //! path it takes against the provider: create, upload, start a process,
-//! reach a port through the provider's TLS proxy, pause, resume, time out.
+//! reach a port through the provider's TLS proxy, pause or stop, resume or
+//! start, time out.
 //!
 //! Layout:
 //! - [`containers`]: sandboxes as containers (create with published ports,
@@ -20,6 +21,9 @@
 //! - [`cli`]: what the mock binaries share (image flags, stop signals).
 //! - [`e2b`]: E2B's control plane, proxy rules and envd; [`MockE2b`] starts
 //!   them all.
+//! - [`daytona`]: Daytona's control plane, proxy (previews and toolbox) and
+//!   toolbox daemon, as its last published spec has them; [`MockDaytona`]
+//!   starts them all.
 
 pub mod cli;
 pub mod containers;

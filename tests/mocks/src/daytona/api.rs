@@ -7,10 +7,11 @@
 //! them: an unknown route is `404` "Cannot {METHOD} {url}" with or without
 //! a key, a known one without a valid key is `401` "Invalid credentials".
 //! Served: create, list, get, delete, start, stop, preview URL, toolbox
-//! proxy URL, label replacement and the auto-stop interval. Every failure
-//! is the exception filter's body `{path, timestamp, statusCode, error,
-//! message}`. Paths outside `/api` (the dashboard, in production) answer
-//! `404` here.
+//! proxy URL, label replacement and the auto-stop interval; any other
+//! route of the published spec ([`super::routes`]) is `501` saying the
+//! mock does not model it. Every failure is the exception filter's body
+//! `{path, timestamp, statusCode, error, message}`. Paths outside `/api`
+//! (the dashboard, in production) answer `404` here.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use super::Settings;
 use super::create;
 use super::list;
 use super::model::{ApiError, ListSandboxesResponse, PortPreviewUrl, ToolboxProxyUrl, iso_millis};
+use super::routes::is_published;
 use super::store::{Refusal, Store};
 use crate::http::{Body, Handler, header, json_as, query_pairs, query_value, read_body};
 use crate::secret::same_secret;
@@ -65,19 +67,24 @@ impl Handler for Api {
             .path_and_query()
             .map(|p| p.as_str().to_owned())
             .unwrap_or_else(|| request.uri().path().to_owned());
-        let Some(route) = route(request.method(), request.uri().path()) else {
-            let method = request.method().clone();
-            return error(
-                &url,
-                &Refusal::new(StatusCode::NOT_FOUND, format!("Cannot {method} {url}")),
-            );
-        };
-        if !self.authenticated(&request) {
-            return error(
-                &url,
-                &Refusal::new(StatusCode::UNAUTHORIZED, "Invalid credentials"),
-            );
+        let method = request.method().clone();
+        let path = request.uri().path().to_owned();
+        let route = route(&method, &path);
+        let published = path
+            .strip_prefix(API_PREFIX)
+            .is_some_and(|rest| is_published(method.as_str(), rest));
+        if route.is_none() && !published {
+            let message = format!("Cannot {method} {url}");
+            return error(&url, &Refusal::new(StatusCode::NOT_FOUND, message));
         }
+        if !self.authenticated(&request) {
+            let refusal = Refusal::new(StatusCode::UNAUTHORIZED, "Invalid credentials");
+            return error(&url, &refusal);
+        }
+        let Some(route) = route else {
+            let message = format!("the mock does not model {method} {path}");
+            return error(&url, &Refusal::new(StatusCode::NOT_IMPLEMENTED, message));
+        };
         let query = query_pairs(&request);
         let answer = match route {
             Route::List => self.list(&query),
@@ -201,6 +208,8 @@ fn route(method: &Method, path: &str) -> Option<Route> {
     Some(match (method, segments.as_slice()) {
         (&Method::GET, ["sandbox"]) => Route::List,
         (&Method::POST, ["sandbox"]) => Route::Create,
+        // Literal routes the framework matches before `{sandboxIdOrName}`.
+        (&Method::GET, ["sandbox", "paginated" | "for-runner"]) => return None,
         (&Method::GET, ["sandbox", id]) => Route::Get(owned(id)),
         (&Method::DELETE, ["sandbox", id]) => Route::Delete(owned(id)),
         (&Method::POST, ["sandbox", id, "start"]) => Route::Start(owned(id)),

@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod list;
 pub mod model;
 pub mod reply;
+pub mod routes;
 pub mod store;
 pub mod toolbox;
 

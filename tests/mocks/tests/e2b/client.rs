@@ -6,14 +6,11 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderMap, Method, Request, StatusCode};
+use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use silo_mocks::MockE2b;
 use silo_mocks::e2b::{ENV_API_KEY, ENV_API_URL, ENV_CA_PEM, ENV_DOMAIN, ENV_PROXY_ADDR};
@@ -21,30 +18,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::pki_types::ServerName;
 
-/// Longest any single test request may take.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// An answer read whole.
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
-impl Reply {
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
+pub use super::common::Reply;
+use super::common::{REQUEST_TIMEOUT, read, send, tls_connector};
 
 pub struct Client {
     api: String,
@@ -83,24 +58,12 @@ impl Client {
         proxy: SocketAddr,
         ca_pem: &Path,
     ) -> Self {
-        use tokio_rustls::rustls::pki_types::CertificateDer;
-        use tokio_rustls::rustls::pki_types::pem::PemObject;
-        let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_file_iter(ca_pem).unwrap() {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-        let config = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
         Self {
             api: api_url.trim_start_matches("http://").to_owned(),
             key: key.to_owned(),
             domain: domain.to_owned(),
             proxy,
-            tls: TlsConnector::from(Arc::new(config)),
+            tls: tls_connector(ca_pem),
         }
     }
 
@@ -350,33 +313,5 @@ impl Events {
             }
         }
         panic!("the stream ended without an end-stream envelope: {run:?}");
-    }
-}
-
-async fn send<IO>(io: IO, request: Request<Full<Bytes>>) -> hyper::Response<Incoming>
-where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .unwrap();
-    tokio::spawn(connection.with_upgrades());
-    tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request))
-        .await
-        .expect("no answer in time")
-        .unwrap()
-}
-
-async fn read(response: hyper::Response<Incoming>) -> Reply {
-    let (parts, body) = response.into_parts();
-    let body = tokio::time::timeout(REQUEST_TIMEOUT, body.collect())
-        .await
-        .expect("the body stalled")
-        .unwrap()
-        .to_bytes();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body,
     }
 }

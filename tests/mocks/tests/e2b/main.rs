@@ -14,6 +14,9 @@
     reason = "tests: a broken environment should fail loudly"
 )]
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod agent;
 mod api;
 mod binary;
@@ -22,13 +25,12 @@ mod envd;
 mod lifecycle;
 mod proxy;
 
-use std::time::{Duration, Instant};
-
 use bollard::Docker;
 use silo_mocks::containers::{LABEL_SANDBOX, labelled};
 use silo_mocks::{MockE2b, MockE2bConfig};
 
 use self::client::Client;
+pub use self::common::wait_for;
 
 /// A mock on the real engine with the base image, and a client for it;
 /// `None` (the test skips) only without an engine outside CI.
@@ -37,22 +39,6 @@ async fn mock() -> Option<(MockE2b, Client, Docker)> {
     let mock = MockE2b::start(MockE2bConfig::default()).await.unwrap();
     let client = Client::new(&mock);
     Some((mock, client, engine))
-}
-
-/// Polls `check` until it holds; panics with `what` after `within`.
-async fn wait_for<F, Fut>(what: &str, within: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not happen within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Ids of the containers (running or not) backing `sandbox_id`.

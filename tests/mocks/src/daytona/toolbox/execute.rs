@@ -2,8 +2,9 @@
 //! its combined output and exit code in one answer.
 //!
 //! As the daemon: `command` runs in `sh` (the daemon pipes it to the
-//! shell's stdin; the mock passes it as `sh -c`), in `cwd` (default: the
-//! home), with `envs` added; stdout and stderr together are `result`. A
+//! shell's stdin; the mock passes it as `sh -c` after joining stderr to
+//! stdout, so their order is kept as in the daemon's one buffer), in `cwd`
+//! (default: the home), with `envs` added; both together are `result`. A
 //! `cwd` that does not exist answers `200` with exit code -1 and the
 //! `chdir` error as `result`. `timeout` (seconds, 0 or absent: none) kills
 //! the command's process tree when it elapses and answers `408`.
@@ -69,7 +70,12 @@ pub async fn execute(call: &Call<'_>, request: Request<Incoming>) -> Response<Bo
     let mut env = call.user_env();
     env.extend(parsed.envs);
     let spawn = SpawnRequest {
-        argv: vec!["sh".to_owned(), "-c".to_owned(), parsed.command],
+        // One pipe for both streams, as the daemon's one buffer keeps their order.
+        argv: vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            format!("exec 2>&1; {}", parsed.command),
+        ],
         env,
         cwd: cwd.clone(),
         stdin: false,
