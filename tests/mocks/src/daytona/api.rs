@@ -95,7 +95,7 @@ impl Handler for Api {
             Route::Get(id) => self
                 .store
                 .find(&id)
-                .map(|r| ok(StatusCode::OK, &self.store.sandbox_json(&r)))
+                .map(|r| ok(StatusCode::OK, &r.to_sandbox(&self.settings)))
                 .ok_or_else(|| Refusal::not_found(&id)),
             Route::Delete(id) => self.store.destroy(&id).map(|r| self.sandbox(&r)),
             Route::Start(id) => self.store.start(&id).await.map(|r| self.sandbox(&r)),
@@ -121,7 +121,7 @@ impl Handler for Api {
                 let minutes = minutes.parse::<i64>().unwrap_or(-1);
                 self.store
                     .set_auto_stop(&id, minutes)
-                    .map(|r| ok(StatusCode::CREATED, &self.store.sandbox_json(&r)))
+                    .map(|r| ok(StatusCode::CREATED, &r.to_sandbox(&self.settings)))
             }
         };
         answer.unwrap_or_else(|refusal| error(&url, &refusal))
@@ -151,7 +151,10 @@ impl Api {
         let (records, next_cursor) =
             list::page(self.store.all(), &parsed, (r.cpu, r.memory, r.disk));
         let page = ListSandboxesResponse {
-            items: records.iter().map(|r| self.store.list_item(r)).collect(),
+            items: records
+                .iter()
+                .map(|r| r.to_list_item(&self.settings))
+                .collect(),
             next_cursor,
         };
         Ok(ok(StatusCode::OK, &page))
@@ -195,7 +198,7 @@ impl Api {
     }
 
     fn sandbox(&self, record: &super::store::Record) -> Response<Body> {
-        ok(StatusCode::OK, &self.store.sandbox_json(record))
+        ok(StatusCode::OK, &record.to_sandbox(&self.settings))
     }
 }
 

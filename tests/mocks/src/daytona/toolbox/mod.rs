@@ -7,7 +7,8 @@
 //! Modelled: `files/upload`, `files/download`, `files/permissions`
 //! ([`files`]); `process/execute` ([`execute`]); sessions: create, list,
 //! get, delete, exec (sync or `runAsync`), a command and its logs
-//! ([`session`]). Other daemon routes answer `501` so a client notices it
+//! ([`session`], with what it writes to and reads from the shell in
+//! [`shell`]). Other daemon routes answer `501` so a client notices it
 //! left the model; unknown ones answer gin's `404 page not found`.
 //!
 //! Paths that are not absolute resolve against the home of the sandbox's
@@ -18,6 +19,7 @@
 pub mod execute;
 pub mod files;
 pub mod session;
+pub mod shell;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};

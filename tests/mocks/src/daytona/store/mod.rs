@@ -14,18 +14,18 @@
 //! reports them) and deletes one stopped for `autoDeleteInterval` minutes;
 //! `autoDeleteInterval = 0` deletes at stop.
 
+pub mod record;
+
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use http::StatusCode;
 use silo_protocol::http::error_chain;
 
+pub use self::record::{Activity, ActivityHold, Desired, Record, State, home_of, shown_state};
 use super::Settings;
-use super::model::{Sandbox, SandboxListItem, iso_millis};
-use super::toolbox::Toolbox;
-use crate::containers::{Container, ContainerError, ContainerSpec, Engine};
+use crate::containers::{ContainerError, ContainerSpec, Engine};
 use crate::secret::{random_text, uuid_v4};
 
 /// How often the tick task looks for idle or long-stopped sandboxes.
@@ -36,192 +36,6 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const TOKEN_LEN: usize = 32;
 /// nanoid's alphabet lowercased, as the API makes preview tokens.
 const TOKEN_ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789_-";
-
-/// The state the runner reached (the entity's `state` column).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// Running.
-    Started,
-    /// Stopped: no process runs.
-    Stopped,
-    /// The engine failed a transition; `errorReason` says how.
-    Error,
-}
-
-/// Where the control plane wants the sandbox (`desiredState`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Desired {
-    /// Running.
-    Started,
-    /// Stopped.
-    Stopped,
-    /// Deleted.
-    Destroyed,
-}
-
-impl State {
-    /// The spelling in `SandboxState`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Started => "started",
-            State::Stopped => "stopped",
-            State::Error => "error",
-        }
-    }
-}
-
-impl Desired {
-    /// The spelling in `SandboxDesiredState`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Desired::Started => "started",
-            Desired::Stopped => "stopped",
-            Desired::Destroyed => "destroyed",
-        }
-    }
-
-    fn matches(self, state: State) -> bool {
-        matches!(
-            (self, state),
-            (Desired::Started, State::Started) | (Desired::Stopped, State::Stopped)
-        )
-    }
-}
-
-/// The state a client sees: a transition under way shows as its own state.
-pub fn shown_state(state: State, desired: Desired) -> &'static str {
-    match (state, desired) {
-        (State::Started, Desired::Stopped) => "stopping",
-        (State::Started | State::Stopped, Desired::Destroyed) => "destroying",
-        (State::Stopped, Desired::Started) => "starting",
-        (state, _) => state.as_str(),
-    }
-}
-
-/// When a sandbox was last used, as the proxy reports it.
-#[derive(Debug)]
-pub struct Activity {
-    last: Mutex<SystemTime>,
-    open: AtomicUsize,
-}
-
-/// Keeps a sandbox active while it lives (an open relayed exchange).
-pub struct ActivityHold(Arc<Activity>);
-
-impl Activity {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            last: Mutex::new(SystemTime::now()),
-            open: AtomicUsize::new(0),
-        })
-    }
-
-    /// Records a use now.
-    pub fn touch(&self) {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = SystemTime::now();
-    }
-
-    /// The last use.
-    pub fn last(&self) -> SystemTime {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Marks the sandbox in use until the hold is dropped.
-    pub fn hold(self: &Arc<Self>) -> ActivityHold {
-        self.touch();
-        self.open.fetch_add(1, Ordering::SeqCst);
-        ActivityHold(self.clone())
-    }
-
-    /// Whether nothing has used the sandbox for `idle`.
-    fn idle_for(&self, idle: Duration) -> bool {
-        self.open.load(Ordering::SeqCst) == 0
-            && self.last().elapsed().is_ok_and(|elapsed| elapsed >= idle)
-    }
-}
-
-impl Drop for ActivityHold {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::SeqCst);
-        self.0.touch();
-    }
-}
-
-/// One sandbox.
-#[derive(Clone)]
-pub struct Record {
-    /// UUID v4.
-    pub id: String,
-    /// Unique among live sandboxes; `DESTROYED_{name}_{ms}` once deleted.
-    pub name: String,
-    /// The snapshot it was made from.
-    pub snapshot: String,
-    /// The OS user.
-    pub user: String,
-    /// Environment of the container.
-    pub env: BTreeMap<String, String>,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
-    /// Previews open without a token.
-    pub public: bool,
-    /// As created.
-    pub network_block_all: bool,
-    /// As created.
-    pub network_allow_list: Option<String>,
-    /// As created.
-    pub domain_allow_list: Option<String>,
-    /// The region.
-    pub target: String,
-    /// Minutes.
-    pub auto_stop: i64,
-    /// Minutes.
-    pub auto_archive: i64,
-    /// Minutes.
-    pub auto_delete: i64,
-    /// Runner's state.
-    pub state: State,
-    /// Control plane's goal.
-    pub desired: Desired,
-    /// A transition is under way.
-    pub pending: bool,
-    /// Set in `error`.
-    pub error_reason: Option<String>,
-    /// Creation time.
-    pub created_at: SystemTime,
-    /// Last change.
-    pub updated_at: SystemTime,
-    /// When it last stopped.
-    pub stopped_at: Option<SystemTime>,
-    /// The preview token (`x-daytona-preview-token`); new at every start.
-    pub auth_token: String,
-    /// Its container.
-    pub container: Container,
-    /// Its use, for auto-stop.
-    pub activity: Arc<Activity>,
-    /// The toolbox's sessions (gone with the processes at a stop).
-    pub toolbox: Arc<Toolbox>,
-}
-
-impl Record {
-    /// The state a client sees.
-    pub fn shown_state(&self) -> &'static str {
-        shown_state(self.state, self.desired)
-    }
-
-    /// The home directory of the sandbox's user (relative paths resolve here).
-    pub fn home(&self) -> String {
-        home_of(&self.user)
-    }
-}
-
-/// The home directory of `user`.
-pub fn home_of(user: &str) -> String {
-    if user == "root" {
-        "/root".to_owned()
-    } else {
-        format!("/home/{user}")
-    }
-}
 
 /// A refused request: the status and the message of the API's error body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -590,79 +404,6 @@ impl Store {
         }
     }
 
-    /// The `Sandbox` answer for a record.
-    pub fn sandbox_json(&self, record: &Record) -> Sandbox {
-        let snapshot = &self.settings.resources;
-        Sandbox {
-            id: record.id.clone(),
-            organization_id: self.settings.organization_id.clone(),
-            name: record.name.clone(),
-            snapshot: record.snapshot.clone(),
-            user: record.user.clone(),
-            env: record.env.clone(),
-            labels: record.labels.clone(),
-            public: record.public,
-            network_block_all: record.network_block_all,
-            network_allow_list: record.network_allow_list.clone(),
-            domain_allow_list: record.domain_allow_list.clone(),
-            target: record.target.clone(),
-            cpu: snapshot.cpu,
-            gpu: snapshot.gpu,
-            memory: snapshot.memory,
-            disk: snapshot.disk,
-            state: record.shown_state(),
-            desired_state: record.desired.as_str(),
-            error_reason: record.error_reason.clone(),
-            recoverable: false,
-            backup_state: "None",
-            auto_stop_interval: record.auto_stop,
-            auto_archive_interval: record.auto_archive,
-            auto_delete_interval: record.auto_delete,
-            volumes: Vec::new(),
-            created_at: iso_millis(record.created_at),
-            updated_at: iso_millis(record.updated_at),
-            last_activity_at: iso_millis(record.activity.last()),
-            sandbox_class: "container",
-            daemon_version: None,
-            runner_id: self.settings.runner_id.clone(),
-            toolbox_proxy_url: self.settings.toolbox_url.clone(),
-        }
-    }
-
-    /// The `SandboxListItem` for a record.
-    pub fn list_item(&self, record: &Record) -> SandboxListItem {
-        let full = self.sandbox_json(record);
-        SandboxListItem {
-            id: full.id,
-            organization_id: full.organization_id,
-            name: full.name,
-            target: full.target,
-            runner_id: full.runner_id,
-            sandbox_class: full.sandbox_class,
-            state: full.state,
-            desired_state: full.desired_state,
-            snapshot: full.snapshot,
-            user: full.user,
-            error_reason: full.error_reason,
-            recoverable: full.recoverable,
-            public: full.public,
-            cpu: full.cpu,
-            gpu: full.gpu,
-            memory: full.memory,
-            disk: full.disk,
-            labels: full.labels,
-            backup_state: full.backup_state,
-            auto_stop_interval: full.auto_stop_interval,
-            auto_archive_interval: full.auto_archive_interval,
-            auto_delete_interval: full.auto_delete_interval,
-            created_at: full.created_at,
-            updated_at: full.updated_at,
-            last_activity_at: full.last_activity_at,
-            daemon_version: full.daemon_version,
-            toolbox_proxy_url: full.toolbox_proxy_url,
-        }
-    }
-
     fn update(
         &self,
         id_or_name: &str,
@@ -734,31 +475,4 @@ fn find_in_mut<'a>(
 ) -> Option<&'a mut Record> {
     let id = find_in(records, id_or_name)?.id.clone();
     records.get_mut(&id)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn transitions_show_as_their_own_states() {
-        assert_eq!(shown_state(State::Started, Desired::Started), "started");
-        assert_eq!(shown_state(State::Started, Desired::Stopped), "stopping");
-        assert_eq!(shown_state(State::Stopped, Desired::Started), "starting");
-        assert_eq!(
-            shown_state(State::Stopped, Desired::Destroyed),
-            "destroying"
-        );
-        assert_eq!(
-            shown_state(State::Started, Desired::Destroyed),
-            "destroying"
-        );
-        assert_eq!(shown_state(State::Error, Desired::Stopped), "error");
-    }
-
-    #[test]
-    fn homes_follow_the_user() {
-        assert_eq!(home_of("daytona"), "/home/daytona");
-        assert_eq!(home_of("root"), "/root");
-    }
 }
