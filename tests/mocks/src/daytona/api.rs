@@ -35,6 +35,8 @@ use crate::secret::same_secret;
 pub const API_PREFIX: &str = "/api";
 /// Largest JSON body read.
 const MAX_JSON_BYTES: usize = 1 << 20;
+/// The state a create answers, though the sandbox runs by then.
+const CREATE_ANSWER_STATE: &str = "creating";
 /// JSON answers, as the framework labels them.
 const JSON_UTF8: &str = "application/json; charset=utf-8";
 
@@ -142,7 +144,11 @@ impl Api {
     async fn create(&self, body: &Value) -> Result<Response<Body>, Refusal> {
         let new = create::parse(body, &self.settings)?;
         let record = self.store.create(new).await?;
-        Ok(self.sandbox(&record))
+        let mut answer = record.to_sandbox(&self.settings);
+        // The controller waits for `started` but answers the object it had
+        // before the wait (a sandbox not from the warm pool): `creating`.
+        answer.state = CREATE_ANSWER_STATE;
+        Ok(ok(StatusCode::OK, &answer))
     }
 
     fn list(&self, query: &[(String, String)]) -> Result<Response<Body>, Refusal> {
