@@ -5,6 +5,13 @@
 //! repository's `image/` directory and are compiled in.
 //!
 //! Layout: `context` (the in-memory tar), `bake`, `base`.
+//!
+//! Every image silo builds carries a **base id**: the SHA-256 of what it was
+//! built from (the build context, and for a bake the base image's id), as
+//! the label [`BASE_ID_LABEL`] and as the file [`BASE_ID_PATH`]. A provider
+//! template made from such an image keeps the file, so silo can tell that
+//! a Docker image and a template hold the same files before it restores a
+//! snapshot taken on one onto the other.
 
 mod bake;
 mod base;
@@ -14,8 +21,27 @@ use bollard::Docker;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
+use sha2::{Digest, Sha256};
+
 use crate::backend::DockerError;
 use crate::backend::docker::LONG_REQUEST_TIMEOUT;
+
+/// The image label holding an image's base id.
+pub const BASE_ID_LABEL: &str = "silo.base-id";
+/// The file holding an image's base id, in the image and in templates made
+/// from it.
+pub const BASE_ID_PATH: &str = "/etc/silo-base-id";
+
+/// The base id of an image built from these inputs, in order: the same
+/// inputs give the same id.
+fn base_id(inputs: &[&[u8]]) -> String {
+    let mut hash = Sha256::new();
+    for input in inputs {
+        hash.update((input.len() as u64).to_le_bytes());
+        hash.update(input);
+    }
+    hex::encode(hash.finalize())
+}
 
 pub use bake::{BakeRequest, DEFAULT_LISTEN, bake};
 pub use base::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, build_base};
