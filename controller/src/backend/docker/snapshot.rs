@@ -169,6 +169,50 @@ impl DockerBackend {
     }
 }
 
+impl DockerBackend {
+    /// An image's engine id and the base id it carries (see
+    /// [`crate::image::BASE_ID_LABEL`]), if any; an image the engine lacks
+    /// is an error.
+    pub async fn image_base_id(
+        &self,
+        image: &str,
+    ) -> Result<(String, Option<String>), DockerError> {
+        let engine = self.engine().await?;
+        let found = engine
+            .inspect_image(image)
+            .await
+            .map_err(api(format!("inspect image {image}")))?;
+        let base_id = found
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|mut labels| labels.remove(crate::image::BASE_ID_LABEL));
+        Ok((found.id.unwrap_or_default(), base_id))
+    }
+
+    /// The images on the engine that carry `base_id`, snapshot images left
+    /// out (they inherit their base's labels): each one's id and first tag.
+    pub async fn images_with_base_id(
+        &self,
+        base_id: &str,
+    ) -> Result<Vec<(String, Option<String>)>, DockerError> {
+        let engine = self.engine().await?;
+        let filters: HashMap<String, Vec<String>> = HashMap::from([(
+            "label".to_owned(),
+            vec![format!("{}={base_id}", crate::image::BASE_ID_LABEL)],
+        )]);
+        let options = ListImagesOptionsBuilder::new().filters(&filters).build();
+        let images = engine
+            .list_images(Some(options))
+            .await
+            .map_err(api("list images by base id"))?;
+        Ok(images
+            .into_iter()
+            .filter(|image| !image.labels.contains_key(LABEL_SNAPSHOT))
+            .map(|image| (image.id, image.repo_tags.into_iter().next()))
+            .collect())
+    }
+}
+
 /// The tag a snapshot's image carries on the engine.
 pub fn snapshot_tag(snapshot: &str) -> String {
     format!("{SNAPSHOT_REPOSITORY}:{snapshot}")
