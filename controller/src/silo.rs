@@ -19,7 +19,7 @@ use crate::agent_binary::AgentLocator;
 use crate::backend::e2b::E2bConfig;
 use crate::backend::{
     AnyBackend, Backend, BackendError, DockerBackend, E2bBackend, LocalBackend, Machine,
-    MachineState,
+    MachineState, SnapshotSupport,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -40,8 +40,8 @@ pub use gc::{Collected, GcReport};
 pub use lease::{LEASE_WAIT, Lease};
 pub use open::{UpAction, UpOutcome, UpRequest};
 pub use snapshot::{
-    BaseStored, ImageSource, Progress, ProgressFn, RestoreReport, SnapshotError, SnapshotReport,
-    StoreGc, no_progress,
+    BaseStored, ForkTarget, ImageSource, Progress, ProgressFn, RestoreReport, SnapshotError,
+    SnapshotReport, StoreGc, no_progress,
 };
 
 /// Tries at drawing a free generated name before giving up.
@@ -209,9 +209,11 @@ impl Silo {
     }
 
     /// Records the machine a backend just made for `sandbox` (its handle and
-    /// a `started` event); when making it failed, removes whatever it left
-    /// and returns why. The sandbox's row stays either way: a recreate or
-    /// restore leaves it machineless for the next `up`.
+    /// a `started` event, and, on a backend whose snapshots are applied
+    /// layers, the fresh machine's baseline); when making it failed,
+    /// removes whatever it left and returns why. The sandbox's row stays
+    /// either way: a recreate or restore leaves it machineless for the next
+    /// `up`.
     async fn record_made(
         &self,
         sandbox: &SandboxRecord,
@@ -220,11 +222,30 @@ impl Silo {
         match made {
             Ok(backend_ref) => {
                 let detail = json!({ "backend_ref": backend_ref });
-                Ok(self.db().update_backend_ref(
+                let sandbox = self.db().update_backend_ref(
                     sandbox,
                     &backend_ref,
                     Some((EventKind::Started, detail)),
-                )?)
+                )?;
+                let fresh = sandbox.origin_snapshot.is_none();
+                let layered = self.backend(sandbox.backend).snapshot_support()
+                    == SnapshotSupport::AgentLayers;
+                if !(fresh && layered) {
+                    return Ok(sandbox);
+                }
+                // A sandbox that cannot snapshot is still a working sandbox:
+                // its snapshots say why, and a recreate tries again.
+                match self.record_fresh_baseline(&sandbox).await {
+                    Ok(sandbox) => Ok(sandbox),
+                    Err(error) => {
+                        tracing::warn!(
+                            sandbox = sandbox.name,
+                            "recording the files its machine started with: {}",
+                            silo_protocol::http::error_chain(&error)
+                        );
+                        Ok(sandbox)
+                    }
+                }
             }
             Err(source) => {
                 let key = self.sandbox_key(sandbox);
@@ -619,6 +640,7 @@ mod tests {
             created_at_ms: 0,
             updated_at_ms: 0,
             origin_snapshot: None,
+            baseline: None,
         };
         let key = silo.sandbox_key(&sandbox);
         drop(silo);

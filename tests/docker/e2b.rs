@@ -22,12 +22,12 @@ fn cli(mock: &MockE2b) -> Cli {
     crate::cli().with_env(mock.env())
 }
 
-fn json(text: &str) -> serde_json::Value {
+pub(crate) fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
 /// The E2B id of a silo sandbox, from `silo ls --json`.
-fn vm_of(e2b: &Cli, name: &str) -> String {
+pub(crate) fn vm_of(e2b: &Cli, name: &str) -> String {
     let listed = json(&e2b.ok(&["ls", "--json"]));
     let row = listed
         .as_array()
@@ -212,7 +212,7 @@ async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
 
 /// Calls the mock's control plane as another E2B client would; answers
 /// the status and the body.
-async fn api(mock: &MockE2b, method: &str, path: &str) -> (u16, String) {
+pub(crate) async fn api(mock: &MockE2b, method: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let url: http::Uri = mock.api_url().parse().unwrap();
     let addr = format!("{}:{}", url.host().unwrap(), url.port_u16().unwrap());

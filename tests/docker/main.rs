@@ -5,6 +5,7 @@
 
 mod backend;
 mod e2b;
+mod e2b_snapshots;
 mod files_cli;
 mod image;
 mod lease;

@@ -109,6 +109,11 @@ pub enum SnapshotSupport {
     /// exported into the store, and a snapshot goes back onto the engine as
     /// an image its new machine is made from (Docker).
     EngineImages,
+    /// Machines are made from a provider's template, which silo cannot
+    /// export: the template's paths are listed by a fresh machine's agent
+    /// (the baseline), and a snapshot goes back as its layers applied by
+    /// the agent onto a fresh machine from the template (E2B).
+    AgentLayers,
 }
 
 /// The operations every backend provides.

@@ -281,7 +281,7 @@ impl Backend for E2bBackend {
     }
 
     fn snapshot_support(&self) -> SnapshotSupport {
-        SnapshotSupport::None
+        SnapshotSupport::AgentLayers
     }
 
     fn stop_keeps_processes(&self) -> bool {
