@@ -9,6 +9,11 @@
 //!   `true` through the same proxy;
 //! - resume: a paused sandbox to its first output, beside E2B's connect
 //!   plus envd's Start;
+//! - rewind: back to a snapshot of a 1 KiB change, to the first output (a
+//!   fresh VM from the template with the layer applied), beside E2B's
+//!   create plus first output, the floor of any fresh VM;
+//! - forks across backends: an E2B snapshot onto Docker and a Docker
+//!   snapshot onto E2B, to the first output;
 //! - the agent's upload and start, alone.
 //!
 //! The mock answers what E2B would and starts processes with `docker exec`,
@@ -20,7 +25,8 @@ use std::time::Instant;
 
 use silo::backend::e2b::api::NewSandbox;
 use silo::backend::e2b::{Api, E2bConfig, E2bRef, Envd};
-use silo::{BackendKind, SandboxSpec, Silo, SiloOptions, UpRequest};
+use silo::silo::no_progress;
+use silo::{BackendKind, ForkTarget, SandboxSpec, Silo, SiloOptions, UpRequest};
 use silo_mocks::{MockE2b, MockE2bConfig};
 use silo_protocol::exec::ExecSpec;
 
@@ -124,7 +130,64 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     }
     api.kill(&e2b.sandbox_id).await?;
     drop(conn);
-    sandbox.remove().await?;
+
+    // Rewind to a snapshot of a 1 KiB change, after another change.
+    let name = sandbox.id().to_owned();
+    let change = |text: &str| ExecSpec::argv(["sh", "-c", &format!("echo {text} > /root/a")]);
+    sandbox
+        .commands()
+        .run(ExecSpec::argv([
+            "sh",
+            "-c",
+            "head -c 1024 /dev/zero > /root/kb",
+        ]))
+        .await?;
+    let snapshot = silo.snapshot(&name, None, &no_progress()).await?.snapshot;
+    let mut rewind = Samples::default();
+    for _ in 0..rounds {
+        let again = silo.sandbox(&name).await?;
+        again.commands().run(change("broken")).await?;
+        let t = Instant::now();
+        let restored = silo.rewind(&name, &snapshot.id, &no_progress()).await?;
+        let conn = silo.connect(&restored.sandbox).await?;
+        first_output(&conn, &["echo", "ready"]).await?;
+        rewind.push(t.elapsed());
+    }
+
+    // Forks across backends: this snapshot onto Docker, a snapshot of that
+    // fork back onto E2B.
+    let (mut to_docker, mut to_e2b) = (Samples::default(), Samples::default());
+    for round in 0..rounds {
+        let docker_name = format!("bench-e2b-fork-docker-{round}");
+        let t = Instant::now();
+        let onto = ForkTarget {
+            backend: Some(BackendKind::Docker),
+            image: None,
+        };
+        let forked = silo
+            .fork_to(&snapshot.id, &docker_name, &onto, &no_progress())
+            .await?;
+        let conn = silo.connect(&forked.sandbox).await?;
+        first_output(&conn, &["echo", "ready"]).await?;
+        to_docker.push(t.elapsed());
+        let on_docker = silo.snapshot(&docker_name, None, &no_progress()).await?;
+
+        let e2b_name = format!("bench-e2b-fork-e2b-{round}");
+        let t = Instant::now();
+        let onto = ForkTarget {
+            backend: Some(BackendKind::E2b),
+            image: Some("base".into()),
+        };
+        let back = silo
+            .fork_to(&on_docker.snapshot.id, &e2b_name, &onto, &no_progress())
+            .await?;
+        let conn = silo.connect(&back.sandbox).await?;
+        first_output(&conn, &["echo", "ready"]).await?;
+        to_e2b.push(t.elapsed());
+        silo.remove(&docker_name).await?;
+        silo.remove(&e2b_name).await?;
+    }
+    silo.remove(&name).await?;
     mock.shutdown().await?;
 
     let ms = |s: &Samples| s.percentile(50.0);
@@ -164,6 +227,27 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             "ms",
             ms(&silo_resume),
             Some((ms(&e2b_resume), "E2B connect + envd Start echo")),
+        ),
+        Row::untargeted(
+            "e2b",
+            format!("rewind (1 KiB change) to first output p50 of {rounds}"),
+            "ms",
+            ms(&rewind),
+            Some((ms(&e2b_tti), "E2B create + envd Start echo")),
+        ),
+        Row::untargeted(
+            "e2b",
+            format!("fork E2B snapshot onto Docker, to first output p50 of {rounds}"),
+            "ms",
+            ms(&to_docker),
+            None,
+        ),
+        Row::untargeted(
+            "e2b",
+            format!("fork Docker snapshot onto E2B, to first output p50 of {rounds}"),
+            "ms",
+            ms(&to_e2b),
+            Some((ms(&e2b_tti), "E2B create + envd Start echo")),
         ),
         Row::untargeted(
             "e2b",
