@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use silo_protocol::http::error_chain;
 
-use crate::client::AgentClient;
+use std::path::PathBuf;
+
+use crate::client::{AgentClient, Endpoint};
 use crate::retry::Deadline;
 use crate::spec::SandboxSpec;
 
@@ -59,6 +61,40 @@ pub fn agent_command(spec: &SandboxSpec) -> Vec<String> {
     .collect();
     argv.extend(super::agent_flags(spec, &spec.workload));
     argv
+}
+
+/// `HOST:PORT` (IPv6 hosts in brackets), as the proxy-address variables
+/// take it; `None` if it is not that.
+pub fn parse_host_port(text: &str) -> Option<(String, u16)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then_some(())?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+/// Where to connect for `host`: port 443 of the name itself, unless a
+/// proxy address is set (a test proxy on loopback).
+pub fn connect_to(proxy: Option<&(String, u16)>, host: &str) -> (String, u16) {
+    proxy.cloned().unwrap_or_else(|| (host.to_owned(), 443))
+}
+
+/// The route to a name behind a provider's HTTPS proxy: TLS for
+/// `server_name` (also the `Host`), through `proxy` when set, trusting
+/// `ca_pem` when given, with `headers` (an access token) on every request.
+pub fn tls_route(
+    server_name: String,
+    proxy: Option<&(String, u16)>,
+    ca_pem: Option<PathBuf>,
+    headers: Vec<(String, String)>,
+) -> Endpoint {
+    let (host, port) = connect_to(proxy, &server_name);
+    Endpoint::Tls {
+        host,
+        port,
+        server_name,
+        ca_pem,
+        headers,
+    }
 }
 
 /// Whether the agent answers now.
