@@ -16,10 +16,11 @@ use serde_json::json;
 use silo_protocol::auth::{Key, derive_sandbox_key};
 
 use crate::agent_binary::AgentLocator;
+use crate::backend::daytona::DaytonaConfig;
 use crate::backend::e2b::E2bConfig;
 use crate::backend::{
-    AnyBackend, Backend, BackendError, DockerBackend, E2bBackend, LocalBackend, Machine,
-    MachineState, SnapshotSupport,
+    AnyBackend, Backend, BackendError, DaytonaBackend, DockerBackend, E2bBackend, LocalBackend,
+    Machine, MachineState, SnapshotSupport,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -57,6 +58,9 @@ pub struct SiloOptions {
     pub agent: Option<PathBuf>,
     /// How to reach E2B; from the environment (`E2B_API_KEY` …) when absent.
     pub e2b: Option<E2bConfig>,
+    /// How to reach Daytona; from the environment (`DAYTONA_API_KEY` …)
+    /// when absent.
+    pub daytona: Option<DaytonaConfig>,
 }
 
 /// What to create.
@@ -110,6 +114,7 @@ pub struct Shared {
     local: LocalBackend,
     docker: DockerBackend,
     e2b: E2bBackend,
+    daytona: DaytonaBackend,
 }
 
 impl std::ops::Deref for Silo {
@@ -143,6 +148,12 @@ impl Silo {
                     E2bBackend::with_config(home.clone(), Arc::clone(&agent), Ok(config))
                 }
                 None => E2bBackend::new(home.clone(), Arc::clone(&agent)),
+            },
+            daytona: match options.daytona {
+                Some(config) => {
+                    DaytonaBackend::with_config(home.clone(), Arc::clone(&agent), Ok(config))
+                }
+                None => DaytonaBackend::new(home.clone(), Arc::clone(&agent)),
             },
             local: LocalBackend::new(home.clone(), agent),
             home,
@@ -474,6 +485,7 @@ impl Silo {
             BackendKind::Local => AnyBackend::Local(self.local.clone()),
             BackendKind::Docker => AnyBackend::Docker(self.docker.clone()),
             BackendKind::E2b => AnyBackend::E2b(self.e2b.clone()),
+            BackendKind::Daytona => AnyBackend::Daytona(self.daytona.clone()),
         }
     }
 

@@ -15,6 +15,7 @@
 //! outside the database (the local backend's pid file, a container's labels)
 //! when that is what several `silo` processes must agree on.
 
+pub mod daytona;
 pub mod docker;
 pub mod e2b;
 pub mod local;
@@ -28,6 +29,7 @@ use silo_protocol::auth::Key;
 use crate::client::Endpoint;
 use crate::spec::{BackendKind, SandboxSpec};
 
+pub use daytona::{DaytonaBackend, DaytonaError};
 pub use docker::{DockerBackend, DockerError};
 pub use e2b::{E2bBackend, E2bError};
 pub use local::{LocalBackend, LocalError, LogTail};
@@ -206,6 +208,8 @@ pub enum AnyBackend {
     Docker(DockerBackend),
     /// An E2B sandbox.
     E2b(E2bBackend),
+    /// A Daytona sandbox.
+    Daytona(DaytonaBackend),
 }
 
 impl Backend for AnyBackend {
@@ -214,6 +218,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.kind(),
             AnyBackend::Docker(b) => b.kind(),
             AnyBackend::E2b(b) => b.kind(),
+            AnyBackend::Daytona(b) => b.kind(),
         }
     }
 
@@ -222,6 +227,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.snapshot_support(),
             AnyBackend::Docker(b) => b.snapshot_support(),
             AnyBackend::E2b(b) => b.snapshot_support(),
+            AnyBackend::Daytona(b) => b.snapshot_support(),
         }
     }
 
@@ -230,6 +236,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.stop_keeps_processes(),
             AnyBackend::Docker(b) => b.stop_keeps_processes(),
             AnyBackend::E2b(b) => b.stop_keeps_processes(),
+            AnyBackend::Daytona(b) => b.stop_keeps_processes(),
         }
     }
 
@@ -238,6 +245,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.create(machine).await,
             AnyBackend::Docker(b) => b.create(machine).await,
             AnyBackend::E2b(b) => b.create(machine).await,
+            AnyBackend::Daytona(b) => b.create(machine).await,
         }
     }
 
@@ -246,6 +254,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.status(machine).await,
             AnyBackend::Docker(b) => b.status(machine).await,
             AnyBackend::E2b(b) => b.status(machine).await,
+            AnyBackend::Daytona(b) => b.status(machine).await,
         }
     }
 
@@ -254,6 +263,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.start(machine).await,
             AnyBackend::Docker(b) => b.start(machine).await,
             AnyBackend::E2b(b) => b.start(machine).await,
+            AnyBackend::Daytona(b) => b.start(machine).await,
         }
     }
 
@@ -262,6 +272,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.stop(machine).await,
             AnyBackend::Docker(b) => b.stop(machine).await,
             AnyBackend::E2b(b) => b.stop(machine).await,
+            AnyBackend::Daytona(b) => b.stop(machine).await,
         }
     }
 
@@ -270,6 +281,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.remove(machine).await,
             AnyBackend::Docker(b) => b.remove(machine).await,
             AnyBackend::E2b(b) => b.remove(machine).await,
+            AnyBackend::Daytona(b) => b.remove(machine).await,
         }
     }
 
@@ -278,6 +290,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.endpoint(machine),
             AnyBackend::Docker(b) => b.endpoint(machine),
             AnyBackend::E2b(b) => b.endpoint(machine),
+            AnyBackend::Daytona(b) => b.endpoint(machine),
         }
     }
 
@@ -286,6 +299,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.last_exit(machine).await,
             AnyBackend::Docker(b) => b.last_exit(machine).await,
             AnyBackend::E2b(b) => b.last_exit(machine).await,
+            AnyBackend::Daytona(b) => b.last_exit(machine).await,
         }
     }
 }
@@ -303,4 +317,7 @@ pub enum BackendError {
     /// The E2B backend failed.
     #[error(transparent)]
     E2b(#[from] E2bError),
+    /// The Daytona backend failed.
+    #[error(transparent)]
+    Daytona(#[from] DaytonaError),
 }
