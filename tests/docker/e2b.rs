@@ -2,7 +2,8 @@
 //! in separate processes: the agent uploaded and started through envd, and
 //! reached through the TLS proxy, a sandbox's life (exec, interrupt,
 //! sessions, push, pause with processes kept, resume from a new process,
-//! a VM killed behind silo's back, rm), and the bad input a user meets
+//! the agent killed inside the VM, a VM killed behind silo's back, rm),
+//! and the bad input a user meets
 //! (a wrong key, an unknown template), each leaving no VM behind.
 
 #![allow(
@@ -159,6 +160,22 @@ async fn a_sandbox_lives_on_e2b_through_the_agent() {
     ]);
     assert_eq!(out.trim(), "1", "the process did not survive the pause");
 
+    // The agent killed inside the VM: the sandbox reads as stopped, with
+    // the command that starts it, and `up` starts the agent again.
+    let _ = e2b.run(&[
+        "exec",
+        "box",
+        "--",
+        "sh",
+        "-c",
+        "kill -9 $(pidof silo-agent)",
+    ]);
+    let dead = e2b.fails(&["exec", "box", "--", "true"]);
+    assert!(dead.contains("silo start box"), "{dead}");
+    let up = json(&e2b.ok(&["up", "box", "--json"]));
+    assert_eq!(up["tier"], 1, "{up}");
+    assert_eq!(e2b.ok(&["exec", "box", "--", "echo", "again"]), "again\n");
+
     // Gone behind silo's back: `up` makes a fresh VM under the same id.
     let (status, _) = api(&mock, "DELETE", &format!("/sandboxes/{vm}")).await;
     assert_eq!(status, 204);
@@ -175,6 +192,8 @@ async fn a_sandbox_lives_on_e2b_through_the_agent() {
 
     e2b.ok(&["rm", "box"]);
     assert_eq!(vms(&engine, &again).await, 0, "rm left the VM");
+    // The CLI's clean-up (`gc` included) talks to the mock: it goes first.
+    drop(e2b);
     mock.shutdown().await.unwrap();
 }
 
@@ -193,9 +212,10 @@ async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
             },
         )
     });
-    let e2b = crate::cli().with_env(wrong_key);
-    let err = e2b.fails(&["up", "box", "--backend", "e2b"]);
+    let wrong = crate::cli().with_env(wrong_key);
+    let err = wrong.fails(&["up", "box", "--backend", "e2b"]);
     assert!(err.contains("401") && err.contains("E2B_API_KEY"), "{err}");
+    drop(wrong);
 
     let e2b = cli(&mock);
     let err = e2b.fails(&["up", "box", "--backend", "e2b", "--template", "nope"]);
@@ -206,7 +226,7 @@ async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
 
     let (status, listed) = api(&mock, "GET", "/v2/sandboxes").await;
     assert_eq!((status, listed.trim()), (200, "[]"), "VMs left behind");
-    drop(engine);
+    drop((engine, e2b));
     mock.shutdown().await.unwrap();
 }
 

@@ -32,7 +32,8 @@ use serde::{Deserialize, Serialize};
 
 use super::docker::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use super::remote::{
-    AGENT_PATH, AGENT_PORT, KEY_PATH, agent_command, healthy, tls_route, wait_for_agent,
+    AGENT_PATH, AGENT_PORT, KEY_PATH, SWEEP_RETRY_BUDGET, agent_command, healthy, tls_route,
+    wait_for_agent,
 };
 use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
 use crate::agent_binary::AgentLocator;
@@ -244,7 +245,7 @@ impl DaytonaBackend {
         if config.api_key.is_none() {
             return Ok(Vec::new());
         }
-        let api = Api::new(config)?;
+        let api = Api::new(config)?.with_retry_budget(SWEEP_RETRY_BUDGET);
         let mine = BTreeMap::from([(LABEL_HOME.to_owned(), self.home_id()?)]);
         let mut swept = Vec::new();
         for sandbox in api.find(&mine).await? {

@@ -40,6 +40,9 @@ pub const KEY_PATH: &str = "/.silo/key";
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest a single health probe may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long gc's sweep of a provider's orphans retries an unreachable API:
+/// what it misses, the next gc finds.
+pub const SWEEP_RETRY_BUDGET: Duration = Duration::from_secs(3);
 /// Pause between health probes while waiting.
 const POLL: Duration = Duration::from_millis(10);
 
