@@ -422,3 +422,27 @@ impl std::error::Error for TransportError {
         self.0.source()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_keep_their_kind_where_a_user_acts_on_it() {
+        let body = |kind: &str| format!(r#"{{"kind":"{kind}","message":"m"}}"#);
+        assert!(matches!(
+            rejection(401, Some(body("clock_skew").as_bytes())),
+            ClientError::ClockSkew(m) if m == "m"
+        ));
+        assert!(matches!(
+            rejection(401, Some(body("unauthorized").as_bytes())),
+            ClientError::Unauthorized(_)
+        ));
+        let skew = rejection(401, Some(body("clock_skew").as_bytes())).to_string();
+        assert!(skew.contains("clock") && skew.contains("NTP"), "{skew}");
+        assert!(matches!(
+            rejection(502, Some(b"<html>bad gateway</html>")),
+            ClientError::Rejected { status: 502, .. }
+        ));
+    }
+}
