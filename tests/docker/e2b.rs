@@ -3,8 +3,9 @@
 //! reached through the TLS proxy, a sandbox's life (exec, interrupt,
 //! sessions, push, pause with processes kept, resume from a new process,
 //! the agent killed inside the VM, a VM killed behind silo's back, rm),
-//! and the bad input a user meets
-//! (a wrong key, an unknown template), each leaving no VM behind.
+//! and the bad input a user meets (a wrong key, an unknown template, an
+//! upload that fails half way through a create), each leaving no VM
+//! behind.
 
 #![allow(
     clippy::unwrap_used,
@@ -45,10 +46,33 @@ pub(crate) fn vm_of(e2b: &Cli, name: &str) -> String {
     backend_ref["sandbox_id"].as_str().unwrap().to_owned()
 }
 
+/// An image whose `/.silo` is a file, so nothing can be uploaded under it.
+const NO_ROOM_IMAGE: &str = "silo-test-no-room:latest";
+
 async fn mock() -> Option<(MockE2b, bollard::Docker)> {
     let engine = engine_with_base().await?;
     let mock = MockE2b::start(MockE2bConfig::default()).await.unwrap();
     Some((mock, engine))
+}
+
+/// Builds [`NO_ROOM_IMAGE`] from the base image.
+async fn no_room_image(engine: &bollard::Docker) {
+    let dockerfile = format!(
+        "FROM {}\nRUN touch /.silo\n",
+        silo_tests::docker::BASE_IMAGE
+    );
+    let mut context = silo::image::Context::new();
+    context
+        .file("Dockerfile", 0o644, dockerfile.as_bytes())
+        .unwrap();
+    silo::image::build(
+        engine,
+        context.finish().unwrap(),
+        NO_ROOM_IMAGE,
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
 }
 
 async fn vms(engine: &bollard::Docker, vm: &str) -> usize {
@@ -199,9 +223,15 @@ async fn a_sandbox_lives_on_e2b_through_the_agent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
-    let Some((mock, engine)) = mock().await else {
+    let Some(engine) = engine_with_base().await else {
         return;
     };
+    no_room_image(&engine).await;
+    let mut config = MockE2bConfig::default();
+    config
+        .templates
+        .insert("no-room".into(), NO_ROOM_IMAGE.into());
+    let mock = MockE2b::start(config).await.unwrap();
     let wrong_key = mock.env().into_iter().map(|(k, v)| {
         (
             k,
@@ -223,6 +253,11 @@ async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
 
     let err = e2b.fails(&["up", "box", "--backend", "e2b", "--bind", "/tmp:/tmp"]);
     assert!(err.contains("bind"), "{err}");
+
+    // The agent's upload fails half way through a create: envd's refusal
+    // is named, and the VM that was made is killed.
+    let err = e2b.fails(&["up", "box", "--backend", "e2b", "--template", "no-room"]);
+    assert!(err.contains("envd") && err.contains("/.silo"), "{err}");
 
     let (status, listed) = api(&mock, "GET", "/v2/sandboxes").await;
     assert_eq!((status, listed.trim()), (200, "[]"), "VMs left behind");
