@@ -59,7 +59,7 @@ pub async fn base_image(engine: &Docker) {
         Ok(image) => image
             .config
             .and_then(|c| c.labels)
-            .is_some_and(|labels| labels.contains_key(silo::image::BASE_ID_LABEL)),
+            .is_some_and(|labels| labels.contains_key(silo::image::BASE_LAYERS_LABEL)),
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => false,

@@ -64,12 +64,19 @@ pub async fn bake(
     }
     let base = crate::backend::docker::ensure_image(engine, request.base).await?;
     let base_image_id = base.id.clone().unwrap_or_default();
+    // The base's layers and one per COPY of the template.
+    let layers = base
+        .root_fs
+        .as_ref()
+        .and_then(|r| r.layers.as_ref())
+        .map_or(0, Vec::len)
+        + 2;
     let config = base.config.unwrap_or_default();
     let mut workload = config.entrypoint.unwrap_or_default();
     workload.extend(config.cmd.unwrap_or_default());
-    let unmarked = render(request, &workload, "");
+    let unmarked = render(request, &workload, "", layers);
     let id = base_id(&[base_image_id.as_bytes(), &agent, unmarked.as_bytes()]);
-    let dockerfile = render(request, &workload, &id);
+    let dockerfile = render(request, &workload, &id, layers);
 
     let mut context = Context::new();
     context
@@ -82,7 +89,7 @@ pub async fn bake(
 }
 
 /// The template with its placeholders filled in.
-fn render(request: &BakeRequest<'_>, workload: &[String], base_id: &str) -> String {
+fn render(request: &BakeRequest<'_>, workload: &[String], base_id: &str, layers: usize) -> String {
     // A JSON array of strings is exactly a Dockerfile exec-form CMD.
     let workload = serde_json::to_string(workload).unwrap_or_else(|_| "[]".to_owned());
     TEMPLATE
@@ -90,6 +97,7 @@ fn render(request: &BakeRequest<'_>, workload: &[String], base_id: &str) -> Stri
         .replace("{{LISTEN}}", request.listen)
         .replace("{{WORKLOAD}}", &workload)
         .replace("{{BASE_ID}}", base_id)
+        .replace("{{BASE_LAYERS}}", &layers.to_string())
 }
 
 #[cfg(test)]
@@ -108,6 +116,7 @@ mod tests {
             &request,
             &["/bin/sh".into(), "-c".into(), "echo \"hi\"".into()],
             "abc",
+            3,
         );
         assert!(text.contains("FROM silo-base:latest\n"), "{text}");
         assert!(
@@ -119,6 +128,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"silo.base-id="abc""#), "{text}");
+        assert!(text.contains(r#"silo.base-layers="3""#), "{text}");
         assert!(!text.contains("{{"), "{text}");
     }
 }

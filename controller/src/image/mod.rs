@@ -11,7 +11,11 @@
 //! the label [`BASE_ID_LABEL`] and as the file [`BASE_ID_PATH`]. A provider
 //! template made from such an image keeps the file, so silo can tell that
 //! a Docker image and a template hold the same files before it restores a
-//! snapshot taken on one onto the other.
+//! snapshot taken on one onto the other. Labels pass to images built `FROM`
+//! one, so a base id counts on an engine image only when the image has the
+//! layer count [`BASE_LAYERS_LABEL`] says it was built with: an image that
+//! added files has more layers, one that changed only settings has the same
+//! files.
 
 mod bake;
 mod base;
@@ -31,6 +35,19 @@ pub const BASE_ID_LABEL: &str = "silo.base-id";
 /// The file holding an image's base id, in the image and in templates made
 /// from it.
 pub const BASE_ID_PATH: &str = "/etc/silo-base-id";
+/// The image label holding how many layers the image had when built.
+pub const BASE_LAYERS_LABEL: &str = "silo.base-layers";
+
+/// The base id of an engine image with these labels and `layers` layers:
+/// `None` if it has none, or has other files than the image that was given
+/// it (a layer count other than the one recorded beside it).
+pub fn base_id_of(label: impl Fn(&str) -> Option<String>, layers: usize) -> Option<String> {
+    let built_with: usize = label(BASE_LAYERS_LABEL)?.parse().ok()?;
+    (built_with == layers)
+        .then(|| label(BASE_ID_LABEL))
+        .flatten()
+        .filter(|id| !id.is_empty())
+}
 
 /// The base id of an image built from these inputs, in order: the same
 /// inputs give the same id.

@@ -26,7 +26,7 @@ pub mod error;
 pub mod toolbox;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -38,7 +38,7 @@ use super::remote::{
 use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
 use crate::agent_binary::AgentLocator;
 use crate::client::{AgentClient, Endpoint};
-use crate::home::{Home, load_or_create_home_id};
+use crate::home::{Home, HomeId};
 use crate::spec::BackendKind;
 
 pub use api::Api;
@@ -59,12 +59,11 @@ pub struct DaytonaBackend {
 
 #[derive(Debug)]
 struct Inner {
-    home: Home,
     agent: Arc<AgentLocator>,
     /// Read once from the environment; an error is kept and told on use,
     /// so a home without Daytona settings still opens.
     config: Result<DaytonaConfig, DaytonaConfigError>,
-    home_id: OnceLock<String>,
+    home_id: HomeId,
 }
 
 /// What silo keeps to find its Daytona sandbox again.
@@ -97,10 +96,9 @@ impl DaytonaBackend {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                home,
+                home_id: HomeId::of(&home),
                 agent,
                 config,
-                home_id: OnceLock::new(),
             }),
         }
     }
@@ -118,15 +116,11 @@ impl DaytonaBackend {
     }
 
     fn home_id(&self) -> Result<String, DaytonaError> {
-        if let Some(id) = self.inner.home_id.get() {
-            return Ok(id.clone());
-        }
-        let path = self.inner.home.identity();
-        let id = load_or_create_home_id(&path).map_err(|source| DaytonaError::HomeId {
-            path: path.display().to_string(),
+        let home_id = &self.inner.home_id;
+        home_id.get().map_err(|source| DaytonaError::HomeId {
+            path: home_id.path().display().to_string(),
             source,
-        })?;
-        Ok(self.inner.home_id.get_or_init(|| id).clone())
+        })
     }
 
     /// The labels that find a sandbox's Daytona sandboxes, and only this

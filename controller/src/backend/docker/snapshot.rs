@@ -182,14 +182,18 @@ impl DockerBackend {
             .inspect_image(image)
             .await
             .map_err(api(format!("inspect image {image}")))?;
-        let base_id = found
-            .config
-            .and_then(|c| c.labels)
-            .and_then(|mut labels| labels.remove(crate::image::BASE_ID_LABEL));
+        let layers = found
+            .root_fs
+            .as_ref()
+            .and_then(|r| r.layers.as_ref())
+            .map_or(0, Vec::len);
+        let labels = found.config.and_then(|c| c.labels).unwrap_or_default();
+        let base_id = crate::image::base_id_of(|name| labels.get(name).cloned(), layers);
         Ok((found.id.unwrap_or_default(), base_id))
     }
 
-    /// The images on the engine that carry `base_id`, snapshot images left
+    /// The images on the engine that carry `base_id` (with the files it was
+    /// given with: see [`crate::image::base_id_of`]), snapshot images left
     /// out (they inherit their base's labels): each one's id and first tag.
     pub async fn images_with_base_id(
         &self,
@@ -205,11 +209,17 @@ impl DockerBackend {
             .list_images(Some(options))
             .await
             .map_err(api("list images by base id"))?;
-        Ok(images
-            .into_iter()
-            .filter(|image| !image.labels.contains_key(LABEL_SNAPSHOT))
-            .map(|image| (image.id, image.repo_tags.into_iter().next()))
-            .collect())
+        let mut found = Vec::new();
+        for image in images {
+            if image.labels.contains_key(LABEL_SNAPSHOT) {
+                continue;
+            }
+            let (id, carried) = self.image_base_id(&image.id).await?;
+            if carried.as_deref() == Some(base_id) {
+                found.push((id, image.repo_tags.into_iter().next()));
+            }
+        }
+        Ok(found)
     }
 }
 

@@ -25,7 +25,7 @@ pub mod envd;
 pub mod error;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +36,7 @@ use super::remote::{
 use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
 use crate::agent_binary::AgentLocator;
 use crate::client::{AgentClient, Endpoint};
-use crate::home::{Home, load_or_create_home_id};
+use crate::home::{Home, HomeId};
 use crate::spec::BackendKind;
 
 pub use api::Api;
@@ -56,12 +56,11 @@ pub struct E2bBackend {
 
 #[derive(Debug)]
 struct Inner {
-    home: Home,
     agent: Arc<AgentLocator>,
     /// Read once from the environment; an error is kept and told on use,
     /// so a home without E2B settings still opens.
     config: Result<E2bConfig, E2bConfigError>,
-    home_id: OnceLock<String>,
+    home_id: HomeId,
 }
 
 /// What silo keeps to find its E2B sandbox again.
@@ -110,10 +109,9 @@ impl E2bBackend {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                home,
+                home_id: HomeId::of(&home),
                 agent,
                 config,
-                home_id: OnceLock::new(),
             }),
         }
     }
@@ -127,15 +125,11 @@ impl E2bBackend {
     }
 
     fn home_id(&self) -> Result<String, E2bError> {
-        if let Some(id) = self.inner.home_id.get() {
-            return Ok(id.clone());
-        }
-        let path = self.inner.home.identity();
-        let id = load_or_create_home_id(&path).map_err(|source| E2bError::HomeId {
-            path: path.display().to_string(),
+        let home_id = &self.inner.home_id;
+        home_id.get().map_err(|source| E2bError::HomeId {
+            path: home_id.path().display().to_string(),
             source,
-        })?;
-        Ok(self.inner.home_id.get_or_init(|| id).clone())
+        })
     }
 
     /// The metadata that finds a sandbox's VMs, and only this home's.

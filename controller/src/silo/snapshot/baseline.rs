@@ -139,15 +139,7 @@ impl Silo {
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,
     ) -> Result<(SandboxRecord, ImageSource), SiloError> {
-        let base = self
-            .db()
-            .stored_image(&snapshot.base_image)?
-            .ok_or_else(|| {
-                SnapshotError::Inconsistent(format!(
-                    "snapshot {} stands on image {}, which is not stored",
-                    snapshot.id, snapshot.base_image
-                ))
-            })?;
+        let base = self.base_of(snapshot)?;
         let client = self.client(sandbox)?;
         let template = sandbox.spec.image.as_deref().unwrap_or_default();
         let found = read_base_id(&client, sandbox).await?;

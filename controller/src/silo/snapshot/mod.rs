@@ -54,7 +54,7 @@ use super::SiloError;
 use crate::backend::{Backend, DockerError, SnapshotSupport};
 use crate::client::ClientError;
 use crate::spec::BackendKind;
-use crate::state::{SandboxRecord, Snapshot, StateError};
+use crate::state::{SandboxRecord, Snapshot, StateError, StoredImage};
 use crate::store::{
     Digest, IndexError, IngestError, LoadArchiveError, Store, StoreError, load_archive,
 };
@@ -365,6 +365,18 @@ impl Silo {
             }),
             support => Ok(support),
         }
+    }
+
+    /// The stored image a snapshot stands on.
+    fn base_of(&self, snapshot: &Snapshot) -> Result<StoredImage, SnapshotError> {
+        self.db()
+            .stored_image(&snapshot.base_image)?
+            .ok_or_else(|| {
+                SnapshotError::Inconsistent(format!(
+                    "snapshot {} stands on image {}, which is not stored",
+                    snapshot.id, snapshot.base_image
+                ))
+            })
     }
 
     /// Whether `snapshot` is in the sandbox's history: taken of it, or an

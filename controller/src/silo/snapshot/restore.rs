@@ -133,15 +133,7 @@ impl Silo {
         image: Option<&str>,
         progress: &ProgressFn,
     ) -> Result<Option<Snapshot>, SnapshotError> {
-        let base = self
-            .db()
-            .stored_image(&snapshot.base_image)?
-            .ok_or_else(|| {
-                SnapshotError::Inconsistent(format!(
-                    "snapshot {} stands on image {}, which is not stored",
-                    snapshot.id, snapshot.base_image
-                ))
-            })?;
+        let base = self.base_of(snapshot)?;
         if !base.is_template() && image.is_none() {
             return Ok(None);
         }

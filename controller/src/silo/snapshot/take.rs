@@ -21,7 +21,7 @@ use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT, unix_ms_to_rfc3339};
 use crate::backend::remote::SILO_DIR;
 use crate::backend::{BackendError, DockerBackend, MachineState, SnapshotSupport};
 use crate::bridge;
-use crate::image::BASE_ID_LABEL;
+use crate::image::base_id_of;
 use crate::naming::new_snapshot_id;
 use crate::silo::{Silo, SiloError, backend_error, machine};
 use crate::state::{SandboxRecord, Snapshot, StoredImage, now_ms};
@@ -68,12 +68,7 @@ impl Silo {
         let (base, layers, config, parent, base_stored) = match &sandbox.origin_snapshot {
             Some(origin) => {
                 let origin = self.db().snapshot(origin)?;
-                let base = self.db().stored_image(&origin.base_image)?.ok_or_else(|| {
-                    SnapshotError::Inconsistent(format!(
-                        "snapshot {} stands on image {}, which is not stored",
-                        origin.id, origin.base_image
-                    ))
-                })?;
+                let base = self.base_of(&origin)?;
                 let config: Value = serde_json::from_str(&origin.config).map_err(|e| {
                     SnapshotError::Inconsistent(format!("config of {}: {e}", origin.id))
                 })?;
@@ -311,9 +306,11 @@ impl Silo {
             .await
         }
         .map_err(|e| SnapshotError::Task(e.to_string()))??;
-        let identity = saved.config["config"]["Labels"][BASE_ID_LABEL]
-            .as_str()
-            .map(str::to_owned);
+        let labels = &saved.config["config"]["Labels"];
+        let identity = base_id_of(
+            |name| labels[name].as_str().map(str::to_owned),
+            saved.layers.len(),
+        );
         let image = StoredImage {
             image_id: image_id.to_owned(),
             identity,
