@@ -3,7 +3,8 @@
 //! run:
 //! - time to interactive: `up` of a fresh sandbox to the first output of
 //!   `echo ready`, beside E2B's create plus envd's `process.Process/Start`
-//!   of `echo ready` to its end;
+//!   of `echo ready` to its end; on the plain template (the agent uploaded)
+//!   and on one made from `silo image bake` output (the agent in it);
 //! - exec round trip: `true` through silo's agent behind the proxy (on a
 //!   kept connection, and on a fresh one each time), beside envd's Start of
 //!   `true` through the same proxy;
@@ -38,13 +39,29 @@ use crate::stats::Samples;
 const EXEC_TARGET: f64 = 1.0;
 /// silo's time to interactive may take at most this many times E2B's own.
 const TTI_TARGET: f64 = 1.2;
+/// The image `silo image bake` makes of the base for the template below.
+const BAKED_IMAGE: &str = "silo-bench-baked:latest";
+/// The mock's template that carries the agent.
+const BAKED_TEMPLATE: &str = "baked";
 
 pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let (rounds, execs) = if quick { (2, 20) } else { (8, 200) };
     if silo_tests::docker::engine_with_base().await.is_none() {
         return Ok(Vec::new());
     }
-    let mock = MockE2b::start(MockE2bConfig::default()).await?;
+    let engine = silo::backend::docker::connect().await?;
+    let baked = silo::image::BakeRequest {
+        base: silo_tests::docker::BASE_IMAGE,
+        tag: BAKED_IMAGE,
+        agent: silo_tests::agent_binary(),
+        listen: silo::image::DEFAULT_LISTEN,
+    };
+    silo::image::bake(&engine, &baked, &mut |_| {}).await?;
+    let mut mock_config = MockE2bConfig::default();
+    mock_config
+        .templates
+        .insert(BAKED_TEMPLATE.into(), BAKED_IMAGE.into());
+    let mock = MockE2b::start(mock_config).await?;
     let vars: BTreeMap<String, String> = mock
         .env()
         .into_iter()
@@ -61,8 +78,10 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     })?;
     let api = Api::new(&config)?;
 
-    // Time to interactive, one untimed round first for both.
+    // Time to interactive, one untimed round first for both: silo on the
+    // plain template (the agent uploaded) and on one that carries it.
     let (mut silo_tti, mut e2b_tti) = (Samples::default(), Samples::default());
+    let mut baked_tti = Samples::default();
     for round in 0..=rounds {
         let name = format!("bench-e2b-{round}");
         let t = Instant::now();
@@ -70,6 +89,18 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         let conn = silo.connect(sandbox.record()).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         let took = t.elapsed();
+        drop(conn);
+        sandbox.remove().await?;
+
+        let t = Instant::now();
+        let mut request = up(&format!("bench-e2b-baked-{round}"));
+        if let Some(spec) = &mut request.spec {
+            spec.image = Some(BAKED_TEMPLATE.into());
+        }
+        let (sandbox, _) = silo.up_sandbox(request).await?;
+        let conn = silo.connect(sandbox.record()).await?;
+        first_output(&conn, &["echo", "ready"]).await?;
+        let baked_took = t.elapsed();
         drop(conn);
         sandbox.remove().await?;
 
@@ -84,6 +115,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         api.kill(&e2b.sandbox_id).await?;
         if round > 0 {
             silo_tti.push(took);
+            baked_tti.push(baked_took);
             e2b_tti.push(plain_took);
         }
     }
@@ -192,6 +224,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
 
     let ms = |s: &Samples| s.percentile(50.0);
     let tti_ratio = ms(&silo_tti) / ms(&e2b_tti);
+    let baked_ratio = ms(&baked_tti) / ms(&e2b_tti);
     let exec_ratio = ms(&kept) / ms(&envd_rtt);
     Ok(vec![
         Row {
@@ -203,6 +236,16 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             baseline_name: "E2B create + envd Start echo",
             target: format!("<= {TTI_TARGET}x"),
             met: tti_ratio <= TTI_TARGET,
+        },
+        Row {
+            scenario: "e2b",
+            metric: format!("tti p50 of {rounds}, template carrying the agent"),
+            unit: "ms",
+            silo: ms(&baked_tti),
+            baseline: Some(ms(&e2b_tti)),
+            baseline_name: "E2B create + envd Start echo",
+            target: format!("<= {TTI_TARGET}x"),
+            met: baked_ratio <= TTI_TARGET,
         },
         Row {
             scenario: "e2b",

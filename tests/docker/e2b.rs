@@ -265,6 +265,48 @@ async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
     mock.shutdown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_template_that_carries_the_agent_runs_its_own() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    const BAKED: &str = "silo-test-baked:latest";
+    let request = silo::image::BakeRequest {
+        base: silo_tests::docker::BASE_IMAGE,
+        tag: BAKED,
+        agent: silo_tests::agent_binary(),
+        listen: silo::image::DEFAULT_LISTEN,
+    };
+    silo::image::bake(&engine, &request, &mut |_| {})
+        .await
+        .unwrap();
+    let mut config = MockE2bConfig::default();
+    config.templates.insert("baked".into(), BAKED.into());
+    let mock = MockE2b::start(config).await.unwrap();
+    let e2b = cli(&mock);
+
+    e2b.ok(&["up", "box", "--backend", "e2b", "--template", "baked"]);
+    let out = e2b.ok(&[
+        "exec",
+        "box",
+        "--",
+        "sh",
+        "-c",
+        "tr '\\0' ' ' < /proc/$(pidof silo-agent)/cmdline",
+    ]);
+    assert!(
+        out.starts_with(silo::image::BAKED_AGENT_PATH),
+        "not the template's agent: {out}"
+    );
+    // Paused and resumed, it still answers.
+    e2b.ok(&["stop", "box"]);
+    e2b.ok(&["up", "box"]);
+    assert_eq!(e2b.ok(&["exec", "box", "--", "echo", "ok"]), "ok\n");
+    e2b.ok(&["rm", "box"]);
+    drop(e2b);
+    mock.shutdown().await.unwrap();
+}
+
 /// Calls the mock's control plane as another E2B client would; answers
 /// the status and the body.
 pub(crate) async fn api(mock: &MockE2b, method: &str, path: &str) -> (u16, String) {

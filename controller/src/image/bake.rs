@@ -13,6 +13,9 @@ use crate::backend::DockerError;
 
 /// The Dockerfile template (see `image/Dockerfile.bake`).
 const TEMPLATE: &str = include_str!("../../../image/Dockerfile.bake");
+/// Where the agent goes in a baked image; a remote backend starts the one
+/// it finds there instead of uploading its own.
+pub const BAKED_AGENT_PATH: &str = "/usr/local/bin/silo-agent";
 /// Where a baked agent listens unless told otherwise: the same socket the
 /// Docker backend uses, in a directory a host can bind-mount.
 pub const DEFAULT_LISTEN: &str = "unix:/.silo/run/agent.sock";
@@ -97,6 +100,7 @@ fn render(request: &BakeRequest<'_>, workload: &[String], base_id: &str, layers:
         .replace("{{LISTEN}}", request.listen)
         .replace("{{WORKLOAD}}", &workload)
         .replace("{{BASE_ID}}", base_id)
+        .replace("{{AGENT_PATH}}", BAKED_AGENT_PATH)
         .replace("{{BASE_LAYERS}}", &layers.to_string())
 }
 

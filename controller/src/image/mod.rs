@@ -60,7 +60,7 @@ fn base_id(inputs: &[&[u8]]) -> String {
     hex::encode(hash.finalize())
 }
 
-pub use bake::{BakeRequest, DEFAULT_LISTEN, bake};
+pub use bake::{BAKED_AGENT_PATH, BakeRequest, DEFAULT_LISTEN, bake};
 pub use base::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, build_base};
 pub use context::Context;
 

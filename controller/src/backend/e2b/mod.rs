@@ -37,12 +37,23 @@ use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupp
 use crate::agent_binary::AgentLocator;
 use crate::client::{AgentClient, Endpoint};
 use crate::home::{Home, HomeId};
+use crate::image::BAKED_AGENT_PATH;
 use crate::spec::BackendKind;
 
 pub use api::Api;
 pub use config::{E2bConfig, E2bConfigError};
 pub use envd::{ENVD_PORT, Envd};
 pub use error::E2bError;
+
+/// What came of starting a template's own agent.
+enum Baked {
+    /// It answers.
+    Serving,
+    /// The template has none.
+    Absent,
+    /// It ran and exited.
+    Exited,
+}
 
 /// The header E2B's proxy wants for ports other than envd's on sandboxes
 /// without public traffic.
@@ -154,8 +165,10 @@ impl E2bBackend {
         Ok(config.route(AGENT_PORT, &e2b.sandbox_id, e2b.domain.as_deref(), headers))
     }
 
-    /// Puts the agent and the key in the VM and starts the agent; answers
-    /// once it answers through the proxy.
+    /// Gets the agent running in a fresh VM; answers once it answers
+    /// through the proxy. A template made from `silo image bake` output
+    /// carries the agent at [`BAKED_AGENT_PATH`]: that one is tried first,
+    /// while this build's agent uploads in case the template has none.
     async fn install_and_start(&self, e2b: &E2bRef, machine: &Machine<'_>) -> Result<(), E2bError> {
         let agent = self.inner.agent.get()?;
         let bytes = tokio::fs::read(&agent.path)
@@ -165,10 +178,28 @@ impl E2bBackend {
                 source,
             })?;
         let envd = self.envd(e2b)?;
-        tokio::try_join!(
-            envd.upload(AGENT_PATH, bytes.into()),
-            self.hand_over_key(&envd, machine),
-        )?;
+        let upload = envd.upload(AGENT_PATH, bytes.into());
+        let baked = self.start_baked_agent(&envd, e2b, machine);
+        tokio::pin!(upload, baked);
+        let mut uploaded = None;
+        let baked = loop {
+            tokio::select! {
+                done = &mut upload, if uploaded.is_none() => uploaded = Some(done),
+                baked = &mut baked => break baked?,
+            }
+        };
+        let key_intact = match baked {
+            Baked::Serving => return Ok(()),
+            Baked::Absent => true,
+            Baked::Exited => false,
+        };
+        match uploaded {
+            Some(done) => done?,
+            None => upload.await?,
+        }
+        if !key_intact {
+            self.hand_over_key(&envd, machine).await?;
+        }
         // envd writes files 0644: the agent is made executable by the same
         // process that then becomes it, which saves a round trip.
         let mut argv: Vec<String> = ["/bin/sh", "-c", "chmod 0755 \"$1\" && exec \"$@\"", "sh"]
@@ -176,6 +207,48 @@ impl E2bBackend {
             .to_vec();
         argv.extend(agent_command(machine.spec));
         self.launch(&envd, e2b, machine, &argv).await
+    }
+
+    /// Hands over the key and starts the template's own agent, if it has
+    /// one: says whether it serves, was absent (the key is still in
+    /// place), or exited (an agent too old for the flags, say).
+    async fn start_baked_agent(
+        &self,
+        envd: &Envd,
+        e2b: &E2bRef,
+        machine: &Machine<'_>,
+    ) -> Result<Baked, E2bError> {
+        self.hand_over_key(envd, machine).await?;
+        let mut argv: Vec<String> = [
+            "/bin/sh",
+            "-c",
+            "[ -x \"$1\" ] || exit 127; exec \"$@\"",
+            "sh",
+            BAKED_AGENT_PATH,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        argv.extend(agent_command(machine.spec).into_iter().skip(1));
+        let client = AgentClient::new(self.agent_endpoint(e2b)?, machine.key.clone());
+        match envd
+            .spawn_racing(&argv, &machine.spec.env, wait_for_agent(&client))
+            .await?
+        {
+            Ok(Ok(())) => Ok(Baked::Serving),
+            Ok(Err(why)) => Err(E2bError::AgentNotReady {
+                id: e2b.sandbox_id.clone(),
+                why,
+            }),
+            Err(127) => Ok(Baked::Absent),
+            Err(code) => {
+                tracing::info!(
+                    vm = e2b.sandbox_id,
+                    code,
+                    "the template's own agent exited; uploading this build's"
+                );
+                Ok(Baked::Exited)
+            }
+        }
     }
 
     /// Hands the agent its key and starts it (the binary is in place).
