@@ -204,6 +204,7 @@ impl Silo {
         let backend = self.backend(sandbox.backend);
         let made = Machine {
             image,
+            agent_in_image: self.template_carries_agent(&sandbox),
             ..machine(&sandbox, &key)
         };
         let made = backend.create(made).await;
@@ -506,6 +507,7 @@ fn machine<'a>(sandbox: &'a SandboxRecord, key: &'a Key) -> Machine<'a> {
         backend_ref: &sandbox.backend_ref,
         key,
         image: None,
+        agent_in_image: false,
     }
 }
 

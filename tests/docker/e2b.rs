@@ -285,15 +285,24 @@ async fn a_template_that_carries_the_agent_runs_its_own() {
     let mock = MockE2b::start(config).await.unwrap();
     let e2b = cli(&mock);
 
+    // The first machine of the template shows it carries the agent; the
+    // next one runs that agent instead of an uploaded one.
+    let running = |name: &str| {
+        e2b.ok(&[
+            "exec",
+            name,
+            "--",
+            "sh",
+            "-c",
+            "tr '\\0' ' ' < /proc/$(pidof silo-agent)/cmdline",
+        ])
+    };
+    e2b.ok(&["up", "first", "--backend", "e2b", "--template", "baked"]);
+    let out = running("first");
+    assert!(out.starts_with("/.silo/silo-agent"), "{out}");
+    e2b.ok(&["rm", "first"]);
     e2b.ok(&["up", "box", "--backend", "e2b", "--template", "baked"]);
-    let out = e2b.ok(&[
-        "exec",
-        "box",
-        "--",
-        "sh",
-        "-c",
-        "tr '\\0' ' ' < /proc/$(pidof silo-agent)/cmdline",
-    ]);
+    let out = running("box");
     assert!(
         out.starts_with(silo::image::BAKED_AGENT_PATH),
         "not the template's agent: {out}"

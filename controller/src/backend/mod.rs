@@ -50,6 +50,10 @@ pub struct Machine<'a> {
     /// The image to make the machine from when it is not the spec's: a
     /// snapshot's, already on the engine (rewind, fork, restore).
     pub image: Option<&'a str>,
+    /// An earlier machine of the same template had the agent in it (an
+    /// image made by `silo image bake`), so a remote backend may start that
+    /// one rather than upload its own (and falls back if it cannot).
+    pub agent_in_image: bool,
 }
 
 /// Where a sandbox's machine is in its life, as its backend sees it now.

@@ -127,6 +127,27 @@ impl StateDb {
         }))
     }
 
+    /// The stored images whose id starts with `prefix`, newest first.
+    pub fn stored_images_like(&self, prefix: &str) -> Result<Vec<StoredImage>, StateError> {
+        let mut statement = self
+            .conn
+            .prepare(
+                "SELECT image_id FROM images WHERE substr(image_id, 1, length(?1)) = ?1 \
+                 ORDER BY stored_at DESC",
+            )
+            .map_err(db("listing stored images"))?;
+        let ids: Vec<String> = statement
+            .query_map([prefix], |row| row.get(0))
+            .map_err(db("listing stored images"))?
+            .collect::<Result<_, _>>()
+            .map_err(db("listing stored images"))?;
+        let mut images = Vec::new();
+        for id in ids {
+            images.extend(self.stored_image(&id)?);
+        }
+        Ok(images)
+    }
+
     /// Records a base image whose blobs are all in the store. Recording one
     /// that is already recorded (by a racing process) keeps the first row.
     pub fn insert_image(&mut self, image: &StoredImage) -> Result<(), StateError> {

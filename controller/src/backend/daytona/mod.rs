@@ -456,6 +456,7 @@ mod tests {
             backend_ref: &backend_ref,
             key: &key,
             image: None,
+            agent_in_image: false,
         };
         let line = start_line(&machine);
         assert!(

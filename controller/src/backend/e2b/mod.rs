@@ -166,9 +166,10 @@ impl E2bBackend {
     }
 
     /// Gets the agent running in a fresh VM; answers once it answers
-    /// through the proxy. A template made from `silo image bake` output
-    /// carries the agent at [`BAKED_AGENT_PATH`]: that one is tried first,
-    /// while this build's agent uploads in case the template has none.
+    /// through the proxy. When the template carried the agent last time
+    /// (`silo image bake` output, the agent at [`BAKED_AGENT_PATH`]), that
+    /// one is tried first, while this build's agent uploads in case the
+    /// template has changed; otherwise this build's is uploaded with the key.
     async fn install_and_start(&self, e2b: &E2bRef, machine: &Machine<'_>) -> Result<(), E2bError> {
         let agent = self.inner.agent.get()?;
         let bytes = tokio::fs::read(&agent.path)
@@ -179,26 +180,30 @@ impl E2bBackend {
             })?;
         let envd = self.envd(e2b)?;
         let upload = envd.upload(AGENT_PATH, bytes.into());
-        let baked = self.start_baked_agent(&envd, e2b, machine);
-        tokio::pin!(upload, baked);
-        let mut uploaded = None;
-        let baked = loop {
-            tokio::select! {
-                done = &mut upload, if uploaded.is_none() => uploaded = Some(done),
-                baked = &mut baked => break baked?,
+        if machine.agent_in_image {
+            let baked = self.start_baked_agent(&envd, e2b, machine);
+            tokio::pin!(upload, baked);
+            let mut uploaded = None;
+            let baked = loop {
+                tokio::select! {
+                    done = &mut upload, if uploaded.is_none() => uploaded = Some(done),
+                    baked = &mut baked => break baked?,
+                }
+            };
+            let key_intact = match baked {
+                Baked::Serving => return Ok(()),
+                Baked::Absent => true,
+                Baked::Exited => false,
+            };
+            match uploaded {
+                Some(done) => done?,
+                None => upload.await?,
             }
-        };
-        let key_intact = match baked {
-            Baked::Serving => return Ok(()),
-            Baked::Absent => true,
-            Baked::Exited => false,
-        };
-        match uploaded {
-            Some(done) => done?,
-            None => upload.await?,
-        }
-        if !key_intact {
-            self.hand_over_key(&envd, machine).await?;
+            if !key_intact {
+                self.hand_over_key(&envd, machine).await?;
+            }
+        } else {
+            tokio::try_join!(upload, self.hand_over_key(&envd, machine))?;
         }
         // envd writes files 0644: the agent is made executable by the same
         // process that then becomes it, which saves a round trip.

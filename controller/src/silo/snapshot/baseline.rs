@@ -25,7 +25,7 @@ use silo_protocol::index::IndexRequest;
 use super::{ImageSource, SnapshotError, blocking, parse_digest};
 use crate::backend::remote::SILO_DIR;
 use crate::client::{AgentClient, ClientError};
-use crate::image::BASE_ID_PATH;
+use crate::image::{BAKED_AGENT_PATH, BASE_ID_PATH};
 use crate::sandbox::{FileError, Files};
 use crate::silo::{Silo, SiloError};
 use crate::spec::BackendKind;
@@ -36,6 +36,10 @@ use crate::store::{Index, Store};
 /// still counts as changed: file times come from a coarser clock that can
 /// lag the one the agent reads. A margin only makes a snapshot larger.
 const CLOCK_MARGIN_NS: i64 = 20_000_000;
+
+/// The key of a template baseline's config that says whether the template
+/// carries the agent.
+const CARRIES_AGENT: &str = "carries_agent";
 
 /// The id of a template baseline: the backend, the template, and the base
 /// id (or, for a template without one, its index's digest).
@@ -51,6 +55,22 @@ fn is_baseline_of(image: &StoredImage, backend: BackendKind, template: &str) -> 
 }
 
 impl Silo {
+    /// Whether the newest machine silo listed of `sandbox`'s template had
+    /// the agent in it (see [`crate::backend::Machine::agent_in_image`]).
+    pub(in crate::silo) fn template_carries_agent(&self, sandbox: &SandboxRecord) -> bool {
+        let template = sandbox.spec.image.as_deref().unwrap_or_default();
+        let prefix = template_image_id(sandbox.backend, template, "");
+        match self.db().stored_images_like(&prefix) {
+            Ok(images) => images
+                .first()
+                .is_some_and(|image| image.config[CARRIES_AGENT] == true),
+            Err(error) => {
+                tracing::debug!("looking up what {template} carries: {error}");
+                false
+            }
+        }
+    }
+
     /// Records the baseline of a sandbox's fresh machine: the machine's
     /// clock now, its base id, and its template's paths (listed by the
     /// agent unless a baseline with the same base id is stored).
@@ -78,13 +98,13 @@ impl Silo {
                     exclude: vec![SILO_DIR.to_owned()],
                 };
                 let listed = client.index(&request).await.map_err(&agent)?;
-                let (index_blob, bytes) = store_index(&store, listed).await?;
+                let (index_blob, bytes, carries_agent) = store_index(&store, listed).await?;
                 let base = base_id
                     .clone()
                     .unwrap_or_else(|| format!("index-{index_blob}"));
                 let image = StoredImage {
                     image_id: template_image_id(sandbox.backend, template, &base),
-                    config: serde_json::json!({}),
+                    config: serde_json::json!({ CARRIES_AGENT: carries_agent }),
                     layers: Vec::new(),
                     index_blob,
                     bytes,
@@ -225,15 +245,17 @@ async fn read_base_id(
     }
 }
 
-/// Stores a machine's path listing as an index blob; its digest and size.
-async fn store_index(store: &Store, listed: Bytes) -> Result<(String, u64), SnapshotError> {
+/// Stores a machine's path listing as an index blob; its digest and size,
+/// and whether the machine has the agent where `silo image bake` puts it.
+async fn store_index(store: &Store, listed: Bytes) -> Result<(String, u64, bool), SnapshotError> {
     let store = store.clone();
     blocking(move || {
         let index = Index::from_paths(&listed)?;
+        let carries_agent = index.contains(BAKED_AGENT_PATH.trim_start_matches('/'));
         let mut writer = store.writer()?;
         index.write_to(&mut writer)?;
         let written = writer.finish()?;
-        Ok((written.digest.to_string(), written.size))
+        Ok((written.digest.to_string(), written.size, carries_agent))
     })
     .await
 }

@@ -324,7 +324,11 @@ impl Silo {
                     .remove(machine(&sandbox, &key))
                     .await
                     .map_err(|e| backend_error("remove", &sandbox, e))?;
-                let made = backend.create(machine(&sandbox, &key)).await;
+                let made = Machine {
+                    agent_in_image: self.template_carries_agent(&sandbox),
+                    ..machine(&sandbox, &key)
+                };
+                let made = backend.create(made).await;
                 let sandbox = self.record_made(&sandbox, made).await?;
                 self.apply_or_remove(sandbox, snapshot, progress).await?
             }
