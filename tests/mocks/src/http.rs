@@ -149,6 +149,26 @@ pub fn header<'a, B>(request: &'a Request<B>, name: &str) -> Option<&'a str> {
     request.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The host a request is for: its `Host` header, or the authority of an
+/// absolute request target.
+pub fn request_host<B>(request: &Request<B>) -> String {
+    header(request, http::header::HOST.as_str())
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_default()
+}
+
+/// The host without its port (and without brackets around an IPv6 address).
+pub fn hostname(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or_default();
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
 /// Serves `handler` on `listener` (over TLS when `tls` is given) until
 /// `cancel` fires; open connections end then too.
 pub async fn serve<H: Handler>(
@@ -223,5 +243,18 @@ where
             }
         }
         () = cancel.cancelled() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames_drop_the_port() {
+        assert_eq!(hostname("49999-iabc.e2b.test:8443"), "49999-iabc.e2b.test");
+        assert_eq!(hostname("127.0.0.1:443"), "127.0.0.1");
+        assert_eq!(hostname("[::1]:443"), "::1");
+        assert_eq!(hostname("e2b.test"), "e2b.test");
     }
 }

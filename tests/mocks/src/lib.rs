@@ -6,18 +6,30 @@
 //!
 //! Layout:
 //! - [`containers`]: sandboxes as containers (create with published ports,
-//!   files in and out, `docker exec` with in-container pids, signals,
-//!   pause, removal by instance label). Shared by every provider.
+//!   files in and out, `docker exec` with in-container pids, signals to a
+//!   process or a process tree, pause, stop and start, removal by instance
+//!   label). Shared by every provider.
 //! - [`proxy`]: the TLS side of a provider's port proxy (a test CA and a
 //!   wildcard certificate) and the relay to a published port, WebSocket
 //!   upgrades spliced byte for byte. Shared.
 //! - [`http`]: one body type, response helpers and the accept loop. Shared.
+//! - [`instance`]: one running mock (instance id, engine, scratch directory
+//!   and CA, listeners, server tasks, cleanup on shutdown or drop) and
+//!   [`MockError`]. Shared.
+//! - [`secret`]: random ids and tokens, constant-time comparison. Shared.
+//! - [`cli`]: what the mock binaries share (image flags, stop signals).
 //! - [`e2b`]: E2B's control plane, proxy rules and envd; [`MockE2b`] starts
 //!   them all.
 
+pub mod cli;
 pub mod containers;
+pub mod daytona;
 pub mod e2b;
 pub mod http;
+pub mod instance;
 pub mod proxy;
+pub mod secret;
 
-pub use e2b::{MockE2b, MockE2bConfig, MockError};
+pub use daytona::{MockDaytona, MockDaytonaConfig};
+pub use e2b::{MockE2b, MockE2bConfig};
+pub use instance::MockError;

@@ -3,11 +3,11 @@
 //! `KEY=value` lines, and runs until Ctrl-C or SIGTERM, then removes every
 //! container it made.
 
-use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Parser;
+use silo_mocks::cli::{image_pairs, wait_for_signal};
 use silo_mocks::e2b::{AGENT_PORT, DEFAULT_DOMAIN, DEFAULT_TEMPLATE};
 use silo_mocks::{MockE2b, MockE2bConfig};
 
@@ -42,19 +42,7 @@ async fn main() -> anyhow::Result<()> {
         .with_max_level(tracing::Level::INFO)
         .init();
     let args = Args::parse();
-    let mut templates = BTreeMap::new();
-    for template in &args.templates {
-        let Some((id, image)) = template
-            .split_once('=')
-            .filter(|(i, m)| !i.is_empty() && !m.is_empty())
-        else {
-            bail!("--template {template:?} is not ID=IMAGE");
-        };
-        templates.insert(id.to_owned(), image.to_owned());
-    }
-    if templates.is_empty() {
-        templates.insert(DEFAULT_TEMPLATE.0.to_owned(), DEFAULT_TEMPLATE.1.to_owned());
-    }
+    let templates = image_pairs("template", &args.templates, DEFAULT_TEMPLATE)?;
     let config = MockE2bConfig {
         templates,
         api_key: args.api_key,
@@ -69,17 +57,10 @@ async fn main() -> anyhow::Result<()> {
     for (name, value) in mock.env() {
         println!("{name}={value}");
     }
-    wait_for_signal().await?;
+    wait_for_signal()
+        .await
+        .context("listening for Ctrl-C and SIGTERM")?;
     let removed = mock.shutdown().await.context("stopping the mock E2B")?;
     eprintln!("removed {removed} sandbox container(s)");
     Ok(())
-}
-
-async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("listening for SIGTERM")?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("listening for Ctrl-C"),
-        _ = term.recv() => Ok(()),
-    }
 }

@@ -7,7 +7,9 @@
 //! The engine only knows host pids, and those are not what a client sees.
 //! Output streams as the engine delivers it; the exit code comes from the
 //! exec's inspection once its streams end. Signals go through the
-//! container's own `kill` ([`Container::signal`]).
+//! container's own `kill`, to one process ([`Container::signal`]) or to a
+//! process tree found by `/proc` parent links ([`Container::signal_tree`],
+//! [`Container::terminate_tree`]): the engine cannot see inside.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -33,6 +35,33 @@ case "$1" in
 esac
 echo "P$$"
 exec "$@""#;
+/// Signals a process, its group and every descendant found by `/proc`
+/// parent links: `$1` is the signal name, `$2` the pid. Prints the tree's
+/// pids (the pid first), whether or not they were still there to signal.
+const SIGNAL_TREE: &str = r#"sig=$1; root=$2
+pairs=$(for s in /proc/[0-9]*/stat; do
+  read -r l < "$s" 2>/dev/null || continue
+  r="${l##*) }"; set -- $r; p=${s#/proc/}; echo "${p%/stat} $2"
+done)
+tree=$root; frontier=$root
+while [ -n "$frontier" ]; do
+  next=
+  for f in $frontier; do
+    next="$next $(echo "$pairs" | while read -r c pp; do [ "$pp" = "$f" ] && echo "$c"; done)"
+  done
+  frontier=$(echo $next)
+  tree="$tree $frontier"
+done
+kill -s "$sig" -- "-$root" 2>/dev/null
+kill -s "$sig" $tree 2>/dev/null
+echo $tree"#;
+/// Prints which of the pids given as arguments are alive (zombies count as gone).
+const ALIVE: &str = r#"for p; do
+  read -r l < "/proc/$p/stat" 2>/dev/null || continue
+  r="${l##*) }"; [ "${r%% *}" = Z ] || echo "$p"
+done"#;
+/// How often [`Container::terminate_tree`] looks whether the tree is gone.
+const TERMINATE_POLL: Duration = Duration::from_millis(100);
 /// Longest wait for the shim's first line (the container may be frozen).
 const SPAWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between looks at an exec whose streams ended but that the engine
@@ -135,7 +164,7 @@ impl Container {
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        let (exec_id, output, input) = self.start(cmd, env, request.stdin).await?;
+        let (exec_id, output, input) = self.start_exec(cmd, env, request.stdin).await?;
         let mut spawned = Spawned {
             pid: 0,
             exec_id,
@@ -190,7 +219,7 @@ impl Container {
     /// Runs `argv` to the end and collects its output.
     pub async fn run(&self, argv: &[&str]) -> Result<Finished, ContainerError> {
         let cmd = argv.iter().map(|s| (*s).to_owned()).collect();
-        let (exec_id, mut output, _input) = self.start(cmd, Vec::new(), false).await?;
+        let (exec_id, mut output, _input) = self.start_exec(cmd, Vec::new(), false).await?;
         let mut finished = Finished::default();
         while let Some(chunk) = output.next().await {
             match chunk.map_err(engine("read a command's output"))? {
@@ -220,7 +249,49 @@ impl Container {
         Ok(finished.code == 0)
     }
 
-    async fn start(
+    /// Sends `signal` to `pid`, its process group and all its descendants;
+    /// returns the pids of the tree (`pid` first) as it was found.
+    pub async fn signal_tree(&self, pid: u32, signal: &str) -> Result<Vec<u32>, ContainerError> {
+        let pid = pid.to_string();
+        let finished = self
+            .run(&["/bin/sh", "-c", SIGNAL_TREE, "signal-tree", signal, &pid])
+            .await?;
+        Ok(pids_of(&finished.stdout))
+    }
+
+    /// Which of `pids` are still running (zombies count as gone).
+    pub async fn alive(&self, pids: &[u32]) -> Result<Vec<u32>, ContainerError> {
+        if pids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let mut argv = vec!["/bin/sh", "-c", ALIVE, "alive"];
+        argv.extend(texts.iter().map(String::as_str));
+        Ok(pids_of(&self.run(&argv).await?.stdout))
+    }
+
+    /// Ends `pid` and its descendants as a daemon ends a session: SIGTERM to
+    /// the group and the tree, up to `grace` for them to go, then SIGKILL to
+    /// what is left.
+    pub async fn terminate_tree(&self, pid: u32, grace: Duration) -> Result<(), ContainerError> {
+        let tree = self.signal_tree(pid, "TERM").await?;
+        let deadline = tokio::time::Instant::now() + grace;
+        let mut left = self.alive(&tree).await?;
+        while !left.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(TERMINATE_POLL).await;
+            left = self.alive(&left).await?;
+        }
+        if !left.is_empty() {
+            self.signal_tree(pid, "KILL").await?;
+            let texts: Vec<String> = left.iter().map(u32::to_string).collect();
+            let mut argv = vec!["/bin/sh", "-c", "kill -s KILL \"$@\" 2>/dev/null", "kill"];
+            argv.extend(texts.iter().map(String::as_str));
+            self.run(&argv).await?;
+        }
+        Ok(())
+    }
+
+    async fn start_exec(
         &self,
         cmd: Vec<String>,
         env: Vec<String>,
@@ -253,6 +324,14 @@ impl Container {
             }),
         }
     }
+}
+
+/// The pids in a script's whitespace-separated output.
+fn pids_of(stdout: &[u8]) -> Vec<u32> {
+    String::from_utf8_lossy(stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }
 
 /// Reads the shim's first stdout line; output that arrives around it is

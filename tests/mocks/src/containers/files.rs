@@ -1,7 +1,9 @@
 //! Files in a sandbox's container, through the engine's archive endpoints:
 //! a stat (`HEAD …/archive`), a one-file tar upload into `/` (the engine
-//! makes missing parent directories), and a download that reads the one
-//! entry of the engine's tar.
+//! makes missing parent directories), a write that keeps an existing file's
+//! mode as `open(2)` would, and a download that reads the one entry of the
+//! engine's tar. Paths are cleaned lexically ([`clean_path`]) by callers
+//! before they get here.
 
 use std::io::Read;
 
@@ -39,6 +41,15 @@ pub enum PathKind {
     },
 }
 
+/// What [`Container::write_file`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The file was written.
+    File,
+    /// Nothing: the path is a directory.
+    IsDirectory,
+}
+
 /// The owner and permissions of an uploaded file.
 #[derive(Debug, Clone, Copy)]
 pub struct Ownership {
@@ -46,7 +57,7 @@ pub struct Ownership {
     pub uid: u64,
     /// Owner gid.
     pub gid: u64,
-    /// Permission bits.
+    /// Permission bits (for [`Container::write_file`]: of a new file).
     pub mode: u32,
 }
 
@@ -104,6 +115,32 @@ impl Container {
             .map_err(engine(format!("upload {path} into {}", self.id)))
     }
 
+    /// Writes `data` to `path` (absolute) as `open(2)` with `O_CREAT` and
+    /// `O_TRUNC` would: a final symlink is followed, an existing file keeps
+    /// its mode, a new one gets `new_mode`; missing parents are made.
+    pub async fn write_file(
+        &self,
+        path: &str,
+        data: &[u8],
+        owner: Ownership,
+    ) -> Result<Written, ContainerError> {
+        let mut target = path.to_owned();
+        let mode = loop {
+            match self.stat(&target).await? {
+                PathKind::Missing => break owner.mode,
+                PathKind::File { mode } => break mode,
+                PathKind::Directory => return Ok(Written::IsDirectory),
+                PathKind::Symlink { target: link } if target == path => {
+                    target = resolve_link(path, &link);
+                }
+                PathKind::Symlink { .. } => break owner.mode,
+            }
+        };
+        self.upload(&target, data, Ownership { mode, ..owner })
+            .await?;
+        Ok(Written::File)
+    }
+
     /// The bytes of the file at `path` (absolute), following symlinks;
     /// `None` if nothing is there.
     pub async fn download(&self, path: &str) -> Result<Option<Vec<u8>>, ContainerError> {
@@ -136,6 +173,22 @@ impl Container {
         }
         Ok(None)
     }
+}
+
+/// An absolute path with `.`, `..` and repeated slashes removed lexically
+/// (what Go's `filepath.Clean` gives for an absolute path).
+pub fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 enum Entry {
@@ -182,6 +235,13 @@ fn now_unix() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_clean_lexically() {
+        assert_eq!(clean_path("/tmp//z/."), "/tmp/z");
+        assert_eq!(clean_path("/a/b/../c"), "/a/c");
+        assert_eq!(clean_path("/../.."), "/");
+    }
 
     #[test]
     fn links_resolve_against_their_directory() {

@@ -11,19 +11,23 @@
 //!
 //! Every container carries labels naming the mock kind and the instance
 //! that made it, so an instance removes exactly its own (see
-//! [`Engine::remove_all`]). Files go in and out as tar archives
-//! ([`files`]); processes run as `docker exec` ([`exec`]).
+//! [`Engine::remove_all`]). A container can be paused (frozen, processes
+//! kept) or stopped (every process ends) and started again. Files go in
+//! and out as tar archives ([`files`]); processes run as `docker exec`
+//! ([`exec`]).
 
 pub mod exec;
 pub mod files;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    StopContainerOptionsBuilder,
 };
 
 /// Label naming the kind of mock that made a container (`e2b`, ...).
@@ -250,6 +254,37 @@ impl Container {
             .unpause_container(&self.id)
             .await
             .map_err(engine(format!("unpause {}", self.id)))
+    }
+
+    /// Stops the container (`docker stop`): SIGTERM to PID 1, whose exit
+    /// ends every other process, and SIGKILL if it is still up after
+    /// `grace`. Stopped already is fine.
+    pub async fn stop(&self, grace: Duration) -> Result<(), ContainerError> {
+        let seconds = i32::try_from(grace.as_secs()).unwrap_or(i32::MAX);
+        let options = StopContainerOptionsBuilder::new().t(seconds).build();
+        match self.docker.stop_container(&self.id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304, ..
+            }) => Ok(()),
+            Err(error) => Err(engine(format!("stop {}", self.id))(error)),
+        }
+    }
+
+    /// Starts a stopped container again (PID 1 is the keep-alive anew) and
+    /// returns it with its published ports read afresh: the engine picks new
+    /// host ports at every start.
+    pub async fn start(&self) -> Result<Container, ContainerError> {
+        self.docker
+            .start_container(&self.id, None)
+            .await
+            .map_err(engine(format!("start {}", self.id)))?;
+        let wanted: Vec<u16> = self.ports.keys().copied().collect();
+        let ports = self.published_ports(&wanted).await?;
+        Ok(Container {
+            ports,
+            ..self.clone()
+        })
     }
 
     /// Removes the container, running or paused; gone already is fine.

@@ -112,7 +112,7 @@ impl Api {
         if !key.starts_with(API_KEY_PREFIX) {
             return Err(unauthorized("authorization header is malformed"));
         }
-        if !super::envd::same_secret(key, &self.settings.api_key) {
+        if !crate::secret::same_secret(key, &self.settings.api_key) {
             return Err(unauthorized(
                 "Invalid API key, please visit https://e2b.dev/docs/api-key for more information.\nCannot get the team for the given API key",
             ));

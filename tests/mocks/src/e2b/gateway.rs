@@ -23,11 +23,13 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::api::Api;
-use super::envd::{self, same_secret};
+use super::envd;
 use super::store::{State, Store};
 use super::{ENVD_PORT, Settings};
-use crate::http::{Body, Handler, full, header, json_as, with_body};
+use crate::containers::files::clean_path;
+use crate::http::{Body, Handler, full, header, hostname, json_as, request_host, with_body};
 use crate::proxy::forward;
+use crate::secret::same_secret;
 
 /// The header of a private sandbox's traffic token.
 pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
@@ -56,10 +58,7 @@ pub struct Gateway {
 
 impl Handler for Gateway {
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
-        let host = header(&request, http::header::HOST.as_str())
-            .map(str::to_owned)
-            .or_else(|| request.uri().authority().map(|a| a.to_string()))
-            .unwrap_or_default();
+        let host = request_host(&request);
         let hostname = hostname(&host);
         if hostname == format!("api.{}", self.settings.domain) {
             return self.api.handle(request).await;
@@ -81,7 +80,7 @@ impl Handler for Gateway {
         };
         if port == u64::from(ENVD_PORT) {
             let path = request.uri().path();
-            if INTERNAL_PATHS.contains(&envd::clean_path(path).as_str()) {
+            if INTERNAL_PATHS.contains(&clean_path(path).as_str()) {
                 return proxy_error(json!({
                     "message": "This endpoint is reserved for the E2B control plane and is not reachable through the sandbox URL",
                     "path": path,
@@ -122,7 +121,7 @@ impl Handler for Gateway {
         else {
             return port_closed();
         };
-        match forward(request, upstream, &self.cancel).await {
+        match forward(request, upstream, &self.cancel, ()).await {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(sandbox = %sandbox_id, port, %error, "relaying failed");
@@ -171,17 +170,6 @@ fn headers_allowed(host: &str) -> bool {
         || name.strip_prefix("sandbox.").is_some_and(|d| !d.is_empty())
 }
 
-/// The host without its port (and without brackets around an IPv6 address).
-fn hostname(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or_default();
-    }
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    }
-}
-
 /// The proxy's JSON refusal; `code` in the body is the status.
 fn proxy_error(body: serde_json::Value) -> Response<Body> {
     let status = body["code"]
@@ -209,14 +197,6 @@ fn plain_error(message: &str) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hostnames_drop_the_port() {
-        assert_eq!(hostname("49999-iabc.e2b.test:8443"), "49999-iabc.e2b.test");
-        assert_eq!(hostname("127.0.0.1:443"), "127.0.0.1");
-        assert_eq!(hostname("[::1]:443"), "::1");
-        assert_eq!(hostname("e2b.test"), "e2b.test");
-    }
 
     #[test]
     fn routing_headers_need_a_neutral_host() {

@@ -22,16 +22,12 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
 use self::api::{API_KEY_PREFIX, Api};
 use self::gateway::Gateway;
-use self::store::{ALPHABET, Store, random_text};
-use crate::containers::{ContainerError, Engine};
-use crate::http::serve;
-use crate::proxy::tls::{TestCa, TlsError};
+use self::store::Store;
+pub use crate::instance::MockError;
+use crate::instance::{Instance, bind};
+use crate::secret::{HEX, random_text};
 
 /// envd's port in every sandbox (served by the mock, never published).
 pub const ENVD_PORT: u16 = 49983;
@@ -107,70 +103,20 @@ pub struct Settings {
     pub ports: Vec<u16>,
 }
 
-/// Why the mock could not start or stop cleanly.
-#[derive(Debug, thiserror::Error)]
-pub enum MockError {
-    /// The configuration cannot work.
-    #[error("invalid mock configuration: {0}")]
-    Config(String),
-    /// A template's image is not on the engine.
-    #[error(
-        "template {template:?} needs image {image:?}, which the engine does not have (for silo-base:latest run `silo image base`)"
-    )]
-    MissingImage {
-        /// The template.
-        template: String,
-        /// Its image.
-        image: String,
-    },
-    /// A listener could not be bound.
-    #[error("binding {addr} failed")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The scratch directory for the CA could not be made or removed.
-    #[error("the state directory {path} is unusable")]
-    StateDir {
-        /// The directory.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The test CA could not be made.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-    /// The engine failed.
-    #[error(transparent)]
-    Engine(#[from] ContainerError),
-    /// The system's random generator failed.
-    #[error("the system's random generator failed: {0}")]
-    Random(getrandom::Error),
-}
-
 /// A running mock E2B.
 pub struct MockE2b {
     settings: Arc<Settings>,
     api_url: String,
     proxy_addr: SocketAddr,
-    state_dir: PathBuf,
     ca_pem: PathBuf,
-    instance: String,
     store: Arc<Store>,
-    cancel: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
-    stopped: bool,
+    instance: Instance,
 }
 
 impl MockE2b {
     /// Checks `config`, then starts the control plane, the proxy and the
     /// expiry task.
     pub async fn start(config: MockE2bConfig) -> Result<Self, MockError> {
-        let random = |len, alphabet| random_text(len, alphabet).map_err(MockError::Random);
         let api_key = match config.api_key {
             Some(key) if !key.starts_with(API_KEY_PREFIX) => {
                 return Err(MockError::Config(format!(
@@ -178,7 +124,10 @@ impl MockE2b {
                 )));
             }
             Some(key) => key,
-            None => format!("{API_KEY_PREFIX}{}", random(40, b"0123456789abcdef")?),
+            None => format!(
+                "{API_KEY_PREFIX}{}",
+                random_text(40, HEX).map_err(MockError::Random)?
+            ),
         };
         if config.templates.is_empty() {
             return Err(MockError::Config("no template is configured".into()));
@@ -188,38 +137,10 @@ impl MockE2b {
                 "port {ENVD_PORT} is envd's, served by the mock; it cannot be published"
             )));
         }
-        let instance = random(12, ALPHABET)?;
-        let engine = Engine::connect(MOCK_KIND, &instance).await?;
-        for (template, image) in &config.templates {
-            if !engine.has_image(image).await? {
-                return Err(MockError::MissingImage {
-                    template: template.clone(),
-                    image: image.clone(),
-                });
-            }
-        }
-
-        let state_dir = std::env::temp_dir().join(format!("silo-mock-e2b-{instance}"));
-        std::fs::create_dir_all(&state_dir).map_err(|source| MockError::StateDir {
-            path: state_dir.clone(),
-            source,
-        })?;
-        let ca_pem = state_dir.join("ca.pem");
-        let ca = TestCa::generate(&config.domain, &ca_pem)?;
-
-        let bind = |addr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| MockError::Bind { addr, source })
-        };
-        let api_listener = bind(config.api_addr).await?;
-        let proxy_listener = bind(config.proxy_addr).await?;
-        let local = |l: &TcpListener, addr| {
-            l.local_addr()
-                .map_err(|source| MockError::Bind { addr, source })
-        };
-        let api_addr = local(&api_listener, config.api_addr)?;
-        let proxy_addr = local(&proxy_listener, config.proxy_addr)?;
+        let mut instance = Instance::start(MOCK_KIND, "template", &config.templates).await?;
+        let ca = instance.test_ca(&config.domain)?;
+        let (api_listener, api_addr) = bind(config.api_addr).await?;
+        let (proxy_listener, proxy_addr) = bind(config.proxy_addr).await?;
 
         let settings = Arc::new(Settings {
             domain: config.domain,
@@ -227,39 +148,27 @@ impl MockE2b {
             templates: config.templates,
             ports: config.ports,
         });
-        let store = Arc::new(Store::new(engine, settings.clone()));
+        let store = Arc::new(Store::new(instance.engine().clone(), settings.clone()));
         let api = Arc::new(Api {
             store: store.clone(),
             settings: settings.clone(),
         });
-        let cancel = CancellationToken::new();
         let gateway = Arc::new(Gateway {
             store: store.clone(),
             api: api.clone(),
             settings: settings.clone(),
-            cancel: cancel.clone(),
+            cancel: instance.cancel_token(),
         });
-        let tasks = vec![
-            tokio::spawn(serve(api_listener, None, api, cancel.clone())),
-            tokio::spawn(serve(
-                proxy_listener,
-                Some(ca.acceptor()),
-                gateway,
-                cancel.clone(),
-            )),
-            tokio::spawn(store.clone().expire(cancel.clone())),
-        ];
+        instance.serve(api_listener, None, api);
+        instance.serve(proxy_listener, Some(ca.acceptor()), gateway);
+        instance.spawn(store.clone().expire(instance.cancel_token()));
         Ok(Self {
             settings,
             api_url: format!("http://{api_addr}"),
             proxy_addr,
-            state_dir,
-            ca_pem,
-            instance,
+            ca_pem: ca.pem_path().to_path_buf(),
             store,
-            cancel,
-            tasks,
-            stopped: false,
+            instance,
         })
     }
 
@@ -306,56 +215,8 @@ impl MockE2b {
 
     /// Stops the servers and removes every container this instance made;
     /// returns how many were removed.
-    pub async fn shutdown(mut self) -> Result<usize, MockError> {
-        self.stopped = true;
-        self.cancel.cancel();
-        for task in self.tasks.drain(..) {
-            task.await.ok();
-        }
-        let removed = self.store.remove_all().await?;
-        remove_state_dir(&self.state_dir)?;
-        Ok(removed)
-    }
-}
-
-impl Drop for MockE2b {
-    fn drop(&mut self) {
-        if self.stopped {
-            return;
-        }
-        self.cancel.cancel();
-        // The caller's runtime may be shutting down, so the containers are
-        // removed on a thread with a runtime and an engine connection of its own.
-        let instance = self.instance.clone();
-        let cleanup = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                let removed = match Engine::connect(MOCK_KIND, &instance).await {
-                    Ok(engine) => engine.remove_all().await,
-                    Err(error) => Err(error),
-                };
-                if let Err(error) = removed {
-                    tracing::warn!(%error, "removing the mock's containers failed");
-                }
-            });
-        });
-        cleanup.join().ok();
-        remove_state_dir(&self.state_dir).ok();
-    }
-}
-
-fn remove_state_dir(path: &Path) -> Result<(), MockError> {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(MockError::StateDir {
-            path: path.to_path_buf(),
-            source,
-        }),
+    pub async fn shutdown(self) -> Result<usize, MockError> {
+        self.store.clear();
+        self.instance.shutdown().await
     }
 }

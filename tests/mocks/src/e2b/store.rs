@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::envd::process::ProcessTable;
 use super::{CLIENT_ID, ENVD_VERSION, Settings};
 use crate::containers::{Container, ContainerError, ContainerSpec, Engine};
+use crate::secret::{ALPHABET, HEX, random_text};
 
 /// How often the expiry task looks for sandboxes past their end.
 pub const EXPIRY_TICK: Duration = Duration::from_millis(100);
@@ -338,10 +339,9 @@ impl Store {
         }
     }
 
-    /// Removes every container of this instance (shutdown).
-    pub async fn remove_all(&self) -> Result<usize, ContainerError> {
+    /// Forgets every sandbox (shutdown; the instance removes the containers).
+    pub fn clear(&self) {
         self.lock().clear();
-        self.engine.remove_all().await
     }
 
     /// The `Sandbox` answer for a record.
@@ -392,37 +392,4 @@ fn changing(id: &str, state: State) -> Refusal {
         State::Paused => format!("Sandbox {id:?} is in paused state"),
     };
     Refusal::new(StatusCode::CONFLICT, message)
-}
-
-/// Lowercase letters and digits, as E2B's ids use.
-pub const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-/// Hex digits, for tokens.
-pub const HEX: &[u8] = b"0123456789abcdef";
-
-/// `len` random characters of `alphabet` (rejection sampling, no bias).
-pub fn random_text(len: usize, alphabet: &[u8]) -> Result<String, getrandom::Error> {
-    let limit = 256 - 256 % alphabet.len();
-    let mut out = String::with_capacity(len);
-    let mut buf = [0u8; 64];
-    while out.len() < len {
-        getrandom::fill(&mut buf)?;
-        for byte in buf {
-            if out.len() < len && usize::from(byte) < limit {
-                out.push(char::from(alphabet[usize::from(byte) % alphabet.len()]));
-            }
-        }
-    }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_use_the_alphabet() {
-        let id = random_text(20, ALPHABET).unwrap();
-        assert_eq!(id.len(), 20);
-        assert!(id.bytes().all(|b| ALPHABET.contains(&b)));
-    }
 }

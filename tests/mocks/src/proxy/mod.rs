@@ -5,8 +5,8 @@
 //!
 //! Which upstream a request goes to, who may use it, and what a refusal
 //! looks like are the provider's rules; each mock's gateway decides them
-//! and calls [`forward`]. Requests keep their `Host` header, as a real
-//! provider's proxy passes it to the sandbox.
+//! and calls [`forward`]. Requests go on with the headers the gateway
+//! leaves them (E2B's keeps `Host`, Daytona's rewrites it as its proxy does).
 
 pub mod tls;
 
@@ -19,6 +19,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
+
+use http_body_util::BodyExt;
 
 use crate::http::{Body, relay};
 
@@ -67,10 +69,14 @@ pub enum ForwardError {
 
 /// Relays `request` to `upstream` and returns its answer; an upgrade on
 /// both sides is spliced until either end closes or `cancel` fires.
-pub async fn forward(
+/// `hold` is kept until the exchange is over (the answer's body read, or
+/// the spliced connection closed), so a gateway can count open connections
+/// by what it passes.
+pub async fn forward<G: Send + 'static>(
     mut request: Request<Incoming>,
     upstream: SocketAddr,
     cancel: &CancellationToken,
+    hold: G,
 ) -> Result<Response<Body>, ForwardError> {
     let upgrading = wants_upgrade(request.headers());
     let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut request));
@@ -102,6 +108,7 @@ pub async fn forward(
         let upstream_upgrade = hyper::upgrade::on(&mut response);
         let cancel = cancel.clone();
         tokio::spawn(async move {
+            let _hold = hold;
             let (client, server) = match tokio::join!(client_upgrade, upstream_upgrade) {
                 (Ok(client), Ok(server)) => (client, server),
                 (Err(error), _) | (_, Err(error)) => {
@@ -119,9 +126,18 @@ pub async fn forward(
                 () = cancel.cancelled() => {}
             }
         });
+        let (parts, body) = response.into_parts();
+        return Ok(Response::from_parts(parts, relay(body)));
     }
     let (parts, body) = response.into_parts();
-    Ok(Response::from_parts(parts, relay(body)))
+    // The closure owns `hold`, so it lives exactly as long as the body does.
+    let body = relay(body)
+        .map_frame(move |frame| {
+            let _ = &hold;
+            frame
+        })
+        .boxed_unsync();
+    Ok(Response::from_parts(parts, body))
 }
 
 /// Whether a request asks to switch protocols (`Connection: upgrade`).

@@ -20,10 +20,11 @@ use hyper::body::Incoming;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{ACCESS_TOKEN_HEADER, User, envd_error, lookup_user, resolve_path, same_secret};
-use crate::containers::files::{Ownership, PathKind};
+use super::{ACCESS_TOKEN_HEADER, User, envd_error, lookup_user, resolve_path};
+use crate::containers::files::{Ownership, PathKind, Written};
 use crate::e2b::store::Record;
 use crate::http::{Body, full, header, json, query_pairs, query_value, read_body, with_body};
+use crate::secret::same_secret;
 use silo_protocol::http::error_chain;
 
 /// Largest upload the mock takes (it holds the body in memory).
@@ -162,39 +163,19 @@ async fn write_file(
     data: &[u8],
     user: &User,
 ) -> Result<(), Response<Body>> {
-    let mut path = target.to_owned();
-    let mode = loop {
-        match record.container.stat(&path).await {
-            Ok(PathKind::Missing) => break NEW_FILE_MODE,
-            Ok(PathKind::File { mode }) => break mode,
-            Ok(PathKind::Directory) => {
-                return Err(envd_error(
-                    StatusCode::BAD_REQUEST,
-                    format!("path is a directory: {target}"),
-                ));
-            }
-            Ok(PathKind::Symlink { target: link }) if path == target => {
-                path = if link.starts_with('/') {
-                    link
-                } else {
-                    let parent = target.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
-                    format!("{parent}/{link}")
-                };
-            }
-            Ok(PathKind::Symlink { .. }) => break NEW_FILE_MODE,
-            Err(error) => return Err(internal(target, &error)),
-        }
-    };
     let owner = Ownership {
         uid: user.uid,
         gid: user.gid,
-        mode,
+        mode: NEW_FILE_MODE,
     };
-    record
-        .container
-        .upload(&path, data, owner)
-        .await
-        .map_err(|error| internal(target, &error))
+    match record.container.write_file(target, data, owner).await {
+        Ok(Written::File) => Ok(()),
+        Ok(Written::IsDirectory) => Err(envd_error(
+            StatusCode::BAD_REQUEST,
+            format!("path is a directory: {target}"),
+        )),
+        Err(error) => Err(internal(target, &error)),
+    }
 }
 
 /// The parts named `file` of a multipart body, with their destinations.

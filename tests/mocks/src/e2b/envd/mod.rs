@@ -28,8 +28,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use self::connect::{Code, RpcError, STREAM_JSON, stream_error, unary_error};
+use crate::containers::files::clean_path;
 use crate::e2b::store::Record;
 use crate::http::{Body, full, header, json_as, status, with_body};
+use crate::secret::same_secret;
 
 /// The header carrying a secure sandbox's `envdAccessToken`.
 pub const ACCESS_TOKEN_HEADER: &str = "x-access-token";
@@ -119,21 +121,6 @@ pub fn resolve_path(path: &str, user: &User) -> String {
     clean_path(&joined)
 }
 
-/// An absolute path with `.`, `..` and repeated slashes removed lexically.
-pub fn clean_path(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            other => parts.push(other),
-        }
-    }
-    format!("/{}", parts.join("/"))
-}
-
 /// envd's HTTP error: `{"code","message"}` as `application/json; charset=utf-8`.
 pub fn envd_error(code: StatusCode, message: impl Into<String>) -> Response<Body> {
     let mut response = json_as(
@@ -146,15 +133,6 @@ pub fn envd_error(code: StatusCode, message: impl Into<String>) -> Response<Body
         http::HeaderValue::from_static("nosniff"),
     );
     response
-}
-
-/// Whether two secrets are equal, in time independent of where they differ.
-pub fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 /// Serves one envd request for the sandbox `record`.
@@ -236,12 +214,5 @@ mod tests {
         headers.insert(http::header::AUTHORIZATION, nobody.parse().unwrap());
         let error = user_from_headers(&headers).unwrap_err();
         assert_eq!(error.message, "invalid username: 'nobody'");
-    }
-
-    #[test]
-    fn secrets_compare_whole() {
-        assert!(same_secret("abc", "abc"));
-        assert!(!same_secret("abc", "abd"));
-        assert!(!same_secret("abc", "ab"));
     }
 }
