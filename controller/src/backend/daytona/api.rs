@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http::{Method, StatusCode};
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
 
 use super::config::DaytonaConfig;
@@ -330,9 +330,17 @@ pub fn refused(what: &'static str, reply: &Reply) -> DaytonaError {
     }
 }
 
+/// What a URL component keeps as it is: RFC 3986's unreserved characters
+/// (Daytona's ids are UUIDs, whose dashes stay dashes).
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// A value as one URL component.
 pub fn encode(text: &str) -> String {
-    utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
+    utf8_percent_encode(text, COMPONENT).to_string()
 }
 
 #[cfg(test)]
@@ -379,6 +387,7 @@ mod tests {
         let labels = BTreeMap::from([("silo.home".to_owned(), "h 1".to_owned())]);
         let filter = serde_json::to_string(&labels).unwrap();
         assert_eq!(filter, r#"{"silo.home":"h 1"}"#);
-        assert_eq!(encode(&filter), "%7B%22silo%2Ehome%22%3A%22h%201%22%7D");
+        assert_eq!(encode(&filter), "%7B%22silo.home%22%3A%22h%201%22%7D");
+        assert_eq!(encode("ad36be6c-39b4"), "ad36be6c-39b4");
     }
 }
