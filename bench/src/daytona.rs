@@ -168,7 +168,7 @@ fn up(name: &str) -> UpRequest {
 async fn plain_sandbox(api: &Api, config: &DaytonaConfig) -> anyhow::Result<(String, Toolbox)> {
     let created = api
         .create(&NewSandbox {
-            snapshot: SNAPSHOT.into(),
+            snapshot: Some(SNAPSHOT.into()),
             env: BTreeMap::new(),
             labels: BTreeMap::new(),
             public: false,

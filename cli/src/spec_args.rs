@@ -13,8 +13,7 @@ pub struct SpecArgs {
     backend: Option<BackendKind>,
     /// Image to run (docker backend; any image works, nothing is baked in),
     /// or the template to make the VM from (e2b backend, `base` by default;
-    /// daytona backend: a Daytona snapshot, `daytonaio/sandbox:latest` by
-    /// default).
+    /// daytona backend: a Daytona snapshot, Daytona's default if none).
     #[arg(long, visible_alias = "template")]
     image: Option<String>,
     /// Environment for every command in the sandbox.

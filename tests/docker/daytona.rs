@@ -5,8 +5,9 @@
 //! interrupt, a session keeping cwd and env, push, cp, stop and start from
 //! a new process with a new preview token, snapshot, the sandbox deleted
 //! behind silo's back and restored from its snapshot, rm); forks Daytona ⇄
-//! Docker ⇄ E2B; and the bad input a user meets, each leaving no sandbox
-//! behind.
+//! Docker ⇄ E2B; and the bad input a user meets (a wrong key, an unknown
+//! snapshot, a bind mount, an upload that fails half way), each leaving no
+//! sandbox behind.
 
 #![allow(
     clippy::unwrap_used,
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use silo_mocks::{MockDaytona, MockDaytonaConfig, MockE2b, MockE2bConfig};
 use silo_tests::docker::engine_with_base;
 
-use crate::e2b::json;
+use crate::e2b::{NO_ROOM_IMAGE, json, no_room_image};
 
 /// The Daytona id of a silo sandbox, from `silo ls --json`.
 fn daytona_id(cli: &silo_tests::Cli, name: &str) -> String {
@@ -196,12 +197,15 @@ async fn a_sandbox_lives_on_daytona_and_its_snapshots_move_everywhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_keys_snapshots_and_mounts_are_named_and_leave_nothing() {
-    let Some(_engine) = engine_with_base().await else {
+    let Some(engine) = engine_with_base().await else {
         return;
     };
-    let daytona = MockDaytona::start(MockDaytonaConfig::default())
-        .await
-        .unwrap();
+    no_room_image(&engine).await;
+    let mut config = MockDaytonaConfig::default();
+    config
+        .snapshots
+        .insert("no-room".into(), NO_ROOM_IMAGE.into());
+    let daytona = MockDaytona::start(config).await.unwrap();
     let wrong_key = daytona.env().into_iter().map(|(k, v)| {
         let v = if k == "DAYTONA_API_KEY" {
             "dtn_wrong".into()
@@ -232,6 +236,14 @@ async fn bad_keys_snapshots_and_mounts_are_named_and_leave_nothing() {
         "/tmp:/tmp",
     ]);
     assert!(err.contains("bind"), "{err}");
+
+    // The agent's upload fails half way through a create: the toolbox's
+    // refusal is named, and the sandbox that was made is deleted.
+    let err = cli.fails(&["up", "box", "--backend", "daytona", "--image", "no-room"]);
+    assert!(
+        err.contains("toolbox") && err.contains("upload /.silo"),
+        "{err}"
+    );
     assert_eq!(
         sandboxes(&daytona).await,
         0,

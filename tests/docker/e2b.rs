@@ -47,7 +47,7 @@ pub(crate) fn vm_of(e2b: &Cli, name: &str) -> String {
 }
 
 /// An image whose `/.silo` is a file, so nothing can be uploaded under it.
-const NO_ROOM_IMAGE: &str = "silo-test-no-room:latest";
+pub(crate) const NO_ROOM_IMAGE: &str = "silo-test-no-room:latest";
 
 async fn mock() -> Option<(MockE2b, bollard::Docker)> {
     let engine = engine_with_base().await?;
@@ -56,7 +56,7 @@ async fn mock() -> Option<(MockE2b, bollard::Docker)> {
 }
 
 /// Builds [`NO_ROOM_IMAGE`] from the base image.
-async fn no_room_image(engine: &bollard::Docker) {
+pub(crate) async fn no_room_image(engine: &bollard::Docker) {
     let dockerfile = format!(
         "FROM {}\nRUN touch /.silo\n",
         silo_tests::docker::BASE_IMAGE

@@ -35,8 +35,10 @@ const STATE_POLL: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NewSandbox {
-    /// The snapshot (template) to make it from.
-    pub snapshot: String,
+    /// The snapshot (template) to make it from; Daytona's default when
+    /// `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
     /// Environment variables of the sandbox.
     pub env: BTreeMap<String, String>,
     /// What silo finds it by again.
@@ -59,6 +61,9 @@ pub struct NewSandbox {
 pub struct Sandbox {
     /// Its id.
     pub id: String,
+    /// The snapshot it was made from.
+    #[serde(default)]
+    pub snapshot: Option<String>,
     /// Its state (`SandboxState`: `started`, `stopped`, `creating`, …).
     #[serde(default)]
     pub state: Option<String>,
@@ -304,7 +309,16 @@ impl Api {
 /// The control plane answers `{statusCode, message, error}` (`message` may
 /// be a list); the toolbox answers `{error}` or plain text.
 pub fn refused(what: &'static str, reply: &Reply) -> DaytonaError {
-    let message = serde_json::from_slice::<serde_json::Value>(&reply.body)
+    DaytonaError::Refused {
+        what,
+        status: reply.status.as_u16(),
+        message: error_message(reply),
+    }
+}
+
+/// The message of an error answer, from either service's shape.
+pub fn error_message(reply: &Reply) -> String {
+    serde_json::from_slice::<serde_json::Value>(&reply.body)
         .ok()
         .and_then(|body| {
             let text = |v: &serde_json::Value| match v {
@@ -322,12 +336,7 @@ pub fn refused(what: &'static str, reply: &Reply) -> DaytonaError {
                 .and_then(text)
                 .or_else(|| body.get("error").and_then(text))
         })
-        .unwrap_or_else(|| reply.text());
-    DaytonaError::Refused {
-        what,
-        status: reply.status.as_u16(),
-        message,
-    }
+        .unwrap_or_else(|| reply.text())
 }
 
 /// What a URL component keeps as it is: RFC 3986's unreserved characters
@@ -352,7 +361,7 @@ mod tests {
     #[test]
     fn the_create_body_and_answers_use_the_specs_field_names() {
         let body = serde_json::to_value(NewSandbox {
-            snapshot: "silo-base".into(),
+            snapshot: Some("silo-base".into()),
             env: BTreeMap::new(),
             labels: BTreeMap::from([("silo.sandbox".into(), "sbx-1".into())]),
             public: false,

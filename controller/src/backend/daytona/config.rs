@@ -21,8 +21,6 @@ pub const ENV_CA: &str = "SILO_DAYTONA_CA_PEM";
 pub const ENV_AUTO_STOP: &str = "SILO_DAYTONA_AUTO_STOP";
 /// Daytona's hosted control plane.
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
-/// The snapshot (Daytona's name for a template) used when none is named.
-pub const DEFAULT_SNAPSHOT: &str = "daytonaio/sandbox:latest";
 /// Minutes of inactivity before Daytona stops a sandbox unless configured:
 /// an hour, as E2B's timeout. Activity is what Daytona sees (its toolbox and
 /// proxy), so a sandbox used only through the agent counts as used.

@@ -26,6 +26,21 @@ pub enum DaytonaError {
         /// Daytona's message.
         message: String,
     },
+    /// A sandbox's toolbox answered with an error.
+    #[error(
+        "the toolbox of Daytona sandbox {id} refused to {what} ({status}): {}",
+        if message.is_empty() { "it gave no reason" } else { message.as_str() }
+    )]
+    ToolboxRefused {
+        /// The Daytona sandbox id.
+        id: String,
+        /// What was asked.
+        what: String,
+        /// Its HTTP status.
+        status: u16,
+        /// The toolbox's message.
+        message: String,
+    },
     /// Daytona no longer knows the sandbox.
     #[error("Daytona has no sandbox {0} any more (deleted, or auto-deleted)")]
     Gone(String),

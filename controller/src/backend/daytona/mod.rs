@@ -294,14 +294,12 @@ impl Backend for DaytonaBackend {
         let mut labels = self.owner(&machine)?;
         labels.insert(LABEL_SANDBOX_NAME.to_owned(), machine.name.to_owned());
         labels.insert(LABEL_SPEC_HASH.to_owned(), machine.spec.hash());
-        let snapshot = machine
-            .image
-            .or(machine.spec.image.as_deref())
-            .unwrap_or(config::DEFAULT_SNAPSHOT)
-            .to_owned();
         let created = api
             .create(&api::NewSandbox {
-                snapshot: snapshot.clone(),
+                snapshot: machine
+                    .image
+                    .or(machine.spec.image.as_deref())
+                    .map(str::to_owned),
                 env: machine.spec.env.clone(),
                 labels,
                 public: false,
@@ -315,6 +313,7 @@ impl Backend for DaytonaBackend {
             let started = api.wait_for(&id, "started").await?;
             let toolbox_url = started
                 .toolbox_proxy_url
+                .clone()
                 .or(created.toolbox_proxy_url)
                 .ok_or_else(|| DaytonaError::Unexpected {
                     what: "a sandbox",
@@ -323,7 +322,7 @@ impl Backend for DaytonaBackend {
             let (preview_host, preview_token) = self.preview(&api, &id).await?;
             let daytona = DaytonaRef {
                 sandbox_id: id.clone(),
-                snapshot,
+                snapshot: started.snapshot.clone().unwrap_or_default(),
                 toolbox_url,
                 preview_host,
                 preview_token,

@@ -12,10 +12,10 @@ use http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::api::{encode, refused};
+use super::api::{encode, error_message};
 use super::config::DaytonaConfig;
 use super::error::DaytonaError;
-use crate::backend::remote::rest::Rest;
+use crate::backend::remote::rest::{Reply, Rest};
 
 /// The boundary of upload bodies: never inside an agent binary or a key
 /// that silo sends, which are all the toolbox is given.
@@ -50,6 +50,7 @@ pub struct Executed {
 #[derive(Debug, Clone)]
 pub struct Toolbox {
     rest: Rest,
+    id: String,
 }
 
 impl Toolbox {
@@ -65,7 +66,20 @@ impl Toolbox {
             vec![("Authorization".to_owned(), format!("Bearer {key}"))],
         )?
         .via(config.proxy.as_ref());
-        Ok(Self { rest })
+        Ok(Self {
+            rest,
+            id: id.to_owned(),
+        })
+    }
+
+    /// The error for an answer the toolbox gave instead of doing `what`.
+    fn refused(&self, what: impl Into<String>, reply: &Reply) -> DaytonaError {
+        DaytonaError::ToolboxRefused {
+            id: self.id.clone(),
+            what: what.into(),
+            status: reply.status.as_u16(),
+            message: error_message(reply),
+        }
     }
 
     /// Writes `data` to `path` in the sandbox (`multipart/form-data`, field
@@ -94,7 +108,7 @@ impl Toolbox {
             .await?;
         match reply.status {
             StatusCode::OK | StatusCode::CREATED | StatusCode::NO_CONTENT => Ok(()),
-            _ => Err(refused("upload a file", &reply)),
+            _ => Err(self.refused(format!("upload {path}"), &reply)),
         }
     }
 
@@ -125,7 +139,7 @@ impl Toolbox {
                 )
                 .await?;
             if !exists.status.is_success() {
-                return Err(refused("make a process session", &made));
+                return Err(self.refused("make a process session", &made));
             }
         }
         let reply = self
@@ -137,7 +151,7 @@ impl Toolbox {
             )
             .await?;
         if !reply.status.is_success() {
-            return Err(refused("start a command in a session", &reply));
+            return Err(self.refused("start a command in a session", &reply));
         }
         let started: SessionExecuted = reply.json("a started command")?;
         match started.exit_code {
@@ -167,7 +181,7 @@ impl Toolbox {
             .await?;
         match reply.status {
             StatusCode::OK => Ok(reply.json("a command's result")?),
-            _ => Err(refused("run a command", &reply)),
+            _ => Err(self.refused("run a command", &reply)),
         }
     }
 }
