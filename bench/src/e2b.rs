@@ -3,12 +3,18 @@
 //! run:
 //! - time to interactive: `up` of a fresh sandbox to the first output of
 //!   `echo ready`, beside E2B's create plus envd's `process.Process/Start`
-//!   of `echo ready` to its end;
+//!   of `echo ready` to its end; on the plain template (the agent uploaded)
+//!   and on one made from `silo image bake` output (the agent in it);
 //! - exec round trip: `true` through silo's agent behind the proxy (on a
 //!   kept connection, and on a fresh one each time), beside envd's Start of
 //!   `true` through the same proxy;
 //! - resume: a paused sandbox to its first output, beside E2B's connect
 //!   plus envd's Start;
+//! - rewind: back to a snapshot of a 1 KiB change, to the first output (a
+//!   fresh VM from the template with the layer applied), beside E2B's
+//!   create plus first output, the floor of any fresh VM;
+//! - forks across backends: an E2B snapshot onto Docker and a Docker
+//!   snapshot onto E2B, to the first output;
 //! - the agent's upload and start, alone.
 //!
 //! The mock answers what E2B would and starts processes with `docker exec`,
@@ -20,7 +26,8 @@ use std::time::Instant;
 
 use silo::backend::e2b::api::NewSandbox;
 use silo::backend::e2b::{Api, E2bConfig, E2bRef, Envd};
-use silo::{BackendKind, SandboxSpec, Silo, SiloOptions, UpRequest};
+use silo::silo::no_progress;
+use silo::{BackendKind, ForkTarget, SandboxSpec, Silo, SiloOptions, UpRequest};
 use silo_mocks::{MockE2b, MockE2bConfig};
 use silo_protocol::exec::ExecSpec;
 
@@ -32,13 +39,29 @@ use crate::stats::Samples;
 const EXEC_TARGET: f64 = 1.0;
 /// silo's time to interactive may take at most this many times E2B's own.
 const TTI_TARGET: f64 = 1.2;
+/// The image `silo image bake` makes of the base for the template below.
+const BAKED_IMAGE: &str = "silo-bench-baked:latest";
+/// The mock's template that carries the agent.
+const BAKED_TEMPLATE: &str = "baked";
 
 pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let (rounds, execs) = if quick { (2, 20) } else { (8, 200) };
     if silo_tests::docker::engine_with_base().await.is_none() {
         return Ok(Vec::new());
     }
-    let mock = MockE2b::start(MockE2bConfig::default()).await?;
+    let engine = silo::backend::docker::connect().await?;
+    let baked = silo::image::BakeRequest {
+        base: silo_tests::docker::BASE_IMAGE,
+        tag: BAKED_IMAGE,
+        agent: silo_tests::agent_binary(),
+        listen: silo::image::DEFAULT_LISTEN,
+    };
+    silo::image::bake(&engine, &baked, &mut |_| {}).await?;
+    let mut mock_config = MockE2bConfig::default();
+    mock_config
+        .templates
+        .insert(BAKED_TEMPLATE.into(), BAKED_IMAGE.into());
+    let mock = MockE2b::start(mock_config).await?;
     let vars: BTreeMap<String, String> = mock
         .env()
         .into_iter()
@@ -55,8 +78,10 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     })?;
     let api = Api::new(&config)?;
 
-    // Time to interactive, one untimed round first for both.
+    // Time to interactive, one untimed round first for both: silo on the
+    // plain template (the agent uploaded) and on one that carries it.
     let (mut silo_tti, mut e2b_tti) = (Samples::default(), Samples::default());
+    let mut baked_tti = Samples::default();
     for round in 0..=rounds {
         let name = format!("bench-e2b-{round}");
         let t = Instant::now();
@@ -64,6 +89,18 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         let conn = silo.connect(sandbox.record()).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         let took = t.elapsed();
+        drop(conn);
+        sandbox.remove().await?;
+
+        let t = Instant::now();
+        let mut request = up(&format!("bench-e2b-baked-{round}"));
+        if let Some(spec) = &mut request.spec {
+            spec.image = Some(BAKED_TEMPLATE.into());
+        }
+        let (sandbox, _) = silo.up_sandbox(request).await?;
+        let conn = silo.connect(sandbox.record()).await?;
+        first_output(&conn, &["echo", "ready"]).await?;
+        let baked_took = t.elapsed();
         drop(conn);
         sandbox.remove().await?;
 
@@ -78,6 +115,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         api.kill(&e2b.sandbox_id).await?;
         if round > 0 {
             silo_tti.push(took);
+            baked_tti.push(baked_took);
             e2b_tti.push(plain_took);
         }
     }
@@ -124,11 +162,69 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     }
     api.kill(&e2b.sandbox_id).await?;
     drop(conn);
-    sandbox.remove().await?;
+
+    // Rewind to a snapshot of a 1 KiB change, after another change.
+    let name = sandbox.id().to_owned();
+    let change = |text: &str| ExecSpec::argv(["sh", "-c", &format!("echo {text} > /root/a")]);
+    sandbox
+        .commands()
+        .run(ExecSpec::argv([
+            "sh",
+            "-c",
+            "head -c 1024 /dev/zero > /root/kb",
+        ]))
+        .await?;
+    let snapshot = silo.snapshot(&name, None, &no_progress()).await?.snapshot;
+    let mut rewind = Samples::default();
+    for _ in 0..rounds {
+        let again = silo.sandbox(&name).await?;
+        again.commands().run(change("broken")).await?;
+        let t = Instant::now();
+        let restored = silo.rewind(&name, &snapshot.id, &no_progress()).await?;
+        let conn = silo.connect(&restored.sandbox).await?;
+        first_output(&conn, &["echo", "ready"]).await?;
+        rewind.push(t.elapsed());
+    }
+
+    // Forks across backends: this snapshot onto Docker, a snapshot of that
+    // fork back onto E2B.
+    let (mut to_docker, mut to_e2b) = (Samples::default(), Samples::default());
+    for round in 0..rounds {
+        let docker_name = format!("bench-e2b-fork-docker-{round}");
+        let t = Instant::now();
+        let onto = ForkTarget {
+            backend: Some(BackendKind::Docker),
+            image: None,
+        };
+        let forked = silo
+            .fork_to(&snapshot.id, &docker_name, &onto, &no_progress())
+            .await?;
+        let conn = silo.connect(&forked.sandbox).await?;
+        first_output(&conn, &["echo", "ready"]).await?;
+        to_docker.push(t.elapsed());
+        let on_docker = silo.snapshot(&docker_name, None, &no_progress()).await?;
+
+        let e2b_name = format!("bench-e2b-fork-e2b-{round}");
+        let t = Instant::now();
+        let onto = ForkTarget {
+            backend: Some(BackendKind::E2b),
+            image: Some("base".into()),
+        };
+        let back = silo
+            .fork_to(&on_docker.snapshot.id, &e2b_name, &onto, &no_progress())
+            .await?;
+        let conn = silo.connect(&back.sandbox).await?;
+        first_output(&conn, &["echo", "ready"]).await?;
+        to_e2b.push(t.elapsed());
+        silo.remove(&docker_name).await?;
+        silo.remove(&e2b_name).await?;
+    }
+    silo.remove(&name).await?;
     mock.shutdown().await?;
 
     let ms = |s: &Samples| s.percentile(50.0);
     let tti_ratio = ms(&silo_tti) / ms(&e2b_tti);
+    let baked_ratio = ms(&baked_tti) / ms(&e2b_tti);
     let exec_ratio = ms(&kept) / ms(&envd_rtt);
     Ok(vec![
         Row {
@@ -140,6 +236,16 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             baseline_name: "E2B create + envd Start echo",
             target: format!("<= {TTI_TARGET}x"),
             met: tti_ratio <= TTI_TARGET,
+        },
+        Row {
+            scenario: "e2b",
+            metric: format!("tti p50 of {rounds}, template carrying the agent"),
+            unit: "ms",
+            silo: ms(&baked_tti),
+            baseline: Some(ms(&e2b_tti)),
+            baseline_name: "E2B create + envd Start echo",
+            target: format!("<= {TTI_TARGET}x"),
+            met: baked_ratio <= TTI_TARGET,
         },
         Row {
             scenario: "e2b",
@@ -164,6 +270,27 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             "ms",
             ms(&silo_resume),
             Some((ms(&e2b_resume), "E2B connect + envd Start echo")),
+        ),
+        Row::untargeted(
+            "e2b",
+            format!("rewind (1 KiB change) to first output p50 of {rounds}"),
+            "ms",
+            ms(&rewind),
+            Some((ms(&e2b_tti), "E2B create + envd Start echo")),
+        ),
+        Row::untargeted(
+            "e2b",
+            format!("fork E2B snapshot onto Docker, to first output p50 of {rounds}"),
+            "ms",
+            ms(&to_docker),
+            None,
+        ),
+        Row::untargeted(
+            "e2b",
+            format!("fork Docker snapshot onto E2B, to first output p50 of {rounds}"),
+            "ms",
+            ms(&to_e2b),
+            Some((ms(&e2b_tti), "E2B create + envd Start echo")),
         ),
         Row::untargeted(
             "e2b",

@@ -13,6 +13,7 @@
     reason = "a benchmark on a broken machine should stop loudly"
 )]
 
+mod daytona;
 mod docker_common;
 mod docker_exec_rtt;
 mod docker_gvisor;
@@ -54,6 +55,7 @@ const SCENARIOS: &[&str] = &[
     "files",
     "gvisor",
     "e2b",
+    "daytona",
 ];
 
 #[derive(Parser)]
@@ -67,7 +69,8 @@ struct Args {
     /// files (write and read through the agent beside docker cp), gvisor
     /// (tti, exec rtt and snapshot under runsc beside runc), e2b (time to
     /// interactive, exec and resume beside E2B's own API, through the mock
-    /// E2B). The Docker ones are skipped, with a note, when no engine
+    /// E2B), daytona (the same beside Daytona's own API and toolbox, through
+    /// the mock Daytona). The Docker ones are skipped, with a note, when no engine
     /// answers outside CI.
     scenarios: Vec<String>,
     /// Where to write the JSON results.
@@ -108,6 +111,7 @@ async fn main() -> anyhow::Result<()> {
             "snapshot" => snapshot::run(args.quick).await?,
             "files" => files::run(args.quick).await?,
             "e2b" => e2b::run(args.quick).await?,
+            "daytona" => daytona::run(args.quick).await?,
             "gvisor" => docker_gvisor::run(args.quick).await?,
             other => anyhow::bail!(
                 "unknown scenario {other:?}; known: {}",

@@ -12,7 +12,8 @@ pub struct SpecArgs {
     #[arg(long)]
     backend: Option<BackendKind>,
     /// Image to run (docker backend; any image works, nothing is baked in),
-    /// or the template to make the VM from (e2b backend; `base` by default).
+    /// or the template to make the VM from (e2b backend, `base` by default;
+    /// daytona backend: a Daytona snapshot, Daytona's default if none).
     #[arg(long, visible_alias = "template")]
     image: Option<String>,
     /// Environment for every command in the sandbox.

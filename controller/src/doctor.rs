@@ -118,7 +118,49 @@ pub async fn diagnose(options: SiloOptions) -> Vec<Check> {
         checks.extend(engine(&silo).await);
     }
     checks.push(e2b().await);
+    checks.push(daytona().await);
     checks
+}
+
+/// The Daytona backend: off without a key (that is no failure), else
+/// whether the control plane takes the key.
+async fn daytona() -> Check {
+    use crate::backend::daytona::config::ENV_API_KEY;
+    use crate::backend::daytona::{Api, DaytonaConfig};
+    let config = match DaytonaConfig::from_env() {
+        Ok(config) => config,
+        Err(err) => {
+            return Check::bad(
+                "daytona",
+                Verdict::Fail,
+                err.to_string(),
+                "fix the variable it names",
+            );
+        }
+    };
+    if config.api_key.is_none() {
+        return Check::ok(
+            "daytona",
+            format!("off ({ENV_API_KEY} is not set; set it to run sandboxes on Daytona)"),
+        );
+    }
+    let checked = match Api::new(&config) {
+        Ok(api) => api.check().await,
+        Err(err) => Err(err),
+    };
+    match checked {
+        Ok(()) => Check::ok("daytona", format!("{} accepts the key", config.api_url)),
+        Err(err) => Check::bad(
+            "daytona",
+            Verdict::Fail,
+            format!(
+                "{}: {}",
+                config.api_url,
+                silo_protocol::http::error_chain(&err)
+            ),
+            format!("check {ENV_API_KEY} and DAYTONA_API_URL"),
+        ),
+    }
 }
 
 /// The E2B backend: off without a key (that is no failure), else whether

@@ -112,6 +112,38 @@ pub enum HomeError {
     },
 }
 
+/// A home's identity as a backend labels its machines with it: read (or
+/// drawn) on first use, then kept for the process's life.
+#[derive(Debug)]
+pub struct HomeId {
+    path: PathBuf,
+    id: std::sync::OnceLock<String>,
+}
+
+impl HomeId {
+    /// The identity of `home`, not read yet.
+    pub fn of(home: &Home) -> Self {
+        Self {
+            path: home.identity(),
+            id: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The identity, read or drawn the first time.
+    pub fn get(&self) -> io::Result<String> {
+        if let Some(id) = self.id.get() {
+            return Ok(id.clone());
+        }
+        let id = load_or_create_home_id(&self.path)?;
+        Ok(self.id.get_or_init(|| id).clone())
+    }
+
+    /// Its file, for messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// The home's identity, drawn and stored on first use. Two processes racing
 /// to draw it agree: the file is linked into place only if absent, and
 /// whoever loses reads the winner's.

@@ -86,7 +86,7 @@ pub use silo_protocol::files::FileStat;
 pub use backend::MachineState;
 pub use fsutil::human_bytes;
 pub use sandbox::Sandbox;
-pub use silo::{CreateRequest, Silo, SiloError, SiloOptions, Started};
+pub use silo::{CreateRequest, ForkTarget, Silo, SiloError, SiloOptions, Started};
 pub use silo::{GcReport, UpAction, UpOutcome, UpRequest};
 pub use spec::{BackendKind, SandboxSpec};
 pub use state::{Event, SandboxRecord};

@@ -16,10 +16,11 @@ use serde_json::json;
 use silo_protocol::auth::{Key, derive_sandbox_key};
 
 use crate::agent_binary::AgentLocator;
+use crate::backend::daytona::DaytonaConfig;
 use crate::backend::e2b::E2bConfig;
 use crate::backend::{
-    AnyBackend, Backend, BackendError, DockerBackend, E2bBackend, LocalBackend, Machine,
-    MachineState,
+    AnyBackend, Backend, BackendError, DaytonaBackend, DockerBackend, E2bBackend, LocalBackend,
+    Machine, MachineState, SnapshotSupport,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -40,8 +41,8 @@ pub use gc::{Collected, GcReport};
 pub use lease::{LEASE_WAIT, Lease};
 pub use open::{UpAction, UpOutcome, UpRequest};
 pub use snapshot::{
-    BaseStored, ImageSource, Progress, ProgressFn, RestoreReport, SnapshotError, SnapshotReport,
-    StoreGc, no_progress,
+    BaseStored, ForkTarget, ImageSource, Progress, ProgressFn, RestoreReport, SnapshotError,
+    SnapshotReport, StoreGc, no_progress,
 };
 
 /// Tries at drawing a free generated name before giving up.
@@ -57,6 +58,9 @@ pub struct SiloOptions {
     pub agent: Option<PathBuf>,
     /// How to reach E2B; from the environment (`E2B_API_KEY` …) when absent.
     pub e2b: Option<E2bConfig>,
+    /// How to reach Daytona; from the environment (`DAYTONA_API_KEY` …)
+    /// when absent.
+    pub daytona: Option<DaytonaConfig>,
 }
 
 /// What to create.
@@ -110,6 +114,7 @@ pub struct Shared {
     local: LocalBackend,
     docker: DockerBackend,
     e2b: E2bBackend,
+    daytona: DaytonaBackend,
 }
 
 impl std::ops::Deref for Silo {
@@ -143,6 +148,12 @@ impl Silo {
                     E2bBackend::with_config(home.clone(), Arc::clone(&agent), Ok(config))
                 }
                 None => E2bBackend::new(home.clone(), Arc::clone(&agent)),
+            },
+            daytona: match options.daytona {
+                Some(config) => {
+                    DaytonaBackend::with_config(home.clone(), Arc::clone(&agent), Ok(config))
+                }
+                None => DaytonaBackend::new(home.clone(), Arc::clone(&agent)),
             },
             local: LocalBackend::new(home.clone(), agent),
             home,
@@ -193,6 +204,7 @@ impl Silo {
         let backend = self.backend(sandbox.backend);
         let made = Machine {
             image,
+            agent_in_image: self.template_carries_agent(&sandbox),
             ..machine(&sandbox, &key)
         };
         let made = backend.create(made).await;
@@ -209,9 +221,11 @@ impl Silo {
     }
 
     /// Records the machine a backend just made for `sandbox` (its handle and
-    /// a `started` event); when making it failed, removes whatever it left
-    /// and returns why. The sandbox's row stays either way: a recreate or
-    /// restore leaves it machineless for the next `up`.
+    /// a `started` event, and, on a backend whose snapshots are applied
+    /// layers, the fresh machine's baseline); when making it failed,
+    /// removes whatever it left and returns why. The sandbox's row stays
+    /// either way: a recreate or restore leaves it machineless for the next
+    /// `up`.
     async fn record_made(
         &self,
         sandbox: &SandboxRecord,
@@ -220,11 +234,30 @@ impl Silo {
         match made {
             Ok(backend_ref) => {
                 let detail = json!({ "backend_ref": backend_ref });
-                Ok(self.db().update_backend_ref(
+                let sandbox = self.db().update_backend_ref(
                     sandbox,
                     &backend_ref,
                     Some((EventKind::Started, detail)),
-                )?)
+                )?;
+                let fresh = sandbox.origin_snapshot.is_none();
+                let layered = self.backend(sandbox.backend).snapshot_support()
+                    == SnapshotSupport::AgentLayers;
+                if !(fresh && layered) {
+                    return Ok(sandbox);
+                }
+                // A sandbox that cannot snapshot is still a working sandbox:
+                // its snapshots say why, and a recreate tries again.
+                match self.record_fresh_baseline(&sandbox).await {
+                    Ok(sandbox) => Ok(sandbox),
+                    Err(error) => {
+                        tracing::warn!(
+                            sandbox = sandbox.name,
+                            "recording the files its machine started with: {}",
+                            silo_protocol::http::error_chain(&error)
+                        );
+                        Ok(sandbox)
+                    }
+                }
             }
             Err(source) => {
                 let key = self.sandbox_key(sandbox);
@@ -453,6 +486,7 @@ impl Silo {
             BackendKind::Local => AnyBackend::Local(self.local.clone()),
             BackendKind::Docker => AnyBackend::Docker(self.docker.clone()),
             BackendKind::E2b => AnyBackend::E2b(self.e2b.clone()),
+            BackendKind::Daytona => AnyBackend::Daytona(self.daytona.clone()),
         }
     }
 
@@ -473,6 +507,7 @@ fn machine<'a>(sandbox: &'a SandboxRecord, key: &'a Key) -> Machine<'a> {
         backend_ref: &sandbox.backend_ref,
         key,
         image: None,
+        agent_in_image: false,
     }
 }
 
@@ -619,6 +654,7 @@ mod tests {
             created_at_ms: 0,
             updated_at_ms: 0,
             origin_snapshot: None,
+            baseline: None,
         };
         let key = silo.sandbox_key(&sandbox);
         drop(silo);

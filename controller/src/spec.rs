@@ -39,12 +39,19 @@ pub enum BackendKind {
     /// An E2B sandbox (a VM from a template), the agent uploaded and started
     /// beside E2B's own daemon, reached through E2B's proxy.
     E2b,
+    /// A Daytona sandbox (from a Daytona snapshot), the agent uploaded and
+    /// started through its toolbox, reached through its preview proxy.
+    Daytona,
 }
 
 impl BackendKind {
     /// Every backend this build knows, in the order `--help` lists them.
-    pub const ALL: &'static [BackendKind] =
-        &[BackendKind::Local, BackendKind::Docker, BackendKind::E2b];
+    pub const ALL: &'static [BackendKind] = &[
+        BackendKind::Local,
+        BackendKind::Docker,
+        BackendKind::E2b,
+        BackendKind::Daytona,
+    ];
 
     /// The name used in the CLI, the database and JSON.
     pub fn as_str(self) -> &'static str {
@@ -52,6 +59,7 @@ impl BackendKind {
             BackendKind::Local => "local",
             BackendKind::Docker => "docker",
             BackendKind::E2b => "e2b",
+            BackendKind::Daytona => "daytona",
         }
     }
 }

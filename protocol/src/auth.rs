@@ -236,7 +236,11 @@ impl Verifier {
 
         let skew = self.skew.as_secs();
         if timestamp.abs_diff(now) > skew {
-            return Err(AuthError::Expired { skew_secs: skew });
+            return Err(AuthError::Expired {
+                skew_secs: skew,
+                request_secs: timestamp,
+                agent_secs: now,
+            });
         }
 
         let mut mac = self.key.mac();
@@ -280,11 +284,21 @@ pub enum AuthError {
     /// A signing header is present but unreadable.
     #[error("malformed header {0}")]
     MalformedHeader(&'static str),
-    /// The timestamp is outside the accepted window.
-    #[error("request timestamp is more than {skew_secs}s away from the agent's clock")]
+    /// The timestamp is outside the accepted window: the signer's clock and
+    /// the agent's disagree (or the request is old).
+    #[error(
+        "request timestamp {request_secs} is {}s {} the agent's clock ({agent_secs}); at most \
+         {skew_secs}s apart is accepted",
+        request_secs.abs_diff(*agent_secs),
+        if request_secs > agent_secs { "ahead of" } else { "behind" }
+    )]
     Expired {
         /// The accepted window in seconds.
         skew_secs: u64,
+        /// The request's timestamp (unix seconds).
+        request_secs: u64,
+        /// The agent's clock (unix seconds).
+        agent_secs: u64,
     },
     /// The signature does not match this sandbox's key.
     #[error("signature does not match this sandbox's key")]

@@ -35,8 +35,11 @@ pub enum ErrorKind {
     /// 400: a push's bundle holds an entry the agent refuses; the message
     /// names the entry and the reason.
     RejectedEntry,
-    /// 401: the signature is missing, malformed, stale, replayed or wrong.
+    /// 401: the signature is missing, malformed, replayed or wrong.
     Unauthorized,
+    /// 401: the request's timestamp is outside the agent's window: the
+    /// signer's clock and the machine's disagree.
+    ClockSkew,
     /// 403: a push's mount path is not under an allowed push root.
     MountNotAllowed,
     /// 403: a file request's path lies outside its `confine`, or reaches
@@ -94,12 +97,13 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every known kind, in the order the protocol document lists them.
-    pub const ALL: [Self; 27] = [
+    pub const ALL: [Self; 28] = [
         Self::Malformed,
         Self::BadRequest,
         Self::VersionMismatch,
         Self::RejectedEntry,
         Self::Unauthorized,
+        Self::ClockSkew,
         Self::MountNotAllowed,
         Self::OutsideConfine,
         Self::PermissionDenied,
@@ -132,6 +136,7 @@ impl ErrorKind {
             Self::VersionMismatch => "version_mismatch",
             Self::RejectedEntry => "rejected_entry",
             Self::Unauthorized => "unauthorized",
+            Self::ClockSkew => "clock_skew",
             Self::MountNotAllowed => "mount_not_allowed",
             Self::OutsideConfine => "outside_confine",
             Self::PermissionDenied => "permission_denied",
@@ -163,7 +168,7 @@ impl ErrorKind {
     pub fn status(&self) -> Option<u16> {
         Some(match self {
             Self::Malformed | Self::BadRequest | Self::VersionMismatch | Self::RejectedEntry => 400,
-            Self::Unauthorized => 401,
+            Self::Unauthorized | Self::ClockSkew => 401,
             Self::MountNotAllowed | Self::OutsideConfine | Self::PermissionDenied => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,

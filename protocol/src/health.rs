@@ -23,6 +23,12 @@ pub struct Health {
     pub boot_id: String,
     /// The agent's pid in its own pid namespace (1 inside a container).
     pub pid: u32,
+    /// The machine's clock when the agent answered (unix ms); absent from
+    /// agents before it was added. File ctimes on the machine come from this
+    /// clock, so a snapshot's "changed since" is read from it, never from
+    /// the controller's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_ms: Option<i64>,
 }
 
 impl Health {

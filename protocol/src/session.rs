@@ -80,6 +80,23 @@ pub fn check_id(id: &str) -> Result<(), SessionIdError> {
     Ok(())
 }
 
+/// Single-quotes `text` for any POSIX shell (`'` becomes `'\''`): how a
+/// word reaches a session shell, or any shell a provider runs a command
+/// line in, as exactly itself.
+pub fn quote(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() + 2);
+    out.push(b'\'');
+    for &b in text {
+        if b == b'\'' {
+            out.extend_from_slice(b"'\\''");
+        } else {
+            out.push(b);
+        }
+    }
+    out.push(b'\'');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

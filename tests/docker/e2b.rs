@@ -2,8 +2,10 @@
 //! in separate processes: the agent uploaded and started through envd, and
 //! reached through the TLS proxy, a sandbox's life (exec, interrupt,
 //! sessions, push, pause with processes kept, resume from a new process,
-//! a VM killed behind silo's back, rm), and the bad input a user meets
-//! (a wrong key, an unknown template), each leaving no VM behind.
+//! the agent killed inside the VM, a VM killed behind silo's back, rm),
+//! and the bad input a user meets (a wrong key, an unknown template, an
+//! upload that fails half way through a create), each leaving no VM
+//! behind.
 
 #![allow(
     clippy::unwrap_used,
@@ -22,12 +24,12 @@ fn cli(mock: &MockE2b) -> Cli {
     crate::cli().with_env(mock.env())
 }
 
-fn json(text: &str) -> serde_json::Value {
+pub(crate) fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
 /// The E2B id of a silo sandbox, from `silo ls --json`.
-fn vm_of(e2b: &Cli, name: &str) -> String {
+pub(crate) fn vm_of(e2b: &Cli, name: &str) -> String {
     let listed = json(&e2b.ok(&["ls", "--json"]));
     let row = listed
         .as_array()
@@ -44,10 +46,33 @@ fn vm_of(e2b: &Cli, name: &str) -> String {
     backend_ref["sandbox_id"].as_str().unwrap().to_owned()
 }
 
+/// An image whose `/.silo` is a file, so nothing can be uploaded under it.
+pub(crate) const NO_ROOM_IMAGE: &str = "silo-test-no-room:latest";
+
 async fn mock() -> Option<(MockE2b, bollard::Docker)> {
     let engine = engine_with_base().await?;
     let mock = MockE2b::start(MockE2bConfig::default()).await.unwrap();
     Some((mock, engine))
+}
+
+/// Builds [`NO_ROOM_IMAGE`] from the base image.
+pub(crate) async fn no_room_image(engine: &bollard::Docker) {
+    let dockerfile = format!(
+        "FROM {}\nRUN touch /.silo\n",
+        silo_tests::docker::BASE_IMAGE
+    );
+    let mut context = silo::image::Context::new();
+    context
+        .file("Dockerfile", 0o644, dockerfile.as_bytes())
+        .unwrap();
+    silo::image::build(
+        engine,
+        context.finish().unwrap(),
+        NO_ROOM_IMAGE,
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
 }
 
 async fn vms(engine: &bollard::Docker, vm: &str) -> usize {
@@ -159,6 +184,22 @@ async fn a_sandbox_lives_on_e2b_through_the_agent() {
     ]);
     assert_eq!(out.trim(), "1", "the process did not survive the pause");
 
+    // The agent killed inside the VM: the sandbox reads as stopped, with
+    // the command that starts it, and `up` starts the agent again.
+    let _ = e2b.run(&[
+        "exec",
+        "box",
+        "--",
+        "sh",
+        "-c",
+        "kill -9 $(pidof silo-agent)",
+    ]);
+    let dead = e2b.fails(&["exec", "box", "--", "true"]);
+    assert!(dead.contains("silo start box"), "{dead}");
+    let up = json(&e2b.ok(&["up", "box", "--json"]));
+    assert_eq!(up["tier"], 1, "{up}");
+    assert_eq!(e2b.ok(&["exec", "box", "--", "echo", "again"]), "again\n");
+
     // Gone behind silo's back: `up` makes a fresh VM under the same id.
     let (status, _) = api(&mock, "DELETE", &format!("/sandboxes/{vm}")).await;
     assert_eq!(status, 204);
@@ -175,14 +216,22 @@ async fn a_sandbox_lives_on_e2b_through_the_agent() {
 
     e2b.ok(&["rm", "box"]);
     assert_eq!(vms(&engine, &again).await, 0, "rm left the VM");
+    // The CLI's clean-up (`gc` included) talks to the mock: it goes first.
+    drop(e2b);
     mock.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
-    let Some((mock, engine)) = mock().await else {
+    let Some(engine) = engine_with_base().await else {
         return;
     };
+    no_room_image(&engine).await;
+    let mut config = MockE2bConfig::default();
+    config
+        .templates
+        .insert("no-room".into(), NO_ROOM_IMAGE.into());
+    let mock = MockE2b::start(config).await.unwrap();
     let wrong_key = mock.env().into_iter().map(|(k, v)| {
         (
             k,
@@ -193,9 +242,10 @@ async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
             },
         )
     });
-    let e2b = crate::cli().with_env(wrong_key);
-    let err = e2b.fails(&["up", "box", "--backend", "e2b"]);
+    let wrong = crate::cli().with_env(wrong_key);
+    let err = wrong.fails(&["up", "box", "--backend", "e2b"]);
     assert!(err.contains("401") && err.contains("E2B_API_KEY"), "{err}");
+    drop(wrong);
 
     let e2b = cli(&mock);
     let err = e2b.fails(&["up", "box", "--backend", "e2b", "--template", "nope"]);
@@ -204,15 +254,71 @@ async fn bad_keys_and_templates_are_named_and_leave_no_vm() {
     let err = e2b.fails(&["up", "box", "--backend", "e2b", "--bind", "/tmp:/tmp"]);
     assert!(err.contains("bind"), "{err}");
 
+    // The agent's upload fails half way through a create: envd's refusal
+    // is named, and the VM that was made is killed.
+    let err = e2b.fails(&["up", "box", "--backend", "e2b", "--template", "no-room"]);
+    assert!(err.contains("envd") && err.contains("/.silo"), "{err}");
+
     let (status, listed) = api(&mock, "GET", "/v2/sandboxes").await;
     assert_eq!((status, listed.trim()), (200, "[]"), "VMs left behind");
-    drop(engine);
+    drop((engine, e2b));
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_template_that_carries_the_agent_runs_its_own() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    const BAKED: &str = "silo-test-baked:latest";
+    let request = silo::image::BakeRequest {
+        base: silo_tests::docker::BASE_IMAGE,
+        tag: BAKED,
+        agent: silo_tests::agent_binary(),
+        listen: silo::image::DEFAULT_LISTEN,
+    };
+    silo::image::bake(&engine, &request, &mut |_| {})
+        .await
+        .unwrap();
+    let mut config = MockE2bConfig::default();
+    config.templates.insert("baked".into(), BAKED.into());
+    let mock = MockE2b::start(config).await.unwrap();
+    let e2b = cli(&mock);
+
+    // The first machine of the template shows it carries the agent; the
+    // next one runs that agent instead of an uploaded one.
+    let running = |name: &str| {
+        e2b.ok(&[
+            "exec",
+            name,
+            "--",
+            "sh",
+            "-c",
+            "tr '\\0' ' ' < /proc/$(pidof silo-agent)/cmdline",
+        ])
+    };
+    e2b.ok(&["up", "first", "--backend", "e2b", "--template", "baked"]);
+    let out = running("first");
+    assert!(out.starts_with("/.silo/silo-agent"), "{out}");
+    e2b.ok(&["rm", "first"]);
+    e2b.ok(&["up", "box", "--backend", "e2b", "--template", "baked"]);
+    let out = running("box");
+    assert!(
+        out.starts_with(silo::image::BAKED_AGENT_PATH),
+        "not the template's agent: {out}"
+    );
+    // Paused and resumed, it still answers.
+    e2b.ok(&["stop", "box"]);
+    e2b.ok(&["up", "box"]);
+    assert_eq!(e2b.ok(&["exec", "box", "--", "echo", "ok"]), "ok\n");
+    e2b.ok(&["rm", "box"]);
+    drop(e2b);
     mock.shutdown().await.unwrap();
 }
 
 /// Calls the mock's control plane as another E2B client would; answers
 /// the status and the body.
-async fn api(mock: &MockE2b, method: &str, path: &str) -> (u16, String) {
+pub(crate) async fn api(mock: &MockE2b, method: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let url: http::Uri = mock.api_url().parse().unwrap();
     let addr = format!("{}:{}", url.host().unwrap(), url.port_u16().unwrap());

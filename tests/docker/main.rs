@@ -4,7 +4,9 @@
 //! binary, one module per area, so the workspace links it once.
 
 mod backend;
+mod daytona;
 mod e2b;
+mod e2b_snapshots;
 mod files_cli;
 mod image;
 mod lease;

@@ -145,9 +145,13 @@ async fn replayed_and_expired_requests_are_refused() {
         now() - 3600,
         "0123456789abcdef0123456789abcdef",
     );
+    // A skewed clock is its own kind, naming how far apart the clocks are.
     let (status, body) = upgrade(&agent, Some(&stale), &version());
     assert_eq!(status, 401);
-    assert!(body.contains("clock"), "{body}");
+    assert!(
+        body.contains("clock_skew") && body.contains("s behind the agent's clock"),
+        "{body}"
+    );
     let future = sign_at(
         &agent.key,
         "GET",
@@ -156,7 +160,9 @@ async fn replayed_and_expired_requests_are_refused() {
         now() + 3600,
         "1123456789abcdef0123456789abcdef",
     );
-    assert_eq!(upgrade(&agent, Some(&future), &version()).0, 401);
+    let (status, body) = upgrade(&agent, Some(&future), &version());
+    assert_eq!(status, 401);
+    assert!(body.contains("ahead of the agent's clock"), "{body}");
 }
 
 #[tokio::test]

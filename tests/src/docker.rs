@@ -46,17 +46,25 @@ pub async fn engine_with_base() -> Option<Docker> {
     Some(engine)
 }
 
-/// Builds [`BASE_IMAGE`] with the real CLI unless the engine has it; one
-/// test at a time, so a test binary builds it at most once.
+/// Builds [`BASE_IMAGE`] with the real CLI unless the engine has it (with
+/// its base id: an image from before base ids is built again); one test at
+/// a time, so a test binary builds it at most once.
 pub async fn base_image(engine: &Docker) {
     static BUILT: tokio::sync::Mutex<bool> = tokio::sync::Mutex::const_new(false);
     let mut built = BUILT.lock().await;
     if *built {
         return;
     }
-    let present = silo::image::exists(engine, BASE_IMAGE)
-        .await
-        .expect("inspecting the base image");
+    let present = match engine.inspect_image(BASE_IMAGE).await {
+        Ok(image) => image
+            .config
+            .and_then(|c| c.labels)
+            .is_some_and(|labels| labels.contains_key(silo::image::BASE_LAYERS_LABEL)),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => false,
+        Err(error) => panic!("inspecting the base image: {error}"),
+    };
     if !present {
         let busybox = std::path::Path::new(silo::image::DEFAULT_BUSYBOX);
         silo::image::build_base(engine, busybox, BASE_IMAGE, &mut |_| {})

@@ -32,6 +32,7 @@ impl AdmitError {
     pub fn response(&self) -> Response<Body> {
         let kind = match self {
             Self::Version(_) => ErrorKind::VersionMismatch,
+            Self::Auth(AuthError::Expired { .. }) => ErrorKind::ClockSkew,
             Self::Auth(_) => ErrorKind::Unauthorized,
         };
         error_response(kind, self.to_string())

@@ -47,20 +47,7 @@ impl Flavor {
     }
 }
 
-/// Single-quotes `text` for any POSIX shell (`'` becomes `'\''`).
-pub fn quote(text: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len() + 2);
-    out.push(b'\'');
-    for &b in text {
-        if b == b'\'' {
-            out.extend_from_slice(b"'\\''");
-        } else {
-            out.push(b);
-        }
-    }
-    out.push(b'\'');
-    out
-}
+pub use silo_protocol::session::quote;
 
 /// The prompt: a `P` record naming the run (empty before the first one) and
 /// the status of the last command.

@@ -48,14 +48,15 @@ impl Output {
             ));
         }
         lines.push(format!(
-            "  captured {:.0} ms (processes stopped: {}), durable {:.0} ms, {}",
+            "  captured {:.0} ms (processes stopped: {}), durable {:.0} ms{}",
             report.captured_ms,
             report.processes_stopped,
             report.durable_ms,
             match (report.loaded_ms, &report.load_error) {
-                (Some(ms), _) => format!("on the engine {ms:.0} ms"),
-                (None, Some(error)) => format!("not loaded into the engine ({error})"),
-                (None, None) => "not loaded into the engine".to_owned(),
+                (Some(ms), _) => format!(", on the engine {ms:.0} ms"),
+                (None, Some(error)) => format!(", not loaded into the engine ({error})"),
+                // No engine to load into: a remote machine.
+                (None, None) => String::new(),
             }
         ));
         if report.processes_unsettled > 0 {
@@ -122,6 +123,10 @@ impl Output {
             ImageSource::Engine => "image on the engine".to_owned(),
             ImageSource::Store { layers_sent, bytes } => format!(
                 "loaded from the store: {layers_sent} layers, {}",
+                human_bytes(*bytes)
+            ),
+            ImageSource::Applied { layers, bytes } => format!(
+                "fresh from the template, {layers} layers applied, {}",
                 human_bytes(*bytes)
             ),
         };

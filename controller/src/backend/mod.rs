@@ -15,6 +15,7 @@
 //! outside the database (the local backend's pid file, a container's labels)
 //! when that is what several `silo` processes must agree on.
 
+pub mod daytona;
 pub mod docker;
 pub mod e2b;
 pub mod local;
@@ -28,6 +29,7 @@ use silo_protocol::auth::Key;
 use crate::client::Endpoint;
 use crate::spec::{BackendKind, SandboxSpec};
 
+pub use daytona::{DaytonaBackend, DaytonaError};
 pub use docker::{DockerBackend, DockerError};
 pub use e2b::{E2bBackend, E2bError};
 pub use local::{LocalBackend, LocalError, LogTail};
@@ -48,6 +50,10 @@ pub struct Machine<'a> {
     /// The image to make the machine from when it is not the spec's: a
     /// snapshot's, already on the engine (rewind, fork, restore).
     pub image: Option<&'a str>,
+    /// An earlier machine of the same template had the agent in it (an
+    /// image made by `silo image bake`), so a remote backend may start that
+    /// one rather than upload its own (and falls back if it cannot).
+    pub agent_in_image: bool,
 }
 
 /// Where a sandbox's machine is in its life, as its backend sees it now.
@@ -109,6 +115,11 @@ pub enum SnapshotSupport {
     /// exported into the store, and a snapshot goes back onto the engine as
     /// an image its new machine is made from (Docker).
     EngineImages,
+    /// Machines are made from a provider's template, which silo cannot
+    /// export: the template's paths are listed by a fresh machine's agent
+    /// (the baseline), and a snapshot goes back as its layers applied by
+    /// the agent onto a fresh machine from the template (E2B).
+    AgentLayers,
 }
 
 /// The operations every backend provides.
@@ -201,6 +212,8 @@ pub enum AnyBackend {
     Docker(DockerBackend),
     /// An E2B sandbox.
     E2b(E2bBackend),
+    /// A Daytona sandbox.
+    Daytona(DaytonaBackend),
 }
 
 impl Backend for AnyBackend {
@@ -209,6 +222,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.kind(),
             AnyBackend::Docker(b) => b.kind(),
             AnyBackend::E2b(b) => b.kind(),
+            AnyBackend::Daytona(b) => b.kind(),
         }
     }
 
@@ -217,6 +231,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.snapshot_support(),
             AnyBackend::Docker(b) => b.snapshot_support(),
             AnyBackend::E2b(b) => b.snapshot_support(),
+            AnyBackend::Daytona(b) => b.snapshot_support(),
         }
     }
 
@@ -225,6 +240,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.stop_keeps_processes(),
             AnyBackend::Docker(b) => b.stop_keeps_processes(),
             AnyBackend::E2b(b) => b.stop_keeps_processes(),
+            AnyBackend::Daytona(b) => b.stop_keeps_processes(),
         }
     }
 
@@ -233,6 +249,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.create(machine).await,
             AnyBackend::Docker(b) => b.create(machine).await,
             AnyBackend::E2b(b) => b.create(machine).await,
+            AnyBackend::Daytona(b) => b.create(machine).await,
         }
     }
 
@@ -241,6 +258,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.status(machine).await,
             AnyBackend::Docker(b) => b.status(machine).await,
             AnyBackend::E2b(b) => b.status(machine).await,
+            AnyBackend::Daytona(b) => b.status(machine).await,
         }
     }
 
@@ -249,6 +267,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.start(machine).await,
             AnyBackend::Docker(b) => b.start(machine).await,
             AnyBackend::E2b(b) => b.start(machine).await,
+            AnyBackend::Daytona(b) => b.start(machine).await,
         }
     }
 
@@ -257,6 +276,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.stop(machine).await,
             AnyBackend::Docker(b) => b.stop(machine).await,
             AnyBackend::E2b(b) => b.stop(machine).await,
+            AnyBackend::Daytona(b) => b.stop(machine).await,
         }
     }
 
@@ -265,6 +285,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.remove(machine).await,
             AnyBackend::Docker(b) => b.remove(machine).await,
             AnyBackend::E2b(b) => b.remove(machine).await,
+            AnyBackend::Daytona(b) => b.remove(machine).await,
         }
     }
 
@@ -273,6 +294,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.endpoint(machine),
             AnyBackend::Docker(b) => b.endpoint(machine),
             AnyBackend::E2b(b) => b.endpoint(machine),
+            AnyBackend::Daytona(b) => b.endpoint(machine),
         }
     }
 
@@ -281,6 +303,7 @@ impl Backend for AnyBackend {
             AnyBackend::Local(b) => b.last_exit(machine).await,
             AnyBackend::Docker(b) => b.last_exit(machine).await,
             AnyBackend::E2b(b) => b.last_exit(machine).await,
+            AnyBackend::Daytona(b) => b.last_exit(machine).await,
         }
     }
 }
@@ -298,4 +321,7 @@ pub enum BackendError {
     /// The E2B backend failed.
     #[error(transparent)]
     E2b(#[from] E2bError),
+    /// The Daytona backend failed.
+    #[error(transparent)]
+    Daytona(#[from] DaytonaError),
 }

@@ -13,9 +13,11 @@
 //! `negotiate` picks the version and checks features against it;
 //! `connection` multiplexes execs over one WebSocket; `session` adds the
 //! shell-session requests to it; `snapshot` asks for a snapshot and hands
-//! back the layer as it streams.
+//! back the layer as it streams; `layers` lists a machine's paths and
+//! applies layers onto it.
 
 mod connection;
+mod layers;
 mod negotiate;
 mod session;
 mod snapshot;
@@ -264,6 +266,7 @@ fn rejection(status: u16, body: Option<&[u8]>) -> ClientError {
     match body.kind {
         ErrorKind::VersionMismatch => ClientError::VersionMismatch(body.message),
         ErrorKind::Unauthorized => ClientError::Unauthorized(body.message),
+        ErrorKind::ClockSkew => ClientError::ClockSkew(body.message),
         _ => ClientError::Rejected {
             status,
             message: body.message,
@@ -349,6 +352,13 @@ pub enum ClientError {
     /// The agent refused our signature.
     #[error("agent refused the request: {0}")]
     Unauthorized(String),
+    /// The agent refused our signature's timestamp: this host's clock and
+    /// the machine's disagree.
+    #[error(
+        "this host's clock and the sandbox's disagree, so the agent refuses signed requests \
+         ({0}); set both clocks right (NTP)"
+    )]
+    ClockSkew(String),
     /// The agent answered with another error status.
     #[error("agent answered HTTP {status}: {message}")]
     Rejected {
@@ -410,5 +420,29 @@ impl std::fmt::Display for TransportError {
 impl std::error::Error for TransportError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.0.source()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_keep_their_kind_where_a_user_acts_on_it() {
+        let body = |kind: &str| format!(r#"{{"kind":"{kind}","message":"m"}}"#);
+        assert!(matches!(
+            rejection(401, Some(body("clock_skew").as_bytes())),
+            ClientError::ClockSkew(m) if m == "m"
+        ));
+        assert!(matches!(
+            rejection(401, Some(body("unauthorized").as_bytes())),
+            ClientError::Unauthorized(_)
+        ));
+        let skew = rejection(401, Some(body("clock_skew").as_bytes())).to_string();
+        assert!(skew.contains("clock") && skew.contains("NTP"), "{skew}");
+        assert!(matches!(
+            rejection(502, Some(b"<html>bad gateway</html>")),
+            ClientError::Rejected { status: 502, .. }
+        ));
     }
 }

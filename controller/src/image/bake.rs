@@ -7,12 +7,15 @@ use std::path::Path;
 
 use bollard::Docker;
 
-use super::{Context, ImageError, build};
+use super::{Context, ImageError, base_id, build};
 use crate::agent_binary::is_static_executable;
 use crate::backend::DockerError;
 
 /// The Dockerfile template (see `image/Dockerfile.bake`).
 const TEMPLATE: &str = include_str!("../../../image/Dockerfile.bake");
+/// Where the agent goes in a baked image; a remote backend starts the one
+/// it finds there instead of uploading its own.
+pub const BAKED_AGENT_PATH: &str = "/usr/local/bin/silo-agent";
 /// Where a baked agent listens unless told otherwise: the same socket the
 /// Docker backend uses, in a directory a host can bind-mount.
 pub const DEFAULT_LISTEN: &str = "unix:/.silo/run/agent.sock";
@@ -63,28 +66,42 @@ pub async fn bake(
         .into());
     }
     let base = crate::backend::docker::ensure_image(engine, request.base).await?;
+    let base_image_id = base.id.clone().unwrap_or_default();
+    // The base's layers and one per COPY of the template.
+    let layers = base
+        .root_fs
+        .as_ref()
+        .and_then(|r| r.layers.as_ref())
+        .map_or(0, Vec::len)
+        + 2;
     let config = base.config.unwrap_or_default();
     let mut workload = config.entrypoint.unwrap_or_default();
     workload.extend(config.cmd.unwrap_or_default());
-    let dockerfile = render(request, &workload);
+    let unmarked = render(request, &workload, "", layers);
+    let id = base_id(&[base_image_id.as_bytes(), &agent, unmarked.as_bytes()]);
+    let dockerfile = render(request, &workload, &id, layers);
 
     let mut context = Context::new();
     context
         .file("Dockerfile", 0o644, dockerfile.as_bytes())
         .and_then(|()| context.file("silo-agent", 0o755, &agent))
+        .and_then(|()| context.file("silo-base-id", 0o644, id.as_bytes()))
         .map_err(ImageError::Context)?;
     let bytes = context.finish().map_err(ImageError::Context)?;
     build(engine, bytes, request.tag, progress).await
 }
 
 /// The template with its placeholders filled in.
-fn render(request: &BakeRequest<'_>, workload: &[String]) -> String {
+fn render(request: &BakeRequest<'_>, workload: &[String], base_id: &str, layers: usize) -> String {
     // A JSON array of strings is exactly a Dockerfile exec-form CMD.
     let workload = serde_json::to_string(workload).unwrap_or_else(|_| "[]".to_owned());
     TEMPLATE
         .replace("{{BASE}}", request.base)
         .replace("{{LISTEN}}", request.listen)
         .replace("{{WORKLOAD}}", &workload)
+        .replace("{{BASE_ID}}", base_id)
+        .replace("{{AGENT_PATH}}", BAKED_AGENT_PATH)
+        .replace("{{BASE_LAYERS}}", &layers.to_string())
 }
 
 #[cfg(test)]
@@ -102,6 +119,8 @@ mod tests {
         let text = render(
             &request,
             &["/bin/sh".into(), "-c".into(), "echo \"hi\"".into()],
+            "abc",
+            3,
         );
         assert!(text.contains("FROM silo-base:latest\n"), "{text}");
         assert!(
@@ -112,6 +131,8 @@ mod tests {
             text.contains(r#"CMD ["/bin/sh","-c","echo \"hi\""]"#),
             "{text}"
         );
+        assert!(text.contains(r#"silo.base-id="abc""#), "{text}");
+        assert!(text.contains(r#"silo.base-layers="3""#), "{text}");
         assert!(!text.contains("{{"), "{text}");
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use bollard::Docker;
 
-use super::{Context, ImageError, build};
+use super::{BASE_ID_PATH, Context, ImageError, base_id, build};
 use crate::agent_binary::is_static_executable;
 
 /// The Dockerfile template (see `image/Dockerfile.base`).
@@ -65,9 +65,11 @@ async fn base_context(busybox: &Path) -> Result<Vec<u8>, ImageError> {
     }
     let applets = applets(busybox).await?;
 
-    let mut context = Context::new();
-    let assemble = |context: &mut Context| -> std::io::Result<()> {
-        context.file("Dockerfile", 0o644, TEMPLATE.as_bytes())?;
+    // The rootfs is assembled twice: once to hash it for the base id, once
+    // with the id in it.
+    let assemble = |context: &mut Context, id: Option<&str>| -> std::io::Result<()> {
+        let dockerfile = TEMPLATE.replace("{{BASE_ID}}", id.unwrap_or_default());
+        context.file("Dockerfile", 0o644, dockerfile.as_bytes())?;
         context.dir("rootfs", 0o755)?;
         for (dir, mode) in DIRS {
             context.dir(&format!("rootfs/{dir}"), *mode)?;
@@ -77,9 +79,17 @@ async fn base_context(busybox: &Path) -> Result<Vec<u8>, ImageError> {
             context.symlink(&format!("rootfs/{applet}"), BUSYBOX_IN_IMAGE)?;
         }
         context.file("rootfs/etc/passwd", 0o644, PASSWD.as_bytes())?;
-        context.file("rootfs/etc/group", 0o644, GROUP.as_bytes())
+        context.file("rootfs/etc/group", 0o644, GROUP.as_bytes())?;
+        if let Some(id) = id {
+            context.file(&format!("rootfs{BASE_ID_PATH}"), 0o644, id.as_bytes())?;
+        }
+        Ok(())
     };
-    assemble(&mut context).map_err(ImageError::Context)?;
+    let mut unmarked = Context::new();
+    assemble(&mut unmarked, None).map_err(ImageError::Context)?;
+    let id = base_id(&[&unmarked.finish().map_err(ImageError::Context)?]);
+    let mut context = Context::new();
+    assemble(&mut context, Some(&id)).map_err(ImageError::Context)?;
     context.finish().map_err(ImageError::Context)
 }
 

@@ -5,6 +5,17 @@
 //! repository's `image/` directory and are compiled in.
 //!
 //! Layout: `context` (the in-memory tar), `bake`, `base`.
+//!
+//! Every image silo builds carries a **base id**: the SHA-256 of what it was
+//! built from (the build context, and for a bake the base image's id), as
+//! the label [`BASE_ID_LABEL`] and as the file [`BASE_ID_PATH`]. A provider
+//! template made from such an image keeps the file, so silo can tell that
+//! a Docker image and a template hold the same files before it restores a
+//! snapshot taken on one onto the other. Labels pass to images built `FROM`
+//! one, so a base id counts on an engine image only when the image has the
+//! layer count [`BASE_LAYERS_LABEL`] says it was built with: an image that
+//! added files has more layers, one that changed only settings has the same
+//! files.
 
 mod bake;
 mod base;
@@ -14,10 +25,42 @@ use bollard::Docker;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
+use sha2::{Digest, Sha256};
+
 use crate::backend::DockerError;
 use crate::backend::docker::LONG_REQUEST_TIMEOUT;
 
-pub use bake::{BakeRequest, DEFAULT_LISTEN, bake};
+/// The image label holding an image's base id.
+pub const BASE_ID_LABEL: &str = "silo.base-id";
+/// The file holding an image's base id, in the image and in templates made
+/// from it.
+pub const BASE_ID_PATH: &str = "/etc/silo-base-id";
+/// The image label holding how many layers the image had when built.
+pub const BASE_LAYERS_LABEL: &str = "silo.base-layers";
+
+/// The base id of an engine image with these labels and `layers` layers:
+/// `None` if it has none, or has other files than the image that was given
+/// it (a layer count other than the one recorded beside it).
+pub fn base_id_of(label: impl Fn(&str) -> Option<String>, layers: usize) -> Option<String> {
+    let built_with: usize = label(BASE_LAYERS_LABEL)?.parse().ok()?;
+    (built_with == layers)
+        .then(|| label(BASE_ID_LABEL))
+        .flatten()
+        .filter(|id| !id.is_empty())
+}
+
+/// The base id of an image built from these inputs, in order: the same
+/// inputs give the same id.
+fn base_id(inputs: &[&[u8]]) -> String {
+    let mut hash = Sha256::new();
+    for input in inputs {
+        hash.update((input.len() as u64).to_le_bytes());
+        hash.update(input);
+    }
+    hex::encode(hash.finalize())
+}
+
+pub use bake::{BAKED_AGENT_PATH, BakeRequest, DEFAULT_LISTEN, bake};
 pub use base::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, build_base};
 pub use context::Context;
 

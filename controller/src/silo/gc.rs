@@ -101,6 +101,12 @@ impl Silo {
                 .skipped
                 .push(("orphaned E2B sandboxes".into(), error_chain(&error))),
         }
+        match self.daytona.sweep_orphans(&live, dry_run).await {
+            Ok(names) => report.orphans.extend(names),
+            Err(error) => report
+                .skipped
+                .push(("orphaned Daytona sandboxes".into(), error_chain(&error))),
+        }
         report.store = self.gc_store(dry_run).await?;
         Ok(report)
     }

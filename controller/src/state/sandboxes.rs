@@ -32,6 +32,23 @@ pub struct SandboxRecord {
     /// The snapshot its current machine was made from (rewind, fork,
     /// restore); `None` when it was made from the spec's image.
     pub origin_snapshot: Option<String>,
+    /// Where its current machine's files started, on a backend whose
+    /// snapshots are layers applied by the agent (remote VMs); `None`
+    /// elsewhere, and until the machine's agent has been asked.
+    pub baseline: Option<Baseline>,
+}
+
+/// What a snapshot of a machine that is not an engine's container measures
+/// its changes against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Baseline {
+    /// The stored image its files started from: the template's path index
+    /// for a fresh machine, the snapshot's base for a restored one.
+    pub image: String,
+    /// Unix ns on the machine's own clock from which a changed path counts
+    /// as the sandbox's: taken before the template was indexed, or after a
+    /// snapshot's layers were applied.
+    pub changed_since_ns: i64,
 }
 
 impl SandboxRecord {
@@ -56,8 +73,8 @@ pub struct NewSandbox {
     pub origin_snapshot: Option<String>,
 }
 
-const COLUMNS: &str =
-    "id, name, backend, spec, spec_hash, backend_ref, created_at, updated_at, origin_snapshot";
+const COLUMNS: &str = "id, name, backend, spec, spec_hash, backend_ref, created_at, updated_at, \
+                       origin_snapshot, baseline";
 
 impl StateDb {
     /// Records a new sandbox (with an empty backend handle) and its `created`
@@ -71,7 +88,7 @@ impl StateDb {
             tx.execute(
                 &format!(
                     "INSERT INTO sandboxes ({COLUMNS}) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6, ?7)"
+                     VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6, ?7, NULL)"
                 ),
                 params![
                     new.id,
@@ -108,6 +125,7 @@ impl StateDb {
             created_at_ms: now,
             updated_at_ms: now,
             origin_snapshot: new.origin_snapshot.clone(),
+            baseline: None,
         })
     }
 
@@ -192,7 +210,8 @@ impl StateDb {
             let changed = tx
                 .execute(
                     "UPDATE sandboxes SET backend = ?2, spec = ?3, spec_hash = ?4, \
-                     backend_ref = '{}', updated_at = ?5, origin_snapshot = ?6 WHERE id = ?1",
+                     backend_ref = '{}', updated_at = ?5, origin_snapshot = ?6, \
+                     baseline = NULL WHERE id = ?1",
                     params![
                         sandbox.id,
                         spec.backend.as_str(),
@@ -216,6 +235,32 @@ impl StateDb {
             backend_ref: serde_json::json!({}),
             updated_at_ms: now,
             origin_snapshot: origin.map(str::to_owned),
+            baseline: None,
+            ..sandbox.clone()
+        })
+    }
+
+    /// Records where the sandbox's current machine's files started.
+    pub fn set_baseline(
+        &mut self,
+        sandbox: &SandboxRecord,
+        baseline: &Baseline,
+    ) -> Result<SandboxRecord, StateError> {
+        let text = to_json(&sandbox.id, baseline)?;
+        self.write("recording a sandbox's baseline", |tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE sandboxes SET baseline = ?2 WHERE id = ?1",
+                    params![sandbox.id, text],
+                )
+                .map_err(db("recording a sandbox's baseline"))?;
+            match changed {
+                0 => Err(StateError::UnknownSandbox(sandbox.name.clone())),
+                _ => Ok(()),
+            }
+        })?;
+        Ok(SandboxRecord {
+            baseline: Some(baseline.clone()),
             ..sandbox.clone()
         })
     }
@@ -257,6 +302,7 @@ struct RawRow {
     created_at: i64,
     updated_at: i64,
     origin_snapshot: Option<String>,
+    baseline: Option<String>,
 }
 
 impl RawRow {
@@ -271,6 +317,7 @@ impl RawRow {
             created_at: row.get(6)?,
             updated_at: row.get(7)?,
             origin_snapshot: row.get(8)?,
+            baseline: row.get(9)?,
         })
     }
 
@@ -287,6 +334,12 @@ impl RawRow {
             serde_json::from_str(&self.spec).map_err(|e| corrupt(format!("spec: {e}")))?;
         let backend_ref = serde_json::from_str(&self.backend_ref)
             .map_err(|e| corrupt(format!("backend_ref: {e}")))?;
+        let baseline = match &self.baseline {
+            Some(text) => {
+                Some(serde_json::from_str(text).map_err(|e| corrupt(format!("baseline: {e}")))?)
+            }
+            None => None,
+        };
         Ok(SandboxRecord {
             id: self.id,
             name: self.name,
@@ -297,6 +350,7 @@ impl RawRow {
             created_at_ms: self.created_at,
             updated_at_ms: self.updated_at,
             origin_snapshot: self.origin_snapshot,
+            baseline,
         })
     }
 }

@@ -94,6 +94,16 @@ const MIGRATIONS: &[&str] = &[
 
     ALTER TABLE sandboxes ADD COLUMN origin_snapshot TEXT;
     "#,
+    // 4: snapshots on machines that are not engines (remote VMs). An image
+    // may be a provider template's path index with no layers; `identity` is
+    // the base id silo's own images carry (`silo.base-id`), which tells a
+    // Docker image and a template made from it are the same files. A
+    // sandbox's `baseline` is where its current machine's files started
+    // and from when (the machine's clock) a changed path is its own.
+    r#"
+    ALTER TABLE images ADD COLUMN identity TEXT;
+    ALTER TABLE sandboxes ADD COLUMN baseline TEXT;  -- JSON Baseline, or NULL
+    "#,
 ];
 
 /// The schema version this build creates and understands.

@@ -32,6 +32,17 @@ pub struct StoredImage {
     pub bytes: u64,
     /// When it was stored (unix ms).
     pub stored_at_ms: i64,
+    /// The base id it carries (the `silo.base-id` label of images silo
+    /// builds, the same file in templates made from them), if any.
+    pub identity: Option<String>,
+}
+
+impl StoredImage {
+    /// Whether it is a template's path index rather than an engine image
+    /// (no layers of its own: its machines come from the provider).
+    pub fn is_template(&self) -> bool {
+        self.layers.is_empty()
+    }
 }
 
 /// A snapshot of a sandbox's file system.
@@ -80,7 +91,7 @@ impl StateDb {
         let row = self
             .conn
             .query_row(
-                "SELECT image_id, config, layers, index_blob, bytes, stored_at \
+                "SELECT image_id, config, layers, index_blob, bytes, stored_at, identity \
                  FROM images WHERE image_id = ?1",
                 [image_id],
                 |row| {
@@ -91,12 +102,14 @@ impl StateDb {
                         row.get::<_, String>(3)?,
                         row.get::<_, i64>(4)?,
                         row.get::<_, i64>(5)?,
+                        row.get::<_, Option<String>>(6)?,
                     ))
                 },
             )
             .optional()
             .map_err(db("looking up a stored image"))?;
-        let Some((image_id, config, layers, index_blob, bytes, stored_at_ms)) = row else {
+        let Some((image_id, config, layers, index_blob, bytes, stored_at_ms, identity)) = row
+        else {
             return Ok(None);
         };
         let corrupt = |what: String| StateError::Corrupt {
@@ -110,7 +123,29 @@ impl StateDb {
             bytes: u64::try_from(bytes).unwrap_or(0),
             stored_at_ms,
             image_id,
+            identity,
         }))
+    }
+
+    /// The stored images whose id starts with `prefix`, newest first.
+    pub fn stored_images_like(&self, prefix: &str) -> Result<Vec<StoredImage>, StateError> {
+        let mut statement = self
+            .conn
+            .prepare(
+                "SELECT image_id FROM images WHERE substr(image_id, 1, length(?1)) = ?1 \
+                 ORDER BY stored_at DESC",
+            )
+            .map_err(db("listing stored images"))?;
+        let ids: Vec<String> = statement
+            .query_map([prefix], |row| row.get(0))
+            .map_err(db("listing stored images"))?
+            .collect::<Result<_, _>>()
+            .map_err(db("listing stored images"))?;
+        let mut images = Vec::new();
+        for id in ids {
+            images.extend(self.stored_image(&id)?);
+        }
+        Ok(images)
     }
 
     /// Records a base image whose blobs are all in the store. Recording one
@@ -121,15 +156,16 @@ impl StateDb {
         self.write("recording a stored image", |tx| {
             tx.execute(
                 "INSERT OR IGNORE INTO images \
-                 (image_id, config, layers, index_blob, bytes, stored_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 (image_id, config, layers, index_blob, bytes, stored_at, identity) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     image.image_id,
                     config,
                     layers,
                     image.index_blob,
                     i64::try_from(image.bytes).unwrap_or(i64::MAX),
-                    image.stored_at_ms
+                    image.stored_at_ms,
+                    image.identity
                 ],
             )
             .map_err(db("recording a stored image"))?;
@@ -419,6 +455,7 @@ mod tests {
             index_blob: "i1".into(),
             bytes: 5,
             stored_at_ms: 1,
+            identity: Some("base-1".into()),
         })
         .unwrap();
         let first = snapshot("snap-000000000001", &["b1", "l1"], 10);

@@ -225,6 +225,12 @@ impl Index {
                 what: "read",
                 source,
             })?;
+        Self::from_paths(&bytes)
+    }
+
+    /// The index of an uncompressed encoding: each path followed by a NUL,
+    /// as a machine's agent lists them (`silo_protocol::index`).
+    pub fn from_paths(bytes: &[u8]) -> Result<Self, IndexError> {
         let Some(body) = bytes.strip_suffix(b"\0") else {
             return match bytes.is_empty() {
                 true => Ok(Self::default()),

@@ -217,6 +217,7 @@ mod tests {
             backend_ref: &backend_ref,
             key: &key,
             image: None,
+            agent_in_image: false,
         };
         create_body(&Plan {
             machine: &machine,

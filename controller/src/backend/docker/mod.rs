@@ -49,7 +49,7 @@ use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupp
 use crate::agent_binary::{AgentLocator, is_static_executable};
 use crate::client::{AgentClient, Endpoint};
 use crate::fsutil::{remove_if_present, write_atomic};
-use crate::home::{Home, create_private_dir};
+use crate::home::{Home, HomeId, create_private_dir};
 use crate::spec::BackendKind;
 
 pub use config::{AGENT_PATH, RUN_DIR, STOP_TIMEOUT_SECS};
@@ -93,7 +93,7 @@ struct Inner {
     /// Connected on first use, so commands that never need the engine
     /// (`silo exec` on a running sandbox) never pay for it.
     engine: tokio::sync::OnceCell<Docker>,
-    home_id: OnceLock<String>,
+    home_id: HomeId,
     /// The agent binary, once found and checked to be static.
     agent_path: OnceLock<PathBuf>,
 }
@@ -140,10 +140,10 @@ impl DockerBackend {
     pub fn new(home: Home, agent: Arc<AgentLocator>) -> Self {
         Self {
             inner: Arc::new(Inner {
+                home_id: HomeId::of(&home),
                 home,
                 agent,
                 engine: tokio::sync::OnceCell::new(),
-                home_id: OnceLock::new(),
                 agent_path: OnceLock::new(),
             }),
         }
@@ -156,12 +156,8 @@ impl DockerBackend {
 
     /// This home's identity, as its containers' [`LABEL_HOME`] carries it.
     pub fn home_id(&self) -> Result<String, DockerError> {
-        if let Some(id) = self.inner.home_id.get() {
-            return Ok(id.clone());
-        }
-        let path = self.inner.home.identity();
-        let id = crate::home::load_or_create_home_id(&path).map_err(io("read or create", &path))?;
-        Ok(self.inner.home_id.get_or_init(|| id).clone())
+        let home_id = &self.inner.home_id;
+        home_id.get().map_err(io("read or create", home_id.path()))
     }
 
     fn paths(&self, machine: &Machine<'_>) -> Paths {

@@ -169,6 +169,60 @@ impl DockerBackend {
     }
 }
 
+impl DockerBackend {
+    /// An image's engine id and the base id it carries (see
+    /// [`crate::image::BASE_ID_LABEL`]), if any; an image the engine lacks
+    /// is an error.
+    pub async fn image_base_id(
+        &self,
+        image: &str,
+    ) -> Result<(String, Option<String>), DockerError> {
+        let engine = self.engine().await?;
+        let found = engine
+            .inspect_image(image)
+            .await
+            .map_err(api(format!("inspect image {image}")))?;
+        let layers = found
+            .root_fs
+            .as_ref()
+            .and_then(|r| r.layers.as_ref())
+            .map_or(0, Vec::len);
+        let labels = found.config.and_then(|c| c.labels).unwrap_or_default();
+        let base_id = crate::image::base_id_of(|name| labels.get(name).cloned(), layers);
+        Ok((found.id.unwrap_or_default(), base_id))
+    }
+
+    /// The images on the engine that carry `base_id` (with the files it was
+    /// given with: see [`crate::image::base_id_of`]), snapshot images left
+    /// out (they inherit their base's labels): each one's id and first tag.
+    pub async fn images_with_base_id(
+        &self,
+        base_id: &str,
+    ) -> Result<Vec<(String, Option<String>)>, DockerError> {
+        let engine = self.engine().await?;
+        let filters: HashMap<String, Vec<String>> = HashMap::from([(
+            "label".to_owned(),
+            vec![format!("{}={base_id}", crate::image::BASE_ID_LABEL)],
+        )]);
+        let options = ListImagesOptionsBuilder::new().filters(&filters).build();
+        let images = engine
+            .list_images(Some(options))
+            .await
+            .map_err(api("list images by base id"))?;
+        let mut found = Vec::new();
+        for image in images {
+            if image.labels.contains_key(LABEL_SNAPSHOT) {
+                continue;
+            }
+            let (id, carried) = self.image_base_id(&image.id).await?;
+            if carried.as_deref() == Some(base_id) {
+                found.push((id, image.repo_tags.into_iter().next()));
+            }
+        }
+        Ok(found)
+    }
+}
+
 /// The tag a snapshot's image carries on the engine.
 pub fn snapshot_tag(snapshot: &str) -> String {
     format!("{SNAPSHOT_REPOSITORY}:{snapshot}")

@@ -171,6 +171,14 @@ impl Api {
         Ok(found)
     }
 
+    /// The same client, retrying for `budget` at most: for work that can
+    /// wait for the next run (gc's sweep), so an unreachable API costs
+    /// seconds, not the full retry budget.
+    pub fn with_retry_budget(mut self, budget: std::time::Duration) -> Self {
+        self.rest = self.rest.with_retry_budget(budget);
+        self
+    }
+
     /// Whether the key is accepted: one list call of one sandbox, retried
     /// for a few seconds at most.
     pub async fn check(&self) -> Result<(), E2bError> {

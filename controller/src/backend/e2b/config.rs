@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::backend::remote::{connect_to, parse_host_port, tls_route};
 use crate::client::Endpoint;
 
 /// The API key.
@@ -92,7 +93,7 @@ impl E2bConfig {
     /// Where to connect for `host` (port 443 of the name itself, unless a
     /// proxy address is set).
     pub fn connect_to(&self, host: &str) -> (String, u16) {
-        self.proxy.clone().unwrap_or_else(|| (host.to_owned(), 443))
+        connect_to(self.proxy.as_ref(), host)
     }
 }
 
@@ -107,22 +108,13 @@ impl E2bConfig {
         headers: Vec<(String, String)>,
     ) -> Endpoint {
         let server_name = self.sandbox_host(port, id, domain);
-        let (host, port) = self.connect_to(&server_name);
-        Endpoint::Tls {
-            host,
-            port,
+        tls_route(
             server_name,
-            ca_pem: self.ca_pem.clone(),
+            self.proxy.as_ref(),
+            self.ca_pem.clone(),
             headers,
-        }
+        )
     }
-}
-
-fn parse_host_port(text: &str) -> Option<(String, u16)> {
-    let (host, port) = text.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    (!host.is_empty()).then_some(())?;
-    Some((host.to_owned(), port.parse().ok()?))
 }
 
 /// What is wrong with the E2B configuration.

@@ -139,6 +139,35 @@ impl Envd {
         }
     }
 
+    /// Starts `argv` like [`Envd::spawn`], then races its end against
+    /// `ready`: `Ok(value)` once `ready` gives it with the process still
+    /// running (which then runs on), `Err(code)` if the process ended first.
+    pub async fn spawn_racing<R>(
+        &self,
+        argv: &[String],
+        envs: &BTreeMap<String, String>,
+        ready: impl std::future::Future<Output = R>,
+    ) -> Result<Result<R, i32>, E2bError> {
+        let mut stream = self.start(argv, envs).await?;
+        let ended = async {
+            loop {
+                match stream.next().await? {
+                    Some(Event::End(code)) => return Ok(code),
+                    Some(_) => {}
+                    None => {
+                        return Err(E2bError::Envd(
+                            "the process stream ended before the process did".into(),
+                        ));
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            value = ready => Ok(Ok(value)),
+            code = ended => Ok(Err(code?)),
+        }
+    }
+
     async fn start(
         &self,
         argv: &[String],

@@ -25,22 +25,35 @@ pub mod envd;
 pub mod error;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::docker::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
-use super::remote::{AGENT_PATH, AGENT_PORT, KEY_PATH, agent_command, healthy, wait_for_agent};
+use super::remote::{
+    AGENT_PATH, AGENT_PORT, KEY_PATH, SWEEP_RETRY_BUDGET, agent_command, healthy, wait_for_agent,
+};
 use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
 use crate::agent_binary::AgentLocator;
 use crate::client::{AgentClient, Endpoint};
-use crate::home::{Home, load_or_create_home_id};
+use crate::home::{Home, HomeId};
+use crate::image::BAKED_AGENT_PATH;
 use crate::spec::BackendKind;
 
 pub use api::Api;
 pub use config::{E2bConfig, E2bConfigError};
 pub use envd::{ENVD_PORT, Envd};
 pub use error::E2bError;
+
+/// What came of starting a template's own agent.
+enum Baked {
+    /// It answers.
+    Serving,
+    /// The template has none.
+    Absent,
+    /// It ran and exited.
+    Exited,
+}
 
 /// The header E2B's proxy wants for ports other than envd's on sandboxes
 /// without public traffic.
@@ -54,12 +67,11 @@ pub struct E2bBackend {
 
 #[derive(Debug)]
 struct Inner {
-    home: Home,
     agent: Arc<AgentLocator>,
     /// Read once from the environment; an error is kept and told on use,
     /// so a home without E2B settings still opens.
     config: Result<E2bConfig, E2bConfigError>,
-    home_id: OnceLock<String>,
+    home_id: HomeId,
 }
 
 /// What silo keeps to find its E2B sandbox again.
@@ -108,10 +120,9 @@ impl E2bBackend {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                home,
+                home_id: HomeId::of(&home),
                 agent,
                 config,
-                home_id: OnceLock::new(),
             }),
         }
     }
@@ -125,15 +136,11 @@ impl E2bBackend {
     }
 
     fn home_id(&self) -> Result<String, E2bError> {
-        if let Some(id) = self.inner.home_id.get() {
-            return Ok(id.clone());
-        }
-        let path = self.inner.home.identity();
-        let id = load_or_create_home_id(&path).map_err(|source| E2bError::HomeId {
-            path: path.display().to_string(),
+        let home_id = &self.inner.home_id;
+        home_id.get().map_err(|source| E2bError::HomeId {
+            path: home_id.path().display().to_string(),
             source,
-        })?;
-        Ok(self.inner.home_id.get_or_init(|| id).clone())
+        })
     }
 
     /// The metadata that finds a sandbox's VMs, and only this home's.
@@ -158,8 +165,11 @@ impl E2bBackend {
         Ok(config.route(AGENT_PORT, &e2b.sandbox_id, e2b.domain.as_deref(), headers))
     }
 
-    /// Puts the agent and the key in the VM and starts the agent; answers
-    /// once it answers through the proxy.
+    /// Gets the agent running in a fresh VM; answers once it answers
+    /// through the proxy. When the template carried the agent last time
+    /// (`silo image bake` output, the agent at [`BAKED_AGENT_PATH`]), that
+    /// one is tried first, while this build's agent uploads in case the
+    /// template has changed; otherwise this build's is uploaded with the key.
     async fn install_and_start(&self, e2b: &E2bRef, machine: &Machine<'_>) -> Result<(), E2bError> {
         let agent = self.inner.agent.get()?;
         let bytes = tokio::fs::read(&agent.path)
@@ -169,10 +179,32 @@ impl E2bBackend {
                 source,
             })?;
         let envd = self.envd(e2b)?;
-        tokio::try_join!(
-            envd.upload(AGENT_PATH, bytes.into()),
-            self.hand_over_key(&envd, machine),
-        )?;
+        let upload = envd.upload(AGENT_PATH, bytes.into());
+        if machine.agent_in_image {
+            let baked = self.start_baked_agent(&envd, e2b, machine);
+            tokio::pin!(upload, baked);
+            let mut uploaded = None;
+            let baked = loop {
+                tokio::select! {
+                    done = &mut upload, if uploaded.is_none() => uploaded = Some(done),
+                    baked = &mut baked => break baked?,
+                }
+            };
+            let key_intact = match baked {
+                Baked::Serving => return Ok(()),
+                Baked::Absent => true,
+                Baked::Exited => false,
+            };
+            match uploaded {
+                Some(done) => done?,
+                None => upload.await?,
+            }
+            if !key_intact {
+                self.hand_over_key(&envd, machine).await?;
+            }
+        } else {
+            tokio::try_join!(upload, self.hand_over_key(&envd, machine))?;
+        }
         // envd writes files 0644: the agent is made executable by the same
         // process that then becomes it, which saves a round trip.
         let mut argv: Vec<String> = ["/bin/sh", "-c", "chmod 0755 \"$1\" && exec \"$@\"", "sh"]
@@ -180,6 +212,48 @@ impl E2bBackend {
             .to_vec();
         argv.extend(agent_command(machine.spec));
         self.launch(&envd, e2b, machine, &argv).await
+    }
+
+    /// Hands over the key and starts the template's own agent, if it has
+    /// one: says whether it serves, was absent (the key is still in
+    /// place), or exited (an agent too old for the flags, say).
+    async fn start_baked_agent(
+        &self,
+        envd: &Envd,
+        e2b: &E2bRef,
+        machine: &Machine<'_>,
+    ) -> Result<Baked, E2bError> {
+        self.hand_over_key(envd, machine).await?;
+        let mut argv: Vec<String> = [
+            "/bin/sh",
+            "-c",
+            "[ -x \"$1\" ] || exit 127; exec \"$@\"",
+            "sh",
+            BAKED_AGENT_PATH,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        argv.extend(agent_command(machine.spec).into_iter().skip(1));
+        let client = AgentClient::new(self.agent_endpoint(e2b)?, machine.key.clone());
+        match envd
+            .spawn_racing(&argv, &machine.spec.env, wait_for_agent(&client))
+            .await?
+        {
+            Ok(Ok(())) => Ok(Baked::Serving),
+            Ok(Err(why)) => Err(E2bError::AgentNotReady {
+                id: e2b.sandbox_id.clone(),
+                why,
+            }),
+            Err(127) => Ok(Baked::Absent),
+            Err(code) => {
+                tracing::info!(
+                    vm = e2b.sandbox_id,
+                    code,
+                    "the template's own agent exited; uploading this build's"
+                );
+                Ok(Baked::Exited)
+            }
+        }
     }
 
     /// Hands the agent its key and starts it (the binary is in place).
@@ -244,7 +318,7 @@ impl E2bBackend {
         if config.api_key.is_none() {
             return Ok(Vec::new());
         }
-        let api = Api::new(config)?;
+        let api = Api::new(config)?.with_retry_budget(SWEEP_RETRY_BUDGET);
         let mine = BTreeMap::from([(LABEL_HOME.to_owned(), self.home_id()?)]);
         let mut swept = Vec::new();
         for vm in api.find(&mine).await? {
@@ -281,7 +355,7 @@ impl Backend for E2bBackend {
     }
 
     fn snapshot_support(&self) -> SnapshotSupport {
-        SnapshotSupport::None
+        SnapshotSupport::AgentLayers
     }
 
     fn stop_keeps_processes(&self) -> bool {

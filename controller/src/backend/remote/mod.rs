@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use silo_protocol::http::error_chain;
 
-use crate::client::AgentClient;
+use std::path::PathBuf;
+
+use crate::client::{AgentClient, Endpoint};
 use crate::retry::Deadline;
 use crate::spec::SandboxSpec;
 
@@ -38,6 +40,9 @@ pub const KEY_PATH: &str = "/.silo/key";
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest a single health probe may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long gc's sweep of a provider's orphans retries an unreachable API:
+/// what it misses, the next gc finds.
+pub const SWEEP_RETRY_BUDGET: Duration = Duration::from_secs(3);
 /// Pause between health probes while waiting.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -59,6 +64,40 @@ pub fn agent_command(spec: &SandboxSpec) -> Vec<String> {
     .collect();
     argv.extend(super::agent_flags(spec, &spec.workload));
     argv
+}
+
+/// `HOST:PORT` (IPv6 hosts in brackets), as the proxy-address variables
+/// take it; `None` if it is not that.
+pub fn parse_host_port(text: &str) -> Option<(String, u16)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then_some(())?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+/// Where to connect for `host`: port 443 of the name itself, unless a
+/// proxy address is set (a test proxy on loopback).
+pub fn connect_to(proxy: Option<&(String, u16)>, host: &str) -> (String, u16) {
+    proxy.cloned().unwrap_or_else(|| (host.to_owned(), 443))
+}
+
+/// The route to a name behind a provider's HTTPS proxy: TLS for
+/// `server_name` (also the `Host`), through `proxy` when set, trusting
+/// `ca_pem` when given, with `headers` (an access token) on every request.
+pub fn tls_route(
+    server_name: String,
+    proxy: Option<&(String, u16)>,
+    ca_pem: Option<PathBuf>,
+    headers: Vec<(String, String)>,
+) -> Endpoint {
+    let (host, port) = connect_to(proxy, &server_name);
+    Endpoint::Tls {
+        host,
+        port,
+        server_name,
+        ca_pem,
+        headers,
+    }
 }
 
 /// Whether the agent answers now.

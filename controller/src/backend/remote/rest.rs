@@ -163,6 +163,18 @@ impl Rest {
         }
     }
 
+    /// The same client, connecting to `proxy` (a test proxy on loopback)
+    /// instead of its HTTPS host's own address; the name still goes in SNI
+    /// and `Host`. Plain HTTP and `None` leave it as it is.
+    pub fn via(mut self, proxy: Option<&(String, u16)>) -> Self {
+        if let (Some((to, to_port)), Endpoint::Tls { host, port, .. }) = (proxy, &mut self.endpoint)
+        {
+            host.clone_from(to);
+            *port = *to_port;
+        }
+        self
+    }
+
     /// The same client, retrying for `budget` at most (a quick check).
     pub fn with_retry_budget(mut self, budget: Duration) -> Self {
         self.retry_budget = budget;

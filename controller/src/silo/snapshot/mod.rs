@@ -3,8 +3,8 @@
 //! new sandbox from one (`silo fork`), listing and deleting them, and the
 //! store's half of `silo gc`.
 //!
-//! A snapshot is one image layer on top of the image the sandbox's machine
-//! was made from: the sandbox's agent writes the changes since that image
+//! A snapshot is one image layer on top of the image (or, on a remote VM,
+//! the provider's template) the sandbox's machine was made from: the sandbox's agent writes the changes since that image
 //! (see `silo_protocol::snapshot`), and the controller streams them into
 //! the content-addressed store. The base image's own layers are stored once,
 //! by the first snapshot that stands on them (the engine's export of that
@@ -29,12 +29,18 @@
 //! - `layer`: receiving a layer stream into the store, checked as it comes;
 //! - `restore`: a snapshot back onto the engine as an image, and the
 //!   operations that make a machine from it (rewind, fork, `up` tier 2);
+//! - `baseline`: machines that are not an engine's containers (remote
+//!   VMs): what their snapshots are measured against, base ids, and
+//!   applying a snapshot's layers onto them;
 //! - `gc`: the store's half of `silo gc`.
 
+mod baseline;
 mod gc;
 mod layer;
 mod restore;
 mod take;
+
+pub use restore::ForkTarget;
 
 use std::collections::HashSet;
 use std::io;
@@ -45,10 +51,10 @@ use serde::Serialize;
 
 use super::Silo;
 use super::SiloError;
-use crate::backend::{Backend, DockerBackend, DockerError, SnapshotSupport};
+use crate::backend::{Backend, DockerError, SnapshotSupport};
 use crate::client::ClientError;
 use crate::spec::BackendKind;
-use crate::state::{SandboxRecord, Snapshot, StateError};
+use crate::state::{SandboxRecord, Snapshot, StateError, StoredImage};
 use crate::store::{
     Digest, IndexError, IngestError, LoadArchiveError, Store, StoreError, load_archive,
 };
@@ -88,7 +94,8 @@ pub struct SnapshotReport {
     /// Milliseconds from the start until it was in the store and recorded.
     pub durable_ms: f64,
     /// Milliseconds from the start until the engine had it as an image;
-    /// `None` if loading it failed (see `load_error`; a rewind loads it then).
+    /// `None` if loading it failed (see `load_error`; a rewind loads it
+    /// then), or if the sandbox's backend has no engine (a remote VM).
     pub loaded_ms: Option<f64>,
     /// Why loading it into the engine failed.
     pub load_error: Option<String>,
@@ -143,6 +150,14 @@ pub enum ImageSource {
         /// Bytes sent.
         bytes: u64,
     },
+    /// There is no engine: the snapshot's layers above its base were
+    /// applied by the agent onto a fresh machine from the template.
+    Applied {
+        /// Layers applied.
+        layers: usize,
+        /// Their bytes.
+        bytes: u64,
+    },
 }
 
 /// What the store's part of gc did.
@@ -165,7 +180,9 @@ pub struct StoreGc {
 #[non_exhaustive]
 pub enum SnapshotError {
     /// The sandbox's backend cannot snapshot.
-    #[error("sandbox {name:?} runs on the {backend} backend, which has no snapshots (docker has)")]
+    #[error(
+        "sandbox {name:?} runs on the {backend} backend, which has no snapshots (docker and e2b have)"
+    )]
     Unsupported {
         /// The sandbox.
         name: String,
@@ -184,6 +201,58 @@ pub enum SnapshotError {
         owner: String,
         /// The sandbox asked to rewind.
         sandbox: String,
+    },
+    /// A sandbox on a remote backend has no recorded baseline (its agent
+    /// could not be asked when its machine was made).
+    #[error(
+        "sandbox {name:?} has no record of the files its machine started with, so its changes \
+         cannot be told apart; `silo up {name} --recreate` makes a fresh machine that has one"
+    )]
+    NoBaseline {
+        /// The sandbox.
+        name: String,
+    },
+    /// The machine a snapshot would restore onto may not hold the files the
+    /// snapshot's base had.
+    #[error(
+        "snapshot {snapshot} stands on {base} ({}), but {target} {}: silo cannot tell that \
+         they hold the same files. Build one image with `silo image base` or `silo image bake` \
+         and make both the Docker image and the template from it",
+        base_id.as_deref().map_or("no base id".to_owned(), |id| format!("base id {id}")),
+        found.as_deref().map_or("carries no base id".to_owned(), |id| format!("carries base id {id}"))
+    )]
+    BaseMismatch {
+        /// The snapshot.
+        snapshot: String,
+        /// Its base image.
+        base: String,
+        /// Its base's base id.
+        base_id: Option<String>,
+        /// What it would restore onto.
+        target: String,
+        /// The target's base id.
+        found: Option<String>,
+    },
+    /// The base id file of a machine could not be read.
+    #[error("reading the base id of sandbox {name:?} failed")]
+    BaseIdUnreadable {
+        /// The sandbox.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<crate::sandbox::FileError>,
+    },
+    /// No image on the engine holds the files a snapshot stands on.
+    #[error(
+        "snapshot {snapshot} was taken on a template with base id {base_id}, and no image on \
+         the engine carries it; load or build the image the template was made from (or name it \
+         with --image)"
+    )]
+    NoEngineImage {
+        /// The snapshot.
+        snapshot: String,
+        /// The base id wanted.
+        base_id: String,
     },
     /// A snapshot to delete is what live sandboxes run from.
     #[error(
@@ -286,16 +355,28 @@ impl Silo {
         Ok(Store::open(self.home.store_dir()).map_err(SnapshotError::from)?)
     }
 
-    /// The engine that holds the images a sandbox's snapshots stand on, or
-    /// why its backend has none.
-    fn image_engine(&self, sandbox: &SandboxRecord) -> Result<&DockerBackend, SnapshotError> {
+    /// What the sandbox's backend can do with snapshots, or why it can do
+    /// nothing.
+    fn snapshot_support(&self, sandbox: &SandboxRecord) -> Result<SnapshotSupport, SnapshotError> {
         match self.backend(sandbox.backend).snapshot_support() {
-            SnapshotSupport::EngineImages => Ok(&self.docker),
             SnapshotSupport::None => Err(SnapshotError::Unsupported {
                 name: sandbox.name.clone(),
                 backend: sandbox.backend,
             }),
+            support => Ok(support),
         }
+    }
+
+    /// The stored image a snapshot stands on.
+    fn base_of(&self, snapshot: &Snapshot) -> Result<StoredImage, SnapshotError> {
+        self.db()
+            .stored_image(&snapshot.base_image)?
+            .ok_or_else(|| {
+                SnapshotError::Inconsistent(format!(
+                    "snapshot {} stands on image {}, which is not stored",
+                    snapshot.id, snapshot.base_image
+                ))
+            })
     }
 
     /// Whether `snapshot` is in the sandbox's history: taken of it, or an

@@ -1,7 +1,14 @@
 //! A snapshot back into a machine: loading its image onto the engine from
-//! the store (only the layers the engine lacks), and the operations that
-//! replace a sandbox's machine with one made from it (rewind, `up` tier 2)
-//! or make a new sandbox from it (fork).
+//! the store (only the layers the engine lacks), or applying its layers
+//! onto a fresh VM from the template (remote backends), and the operations
+//! that replace a sandbox's machine with one made from it (rewind, `up`
+//! tier 2) or make a new sandbox from it (fork, onto any backend with
+//! snapshots).
+//!
+//! A snapshot moves between backends by its layers above its base: on
+//! Docker they go on top of the engine image that carries its base's base
+//! id (the snapshot is *rebased* onto that image's stored layers), on a VM
+//! they are applied onto a fresh machine whose template carries it.
 
 use std::io;
 use std::sync::Arc;
@@ -10,6 +17,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::layer::CountingWriter;
+use super::take::snapshot_config;
 use super::{
     ImageSource, Progress, ProgressFn, RestoreReport, SnapshotError, engine, ms_since, no_progress,
     parse_digest,
@@ -19,17 +27,52 @@ use crate::backend::docker::snapshot_tag;
 use crate::backend::{Backend, BackendError, DockerBackend, Machine, SnapshotSupport};
 use crate::bridge;
 use crate::naming::validate_name;
-use crate::silo::{Silo, SiloError, machine};
+use crate::silo::{Silo, SiloError, backend_error, machine};
+use crate::spec::BackendKind;
 use crate::state::{EventKind, SandboxRecord, Snapshot};
 use crate::store::{LoadPlan, Store, load_archive};
 
 /// Longest parent chain followed when looking for layers the engine has.
 const MAX_CHAIN: usize = 256;
 
+/// Where [`Silo::fork_to`] puts the new sandbox; every field left `None`
+/// keeps what the snapshot's sandbox had.
+#[derive(Debug, Clone, Default)]
+pub struct ForkTarget {
+    /// The backend.
+    pub backend: Option<BackendKind>,
+    /// The image (Docker) or template (remote backends).
+    pub image: Option<String>,
+}
+
 impl Silo {
     /// Makes sure the engine has the snapshot's image, loading it from the
-    /// store if not; returns the image id and how it got there.
+    /// store if not; returns the image id and how it got there. A snapshot
+    /// taken on a template, or asked onto another `image`, is rebased onto
+    /// the engine image with the same base id first.
     pub(super) async fn load_snapshot_image(
+        &self,
+        docker: &DockerBackend,
+        store: &Store,
+        snapshot: &Snapshot,
+        image: Option<&str>,
+        progress: &ProgressFn,
+    ) -> Result<(String, ImageSource), SnapshotError> {
+        let rebased = self
+            .rebase_onto_engine(docker, store, snapshot, image, progress)
+            .await?;
+        self.load_as_is(
+            docker,
+            store,
+            rebased.as_ref().unwrap_or(snapshot),
+            progress,
+        )
+        .await
+    }
+
+    /// [`Silo::load_snapshot_image`] for a snapshot that stands on an
+    /// engine image.
+    async fn load_as_is(
         &self,
         docker: &DockerBackend,
         store: &Store,
@@ -77,6 +120,85 @@ impl Silo {
                 bytes: sent,
             },
         ))
+    }
+
+    /// The snapshot as it would be had it been taken on the engine image
+    /// with its base's base id (or on `image`, which must carry it); `None`
+    /// when it already stands on an engine image and no other was asked.
+    async fn rebase_onto_engine(
+        &self,
+        docker: &DockerBackend,
+        store: &Store,
+        snapshot: &Snapshot,
+        image: Option<&str>,
+        progress: &ProgressFn,
+    ) -> Result<Option<Snapshot>, SnapshotError> {
+        let base = self.base_of(snapshot)?;
+        if !base.is_template() && image.is_none() {
+            return Ok(None);
+        }
+        let mismatch = |target: String, found: Option<String>| SnapshotError::BaseMismatch {
+            snapshot: snapshot.id.clone(),
+            base: base.image_id.clone(),
+            base_id: base.identity.clone(),
+            target,
+            found,
+        };
+        // The engine image to stand on: its id, and the name the fork's
+        // spec gives.
+        let (target, name) = match (image, &base.identity) {
+            (Some(image), _) => {
+                let (id, found) = docker
+                    .image_base_id(image)
+                    .await
+                    .map_err(engine("inspect an image"))?;
+                let same_image = id == base.image_id;
+                if !same_image && (base.identity.is_none() || found != base.identity) {
+                    return Err(mismatch(format!("image {image}"), found));
+                }
+                (id, image.to_owned())
+            }
+            (None, Some(base_id)) => docker
+                .images_with_base_id(base_id)
+                .await
+                .map_err(engine("list images"))?
+                .into_iter()
+                .next()
+                .map(|(id, tag)| (id.clone(), tag.unwrap_or(id)))
+                .ok_or_else(|| SnapshotError::NoEngineImage {
+                    snapshot: snapshot.id.clone(),
+                    base_id: base_id.clone(),
+                })?,
+            (None, None) => return Err(mismatch("the Docker engine".into(), None)),
+        };
+        let (engine_base, _) = self
+            .store_base_image(docker, store, &target, progress)
+            .await?;
+        if engine_base.image_id == base.image_id {
+            return Ok(None);
+        }
+        let mut layers = engine_base.layers.clone();
+        layers.extend(snapshot.layers.iter().skip(base.layers.len()).cloned());
+        let config = snapshot_config(
+            engine_base.config.clone(),
+            &layers,
+            &snapshot.id,
+            snapshot.message.as_deref(),
+            &docker
+                .home_id()
+                .map_err(engine("read this home's identity"))?,
+        )?;
+        let mut spec = snapshot.spec.clone();
+        spec.backend = crate::spec::BackendKind::Docker;
+        spec.image = Some(name);
+        Ok(Some(Snapshot {
+            base_image: engine_base.image_id,
+            layers,
+            config,
+            parent: None,
+            spec,
+            ..snapshot.clone()
+        }))
     }
 
     /// How many of the snapshot's bottom layers the engine has, chain and
@@ -180,35 +302,94 @@ impl Silo {
         progress: &ProgressFn,
     ) -> Result<RestoreReport, SiloError> {
         let start = Instant::now();
-        let docker = self.image_engine(sandbox)?;
-        let store = self.store()?;
-        let (image_id, source) = self
-            .load_snapshot_image(docker, &store, snapshot, progress)
-            .await?;
+        let support = self.snapshot_support(sandbox)?;
         let key = self.sandbox_key(sandbox);
         let detail = json!({ "snapshot": snapshot.id, "reason": reason });
-        let sandbox = self.db().replace_machine(
-            sandbox,
-            &sandbox.spec,
-            Some(&snapshot.id),
-            (EventKind::Rewound, detail),
-        )?;
-        progress(Progress::Step {
-            label: "starting",
-            total: None,
-        });
-        let made = Machine {
-            image: Some(&image_id),
-            ..machine(&sandbox, &key)
+        let (sandbox, source) = match support {
+            SnapshotSupport::AgentLayers => {
+                let sandbox = self.db().replace_machine(
+                    sandbox,
+                    &sandbox.spec,
+                    Some(&snapshot.id),
+                    (EventKind::Rewound, detail),
+                )?;
+                progress(Progress::Step {
+                    label: "starting",
+                    total: None,
+                });
+                // The old machine goes first: a provider's create finds and
+                // removes what this sandbox left anyway.
+                let backend = self.backend(sandbox.backend);
+                backend
+                    .remove(machine(&sandbox, &key))
+                    .await
+                    .map_err(|e| backend_error("remove", &sandbox, e))?;
+                let made = Machine {
+                    agent_in_image: self.template_carries_agent(&sandbox),
+                    ..machine(&sandbox, &key)
+                };
+                let made = backend.create(made).await;
+                let sandbox = self.record_made(&sandbox, made).await?;
+                self.apply_or_remove(sandbox, snapshot, progress).await?
+            }
+            _ => {
+                let store = self.store()?;
+                let (image_id, source) = self
+                    .load_snapshot_image(&self.docker, &store, snapshot, None, progress)
+                    .await?;
+                let sandbox = self.db().replace_machine(
+                    sandbox,
+                    &sandbox.spec,
+                    Some(&snapshot.id),
+                    (EventKind::Rewound, detail),
+                )?;
+                progress(Progress::Step {
+                    label: "starting",
+                    total: None,
+                });
+                let made = Machine {
+                    image: Some(&image_id),
+                    ..machine(&sandbox, &key)
+                };
+                let made = self.docker.replace(made).await.map_err(BackendError::from);
+                (self.record_made(&sandbox, made).await?, source)
+            }
         };
-        let made = docker.replace(made).await.map_err(BackendError::from);
-        let sandbox = self.record_made(&sandbox, made).await?;
         Ok(RestoreReport {
             sandbox,
             snapshot: snapshot.id.clone(),
             image: source,
             ms: ms_since(start),
         })
+    }
+
+    /// Applies the snapshot onto the sandbox's fresh machine; when that
+    /// fails, removes the machine (the sandbox stays, machineless, for the
+    /// next `up`) and says why.
+    async fn apply_or_remove(
+        &self,
+        sandbox: SandboxRecord,
+        snapshot: &Snapshot,
+        progress: &ProgressFn,
+    ) -> Result<(SandboxRecord, ImageSource), SiloError> {
+        progress(Progress::Step {
+            label: "applying the snapshot",
+            total: None,
+        });
+        match self.apply_snapshot(&sandbox, snapshot).await {
+            Ok(applied) => Ok(applied),
+            Err(error) => {
+                let key = self.sandbox_key(&sandbox);
+                if let Err(cleanup) = self
+                    .backend(sandbox.backend)
+                    .remove(machine(&sandbox, &key))
+                    .await
+                {
+                    tracing::warn!(sandbox = sandbox.name, "removing its machine: {cleanup}");
+                }
+                Err(error)
+            }
+        }
     }
 
     /// Puts a sandbox back to one of its snapshots (`silo rewind`).
@@ -242,6 +423,8 @@ impl Silo {
         if self.backend(sandbox.backend).snapshot_support() == SnapshotSupport::None {
             return Ok(None);
         }
+        // A fresh machine of a remote backend records its baseline; one
+        // without it (it could not be asked) has no snapshots either.
         let Some(latest) = self.db().latest_snapshot(&sandbox.id)? else {
             return Ok(None);
         };
@@ -258,24 +441,96 @@ impl Silo {
         name: &str,
         progress: &ProgressFn,
     ) -> Result<RestoreReport, SiloError> {
+        self.fork_to(snapshot, name, &ForkTarget::default(), progress)
+            .await
+    }
+
+    /// [`Silo::fork`] onto another backend or image (a template on a
+    /// remote backend): the snapshot's layers above its base go onto a
+    /// machine whose base id is the base's, or the fork is refused.
+    pub async fn fork_to(
+        &self,
+        snapshot: &str,
+        name: &str,
+        target: &ForkTarget,
+        progress: &ProgressFn,
+    ) -> Result<RestoreReport, SiloError> {
         let start = Instant::now();
         validate_name(name)?;
         let snapshot = self.db().snapshot(snapshot)?;
         let _lease = self.lease(name, "fork").await?;
-        let store = self.store()?;
-        let (image_id, source) = self
-            .load_snapshot_image(&self.docker, &store, &snapshot, progress)
-            .await?;
-        progress(Progress::Step {
-            label: "starting",
-            total: None,
-        });
-        let request = CreateRequest {
+        let mut spec = snapshot.spec.clone();
+        if let Some(backend) = target.backend.filter(|b| *b != spec.backend) {
+            // One backend's image names mean nothing to another: the new
+            // one's default, unless named.
+            spec.backend = backend;
+            spec.image = None;
+        }
+        if let Some(image) = &target.image {
+            spec.image = Some(image.clone());
+        }
+        let support = self.backend(spec.backend).snapshot_support();
+        let request = |spec| CreateRequest {
             name: Some(name.to_owned()),
-            spec: snapshot.spec.clone(),
+            spec,
         };
-        let sandbox = self.reserve(request, Some(snapshot.id.clone()))?;
-        let sandbox = self.launch(sandbox, Some(&image_id)).await?;
+        let (sandbox, source) = match support {
+            SnapshotSupport::None => {
+                return Err(SnapshotError::Unsupported {
+                    name: name.to_owned(),
+                    backend: spec.backend,
+                }
+                .into());
+            }
+            SnapshotSupport::EngineImages => {
+                let store = self.store()?;
+                // A snapshot taken on a template, or asked onto another
+                // image, goes onto the engine image with its base id.
+                let image = target.image.as_deref();
+                let rebased = self
+                    .rebase_onto_engine(&self.docker, &store, &snapshot, image, progress)
+                    .await?;
+                if let Some(rebased) = &rebased {
+                    spec.image = rebased.spec.image.clone();
+                }
+                spec.check()?;
+                let on_engine = rebased.as_ref().unwrap_or(&snapshot);
+                let (image_id, source) = self
+                    .load_as_is(&self.docker, &store, on_engine, progress)
+                    .await?;
+                progress(Progress::Step {
+                    label: "starting",
+                    total: None,
+                });
+                let sandbox = self.reserve(request(spec), Some(snapshot.id.clone()))?;
+                (self.launch(sandbox, Some(&image_id)).await?, source)
+            }
+            SnapshotSupport::AgentLayers => {
+                spec.check()?;
+                progress(Progress::Step {
+                    label: "starting",
+                    total: None,
+                });
+                let sandbox = self.reserve(request(spec), Some(snapshot.id.clone()))?;
+                let sandbox = self.launch(sandbox, None).await?;
+                match self
+                    .apply_or_remove(sandbox.clone(), &snapshot, progress)
+                    .await
+                {
+                    Ok(applied) => applied,
+                    Err(error) => {
+                        let reason = json!({
+                            "reason": format!(
+                                "fork failed: {}",
+                                silo_protocol::http::error_chain(&error)
+                            ),
+                        });
+                        self.db().delete_sandbox(&sandbox, &reason)?;
+                        return Err(error);
+                    }
+                }
+            }
+        };
         Ok(RestoreReport {
             sandbox,
             snapshot: snapshot.id,

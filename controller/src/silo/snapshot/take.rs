@@ -18,11 +18,13 @@ use super::{
     parse_digest,
 };
 use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT, unix_ms_to_rfc3339};
-use crate::backend::{BackendError, DockerBackend, MachineState};
+use crate::backend::remote::SILO_DIR;
+use crate::backend::{BackendError, DockerBackend, MachineState, SnapshotSupport};
 use crate::bridge;
+use crate::image::base_id_of;
 use crate::naming::new_snapshot_id;
 use crate::silo::{Silo, SiloError, backend_error, machine};
-use crate::state::{Snapshot, StoredImage, now_ms};
+use crate::state::{SandboxRecord, Snapshot, StoredImage, now_ms};
 use crate::store::{Index, Store, save_archive};
 
 /// How far before its container's creation a file's ctime still counts as
@@ -42,7 +44,7 @@ impl Silo {
     ) -> Result<SnapshotReport, SiloError> {
         let start = Instant::now();
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "snapshot").await?;
-        let docker = self.image_engine(&sandbox)?;
+        let support = self.snapshot_support(&sandbox)?;
         let sandbox = match self.status(&sandbox).await? {
             MachineState::Running => sandbox,
             MachineState::Stopped => self.start_sandbox(&sandbox).await?,
@@ -53,36 +55,29 @@ impl Silo {
                 });
             }
         };
-        let key = self.sandbox_key(&sandbox);
-        let facts = docker
-            .container_facts(machine(&sandbox, &key))
-            .await
-            .map_err(|e| backend_error("snapshot", &sandbox, BackendError::from(e)))?;
         let store = self.store()?;
         let lock = {
             let store = store.clone();
             blocking(move || Ok(store.shared_lock()?)).await?
         };
+        let start_point = self
+            .start_point(&sandbox, support, &store, progress)
+            .await?;
 
         // What the machine was made from: a snapshot, or its image as is.
         let (base, layers, config, parent, base_stored) = match &sandbox.origin_snapshot {
             Some(origin) => {
                 let origin = self.db().snapshot(origin)?;
-                let base = self.db().stored_image(&origin.base_image)?.ok_or_else(|| {
-                    SnapshotError::Inconsistent(format!(
-                        "snapshot {} stands on image {}, which is not stored",
-                        origin.id, origin.base_image
-                    ))
-                })?;
+                let base = self.base_of(&origin)?;
                 let config: Value = serde_json::from_str(&origin.config).map_err(|e| {
                     SnapshotError::Inconsistent(format!("config of {}: {e}", origin.id))
                 })?;
                 (base, origin.layers.clone(), config, Some(origin.id), None)
             }
             None => {
-                let (base, stored) = self
-                    .store_base_image(docker, &store, &facts.image_id, progress)
-                    .await?;
+                let (base, stored) = start_point.base.ok_or_else(|| {
+                    SnapshotError::Inconsistent("no base for a machine made from an image".into())
+                })?;
                 let layers = base.layers.clone();
                 let config = base.config.clone();
                 (base, layers, config, None, stored)
@@ -98,10 +93,8 @@ impl Silo {
             total: None,
         });
         let request = SnapshotRequest {
-            changed_since_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
-            prune_unchanged_dirs: facts.overlay,
-            exclude: facts.exclude.clone(),
             baseline: baseline.to_vec(),
+            ..start_point.request
         };
         let client = self.client(&sandbox)?;
         let agent_error = |source| SnapshotError::Agent {
@@ -143,7 +136,8 @@ impl Silo {
             &layers,
             &id,
             message.as_deref(),
-            &docker
+            &self
+                .docker
                 .home_id()
                 .map_err(engine("read this home's identity"))?,
         )?;
@@ -174,17 +168,21 @@ impl Silo {
         let durable_ms = ms_since(start);
 
         // The engine already has every layer but the new one: the
-        // container's image is what the snapshot stands on.
-        let (loaded_ms, load_error) = match self
-            .load_snapshot_image(docker, &store, &snapshot, progress)
-            .await
-        {
-            Ok(_) => (Some(ms_since(start)), None),
-            Err(error) => {
-                let error = silo_protocol::http::error_chain(&error);
-                tracing::warn!(snapshot = snapshot.id, "loading into the engine: {error}");
-                (None, Some(error))
-            }
+        // container's image is what the snapshot stands on. A machine that
+        // is not a container has no engine to load it into.
+        let (loaded_ms, load_error) = match support {
+            SnapshotSupport::EngineImages => match self
+                .load_snapshot_image(&self.docker, &store, &snapshot, None, progress)
+                .await
+            {
+                Ok(_) => (Some(ms_since(start)), None),
+                Err(error) => {
+                    let error = silo_protocol::http::error_chain(&error);
+                    tracing::warn!(snapshot = snapshot.id, "loading into the engine: {error}");
+                    (None, Some(error))
+                }
+            },
+            SnapshotSupport::AgentLayers | SnapshotSupport::None => (None, None),
         };
         Ok(SnapshotReport {
             snapshot,
@@ -200,36 +198,85 @@ impl Silo {
         })
     }
 
+    /// Where the sandbox's machine started, for a snapshot of it: the
+    /// request's fields that say what counts as changed and, for a machine
+    /// made from an image rather than a snapshot, the base its files came
+    /// from, stored (which may store it now).
+    async fn start_point(
+        &self,
+        sandbox: &SandboxRecord,
+        support: SnapshotSupport,
+        store: &Store,
+        progress: &ProgressFn,
+    ) -> Result<StartPoint, SiloError> {
+        match support {
+            SnapshotSupport::EngineImages => {
+                let key = self.sandbox_key(sandbox);
+                let facts = self
+                    .docker
+                    .container_facts(machine(sandbox, &key))
+                    .await
+                    .map_err(|e| backend_error("snapshot", sandbox, BackendError::from(e)))?;
+                let base = match &sandbox.origin_snapshot {
+                    Some(_) => None,
+                    None => Some(
+                        self.store_base_image(&self.docker, store, &facts.image_id, progress)
+                            .await?,
+                    ),
+                };
+                let request = SnapshotRequest {
+                    changed_since_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
+                    prune_unchanged_dirs: facts.overlay,
+                    exclude: facts.exclude,
+                    baseline: Vec::new(),
+                };
+                Ok(StartPoint { base, request })
+            }
+            SnapshotSupport::AgentLayers => {
+                let baseline =
+                    sandbox
+                        .baseline
+                        .clone()
+                        .ok_or_else(|| SnapshotError::NoBaseline {
+                            name: sandbox.name.clone(),
+                        })?;
+                let base = self.db().stored_image(&baseline.image)?.ok_or_else(|| {
+                    SnapshotError::Inconsistent(format!(
+                        "sandbox {} starts from image {}, which is not stored",
+                        sandbox.name, baseline.image
+                    ))
+                })?;
+                let request = SnapshotRequest {
+                    changed_since_ns: baseline.changed_since_ns,
+                    // A VM's root is no overlay: every directory is walked.
+                    prune_unchanged_dirs: false,
+                    exclude: vec![SILO_DIR.to_owned()],
+                    baseline: Vec::new(),
+                };
+                Ok(StartPoint {
+                    base: Some((base, None)),
+                    request,
+                })
+            }
+            SnapshotSupport::None => Err(SnapshotError::Unsupported {
+                name: sandbox.name.clone(),
+                backend: sandbox.backend,
+            }
+            .into()),
+        }
+    }
+
     /// The base image, stored: from the records when its layers are in the
     /// store already, else exported from the engine into the store now.
-    async fn store_base_image(
+    pub(super) async fn store_base_image(
         &self,
         docker: &DockerBackend,
         store: &Store,
         image_id: &str,
         progress: &ProgressFn,
     ) -> Result<(StoredImage, Option<BaseStored>), SnapshotError> {
-        let recorded = self.db().stored_image(image_id)?;
-        if let Some(image) = recorded {
-            let store2 = store.clone();
-            let blobs: Vec<String> = image
-                .layers
-                .iter()
-                .cloned()
-                .chain([image.index_blob.clone()])
-                .collect();
-            let complete = blocking(move || {
-                for blob in blobs {
-                    if !store2.has(&parse_digest(&blob)?)? {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
-            })
-            .await?;
-            if complete {
-                return Ok((image, None));
-            }
+        if let Some(image) = self.complete_image(store, image_id).await? {
+            return Ok((image, None));
         }
         let start = Instant::now();
         progress(Progress::Step {
@@ -259,8 +306,14 @@ impl Silo {
             .await
         }
         .map_err(|e| SnapshotError::Task(e.to_string()))??;
+        let labels = &saved.config["config"]["Labels"];
+        let identity = base_id_of(
+            |name| labels[name].as_str().map(str::to_owned),
+            saved.layers.len(),
+        );
         let image = StoredImage {
             image_id: image_id.to_owned(),
+            identity,
             config: saved.config,
             layers: saved.layers.iter().map(ToString::to_string).collect(),
             index_blob: index.digest.to_string(),
@@ -276,6 +329,16 @@ impl Silo {
         };
         Ok((image, Some(stored)))
     }
+}
+
+/// Where a machine started, as a snapshot of it needs to know.
+struct StartPoint {
+    /// The stored image its files came from (with what storing it took,
+    /// when this snapshot stored it); `None` for a machine made from a
+    /// snapshot, whose base is the snapshot's.
+    base: Option<(StoredImage, Option<BaseStored>)>,
+    /// What counts as changed (the baseline is filled in later).
+    request: SnapshotRequest,
 }
 
 /// The paths of an image made of `layers`: the base image's stored index,
@@ -301,7 +364,7 @@ fn image_index(
 
 /// The image config of a snapshot: its parent's (or the base image's),
 /// with its layers, a history entry, and the labels that find it again.
-fn snapshot_config(
+pub(super) fn snapshot_config(
     mut config: Value,
     layers: &[String],
     id: &str,

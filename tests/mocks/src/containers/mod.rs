@@ -352,6 +352,12 @@ async fn remove_container(docker: &Docker, id: &str) -> Result<(), ContainerErro
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => Ok(()),
+        // A delete answered at once and still removing it in the background
+        // (Daytona's) races a shutdown's sweep: either removal will do.
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409,
+            message,
+        }) if message.contains("already in progress") => Ok(()),
         Err(error) => Err(engine(format!("remove {id}"))(error)),
     }
 }
