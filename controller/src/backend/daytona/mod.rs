@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::docker::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use super::remote::{
-    AGENT_PATH, AGENT_PORT, KEY_PATH, SWEEP_RETRY_BUDGET, agent_command, healthy, tls_route,
+    AGENT_PATH, AGENT_PORT, KEY_PATH, SWEEP_RETRY_BUDGET, agent_command, healthy, sweep, tls_route,
     wait_for_agent,
 };
 use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
@@ -241,22 +241,15 @@ impl DaytonaBackend {
         }
         let api = Api::new(config)?.with_retry_budget(SWEEP_RETRY_BUDGET);
         let mine = BTreeMap::from([(LABEL_HOME.to_owned(), self.home_id()?)]);
-        let mut swept = Vec::new();
-        for sandbox in api.find(&mine).await? {
-            let owner = sandbox
-                .labels
-                .get(LABEL_SANDBOX_ID)
-                .cloned()
-                .unwrap_or_default();
-            if live.contains(&owner) {
-                continue;
-            }
-            if !dry_run {
-                api.delete(&sandbox.id).await?;
-            }
-            swept.push(format!("daytona:{} ({owner})", sandbox.id));
-        }
-        Ok(swept)
+        let found = api.find(&mine).await?.into_iter().map(|mut sandbox| {
+            let owner = sandbox.labels.remove(LABEL_SANDBOX_ID);
+            (sandbox.id, owner)
+        });
+        let api = &api;
+        sweep("daytona", found, live, dry_run, |id| async move {
+            api.delete(&id).await
+        })
+        .await
     }
 }
 

@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use super::docker::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use super::remote::{
-    AGENT_PATH, AGENT_PORT, KEY_PATH, SWEEP_RETRY_BUDGET, agent_command, healthy, wait_for_agent,
+    AGENT_PATH, AGENT_PORT, KEY_PATH, SWEEP_RETRY_BUDGET, agent_command, healthy, sweep,
+    wait_for_agent,
 };
 use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
 use crate::agent_binary::AgentLocator;
@@ -320,22 +321,15 @@ impl E2bBackend {
         }
         let api = Api::new(config)?.with_retry_budget(SWEEP_RETRY_BUDGET);
         let mine = BTreeMap::from([(LABEL_HOME.to_owned(), self.home_id()?)]);
-        let mut swept = Vec::new();
-        for vm in api.find(&mine).await? {
-            let owner = vm
-                .metadata
-                .get(LABEL_SANDBOX_ID)
-                .cloned()
-                .unwrap_or_default();
-            if live.contains(&owner) {
-                continue;
-            }
-            if !dry_run {
-                api.kill(&vm.sandbox_id).await?;
-            }
-            swept.push(format!("e2b:{} ({owner})", vm.sandbox_id));
-        }
-        Ok(swept)
+        let found = api.find(&mine).await?.into_iter().map(|mut vm| {
+            let owner = vm.metadata.remove(LABEL_SANDBOX_ID);
+            (vm.sandbox_id, owner)
+        });
+        let api = &api;
+        sweep("e2b", found, live, dry_run, |vm| async move {
+            api.kill(&vm).await
+        })
+        .await
     }
 }
 

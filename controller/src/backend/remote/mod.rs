@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use silo_protocol::http::error_chain;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 use crate::client::{AgentClient, Endpoint};
@@ -100,6 +101,36 @@ pub fn tls_route(
     }
 }
 
+/// Removes the VMs among `found` (each a provider id and the silo sandbox
+/// id it is labelled with) whose sandbox is not in `live`, unless
+/// `dry_run`; answers them as `{provider}:{vm} ({sandbox})`. For gc: a VM
+/// made by a create that died before recording it, or left by a removal
+/// that did not reach the provider.
+pub async fn sweep<E, Fut>(
+    provider: &str,
+    found: impl IntoIterator<Item = (String, Option<String>)>,
+    live: &HashSet<String>,
+    dry_run: bool,
+    remove: impl Fn(String) -> Fut,
+) -> Result<Vec<String>, E>
+where
+    Fut: std::future::Future<Output = Result<(), E>>,
+{
+    let mut swept = Vec::new();
+    for (vm, owner) in found {
+        let owner = owner.unwrap_or_default();
+        if live.contains(&owner) {
+            continue;
+        }
+        let name = format!("{provider}:{vm} ({owner})");
+        if !dry_run {
+            remove(vm).await?;
+        }
+        swept.push(name);
+    }
+    Ok(swept)
+}
+
 /// Whether the agent answers now.
 pub async fn healthy(client: &AgentClient) -> bool {
     matches!(
@@ -130,6 +161,33 @@ pub async fn wait_for_agent(client: &AgentClient) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::spec::BackendKind;
+
+    #[tokio::test]
+    async fn a_sweep_removes_only_vms_of_sandboxes_that_are_gone() {
+        let removed = std::sync::Mutex::new(Vec::new());
+        let live = HashSet::from(["sbx-live".to_owned()]);
+        let found = [
+            ("vm-1".to_owned(), Some("sbx-live".to_owned())),
+            ("vm-2".to_owned(), Some("sbx-gone".to_owned())),
+            ("vm-3".to_owned(), None),
+        ];
+        let remove = |vm: String| {
+            removed.lock().map(|mut r| r.push(vm)).ok();
+            async { Ok::<(), ()>(()) }
+        };
+        let dry = sweep("p", found.clone(), &live, true, &remove).await;
+        assert_eq!(
+            dry,
+            Ok(vec!["p:vm-2 (sbx-gone)".to_owned(), "p:vm-3 ()".to_owned()])
+        );
+        assert!(
+            removed.lock().is_ok_and(|r| r.is_empty()),
+            "a dry run removed"
+        );
+        let swept = sweep("p", found, &live, false, &remove).await;
+        assert_eq!(swept.map(|s| s.len()), Ok(2));
+        assert!(removed.lock().is_ok_and(|r| *r == ["vm-2", "vm-3"]));
+    }
 
     #[test]
     fn the_agent_takes_its_key_once_and_runs_the_workload() {
