@@ -28,7 +28,7 @@ use crate::naming::{NamingError, generated_name, new_sandbox_id, validate_name};
 use crate::spec::{BackendKind, SandboxSpec};
 use crate::state::{
     Event, EventKind, MasterKeyError, NewSandbox, SandboxRecord, StateDb, StateError,
-    load_or_create_master_key,
+    load_or_create_master_key, without_secrets,
 };
 
 mod gc;
@@ -233,7 +233,7 @@ impl Silo {
     ) -> Result<SandboxRecord, SiloError> {
         match made {
             Ok(backend_ref) => {
-                let detail = json!({ "backend_ref": backend_ref });
+                let detail = json!({ "backend_ref": without_secrets(&backend_ref) });
                 let sandbox = self.db().update_backend_ref(
                     sandbox,
                     &backend_ref,
@@ -434,7 +434,7 @@ impl Silo {
         // Another process may have started it a moment ago; only the one that
         // did logs it.
         let event = (!started.was_running).then(|| {
-            let detail = json!({ "backend_ref": started.backend_ref });
+            let detail = json!({ "backend_ref": without_secrets(&started.backend_ref) });
             (EventKind::Started, detail)
         });
         let sandbox = self

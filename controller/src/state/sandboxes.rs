@@ -24,6 +24,8 @@ pub struct SandboxRecord {
     /// Hash of `spec`, stored so drift can be seen without re-hashing old specs.
     pub spec_hash: String,
     /// The backend's handle on the machine (shape owned by the backend).
+    /// Shown (JSON output, the event log) without its access tokens.
+    #[serde(serialize_with = "serialize_without_secrets")]
     pub backend_ref: serde_json::Value,
     /// Unix ms of creation.
     pub created_at_ms: i64,
@@ -355,6 +357,28 @@ impl RawRow {
     }
 }
 
+/// A backend handle as it is shown: a provider's access tokens (E2B's envd
+/// and traffic tokens, Daytona's preview token), which the handle needs and
+/// a reader does not, are left out. JSON output and the event log, which
+/// outlives the sandbox, both show handles; the database keeps them whole.
+pub fn without_secrets(backend_ref: &serde_json::Value) -> serde_json::Value {
+    match backend_ref {
+        serde_json::Value::Object(fields) => fields
+            .iter()
+            .filter(|(name, _)| !name.ends_with("_token"))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect(),
+        other => other.clone(),
+    }
+}
+
+fn serialize_without_secrets<S: serde::Serializer>(
+    backend_ref: &serde_json::Value,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    without_secrets(backend_ref).serialize(serializer)
+}
+
 fn to_json(id: &str, value: &impl Serialize) -> Result<String, StateError> {
     serde_json::to_string(value).map_err(|e| StateError::Corrupt {
         id: id.to_owned(),
@@ -389,6 +413,25 @@ mod tests {
             spec: SandboxSpec::new(BackendKind::Local),
             origin_snapshot: None,
         }
+    }
+
+    #[test]
+    fn handles_are_shown_without_their_tokens() {
+        let handle = serde_json::json!({
+            "sandbox_id": "i1", "envd_token": "e", "traffic_token": "t", "template": "base",
+        });
+        let shown = serde_json::json!({ "sandbox_id": "i1", "template": "base" });
+        assert_eq!(without_secrets(&handle), shown);
+        let (_dir, mut db) = temp_db();
+        let record = db.insert_sandbox(&new("sbx-00000000000c", "c")).unwrap();
+        let record = db.update_backend_ref(&record, &handle, None).unwrap();
+        assert_eq!(
+            db.sandbox("c").unwrap().backend_ref,
+            handle,
+            "the database keeps it whole"
+        );
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["backend_ref"], shown);
     }
 
     #[test]
