@@ -10,9 +10,11 @@ use super::output::Output;
 pub struct Args {}
 
 pub async fn run(silo: &Silo, out: &Output, _args: Args) -> anyhow::Result<i32> {
-    let mut rows = Vec::new();
-    for sandbox in silo.list()? {
-        let status = match silo.status(&sandbox).await {
+    let sandboxes = silo.list()?;
+    let statuses = silo.statuses(&sandboxes).await;
+    let mut rows = Vec::with_capacity(sandboxes.len());
+    for (sandbox, status) in sandboxes.into_iter().zip(statuses) {
+        let status = match status {
             Ok(status) => Some(status),
             Err(error) => {
                 out.error(&anyhow::Error::new(error));

@@ -45,6 +45,11 @@ pub use snapshot::{
     SnapshotReport, StoreGc, no_progress,
 };
 
+/// Most status looks [`Silo::statuses`] has under way at once: each is a
+/// socket, a pid file or an API call, so this stays well under a process's
+/// file limit and a provider's rate limit.
+pub const STATUS_CONCURRENCY: usize = 32;
+
 /// Tries at drawing a free generated name before giving up.
 const NAME_ATTEMPTS: u32 = 8;
 
@@ -290,6 +295,21 @@ impl Silo {
             .status(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error("inspect", sandbox, e))
+    }
+
+    /// What the backends say about each of `sandboxes`, in their order: the
+    /// looks run [`STATUS_CONCURRENCY`] at a time, so a thousand sandboxes
+    /// cost about what a few dozen sequential looks do.
+    pub async fn statuses(
+        &self,
+        sandboxes: &[SandboxRecord],
+    ) -> Vec<Result<MachineState, SiloError>> {
+        use futures_util::StreamExt;
+        futures_util::stream::iter(sandboxes)
+            .map(|sandbox| self.status(sandbox))
+            .buffered(STATUS_CONCURRENCY)
+            .collect()
+            .await
     }
 
     /// Starts a stopped sandbox (a no-op for a running one, which the
