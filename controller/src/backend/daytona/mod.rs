@@ -408,7 +408,11 @@ impl Backend for DaytonaBackend {
 
     async fn remove(&self, machine: Machine<'_>) -> Result<(), BackendError> {
         let api = self.api()?;
-        if let Some(daytona) = parse_ref(&machine) {
+        // One already being deleted (behind silo's back) refuses another
+        // delete with 409; it is as good as gone.
+        if let Some(daytona) = parse_ref(&machine)
+            && api.get(&daytona.sandbox_id).await?.is_some()
+        {
             api.delete(&daytona.sandbox_id).await?;
         }
         self.delete_leftovers(&api, &machine).await?;
