@@ -209,8 +209,7 @@ impl Silo {
         let backend = self.backend(sandbox.backend);
         let made = Machine {
             image,
-            agent_in_image: self.template_carries_agent(&sandbox),
-            ..machine(&sandbox, &key)
+            ..self.machine_to_make(&sandbox, &key)
         };
         let made = backend.create(made).await;
         match self.record_made(&sandbox, made).await {
@@ -516,6 +515,18 @@ impl Silo {
         self.db
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Silo {
+    /// The machine a backend is to make for `sandbox`: what [`machine`]
+    /// says, and whether an earlier machine of its template carried the
+    /// agent.
+    fn machine_to_make<'a>(&self, sandbox: &'a SandboxRecord, key: &'a Key) -> Machine<'a> {
+        Machine {
+            agent_in_image: self.template_carries_agent(sandbox),
+            ..machine(sandbox, key)
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{Silo, SiloError, backend_error, machine};
-use crate::backend::{Backend, Machine, MachineState};
+use crate::backend::{Backend, MachineState};
 use crate::naming::validate_name;
 use crate::spec::SandboxSpec;
 use crate::state::{EventKind, SandboxRecord, StateError};
@@ -244,10 +244,7 @@ impl Silo {
         let sandbox =
             self.db()
                 .replace_machine(&sandbox, &spec, None, (EventKind::Recreated, detail))?;
-        let made = Machine {
-            agent_in_image: self.template_carries_agent(&sandbox),
-            ..machine(&sandbox, &key)
-        };
+        let made = self.machine_to_make(&sandbox, &key);
         let made = self.backend(sandbox.backend).create(made).await;
         let sandbox = self.record_made(&sandbox, made).await?;
         Ok(outcome(sandbox, UpAction::Recreated, notes))

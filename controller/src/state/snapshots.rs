@@ -127,25 +127,25 @@ impl StateDb {
         }))
     }
 
-    /// The stored images whose id starts with `prefix`, newest first.
-    pub fn stored_images_like(&self, prefix: &str) -> Result<Vec<StoredImage>, StateError> {
-        let mut statement = self
+    /// The newest stored image whose id starts with `prefix`.
+    pub fn newest_stored_image_like(
+        &self,
+        prefix: &str,
+    ) -> Result<Option<StoredImage>, StateError> {
+        let id: Option<String> = self
             .conn
-            .prepare(
+            .query_row(
                 "SELECT image_id FROM images WHERE substr(image_id, 1, length(?1)) = ?1 \
-                 ORDER BY stored_at DESC",
+                 ORDER BY stored_at DESC LIMIT 1",
+                [prefix],
+                |row| row.get(0),
             )
-            .map_err(db("listing stored images"))?;
-        let ids: Vec<String> = statement
-            .query_map([prefix], |row| row.get(0))
-            .map_err(db("listing stored images"))?
-            .collect::<Result<_, _>>()
-            .map_err(db("listing stored images"))?;
-        let mut images = Vec::new();
-        for id in ids {
-            images.extend(self.stored_image(&id)?);
+            .optional()
+            .map_err(db("looking up a stored image"))?;
+        match id {
+            Some(id) => self.stored_image(&id),
+            None => Ok(None),
         }
-        Ok(images)
     }
 
     /// Records a base image whose blobs are all in the store. Recording one

@@ -60,10 +60,8 @@ impl Silo {
     pub(in crate::silo) fn template_carries_agent(&self, sandbox: &SandboxRecord) -> bool {
         let template = sandbox.spec.image.as_deref().unwrap_or_default();
         let prefix = template_image_id(sandbox.backend, template, "");
-        match self.db().stored_images_like(&prefix) {
-            Ok(images) => images
-                .first()
-                .is_some_and(|image| image.config[CARRIES_AGENT] == true),
+        match self.db().newest_stored_image_like(&prefix) {
+            Ok(image) => image.is_some_and(|image| image.config[CARRIES_AGENT] == true),
             Err(error) => {
                 tracing::debug!("looking up what {template} carries: {error}");
                 false
@@ -120,34 +118,6 @@ impl Silo {
             changed_since_ns,
         };
         Ok(self.db().set_baseline(sandbox, &baseline)?)
-    }
-
-    /// The stored image with this id, if every blob it names is in the store.
-    pub(super) async fn complete_image(
-        &self,
-        store: &Store,
-        image_id: &str,
-    ) -> Result<Option<StoredImage>, SnapshotError> {
-        let Some(image) = self.db().stored_image(image_id)? else {
-            return Ok(None);
-        };
-        let blobs: Vec<String> = image
-            .layers
-            .iter()
-            .cloned()
-            .chain([image.index_blob.clone()])
-            .collect();
-        let store = store.clone();
-        let complete = blocking(move || {
-            for blob in blobs {
-                if !store.has(&parse_digest(&blob)?)? {
-                    return Ok(false);
-                }
-            }
-            Ok(true)
-        })
-        .await?;
-        Ok(complete.then_some(image))
     }
 
     /// Puts a snapshot's layers above its base onto a sandbox's machine,

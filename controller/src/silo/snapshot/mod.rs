@@ -367,6 +367,34 @@ impl Silo {
         }
     }
 
+    /// The stored image with this id, if every blob it names is in the store.
+    async fn complete_image(
+        &self,
+        store: &Store,
+        image_id: &str,
+    ) -> Result<Option<StoredImage>, SnapshotError> {
+        let Some(image) = self.db().stored_image(image_id)? else {
+            return Ok(None);
+        };
+        let blobs: Vec<String> = image
+            .layers
+            .iter()
+            .cloned()
+            .chain([image.index_blob.clone()])
+            .collect();
+        let store = store.clone();
+        let complete = blocking(move || {
+            for blob in blobs {
+                if !store.has(&parse_digest(&blob)?)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+        .await?;
+        Ok(complete.then_some(image))
+    }
+
     /// The stored image a snapshot stands on.
     fn base_of(&self, snapshot: &Snapshot) -> Result<StoredImage, SnapshotError> {
         self.db()

@@ -307,28 +307,25 @@ impl Silo {
         let detail = json!({ "snapshot": snapshot.id, "reason": reason });
         let (sandbox, source) = match support {
             SnapshotSupport::AgentLayers => {
+                progress(Progress::Step {
+                    label: "starting",
+                    total: None,
+                });
+                // The old machine goes first, by its own handle (a
+                // provider's create would find and remove it anyway); the
+                // row then has no machine until the new one is recorded.
+                let backend = self.backend(sandbox.backend);
+                backend
+                    .remove(machine(sandbox, &key))
+                    .await
+                    .map_err(|e| backend_error("remove", sandbox, e))?;
                 let sandbox = self.db().replace_machine(
                     sandbox,
                     &sandbox.spec,
                     Some(&snapshot.id),
                     (EventKind::Rewound, detail),
                 )?;
-                progress(Progress::Step {
-                    label: "starting",
-                    total: None,
-                });
-                // The old machine goes first: a provider's create finds and
-                // removes what this sandbox left anyway.
-                let backend = self.backend(sandbox.backend);
-                backend
-                    .remove(machine(&sandbox, &key))
-                    .await
-                    .map_err(|e| backend_error("remove", &sandbox, e))?;
-                let made = Machine {
-                    agent_in_image: self.template_carries_agent(&sandbox),
-                    ..machine(&sandbox, &key)
-                };
-                let made = backend.create(made).await;
+                let made = backend.create(self.machine_to_make(&sandbox, &key)).await;
                 let sandbox = self.record_made(&sandbox, made).await?;
                 self.apply_or_remove(sandbox, snapshot, progress).await?
             }
