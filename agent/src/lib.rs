@@ -25,10 +25,12 @@
 //! - `layers`: an image layer applied onto the machine (remote restores), staged and checked first.
 //! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
 //! - `activity`: what counts as use, for `--idle-timeout`.
+//! - `clock`: the machine's wall clock as the protocol reports it.
 //! - `shutdown`: the shutdown phases every long-lived task watches.
 //!
 
 pub mod activity;
+pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod exec;

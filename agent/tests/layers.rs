@@ -143,6 +143,7 @@ async fn a_snapshot_layer_applies_onto_another_machine() {
     let request = SnapshotRequest {
         changed_since_ns: 0,
         prune_unchanged_dirs: false,
+        descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
     };
@@ -243,6 +244,7 @@ async fn whiteouts_apply_and_hostile_layers_are_refused_over_the_wire() {
     let body = serde_json::to_vec(&SnapshotRequest {
         changed_since_ns: 0,
         prune_unchanged_dirs: true,
+        descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
     })

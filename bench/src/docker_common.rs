@@ -78,11 +78,17 @@ pub async fn first_output(
 /// `docker exec CONTAINER true` through the Engine API, as the docker CLI
 /// does it: create the exec, start it attached, drain it, inspect its code.
 pub async fn engine_exec_true(engine: &Docker, container: &str) -> anyhow::Result<()> {
+    engine_exec(engine, container, &["true"]).await
+}
+
+/// `docker exec CONTAINER ARGV…`, as [`engine_exec_true`] does it; fails
+/// unless the command exits 0.
+pub async fn engine_exec(engine: &Docker, container: &str, argv: &[&str]) -> anyhow::Result<()> {
     let exec = engine
         .create_exec(
             container,
             CreateExecOptions {
-                cmd: Some(vec!["true"]),
+                cmd: Some(argv.to_vec()),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
                 ..Default::default()
@@ -94,7 +100,7 @@ pub async fn engine_exec_true(engine: &Docker, container: &str) -> anyhow::Resul
         while output.next().await.is_some() {}
     }
     let code = engine.inspect_exec(&exec.id).await?.exit_code;
-    anyhow::ensure!(code == Some(0), "`true` exited {code:?}");
+    anyhow::ensure!(code == Some(0), "{argv:?} exited {code:?}");
     Ok(())
 }
 

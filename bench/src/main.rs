@@ -32,6 +32,7 @@ mod report;
 mod session_interrupt;
 mod session_rtt;
 mod snapshot;
+mod snapshot_chain;
 mod stats;
 
 use std::path::PathBuf;
@@ -52,6 +53,7 @@ const SCENARIOS: &[&str] = &[
     "tti",
     "resume",
     "snapshot",
+    "snapshot-chain",
     "files",
     "gvisor",
     "e2b",
@@ -66,6 +68,8 @@ struct Args {
     /// (plain execs and session runs), agent-footprint,
     /// push-big, push-fanout, nonce-window (signed requests for longer than
     /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot,
+    /// snapshot-chain (100 snapshots of one sandbox, a 1 KB change each,
+    /// and rewinds along the chain),
     /// files (write and read through the agent beside docker cp), gvisor
     /// (tti, exec rtt and snapshot under runsc beside runc), e2b (time to
     /// interactive, exec and resume beside E2B's own API, through the mock
@@ -109,6 +113,7 @@ async fn main() -> anyhow::Result<()> {
             "tti" => docker_tti::run(args.quick).await?,
             "resume" => docker_resume::run(args.quick).await?,
             "snapshot" => snapshot::run(args.quick).await?,
+            "snapshot-chain" => snapshot_chain::run(args.quick).await?,
             "files" => files::run(args.quick).await?,
             "e2b" => e2b::run(args.quick).await?,
             "daytona" => daytona::run(args.quick).await?,

@@ -27,7 +27,7 @@ use crate::report::Row;
 use crate::stats::Samples;
 
 /// The Debian image the scenario runs on.
-const IMAGE: &str = "silo-bench-debian:bookworm";
+pub const IMAGE: &str = "silo-bench-debian:bookworm";
 /// The floor for "an image users have": at least this many bytes.
 const MIN_IMAGE_BYTES: i64 = 150_000_000;
 /// Durable snapshot target for a 1 KB change, in milliseconds.
@@ -276,7 +276,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
 
 /// The Debian image, made with `debootstrap` and the Engine API's import
 /// the first time; returns its size.
-async fn ensure_debian_image(engine: &Docker) -> anyhow::Result<u64> {
+pub async fn ensure_debian_image(engine: &Docker) -> anyhow::Result<u64> {
     if let Ok(found) = engine.inspect_image(IMAGE).await {
         return Ok(u64::try_from(found.size.unwrap_or(0)).unwrap_or(0));
     }
@@ -321,11 +321,11 @@ async fn ensure_debian_image(engine: &Docker) -> anyhow::Result<u64> {
     Ok(u64::try_from(size).unwrap_or(0))
 }
 
-async fn create_plain(engine: &Docker, name: &str, argv: &[&str]) -> anyhow::Result<()> {
+pub async fn create_plain(engine: &Docker, name: &str, argv: &[&str]) -> anyhow::Result<()> {
     create_plain_from(engine, name, IMAGE, argv).await
 }
 
-async fn create_plain_from(
+pub async fn create_plain_from(
     engine: &Docker,
     name: &str,
     image: &str,
@@ -342,7 +342,7 @@ async fn create_plain_from(
 }
 
 /// `docker commit -p CONTAINER TAG`.
-async fn commit_image(engine: &Docker, container: &str, tag: &str) -> anyhow::Result<()> {
+pub async fn commit_image(engine: &Docker, container: &str, tag: &str) -> anyhow::Result<()> {
     let (repo, tag) = tag.split_once(':').unwrap_or((tag, "latest"));
     let options = CommitContainerOptionsBuilder::new()
         .container(container)

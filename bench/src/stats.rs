@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-/// Latency samples in milliseconds, sorted on demand.
+/// Samples (latencies in milliseconds, or other values pushed as they
+/// are), sorted on demand.
 #[derive(Default)]
 pub struct Samples(Vec<f64>);
 
@@ -10,6 +11,11 @@ impl Samples {
     /// Adds one sample.
     pub fn push(&mut self, d: Duration) {
         self.0.push(d.as_secs_f64() * 1000.0);
+    }
+
+    /// Adds one sample that is not a time (a size, say), as it is.
+    pub fn push_value(&mut self, value: f64) {
+        self.0.push(value);
     }
 
     /// Adds every sample of `other`.

@@ -686,6 +686,7 @@ mod tests {
             updated_at_ms: 0,
             origin_snapshot: None,
             baseline: None,
+            checkpoint: None,
         };
         let key = silo.sandbox_key(&sandbox);
         drop(silo);

@@ -8,7 +8,9 @@
 //! [`SnapshotRequest::changed_since_ns`] (ctime cannot be set back by a
 //! process, and every write, chmod, rename or link moves it), and a path of
 //! [`SnapshotRequest::baseline`] that is gone from a changed directory was
-//! deleted. The layer uses the image-layer conventions every engine applies:
+//! deleted. A snapshot that builds on an earlier one of the same machine
+//! asks for what changed since that one's [`HEADER_STOPPED_AT`], with the
+//! earlier snapshot's whole tree as the baseline, and stays small. The layer uses the image-layer conventions every engine applies:
 //! paths relative to `/`, directories before their entries, hard links to
 //! earlier entries, and a deletion as an empty `.wh.<name>` entry
 //! ([`WHITEOUT_PREFIX`]) in its parent directory.
@@ -37,6 +39,12 @@ pub const HEADER_STOPPED: &str = "x-silo-stopped";
 /// the layer started (a process in uninterruptible sleep, say). A write of
 /// theirs may be in the layer half done; the controller warns of it.
 pub const HEADER_UNSETTLED: &str = "x-silo-unsettled";
+/// Answer header: Unix nanoseconds on the machine's own clock once every
+/// process had stopped, before the first path was read. Nothing in the
+/// layer changed after it, so the next snapshot of the same machine need
+/// only capture what changed since (less a margin for the coarse clock the
+/// kernel stamps ctimes with).
+pub const HEADER_STOPPED_AT: &str = "x-silo-stopped-at-ns";
 
 /// What the controller asks the agent to capture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +57,15 @@ pub struct SnapshotRequest {
     /// file systems, where any change below a directory copies it up and so
     /// moves its ctime; elsewhere every directory is walked.
     pub prune_unchanged_dirs: bool,
+    /// With `prune_unchanged_dirs`, the ctime from which a directory is
+    /// walked into; `None` means `changed_since_ns`. A snapshot building on
+    /// an earlier one sets this to the machine's start: on overlay, a file
+    /// copied up before the earlier snapshot can change again without its
+    /// directory's ctime moving, so directories are pruned against the
+    /// machine's start while paths count as changed against the earlier
+    /// snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descend_since_ns: Option<i64>,
     /// Absolute paths left out with everything under them (the controller's
     /// own mounts, the engine's `/etc/hosts` and the like). Mount points the
     /// agent finds in `/proc/self/mountinfo` are left out as well.
@@ -73,6 +90,7 @@ mod tests {
         let request = SnapshotRequest {
             changed_since_ns: 1_700_000_000_000_000_000,
             prune_unchanged_dirs: true,
+            descend_since_ns: Some(1_600_000_000_000_000_000),
             exclude: vec!["/.silo".into()],
             baseline: vec!["etc".into(), "etc/passwd".into()],
         };
@@ -82,5 +100,13 @@ mod tests {
             request
         );
         assert_eq!(path(), "/v1/snapshot");
+    }
+
+    #[test]
+    fn a_request_without_descend_since_still_parses() {
+        let text =
+            r#"{"changed_since_ns":5,"prune_unchanged_dirs":true,"exclude":[],"baseline":[]}"#;
+        let request: SnapshotRequest = serde_json::from_str(text).unwrap();
+        assert_eq!(request.descend_since_ns, None);
     }
 }

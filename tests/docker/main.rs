@@ -9,6 +9,7 @@ mod e2b;
 mod e2b_snapshots;
 mod files_cli;
 mod image;
+mod incremental;
 mod lease;
 mod push;
 mod sandbox;

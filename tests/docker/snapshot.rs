@@ -463,6 +463,7 @@ async fn a_command_started_while_a_snapshot_reads_waits_for_the_thaw() {
     let request = serde_json::to_vec(&SnapshotRequest {
         changed_since_ns: 0,
         prune_unchanged_dirs: false,
+        descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
     })

@@ -140,6 +140,7 @@ async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks()
     let request = SnapshotRequest {
         changed_since_ns: 0,
         prune_unchanged_dirs: false,
+        descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
     };

@@ -304,19 +304,11 @@ fn health(state: &AgentState) -> Response<Body> {
             protocol_version: state.protocols.max,
             protocol_min: Some(state.protocols.min),
             uptime_ms: u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            unix_ms: unix_ms_now(),
+            unix_ms: crate::clock::unix_ms_now(),
             boot_id: state.boot_id.clone(),
             pid: std::process::id(),
         },
     )
-}
-
-/// The machine's clock in unix ms; `None` if it reads before 1970.
-fn unix_ms_now() -> Option<i64> {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?;
-    i64::try_from(since.as_millis()).ok()
 }
 
 /// The body length a request declares, if it declares a readable one; each

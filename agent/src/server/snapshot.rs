@@ -12,7 +12,7 @@ use http_body_util::Either;
 use hyper::body::Incoming;
 use silo_protocol::http::error_chain;
 use silo_protocol::snapshot::{
-    HEADER_STOPPED, HEADER_UNSETTLED, LAYER_CONTENT_TYPE, SnapshotRequest,
+    HEADER_STOPPED, HEADER_STOPPED_AT, HEADER_UNSETTLED, LAYER_CONTENT_TYPE, SnapshotRequest,
 };
 
 use super::json_body::{JsonBodyError, read_json};
@@ -48,6 +48,9 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(LAYER_CONTENT_TYPE));
             headers.insert(HEADER_STOPPED, HeaderValue::from(stopped.processes));
             headers.insert(HEADER_UNSETTLED, HeaderValue::from(stopped.unsettled));
+            if let Some(at_ns) = stopped.at_ns {
+                headers.insert(HEADER_STOPPED_AT, HeaderValue::from(at_ns));
+            }
             response
         }
         Err(err) => failure(&err),

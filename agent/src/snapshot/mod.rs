@@ -179,6 +179,9 @@ pub struct StopCounts {
     pub processes: usize,
     /// Of those, the ones that had not reached the stopped state in time.
     pub unsettled: usize,
+    /// Unix ns on this machine's clock once they had stopped, before the
+    /// first path was read (`None` if the clock reads before 1970).
+    pub at_ns: Option<i64>,
 }
 
 /// A request's exclusions, relative to `/`; the message names a bad one.
@@ -226,6 +229,7 @@ fn take(
     let spec = WalkSpec {
         changed_since_ns: request.changed_since_ns,
         prune_unchanged_dirs: request.prune_unchanged_dirs,
+        descend_since_ns: request.descend_since_ns,
         excluded,
         baseline: Baseline::new(&request.baseline),
     };
@@ -250,6 +254,7 @@ fn take(
     let stopped = StopCounts {
         processes: frozen.count(),
         unsettled: frozen.unsettled,
+        at_ns: crate::clock::unix_ns_now(),
     };
     if ready.send(Ok(stopped)).is_err() {
         tracing::info!("snapshot abandoned: the client went away");

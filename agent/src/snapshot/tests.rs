@@ -124,6 +124,7 @@ fn spec(since: i64, prune: bool, baseline: &[String], excluded: &[&str]) -> Walk
     WalkSpec {
         changed_since_ns: since,
         prune_unchanged_dirs: prune,
+        descend_since_ns: None,
         excluded: excluded.iter().map(PathBuf::from).collect::<HashSet<_>>(),
         baseline: Baseline::new(baseline),
     }
@@ -208,6 +209,55 @@ fn a_moved_directory_is_captured_whole() {
 }
 
 #[test]
+fn a_later_snapshot_takes_only_what_changed_since_and_prunes_against_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("work/deep")).unwrap();
+    fs::write(root.join("work/deep/notes"), "image").unwrap();
+    fs::write(root.join("work/old"), "image").unwrap();
+    let image = ["work", "work/deep", "work/deep/notes", "work/old"]
+        .map(String::from)
+        .to_vec();
+    std::thread::sleep(TICK);
+    let start = now_ns();
+    std::thread::sleep(TICK);
+    // Before the first snapshot: a new file and an edit. On overlay the
+    // first change below `work` copies it up, which moves its ctime; a
+    // chmod to the same mode does that here.
+    let mode = fs::metadata(root.join("work")).unwrap().permissions();
+    fs::set_permissions(root.join("work"), mode).unwrap();
+    fs::write(root.join("work/deep/made"), "first").unwrap();
+    fs::write(root.join("work/deep/notes"), "first").unwrap();
+    std::thread::sleep(TICK);
+    let first = now_ns();
+    std::thread::sleep(TICK);
+    // After it: only a file's content, so no directory's ctime moves, and a
+    // deletion of a file the first snapshot had.
+    fs::write(root.join("work/deep/notes"), "second").unwrap();
+    fs::remove_file(root.join("work/deep/made")).unwrap();
+    let mut tree = image.clone();
+    tree.push("work/deep/made".into());
+
+    // Pruning against the later moment alone would never look inside
+    // `work` (its ctime is older), and would miss both changes.
+    let naive = layer_of(root, &spec(first, true, &tree, &[]));
+    assert!(naive.is_empty(), "{:?}", names(&naive));
+    let since_first = WalkSpec {
+        descend_since_ns: Some(start),
+        ..spec(first, true, &tree, &[])
+    };
+    let seen = layer_of(root, &since_first);
+    assert_eq!(
+        names(&seen),
+        ["work", "work/deep", "work/deep/.wh.made", "work/deep/notes"]
+    );
+    assert_eq!(seen[3].content, b"second");
+    // `work/old` was left alone throughout and is in neither layer.
+    let whole = layer_of(root, &spec(start, true, &image, &[]));
+    assert!(!names(&whole).contains(&"work/old"));
+}
+
+#[test]
 fn pruning_skips_unchanged_directories_and_nothing_is_older_than_the_threshold() {
     let (dir, since, baseline) = sandbox();
     let pruned = layer_of(dir.path(), &spec(since, true, &baseline, &["skip", "mnt"]));
@@ -266,6 +316,7 @@ async fn outside_pid_1_a_snapshot_is_unsupported() {
     let request = SnapshotRequest {
         changed_since_ns: 0,
         prune_unchanged_dirs: true,
+        descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
     };

@@ -42,8 +42,11 @@ pub const SYSTEM_DIRS: [&str; 3] = ["proc", "sys", "dev"];
 pub struct WalkSpec {
     /// A path changed if its ctime, in Unix nanoseconds, is at or after this.
     pub changed_since_ns: i64,
-    /// Descend only into changed directories (sound on overlay file systems).
+    /// Descend only into directories whose ctime is at or after
+    /// `descend_since_ns` (sound on overlay file systems).
     pub prune_unchanged_dirs: bool,
+    /// Where pruning draws its line; `None` means `changed_since_ns`.
+    pub descend_since_ns: Option<i64>,
     /// Paths left out with everything under them (the empty path is the root).
     pub excluded: HashSet<PathBuf>,
     /// The image's paths, by parent directory.
@@ -52,9 +55,18 @@ pub struct WalkSpec {
 
 impl WalkSpec {
     fn changed(&self, meta: &Metadata) -> bool {
-        let ctime = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
-        ctime >= i128::from(self.changed_since_ns)
+        ctime_ns(meta) >= i128::from(self.changed_since_ns)
     }
+
+    /// Whether a directory that did not change may still hold changes.
+    fn worth_entering(&self, meta: &Metadata) -> bool {
+        !self.prune_unchanged_dirs
+            || ctime_ns(meta) >= i128::from(self.descend_since_ns.unwrap_or(self.changed_since_ns))
+    }
+}
+
+fn ctime_ns(meta: &Metadata) -> i128 {
+    i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
 }
 
 /// The image's paths as directory → the names in it, each list sorted.
@@ -199,7 +211,7 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
                 emit_parents(&mut stack, sink)?;
                 sink.entry(&rel, &meta).map_err(FsError::at("add", &path))?;
             }
-            if changed || !spec.prune_unchanged_dirs {
+            if changed || spec.worth_entering(&meta) {
                 let mut key = name.into_vec();
                 key.push(b'/');
                 let dir = Subdir {

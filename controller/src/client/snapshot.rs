@@ -5,7 +5,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use silo_protocol::Feature;
 use silo_protocol::auth::body_sha256;
-use silo_protocol::snapshot::{self, HEADER_STOPPED, HEADER_UNSETTLED, SnapshotRequest};
+use silo_protocol::snapshot::{
+    self, HEADER_STOPPED, HEADER_STOPPED_AT, HEADER_UNSETTLED, SnapshotRequest,
+};
 
 use super::{AgentClient, ClientError, rejection, transport};
 
@@ -19,6 +21,11 @@ pub struct LayerAnswer {
     /// Processes that had not stopped when the layer started: their writes
     /// under way may be in it half done.
     pub unsettled: u64,
+    /// When they had all stopped, in Unix ns on the machine's clock: the
+    /// moment a later snapshot of the same machine counts changes from.
+    /// `None` from an agent that does not say, which also does not know
+    /// [`SnapshotRequest::descend_since_ns`].
+    pub stopped_at_ns: Option<i64>,
 }
 
 impl AgentClient {
@@ -54,10 +61,16 @@ impl AgentClient {
                     .unwrap_or(0)
             };
             let (stopped, unsettled) = (count(HEADER_STOPPED), count(HEADER_UNSETTLED));
+            let stopped_at_ns = response
+                .headers()
+                .get(HEADER_STOPPED_AT)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<i64>().ok());
             return Ok(LayerAnswer {
                 body: response.into_body(),
                 stopped,
                 unsettled,
+                stopped_at_ns,
             });
         }
         let refusal = response

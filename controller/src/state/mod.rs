@@ -30,7 +30,7 @@ use crate::retry::Deadline;
 pub use events::{Event, EventKind};
 pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
 pub use master_key::{MasterKeyError, load_or_create_master_key};
-pub use sandboxes::{Baseline, NewSandbox, SandboxRecord, without_secrets};
+pub use sandboxes::{Baseline, Checkpoint, NewSandbox, SandboxRecord, without_secrets};
 pub use schema::SCHEMA_VERSION;
 pub use snapshots::{Snapshot, StoredImage};
 

@@ -38,6 +38,10 @@ pub struct SandboxRecord {
     /// snapshots are layers applied by the agent (remote VMs); `None`
     /// elsewhere, and until the machine's agent has been asked.
     pub baseline: Option<Baseline>,
+    /// The newest snapshot of its current machine, which the next one
+    /// builds on; `None` until one is taken, and whenever the machine is
+    /// replaced.
+    pub checkpoint: Option<Checkpoint>,
 }
 
 /// What a snapshot of a machine that is not an engine's container measures
@@ -51,6 +55,18 @@ pub struct Baseline {
     /// as the sandbox's: taken before the template was indexed, or after a
     /// snapshot's layers were applied.
     pub changed_since_ns: i64,
+}
+
+/// A snapshot of a sandbox's current machine and the moment it was read:
+/// the next snapshot of the same machine stores only what changed since,
+/// on top of this one's layers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Checkpoint {
+    /// The snapshot.
+    pub snapshot: String,
+    /// Unix ns on the machine's own clock once its processes had stopped
+    /// for that snapshot, before any path was read.
+    pub stopped_at_ns: i64,
 }
 
 impl SandboxRecord {
@@ -76,7 +92,7 @@ pub struct NewSandbox {
 }
 
 const COLUMNS: &str = "id, name, backend, spec, spec_hash, backend_ref, created_at, updated_at, \
-                       origin_snapshot, baseline";
+                       origin_snapshot, baseline, checkpoint";
 
 impl StateDb {
     /// Records a new sandbox (with an empty backend handle) and its `created`
@@ -90,7 +106,7 @@ impl StateDb {
             tx.execute(
                 &format!(
                     "INSERT INTO sandboxes ({COLUMNS}) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6, ?7, NULL)"
+                     VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6, ?7, NULL, NULL)"
                 ),
                 params![
                     new.id,
@@ -128,6 +144,7 @@ impl StateDb {
             updated_at_ms: now,
             origin_snapshot: new.origin_snapshot.clone(),
             baseline: None,
+            checkpoint: None,
         })
     }
 
@@ -213,7 +230,7 @@ impl StateDb {
                 .execute(
                     "UPDATE sandboxes SET backend = ?2, spec = ?3, spec_hash = ?4, \
                      backend_ref = '{}', updated_at = ?5, origin_snapshot = ?6, \
-                     baseline = NULL WHERE id = ?1",
+                     baseline = NULL, checkpoint = NULL WHERE id = ?1",
                     params![
                         sandbox.id,
                         spec.backend.as_str(),
@@ -238,6 +255,7 @@ impl StateDb {
             updated_at_ms: now,
             origin_snapshot: origin.map(str::to_owned),
             baseline: None,
+            checkpoint: None,
             ..sandbox.clone()
         })
     }
@@ -305,6 +323,7 @@ struct RawRow {
     updated_at: i64,
     origin_snapshot: Option<String>,
     baseline: Option<String>,
+    checkpoint: Option<String>,
 }
 
 impl RawRow {
@@ -320,6 +339,7 @@ impl RawRow {
             updated_at: row.get(7)?,
             origin_snapshot: row.get(8)?,
             baseline: row.get(9)?,
+            checkpoint: row.get(10)?,
         })
     }
 
@@ -342,6 +362,12 @@ impl RawRow {
             }
             None => None,
         };
+        let checkpoint = match &self.checkpoint {
+            Some(text) => {
+                Some(serde_json::from_str(text).map_err(|e| corrupt(format!("checkpoint: {e}")))?)
+            }
+            None => None,
+        };
         Ok(SandboxRecord {
             id: self.id,
             name: self.name,
@@ -353,6 +379,7 @@ impl RawRow {
             updated_at_ms: self.updated_at,
             origin_snapshot: self.origin_snapshot,
             baseline,
+            checkpoint,
         })
     }
 }

@@ -104,6 +104,12 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE images ADD COLUMN identity TEXT;
     ALTER TABLE sandboxes ADD COLUMN baseline TEXT;  -- JSON Baseline, or NULL
     "#,
+    // 5: incremental snapshots. A sandbox's `checkpoint` names the newest
+    // snapshot of its current machine and when, on the machine's clock, it
+    // was read; the next snapshot stores only what changed since.
+    r#"
+    ALTER TABLE sandboxes ADD COLUMN checkpoint TEXT;  -- JSON Checkpoint, or NULL
+    "#,
 ];
 
 /// The schema version this build creates and understands.

@@ -14,7 +14,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{EventKind, insert_event};
-use super::{StateDb, StateError, db, now_ms};
+use super::{Checkpoint, StateDb, StateError, db, now_ms};
 use crate::spec::SandboxSpec;
 
 /// A base image whose layers are in the store.
@@ -54,7 +54,8 @@ pub struct Snapshot {
     pub sandbox_id: String,
     /// That sandbox's name at the time.
     pub sandbox_name: String,
-    /// The snapshot the sandbox's machine was made from, if any.
+    /// The snapshot whose layers it builds on: the previous snapshot of the
+    /// same machine, else the snapshot the machine was made from, if any.
     pub parent: Option<String>,
     /// The sandbox's spec at the time, which a fork starts from.
     pub spec: SandboxSpec,
@@ -174,14 +175,17 @@ impl StateDb {
     }
 
     /// Records a snapshot whose blobs are all in the store, with its
-    /// `snapshot` event (carrying `detail`).
+    /// `snapshot` event (carrying `detail`), and makes `checkpoint` what the
+    /// sandbox's next snapshot builds on.
     pub fn insert_snapshot(
         &mut self,
         snapshot: &Snapshot,
+        checkpoint: Option<&Checkpoint>,
         detail: &serde_json::Value,
     ) -> Result<(), StateError> {
         let layers = json_text(&snapshot.id, &snapshot.layers)?;
         let spec = json_text(&snapshot.id, &snapshot.spec)?;
+        let checkpoint = checkpoint.map(|c| json_text(&snapshot.id, c)).transpose()?;
         self.write("recording a snapshot", |tx| {
             tx.execute(
                 &format!(
@@ -202,6 +206,13 @@ impl StateDb {
                     i64::try_from(snapshot.new_bytes).unwrap_or(i64::MAX),
                     snapshot.created_at_ms
                 ],
+            )
+            .map_err(db("recording a snapshot"))?;
+            // The machine's next snapshot builds on this one (or, without a
+            // moment to count from, on nothing it could trust).
+            tx.execute(
+                "UPDATE sandboxes SET checkpoint = ?2 WHERE id = ?1",
+                params![snapshot.sandbox_id, checkpoint],
             )
             .map_err(db("recording a snapshot"))?;
             insert_event(
@@ -460,8 +471,10 @@ mod tests {
         .unwrap();
         let first = snapshot("snap-000000000001", &["b1", "l1"], 10);
         let second = snapshot("snap-000000000002", &["b1", "l1", "l2"], 20);
-        db.insert_snapshot(&first, &serde_json::json!({})).unwrap();
-        db.insert_snapshot(&second, &serde_json::json!({})).unwrap();
+        db.insert_snapshot(&first, None, &serde_json::json!({}))
+            .unwrap();
+        db.insert_snapshot(&second, None, &serde_json::json!({}))
+            .unwrap();
 
         assert_eq!(db.snapshot("snap-000000000001").unwrap(), first);
         assert!(matches!(

@@ -202,14 +202,16 @@ impl Silo {
     }
 
     /// How many of the snapshot's bottom layers the engine has, chain and
-    /// all: the longest prefix it shares with the base image or the image
-    /// of a snapshot in its chain.
+    /// all: the longest prefix it shares with the image of a snapshot in its
+    /// chain or with the base image. The nearest ancestor is asked first:
+    /// when its whole image is a prefix of the snapshot's, no older one can
+    /// share more, which keeps a long chain of small snapshots to one look.
     async fn layers_on_engine(
         &self,
         docker: &DockerBackend,
         snapshot: &Snapshot,
     ) -> Result<usize, SnapshotError> {
-        let mut candidates = vec![snapshot.base_image.clone()];
+        let mut candidates = Vec::new();
         let mut parent = snapshot.parent.clone();
         while let Some(id) = parent.take() {
             if candidates.len() > MAX_CHAIN {
@@ -221,6 +223,7 @@ impl Silo {
             candidates.push(load_archive::image_id(ancestor.config.as_bytes()));
             parent = ancestor.parent;
         }
+        candidates.push(snapshot.base_image.clone());
         let mut best = 0;
         for candidate in candidates {
             let Some(engine_layers) = docker
@@ -238,6 +241,9 @@ impl Silo {
                 })
                 .count();
             best = best.max(shared);
+            if shared == engine_layers.len() {
+                break;
+            }
         }
         Ok(best)
     }

@@ -24,7 +24,7 @@ use crate::bridge;
 use crate::image::base_id_of;
 use crate::naming::new_snapshot_id;
 use crate::silo::{Silo, SiloError, backend_error, machine};
-use crate::state::{SandboxRecord, Snapshot, StoredImage, now_ms};
+use crate::state::{Checkpoint, SandboxRecord, Snapshot, StateError, StoredImage, now_ms};
 use crate::store::{Index, Store, save_archive};
 
 /// How far before its container's creation a file's ctime still counts as
@@ -60,19 +60,32 @@ impl Silo {
             let store = store.clone();
             blocking(move || Ok(store.shared_lock()?)).await?
         };
+        // What the snapshot builds on: the newest snapshot of this machine,
+        // else the snapshot the machine was made from, else its image.
+        let checkpoint = match &sandbox.checkpoint {
+            Some(checkpoint) => match self.db().snapshot(&checkpoint.snapshot) {
+                Ok(snapshot) => Some((checkpoint.stopped_at_ns, snapshot)),
+                // Deleted since: the next snapshot is taken whole.
+                Err(StateError::UnknownSnapshot(_)) => None,
+                Err(other) => return Err(other.into()),
+            },
+            None => None,
+        };
+        let standing_on = match (&checkpoint, &sandbox.origin_snapshot) {
+            (Some((_, snapshot)), _) => Some(snapshot.clone()),
+            (None, Some(origin)) => Some(self.db().snapshot(origin)?),
+            (None, None) => None,
+        };
         let start_point = self
-            .start_point(&sandbox, support, &store, progress)
+            .start_point(&sandbox, support, standing_on.is_none(), &store, progress)
             .await?;
-
-        // What the machine was made from: a snapshot, or its image as is.
-        let (base, layers, config, parent, base_stored) = match &sandbox.origin_snapshot {
-            Some(origin) => {
-                let origin = self.db().snapshot(origin)?;
-                let base = self.base_of(&origin)?;
-                let config: Value = serde_json::from_str(&origin.config).map_err(|e| {
-                    SnapshotError::Inconsistent(format!("config of {}: {e}", origin.id))
+        let (base, layers, config, parent, base_stored) = match standing_on {
+            Some(snapshot) => {
+                let base = self.base_of(&snapshot)?;
+                let config: Value = serde_json::from_str(&snapshot.config).map_err(|e| {
+                    SnapshotError::Inconsistent(format!("config of {}: {e}", snapshot.id))
                 })?;
-                (base, origin.layers.clone(), config, Some(origin.id), None)
+                (base, snapshot.layers, config, Some(snapshot.id), None)
             }
             None => {
                 let (base, stored) = start_point.base.ok_or_else(|| {
@@ -87,22 +100,41 @@ impl Silo {
             let (store, base, layers) = (store.clone(), base.clone(), layers.clone());
             blocking(move || image_index(&store, &base, &layers)).await?
         };
+        let mut request = start_point.request;
+        if let Some((stopped_at_ns, _)) = checkpoint {
+            // Changed since the last snapshot, but walked into as far as
+            // anything changed since the machine started (see the field).
+            request.descend_since_ns = Some(request.changed_since_ns);
+            request.changed_since_ns = stopped_at_ns.saturating_sub(CTIME_MARGIN_NS);
+        }
+        request.baseline = baseline.to_vec();
 
         progress(Progress::Step {
             label: "capturing",
             total: None,
         });
-        let request = SnapshotRequest {
-            baseline: baseline.to_vec(),
-            ..start_point.request
-        };
         let client = self.client(&sandbox)?;
         let agent_error = |source| SnapshotError::Agent {
             name: sandbox.name.clone(),
             source: Box::new(source),
         };
         let answer = client.snapshot(&request).await.map_err(agent_error)?;
+        if request.descend_since_ns.is_some() && answer.stopped_at_ns.is_none() {
+            // Only an agent that stamps its snapshots knows the field; one
+            // that does not may have pruned away changes. The machine's
+            // agent was replaced by an older one since the last snapshot.
+            return Err(SnapshotError::Inconsistent(format!(
+                "the agent of {} no longer says when it stopped the sandbox's processes, \
+                 so the snapshot cannot build on the last one; run `silo rewind {} {}` \
+                 or recreate the sandbox",
+                sandbox.name,
+                sandbox.name,
+                parent.as_deref().unwrap_or_default()
+            ))
+            .into());
+        }
         let (processes_stopped, processes_unsettled) = (answer.stopped, answer.unsettled);
+        let stopped_at_ns = answer.stopped_at_ns;
         if answer.unsettled > 0 {
             tracing::warn!(
                 sandbox = %sandbox.name,
@@ -130,7 +162,12 @@ impl Silo {
 
         let id = new_snapshot_id()?;
         let mut layers = layers;
-        layers.push(written.digest.to_string());
+        // Nothing changed since the snapshot this one builds on: it restores
+        // to the same files with the same layers, and the chain stays short.
+        let unchanged = parent.is_some() && stats.entries == 0 && stats.whiteouts == 0;
+        if !unchanged {
+            layers.push(written.digest.to_string());
+        }
         let config = snapshot_config(
             config,
             &layers,
@@ -163,7 +200,12 @@ impl Silo {
             "new_bytes": snapshot.new_bytes,
             "message": snapshot.message,
         });
-        self.db().insert_snapshot(&snapshot, &detail)?;
+        let checkpoint = stopped_at_ns.map(|stopped_at_ns| Checkpoint {
+            snapshot: snapshot.id.clone(),
+            stopped_at_ns,
+        });
+        self.db()
+            .insert_snapshot(&snapshot, checkpoint.as_ref(), &detail)?;
         drop(lock);
         let durable_ms = ms_since(start);
 
@@ -199,13 +241,14 @@ impl Silo {
     }
 
     /// Where the sandbox's machine started, for a snapshot of it: the
-    /// request's fields that say what counts as changed and, for a machine
-    /// made from an image rather than a snapshot, the base its files came
+    /// request's fields that say what counts as changed and, when the
+    /// snapshot builds on no other (`on_base`), the base its files came
     /// from, stored (which may store it now).
     async fn start_point(
         &self,
         sandbox: &SandboxRecord,
         support: SnapshotSupport,
+        on_base: bool,
         store: &Store,
         progress: &ProgressFn,
     ) -> Result<StartPoint, SiloError> {
@@ -217,16 +260,17 @@ impl Silo {
                     .container_facts(machine(sandbox, &key))
                     .await
                     .map_err(|e| backend_error("snapshot", sandbox, BackendError::from(e)))?;
-                let base = match &sandbox.origin_snapshot {
-                    Some(_) => None,
-                    None => Some(
+                let base = match on_base {
+                    true => Some(
                         self.store_base_image(&self.docker, store, &facts.image_id, progress)
                             .await?,
                     ),
+                    false => None,
                 };
                 let request = SnapshotRequest {
                     changed_since_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
                     prune_unchanged_dirs: facts.overlay,
+                    descend_since_ns: None,
                     exclude: facts.exclude,
                     baseline: Vec::new(),
                 };
@@ -250,6 +294,7 @@ impl Silo {
                     changed_since_ns: baseline.changed_since_ns,
                     // A VM's root is no overlay: every directory is walked.
                     prune_unchanged_dirs: false,
+                    descend_since_ns: None,
                     exclude: vec![SILO_DIR.to_owned()],
                     baseline: Vec::new(),
                 };

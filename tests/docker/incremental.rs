@@ -1,0 +1,116 @@
+//! Incremental snapshots on the real engine, through the real CLI: each
+//! snapshot after the first stores only what changed since the one before
+//! (edits to files copied up earlier, deletions and moved directories
+//! included), and rewinding to any of them gives back the tree the sandbox
+//! had when it was taken.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use silo_tests::Cli;
+use silo_tests::docker::{BASE_IMAGE, engine_with_base};
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn sh(cli: &Cli, name: &str, script: &str) -> String {
+    cli.ok(&["exec", name, "--", "sh", "-c", script])
+}
+
+fn snapshot(cli: &Cli, name: &str) -> serde_json::Value {
+    json(&cli.ok(&["snapshot", name, "--json"]))["snapshot"].clone()
+}
+
+fn layers(snapshot: &serde_json::Value) -> Vec<String> {
+    let layers = snapshot["layers"].as_array().unwrap();
+    layers
+        .iter()
+        .map(|l| l.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Every path under the sandbox's own directories, with each file's
+/// content hash, and whether two files of the image are still there.
+fn tree(cli: &Cli, name: &str) -> String {
+    sh(
+        cli,
+        name,
+        "for d in /work /moved /root; do [ -e $d ] && find $d; done | sort; \
+         find /work /moved /root -type f 2>/dev/null | sort | xargs -r md5sum; \
+         for f in /etc/group /bin/ls; do [ -e $f ] && echo has $f; done; true",
+    )
+}
+
+#[tokio::test]
+async fn each_snapshot_stores_what_changed_since_the_last_and_restores_its_own_tree() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "inc", "--image", BASE_IMAGE]);
+
+    sh(
+        &cli,
+        "inc",
+        "mkdir -p /work/sub && head -c 262144 /dev/urandom > /work/big && \
+         echo a > /work/sub/a && rm /etc/group",
+    );
+    let first = snapshot(&cli, "inc");
+    let first_tree = tree(&cli, "inc");
+    assert!(first["layer_bytes"].as_u64().unwrap() > 262_144, "{first}");
+
+    // An edit to a file copied up before the first snapshot moves no
+    // directory's ctime; it must still be found.
+    sh(
+        &cli,
+        "inc",
+        "echo more >> /work/sub/a && rm /work/big && echo n > /root/n",
+    );
+    let second = snapshot(&cli, "inc");
+    let second_tree = tree(&cli, "inc");
+    assert_eq!(second["parent"], first["id"], "{second}");
+    assert_eq!(layers(&second)[..layers(&first).len()], layers(&first)[..]);
+    assert_eq!(layers(&second).len(), layers(&first).len() + 1);
+    assert!(
+        second["layer_bytes"].as_u64().unwrap() < 16 * 1024,
+        "only what changed since the first: {second}"
+    );
+
+    sh(&cli, "inc", "mv /work /moved && rm /bin/ls");
+    let third = snapshot(&cli, "inc");
+    let third_tree = tree(&cli, "inc");
+    assert_eq!(third["parent"], second["id"]);
+
+    // Nothing changed: the same layers, no new one on the chain.
+    let fourth = snapshot(&cli, "inc");
+    assert_eq!(layers(&fourth), layers(&third));
+    assert_eq!(fourth["parent"], third["id"]);
+
+    for (snap, want) in [
+        (&first, &first_tree),
+        (&third, &third_tree),
+        (&second, &second_tree),
+    ] {
+        cli.ok(&["rewind", "inc", snap["id"].as_str().unwrap()]);
+        assert_eq!(&tree(&cli, "inc"), want, "rewound to {}", snap["id"]);
+    }
+    assert!(second_tree.contains("/root/n") && !second_tree.contains("/work/big"));
+    assert!(third_tree.contains("/moved/sub/a") && !third_tree.contains("has /bin/ls"));
+
+    // After a rewind, the chain goes on from the snapshot rewound to.
+    sh(&cli, "inc", "echo after > /root/after");
+    let fifth = snapshot(&cli, "inc");
+    assert_eq!(fifth["parent"], second["id"]);
+    sh(&cli, "inc", "rm /root/after");
+    let sixth = snapshot(&cli, "inc");
+    assert_eq!(sixth["parent"], fifth["id"]);
+    cli.ok(&["rewind", "inc", sixth["id"].as_str().unwrap()]);
+    assert_eq!(tree(&cli, "inc"), second_tree);
+
+    // A fork of a snapshot deep in a chain has the same files.
+    cli.ok(&["fork", third["id"].as_str().unwrap(), "--name", "inc-fork"]);
+    assert_eq!(tree(&cli, "inc-fork"), third_tree);
+}
