@@ -89,6 +89,13 @@ async fn each_snapshot_stores_what_changed_since_the_last_and_restores_its_own_t
     assert_eq!(layers(&fourth), layers(&third));
     assert_eq!(fourth["parent"], third["id"]);
 
+    // The engine took it as an image too (its history adds no layer).
+    let report = json(&cli.ok(&["snapshot", "inc", "--json"]));
+    assert!(report["loaded_ms"].is_number(), "{report}");
+    assert_eq!(layers(&report["snapshot"]), layers(&third));
+    cli.ok(&["rewind", "inc", report["snapshot"]["id"].as_str().unwrap()]);
+    assert_eq!(tree(&cli, "inc"), third_tree);
+
     for (snap, want) in [
         (&first, &first_tree),
         (&third, &third_tree),
@@ -113,4 +120,53 @@ async fn each_snapshot_stores_what_changed_since_the_last_and_restores_its_own_t
     // A fork of a snapshot deep in a chain has the same files.
     cli.ok(&["fork", third["id"].as_str().unwrap(), "--name", "inc-fork"]);
     assert_eq!(tree(&cli, "inc-fork"), third_tree);
+}
+
+#[tokio::test]
+async fn a_long_chain_is_squashed_and_every_snapshot_still_restores_its_tree() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "long", "--image", BASE_IMAGE]);
+    let base_layers = {
+        let first = json(&cli.ok(&["snapshot", "long", "--json"]));
+        layers(&first["snapshot"]).len() - 1
+    };
+    let mut kept = Vec::new();
+    let mut compacted = None;
+    for step in 2..=50 {
+        // Files come and go, and one is rewritten each step.
+        sh(
+            &cli,
+            "long",
+            &format!(
+                "mkdir -p /work && echo {step} > /work/step-{step} && echo {step} > /work/latest \
+                 && rm -f /work/step-{}",
+                step - 2
+            ),
+        );
+        let report = json(&cli.ok(&["snapshot", "long", "--json"]));
+        let snapshot = report["snapshot"].clone();
+        if !report["compacted"].is_null() {
+            assert!(compacted.is_none(), "one squash in 50 steps: {report}");
+            assert_eq!(report["compacted"]["layers"], 48, "{report}");
+            assert_eq!(layers(&snapshot).len(), base_layers + 1, "{report}");
+            compacted = Some(step);
+        } else if let Some(at) = compacted {
+            assert_eq!(layers(&snapshot).len(), base_layers + 1 + step - at);
+        }
+        if [3, 47, 48, 49, 50].contains(&step) {
+            kept.push((snapshot, tree(&cli, "long")));
+        }
+    }
+    assert_eq!(
+        compacted,
+        Some(48),
+        "the 48th layer above the base squashes"
+    );
+    for (snapshot, want) in kept.iter().rev() {
+        cli.ok(&["rewind", "long", snapshot["id"].as_str().unwrap()]);
+        assert_eq!(&tree(&cli, "long"), want, "rewound to {}", snapshot["id"]);
+    }
 }

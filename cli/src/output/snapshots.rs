@@ -59,6 +59,15 @@ impl Output {
                 (None, None) => String::new(),
             }
         ));
+        if let Some(compacted) = &report.compacted {
+            lines.push(format!(
+                "  squashed its chain of {} layers into one ({}, store grew {}) in {:.0} ms",
+                compacted.layers,
+                human_bytes(compacted.bytes),
+                human_bytes(compacted.new_bytes),
+                compacted.ms
+            ));
+        }
         if report.processes_unsettled > 0 {
             lines.push(format!(
                 "  warning: {} of {} processes had not stopped when the layer was read \

@@ -288,6 +288,34 @@ impl StateDb {
         Ok(names)
     }
 
+    /// Replaces a snapshot's layers and config with an equivalent shorter
+    /// list (its chain squashed); what it restores to stays the same.
+    pub fn replace_snapshot_layers(
+        &mut self,
+        snapshot: &Snapshot,
+        layers: &[String],
+        config: &str,
+    ) -> Result<Snapshot, StateError> {
+        let text = json_text(&snapshot.id, &layers)?;
+        self.write("compacting a snapshot", |tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE snapshots SET layers = ?2, config = ?3 WHERE id = ?1",
+                    params![snapshot.id, text, config],
+                )
+                .map_err(db("compacting a snapshot"))?;
+            match changed {
+                0 => Err(StateError::UnknownSnapshot(snapshot.id.clone())),
+                _ => Ok(()),
+            }
+        })?;
+        Ok(Snapshot {
+            layers: layers.to_vec(),
+            config: config.to_owned(),
+            ..snapshot.clone()
+        })
+    }
+
     /// Deletes a snapshot's row and logs `snapshot_removed` on its sandbox.
     /// Its blobs stay until gc finds nothing naming them.
     pub fn delete_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), StateError> {

@@ -32,6 +32,7 @@
 //!   image-layer semantics (whiteouts, opaque directories).
 //! - [`save_archive`]: reading an engine's image export into the store.
 //! - [`load_archive`]: writing an image import for the engine from the store.
+//! - [`squash`]: a run of stacked layers as one layer with the same effect.
 
 mod digest;
 mod error;
@@ -39,6 +40,7 @@ pub mod index;
 pub mod load_archive;
 mod lock;
 pub mod save_archive;
+pub mod squash;
 mod writer;
 
 use std::fs::{self, File};

@@ -109,6 +109,27 @@ pub struct SnapshotReport {
     /// uninterruptible sleep, say): a write of theirs under way may be in
     /// the snapshot half done.
     pub processes_unsettled: u64,
+    /// Its chain, squashed after it was durable, when the chain had grown
+    /// to [`COMPACT_AT`] layers.
+    pub compacted: Option<Compacted>,
+}
+
+/// How many layers a snapshot may have above its base before they are
+/// squashed into one. Engines refuse images of more than about 125 layers,
+/// and the base has its own; a chain this long squashes in milliseconds.
+pub const COMPACT_AT: usize = 48;
+
+/// A snapshot's chain squashed into one layer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Compacted {
+    /// Layers above the base before.
+    pub layers: usize,
+    /// Size of the one layer that replaced them.
+    pub bytes: u64,
+    /// How much the store grew by it.
+    pub new_bytes: u64,
+    /// Milliseconds it took.
+    pub ms: f64,
 }
 
 /// A base image stored by a snapshot.
@@ -303,6 +324,9 @@ pub enum SnapshotError {
     /// A stored layer or index could not be read.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// A chain of layers could not be squashed.
+    #[error(transparent)]
+    Squash(#[from] crate::store::squash::SquashError),
     /// The engine's export of the base image could not be stored.
     #[error("storing the layers of image {image} failed")]
     Ingest {

@@ -182,7 +182,7 @@ impl Silo {
         let config = snapshot_config(
             engine_base.config.clone(),
             &layers,
-            &snapshot.id,
+            (&snapshot.id, true),
             snapshot.message.as_deref(),
             &docker
                 .home_id()

@@ -14,8 +14,8 @@ use silo_protocol::snapshot::SnapshotRequest;
 
 use super::layer::{CountingReader, Received, receive_layer};
 use super::{
-    BaseStored, Progress, ProgressFn, SnapshotError, SnapshotReport, blocking, engine, ms_since,
-    parse_digest,
+    BaseStored, COMPACT_AT, Compacted, Progress, ProgressFn, SnapshotError, SnapshotReport,
+    blocking, engine, ms_since, parse_digest,
 };
 use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT, unix_ms_to_rfc3339};
 use crate::backend::remote::SILO_DIR;
@@ -25,6 +25,7 @@ use crate::image::base_id_of;
 use crate::naming::new_snapshot_id;
 use crate::silo::{Silo, SiloError, backend_error, machine};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StateError, StoredImage, now_ms};
+use crate::store::squash::squash;
 use crate::store::{Index, Store, save_archive};
 
 /// How far before its container's creation a file's ctime still counts as
@@ -171,7 +172,7 @@ impl Silo {
         let config = snapshot_config(
             config,
             &layers,
-            &id,
+            (&id, !unchanged),
             message.as_deref(),
             &self
                 .docker
@@ -206,8 +207,21 @@ impl Silo {
         });
         self.db()
             .insert_snapshot(&snapshot, checkpoint.as_ref(), &detail)?;
-        drop(lock);
         let durable_ms = ms_since(start);
+        let chain = snapshot.layers.len().saturating_sub(base.layers.len());
+        let (snapshot, compacted) = match chain >= COMPACT_AT {
+            true => match self.compact(&store, &base, &snapshot).await {
+                Ok((compacted_snapshot, compacted)) => (compacted_snapshot, Some(compacted)),
+                // Still durable as it is; the next snapshot tries again.
+                Err(error) => {
+                    let error = silo_protocol::http::error_chain(&error);
+                    tracing::warn!(snapshot = snapshot.id, "squashing its chain: {error}");
+                    (snapshot, None)
+                }
+            },
+            false => (snapshot, None),
+        };
+        drop(lock);
 
         // The engine already has every layer but the new one: the
         // container's image is what the snapshot stands on. A machine that
@@ -237,7 +251,53 @@ impl Silo {
             deletions: stats.whiteouts,
             processes_stopped,
             processes_unsettled,
+            compacted,
         })
+    }
+
+    /// Squashes the snapshot's layers above its base into one, which
+    /// restores to the same files (see [`COMPACT_AT`]). The caller holds
+    /// the store's shared lock.
+    async fn compact(
+        &self,
+        store: &Store,
+        base: &StoredImage,
+        snapshot: &Snapshot,
+    ) -> Result<(Snapshot, Compacted), SnapshotError> {
+        let start = Instant::now();
+        let Some(above) = snapshot.layers.strip_prefix(base.layers.as_slice()) else {
+            return Err(SnapshotError::Inconsistent(format!(
+                "layers of {} do not start with those of image {}",
+                snapshot.id, base.image_id
+            )));
+        };
+        let above = above
+            .iter()
+            .map(|layer| parse_digest(layer))
+            .collect::<Result<Vec<_>, _>>()?;
+        let count = above.len();
+        let squashed = {
+            let store = store.clone();
+            blocking(move || Ok(squash(&store, &above)?)).await?
+        };
+        let mut layers = base.layers.clone();
+        layers.push(squashed.digest.to_string());
+        let mut config: Value = serde_json::from_str(&snapshot.config)
+            .map_err(|e| SnapshotError::Inconsistent(format!("config of {}: {e}", snapshot.id)))?;
+        set_diff_ids(&mut config, &layers)?;
+        merge_history(&mut config, count);
+        let config = serde_json::to_string(&config)
+            .map_err(|e| SnapshotError::Inconsistent(e.to_string()))?;
+        let snapshot = self
+            .db()
+            .replace_snapshot_layers(snapshot, &layers, &config)?;
+        let compacted = Compacted {
+            layers: count,
+            bytes: squashed.size,
+            new_bytes: if squashed.new { squashed.size } else { 0 },
+            ms: ms_since(start),
+        };
+        Ok((snapshot, compacted))
     }
 
     /// Where the sandbox's machine started, for a snapshot of it: the
@@ -407,15 +467,29 @@ fn image_index(
     Ok(index)
 }
 
-/// The image config of a snapshot: its parent's (or the base image's),
-/// with its layers, a history entry, and the labels that find it again.
-pub(super) fn snapshot_config(
-    mut config: Value,
-    layers: &[String],
-    id: &str,
-    message: Option<&str>,
-    home_id: &str,
-) -> Result<String, SnapshotError> {
+/// Marks the history entries of the `squashed` topmost layers but the last
+/// as making no layer: engines refuse a config whose history names more
+/// layers than its `rootfs` has.
+fn merge_history(config: &mut Value, squashed: usize) {
+    let Some(history) = config.get_mut("history").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let makes_layer = |entry: &Value| entry["empty_layer"] != Value::Bool(true);
+    let tops: Vec<usize> = (0..history.len())
+        .rev()
+        .filter(|&i| makes_layer(&history[i]))
+        .take(squashed)
+        .collect();
+    // `tops` runs from the newest down; the newest keeps its layer.
+    for &i in tops.iter().skip(1) {
+        if let Some(entry) = history[i].as_object_mut() {
+            entry.insert("empty_layer".into(), Value::Bool(true));
+        }
+    }
+}
+
+/// Sets an image config's layers (`rootfs.diff_ids`).
+fn set_diff_ids(config: &mut Value, layers: &[String]) -> Result<(), SnapshotError> {
     let Some(object) = config.as_object_mut() else {
         return Err(SnapshotError::Inconsistent(
             "image config is not an object".into(),
@@ -429,6 +503,25 @@ pub(super) fn snapshot_config(
         "rootfs".into(),
         json!({ "type": "layers", "diff_ids": diff_ids }),
     );
+    Ok(())
+}
+
+/// The image config of a snapshot: its parent's (or the base image's),
+/// with its layers, a history entry (marked as adding no layer unless it
+/// does), and the labels that find it again.
+pub(super) fn snapshot_config(
+    mut config: Value,
+    layers: &[String],
+    (id, adds_layer): (&str, bool),
+    message: Option<&str>,
+    home_id: &str,
+) -> Result<String, SnapshotError> {
+    set_diff_ids(&mut config, layers)?;
+    let Some(object) = config.as_object_mut() else {
+        return Err(SnapshotError::Inconsistent(
+            "image config is not an object".into(),
+        ));
+    };
     object.insert(
         "created".into(),
         Value::String(unix_ms_to_rfc3339(now_ms())),
@@ -437,11 +530,16 @@ pub(super) fn snapshot_config(
         .entry("history")
         .or_insert_with(|| Value::Array(Vec::new()));
     if let Some(history) = history.as_array_mut() {
-        history.push(json!({
+        let mut entry = json!({
             "created": unix_ms_to_rfc3339(now_ms()),
             "created_by": format!("silo snapshot {id}"),
             "comment": message.unwrap_or_default(),
-        }));
+        });
+        // Engines refuse a history naming more layers than the image has.
+        if !adds_layer {
+            entry["empty_layer"] = Value::Bool(true);
+        }
+        history.push(entry);
     }
     let inner = object.entry("config").or_insert_with(|| json!({}));
     if inner.is_null() {
@@ -476,7 +574,7 @@ mod tests {
         let text = snapshot_config(
             base,
             &["aa".into(), "bb".into()],
-            "snap-000000000001",
+            ("snap-000000000001", true),
             Some("first"),
             "home1",
         )

@@ -1,0 +1,600 @@
+//! Squashing a run of stacked image layers into one layer with the same
+//! effect on whatever lies below them: what keeps a long chain of small
+//! snapshots under the engine's limit on layers per image.
+//!
+//! The layers are applied in order onto a map of paths with the rules
+//! [`super::index`] describes, keeping for each path where its header and
+//! data are (which layer, which entry) rather than copying anything:
+//! - a whiteout drops the path and everything under it from the map, and
+//!   stays as a whiteout, since it may hide a path below the run;
+//! - an opaque marker drops everything under its directory and stays;
+//! - an entry replaces what the map had at its path. A directory that
+//!   replaces a non-directory (a file, or a whiteout) becomes opaque: the
+//!   file it replaces hid the lower directory's entries, so the squashed
+//!   directory must too. A non-directory that replaces a directory drops
+//!   everything under it.
+//!
+//! Like in [`super::index`], a layer's markers hide only lower layers, so
+//! each layer's removals go before its additions. The output lists paths
+//! in byte order (a directory before its entries), each directory's opaque
+//! marker right after it. A hard link is kept when its target is still the
+//! entry it pointed to and comes first; otherwise it becomes a copy of the
+//! file it pointed to, which is what a reader of the link saw.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::ops::Bound;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
+use tar::{EntryType, Header};
+
+use super::{Digest, Store, StoreError, Written};
+
+/// Where an entry came from: its layer and its place in that layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Origin {
+    layer: usize,
+    ordinal: usize,
+}
+
+/// One entry as found in its layer.
+#[derive(Debug, Clone)]
+struct Found {
+    origin: Origin,
+    header: Header,
+    /// The link's target (hard or symbolic), as its bytes, when it has one.
+    link: Option<Vec<u8>>,
+    /// A hard link's target entry, in the same layer.
+    hard_target: Option<Origin>,
+    /// Where its data starts in its layer, and how long it is.
+    data: (u64, u64),
+}
+
+impl Found {
+    fn is_dir(&self) -> bool {
+        self.header.entry_type() == EntryType::Directory
+    }
+}
+
+/// What the squashed layer holds at a path.
+#[derive(Debug, Clone)]
+enum Node {
+    Entry(Box<Found>),
+    Whiteout,
+}
+
+/// Why a run of layers could not be squashed.
+#[derive(Debug, thiserror::Error)]
+pub enum SquashError {
+    /// A layer could not be read as a tar.
+    #[error("cannot read layer {layer} for squashing")]
+    Read {
+        /// The layer.
+        layer: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// A layer names a path outside the image, or a marker without a name.
+    #[error("layer {layer} has entry {path:?}, which is not a path inside the image")]
+    BadPath {
+        /// The layer.
+        layer: String,
+        /// The entry's name as found.
+        path: String,
+    },
+    /// Writing the squashed layer failed.
+    #[error("cannot write the squashed layer")]
+    Write(#[source] io::Error),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Squashes `layers` (bottom first) into one layer in `store`.
+pub fn squash(store: &Store, layers: &[Digest]) -> Result<Written, SquashError> {
+    let mut map: BTreeMap<Vec<u8>, Node> = BTreeMap::new();
+    let mut opaque: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut by_origin: HashMap<Origin, Found> = HashMap::new();
+    for (index, digest) in layers.iter().enumerate() {
+        let layer = read_layer(store, digest, index)?;
+        for path in &layer.hidden {
+            remove_with_descendants(&mut map, &mut opaque, path);
+            map.insert(path.clone(), Node::Whiteout);
+        }
+        for dir in &layer.opaque {
+            remove_descendants(&mut map, &mut opaque, dir);
+        }
+        for (path, found) in layer.entries {
+            by_origin.insert(found.origin, found.clone());
+            let replaced_non_dir = match map.get(&path) {
+                Some(Node::Entry(previous)) if previous.is_dir() => {
+                    if !found.is_dir() {
+                        remove_with_descendants(&mut map, &mut opaque, &path);
+                    }
+                    false
+                }
+                Some(Node::Entry(_) | Node::Whiteout) => true,
+                None => false,
+            };
+            if found.is_dir() && replaced_non_dir {
+                opaque.insert(path.clone());
+            } else if !found.is_dir() {
+                opaque.remove(&path);
+            }
+            map.insert(path, Node::Entry(Box::new(found)));
+        }
+        opaque.extend(layer.opaque);
+    }
+    write_squashed(store, layers, &map, &opaque, &by_origin)
+}
+
+/// One layer read headers-only: its markers and its entries.
+struct Layer {
+    hidden: Vec<Vec<u8>>,
+    opaque: Vec<Vec<u8>>,
+    entries: Vec<(Vec<u8>, Found)>,
+}
+
+fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, SquashError> {
+    let read_err = |source| SquashError::Read {
+        layer: digest.to_string(),
+        source,
+    };
+    let bad_path = |path: &[u8]| SquashError::BadPath {
+        layer: digest.to_string(),
+        path: String::from_utf8_lossy(path).into_owned(),
+    };
+    let file = store.open_blob(digest)?;
+    let mut archive = tar::Archive::new(BufReader::new(file));
+    let mut out = Layer {
+        hidden: Vec::new(),
+        opaque: Vec::new(),
+        entries: Vec::new(),
+    };
+    let mut seen: HashMap<Vec<u8>, Origin> = HashMap::new();
+    for (ordinal, entry) in archive.entries().map_err(read_err)?.enumerate() {
+        let entry = entry.map_err(read_err)?;
+        let kind = entry.header().entry_type();
+        if kind.is_pax_global_extensions() {
+            continue;
+        }
+        let raw = entry.path_bytes();
+        let Some(path) = normalize(&raw).ok_or_else(|| bad_path(&raw))? else {
+            continue; // the root directory
+        };
+        let (parent, name) = split_parent(&path);
+        if name == OPAQUE_WHITEOUT.as_bytes() {
+            out.opaque.push(parent.to_vec());
+            continue;
+        }
+        if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
+            if hidden.starts_with(WHITEOUT_PREFIX.as_bytes()) {
+                continue; // the engine's own bookkeeping
+            }
+            if hidden.is_empty() || hidden == b"." || hidden == b".." {
+                return Err(bad_path(&raw));
+            }
+            out.hidden.push(join(parent, hidden));
+            continue;
+        }
+        let origin = Origin { layer, ordinal };
+        let link = entry.link_name_bytes().map(|l| l.into_owned());
+        let hard_target = match (&link, kind) {
+            (Some(target), EntryType::Link) => {
+                let target = normalize(target).ok_or_else(|| bad_path(target))?;
+                target.and_then(|t| seen.get(&t).copied())
+            }
+            _ => None,
+        };
+        let found = Found {
+            origin,
+            header: entry.header().clone(),
+            link,
+            hard_target,
+            data: (entry.raw_file_position(), entry.size()),
+        };
+        seen.insert(path.clone(), origin);
+        out.entries.push((path, found));
+    }
+    Ok(out)
+}
+
+fn write_squashed(
+    store: &Store,
+    layers: &[Digest],
+    map: &BTreeMap<Vec<u8>, Node>,
+    opaque: &BTreeSet<Vec<u8>>,
+    by_origin: &HashMap<Origin, Found>,
+) -> Result<Written, SquashError> {
+    let mut sources = layers
+        .iter()
+        .map(|digest| store.open_blob(digest))
+        .collect::<Result<Vec<File>, StoreError>>()?;
+    let mut builder = tar::Builder::new(store.writer()?);
+    let mut written: HashMap<Origin, Vec<u8>> = HashMap::new();
+    let paths: BTreeSet<&Vec<u8>> = map.keys().chain(opaque.iter()).collect();
+    for path in paths {
+        match map.get(path) {
+            Some(Node::Whiteout) => {
+                let (parent, name) = split_parent(path);
+                let mut marker = WHITEOUT_PREFIX.as_bytes().to_vec();
+                marker.extend_from_slice(name);
+                append_marker(&mut builder, &join(parent, &marker))?;
+            }
+            Some(Node::Entry(found)) => {
+                append_entry(&mut builder, &mut sources, path, found, by_origin, &written)?;
+                written.insert(found.origin, path.clone());
+            }
+            None => {}
+        }
+        if opaque.contains(path) {
+            append_marker(&mut builder, &join(path, OPAQUE_WHITEOUT.as_bytes()))?;
+        }
+    }
+    let out = builder.into_inner().map_err(SquashError::Write)?;
+    Ok(out.finish()?)
+}
+
+fn append_entry(
+    builder: &mut tar::Builder<super::BlobWriter>,
+    sources: &mut [File],
+    path: &[u8],
+    found: &Found,
+    by_origin: &HashMap<Origin, Found>,
+    written: &HashMap<Origin, Vec<u8>>,
+) -> Result<(), SquashError> {
+    let name = as_path(path);
+    let mut header = found.header.clone();
+    match (found.header.entry_type(), &found.link) {
+        (EntryType::Link, Some(_)) => {
+            // Still the entry it pointed to, and already out: a link.
+            let target = found
+                .hard_target
+                .and_then(|t| written.get(&t).map(|p| (t, p)));
+            if let Some((_, target)) = target {
+                let target = as_path(target);
+                builder
+                    .append_link(&mut header, name, target)
+                    .map_err(SquashError::Write)?;
+                return Ok(());
+            }
+            // Otherwise the file it pointed to, as it was.
+            let Some(original) = found.hard_target.and_then(|t| by_origin.get(&t)) else {
+                return Err(SquashError::Write(io::Error::other(format!(
+                    "hard link {} points to no earlier entry of its layer",
+                    name.display()
+                ))));
+            };
+            let mut header = original.header.clone();
+            let data = data_of(sources, original)?;
+            builder
+                .append_data(&mut header, name, data)
+                .map_err(SquashError::Write)
+        }
+        (EntryType::Symlink, Some(target)) if target.len() <= 100 => {
+            header
+                .set_link_name_literal(target)
+                .map_err(SquashError::Write)?;
+            builder
+                .append_data(&mut header, name, io::empty())
+                .map_err(SquashError::Write)
+        }
+        (EntryType::Symlink, Some(target)) => {
+            let target = as_path(target);
+            builder
+                .append_link(&mut header, name, target)
+                .map_err(SquashError::Write)
+        }
+        _ => {
+            let data = data_of(sources, found)?;
+            builder
+                .append_data(&mut header, name, data)
+                .map_err(SquashError::Write)
+        }
+    }
+}
+
+/// An entry's data, read from its layer.
+fn data_of<'a>(sources: &'a mut [File], found: &Found) -> Result<impl Read + 'a, SquashError> {
+    let (start, len) = found.data;
+    let file = sources
+        .get_mut(found.origin.layer)
+        .ok_or_else(|| SquashError::Write(io::Error::other("entry of an unknown layer")))?;
+    file.seek(SeekFrom::Start(start))
+        .map_err(SquashError::Write)?;
+    Ok(BufReader::new(file).take(len))
+}
+
+fn append_marker(builder: &mut tar::Builder<impl Write>, path: &[u8]) -> Result<(), SquashError> {
+    let mut header = Header::new_gnu();
+    header.set_entry_type(EntryType::Regular);
+    header.set_mode(0o644);
+    header.set_size(0);
+    header.set_mtime(0);
+    let name = as_path(path);
+    builder
+        .append_data(&mut header, name, io::empty())
+        .map_err(SquashError::Write)
+}
+
+fn remove_descendants(
+    map: &mut BTreeMap<Vec<u8>, Node>,
+    opaque: &mut BTreeSet<Vec<u8>>,
+    dir: &[u8],
+) {
+    let mut prefix = dir.to_vec();
+    if !prefix.is_empty() {
+        prefix.push(b'/');
+    }
+    let doomed: Vec<Vec<u8>> = map
+        .range::<[u8], _>((Bound::Included(prefix.as_slice()), Bound::Unbounded))
+        .take_while(|(path, _)| path.starts_with(&prefix))
+        .map(|(path, _)| path.clone())
+        .collect();
+    for path in doomed {
+        map.remove(&path);
+    }
+    let doomed: Vec<Vec<u8>> = opaque
+        .range::<[u8], _>((Bound::Included(prefix.as_slice()), Bound::Unbounded))
+        .take_while(|path| path.starts_with(&prefix))
+        .cloned()
+        .collect();
+    for path in doomed {
+        opaque.remove(&path);
+    }
+}
+
+fn remove_with_descendants(
+    map: &mut BTreeMap<Vec<u8>, Node>,
+    opaque: &mut BTreeSet<Vec<u8>>,
+    path: &[u8],
+) {
+    map.remove(path);
+    opaque.remove(path);
+    remove_descendants(map, opaque, path);
+}
+
+/// A layer entry's name as a path relative to `/` without trailing slash;
+/// `Some(None)` for the root itself, `None` if it climbs out or is empty
+/// in the middle.
+fn normalize(raw: &[u8]) -> Option<Option<Vec<u8>>> {
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for part in raw.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." => return None,
+            name => parts.push(name),
+        }
+    }
+    if parts.is_empty() {
+        return Some(None);
+    }
+    Some(Some(parts.join(&b'/')))
+}
+
+fn as_path(bytes: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(bytes))
+}
+
+fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(at) => (&path[..at], &path[at + 1..]),
+        None => (&[], path),
+    }
+}
+
+fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut out = parent.to_vec();
+    if !out.is_empty() {
+        out.push(b'/');
+    }
+    out.extend_from_slice(name);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// One entry of a test layer.
+    enum E<'a> {
+        Dir(&'a str),
+        File(&'a str, &'a str),
+        Link(&'a str, &'a str),
+        Symlink(&'a str, &'a str),
+        Whiteout(&'a str),
+        Opaque(&'a str),
+    }
+
+    fn layer(store: &Store, entries: &[E<'_>]) -> Digest {
+        let mut builder = tar::Builder::new(store.writer().unwrap());
+        for entry in entries {
+            let mut header = Header::new_gnu();
+            header.set_mode(0o644);
+            header.set_size(0);
+            match entry {
+                E::Dir(path) => {
+                    header.set_entry_type(EntryType::Directory);
+                    header.set_mode(0o755);
+                    builder.append_data(&mut header, path, io::empty()).unwrap();
+                }
+                E::File(path, text) => {
+                    header.set_size(text.len() as u64);
+                    builder
+                        .append_data(&mut header, path, text.as_bytes())
+                        .unwrap();
+                }
+                E::Link(path, target) => {
+                    header.set_entry_type(EntryType::Link);
+                    builder.append_link(&mut header, path, target).unwrap();
+                }
+                E::Symlink(path, target) => {
+                    header.set_entry_type(EntryType::Symlink);
+                    builder.append_link(&mut header, path, target).unwrap();
+                }
+                E::Whiteout(path) => {
+                    let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+                    let marker = format!("{parent}/{WHITEOUT_PREFIX}{name}");
+                    let marker = marker.trim_start_matches('/');
+                    builder
+                        .append_data(&mut header, marker, io::empty())
+                        .unwrap();
+                }
+                E::Opaque(dir) => {
+                    let marker = format!("{dir}/{OPAQUE_WHITEOUT}");
+                    builder
+                        .append_data(&mut header, marker, io::empty())
+                        .unwrap();
+                }
+            }
+        }
+        builder.into_inner().unwrap().finish().unwrap().digest
+    }
+
+    /// What a reader of the file system sees at a path.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Seen {
+        Dir,
+        File(Vec<u8>),
+        Symlink(Vec<u8>),
+        /// A whiteout left in the tree: the engine turns it into a device;
+        /// none may survive an apply.
+        Marker,
+    }
+
+    /// Applies a layer the way an engine does, onto a tree of paths.
+    fn apply(tree: &mut BTreeMap<String, Seen>, store: &Store, digest: &Digest) {
+        let mut archive = tar::Archive::new(store.open_blob(digest).unwrap());
+        let mut adds = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let path = String::from_utf8(entry.path_bytes().into_owned()).unwrap();
+            let path = path.trim_end_matches('/').to_owned();
+            let (parent, name) = path.rsplit_once('/').unwrap_or(("", &path));
+            let under = |dir: &str| format!("{dir}/").trim_start_matches('/').to_owned();
+            if name == OPAQUE_WHITEOUT {
+                let prefix = under(parent);
+                tree.retain(|p, _| !p.starts_with(&prefix) || prefix.is_empty());
+                continue;
+            }
+            if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
+                let hidden = format!("{}{hidden}", under(parent));
+                let prefix = format!("{hidden}/");
+                tree.retain(|p, _| *p != hidden && !p.starts_with(&prefix));
+                continue;
+            }
+            let seen = match entry.header().entry_type() {
+                EntryType::Directory => Seen::Dir,
+                EntryType::Symlink => Seen::Symlink(entry.link_name_bytes().unwrap().into_owned()),
+                EntryType::Link => {
+                    let target = entry.link_name_bytes().unwrap().into_owned();
+                    Seen::File(target) // resolved below, in order
+                }
+                _ => {
+                    let mut data = Vec::new();
+                    entry.read_to_end(&mut data).unwrap();
+                    Seen::File(data)
+                }
+            };
+            let hard = entry.header().entry_type() == EntryType::Link;
+            adds.push((path, seen, hard));
+        }
+        for (path, seen, hard) in adds {
+            let seen = match (hard, seen) {
+                (true, Seen::File(target)) => tree[&String::from_utf8(target).unwrap()].clone(),
+                (_, seen) => seen,
+            };
+            let keeps_children = seen == Seen::Dir && tree.get(&path) == Some(&Seen::Dir);
+            if !keeps_children {
+                let prefix = format!("{path}/");
+                tree.retain(|p, _| !p.starts_with(&prefix));
+            }
+            tree.insert(path, seen);
+        }
+    }
+
+    #[test]
+    fn a_squashed_run_reads_the_same_as_the_layers_it_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let lower = layer(
+            &store,
+            &[
+                E::Dir("d"),
+                E::File("d/x", "lower"),
+                E::Dir("e"),
+                E::File("e/y", "lower"),
+                E::File("keep", "lower"),
+                E::Dir("n"),
+                E::File("n/old", "lower"),
+            ],
+        );
+        let run = [
+            layer(
+                &store,
+                &[
+                    E::Dir("d"),
+                    E::File("d/new", "1"),
+                    E::File("f", "f1"),
+                    E::Link("g", "f"),
+                    E::Whiteout("keep"),
+                    E::Dir("n"),
+                    E::File("n/a", "a"),
+                    E::Symlink("s", "../../x/y/../z"),
+                ],
+            ),
+            layer(
+                &store,
+                &[
+                    E::Whiteout("d"),
+                    E::Dir("d"),
+                    E::File("d/z", "z"),
+                    E::Dir("e"),
+                    E::Opaque("e"),
+                    E::File("e/w", "w"),
+                    E::File("f", "f2"),
+                    E::Dir("h"),
+                    E::File("h/1", "one"),
+                    E::Link("h/2", "h/1"),
+                ],
+            ),
+            layer(
+                &store,
+                &[
+                    E::Dir("keep"),
+                    E::File("keep/k", "k"),
+                    E::Whiteout("n"),
+                    E::File("n", "now a file"),
+                ],
+            ),
+        ];
+        let mut stacked = BTreeMap::new();
+        for digest in std::iter::once(&lower).chain(&run) {
+            apply(&mut stacked, &store, digest);
+        }
+        let squashed = squash(&store, &run).unwrap();
+        let mut flat = BTreeMap::new();
+        apply(&mut flat, &store, &lower);
+        apply(&mut flat, &store, &squashed.digest);
+        assert_eq!(flat, stacked);
+        assert!(!flat.values().any(|seen| *seen == Seen::Marker));
+        // Spot checks of the rules, beside the equality.
+        assert_eq!(flat["g"], Seen::File(b"f1".to_vec()), "link kept its file");
+        assert_eq!(flat["s"], Seen::Symlink(b"../../x/y/../z".to_vec()));
+        assert!(!flat.contains_key("d/x") && !flat.contains_key("e/y"));
+        assert_eq!(flat["n"], Seen::File(b"now a file".to_vec()));
+
+        // The same run squashed again is the same blob; a bad one is named.
+        assert_eq!(squash(&store, &run).unwrap().digest, squashed.digest);
+        let climbing = layer(&store, &[E::Whiteout("..")]);
+        let err = squash(&store, &[climbing]).unwrap_err();
+        assert!(err.to_string().contains("not a path inside"), "{err}");
+    }
+}
