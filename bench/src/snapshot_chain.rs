@@ -44,6 +44,8 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     bench.silo.snapshot(name, None, &progress).await?;
 
     let mut durable = Samples::default();
+    let mut captured = Samples::default();
+    let mut squashes = Samples::default();
     let mut new_kib = Samples::default();
     let mut chain = Vec::new();
     for i in 0..links {
@@ -52,6 +54,10 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         anyhow::ensure!(out.exit.code == Some(0), "{script:?} failed");
         let report = bench.silo.snapshot(name, None, &progress).await?;
         durable.push(Duration::from_secs_f64(report.durable_ms / 1000.0));
+        captured.push(Duration::from_secs_f64(report.captured_ms / 1000.0));
+        if let Some(compacted) = &report.compacted {
+            squashes.push(Duration::from_secs_f64(compacted.ms / 1000.0));
+        }
         new_kib.push_value(report.snapshot.new_bytes as f64 / 1024.0);
         chain.push(report.snapshot.id);
     }
@@ -121,6 +127,24 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             "ms",
             durable.percentile(99.0),
             Some((commit.percentile(99.0), "commit -p")),
+        ),
+        Row::untargeted(
+            "snapshot-chain",
+            format!("1 KB step, captured p50 of {links}"),
+            "ms",
+            captured.percentile(50.0),
+            None,
+        ),
+        Row::untargeted(
+            "snapshot-chain",
+            format!(
+                "squash of {} links, max of {}",
+                silo::silo::COMPACT_AT,
+                squashes.len()
+            ),
+            "ms",
+            squashes.percentile(100.0),
+            None,
         ),
         Row {
             scenario: "snapshot-chain",

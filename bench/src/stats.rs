@@ -18,6 +18,15 @@ impl Samples {
         self.0.push(value);
     }
 
+    /// How many samples.
+    #[allow(
+        clippy::len_without_is_empty,
+        reason = "nothing asks whether it is empty"
+    )]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// Adds every sample of `other`.
     pub fn append(&mut self, other: Samples) {
         self.0.extend(other.0);

@@ -41,8 +41,8 @@ pub use gc::{Collected, GcReport};
 pub use lease::{LEASE_WAIT, Lease};
 pub use open::{UpAction, UpOutcome, UpRequest};
 pub use snapshot::{
-    BaseStored, ForkTarget, ImageSource, Progress, ProgressFn, RestoreReport, SnapshotError,
-    SnapshotReport, StoreGc, no_progress,
+    BaseStored, COMPACT_AT, Compacted, ForkTarget, ImageSource, Progress, ProgressFn,
+    RestoreReport, SnapshotError, SnapshotReport, StoreGc, no_progress,
 };
 
 /// Most status looks [`Silo::statuses`] has under way at once: each is a

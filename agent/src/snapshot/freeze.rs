@@ -31,8 +31,13 @@ use crate::process::{ProcStat, ProcessOps, read_stat, with_descendants};
 
 /// Longest wait for signalled processes to reach the stopped state.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Pause between looks at the processes that have not stopped yet.
-const SETTLE_POLL: Duration = Duration::from_millis(5);
+/// First pause between looks at the processes that have not stopped yet:
+/// a stop usually lands within tens of microseconds, so the pause starts
+/// short and doubles up to [`SETTLE_POLL_MAX`], which keeps a snapshot of
+/// a quiet sandbox from paying a whole long pause.
+const SETTLE_POLL_MIN: Duration = Duration::from_micros(50);
+/// Longest pause between looks.
+const SETTLE_POLL_MAX: Duration = Duration::from_millis(5);
 /// Most passes over `/proc`; each pass only stops processes forked during
 /// the previous one, so this is only reached by something pathological.
 const MAX_PASSES: usize = 64;
@@ -194,12 +199,14 @@ fn candidates(table: &[(i32, ProcStat)], scope: FreezeScope, me: i32) -> Vec<(i3
 fn settle(stopped: &[Stopped], timeout: Duration) -> usize {
     let deadline = Instant::now() + timeout;
     let mut pending: Vec<i32> = stopped.iter().map(|s| s.pid).collect();
+    let mut pause = SETTLE_POLL_MIN;
     loop {
         pending.retain(|&pid| read_stat(pid).is_some_and(|stat| !settled(&stat)));
         if pending.is_empty() || Instant::now() >= deadline {
             return pending.len();
         }
-        std::thread::sleep(SETTLE_POLL);
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(SETTLE_POLL_MAX);
     }
 }
 
