@@ -26,6 +26,7 @@ mod files;
 mod footprint;
 mod interrupt;
 mod nonce_window;
+mod pool;
 mod push_big;
 mod push_fanout;
 mod report;
@@ -54,6 +55,7 @@ const SCENARIOS: &[&str] = &[
     "resume",
     "snapshot",
     "snapshot-chain",
+    "pool",
     "files",
     "gvisor",
     "e2b",
@@ -69,7 +71,8 @@ struct Args {
     /// push-big, push-fanout, nonce-window (signed requests for longer than
     /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot,
     /// snapshot-chain (100 snapshots of one sandbox, a 1 KB change each,
-    /// and rewinds along the chain),
+    /// and rewinds along the chain), pool (`up --pool` to first output
+    /// beside a plain container's create and start),
     /// files (write and read through the agent beside docker cp), gvisor
     /// (tti, exec rtt and snapshot under runsc beside runc), e2b (time to
     /// interactive, exec and resume beside E2B's own API, through the mock
@@ -114,6 +117,7 @@ async fn main() -> anyhow::Result<()> {
             "resume" => docker_resume::run(args.quick).await?,
             "snapshot" => snapshot::run(args.quick).await?,
             "snapshot-chain" => snapshot_chain::run(args.quick).await?,
+            "pool" => pool::run(args.quick).await?,
             "files" => files::run(args.quick).await?,
             "e2b" => e2b::run(args.quick).await?,
             "daytona" => daytona::run(args.quick).await?,

@@ -22,6 +22,7 @@ mod ls;
 mod ls_files;
 mod output;
 mod pause;
+mod pool;
 mod push;
 mod rewind;
 mod rm;
@@ -108,6 +109,8 @@ enum Command {
     LsFiles(ls_files::Args),
     /// Push a directory's files to a mount path in sandboxes, atomically.
     Push(push::Args),
+    /// Keep started sandboxes of a spec ready for `silo up NAME --pool POOL`.
+    Pool(pool::Args),
     /// Put a sandbox's file system back to one of its snapshots.
     Rewind(rewind::Args),
     /// Remove sandboxes (their event history is kept).
@@ -140,6 +143,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Some(format) => format == Format::Json,
         None => cli.json,
     };
+    // A process this one starts in the background (a pool refill) uses the
+    // same agent.
+    let agent = cli.agent.clone();
     let options = SiloOptions {
         home: cli.home,
         agent: cli.agent,
@@ -183,7 +189,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Resume(args) => pause::resume(&silo, &out, args).await,
         Command::Start(args) => start::run(&silo, &out, args).await,
         Command::Stop(args) => stop::run(&silo, &out, args).await,
-        Command::Up(args) => up::run(&silo, &out, args).await,
+        Command::Up(args) => up::run(&silo, &out, agent.as_deref(), args).await,
+        Command::Pool(args) => pool::run(&silo, &out, agent.as_deref(), args).await,
     }
 }
 

@@ -34,12 +34,14 @@ use crate::state::{
 mod gc;
 mod lease;
 mod open;
+mod pool;
 mod push;
 mod snapshot;
 
 pub use gc::{Collected, GcReport};
 pub use lease::{LEASE_WAIT, Lease};
 pub use open::{UpAction, UpOutcome, UpRequest};
+pub use pool::{FillReport, MAX_POOL_SIZE, PoolError, PoolStatus};
 pub use snapshot::{
     BaseStored, COMPACT_AT, Compacted, ForkTarget, ImageSource, Progress, ProgressFn,
     RestoreReport, SnapshotError, SnapshotReport, StoreGc, no_progress,
@@ -651,6 +653,9 @@ pub enum SiloError {
     /// A snapshot, rewind, fork or store operation failed.
     #[error(transparent)]
     Snapshot(Box<SnapshotError>),
+    /// A pool request was refused.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
     /// This process cannot be identified for a lease (no `/proc`).
     #[error("cannot identify this process for a lease: /proc is unreadable")]
     NoProcessIdentity,

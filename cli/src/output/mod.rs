@@ -4,6 +4,7 @@
 //! (`cp`, `cat`, `ls-files`) in `files`.
 
 mod files;
+mod pools;
 mod snapshots;
 
 use std::io::{self, Write};
@@ -244,6 +245,7 @@ impl Output {
             UpAction::Restored => "restored",
             UpAction::Created => "created",
             UpAction::Recreated => "recreated",
+            UpAction::Claimed => "claimed from a pool",
         };
         let mut lines = vec![format!(
             "{what} sandbox {} ({}, tier {})",

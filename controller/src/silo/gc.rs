@@ -86,7 +86,8 @@ impl Silo {
                 Err(error) => report.skipped.push((sandbox.name, error_chain(&error))),
             }
         }
-        let live: HashSet<String> = self.list()?.into_iter().map(|s| s.id).collect();
+        // Pool members own their machines too, though no list shows them.
+        let live: HashSet<String> = self.db().machine_owner_ids()?.into_iter().collect();
         match self.docker.sweep_orphans(&live, dry_run).await {
             Ok(names) => report.orphans = names,
             // No engine, so no containers to collect.

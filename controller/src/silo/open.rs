@@ -47,6 +47,9 @@ pub enum UpAction {
     Created,
     /// Tier 3: its machine was replaced under the same id.
     Recreated,
+    /// Tier 3: nothing existed; a started sandbox was taken from a warm
+    /// pool and given the name.
+    Claimed,
 }
 
 impl UpAction {
@@ -55,7 +58,7 @@ impl UpAction {
         match self {
             UpAction::Attached | UpAction::Started => 1,
             UpAction::Restored => 2,
-            UpAction::Created | UpAction::Recreated => 3,
+            UpAction::Created | UpAction::Recreated | UpAction::Claimed => 3,
         }
     }
 }
@@ -81,6 +84,12 @@ impl Silo {
             spec.check()?;
         }
         let _lease = self.lease(&request.name, "up").await?;
+        self.up_leased(request).await
+    }
+
+    /// [`Silo::up`] for a caller holding the name's lease, with the request
+    /// checked.
+    pub(super) async fn up_leased(&self, request: UpRequest) -> Result<UpOutcome, SiloError> {
         let found = self.db().sandbox(&request.name);
         let existing = match found {
             Ok(sandbox) => sandbox,
@@ -251,7 +260,7 @@ impl Silo {
     }
 }
 
-fn outcome(sandbox: SandboxRecord, action: UpAction, notes: Vec<String>) -> UpOutcome {
+pub(super) fn outcome(sandbox: SandboxRecord, action: UpAction, notes: Vec<String>) -> UpOutcome {
     UpOutcome {
         sandbox,
         action,

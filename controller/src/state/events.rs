@@ -39,6 +39,8 @@ pub enum EventKind {
     /// Its machine was replaced by one made from a snapshot (`silo rewind`,
     /// or `silo up` restoring a machine that was gone).
     Rewound,
+    /// It was taken from a warm pool and given its name (`silo up --pool`).
+    Claimed,
 }
 
 impl EventKind {
@@ -56,6 +58,7 @@ impl EventKind {
             EventKind::SnapshotRemoved => "snapshot_removed",
             EventKind::Rewound => "rewound",
             EventKind::Reclaimed => "reclaimed",
+            EventKind::Claimed => "claimed",
         }
     }
 }

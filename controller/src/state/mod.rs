@@ -10,12 +10,13 @@
 //!
 //! Layout: `schema` (versioned migrations), `sandboxes` (the live set),
 //! `events` (the log), `leases` (who may run a lifecycle operation on a
-//! sandbox right now), `snapshots` (snapshots and the base images whose
+//! sandbox right now), `pools` (warm pools and their members), `snapshots` (snapshots and the base images whose
 //! layers the store keeps), `master_key` (the key every sandbox key derives from).
 
 mod events;
 mod leases;
 mod master_key;
+mod pools;
 mod sandboxes;
 mod schema;
 mod snapshots;
@@ -30,6 +31,7 @@ use crate::retry::Deadline;
 pub use events::{Event, EventKind};
 pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
 pub use master_key::{MasterKeyError, load_or_create_master_key};
+pub use pools::Pool;
 pub use sandboxes::{Baseline, Checkpoint, NewSandbox, SandboxRecord, without_secrets};
 pub use schema::SCHEMA_VERSION;
 pub use snapshots::{Snapshot, StoredImage};
@@ -196,6 +198,12 @@ pub enum StateError {
     /// Another live sandbox already has this name.
     #[error("a sandbox named {0:?} already exists")]
     NameTaken(String),
+    /// No pool has this name.
+    #[error("unknown pool {0:?}; `silo pool ls` lists them")]
+    UnknownPool(String),
+    /// Another pool already has this name.
+    #[error("a pool named {0:?} already exists; `silo pool rm {0}` removes it")]
+    PoolExists(String),
     /// The database file could not be opened.
     #[error("cannot open state database {}", path.display())]
     Open {

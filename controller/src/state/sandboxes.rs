@@ -91,13 +91,24 @@ pub struct NewSandbox {
     pub origin_snapshot: Option<String>,
 }
 
-const COLUMNS: &str = "id, name, backend, spec, spec_hash, backend_ref, created_at, updated_at, \
+pub(super) const COLUMNS: &str = "id, name, backend, spec, spec_hash, backend_ref, created_at, updated_at, \
                        origin_snapshot, baseline, checkpoint";
 
 impl StateDb {
     /// Records a new sandbox (with an empty backend handle) and its `created`
     /// event. Fails with [`StateError::NameTaken`] if the name is in use.
     pub fn insert_sandbox(&mut self, new: &NewSandbox) -> Result<SandboxRecord, StateError> {
+        self.insert_sandbox_in(new, None)
+    }
+
+    /// Records a sandbox as [`StateDb::insert_sandbox`] does, as a member
+    /// of `pool` when given: hidden from every lookup by name or id until
+    /// it is claimed.
+    pub(super) fn insert_sandbox_in(
+        &mut self,
+        new: &NewSandbox,
+        pool: Option<&str>,
+    ) -> Result<SandboxRecord, StateError> {
         let spec_json = to_json(&new.id, &new.spec)?;
         let spec_hash = new.spec.hash();
         let now = now_ms();
@@ -105,8 +116,8 @@ impl StateDb {
         self.write("recording a new sandbox", |tx| {
             tx.execute(
                 &format!(
-                    "INSERT INTO sandboxes ({COLUMNS}) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6, ?7, NULL, NULL)"
+                    "INSERT INTO sandboxes ({COLUMNS}, pool) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6, ?7, NULL, NULL, ?8)"
                 ),
                 params![
                     new.id,
@@ -115,7 +126,8 @@ impl StateDb {
                     spec_json,
                     spec_hash,
                     now,
-                    new.origin_snapshot
+                    new.origin_snapshot,
+                    pool
                 ],
             )
             .map_err(|e| name_taken_or(e, &new.name, "recording a new sandbox"))?;
@@ -152,7 +164,9 @@ impl StateDb {
     pub fn sandbox(&self, name_or_id: &str) -> Result<SandboxRecord, StateError> {
         self.conn
             .query_row(
-                &format!("SELECT {COLUMNS} FROM sandboxes WHERE id = ?1 OR name = ?1"),
+                &format!(
+                    "SELECT {COLUMNS} FROM sandboxes WHERE (id = ?1 OR name = ?1) AND pool IS NULL"
+                ),
                 [name_or_id],
                 RawRow::read,
             )
@@ -162,12 +176,12 @@ impl StateDb {
             .parse()
     }
 
-    /// Every live sandbox, oldest first.
+    /// Every live sandbox, oldest first (not the members of warm pools).
     pub fn sandboxes(&self) -> Result<Vec<SandboxRecord>, StateError> {
         let mut stmt = self
             .conn
             .prepare(&format!(
-                "SELECT {COLUMNS} FROM sandboxes ORDER BY created_at, id"
+                "SELECT {COLUMNS} FROM sandboxes WHERE pool IS NULL ORDER BY created_at, id"
             ))
             .map_err(db("listing sandboxes"))?;
         let rows = stmt
@@ -312,7 +326,7 @@ impl StateDb {
 }
 
 /// A row as stored, before its JSON columns are parsed.
-struct RawRow {
+pub(super) struct RawRow {
     id: String,
     name: String,
     backend: String,
@@ -327,7 +341,7 @@ struct RawRow {
 }
 
 impl RawRow {
-    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+    pub(super) fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Self {
             id: row.get(0)?,
             name: row.get(1)?,
@@ -343,7 +357,7 @@ impl RawRow {
         })
     }
 
-    fn parse(self) -> Result<SandboxRecord, StateError> {
+    pub(super) fn parse(self) -> Result<SandboxRecord, StateError> {
         let corrupt = |what: String| StateError::Corrupt {
             id: self.id.clone(),
             what,
@@ -406,7 +420,7 @@ fn serialize_without_secrets<S: serde::Serializer>(
     without_secrets(backend_ref).serialize(serializer)
 }
 
-fn to_json(id: &str, value: &impl Serialize) -> Result<String, StateError> {
+pub(super) fn to_json(id: &str, value: &impl Serialize) -> Result<String, StateError> {
     serde_json::to_string(value).map_err(|e| StateError::Corrupt {
         id: id.to_owned(),
         what: e.to_string(),

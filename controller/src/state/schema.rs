@@ -110,6 +110,20 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sandboxes ADD COLUMN checkpoint TEXT;  -- JSON Checkpoint, or NULL
     "#,
+    // 6: warm pools. A pool keeps `size` started sandboxes of one spec. Its
+    // members are sandbox rows named by their id (a form no sandbox name
+    // may take) with `pool` set; a claim renames one and clears `pool`, in
+    // one transaction, so each member is claimed once.
+    r#"
+    CREATE TABLE pools (
+        name       TEXT PRIMARY KEY,
+        spec       TEXT NOT NULL,     -- JSON SandboxSpec of every member
+        size       INTEGER NOT NULL,  -- members to keep ready
+        created_at INTEGER NOT NULL   -- unix ms
+    ) STRICT;
+    ALTER TABLE sandboxes ADD COLUMN pool TEXT;  -- the pool it waits in, until claimed
+    CREATE INDEX sandboxes_by_pool ON sandboxes (pool);
+    "#,
 ];
 
 /// The schema version this build creates and understands.
