@@ -5,8 +5,9 @@
 //! agent started must reach whoever waits for it. If two parties waited on
 //! children (say this loop and tokio's own child handling) either could steal
 //! the other's status. So nothing else in the agent waits on children:
-//! processes are started through [`Reaper::spawn`], which forks and registers
-//! the pid while holding the lock that [`Reaper::reap`] takes before each
+//! processes are started through [`Reaper::spawn`] (or
+//! [`Reaper::spawn_with`]), which starts the child and registers its pid
+//! while holding the lock that [`Reaper::reap`] takes before each
 //! `waitpid`. A child therefore cannot be reaped before it is registered, and
 //! its pid cannot be handed to a new process while its status is undelivered
 //! (a zombie keeps its pid). Statuses nobody registered (orphans) are reaped
@@ -58,12 +59,24 @@ impl Reaper {
     ///
     /// The caller must not wait on the returned [`Child`]; dropping it is fine.
     pub fn spawn(&self, cmd: &mut Command) -> io::Result<(Child, oneshot::Receiver<ProcessExit>)> {
+        self.spawn_with(|| cmd.spawn(), Child::id)
+    }
+
+    /// Runs `start`, which starts one child, and registers the pid `pid_of`
+    /// reads from what it returns; the receiver gets the child's status.
+    /// For children started without `Command` (see
+    /// [`crate::process::spawn`]).
+    pub fn spawn_with<T>(
+        &self,
+        start: impl FnOnce() -> io::Result<T>,
+        pid_of: impl FnOnce(&T) -> u32,
+    ) -> io::Result<(T, oneshot::Receiver<ProcessExit>)> {
         let mut waiters = self.lock();
-        // std waits on the child itself when exec fails; holding the lock keeps
-        // `reap` from racing that wait.
-        let child = cmd.spawn()?;
+        // std and the libcs' posix_spawn wait on the child themselves when
+        // exec fails; holding the lock keeps `reap` from racing that wait.
+        let child = start()?;
         let (tx, rx) = oneshot::channel();
-        let pid = i32::try_from(child.id())
+        let pid = i32::try_from(pid_of(&child))
             .map_err(|_| io::Error::other("kernel returned a pid that does not fit in pid_t"))?;
         if waiters.insert(pid, tx).is_some() {
             tracing::warn!(pid, "pid registered twice; the older waiter is dropped");

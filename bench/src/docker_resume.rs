@@ -113,7 +113,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
 
 /// The `silo` CLI of the same build as this program (cargo puts every
 /// binary of a profile in one directory).
-fn silo_beside_this_program() -> anyhow::Result<std::path::PathBuf> {
+pub(crate) fn silo_beside_this_program() -> anyhow::Result<std::path::PathBuf> {
     let me = std::env::current_exe()?;
     let silo = me.with_file_name("silo");
     anyhow::ensure!(

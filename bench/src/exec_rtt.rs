@@ -10,6 +10,10 @@ use silo_tests::TestAgent;
 use crate::report::Row;
 use crate::stats::Samples;
 
+/// Most a p50 round trip may cost, as a multiple of the host spawning `true`
+/// itself in the same run.
+const TARGET_RATIO: f64 = 1.3;
+
 pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let n = if quick { 100 } else { 1000 };
     let agent = TestAgent::start().await;
@@ -34,6 +38,8 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         plain.push(t.elapsed());
     }
 
+    // The target is a ratio: spawning `true` is most of a round trip, and
+    // what it costs differs from machine to machine.
     let row = |metric: &str, p: f64, target: Option<f64>| Row {
         scenario: "exec-rtt",
         metric: format!("{metric} of {n}"),
@@ -42,11 +48,14 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         baseline: Some(plain.percentile(p)),
         baseline_name: "spawn `true` on host",
         target: target
-            .map(|t| format!("<= {t} ms"))
+            .map(|t| format!("<= {t}x host spawn"))
             .unwrap_or_else(|| "-".into()),
-        met: target.is_none_or(|t| silo.percentile(p) <= t),
+        met: target.is_none_or(|t| silo.percentile(p) <= t * plain.percentile(p)),
     };
-    Ok(vec![row("p50", 50.0, Some(1.0)), row("p99", 99.0, None)])
+    Ok(vec![
+        row("p50", 50.0, Some(TARGET_RATIO)),
+        row("p99", 99.0, None),
+    ])
 }
 
 /// Round trips of `true` on one open connection, `n` of them.

@@ -13,6 +13,7 @@
     reason = "a benchmark on a broken machine should stop loudly"
 )]
 
+mod cli;
 mod daytona;
 mod docker_common;
 mod docker_exec_rtt;
@@ -43,6 +44,7 @@ use clap::Parser;
 /// Every scenario, in the order they run by default.
 const SCENARIOS: &[&str] = &[
     "exec-rtt",
+    "cli",
     "exec-memory",
     "session-rtt",
     "interrupt",
@@ -65,7 +67,9 @@ const SCENARIOS: &[&str] = &[
 #[derive(Parser)]
 #[command(about = "Benchmarks silo against the plain alternative, side by side")]
 struct Args {
-    /// Scenarios to run (all when none): exec-rtt, exec-memory (agent memory
+    /// Scenarios to run (all when none): exec-rtt, cli (`silo --version` and
+    /// `silo exec` as new processes on a local sandbox, beside spawning
+    /// `/bin/true`), exec-memory (agent memory
     /// under four chatty commands), session-rtt, interrupt
     /// (plain execs and session runs), agent-footprint,
     /// push-big, push-fanout, nonce-window (signed requests for longer than
@@ -101,6 +105,7 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("running {scenario}...");
         let mut found = match scenario {
             "exec-rtt" => exec_rtt::run(args.quick).await?,
+            "cli" => cli::run(args.quick).await?,
             "exec-memory" => exec_memory::run(args.quick).await?,
             "session-rtt" => session_rtt::run(args.quick).await?,
             "interrupt" => {

@@ -205,8 +205,11 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
 fn main() {
     let args = Cli::parse();
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: a command is one request after another (its concurrent
+    // parts are I/O, and blocking work goes to the blocking pool), so worker
+    // threads only add their start and a cross-thread wake-up per await.
+    // Measured in docs/benchmarks.md ("What a CLI call costs").
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -179,3 +179,64 @@ async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks()
     assert_eq!(header(&answer, HEADER_PROTOCOL), Some("1"));
     assert_eq!(header(&answer, HEADER_PROTOCOL_MIN), Some("1"));
 }
+
+/// Relays connections from `path` to the agent at `upstream`, counting them.
+fn counting_relay(
+    path: &std::path::Path,
+    upstream: std::path::PathBuf,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::UnixListener::bind(path).unwrap();
+    let counted = std::sync::Arc::clone(&count);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let mut agent = tokio::net::UnixStream::connect(upstream).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut agent).await;
+            });
+        }
+    });
+    count
+}
+
+#[tokio::test]
+async fn a_first_exec_connection_learns_the_versions_without_a_health_check() {
+    use std::sync::atomic::Ordering;
+    let agent = TestAgent::start().await;
+    let relay = agent.dir.path().join("relay.sock");
+    let connections = counting_relay(&relay, agent.socket());
+    let endpoint = silo::client::Endpoint::Unix(relay);
+    let client = silo::client::AgentClient::new(endpoint, agent.key.clone());
+
+    // One connection: the upgrade itself tells the client the agent's range.
+    let conn = client.connect().await.unwrap();
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    assert_eq!(conn.protocol().version, PROTOCOL_VERSION);
+    assert_eq!(conn.protocol().theirs, Versions::OURS);
+    let out = conn.run(sh("echo direct")).await.unwrap();
+    assert_eq!(text(&out.stdout), "direct\n");
+    // What was learned serves the client's later requests too.
+    let spoken = client.protocol().await.unwrap();
+    assert_eq!(spoken.theirs, Versions::OURS);
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+
+    // An older agent refuses the newest version: the client falls back to
+    // the health check and speaks the agent's version.
+    let old = TestAgent::start_with(&["--max-protocol", "1"], &[]).await;
+    let relay = old.dir.path().join("relay.sock");
+    let connections = counting_relay(&relay, old.socket());
+    let client =
+        silo::client::AgentClient::new(silo::client::Endpoint::Unix(relay), old.key.clone());
+    let conn = client.connect().await.unwrap();
+    assert_eq!(conn.protocol().version, 1);
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        3,
+        "refused upgrade, health check, upgrade"
+    );
+    let out = conn.run(sh("echo fallback")).await.unwrap();
+    assert_eq!(text(&out.stdout), "fallback\n");
+}

@@ -1,7 +1,8 @@
 //! Starting one exec and seeing it through to its exit report.
 //!
 //! [`launch`] spawns the command through the reaper (new session, marker in
-//! its environment, stdin closed unless asked for) and hands it to a
+//! its environment, stdin closed unless asked for; `posix_spawn` for plain
+//! execs, see [`crate::process::spawn`]) and hands it to a
 //! supervisor task. The supervisor pumps stdout and stderr into the exec's
 //! record, applies the timeout and the detach timeout, and after the leader
 //! is reaped waits for the pipes to reach EOF, but no longer than [`LINGER`]:
@@ -13,9 +14,8 @@
 //! master carries both its output (as stdout) and its input.
 
 use std::io;
-use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,10 +29,10 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 
 use super::detach::{self, DetachTimer};
-use super::pty::{self, Pty};
+use super::pty;
 use super::record::ExecRecord;
 use super::{EXEC_MARKER_VAR, ExecError, Inner, Subscriber};
-use crate::process::{Scope, new_session};
+use crate::process::{Scope, new_session, spawn};
 use crate::reaper::ProcessExit;
 
 /// How long after the leader exits the pipes may stay open before the exit is
@@ -59,31 +59,57 @@ pub(super) fn launch(
     sub: Subscriber,
     permit: OwnedSemaphorePermit,
 ) -> Result<Arc<ExecRecord>, ExecError> {
-    let pty = if spec.tty {
-        Some(pty::open(spec.window.unwrap_or_default()).map_err(ExecError::Pipes)?)
-    } else {
-        None
-    };
-    let mut cmd = command(spec, cwd, id);
-    if let Some(pty) = &pty {
+    let program = spec.argv.first().map_or("", String::as_str);
+    let (pid, output, stdin, exit_rx) = if spec.tty {
+        let pty = pty::open(spec.window.unwrap_or_default()).map_err(ExecError::Pipes)?;
+        let mut cmd = command(spec, cwd, id);
         pty::attach(&mut cmd, &pty.slave).map_err(ExecError::Pipes)?;
-    }
-    let (mut child, exit_rx) = inner
-        .reaper
-        .spawn(&mut cmd)
-        .map_err(|source| ExecError::spawn(spec.argv.first().map_or("", String::as_str), source))?;
-    // The child's copies are all it needs; the parent must not keep the
-    // terminal open, or reading the master would never end.
-    drop(cmd);
-    let pid = child.id();
-    let leader = i32::try_from(pid).unwrap_or(0);
-    let (output, stdin) = match streams(&mut child, pty) {
-        Ok(streams) => streams,
-        Err(err) => {
-            inner.ops.signal_group(leader, Signal::SIGKILL);
-            return Err(ExecError::Pipes(err));
+        let (child, exit_rx) = inner
+            .reaper
+            .spawn(&mut cmd)
+            .map_err(|source| ExecError::spawn(program, source))?;
+        // The child's copies are all it needs; the parent must not keep the
+        // terminal open, or reading the master would never end.
+        drop(cmd);
+        drop(pty.slave);
+        let reader = pty::Reader(Arc::clone(&pty.master));
+        let writer = pty::Writer(pty.master);
+        (
+            child.id(),
+            Output::Pty(reader),
+            Some(Input::Pty(writer)),
+            exit_rx,
+        )
+    } else {
+        let marker = id.to_string();
+        let request = spawn::SpawnRequest {
+            argv: &spec.argv,
+            cwd,
+            env: spec
+                .env
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str()))
+                // Last, so a spec cannot hide a command from interrupt.
+                .chain([(EXEC_MARKER_VAR, marker.as_str())])
+                .collect(),
+            stdin: spec.stdin,
+        };
+        let (child, exit_rx) = inner
+            .reaper
+            .spawn_with(|| spawn::spawn(&request), |child| child.pid)
+            .map_err(|source| ExecError::spawn(program, source))?;
+        let pid = child.pid;
+        match pipes(child) {
+            Ok((output, stdin)) => (pid, output, stdin, exit_rx),
+            Err(err) => {
+                inner
+                    .ops
+                    .signal_group(i32::try_from(pid).unwrap_or(0), Signal::SIGKILL);
+                return Err(ExecError::Pipes(err));
+            }
         }
     };
+    let leader = i32::try_from(pid).unwrap_or(0);
     let scope = Scope {
         leader,
         marker: format!("{EXEC_MARKER_VAR}={id}"),
@@ -141,6 +167,8 @@ enum Input {
     Pty(pty::Writer),
 }
 
+/// The PTY exec's command; plain execs go through [`spawn::spawn`] with
+/// the same program, arguments, directory and environment.
 fn command(spec: &ExecSpec, cwd: &Path, id: ExecId) -> Command {
     let (program, args) = match spec.argv.split_first() {
         Some((program, args)) => (program.as_str(), args),
@@ -151,37 +179,20 @@ fn command(spec: &ExecSpec, cwd: &Path, id: ExecId) -> Command {
         .current_dir(cwd)
         .envs(&spec.env)
         // Set last so a spec cannot hide a command from interrupt.
-        .env(EXEC_MARKER_VAR, id.to_string())
-        .stdin(if spec.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env(EXEC_MARKER_VAR, id.to_string());
     new_session(&mut cmd);
     cmd
 }
 
-fn streams(child: &mut Child, pty: Option<Pty>) -> io::Result<(Output, Option<Input>)> {
-    if let Some(pty) = pty {
-        drop(pty.slave);
-        let reader = pty::Reader(Arc::clone(&pty.master));
-        return Ok((
-            Output::Pty(reader),
-            Some(Input::Pty(pty::Writer(pty.master))),
-        ));
-    }
-    let missing = || io::Error::other("child pipe was not created");
-    let stdout = OwnedFd::from(child.stdout.take().ok_or_else(missing)?);
-    let stderr = OwnedFd::from(child.stderr.take().ok_or_else(missing)?);
-    let stdin = child.stdin.take().map(OwnedFd::from);
+/// The agent's ends of a plain exec's pipes, ready for the runtime.
+fn pipes(child: spawn::Spawned) -> io::Result<(Output, Option<Input>)> {
     Ok((
         Output::Pipes(
-            pipe::Receiver::from_owned_fd(stdout)?,
-            pipe::Receiver::from_owned_fd(stderr)?,
+            pipe::Receiver::from_owned_fd(child.stdout)?,
+            pipe::Receiver::from_owned_fd(child.stderr)?,
         ),
-        stdin
+        child
+            .stdin
             .map(pipe::Sender::from_owned_fd)
             .transpose()?
             .map(Input::Pipe),

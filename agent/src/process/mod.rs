@@ -8,9 +8,12 @@
 //! one place, behind guards that refuse to signal the agent itself or pid 0/1.
 //! Execs, session shells and the workload all stop their processes through
 //! [`kill::escalate`], so one escalation serves interrupts, timeouts, detach
-//! timeouts, leftover cleanup and shutdown alike.
+//! timeouts, leftover cleanup and shutdown alike. Plain execs start through
+//! [`spawn`] (`posix_spawn`, no fork of the agent); PTY execs, session shells
+//! and the workload through `Command` with [`new_session`].
 
 pub mod kill;
+pub mod spawn;
 
 use std::collections::HashSet;
 use std::fs;

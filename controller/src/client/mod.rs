@@ -3,8 +3,10 @@
 //! Every backend ends in an [`Endpoint`] and a sandbox key; from there, health
 //! checks, execs, interrupts and re-attach work the same whatever the backend.
 //! The client signs every request with the sandbox's key. Before its first
-//! signed request it learns the agent's protocol versions (from
-//! `/healthz`, once per client and its clones), then announces the newest
+//! signed request it learns the agent's protocol versions, once per client
+//! and its clones: from the answer to an exec upgrade that announced this
+//! build's newest version (saving a round trip on every new process's
+//! first exec), else from `/healthz`. It then announces the newest
 //! version both speak, and refuses at once, naming what is missing, a
 //! request that version lacks ([`ClientError::AgentTooOld`]).
 //!
@@ -29,10 +31,12 @@ use std::time::{Duration, Instant};
 use silo_protocol::auth::{AuthError, EMPTY_BODY_SHA256, Key, sign};
 use silo_protocol::exec::ExecSpec;
 use silo_protocol::health::Health;
-use silo_protocol::http::{HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ};
+use silo_protocol::http::{HEADER_PROTOCOL, HEADER_PROTOCOL_MIN, PATH_EXEC, PATH_HEALTHZ};
 use silo_protocol::version::VersionError;
 use silo_protocol::{ErrorKind, Feature, Versions};
-use tokio_tungstenite::tungstenite;
+use tokio_tungstenite::{WebSocketStream, tungstenite};
+
+use transport::Stream;
 
 pub use connection::{ExecConnection, ExecEvent, ExecHandle, ExecOutput};
 pub use negotiate::{REBAKE_HINT, Spoken};
@@ -209,8 +213,42 @@ impl AgentClient {
     }
 
     /// Opens a signed, version-checked exec channel.
+    ///
+    /// A client that has not learned the agent's versions yet does not ask
+    /// `/healthz` first: it announces its newest version on the upgrade
+    /// itself and learns the agent's range from the headers every agent
+    /// answer carries. Only an agent that refuses that version (an older
+    /// one), or answers without the headers, costs the health check and a
+    /// second try at the version both speak.
     pub async fn connect(&self) -> Result<ExecConnection, ClientError> {
+        let known = *lock(&self.theirs);
+        if known.is_none() && Feature::Exec.in_version(self.ours.max) {
+            match self.upgrade(self.ours.max).await {
+                Ok((socket, Some(theirs))) => {
+                    *lock(&self.theirs) = Some(theirs);
+                    let spoken = Spoken::new(self.ours, theirs, self.describe())?;
+                    spoken.require(Feature::Exec)?;
+                    if spoken.version == self.ours.max {
+                        return Ok(ExecConnection::start(socket, spoken));
+                    }
+                    // The agent admitted a version it says it does not
+                    // speak; start over at the one both do.
+                }
+                Ok((_, None)) | Err(ClientError::VersionMismatch(_)) => {}
+                Err(other) => return Err(other),
+            }
+        }
         let spoken = self.speak(Feature::Exec).await?;
+        let (socket, _) = self.upgrade(spoken.version).await?;
+        Ok(ExecConnection::start(socket, spoken))
+    }
+
+    /// Opens the exec WebSocket announcing `version`; returns it with the
+    /// agent's versions when its answer names them.
+    async fn upgrade(
+        &self,
+        version: u32,
+    ) -> Result<(WebSocketStream<Box<dyn Stream>>, Option<Versions>), ClientError> {
         let stream = transport::open(&self.endpoint).await?;
         let signed = sign(&self.key, "GET", PATH_EXEC, EMPTY_BODY_SHA256)?;
         let mut builder = http::Request::builder()
@@ -224,7 +262,7 @@ impl AgentClient {
                 http::header::SEC_WEBSOCKET_KEY,
                 tungstenite::handshake::client::generate_key(),
             )
-            .header(HEADER_PROTOCOL, spoken.version.to_string());
+            .header(HEADER_PROTOCOL, version.to_string());
         for (name, value) in signed.pairs() {
             builder = builder.header(name, value);
         }
@@ -235,7 +273,7 @@ impl AgentClient {
             .body(())
             .map_err(|e| ClientError::Protocol(format!("building upgrade: {e}")))?;
         match tokio_tungstenite::client_async(request, stream).await {
-            Ok((socket, _)) => Ok(ExecConnection::start(socket, spoken)),
+            Ok((socket, response)) => Ok((socket, answered_versions(response.headers()))),
             Err(tungstenite::Error::Http(response)) => Err(rejection(
                 response.status().as_u16(),
                 response.body().as_deref(),
@@ -256,6 +294,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The versions an agent's answer names in its protocol headers, if it names them.
+fn answered_versions(headers: &http::HeaderMap) -> Option<Versions> {
+    let number = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<u32>().ok();
+    let max = number(HEADER_PROTOCOL)?;
+    let min = number(HEADER_PROTOCOL_MIN).unwrap_or(max).min(max);
+    Some(Versions { min, max })
 }
 
 /// Turns a refused upgrade into the error that names why.

@@ -1,9 +1,10 @@
 //! Which protocol version a client speaks with one agent, and what that
 //! version lets it ask for.
 //!
-//! The client learns the agent's versions from `GET /healthz` (once per
-//! client, shared by its clones), speaks the newest version both have, and
-//! checks every request's [`Feature`] against it before sending anything,
+//! The client learns the agent's versions once per client, shared by its
+//! clones (from an exec upgrade's answer, or `GET /healthz`), speaks the
+//! newest version both have, and checks every request's [`Feature`]
+//! against it before sending anything,
 //! so an agent too old for a request is refused here with a message that
 //! says what is missing and what to do, rather than failing strangely on
 //! the agent's side.

@@ -132,6 +132,15 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// Applies the migrations a file lacks, all in one transaction, so a process
 /// racing this one either sees the old schema or the new one.
 pub(super) fn migrate(conn: &mut Connection) -> Result<(), StateError> {
+    // A file already at this build's version (every open after the first)
+    // needs no write lock: versions only ever go up, so a plain read that
+    // finds ours is final. Anything else is decided under the lock below.
+    let current: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(db("reading the schema version"))?;
+    if current == SCHEMA_VERSION {
+        return Ok(());
+    }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(db("starting the schema migration"))?;
