@@ -31,6 +31,7 @@ mod pool;
 mod push_big;
 mod push_fanout;
 mod report;
+mod scale;
 mod session_interrupt;
 mod session_rtt;
 mod snapshot;
@@ -58,6 +59,7 @@ const SCENARIOS: &[&str] = &[
     "snapshot",
     "snapshot-chain",
     "pool",
+    "scale",
     "files",
     "gvisor",
     "e2b",
@@ -76,7 +78,8 @@ struct Args {
     /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot,
     /// snapshot-chain (100 snapshots of one sandbox, a 1 KB change each,
     /// and rewinds along the chain), pool (`up --pool` to first output
-    /// beside a plain container's create and start),
+    /// beside a plain container's create and start), scale (`silo ls` and
+    /// `silo exec` with 1,000 local and 100 Docker sandboxes, and memory),
     /// files (write and read through the agent beside docker cp), gvisor
     /// (tti, exec rtt and snapshot under runsc beside runc), e2b (time to
     /// interactive, exec and resume beside E2B's own API, through the mock
@@ -123,6 +126,7 @@ async fn main() -> anyhow::Result<()> {
             "snapshot" => snapshot::run(args.quick).await?,
             "snapshot-chain" => snapshot_chain::run(args.quick).await?,
             "pool" => pool::run(args.quick).await?,
+            "scale" => scale::run(args.quick).await?,
             "files" => files::run(args.quick).await?,
             "e2b" => e2b::run(args.quick).await?,
             "daytona" => daytona::run(args.quick).await?,
