@@ -170,3 +170,41 @@ async fn a_long_chain_is_squashed_and_every_snapshot_still_restores_its_tree() {
         assert_eq!(&tree(&cli, "long"), want, "rewound to {}", snapshot["id"]);
     }
 }
+
+#[tokio::test]
+async fn up_stores_the_image_ahead_of_the_first_snapshot() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "ahead", "--image", BASE_IMAGE]);
+    // `up` left `silo snapshot base` running behind it; wait for it to end.
+    let home = cli.home.path().to_string_lossy().into_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while storing(&home) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the image was not stored"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    sh(&cli, "ahead", "echo x > /root/x");
+    let report = json(&cli.ok(&["snapshot", "ahead", "--json"]));
+    assert!(report["base_stored"].is_null(), "stored ahead: {report}");
+    assert!(report["snapshot"]["new_bytes"].as_u64().unwrap() < 64 * 1024);
+    // Asked again, there is nothing left to store.
+    let again = json(&cli.ok(&["snapshot", "base", "ahead", "--json"]));
+    assert!(again["stored"].is_null(), "{again}");
+}
+
+/// Whether a `silo snapshot base` of this home is still running.
+fn storing(home: &str) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|entry| {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let words: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        words.contains(&home.as_bytes()) && words.contains(&b"base".as_slice())
+    })
+}
