@@ -7,7 +7,6 @@
 //! Exit codes: 0 on success, the command's own code for `silo exec`, 1 for a
 //! silo error (printed as `silo: <error chain>`), 2 for a usage error.
 
-mod background;
 mod cat;
 mod completions;
 mod cp;

@@ -2,6 +2,7 @@
 //! POOL` takes from (see `Silo::up_from_pool`).
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 
 use silo::Silo;
 
@@ -78,7 +79,23 @@ pub async fn run(
     }
 }
 
-/// Refills `pool` in a `silo pool fill` of its own (see `background`).
+/// Starts `silo pool fill POOL` as a process of its own, on this home and
+/// agent, which outlives this one and keeps to itself (no terminal, its
+/// own process group): the caller answers at once and the pool is full
+/// again shortly after.
 pub fn fill_in_background(silo: &Silo, agent: Option<&Path>, pool: &str) -> anyhow::Result<()> {
-    super::background::spawn(silo, agent, &["pool", "fill", pool])
+    let exe = std::env::current_exe()?;
+    let mut command = Command::new(exe);
+    command.arg("--home").arg(silo.home().root());
+    if let Some(agent) = agent {
+        command.arg("--agent").arg(agent);
+    }
+    command
+        .args(["pool", "fill", pool])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    command.spawn()?;
+    Ok(())
 }

@@ -1,6 +1,5 @@
 //! `silo snapshot SANDBOX [-m MESSAGE]`: capture a sandbox's file system;
-//! `silo snapshot rm ID`: delete a snapshot; `silo snapshot base SANDBOX`:
-//! store the image it was made from ahead of its first snapshot.
+//! `silo snapshot rm ID`: delete a snapshot.
 
 use anyhow::Context;
 use clap::Subcommand;
@@ -23,13 +22,6 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Store the image a sandbox was made from, so its first snapshot
-    /// stores only the sandbox's changes (`silo up` starts this in the
-    /// background for a new Docker sandbox).
-    Base {
-        /// The sandbox (name or id).
-        sandbox: String,
-    },
     /// Delete snapshots (their blobs go at the next `silo gc`).
     Rm {
         /// Snapshot ids (or unique prefixes).
@@ -51,14 +43,6 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
             }
         }
         return Ok(i32::from(failed));
-    }
-    if let Some(Command::Base { sandbox }) = args.command {
-        let stored = silo
-            .store_base(&sandbox)
-            .await
-            .with_context(|| format!("storing the image of {sandbox}"))?;
-        out.base_stored(&sandbox, stored.as_ref())?;
-        return Ok(0);
     }
     let sandbox = args.sandbox.unwrap_or_default();
     let progress = out.snapshot_progress();

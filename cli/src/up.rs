@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use silo::{BackendKind, Silo, UpAction, UpOutcome, UpRequest};
+use silo::{Silo, UpAction, UpRequest};
 
 use super::output::Output;
 use super::pool::fill_in_background;
@@ -40,7 +40,6 @@ pub async fn run(
         if matches!(outcome.action, UpAction::Claimed | UpAction::Created) {
             fill_in_background(silo, agent, pool)?;
         }
-        store_base_in_background(silo, agent, &outcome)?;
         out.up(&outcome)?;
         return Ok(0);
     }
@@ -56,26 +55,6 @@ pub async fn run(
             recreate: args.recreate,
         })
         .await?;
-    store_base_in_background(silo, agent, &outcome)?;
     out.up(&outcome)?;
     Ok(0)
-}
-
-/// A sandbox just made from an image: its image goes into the store behind
-/// us, so its first snapshot need not wait for the export. A store that
-/// has the image answers at once.
-fn store_base_in_background(
-    silo: &Silo,
-    agent: Option<&Path>,
-    outcome: &UpOutcome,
-) -> anyhow::Result<()> {
-    let made = matches!(
-        outcome.action,
-        UpAction::Created | UpAction::Recreated | UpAction::Claimed
-    );
-    let from_image = outcome.sandbox.origin_snapshot.is_none();
-    if made && from_image && outcome.sandbox.backend == BackendKind::Docker {
-        super::background::spawn(silo, agent, &["snapshot", "base", &outcome.sandbox.id])?;
-    }
-    Ok(())
 }

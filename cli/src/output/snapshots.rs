@@ -5,8 +5,7 @@ use std::sync::Arc;
 use indicatif::{ProgressBar, ProgressStyle};
 use silo::human_bytes;
 use silo::silo::{
-    BaseStored, ImageSource, Progress, ProgressFn as SnapshotProgressFn, RestoreReport,
-    SnapshotReport,
+    ImageSource, Progress, ProgressFn as SnapshotProgressFn, RestoreReport, SnapshotReport,
 };
 use silo::state::Snapshot;
 
@@ -22,26 +21,6 @@ impl Output {
             ProgressBar::new_spinner()
         };
         SnapshotProgress { bar }
-    }
-
-    /// What `silo snapshot base` stored.
-    pub fn base_stored(&self, sandbox: &str, stored: Option<&BaseStored>) -> anyhow::Result<()> {
-        if self.json {
-            return print_json(&serde_json::json!({ "sandbox": sandbox, "stored": stored }));
-        }
-        print_lines(&match stored {
-            Some(base) => format!(
-                "stored image {} of {sandbox}: {} layers, {} in {:.0} ms",
-                base.image_id,
-                base.layers,
-                human_bytes(base.bytes),
-                base.ms
-            ),
-            None => format!(
-                "nothing to store for {sandbox}: its image is stored already, or it was made \
-                 from a snapshot or is no container"
-            ),
-        })
     }
 
     /// A snapshot just taken, with its moments and sizes.

@@ -371,36 +371,6 @@ impl Silo {
         }
     }
 
-    /// Stores the image a sandbox's container was made from, if the store
-    /// lacks it, so that the sandbox's first snapshot stores only its own
-    /// changes and captures without waiting for the export. `None` when
-    /// there was nothing to store: the image is stored already, the machine
-    /// was made from a snapshot, or it is not an engine's container.
-    pub async fn store_base(&self, name_or_id: &str) -> Result<Option<BaseStored>, SiloError> {
-        let sandbox = self.get(name_or_id)?;
-        if sandbox.origin_snapshot.is_some()
-            || self.snapshot_support(&sandbox)? != SnapshotSupport::EngineImages
-        {
-            return Ok(None);
-        }
-        let key = self.sandbox_key(&sandbox);
-        let facts = self
-            .docker
-            .container_facts(machine(&sandbox, &key))
-            .await
-            .map_err(|e| backend_error("store the image of", &sandbox, BackendError::from(e)))?;
-        let store = self.store()?;
-        let _lock = {
-            let store = store.clone();
-            blocking(move || Ok(store.shared_lock()?)).await?
-        };
-        let progress = super::no_progress();
-        let (_, stored) = self
-            .store_base_image(&self.docker, &store, &facts.image_id, &progress)
-            .await?;
-        Ok(stored)
-    }
-
     /// The base image, stored: from the records when its layers are in the
     /// store already, else exported from the engine into the store now.
     pub(super) async fn store_base_image(
