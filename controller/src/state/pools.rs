@@ -12,7 +12,7 @@ use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::events::{EventKind, insert_event};
-use super::sandboxes::{COLUMNS, RawRow, to_json};
+use super::sandboxes::{COLUMNS, RawRow, name_taken_or, to_json};
 use super::{NewSandbox, SandboxRecord, StateDb, StateError, db, now_ms};
 use crate::spec::SandboxSpec;
 
@@ -159,17 +159,7 @@ impl StateDb {
                      WHERE id = ?1 AND pool = ?2",
                     params![member.id, pool, name, now],
                 )
-                .map_err(|e| match &e {
-                    rusqlite::Error::SqliteFailure(code, _)
-                        if code.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE =>
-                    {
-                        StateError::NameTaken(name.to_owned())
-                    }
-                    _ => StateError::Db {
-                        context: "claiming a pool member",
-                        source: e,
-                    },
-                })?;
+                .map_err(|e| name_taken_or(e, name, "claiming a pool member"))?;
             if changed == 0 {
                 return Ok(false);
             }

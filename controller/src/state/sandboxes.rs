@@ -370,18 +370,10 @@ impl RawRow {
             serde_json::from_str(&self.spec).map_err(|e| corrupt(format!("spec: {e}")))?;
         let backend_ref = serde_json::from_str(&self.backend_ref)
             .map_err(|e| corrupt(format!("backend_ref: {e}")))?;
-        let baseline = match &self.baseline {
-            Some(text) => {
-                Some(serde_json::from_str(text).map_err(|e| corrupt(format!("baseline: {e}")))?)
-            }
-            None => None,
-        };
-        let checkpoint = match &self.checkpoint {
-            Some(text) => {
-                Some(serde_json::from_str(text).map_err(|e| corrupt(format!("checkpoint: {e}")))?)
-            }
-            None => None,
-        };
+        let baseline = optional_json(self.baseline.as_deref())
+            .map_err(|e| corrupt(format!("baseline: {e}")))?;
+        let checkpoint = optional_json(self.checkpoint.as_deref())
+            .map_err(|e| corrupt(format!("checkpoint: {e}")))?;
         Ok(SandboxRecord {
             id: self.id,
             name: self.name,
@@ -427,8 +419,19 @@ pub(super) fn to_json(id: &str, value: &impl Serialize) -> Result<String, StateE
     })
 }
 
+/// A JSON column that may be NULL.
+fn optional_json<T: serde::de::DeserializeOwned>(
+    text: Option<&str>,
+) -> Result<Option<T>, serde_json::Error> {
+    text.map(serde_json::from_str).transpose()
+}
+
 /// Maps a UNIQUE violation on the name column to [`StateError::NameTaken`].
-fn name_taken_or(error: rusqlite::Error, name: &str, context: &'static str) -> StateError {
+pub(super) fn name_taken_or(
+    error: rusqlite::Error,
+    name: &str,
+    context: &'static str,
+) -> StateError {
     if let rusqlite::Error::SqliteFailure(code, Some(message)) = &error {
         if code.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
             && message.contains("sandboxes.name")
