@@ -338,14 +338,21 @@ impl StateDb {
         })
     }
 
-    /// Forgets the stored images no snapshot stands on; returns their ids.
-    /// Their blobs become unnamed, for gc to remove.
+    /// Forgets the stored images no snapshot stands on and no sandbox's
+    /// machine started from (a template baseline or an image's listing,
+    /// which its first snapshot needs); returns their ids. Their blobs become
+    /// unnamed, for gc to remove.
     pub fn forget_unused_images(&mut self) -> Result<Vec<String>, StateError> {
         self.write("forgetting unused images", |tx| {
+            // `NOT IN` a list holding NULL is never true: the baselines'
+            // images are taken only where there is one.
             let mut stmt = tx
                 .prepare(
                     "DELETE FROM images WHERE image_id NOT IN \
-                     (SELECT base_image FROM snapshots) RETURNING image_id",
+                     (SELECT base_image FROM snapshots) AND image_id NOT IN \
+                     (SELECT json_extract(baseline, '$.image') FROM sandboxes \
+                      WHERE json_extract(baseline, '$.image') IS NOT NULL) \
+                     RETURNING image_id",
                 )
                 .map_err(db("forgetting unused images"))?;
             let ids = stmt
@@ -464,8 +471,8 @@ fn json_text(id: &str, value: &impl Serialize) -> Result<String, StateError> {
 mod tests {
     use super::*;
     use crate::spec::BackendKind;
-    use crate::state::NewSandbox;
     use crate::state::test_support::temp_db;
+    use crate::state::{Baseline, NewSandbox};
 
     fn snapshot(id: &str, layers: &[&str], at: i64) -> Snapshot {
         Snapshot {
@@ -555,6 +562,54 @@ mod tests {
                 "snapshot_removed",
                 "snapshot_removed"
             ]
+        );
+    }
+
+    #[test]
+    fn an_image_a_live_sandbox_started_from_is_kept() {
+        let (_dir, mut db) = temp_db();
+        let image = |id: &str, index: &str| StoredImage {
+            image_id: id.into(),
+            config: serde_json::json!({}),
+            layers: Vec::new(),
+            index_blob: index.into(),
+            bytes: 5,
+            stored_at_ms: 1,
+            identity: None,
+        };
+        db.insert_image(&image("e2b-template:t@base", "i1"))
+            .unwrap();
+        db.insert_image(&image("e2b-template:old@base", "i2"))
+            .unwrap();
+        let sandbox = db
+            .insert_sandbox(&NewSandbox {
+                id: "sbx-00000000000c".into(),
+                name: "c".into(),
+                spec: SandboxSpec::new(BackendKind::E2b),
+                origin_snapshot: None,
+            })
+            .unwrap();
+        let baseline = Baseline {
+            image: "e2b-template:t@base".into(),
+            changed_since_ns: 1,
+        };
+        db.set_baseline(&sandbox, &baseline).unwrap();
+        // A sandbox with no baseline names nothing, and stops nothing going.
+        db.insert_sandbox(&NewSandbox {
+            id: "sbx-00000000000d".into(),
+            name: "d".into(),
+            spec: SandboxSpec::new(BackendKind::Docker),
+            origin_snapshot: None,
+        })
+        .unwrap();
+
+        assert_eq!(
+            db.forget_unused_images().unwrap(),
+            ["e2b-template:old@base"]
+        );
+        assert_eq!(
+            db.named_blobs().unwrap().into_iter().collect::<Vec<_>>(),
+            ["i1"]
         );
     }
 }
