@@ -227,8 +227,9 @@ impl Silo {
     }
 
     /// Records the machine a backend just made for `sandbox` (its handle and
-    /// a `started` event, and, on a backend whose snapshots are applied
-    /// layers, the fresh machine's baseline); when making it failed,
+    /// a `started` event, and what a fresh machine's first snapshot will be
+    /// measured against: a remote VM's baseline, a container's own listing
+    /// when the store lacks its image); when making it failed,
     /// removes whatever it left and returns why. The sandbox's row stays
     /// either way: a recreate or restore leaves it machineless for the next
     /// `up`.
@@ -245,15 +246,19 @@ impl Silo {
                     &backend_ref,
                     Some((EventKind::Started, detail)),
                 )?;
-                let fresh = sandbox.origin_snapshot.is_none();
-                let layered = self.backend(sandbox.backend).snapshot_support()
-                    == SnapshotSupport::AgentLayers;
-                if !(fresh && layered) {
+                if sandbox.origin_snapshot.is_some() {
                     return Ok(sandbox);
                 }
+                let recorded = match self.backend(sandbox.backend).snapshot_support() {
+                    SnapshotSupport::AgentLayers => self.record_fresh_baseline(&sandbox).await,
+                    SnapshotSupport::EngineImages => self.record_listing(&sandbox).await,
+                    SnapshotSupport::None => return Ok(sandbox),
+                };
                 // A sandbox that cannot snapshot is still a working sandbox:
-                // its snapshots say why, and a recreate tries again.
-                match self.record_fresh_baseline(&sandbox).await {
+                // its snapshots say why, and a recreate tries again. Without
+                // its listing, a container's first snapshot stores its image
+                // before it captures, as when the listing is not wanted.
+                match recorded {
                     Ok(sandbox) => Ok(sandbox),
                     Err(error) => {
                         tracing::warn!(

@@ -11,6 +11,7 @@ mod files_cli;
 mod image;
 mod incremental;
 mod lease;
+mod listing;
 mod pool;
 mod push;
 mod sandbox;

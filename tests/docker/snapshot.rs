@@ -350,11 +350,9 @@ async fn a_killed_snapshot_leaves_no_record_and_gc_keeps_only_what_is_named() {
 
     let gc = json(&cli.ok(&["gc", "--json"]));
     assert!(gc["store"]["temps_removed"].as_u64().unwrap() >= 1, "{gc}");
-    assert_eq!(
-        blobs(&home).len(),
-        0,
-        "nothing names the base image's blobs now"
-    );
+    // The snapshot was killed before the image went into the store: the
+    // listing of the image the sandbox started from is all a row names.
+    assert_eq!(blobs(&home).len(), 1, "only the image's listing is named");
 
     // Two snapshots; removing one keeps every blob the other names.
     sh(&cli, "victim", "rm /root/big; echo small > /root/small");

@@ -34,9 +34,10 @@ pub struct SandboxRecord {
     /// The snapshot its current machine was made from (rewind, fork,
     /// restore); `None` when it was made from the spec's image.
     pub origin_snapshot: Option<String>,
-    /// Where its current machine's files started, on a backend whose
-    /// snapshots are layers applied by the agent (remote VMs); `None`
-    /// elsewhere, and until the machine's agent has been asked.
+    /// Where its current machine's files started: on a backend whose
+    /// snapshots are layers applied by the agent (remote VMs), and on a
+    /// container made from an image the store lacked (the image's listing);
+    /// `None` elsewhere, and until the machine's agent has been asked.
     pub baseline: Option<Baseline>,
     /// The newest snapshot of its current machine, which the next one
     /// builds on; `None` until one is taken, and whenever the machine is
@@ -44,16 +45,18 @@ pub struct SandboxRecord {
     pub checkpoint: Option<Checkpoint>,
 }
 
-/// What a snapshot of a machine that is not an engine's container measures
-/// its changes against.
+/// What the first snapshot of a machine measures its changes against when
+/// no snapshot of it came before.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Baseline {
     /// The stored image its files started from: the template's path index
-    /// for a fresh machine, the snapshot's base for a restored one.
+    /// for a fresh VM, the snapshot's base for a restored one, the image's
+    /// listing for a container made from an image the store lacked.
     pub image: String,
     /// Unix ns on the machine's own clock from which a changed path counts
     /// as the sandbox's: taken before the template was indexed, or after a
-    /// snapshot's layers were applied.
+    /// snapshot's layers were applied (a container's creation serves
+    /// instead, as for any container).
     pub changed_since_ns: i64,
 }
 

@@ -1,6 +1,22 @@
-//! Snapshots on machines that are not an engine's containers (remote VMs,
-//! [`SnapshotSupport::AgentLayers`]): what a snapshot's changes are
-//! measured against, and how a snapshot's layers go back onto a machine.
+//! What a machine's first snapshot measures its changes against when the
+//! store has no index of the files the machine started with, and, on
+//! machines that are not an engine's containers (remote VMs,
+//! [`SnapshotSupport::AgentLayers`]), how a snapshot's layers go back onto
+//! a machine.
+//!
+//! An **image's listing**: a container made from an image the store lacks
+//! would have its first snapshot wait for the engine's export of the whole
+//! image (seconds for a few hundred megabytes) before the agent could be
+//! asked for anything, since deletions are found against the image's
+//! paths. So when the first such container is made, and before anything of
+//! the sandbox's runs in it, its agent lists its paths (`POST /v1/index`)
+//! into the store as an image with no layers, shared by every container of
+//! that image with the same exclusions (a bind mount hides what the image
+//! has under it). The first snapshot is captured against the listing and
+//! the image is exported after the sandbox runs again. A container with a
+//! workload is never listed, since the workload has run by then and a file
+//! it deleted would be missing from the listing and so come back in every
+//! restore; it uses a listing taken from another container.
 //!
 //! A provider's template cannot be exported, so its paths come from a fresh
 //! machine's agent (`POST /v1/index`) and are stored as an image with no
@@ -19,15 +35,17 @@
 //! [`SnapshotSupport::AgentLayers`]: crate::backend::SnapshotSupport::AgentLayers
 
 use bytes::Bytes;
+use sha2::{Digest as _, Sha256};
 use silo_protocol::ErrorKind;
 use silo_protocol::index::IndexRequest;
 
-use super::{ImageSource, SnapshotError, blocking, parse_digest};
+use super::{ImageSource, SnapshotError, blocking, parse_digest, shared_lock};
+use crate::backend::BackendError;
 use crate::backend::remote::SILO_DIR;
 use crate::client::{AgentClient, ClientError};
 use crate::image::{BAKED_AGENT_PATH, BASE_ID_PATH};
 use crate::sandbox::{FileError, Files};
-use crate::silo::{Silo, SiloError};
+use crate::silo::{Silo, SiloError, backend_error, machine};
 use crate::spec::BackendKind;
 use crate::state::{Baseline, SandboxRecord, Snapshot, StoredImage, now_ms};
 use crate::store::{Index, Store};
@@ -45,6 +63,17 @@ const CARRIES_AGENT: &str = "carries_agent";
 /// id (or, for a template without one, its index's digest).
 fn template_image_id(backend: BackendKind, template: &str, base: &str) -> String {
     format!("{backend}-template:{template}@{base}")
+}
+
+/// The key of an image listing's config that names the engine's image.
+const LISTING_OF: &str = "listing_of";
+
+/// The id of the listing of an engine image, taken with `exclude` left out.
+pub(super) fn listing_image_id(image_id: &str, exclude: &[String]) -> String {
+    let mut exclude = exclude.to_vec();
+    exclude.sort();
+    let digest = Sha256::digest(exclude.join("\0").as_bytes());
+    format!("docker-listing:{image_id}@{}", hex::encode(&digest[..8]))
 }
 
 /// Whether `image` is a template baseline of `template` on `backend`.
@@ -96,6 +125,7 @@ impl Silo {
                     exclude: vec![SILO_DIR.to_owned()],
                 };
                 let listed = client.index(&request).await.map_err(&agent)?;
+                let _lock = shared_lock(&store).await?;
                 let (index_blob, bytes, carries_agent) = store_index(&store, listed).await?;
                 let base = base_id
                     .clone()
@@ -116,6 +146,63 @@ impl Silo {
         let baseline = Baseline {
             image: image.image_id,
             changed_since_ns,
+        };
+        Ok(self.db().set_baseline(sandbox, &baseline)?)
+    }
+
+    /// Records the listing of a fresh container's image as its baseline
+    /// when the store lacks the image (see the module docs), listing the
+    /// container if no other was; the sandbox as it was when the listing
+    /// is not needed or cannot be taken.
+    pub(in crate::silo) async fn record_listing(
+        &self,
+        sandbox: &SandboxRecord,
+    ) -> Result<SandboxRecord, SiloError> {
+        let key = self.sandbox_key(sandbox);
+        let facts = self
+            .docker
+            .container_facts(machine(sandbox, &key))
+            .await
+            .map_err(|e| backend_error("inspect", sandbox, BackendError::from(e)))?;
+        let store = self.store()?;
+        if self
+            .complete_image(&store, &facts.image_id)
+            .await?
+            .is_some()
+        {
+            return Ok(sandbox.clone());
+        }
+        let image_id = listing_image_id(&facts.image_id, &facts.exclude);
+        // Held until the sandbox's row names the listing, so gc cannot
+        // forget it in between.
+        let _lock = shared_lock(&store).await?;
+        if self.complete_image(&store, &image_id).await?.is_none() {
+            let spec = &sandbox.spec;
+            if !spec.workload.is_empty() || spec.workload_from_image {
+                return Ok(sandbox.clone());
+            }
+            let request = IndexRequest {
+                exclude: facts.exclude,
+            };
+            let listed = self
+                .client(sandbox)?
+                .index(&request)
+                .await
+                .map_err(agent_error(sandbox))?;
+            let (index_blob, bytes, _) = store_index(&store, listed).await?;
+            self.db().insert_image(&StoredImage {
+                image_id: image_id.clone(),
+                config: serde_json::json!({ LISTING_OF: facts.image_id }),
+                layers: Vec::new(),
+                index_blob,
+                bytes,
+                stored_at_ms: now_ms(),
+                identity: None,
+            })?;
+        }
+        let baseline = Baseline {
+            image: image_id,
+            changed_since_ns: facts.created_ns,
         };
         Ok(self.db().set_baseline(sandbox, &baseline)?)
     }

@@ -14,7 +14,9 @@
 //!
 //! The moments a snapshot reports:
 //! - **captured**: the layer is taken and the sandbox runs again;
-//! - **durable**: the layer is fsynced in the store and the row recorded;
+//! - **durable**: the layer (and, for the first snapshot on an image, the
+//!   image, stored after the capture) is fsynced in the store and the row
+//!   recorded;
 //! - **loaded**: the engine has the snapshot as an image, so a rewind on
 //!   this engine need not load it. Loading sends only the layers the engine
 //!   lacks (it skips a layer whose chain it has).
@@ -29,9 +31,9 @@
 //! - `layer`: receiving a layer stream into the store, checked as it comes;
 //! - `restore`: a snapshot back onto the engine as an image, and the
 //!   operations that make a machine from it (rewind, fork, `up` tier 2);
-//! - `baseline`: machines that are not an engine's containers (remote
-//!   VMs): what their snapshots are measured against, base ids, and
-//!   applying a snapshot's layers onto them;
+//! - `baseline`: what a machine's first snapshot is measured against when
+//!   the store has no index of its image (an image's listing, a template
+//!   baseline), base ids, and applying a snapshot's layers onto remote VMs;
 //! - `gc`: the store's half of `silo gc`.
 
 mod baseline;
@@ -56,7 +58,7 @@ use crate::client::ClientError;
 use crate::spec::BackendKind;
 use crate::state::{SandboxRecord, Snapshot, StateError, StoredImage};
 use crate::store::{
-    Digest, IndexError, IngestError, LoadArchiveError, Store, StoreError, load_archive,
+    Digest, IndexError, IngestError, LoadArchiveError, SharedLock, Store, StoreError, load_archive,
 };
 
 /// What a long snapshot step reports, for progress bars.
@@ -91,7 +93,8 @@ pub struct SnapshotReport {
     /// Milliseconds from the start until the layer was taken and the
     /// sandbox ran again.
     pub captured_ms: f64,
-    /// Milliseconds from the start until it was in the store and recorded.
+    /// Milliseconds from the start until it was in the store and recorded
+    /// (with the base image, when this snapshot stored it).
     pub durable_ms: f64,
     /// Milliseconds from the start until the engine had it as an image;
     /// `None` if loading it failed (see `load_error`; a rewind loads it
@@ -367,6 +370,13 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| SnapshotError::Task(e.to_string()))?
+}
+
+/// The store's shared lock, held from writing blobs until a row names
+/// them, so gc cannot judge them unnamed in between.
+async fn shared_lock(store: &Store) -> Result<SharedLock, SnapshotError> {
+    let store = store.clone();
+    blocking(move || Ok(store.shared_lock()?)).await
 }
 
 fn ms_since(start: Instant) -> f64 {

@@ -1,8 +1,11 @@
 //! Taking a snapshot: the base the sandbox's machine stands on (stored once
 //! per image), the agent's layer of what changed since, and the row that
-//! names them all. A snapshot is durable once its layer is fsynced in the
-//! store and the row is recorded; it is then loaded onto the engine so a
-//! rewind there starts at once.
+//! names them all. The layer is captured first whenever the store has
+//! something to measure it against (the chain's tree, the image's index,
+//! or the image's listing); a base image the store lacks is stored after
+//! the capture, while the sandbox runs. A snapshot is durable once its
+//! blobs are fsynced in the store and the row is recorded; it is then
+//! loaded onto the engine so a rewind there starts at once.
 
 use std::io;
 use std::sync::Arc;
@@ -12,11 +15,13 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use silo_protocol::snapshot::SnapshotRequest;
 
+use super::baseline::listing_image_id;
 use super::layer::{CountingReader, Received, receive_layer};
 use super::{
     BaseStored, COMPACT_AT, Compacted, Progress, ProgressFn, SnapshotError, SnapshotReport,
-    blocking, engine, ms_since, parse_digest,
+    blocking, engine, ms_since, parse_digest, shared_lock,
 };
+use crate::backend::docker::ContainerFacts;
 use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT, unix_ms_to_rfc3339};
 use crate::backend::remote::SILO_DIR;
 use crate::backend::{BackendError, DockerBackend, MachineState, SnapshotSupport};
@@ -57,10 +62,7 @@ impl Silo {
             }
         };
         let store = self.store()?;
-        let lock = {
-            let store = store.clone();
-            blocking(move || Ok(store.shared_lock()?)).await?
-        };
+        let lock = shared_lock(&store).await?;
         // What the snapshot builds on: the newest snapshot of this machine,
         // else the snapshot the machine was made from, else its image.
         let checkpoint = match &sandbox.checkpoint {
@@ -80,26 +82,34 @@ impl Silo {
         let start_point = self
             .start_point(&sandbox, support, standing_on.is_none(), &store, progress)
             .await?;
-        let (base, layers, config, parent, base_stored) = match standing_on {
-            Some(snapshot) => {
+        // What the layer is measured against: the tree of what it builds
+        // on, or, before its image is stored, the machine's own listing.
+        let (on, baseline) = match (standing_on, start_point.base) {
+            (Some(snapshot), _) => {
                 let base = self.base_of(&snapshot)?;
-                let config: Value = serde_json::from_str(&snapshot.config).map_err(|e| {
-                    SnapshotError::Inconsistent(format!("config of {}: {e}", snapshot.id))
-                })?;
-                (base, snapshot.layers, config, Some(snapshot.id), None)
+                let index = chain_index(&store, &base, &snapshot.layers).await?;
+                (On::Snapshot(Box::new(snapshot), base), index)
             }
-            None => {
-                let (base, stored) = start_point.base.ok_or_else(|| {
-                    SnapshotError::Inconsistent("no base for a machine made from an image".into())
-                })?;
-                let layers = base.layers.clone();
-                let config = base.config.clone();
-                (base, layers, config, None, stored)
+            (None, Some(StartBase::Stored(base, stored))) => {
+                let index = chain_index(&store, &base, &base.layers).await?;
+                (On::Image(base, stored), index)
             }
-        };
-        let baseline = {
-            let (store, base, layers) = (store.clone(), base.clone(), layers.clone());
-            blocking(move || image_index(&store, &base, &layers)).await?
+            (None, Some(StartBase::Pending { image_id, listing })) => {
+                let store = store.clone();
+                let index = blocking(move || {
+                    Ok(Index::read_from(
+                        store.open_blob(&parse_digest(&listing)?)?,
+                    )?)
+                })
+                .await?;
+                (On::Pending(image_id), index)
+            }
+            (None, None) => {
+                return Err(SnapshotError::Inconsistent(
+                    "no base for a machine made from an image".into(),
+                )
+                .into());
+            }
         };
         let mut request = start_point.request;
         if let Some((stopped_at_ns, _)) = checkpoint {
@@ -130,7 +140,10 @@ impl Silo {
                  or recreate the sandbox",
                 sandbox.name,
                 sandbox.name,
-                parent.as_deref().unwrap_or_default()
+                sandbox
+                    .checkpoint
+                    .as_ref()
+                    .map_or("", |checkpoint| checkpoint.snapshot.as_str())
             ))
             .into());
         }
@@ -160,6 +173,25 @@ impl Silo {
             Received::Store(error) => SnapshotError::Store(error),
         })?;
         let captured_ms = ms_since(start);
+
+        // The sandbox runs again; a first snapshot on an image the store
+        // lacked stores the image now, and is durable once it is in.
+        let (base, layers, config, parent, base_stored) = match on {
+            On::Snapshot(snapshot, base) => {
+                let config: Value = serde_json::from_str(&snapshot.config).map_err(|e| {
+                    SnapshotError::Inconsistent(format!("config of {}: {e}", snapshot.id))
+                })?;
+                let Snapshot { id, layers, .. } = *snapshot;
+                (base, layers, config, Some(id), None)
+            }
+            On::Image(base, stored) => on_image(base, stored),
+            On::Pending(image_id) => {
+                let (base, stored) = self
+                    .store_base_image(&self.docker, &store, &image_id, progress)
+                    .await?;
+                on_image(base, stored)
+            }
+        };
 
         let id = new_snapshot_id()?;
         let mut layers = layers;
@@ -321,10 +353,7 @@ impl Silo {
                     .await
                     .map_err(|e| backend_error("snapshot", sandbox, BackendError::from(e)))?;
                 let base = match on_base {
-                    true => Some(
-                        self.store_base_image(&self.docker, store, &facts.image_id, progress)
-                            .await?,
-                    ),
+                    true => Some(self.container_base(&facts, store, progress).await?),
                     false => None,
                 };
                 let request = SnapshotRequest {
@@ -359,7 +388,7 @@ impl Silo {
                     baseline: Vec::new(),
                 };
                 Ok(StartPoint {
-                    base: Some((base, None)),
+                    base: Some(StartBase::Stored(base, None)),
                     request,
                 })
             }
@@ -369,6 +398,31 @@ impl Silo {
             }
             .into()),
         }
+    }
+
+    /// The image a container was made from: stored already, or pending
+    /// when the store has its listing to measure the layer against (the
+    /// image is stored after the capture), or else stored now.
+    async fn container_base(
+        &self,
+        facts: &ContainerFacts,
+        store: &Store,
+        progress: &ProgressFn,
+    ) -> Result<StartBase, SnapshotError> {
+        if let Some(image) = self.complete_image(store, &facts.image_id).await? {
+            return Ok(StartBase::Stored(image, None));
+        }
+        let listing = listing_image_id(&facts.image_id, &facts.exclude);
+        if let Some(listing) = self.complete_image(store, &listing).await? {
+            return Ok(StartBase::Pending {
+                image_id: facts.image_id.clone(),
+                listing: listing.index_blob,
+            });
+        }
+        let (image, stored) = self
+            .store_base_image(&self.docker, store, &facts.image_id, progress)
+            .await?;
+        Ok(StartBase::Stored(image, stored))
     }
 
     /// The base image, stored: from the records when its layers are in the
@@ -438,12 +492,57 @@ impl Silo {
 
 /// Where a machine started, as a snapshot of it needs to know.
 struct StartPoint {
-    /// The stored image its files came from (with what storing it took,
-    /// when this snapshot stored it); `None` for a machine made from a
+    /// The image its files came from; `None` for a machine made from a
     /// snapshot, whose base is the snapshot's.
-    base: Option<(StoredImage, Option<BaseStored>)>,
+    base: Option<StartBase>,
     /// What counts as changed (the baseline is filled in later).
     request: SnapshotRequest,
+}
+
+/// The image a machine's files came from.
+enum StartBase {
+    /// In the store (with what storing it took, when this snapshot did).
+    Stored(StoredImage, Option<BaseStored>),
+    /// Not in the store yet: the machine's own listing (a blob's digest)
+    /// stands in for its paths until the image is stored after the capture.
+    Pending { image_id: String, listing: String },
+}
+
+/// What a snapshot builds on.
+enum On {
+    /// An earlier snapshot (the machine's checkpoint, or what it was made
+    /// from), with its base.
+    Snapshot(Box<Snapshot>, StoredImage),
+    /// The stored image the machine was made from.
+    Image(StoredImage, Option<BaseStored>),
+    /// The image the machine was made from, stored once the layer is in.
+    Pending(String),
+}
+
+/// The base, layers, config, parent and stored base of a first snapshot on
+/// an image.
+fn on_image(
+    base: StoredImage,
+    stored: Option<BaseStored>,
+) -> (
+    StoredImage,
+    Vec<String>,
+    Value,
+    Option<String>,
+    Option<BaseStored>,
+) {
+    let (layers, config) = (base.layers.clone(), base.config.clone());
+    (base, layers, config, None, stored)
+}
+
+/// [`image_index`], off the async threads.
+async fn chain_index(
+    store: &Store,
+    base: &StoredImage,
+    layers: &[String],
+) -> Result<Index, SnapshotError> {
+    let (store, base, layers) = (store.clone(), base.clone(), layers.to_vec());
+    blocking(move || image_index(&store, &base, &layers)).await
 }
 
 /// The paths of an image made of `layers`: the base image's stored index,
