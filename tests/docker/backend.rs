@@ -15,13 +15,10 @@ use silo_tests::docker::{
     BASE_IMAGE, container_id, containers_of, engine_with_base, is_running,
     remove_behind_silos_back, wait_stopped,
 };
+use silo_tests::json;
 
 /// Longest an idle-timeout test waits for its container to stop by itself.
 const TTL_WAIT: Duration = Duration::from_secs(20);
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 /// Runs `silo up NAME --json ARGS...`; returns (sandbox id, action, notes).
 fn up(cli: &Cli, name: &str, args: &[&str]) -> (String, String, Vec<String>) {

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use silo_mocks::{MockDaytona, MockDaytonaConfig, MockE2b, MockE2bConfig};
 use silo_tests::docker::engine_with_base;
 
-use crate::e2b::{NO_ROOM_IMAGE, json, no_room_image};
+use crate::e2b::{NO_ROOM_IMAGE, no_room_image};
+use silo_tests::json;
 
 /// The Daytona id of a silo sandbox, from `silo ls --json`.
 fn daytona_id(cli: &silo_tests::Cli, name: &str) -> String {

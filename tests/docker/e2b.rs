@@ -18,14 +18,11 @@ use silo_mocks::containers::{LABEL_SANDBOX, labelled};
 use silo_mocks::{MockE2b, MockE2bConfig};
 use silo_tests::Cli;
 use silo_tests::docker::engine_with_base;
+use silo_tests::json;
 
 /// The CLI with the mock's environment (its clean-up included).
 fn cli(mock: &MockE2b) -> Cli {
     crate::cli().with_env(mock.env())
-}
-
-pub(crate) fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
 /// The E2B id of a silo sandbox, from `silo ls --json`.

@@ -17,7 +17,8 @@ use silo_mocks::{MockE2b, MockE2bConfig};
 use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, engine_with_base};
 
-use crate::e2b::{api, json, vm_of};
+use crate::e2b::{api, vm_of};
+use silo_tests::json;
 
 /// An image with other files than the base's: its own base id.
 const OTHER_IMAGE: &str = "silo-test-other-base:latest";

@@ -8,11 +8,8 @@
 )]
 
 use silo_tests::docker::{BASE_IMAGE, engine_with_base};
+use silo_tests::json;
 use silo_tests::tree;
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 #[tokio::test]
 async fn cp_round_trips_a_tree_through_a_base_image_sandbox() {

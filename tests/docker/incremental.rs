@@ -9,16 +9,10 @@
     reason = "a test should fail loudly at the first surprise"
 )]
 
+use crate::sh;
 use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, engine_with_base};
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
-
-fn sh(cli: &Cli, name: &str, script: &str) -> String {
-    cli.ok(&["exec", name, "--", "sh", "-c", script])
-}
+use silo_tests::json;
 
 fn snapshot(cli: &Cli, name: &str) -> serde_json::Value {
     json(&cli.ok(&["snapshot", name, "--json"]))["snapshot"].clone()

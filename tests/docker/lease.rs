@@ -12,15 +12,12 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use silo_tests::docker::{BASE_IMAGE, containers_of, engine_with_base};
+use silo_tests::json;
 
 /// Longest any single `silo` process in these tests may take.
 const PROCESS_LIMIT: Duration = Duration::from_secs(60);
 /// How long a waiting process is watched to be sure it really waits.
 const WAITS_AT_LEAST: Duration = Duration::from_millis(800);
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 fn wait_with_limit(child: std::process::Child) -> std::process::Output {
     let started = Instant::now();

@@ -25,3 +25,8 @@ const SILO: &str = env!("CARGO_BIN_EXE_silo");
 fn cli() -> silo_tests::Cli {
     silo_tests::Cli::new(SILO)
 }
+
+/// `silo exec NAME -- sh -c SCRIPT`, its stdout.
+fn sh(cli: &silo_tests::Cli, name: &str, script: &str) -> String {
+    cli.ok(&["exec", name, "--", "sh", "-c", script])
+}

@@ -13,10 +13,7 @@ use std::time::{Duration, Instant};
 
 use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, containers_of, engine_with_base, is_running};
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
+use silo_tests::json;
 
 fn ready(cli: &Cli, pool: &str) -> u64 {
     let pools = json(&cli.ok(&["pool", "ls", "--json"]));

@@ -11,13 +11,10 @@
 use silo::Silo;
 use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, container_id, engine_with_base};
+use silo_tests::json;
 use silo_tests::push::{bundle_of, push_raw, push_to_all, tar_entry, tar_file};
 
 const MOUNT: &str = "/workspace/managed/app";
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 fn sandbox_id(cli: &Cli, name: &str) -> String {
     let listed = json(&cli.ok(&["ls", "--json"]));

@@ -12,10 +12,7 @@
 use silo::backend::docker::{LABEL_HOME, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, container, containers_of, engine_with_base};
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
+use silo_tests::json;
 
 fn id_of(cli: &Cli, args: &[&str]) -> String {
     let out = json(&cli.ok(args));

@@ -15,20 +15,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::sh;
 use silo_tests::Cli;
 use silo_tests::docker::{
     BASE_IMAGE, container, engine_with_base, remove_behind_silos_back, remove_image, unique_image,
     wait_stopped,
 };
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
-
-/// `silo exec NAME -- sh -c SCRIPT`, its stdout.
-fn sh(cli: &Cli, name: &str, script: &str) -> String {
-    cli.ok(&["exec", name, "--", "sh", "-c", script])
-}
+use silo_tests::json;
 
 /// Takes a snapshot; returns its report.
 fn snapshot(cli: &Cli, name: &str, message: &str) -> serde_json::Value {

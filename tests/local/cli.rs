@@ -10,10 +10,7 @@
 use std::time::{Duration, Instant};
 
 use silo_tests::Cli;
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
+use silo_tests::json;
 
 #[test]
 fn create_exec_ls_events_rm_across_processes() {

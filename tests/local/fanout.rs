@@ -9,11 +9,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 
+use silo_tests::json;
 use silo_tests::push::push_to_all;
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 const MOUNT: &str = "/workspace/managed/app";
 

@@ -13,11 +13,8 @@ use std::path::Path;
 use std::process::Stdio;
 
 use silo_tests::Cli;
+use silo_tests::json;
 use silo_tests::tree;
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
 
 fn text(path: &Path) -> String {
     path.display().to_string()

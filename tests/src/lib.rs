@@ -162,6 +162,12 @@ pub fn sh(script: &str) -> silo_protocol::exec::ExecSpec {
     }
 }
 
+/// A command's `--json` output, parsed; fails with the text itself when it
+/// is not JSON.
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
 /// Bytes as text, for assertions with readable failures.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
