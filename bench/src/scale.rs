@@ -3,7 +3,8 @@
 //! through the library eight at a time. At each count: `silo ls` as a new
 //! process beside the plain listing of the same things (`ps` of every
 //! process; the Engine API's container list), `silo exec NAME -- true` as
-//! a new process beside the same with one sandbox, the `silo ls` process's
+//! a new process beside the same with one sandbox (and a host spawn of
+//! `/bin/true` at both counts, for what the machine itself does), the `silo ls` process's
 //! peak resident memory, and each idle agent's proportional share of memory
 //! (PSS, from `/proc/PID/smaps_rollup`).
 
@@ -78,6 +79,7 @@ async fn measure<F: Future<Output = anyhow::Result<Duration>>>(
     };
     silo.create(request(0)).await?;
     let exec_one = exec_samples(&bin, &home, 30)?;
+    let spawn_one = spawn_samples(30)?;
 
     let t = Instant::now();
     let made: Vec<_> = stream::iter(1..count)
@@ -108,6 +110,7 @@ async fn measure<F: Future<Output = anyhow::Result<Duration>>>(
     // full count is the largest of them.
     let peak_kib = children_peak_rss_kib()?;
     let exec_many = exec_samples(&bin, &home, 30)?;
+    let spawn_many = spawn_samples(30)?;
     let pss = agent_pss_kib(silo)?;
 
     let scenario = "scale";
@@ -138,6 +141,15 @@ async fn measure<F: Future<Output = anyhow::Result<Duration>>>(
             target: format!("<= {TARGET_EXEC_RATIO}x"),
             met: exec_ratio <= TARGET_EXEC_RATIO,
         },
+        // What the machine itself does at this count: a process start,
+        // which every `silo exec` pays twice (the CLI, the command).
+        Row::untargeted(
+            scenario,
+            format!("host spawn of `/bin/true` at {count} {backend}, p50 of 30"),
+            "ms",
+            spawn_many.percentile(50.0),
+            Some((spawn_one.percentile(50.0), "the same with one sandbox")),
+        ),
         Row::untargeted(
             scenario,
             format!("`silo ls` peak RSS, {count} {backend}"),
@@ -192,6 +204,15 @@ fn exec_samples(bin: &Path, home: &Path, n: usize) -> anyhow::Result<Samples> {
         )?;
         anyhow::ensure!(status.success(), "silo exec failed");
         samples.push(t.elapsed());
+    }
+    Ok(samples)
+}
+
+/// `n` spawns of `/bin/true`, waited for.
+fn spawn_samples(n: usize) -> anyhow::Result<Samples> {
+    let mut samples = Samples::default();
+    for _ in 0..n {
+        samples.push(plain(&mut Command::new("/bin/true"))?);
     }
     Ok(samples)
 }
