@@ -40,12 +40,11 @@ use silo_protocol::ErrorKind;
 use silo_protocol::index::IndexRequest;
 
 use super::{ImageSource, SnapshotError, blocking, parse_digest, shared_lock};
-use crate::backend::BackendError;
 use crate::backend::remote::SILO_DIR;
 use crate::client::{AgentClient, ClientError};
 use crate::image::{BAKED_AGENT_PATH, BASE_ID_PATH};
 use crate::sandbox::{FileError, Files};
-use crate::silo::{Silo, SiloError, backend_error, machine};
+use crate::silo::{Silo, SiloError};
 use crate::spec::BackendKind;
 use crate::state::{Baseline, SandboxRecord, Snapshot, StoredImage, now_ms};
 use crate::store::{Index, Store};
@@ -158,12 +157,7 @@ impl Silo {
         &self,
         sandbox: &SandboxRecord,
     ) -> Result<SandboxRecord, SiloError> {
-        let key = self.sandbox_key(sandbox);
-        let facts = self
-            .docker
-            .container_facts(machine(sandbox, &key))
-            .await
-            .map_err(|e| backend_error("inspect", sandbox, BackendError::from(e)))?;
+        let facts = self.container_facts(sandbox, "inspect").await?;
         let store = self.store()?;
         if self
             .complete_image(&store, &facts.image_id)

@@ -346,12 +346,7 @@ impl Silo {
     ) -> Result<StartPoint, SiloError> {
         match support {
             SnapshotSupport::EngineImages => {
-                let key = self.sandbox_key(sandbox);
-                let facts = self
-                    .docker
-                    .container_facts(machine(sandbox, &key))
-                    .await
-                    .map_err(|e| backend_error("snapshot", sandbox, BackendError::from(e)))?;
+                let facts = self.container_facts(sandbox, "snapshot").await?;
                 let base = match on_base {
                     true => Some(self.container_base(&facts, store, progress).await?),
                     false => None,
@@ -398,6 +393,20 @@ impl Silo {
             }
             .into()),
         }
+    }
+
+    /// What the engine says of a sandbox's container that its snapshots
+    /// need; `action` names the operation in an error.
+    pub(super) async fn container_facts(
+        &self,
+        sandbox: &SandboxRecord,
+        action: &'static str,
+    ) -> Result<ContainerFacts, SiloError> {
+        let key = self.sandbox_key(sandbox);
+        self.docker
+            .container_facts(machine(sandbox, &key))
+            .await
+            .map_err(|e| backend_error(action, sandbox, BackendError::from(e)))
     }
 
     /// The image a container was made from: stored already, or pending
