@@ -7,7 +7,9 @@
 //! baseline a snapshot's deletions are found against (the
 //! [`crate::snapshot::SnapshotRequest::baseline`] of its first snapshot):
 //! on a machine that is not a Docker engine there is no image export to
-//! read the paths from.
+//! read the paths from. It takes it too from the first container of a
+//! Docker image its store lacks, before anything else runs there, so that
+//! container's first snapshot need not wait for the image's export.
 //!
 //! The body is the controller's stored path index, uncompressed: each path
 //! relative to `/`, without a leading or trailing slash, followed by one
