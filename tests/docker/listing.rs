@@ -66,6 +66,7 @@ async fn a_first_snapshot_is_captured_against_the_listing_before_its_image_is_st
     );
     let report = snapshot(&cli, "lister");
     let stored_ms = ms(&report["base_stored"], "ms");
+    assert_eq!(report["base_stored"]["after_capture"], true, "{report}");
     assert!(
         ms(&report, "durable_ms") >= ms(&report, "captured_ms") + stored_ms,
         "the image is stored after the capture, not before: {report}"
@@ -136,6 +137,7 @@ async fn a_container_with_a_workload_stores_its_image_before_the_capture() {
         "its workload ran before any listing could be taken"
     );
     let report = snapshot(&cli, "worker");
+    assert_eq!(report["base_stored"]["after_capture"], false, "{report}");
     assert!(
         ms(&report, "captured_ms") >= ms(&report["base_stored"], "ms"),
         "without a listing the image is stored first: {report}"

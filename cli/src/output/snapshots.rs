@@ -40,8 +40,13 @@ impl Output {
         )];
         if let Some(base) = &report.base_stored {
             lines.push(format!(
-                "  stored base image {} once: {} layers, {} in {:.0} ms",
+                "  stored base image {} once{}: {} layers, {} in {:.0} ms",
                 base.image_id,
+                if base.after_capture {
+                    ", after the capture, while the sandbox ran"
+                } else {
+                    ""
+                },
                 base.layers,
                 human_bytes(base.bytes),
                 base.ms

@@ -146,6 +146,10 @@ pub struct BaseStored {
     pub bytes: u64,
     /// Milliseconds it took.
     pub ms: f64,
+    /// Whether it was stored after the layer was captured, while the
+    /// sandbox ran (the store had the image's listing); otherwise the
+    /// capture waited for it.
+    pub after_capture: bool,
 }
 
 /// What a restore (rewind, fork, `up` tier 2) did.

@@ -189,6 +189,10 @@ impl Silo {
                 let (base, stored) = self
                     .store_base_image(&self.docker, &store, &image_id, progress)
                     .await?;
+                let stored = stored.map(|stored| BaseStored {
+                    after_capture: true,
+                    ..stored
+                });
                 on_image(base, stored)
             }
         };
@@ -494,6 +498,7 @@ impl Silo {
             layers: image.layers.len(),
             bytes: image.bytes,
             ms: ms_since(start),
+            after_capture: false,
         };
         Ok((image, Some(stored)))
     }
