@@ -90,19 +90,20 @@ impl Silo {
                 let index = chain_index(&store, &base, &snapshot.layers).await?;
                 (On::Snapshot(Box::new(snapshot), base), index)
             }
-            (None, Some(StartBase::Stored(base, stored))) => {
-                let index = chain_index(&store, &base, &base.layers).await?;
-                (On::Image(base, stored), index)
-            }
-            (None, Some(StartBase::Pending { image_id, listing })) => {
-                let store = store.clone();
-                let index = blocking(move || {
-                    Ok(Index::read_from(
-                        store.open_blob(&parse_digest(&listing)?)?,
-                    )?)
-                })
-                .await?;
-                (On::Pending(image_id), index)
+            (None, Some(start)) => {
+                let index = match &start {
+                    StartBase::Stored(base, _) => chain_index(&store, base, &base.layers).await?,
+                    StartBase::Pending { listing, .. } => {
+                        let (store, listing) = (store.clone(), listing.clone());
+                        blocking(move || {
+                            Ok(Index::read_from(
+                                store.open_blob(&parse_digest(&listing)?)?,
+                            )?)
+                        })
+                        .await?
+                    }
+                };
+                (On::Base(start), index)
             }
             (None, None) => {
                 return Err(SnapshotError::Inconsistent(
@@ -184,8 +185,8 @@ impl Silo {
                 let Snapshot { id, layers, .. } = *snapshot;
                 (base, layers, config, Some(id), None)
             }
-            On::Image(base, stored) => on_image(base, stored),
-            On::Pending(image_id) => {
+            On::Base(StartBase::Stored(base, stored)) => on_image(base, stored),
+            On::Base(StartBase::Pending { image_id, .. }) => {
                 let (base, stored) = self
                     .store_base_image(&self.docker, &store, &image_id, progress)
                     .await?;
@@ -527,10 +528,8 @@ enum On {
     /// An earlier snapshot (the machine's checkpoint, or what it was made
     /// from), with its base.
     Snapshot(Box<Snapshot>, StoredImage),
-    /// The stored image the machine was made from.
-    Image(StoredImage, Option<BaseStored>),
-    /// The image the machine was made from, stored once the layer is in.
-    Pending(String),
+    /// The image the machine was made from.
+    Base(StartBase),
 }
 
 /// The base, layers, config, parent and stored base of a first snapshot on
