@@ -64,9 +64,6 @@ fn template_image_id(backend: BackendKind, template: &str, base: &str) -> String
     format!("{backend}-template:{template}@{base}")
 }
 
-/// The key of an image listing's config that names the engine's image.
-const LISTING_OF: &str = "listing_of";
-
 /// The id of the listing of an engine image, taken with `exclude` left out.
 pub(super) fn listing_image_id(image_id: &str, exclude: &[String]) -> String {
     let mut exclude = exclude.to_vec();
@@ -186,7 +183,7 @@ impl Silo {
             let (index_blob, bytes, _) = store_index(&store, listed).await?;
             self.db().insert_image(&StoredImage {
                 image_id: image_id.clone(),
-                config: serde_json::json!({ LISTING_OF: facts.image_id }),
+                config: serde_json::json!({}),
                 layers: Vec::new(),
                 index_blob,
                 bytes,
