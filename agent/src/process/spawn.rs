@@ -26,9 +26,10 @@ use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use nix::fcntl::OFlag;
 use nix::unistd::pipe2;
@@ -77,53 +78,65 @@ pub fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
         .iter()
         .map(|arg| cstring(arg.as_bytes()))
         .collect::<io::Result<Vec<_>>>()?;
-    let env = environment(&request.env);
-    let envp = env
+    let overrides: BTreeMap<&str, &str> = request.env.iter().copied().collect();
+    let inherited = inherited();
+    let envp: Vec<&CString> = inherited
         .iter()
-        .map(|(name, value)| {
-            let mut entry = name.as_bytes().to_vec();
-            entry.push(b'=');
-            entry.extend_from_slice(value.as_bytes());
-            cstring(&entry)
+        .filter(|var| {
+            var.name
+                .to_str()
+                .is_none_or(|name| !overrides.contains_key(name))
         })
+        .map(|var| &var.entry)
+        .collect();
+    let laid_over = overrides
+        .iter()
+        .map(|(name, value)| cstring(format!("{name}={value}").as_bytes()))
         .collect::<io::Result<Vec<_>>>()?;
     let cwd = cstring(request.cwd.as_os_str().as_bytes())?;
 
-    let (stdin_child, stdin_ours) = if request.stdin {
+    let (stdin_pipe, stdin_ours) = if request.stdin {
         let (read, write) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
-        (read, Some(write))
+        (Some(read), Some(write))
     } else {
-        // Opened close-on-exec; the dup2 onto fd 0 gives the child a copy without the flag.
-        (OwnedFd::from(File::open("/dev/null")?), None)
+        (None, None)
+    };
+    let stdin_child = match &stdin_pipe {
+        Some(read) => read.as_fd(),
+        None => dev_null()?,
     };
     let (stdout, stdout_child) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (stderr, stderr_child) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
 
     let mut actions = FileActions::new()?;
-    actions.dup2(&stdin_child, libc::STDIN_FILENO)?;
-    actions.dup2(&stdout_child, libc::STDOUT_FILENO)?;
-    actions.dup2(&stderr_child, libc::STDERR_FILENO)?;
+    actions.dup2(stdin_child, libc::STDIN_FILENO)?;
+    actions.dup2(stdout_child.as_fd(), libc::STDOUT_FILENO)?;
+    actions.dup2(stderr_child.as_fd(), libc::STDERR_FILENO)?;
     actions.chdir(&cwd)?;
     let attrs = Attrs::new()?;
     let call = Call {
         actions: &actions,
         attrs: &attrs,
-        argv: null_terminated(&argv),
-        envp: null_terminated(&envp),
+        argv: null_terminated(argv.iter()),
+        envp: null_terminated(envp.into_iter().chain(&laid_over)),
     };
 
     let pid = if program.contains('/') {
         call.spawn(&cstring(program.as_bytes())?)?
     } else {
-        let path = env
-            .get(OsStr::new("PATH"))
-            .map_or(OsStr::new(DEFAULT_PATH), OsString::as_os_str);
+        let path = match overrides.get("PATH") {
+            Some(path) => OsStr::new(path),
+            None => inherited
+                .iter()
+                .find(|var| var.name == "PATH")
+                .map_or(OsStr::new(DEFAULT_PATH), |var| var.value()),
+        };
         search(program, path, request.cwd, |candidate| {
             call.spawn(candidate)
         })?
     };
     // The child has its own copies now; ours would hold its output open.
-    drop((stdin_child, stdout_child, stderr_child));
+    drop((stdin_pipe, stdout_child, stderr_child));
     Ok(Spawned {
         pid,
         stdin: stdin_ours,
@@ -132,13 +145,58 @@ pub fn spawn(request: &SpawnRequest<'_>) -> io::Result<Spawned> {
     })
 }
 
-/// The agent's environment with `overrides` laid over it.
-fn environment(overrides: &[(&str, &str)]) -> BTreeMap<OsString, OsString> {
-    let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-    for (name, value) in overrides {
-        vars.insert(OsString::from(name), OsString::from(value));
+/// One variable of the agent's own environment, ready for `envp`.
+struct Inherited {
+    /// The name, to find the variables a request lays over.
+    name: OsString,
+    /// `NAME=value`.
+    entry: CString,
+}
+
+impl Inherited {
+    fn value(&self) -> &OsStr {
+        let bytes = self.entry.as_bytes();
+        OsStr::from_bytes(bytes.get(self.name.len() + 1..).unwrap_or_default())
     }
-    vars
+}
+
+/// The agent's environment, read and encoded once. Nothing in the agent
+/// changes it once `main` has removed the key variable (before the first
+/// exec), and reading and encoding it again for every exec was a visible
+/// part of an exec's cost. A variable whose name is not UTF-8 is passed on
+/// but cannot be laid over.
+fn inherited() -> &'static [Inherited] {
+    static VARS: OnceLock<Vec<Inherited>> = OnceLock::new();
+    VARS.get_or_init(|| {
+        std::env::vars_os()
+            .filter_map(|(name, value)| {
+                let mut entry = name.as_bytes().to_vec();
+                entry.push(b'=');
+                entry.extend_from_slice(value.as_bytes());
+                Some(Inherited {
+                    name,
+                    entry: CString::new(entry).ok()?,
+                })
+            })
+            .collect()
+    })
+}
+
+/// `/dev/null`, opened once (close-on-exec) and shared by every exec whose
+/// stdin is not a pipe: the open was a path walk per exec. Each child gets
+/// its own copy on fd 0 through the spawn's `dup2`.
+fn dev_null() -> io::Result<BorrowedFd<'static>> {
+    static NULL: OnceLock<OwnedFd> = OnceLock::new();
+    if NULL.get().is_none() {
+        // The copy is numbered 3 or above: if the agent was started with a
+        // standard stream closed, the open could take its number for good.
+        let opened = OwnedFd::from(File::open("/dev/null")?).try_clone()?;
+        // Another thread may have won the race; its descriptor is as good.
+        let _ = NULL.set(opened);
+    }
+    NULL.get()
+        .map(AsFd::as_fd)
+        .ok_or_else(|| io::Error::other("/dev/null was not kept"))
 }
 
 /// `execvp`'s walk of `path` for `program`: a candidate that does not exist
@@ -210,9 +268,8 @@ impl Call<'_> {
     }
 }
 
-fn null_terminated(strings: &[CString]) -> Vec<*mut libc::c_char> {
+fn null_terminated<'a>(strings: impl Iterator<Item = &'a CString>) -> Vec<*mut libc::c_char> {
     strings
-        .iter()
         .map(|s| s.as_ptr().cast_mut())
         .chain(std::iter::once(std::ptr::null_mut()))
         .collect()
@@ -245,7 +302,7 @@ impl FileActions {
         Ok(Self(unsafe { raw.assume_init() }))
     }
 
-    fn dup2(&mut self, fd: &OwnedFd, target: libc::c_int) -> io::Result<()> {
+    fn dup2(&mut self, fd: BorrowedFd<'_>, target: libc::c_int) -> io::Result<()> {
         // SAFETY: the object is initialised; the call only records the action.
         check(unsafe {
             libc::posix_spawn_file_actions_adddup2(&mut self.0, fd.as_raw_fd(), target)
@@ -377,6 +434,33 @@ mod tests {
         );
         assert_eq!(stderr, "oops\n");
         assert_eq!(exit, ProcessExit::Code(3));
+    }
+
+    #[tokio::test]
+    async fn the_agents_environment_is_passed_on_under_the_requests_variables() {
+        let dir = tempfile::tempdir().unwrap();
+        let (name, value) = std::env::vars()
+            .find(|(name, value)| name != "PATH" && !value.contains('\n'))
+            .expect("the test process has a variable besides PATH");
+        let args = argv(&["env"]);
+        let request = SpawnRequest {
+            argv: &args,
+            cwd: dir.path(),
+            env: vec![("PATH", "/nonexistent"), ("PATH", "/usr/bin:/bin")],
+            stdin: false,
+        };
+        let (stdout, _, exit) = run(&request, b"").await.unwrap();
+        assert_eq!(exit, ProcessExit::Code(0));
+        let paths: Vec<&str> = stdout.lines().filter(|l| l.starts_with("PATH=")).collect();
+        assert_eq!(
+            paths,
+            ["PATH=/usr/bin:/bin"],
+            "one PATH, the request's last"
+        );
+        assert!(
+            stdout.lines().any(|l| l == format!("{name}={value}")),
+            "{name} is inherited: {stdout}"
+        );
     }
 
     #[tokio::test]
