@@ -28,6 +28,8 @@ pub(crate) mod transport;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use silo_protocol::auth::{AuthError, EMPTY_BODY_SHA256, Key, sign};
 use silo_protocol::exec::ExecSpec;
 use silo_protocol::health::Health;
@@ -258,10 +260,7 @@ impl AgentClient {
             .header(http::header::CONNECTION, "Upgrade")
             .header(http::header::UPGRADE, "websocket")
             .header(http::header::SEC_WEBSOCKET_VERSION, "13")
-            .header(
-                http::header::SEC_WEBSOCKET_KEY,
-                tungstenite::handshake::client::generate_key(),
-            )
+            .header(http::header::SEC_WEBSOCKET_KEY, websocket_key()?)
             .header(HEADER_PROTOCOL, version.to_string());
         for (name, value) in signed.pairs() {
             builder = builder.header(name, value);
@@ -305,6 +304,16 @@ fn answered_versions(headers: &http::HeaderMap) -> Option<Versions> {
 }
 
 /// Turns a refused upgrade into the error that names why.
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes in base64, drawn straight
+/// from the operating system, as the request's nonce is. tungstenite's own
+/// helper seeds a user-space generator first, work a new CLI process does
+/// once and throws away.
+fn websocket_key() -> Result<String, ClientError> {
+    let mut nonce = [0u8; 16];
+    getrandom::fill(&mut nonce).map_err(|_| AuthError::NoRandomness)?;
+    Ok(BASE64.encode(nonce))
+}
+
 fn rejection(status: u16, body: Option<&[u8]>) -> ClientError {
     let body: silo_protocol::http::ErrorBody = body
         .and_then(|b| serde_json::from_slice(b).ok())
