@@ -13,17 +13,20 @@
 //! pseudo-terminal's slave for all three (see [`super::pty`]), and the
 //! master carries both its output (as stdout) and its input.
 
+use std::cell::RefCell;
 use std::io;
 use std::path::Path;
+use std::pin::Pin;
 use std::process::Command;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
 use nix::sys::signal::Signal;
 use silo_protocol::exec::{Channel, ExecId, ExecSpec};
 use silo_protocol::limits::{MAX_FRAME_PAYLOAD, MAX_GRACE};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::unix::pipe;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
@@ -203,12 +206,14 @@ async fn supervise(
     inner: Arc<Inner>,
     record: Arc<ExecRecord>,
     mut exit_rx: oneshot::Receiver<ProcessExit>,
-    output: Output,
+    mut output: Output,
     limits: Limits,
     permit: OwnedSemaphorePermit,
 ) {
+    // The pumps borrow the streams, so closing them can wait until the exit
+    // has gone out (see the end).
     let pumps = async {
-        match output {
+        match &mut output {
             Output::Pipes(stdout, stderr) => {
                 tokio::join!(
                     pump(&record, Channel::Stdout, stdout),
@@ -257,16 +262,26 @@ async fn supervise(
     let exit = record.finish(status, duration);
     tracing::debug!(exec_id = record.id, ?exit, "exec finished");
     inner.retire(record.id, record.held_bytes());
+    // Let the connection send the exit first: unregistering and closing the
+    // streams is a few system calls the client need not wait for.
+    tokio::task::yield_now().await;
     drop(permit);
+}
+
+thread_local! {
+    /// Where every pump on this thread reads before copying out what it got.
+    /// One buffer per thread instead of two of [`MAX_FRAME_PAYLOAD`] per exec:
+    /// with musl's allocator each of those was an `mmap`, page faults and a
+    /// `munmap` on every exec, however little the command printed.
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; MAX_FRAME_PAYLOAD].into_boxed_slice());
 }
 
 /// Moves one output stream into the exec's record until end of file.
 pub(super) async fn pump(record: &ExecRecord, channel: Channel, mut pipe: impl AsyncRead + Unpin) {
-    let mut buf = vec![0u8; MAX_FRAME_PAYLOAD];
     loop {
-        match pipe.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => record.append(channel, Bytes::copy_from_slice(&buf[..n])),
+        match read_chunk(&mut pipe).await {
+            Ok(chunk) if chunk.is_empty() => break,
+            Ok(chunk) => record.append(channel, chunk),
             Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
             Err(err) => {
                 tracing::warn!(exec_id = record.id, ?channel, %err, "output pipe failed");
@@ -274,6 +289,30 @@ pub(super) async fn pump(record: &ExecRecord, channel: Channel, mut pipe: impl A
             }
         }
     }
+}
+
+/// The next chunk `from` has, at most [`MAX_FRAME_PAYLOAD`] bytes; empty at
+/// end of file. The scratch buffer is borrowed only within one poll, so
+/// pumps waiting on other pipes never hold it.
+async fn read_chunk(from: &mut (impl AsyncRead + Unpin)) -> io::Result<Bytes> {
+    std::future::poll_fn(|cx| {
+        SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut buf) => poll_chunk(from, cx, &mut buf),
+            // Only reachable if a read re-entered a pump on this thread.
+            Err(_) => poll_chunk(from, cx, &mut vec![0; MAX_FRAME_PAYLOAD]),
+        })
+    })
+    .await
+}
+
+fn poll_chunk(
+    from: &mut (impl AsyncRead + Unpin),
+    cx: &mut Context<'_>,
+    buf: &mut [u8],
+) -> Poll<io::Result<Bytes>> {
+    let mut read = ReadBuf::new(buf);
+    ready!(Pin::new(from).poll_read(cx, &mut read))?;
+    Poll::Ready(Ok(Bytes::copy_from_slice(read.filled())))
 }
 
 /// Writes queued stdin; EOF when the queue closes. Gives up when the exec has
