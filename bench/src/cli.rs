@@ -3,11 +3,19 @@
 //! binary and parsing arguments) and `silo exec NAME -- true` (that, plus
 //! opening the home, reaching the agent and a round trip of `true`),
 //! beside spawning `/bin/true`, the floor of any process. The three are
-//! timed in turn, round after round, so a busy moment costs each alike.
+//! timed in turn, round after round, so a busy moment costs each alike,
+//! with a fourth: `true` on a connection this program holds open, the part
+//! of `silo exec` no CLI can shed. A new CLI process that runs a command in
+//! a sandbox pays at least its own start plus that round trip, which the
+//! report prints as the floor of `silo exec`.
 
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
+
+use silo::Silo;
+use silo::client::ExecConnection;
+use silo_protocol::exec::ExecSpec;
 
 use crate::docker_resume::silo_beside_this_program;
 use crate::report::Row;
@@ -28,10 +36,15 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let silo = |args: &[&str]| run_silo(&silo_bin, home.path(), args);
     let status = silo(&["up", SANDBOX, "--backend", "local"])?;
     anyhow::ensure!(status.success(), "silo up --backend local failed: {status}");
-    let measured = measure(n, &silo);
+    let measured = measure(n, &silo, home.path()).await;
     // Removed whatever the measurement said, so no agent outlives the run.
     let removed = silo(&["rm", SANDBOX]);
-    let (plain, version, exec) = measured?;
+    let Rounds {
+        plain,
+        version,
+        exec,
+        open,
+    } = measured?;
     anyhow::ensure!(removed?.success(), "silo rm failed");
 
     let p50 = |s: &Samples| s.percentile(50.0);
@@ -53,31 +66,71 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             met: exec_ratio <= TARGET_EXEC_RATIO,
         },
         row(format!("`silo exec NAME -- true`, p99 of {n}"), &exec, 99.0),
+        row(
+            format!("`true` on an open connection, p50 of {n}"),
+            &open,
+            50.0,
+        ),
+        Row::untargeted(
+            "cli",
+            "floor of `silo exec`: `--version` + open-connection `true`, p50s",
+            "ms",
+            p50(&version) + p50(&open),
+            Some((p50(&plain), "spawn /bin/true")),
+        ),
     ])
 }
 
-/// `n` rounds of: `/bin/true`, `silo --version`, `silo exec ... -- true`.
-fn measure(
+/// One sample set per thing timed in each round.
+#[derive(Default)]
+struct Rounds {
+    plain: Samples,
+    version: Samples,
+    exec: Samples,
+    open: Samples,
+}
+
+/// `n` rounds of: `/bin/true`, `silo --version`, `silo exec ... -- true`,
+/// and `true` on an open connection to the same sandbox.
+async fn measure(
     n: usize,
     silo: &impl Fn(&[&str]) -> std::io::Result<ExitStatus>,
-) -> anyhow::Result<(Samples, Samples, Samples)> {
+    home: &Path,
+) -> anyhow::Result<Rounds> {
     let exec_true = || silo(&["exec", SANDBOX, "--", "true"]);
     for _ in 0..5 {
         exec_true()?;
     }
-    let (mut plain, mut version, mut exec) = Default::default();
+    let conn = open_connection(home).await?;
+    let spec = ExecSpec {
+        argv: vec!["true".into()],
+        ..Default::default()
+    };
+    let mut rounds = Rounds::default();
     for _ in 0..n {
         let t = Instant::now();
         let status = quiet(&mut Command::new("/bin/true"))?;
-        push(&mut plain, t, status, "/bin/true")?;
+        push(&mut rounds.plain, t, status, "/bin/true")?;
         let t = Instant::now();
         let status = silo(&["--version"])?;
-        push(&mut version, t, status, "silo --version")?;
+        push(&mut rounds.version, t, status, "silo --version")?;
         let t = Instant::now();
         let status = exec_true()?;
-        push(&mut exec, t, status, "silo exec")?;
+        push(&mut rounds.exec, t, status, "silo exec")?;
+        let t = Instant::now();
+        let out = conn.run(spec.clone()).await?;
+        rounds.open.push(t.elapsed());
+        anyhow::ensure!(out.exit.code == Some(0), "true failed: {:?}", out.exit);
     }
-    Ok((plain, version, exec))
+    Ok(rounds)
+}
+
+/// A connection to the scenario's sandbox, through the library on the
+/// home the CLI uses.
+async fn open_connection(home: &Path) -> anyhow::Result<ExecConnection> {
+    let silo = Silo::open(Some(home.to_path_buf()))?;
+    let sandbox = silo.get(SANDBOX)?;
+    Ok(silo.connect(&sandbox).await?)
 }
 
 fn push(
