@@ -108,6 +108,29 @@ async fn many_execs_share_one_connection() {
 }
 
 #[tokio::test]
+async fn concurrent_execs_each_get_exactly_their_own_output() {
+    // The agent's pumps all read through one buffer per thread: full reads
+    // on many pipes at once must still land whole in the right exec.
+    let agent = TestAgent::start().await;
+    let conn = agent.client().connect().await.unwrap();
+    let runs = ["a", "b", "c", "d"].map(|letter| {
+        let conn = conn.clone();
+        async move {
+            let upper = letter.to_uppercase();
+            let script =
+                format!("yes {letter} | head -c 262144 & yes {upper} | head -c 131072 >&2; wait");
+            (letter, upper, conn.run(sh(&script)).await)
+        }
+    });
+    for (letter, upper, result) in futures_util::future::join_all(runs).await {
+        let out = result.unwrap();
+        assert_eq!(text(&out.stdout), format!("{letter}\n").repeat(131_072));
+        assert_eq!(text(&out.stderr), format!("{upper}\n").repeat(65_536));
+        assert_eq!(out.exit.code, Some(0));
+    }
+}
+
+#[tokio::test]
 async fn stdin_is_closed_unless_asked_for() {
     let agent = TestAgent::start().await;
     // A program waiting on stdin must not hang when nobody attached stdin.
