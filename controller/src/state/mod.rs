@@ -53,19 +53,18 @@ impl StateDb {
     /// Opens (creating if needed) the database at `path` and brings its schema
     /// up to date.
     ///
-    /// On a full disk it cannot: even reading a WAL database makes its
-    /// shared-memory file. Then an up-to-date database is opened read-only
-    /// as it was last checkpointed, so commands that only read still work,
-    /// with a warning naming the full disk; and when that fails too, the
-    /// error names the full disk rather than SQLite's "disk I/O error".
+    /// On a full disk nothing can be written, and a WAL database may not even
+    /// open (its shared-memory file may need space). Then an up-to-date
+    /// database is opened read-only as it was last checkpointed, so commands
+    /// that only read still work, with a warning naming the full disk; and
+    /// when that fails too, the error names the full disk rather than
+    /// SQLite's "disk I/O error". The disk is checked before opening, not
+    /// inferred from a failed open: with the WAL's files kept between
+    /// processes, a writable open can succeed on a full disk.
     pub fn open(path: &Path) -> Result<Self, StateError> {
-        let error = match Self::open_writable(path) {
-            Ok(db) => return Ok(db),
-            Err(error) => error,
-        };
         let dir = path.parent().unwrap_or(path).to_owned();
         if !crate::fsutil::disk_is_full(&dir) {
-            return Err(error);
+            return Self::open_writable(path);
         }
         match Self::open_read_only(path) {
             Some(db) => {
@@ -132,7 +131,35 @@ impl StateDb {
         self.conn
             .pragma_update(None, "foreign_keys", true)
             .map_err(db("enabling foreign keys"))?;
-        Ok(())
+        self.keep_wal_files()
+    }
+
+    /// Keeps the `-wal` and `-shm` files, emptied, when the last connection
+    /// closes. A `silo` command is most often the only connection, so
+    /// otherwise each one created both files on open and deleted them on
+    /// close: two file creations and two unlinks per command (docs/benchmarks.md).
+    fn keep_wal_files(&self) -> Result<(), StateError> {
+        self.conn
+            .pragma_update(None, "journal_size_limit", 0)
+            .map_err(db("limiting the WAL's size"))?;
+        let mut persist: std::ffi::c_int = 1;
+        // SAFETY: the handle is this open connection's and outlives the
+        // call, "main" is a NUL-terminated schema name, and this opcode reads
+        // and writes one int through the pointer, which points at a local.
+        let code = unsafe {
+            rusqlite::ffi::sqlite3_file_control(
+                self.conn.handle(),
+                c"main".as_ptr(),
+                rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+                (&raw mut persist).cast(),
+            )
+        };
+        if code == rusqlite::ffi::SQLITE_OK {
+            Ok(())
+        } else {
+            let source = rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+            Err(db("keeping the WAL's files")(source))
+        }
     }
 
     /// Sets WAL mode and returns the mode in force. SQLite does not always
@@ -310,6 +337,27 @@ mod tests {
         };
         let made = a.insert_sandbox(&new).unwrap();
         assert_eq!(b.sandbox("a").unwrap(), made);
+    }
+
+    #[test]
+    fn the_wal_files_outlive_the_last_connection_emptied() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let wal = dir.path().join("state.db-wal");
+        let mut db = StateDb::open(&path).unwrap();
+        let new = NewSandbox {
+            id: "sbx-00000000000b".into(),
+            name: "kept".into(),
+            spec: SandboxSpec::new(BackendKind::Local),
+            origin_snapshot: None,
+        };
+        let made = db.insert_sandbox(&new).unwrap();
+        assert!(std::fs::metadata(&wal).unwrap().len() > 0);
+        drop(db);
+        // Checkpointed into the database and emptied, not deleted.
+        assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0);
+        assert!(dir.path().join("state.db-shm").exists());
+        assert_eq!(StateDb::open(&path).unwrap().sandbox("kept").unwrap(), made);
     }
 
     #[test]
