@@ -199,9 +199,8 @@ pub(super) fn insert_event(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{BackendKind, SandboxSpec};
     use crate::state::NewSandbox;
-    use crate::state::test_support::temp_db;
+    use crate::state::test_support::{local_sandbox, temp_db};
     use serde_json::json;
 
     fn kinds(events: &[Event]) -> Vec<&str> {
@@ -211,12 +210,7 @@ mod tests {
     #[test]
     fn events_are_append_only_and_outlive_their_sandbox() {
         let (_dir, mut db) = temp_db();
-        let new = NewSandbox {
-            id: "sbx-00000000000a".into(),
-            name: "a".into(),
-            spec: SandboxSpec::new(BackendKind::Local),
-            origin_snapshot: None,
-        };
+        let new = local_sandbox("sbx-00000000000a", "a");
         let a = db.insert_sandbox(&new).unwrap();
         db.append_event(&a, EventKind::Started, &json!({ "pid": 1 }))
             .unwrap();

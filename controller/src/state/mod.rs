@@ -311,12 +311,22 @@ pub(crate) mod test_support {
         let db = StateDb::open(&dir.path().join("state.db")).unwrap();
         (dir, db)
     }
+
+    /// A local sandbox to insert, made from no snapshot.
+    pub fn local_sandbox(id: &str, name: &str) -> NewSandbox {
+        NewSandbox {
+            id: id.into(),
+            name: name.into(),
+            spec: crate::spec::SandboxSpec::new(crate::spec::BackendKind::Local),
+            origin_snapshot: None,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::local_sandbox;
     use super::*;
-    use crate::spec::{BackendKind, SandboxSpec};
 
     #[test]
     fn two_connections_share_one_wal_database() {
@@ -329,13 +339,9 @@ mod tests {
             .pragma_query_value(None, "journal_mode", |row| row.get(0))
             .unwrap();
         assert_eq!(mode, "wal");
-        let new = NewSandbox {
-            id: "sbx-00000000000a".into(),
-            name: "a".into(),
-            spec: SandboxSpec::new(BackendKind::Local),
-            origin_snapshot: None,
-        };
-        let made = a.insert_sandbox(&new).unwrap();
+        let made = a
+            .insert_sandbox(&local_sandbox("sbx-00000000000a", "a"))
+            .unwrap();
         assert_eq!(b.sandbox("a").unwrap(), made);
     }
 
@@ -345,13 +351,9 @@ mod tests {
         let path = dir.path().join("state.db");
         let wal = dir.path().join("state.db-wal");
         let mut db = StateDb::open(&path).unwrap();
-        let new = NewSandbox {
-            id: "sbx-00000000000b".into(),
-            name: "kept".into(),
-            spec: SandboxSpec::new(BackendKind::Local),
-            origin_snapshot: None,
-        };
-        let made = db.insert_sandbox(&new).unwrap();
+        let made = db
+            .insert_sandbox(&local_sandbox("sbx-00000000000b", "kept"))
+            .unwrap();
         assert!(std::fs::metadata(&wal).unwrap().len() > 0);
         drop(db);
         // Checkpointed into the database and emptied, not deleted.
@@ -371,12 +373,7 @@ mod tests {
                 s.spawn(move || {
                     let mut db = StateDb::open(path).unwrap();
                     for i in 0..10 {
-                        let new = NewSandbox {
-                            id: format!("sbx-{t:06}{i:06}"),
-                            name: format!("t{t}-{i}"),
-                            spec: SandboxSpec::new(BackendKind::Local),
-                            origin_snapshot: None,
-                        };
+                        let new = local_sandbox(&format!("sbx-{t:06}{i:06}"), &format!("t{t}-{i}"));
                         db.insert_sandbox(&new).unwrap();
                     }
                 });

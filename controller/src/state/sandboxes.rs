@@ -451,16 +451,7 @@ pub(super) fn name_taken_or(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::test_support::temp_db;
-
-    fn new(id: &str, name: &str) -> NewSandbox {
-        NewSandbox {
-            id: id.into(),
-            name: name.into(),
-            spec: SandboxSpec::new(BackendKind::Local),
-            origin_snapshot: None,
-        }
-    }
+    use crate::state::test_support::{local_sandbox as new, temp_db};
 
     #[test]
     fn handles_are_shown_without_their_tokens() {
