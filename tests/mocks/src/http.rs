@@ -73,6 +73,22 @@ pub fn relay(body: Incoming) -> Body {
     body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
 }
 
+/// A body that breaks off with an error when `cut` fires, as a connection
+/// that drops mid-answer does (hyper then closes the connection).
+pub fn cut_when(body: Body, cut: tokio_util::sync::CancellationToken) -> Body {
+    let frames = futures_util::stream::unfold((body, Some(cut)), |(mut body, cut)| async move {
+        let cut = cut?;
+        tokio::select! {
+            frame = body.frame() => frame.map(|f| (f, (body, Some(cut)))),
+            () = cut.cancelled() => {
+                let error: BoxError = "the connection was cut".into();
+                Some((Err(error), (body, None)))
+            }
+        }
+    });
+    http_body_util::StreamBody::new(frames).boxed_unsync()
+}
+
 /// A response with a status and no body.
 pub fn status(code: StatusCode) -> Response<Body> {
     let mut response = Response::new(empty());

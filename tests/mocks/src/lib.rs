@@ -18,6 +18,9 @@
 //!   and CA, listeners, server tasks, cleanup on shutdown or drop) and
 //!   [`MockError`]. Shared.
 //! - [`secret`]: random ids and tokens, constant-time comparison. Shared.
+//! - [`faults`]: switches for what a real provider does that a local mock
+//!   would not show (cut connections, an unready proxy, rate limits,
+//!   lapsed tokens), set by a test in process or through a test-only route.
 //! - [`cli`]: what the mock binaries share (image flags, stop signals).
 //! - [`e2b`]: E2B's control plane, proxy rules and envd; [`MockE2b`] starts
 //!   them all.
@@ -29,6 +32,7 @@ pub mod cli;
 pub mod containers;
 pub mod daytona;
 pub mod e2b;
+pub mod faults;
 pub mod http;
 pub mod instance;
 pub mod proxy;

@@ -16,6 +16,7 @@
 //! and out as tar archives ([`files`]); processes run as `docker exec`
 //! ([`exec`]).
 
+pub mod entries;
 pub mod exec;
 pub mod files;
 

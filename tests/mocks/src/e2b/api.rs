@@ -1,11 +1,16 @@
-//! The control plane (e2b-dev/infra `spec/openapi.yml`): `X-API-Key`
-//! authentication, then create, list (v2 and the deprecated v1), detail,
-//! pause, connect, timeout and kill. Every failure is an `Error` body
-//! (`{code, message}`) with the real API's status and message.
+//! The control plane (the API the `e2b` SDK's generated client carries;
+//! e2b-dev/infra `spec/openapi.yml` for statuses and messages): `X-API-Key`
+//! authentication, then create (`POST /v2/sandboxes`, and the older
+//! `POST /sandboxes`, [`super::create`]), list (v2 and the deprecated v1),
+//! detail, pause, connect (`POST /v2/sandboxes/{id}/connect` and the older
+//! `/sandboxes/{id}/connect`), timeout and kill. Every failure is an
+//! `Error` body (`{code, message}`) with the real API's status and message.
 //!
-//! Not modelled (answered `404` like an unknown route): the deprecated
-//! resume, refreshes, network updates, fork, snapshots, metrics, logs and
-//! the template routes.
+//! Not modelled (answered `404` saying so, like an unknown route): the
+//! deprecated resume, refreshes, network updates, fork, snapshots, metrics,
+//! logs and the template, volume and secret routes. The test-only
+//! [`ADMIN_PATH`] sets the mock's [`Faults`]; while a rate limit is on,
+//! every route but `GET /health` and that one answers `429`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +20,13 @@ use hyper::body::Incoming;
 use serde::Serialize;
 
 use super::Settings;
+use super::create::{self, IDEMPOTENCY_HEADER, IdempotencyKeys, MAX_TIMEOUT_HOURS, Version};
 use super::list::{list_v1, list_v2, listed};
 use super::model::{
-    ApiError, ConnectSandbox, Lifecycle, NewSandbox, SandboxDetail, TimeoutRequest,
+    ApiError, ConnectSandbox, Lifecycle, NewSandbox, PauseRequest, SandboxDetail, TimeoutRequest,
 };
-use super::store::{NewRecord, Refusal, State, Store};
+use super::store::{Refusal, State, Store};
+use crate::faults::{ADMIN_PATH, Faults, Switches};
 use crate::http::{
     Body, Handler, full, header, json_as, query_pairs, read_body, status, with_body,
 };
@@ -30,10 +37,8 @@ pub const API_KEY_HEADER: &str = "x-api-key";
 pub const API_KEY_PREFIX: &str = "e2b_";
 /// Largest JSON body the control plane reads.
 const MAX_JSON_BYTES: usize = 1 << 20;
-/// A sandbox's lifetime when `timeout` is not given.
-pub const DEFAULT_TIMEOUT_SECS: i64 = 15;
-/// The longest lifetime a team may ask for (E2B's Pro tier).
-pub const MAX_TIMEOUT_HOURS: i64 = 24;
+/// How long a v2 connect keeps the sandbox alive when `timeout` is not given.
+pub const DEFAULT_CONNECT_TIMEOUT_SECS: i64 = 300;
 /// JSON responses, as the API's framework labels them.
 const JSON_UTF8: &str = "application/json; charset=utf-8";
 
@@ -43,6 +48,10 @@ pub struct Api {
     pub store: Arc<Store>,
     /// Templates, key and domain.
     pub settings: Arc<Settings>,
+    /// The switches a test turns on.
+    pub faults: Arc<Faults>,
+    /// Idempotency keys of v2 creates.
+    pub idempotency: IdempotencyKeys,
 }
 
 impl Handler for Api {
@@ -60,8 +69,22 @@ impl Handler for Api {
         if let Err(refusal) = self.authenticate(&request) {
             return error(&refusal);
         }
+        if request.uri().path() == ADMIN_PATH {
+            return self.admin(request).await;
+        }
+        if let Some(retry_after) = self.faults.take_rate_limit() {
+            let mut response = error(&Refusal::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Rate limit exceeded, please try again later.",
+            ));
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(retry_after));
+            return response;
+        }
         let outcome = match (&method, segments.as_slice()) {
-            (&Method::POST, ["sandboxes"]) => self.create(request).await,
+            (&Method::POST, ["sandboxes"]) => self.create(request, Version::V1).await,
+            (&Method::POST, ["v2", "sandboxes"]) => self.create(request, Version::V2).await,
             (&Method::GET, ["sandboxes"]) => {
                 let query = query_pairs(&request);
                 list_v1(self.store.all(), &query).map(|items| ok(StatusCode::OK, &items))
@@ -76,17 +99,17 @@ impl Handler for Api {
                     .map(|()| status(StatusCode::NO_CONTENT)),
                 Err(refusal) => Err(refusal),
             },
-            (&Method::POST, ["sandboxes", id, "pause"]) => match short_id(id) {
-                Ok(id) => self
-                    .store
-                    .pause(&id)
-                    .await
-                    .map(|()| status(StatusCode::NO_CONTENT)),
-                Err(refusal) => Err(refusal),
-            },
+            (&Method::POST, ["sandboxes", id, "pause"]) => {
+                let id = (*id).to_owned();
+                self.pause(&id, request).await
+            }
             (&Method::POST, ["sandboxes", id, "connect"]) => {
                 let id = (*id).to_owned();
-                self.connect(&id, request).await
+                self.connect(&id, request, Version::V1).await
+            }
+            (&Method::POST, ["v2", "sandboxes", id, "connect"]) => {
+                let id = (*id).to_owned();
+                self.connect(&id, request, Version::V2).await
             }
             (&Method::POST, ["sandboxes", id, "timeout"]) => {
                 let id = (*id).to_owned();
@@ -120,87 +143,58 @@ impl Api {
         Ok(())
     }
 
-    async fn create(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    async fn create(
+        &self,
+        request: Request<Incoming>,
+        version: Version,
+    ) -> Result<Response<Body>, Refusal> {
+        let key = match version {
+            Version::V2 => header(&request, IDEMPOTENCY_HEADER).map(str::to_owned),
+            Version::V1 => None,
+        };
         let new: NewSandbox = parse_body(request).await?;
-        let bad = |message: &str| Refusal::new(StatusCode::BAD_REQUEST, message);
-        let (identifier, tag) = match new.template_id.split_once(':') {
-            Some((identifier, tag)) => (identifier, Some(tag)),
-            None => (new.template_id.as_str(), None),
-        };
-        if identifier.is_empty() {
-            return Err(bad("Invalid template reference: invalid identifier: empty"));
+        if let Some(record) = key
+            .as_deref()
+            .and_then(|k| self.idempotency.get(k))
+            .and_then(|id| self.store.get(&id))
+        {
+            return Ok(ok(StatusCode::CREATED, &self.store.sandbox_json(&record)));
         }
-        let Some(image) = self.settings.templates.get(identifier) else {
-            return Err(Refusal::new(
-                StatusCode::NOT_FOUND,
-                format!("template '{identifier}' not found"),
-            ));
-        };
-        if let Some(tag) = tag.filter(|t| *t != "default") {
-            return Err(Refusal::new(
-                StatusCode::NOT_FOUND,
-                format!("tag '{tag}' does not exist for template '{identifier}'"),
-            ));
+        let new = create::parse(new, version, &self.settings)?;
+        let record = self.store.create(new).await?;
+        if let Some(key) = key {
+            self.idempotency.remember(&key, &record.id);
         }
-        let timeout = match new.timeout {
-            None => DEFAULT_TIMEOUT_SECS,
-            Some(t) if t <= 0 => return Err(bad("Timeout must be greater than 0")),
-            Some(t) if t > MAX_TIMEOUT_HOURS * 3600 => {
-                return Err(bad(&format!(
-                    "Timeout cannot be greater than {MAX_TIMEOUT_HOURS} hours"
-                )));
-            }
-            Some(t) => t,
-        };
-        let auto_pause = new.auto_pause.unwrap_or(false);
-        let auto_resume = new.auto_resume.is_some_and(|r| r.enabled);
-        let memory_pause = new.auto_pause_memory.unwrap_or(true);
-        if !memory_pause && !auto_pause {
-            return Err(bad(
-                "autoPauseMemory=false only applies when autoPause is true.",
-            ));
-        }
-        if !memory_pause && auto_resume {
-            return Err(bad(
-                "autoPauseMemory=false (filesystem-only auto-pause) cannot be combined with autoResume: a filesystem-only snapshot cannot be auto-resumed by traffic and must be resumed explicitly.",
-            ));
-        }
-        let secure = new.secure.unwrap_or(false);
-        let mut private = false;
-        if let Some(network) = &new.network {
-            if network.get("egressProxy").is_some_and(|p| !p.is_null()) {
-                return Err(Refusal::new(
-                    StatusCode::FORBIDDEN,
-                    "Egress proxy (network.egressProxy) is not enabled for this team.",
-                ));
-            }
-            private = network.get("allowPublicTraffic").and_then(|v| v.as_bool()) == Some(false);
-            if private && !secure {
-                return Err(bad(
-                    "You cannot create a sandbox without public access unless you enable secure envd access via 'secure' flag.",
-                ));
-            }
-        }
-        if new.volume_mounts.as_ref().is_some_and(|m| !m.is_empty()) {
-            return Err(bad("Volume mounts are not enabled."));
-        }
-        let record = self
-            .store
-            .create(NewRecord {
-                template_id: identifier.to_owned(),
-                image: image.clone(),
-                timeout: Duration::from_secs(timeout.unsigned_abs()),
-                metadata: new.metadata.unwrap_or_default(),
-                env_vars: new.env_vars.unwrap_or_default(),
-                secure,
-                private,
-                auto_pause,
-                auto_resume,
-                allow_internet_access: new.allow_internet_access,
-                network: new.network,
-            })
-            .await?;
         Ok(ok(StatusCode::CREATED, &self.store.sandbox_json(&record)))
+    }
+
+    /// The test-only switches: `GET` answers them, `POST` changes them.
+    async fn admin(&self, request: Request<Incoming>) -> Response<Body> {
+        if request.method() == Method::POST {
+            let switches: Switches = match parse_body(request).await {
+                Ok(switches) => switches,
+                Err(refusal) => return error(&refusal),
+            };
+            if let Err(refused) = self.faults.apply(&switches) {
+                return error(&Refusal::new(StatusCode::BAD_REQUEST, refused.to_string()));
+            }
+        }
+        ok(StatusCode::OK, &self.faults.switches())
+    }
+
+    async fn pause(&self, id: &str, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+        let id = short_id(id)?;
+        let body: PauseRequest = parse_optional_body(request).await?;
+        if body.memory == Some(false) {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "the mock does not model memory=false (a filesystem-only pause)",
+            ));
+        }
+        self.store
+            .pause(&id)
+            .await
+            .map(|()| status(StatusCode::NO_CONTENT))
     }
 
     fn list(&self, request: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
@@ -244,22 +238,42 @@ impl Api {
         &self,
         id: &str,
         request: Request<Incoming>,
+        version: Version,
     ) -> Result<Response<Body>, Refusal> {
-        let body: ConnectSandbox = parse_body(request).await?;
-        if body.timeout < 0 {
+        let body: ConnectSandbox = match version {
+            Version::V1 => parse_body(request).await?,
+            Version::V2 => parse_optional_body(request).await?,
+        };
+        let timeout = match (version, body.timeout) {
+            (_, Some(timeout)) => timeout,
+            (Version::V2, None) => DEFAULT_CONNECT_TIMEOUT_SECS,
+            (Version::V1, None) => {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "Error when parsing request: property \"timeout\" is missing",
+                ));
+            }
+        };
+        if timeout < 0 {
             return Err(Refusal::new(
                 StatusCode::BAD_REQUEST,
                 "Error when parsing request: timeout must be at least 0",
             ));
         }
-        if body.timeout > MAX_TIMEOUT_HOURS * 3600 {
+        if timeout > MAX_TIMEOUT_HOURS * 3600 {
             return Err(Refusal::new(
                 StatusCode::BAD_REQUEST,
                 format!("Timeout cannot be greater than {MAX_TIMEOUT_HOURS} hours"),
             ));
         }
+        if body.memory == Some(false) {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "the mock does not model memory=false (a resume from disk only)",
+            ));
+        }
         let id = short_id(id)?;
-        let timeout = Duration::from_secs(body.timeout.unsigned_abs());
+        let timeout = Duration::from_secs(timeout.unsigned_abs());
         let (code, record) = self.store.connect(&id, timeout).await?;
         Ok(ok(code, &self.store.sandbox_json(&record)))
     }
@@ -309,6 +323,29 @@ async fn parse_body<T: serde::de::DeserializeOwned>(
         .await
         .map_err(|e| parse_error(e.to_string()))?;
     serde_json::from_slice(&body).map_err(|e| parse_error(e.to_string()))
+}
+
+/// A body that may be left out (or empty): its default then.
+async fn parse_optional_body<T: serde::de::DeserializeOwned + Default>(
+    request: Request<Incoming>,
+) -> Result<T, Refusal> {
+    let body = read_body(request.into_body(), MAX_JSON_BYTES)
+        .await
+        .map_err(|e| {
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                format!("Error when parsing request: {e}"),
+            )
+        })?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("Error when parsing request: {e}"),
+        )
+    })
 }
 
 fn ok<T: Serialize>(code: StatusCode, value: &T) -> Response<Body> {

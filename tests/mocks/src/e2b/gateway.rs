@@ -12,10 +12,13 @@
 //! reach everything through the one TLS address.
 //!
 //! Error bodies are always the JSON variant (the real proxy sends HTML to
-//! browsers).
+//! browsers). With the mock's faults on, a pause cuts every open
+//! connection to the sandbox (answers in flight break off, spliced
+//! upgrades close) and a resumed sandbox's ports answer `502` for a while.
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -27,7 +30,9 @@ use super::envd;
 use super::store::{State, Store};
 use super::{ENVD_PORT, Settings};
 use crate::containers::files::clean_path;
-use crate::http::{Body, Handler, full, header, hostname, json_as, request_host, with_body};
+use crate::http::{
+    Body, Handler, cut_when, full, header, hostname, json_as, request_host, with_body,
+};
 use crate::proxy::forward;
 use crate::secret::same_secret;
 
@@ -78,6 +83,17 @@ impl Handler for Gateway {
                 "code": 502,
             }));
         };
+        let port_closed = || {
+            proxy_error(json!({
+                "sandboxId": sandbox_id,
+                "message": "The sandbox is running but port is not open",
+                "port": port,
+                "code": 502,
+            }))
+        };
+        if record.unready_until.is_some_and(|t| Instant::now() < t) {
+            return port_closed();
+        }
         if port == u64::from(ENVD_PORT) {
             let path = request.uri().path();
             if INTERNAL_PATHS.contains(&clean_path(path).as_str()) {
@@ -87,7 +103,10 @@ impl Handler for Gateway {
                     "code": 404,
                 }));
             }
-            return envd::handle(&record, request, &self.cancel).await;
+            let (parts, body) = envd::handle(&record, request, &self.cancel)
+                .await
+                .into_parts();
+            return Response::from_parts(parts, cut_when(body, record.links.clone()));
         }
         if let Some(token) = &record.traffic_token {
             let refusal = match header(&request, TRAFFIC_TOKEN_HEADER) {
@@ -107,22 +126,17 @@ impl Handler for Gateway {
                 }));
             }
         }
-        let port_closed = || {
-            proxy_error(json!({
-                "sandboxId": sandbox_id,
-                "message": "The sandbox is running but port is not open",
-                "port": port,
-                "code": 502,
-            }))
-        };
         let Some(upstream) = u16::try_from(port)
             .ok()
             .and_then(|p| record.container.host_addr(p))
         else {
             return port_closed();
         };
-        match forward(request, upstream, &self.cancel, ()).await {
-            Ok(response) => response,
+        match forward(request, upstream, &record.links, ()).await {
+            Ok(response) => {
+                let (parts, body) = response.into_parts();
+                Response::from_parts(parts, cut_when(body, record.links.clone()))
+            }
             Err(error) => {
                 tracing::debug!(sandbox = %sandbox_id, port, %error, "relaying failed");
                 port_closed()

@@ -11,6 +11,7 @@
 //! dropped without it removes them too, blocking while it does.
 
 pub mod api;
+pub mod create;
 pub mod envd;
 pub mod gateway;
 pub mod list;
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use self::api::{API_KEY_PREFIX, Api};
 use self::gateway::Gateway;
 use self::store::Store;
+use crate::faults::Faults;
 pub use crate::instance::MockError;
 use crate::instance::{Instance, bind};
 use crate::secret::{HEX, random_text};
@@ -110,6 +112,7 @@ pub struct MockE2b {
     proxy_addr: SocketAddr,
     ca_pem: PathBuf,
     store: Arc<Store>,
+    faults: Arc<Faults>,
     instance: Instance,
 }
 
@@ -148,10 +151,18 @@ impl MockE2b {
             templates: config.templates,
             ports: config.ports,
         });
-        let store = Arc::new(Store::new(instance.engine().clone(), settings.clone()));
+        let faults = Arc::new(Faults::default());
+        let store = Arc::new(Store::new(
+            instance.engine().clone(),
+            settings.clone(),
+            faults.clone(),
+            instance.cancel_token(),
+        ));
         let api = Arc::new(Api {
             store: store.clone(),
             settings: settings.clone(),
+            faults: faults.clone(),
+            idempotency: Default::default(),
         });
         let gateway = Arc::new(Gateway {
             store: store.clone(),
@@ -168,6 +179,7 @@ impl MockE2b {
             proxy_addr,
             ca_pem: ca.pem_path().to_path_buf(),
             store,
+            faults,
             instance,
         })
     }
@@ -200,6 +212,12 @@ impl MockE2b {
     /// The host (and TLS server name) of a sandbox's port.
     pub fn sandbox_host(&self, port: u16, sandbox_id: &str) -> String {
         format!("{port}-{sandbox_id}.{}", self.settings.domain)
+    }
+
+    /// The switches of what a real E2B does that the mock otherwise does
+    /// not show (also reachable on the control plane's test-only route).
+    pub fn faults(&self) -> &Faults {
+        &self.faults
     }
 
     /// The environment a client needs, as `(name, value)` pairs.

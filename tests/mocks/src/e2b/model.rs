@@ -17,7 +17,9 @@ pub struct ApiError {
     pub message: String,
 }
 
-/// `NewSandbox`, the body of `POST /sandboxes`.
+/// `NewSandbox`, the body of `POST /sandboxes`, and `NewSandboxV2`, the
+/// body of `POST /v2/sandboxes` (the same without `secure`, which v2 reads
+/// as always on).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NewSandbox {
@@ -58,11 +60,25 @@ pub struct AutoResume {
     pub enabled: bool,
 }
 
-/// `ConnectSandbox`, the body of `POST /sandboxes/{id}/connect`.
-#[derive(Debug, Clone, Deserialize)]
+/// `ConnectSandbox` (`POST /sandboxes/{id}/connect`: `timeout` required)
+/// and `ConnectSandboxV2` (`POST /v2/sandboxes/{id}/connect`: optional,
+/// 300 s by default).
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct ConnectSandbox {
     /// Seconds from now the sandbox lives at least.
-    pub timeout: i64,
+    pub timeout: Option<i64>,
+    /// `false`: resume from disk only (a cold boot).
+    pub memory: Option<bool>,
+}
+
+/// `SandboxPauseRequest`, the optional body of `POST /sandboxes/{id}/pause`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseRequest {
+    /// `false`: keep only the filesystem.
+    pub memory: Option<bool>,
+    /// Refuse to pause a guest whose envd does not answer.
+    pub require_healthy_guest: Option<bool>,
 }
 
 /// `SandboxTimeoutRequest`.

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::StatusCode;
 use silo_protocol::http::error_chain;
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::envd::process::ProcessTable;
 use super::{CLIENT_ID, ENVD_VERSION, Settings};
 use crate::containers::{Container, ContainerError, ContainerSpec, Engine};
+use crate::faults::Faults;
 use crate::secret::{ALPHABET, HEX, random_text};
 
 /// How often the expiry task looks for sandboxes past their end.
@@ -72,6 +73,11 @@ pub struct Record {
     pub container: Container,
     /// Processes started through envd.
     pub processes: Arc<ProcessTable>,
+    /// Fires to cut every open connection to the sandbox (a pause with
+    /// the drop-on-pause fault on); replaced by a fresh one then.
+    pub links: CancellationToken,
+    /// The proxy answers `502` until then (a resume with the unready fault on).
+    pub unready_until: Option<Instant>,
 }
 
 /// A refused request: the status and the `Error` message.
@@ -137,15 +143,25 @@ pub struct Store {
     records: Mutex<HashMap<String, Record>>,
     engine: Engine,
     settings: Arc<Settings>,
+    faults: Arc<Faults>,
+    /// The instance's token; every record's `links` is a child of it.
+    cancel: CancellationToken,
 }
 
 impl Store {
-    /// An empty store over `engine`.
-    pub fn new(engine: Engine, settings: Arc<Settings>) -> Self {
+    /// An empty store over `engine`, its connections ending with `cancel`.
+    pub fn new(
+        engine: Engine,
+        settings: Arc<Settings>,
+        faults: Arc<Faults>,
+        cancel: CancellationToken,
+    ) -> Self {
         Self {
             records: Mutex::new(HashMap::new()),
             engine,
             settings,
+            faults,
+            cancel,
         }
     }
 
@@ -215,6 +231,8 @@ impl Store {
             state: State::Running,
             container,
             processes: Arc::new(ProcessTable::default()),
+            links: self.cancel.child_token(),
+            unready_until: None,
         };
         self.lock().insert(id, record.clone());
         Ok(record)
@@ -232,9 +250,15 @@ impl Store {
         })?;
         match container.pause().await {
             Ok(()) => {
+                let drop_links = self.faults.drop_on_pause();
+                let fresh = self.cancel.child_token();
                 self.finish(id, |r| {
                     r.state = State::Paused;
                     r.end_at = SystemTime::now();
+                    if drop_links {
+                        r.links.cancel();
+                        r.links = fresh;
+                    }
                 });
                 Ok(())
             }
@@ -271,10 +295,12 @@ impl Store {
         match container.unpause().await {
             Ok(()) => {
                 let now = SystemTime::now();
+                let unready_until = self.faults.unready_until(Instant::now());
                 let record = self.finish(id, |r| {
                     r.state = State::Running;
                     r.started_at = now;
                     r.end_at = now + timeout;
+                    r.unready_until = unready_until;
                 });
                 record
                     .map(|r| (StatusCode::CREATED, r))

@@ -73,6 +73,18 @@ impl Client {
         self.api_as(Some(&key), method, path, body).await
     }
 
+    /// A control-plane call with the right key and extra headers.
+    pub async fn api_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let key = self.key.clone();
+        self.api_full(Some(&key), method, path, body, headers).await
+    }
+
     /// A control-plane call with `key` (or none).
     pub async fn api_as(
         &self,
@@ -81,6 +93,17 @@ impl Client {
         path: &str,
         body: Option<Value>,
     ) -> Reply {
+        self.api_full(key, method, path, body, &[]).await
+    }
+
+    async fn api_full(
+        &self,
+        key: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
         let mut request = Request::builder()
             .method(method)
             .uri(path)
@@ -88,6 +111,9 @@ impl Client {
             .header("user-agent", "silo-mocks-tests");
         if let Some(key) = key {
             request = request.header("x-api-key", key);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let body = match body {
             Some(value) => {
@@ -272,6 +298,19 @@ impl Events {
                 .unwrap();
             if let Ok(data) = frame.into_data() {
                 self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
+
+    /// Reads on until the stream breaks off (`true`: the connection was
+    /// cut) or ends cleanly (`false`).
+    pub async fn broken(mut self) -> bool {
+        loop {
+            match tokio::time::timeout(REQUEST_TIMEOUT, self.body.frame()).await {
+                Err(_) => panic!("the stream neither broke nor ended"),
+                Ok(None) => return false,
+                Ok(Some(Err(_))) => return true,
+                Ok(Some(Ok(_))) => {}
             }
         }
     }

@@ -3,7 +3,9 @@
 //! the control plane's refusals and listings, a sandbox's whole life
 //! (files, processes, a port through the TLS proxy, pause, resume,
 //! timeout), envd's tokens and signatures, processes that time out or are
-//! signalled, WebSocket splicing, and the binary. One test binary, one
+//! signalled, WebSocket splicing, the binary, the routes the current SDK
+//! calls (v2 create and connect, envd's filesystem service), and the fault
+//! switches. One test binary, one
 //! module per area.
 #![allow(
     clippy::unwrap_used,
@@ -21,7 +23,9 @@ mod agent;
 mod api;
 mod binary;
 mod client;
+mod current;
 mod envd;
+mod faults;
 mod lifecycle;
 mod proxy;
 

@@ -27,7 +27,7 @@ pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 /// Content type of streaming calls with the JSON codec.
 pub const STREAM_JSON: &str = "application/connect+json";
 
-/// A Connect error code (the ones envd's process service uses).
+/// A Connect error code (the ones envd's process and filesystem services use).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
     /// `invalid_argument`.
@@ -42,6 +42,8 @@ pub enum Code {
     Internal,
     /// `unauthenticated`.
     Unauthenticated,
+    /// `already_exists`.
+    AlreadyExists,
 }
 
 impl Code {
@@ -54,6 +56,7 @@ impl Code {
             Code::Unimplemented => "unimplemented",
             Code::Internal => "internal",
             Code::Unauthenticated => "unauthenticated",
+            Code::AlreadyExists => "already_exists",
         }
     }
 
@@ -66,6 +69,7 @@ impl Code {
             Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::AlreadyExists => StatusCode::CONFLICT,
         }
     }
 }

@@ -4,7 +4,9 @@
 //! `packages/envd/spec/envd.yaml` and `packages/envd/spec/process/process.proto`.
 //!
 //! Modelled: `GET /health`, `GET` and `POST /files` ([`files`]),
-//! `process.Process/Start`, `SendSignal` and `List` ([`process`]) over the
+//! `process.Process/Start`, `SendSignal` and `List` ([`process`]),
+//! `filesystem.Filesystem/Stat`, `ListDir`, `MakeDir` and `Remove`
+//! ([`filesystem`]) over the
 //! Connect protocol ([`connect`]), and `X-Access-Token` for secure
 //! sandboxes (every route but `GET /health`, `GET /files`, `POST /files`
 //! and `POST /init`; the file routes check the token or a signature
@@ -18,6 +20,7 @@
 
 pub mod connect;
 pub mod files;
+pub mod filesystem;
 pub mod process;
 
 use base64::Engine as _;
@@ -162,6 +165,16 @@ pub async fn handle(
             process::send_signal(record, request).await
         }
         (&Method::POST, "/process.Process/List") => process::list(record, request).await,
+        (&Method::POST, "/filesystem.Filesystem/Stat") => filesystem::stat(record, request).await,
+        (&Method::POST, "/filesystem.Filesystem/ListDir") => {
+            filesystem::list_dir(record, request).await
+        }
+        (&Method::POST, "/filesystem.Filesystem/MakeDir") => {
+            filesystem::make_dir(record, request).await
+        }
+        (&Method::POST, "/filesystem.Filesystem/Remove") => {
+            filesystem::remove(record, request).await
+        }
         (&Method::POST, rpc)
             if rpc.starts_with("/process.Process/")
                 || rpc.starts_with("/filesystem.Filesystem/") =>
