@@ -28,6 +28,10 @@ struct Args {
     /// The proxy domain (previews are {port}-{sandboxId}.{domain}).
     #[arg(long, default_value = DEFAULT_PROXY_DOMAIN)]
     proxy_domain: String,
+    /// The toolbox's host in toolboxProxyUrl (default proxy.{domain});
+    /// `localhost` lets a client that resolves names itself reach it.
+    #[arg(long)]
+    toolbox_host: Option<String>,
     /// Regions a create may name, comma-separated; the first is the default.
     #[arg(long, value_delimiter = ',', default_values_t = [DEFAULT_TARGET.to_owned()])]
     targets: Vec<String>,
@@ -68,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
         default_snapshot,
         api_key: args.api_key,
         proxy_domain: args.proxy_domain,
+        toolbox_host: args.toolbox_host,
         targets: args.targets,
         ports: args.ports,
         api_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.api_port)),

@@ -12,6 +12,14 @@
 //! mock does not model it. Every failure is the exception filter's body
 //! `{path, timestamp, statusCode, error, message}`. Paths outside `/api`
 //! (the dashboard, in production) answer `404` here.
+//!
+//! The notification gateway's Socket.IO path (`/api/socket.io/`, where the
+//! SDKs wait for state events) is not modelled: its handshake is refused
+//! as engine.io refuses a request it does not allow (`403`
+//! `{"code":4,"message":"Forbidden"}`), so an SDK notes the failure and
+//! polls the sandbox instead, as it does whenever the socket is down. The
+//! test-only `/api/_mock/faults` sets the mock's [`Faults`]; while a rate
+//! limit is on, every other route answers `429` with `Retry-After`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +36,7 @@ use super::list;
 use super::model::{ApiError, ListSandboxesResponse, PortPreviewUrl, ToolboxProxyUrl, iso_millis};
 use super::routes::is_published;
 use super::store::{Refusal, Store};
+use crate::faults::{ADMIN_PATH, Faults, Switches};
 use crate::http::{Body, Handler, header, json_as, query_pairs, query_value, read_body};
 use crate::secret::same_secret;
 
@@ -35,6 +44,8 @@ use crate::secret::same_secret;
 pub const API_PREFIX: &str = "/api";
 /// Largest JSON body read.
 const MAX_JSON_BYTES: usize = 1 << 20;
+/// The notification gateway's Socket.IO path under the API prefix.
+const SOCKET_IO_PATH: &str = "/socket.io";
 /// The state a create answers, though the sandbox runs by then.
 const CREATE_ANSWER_STATE: &str = "creating";
 /// JSON answers, as the framework labels them.
@@ -60,6 +71,8 @@ pub struct Api {
     pub store: Arc<Store>,
     /// Key, snapshots, regions.
     pub settings: Arc<Settings>,
+    /// The switches a test turns on.
+    pub faults: Arc<Faults>,
 }
 
 impl Handler for Api {
@@ -71,6 +84,21 @@ impl Handler for Api {
             .unwrap_or_else(|| request.uri().path().to_owned());
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
+        let rest = path.strip_prefix(API_PREFIX).unwrap_or_default();
+        if rest.trim_end_matches('/') == SOCKET_IO_PATH {
+            return json_as(
+                StatusCode::FORBIDDEN,
+                "application/json",
+                &serde_json::json!({"code": 4, "message": "Forbidden"}),
+            );
+        }
+        if rest == ADMIN_PATH {
+            if !self.authenticated(&request) {
+                let refusal = Refusal::new(StatusCode::UNAUTHORIZED, "Invalid credentials");
+                return error(&url, &refusal);
+            }
+            return self.admin(request, &url).await;
+        }
         let route = route(&method, &path);
         let published = path
             .strip_prefix(API_PREFIX)
@@ -82,6 +110,18 @@ impl Handler for Api {
         if !self.authenticated(&request) {
             let refusal = Refusal::new(StatusCode::UNAUTHORIZED, "Invalid credentials");
             return error(&url, &refusal);
+        }
+        if let Some(retry_after) = self.faults.take_rate_limit() {
+            let refusal = Refusal::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "ThrottlerException: Too Many Requests",
+            );
+            let mut response = error(&url, &refusal);
+            response.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from(retry_after),
+            );
+            return response;
         }
         let Some(route) = route else {
             let message = format!("the mock does not model {method} {path}");
@@ -131,6 +171,30 @@ impl Handler for Api {
 }
 
 impl Api {
+    /// The test-only switches: `GET` answers them, `POST` changes them
+    /// (`lapsePreviewTokens: true` lapses every preview token there and then).
+    async fn admin(&self, request: Request<Incoming>, url: &str) -> Response<Body> {
+        if request.method() == Method::POST {
+            let body = match read_json(request).await {
+                Ok(body) => body,
+                Err(refusal) => return error(url, &refusal),
+            };
+            let switches: Switches = match serde_json::from_value(body) {
+                Ok(switches) => switches,
+                Err(refused) => return error(url, &Refusal::bad(refused.to_string())),
+            };
+            if let Err(refused) = self.faults.apply(&switches) {
+                return error(url, &Refusal::bad(refused.to_string()));
+            }
+            if switches.lapse_preview_tokens == Some(true) {
+                if let Err(refusal) = self.store.lapse_preview_tokens() {
+                    return error(url, &refusal);
+                }
+            }
+        }
+        ok(StatusCode::OK, &self.faults.switches())
+    }
+
     /// Whether the request carries the key as `Authorization: Bearer`.
     fn authenticated(&self, request: &Request<Incoming>) -> bool {
         header(request, http::header::AUTHORIZATION.as_str())
@@ -176,7 +240,7 @@ impl Api {
         Ok(ok(
             StatusCode::OK,
             &PortPreviewUrl {
-                url: format!("https://{}", self.settings.preview_host(port, &record.id)),
+                url: self.settings.preview_url(port, &record.id),
                 sandbox_id: record.id,
                 token: record.auth_token,
             },

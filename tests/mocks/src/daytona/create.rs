@@ -39,7 +39,7 @@ enum Kind {
 }
 
 /// `CreateSandbox`'s fields in the DTO's order, with their checks.
-const FIELDS: [(&str, Kind); 21] = [
+const FIELDS: [(&str, Kind); 29] = [
     ("name", Kind::Text),
     ("snapshot", Kind::Text),
     ("user", Kind::Text),
@@ -47,6 +47,7 @@ const FIELDS: [(&str, Kind); 21] = [
     ("labels", Kind::Object),
     ("public", Kind::Flag),
     ("networkBlockAll", Kind::Flag),
+    ("kvm", Kind::Flag),
     ("networkAllowList", Kind::Text),
     ("domainAllowList", Kind::Text),
     ("target", Kind::Text),
@@ -56,11 +57,29 @@ const FIELDS: [(&str, Kind); 21] = [
     ("memory", Kind::Amount(None)),
     ("disk", Kind::Amount(None)),
     ("autoStopInterval", Kind::Number),
+    ("autoPauseInterval", Kind::Number),
     ("autoArchiveInterval", Kind::Number),
     ("autoDeleteInterval", Kind::Number),
+    ("ttlMinutes", Kind::Number),
+    ("queueTimeout", Kind::Number),
     ("volumes", Kind::List),
+    ("secrets", Kind::List),
     ("buildInfo", Kind::Object),
     ("linkedSandbox", Kind::Text),
+    ("outboundProxyUrl", Kind::Text),
+    ("otelEndpointOverride", Kind::Text),
+    ("spot", Kind::Flag),
+];
+
+/// Fields the mock does not model, refused when set to anything but
+/// their defaults (absent, null, false, 0, empty).
+const UNMODELLED: [(&str, &str); 6] = [
+    ("autoPauseInterval", "autoPauseInterval (pauses)"),
+    ("ttlMinutes", "ttlMinutes (timed destruction)"),
+    ("secrets", "secrets"),
+    ("outboundProxyUrl", "outboundProxyUrl"),
+    ("otelEndpointOverride", "otelEndpointOverride"),
+    ("spot", "spot sandboxes"),
 ];
 
 /// Reads and checks a create body; the record to make, or the API's refusal.
@@ -128,6 +147,18 @@ pub fn parse(body: &Value, settings: &Settings) -> Result<NewRecord, Refusal> {
             "Snapshot {snapshot} not found. Did you add it through the Daytona Dashboard?"
         )));
     };
+    for (name, what) in UNMODELLED {
+        let set = present(name).is_some_and(|v| match v {
+            Value::Bool(b) => *b,
+            Value::Number(n) => n.as_f64() != Some(0.0),
+            Value::String(s) => !s.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            _ => true,
+        });
+        if set {
+            return Err(Refusal::bad(format!("the mock does not model {what}")));
+        }
+    }
     if present("linkedSandbox").is_some() {
         return Err(Refusal::bad("the mock does not model linked sandboxes"));
     }
@@ -170,6 +201,7 @@ pub fn parse(body: &Value, settings: &Settings) -> Result<NewRecord, Refusal> {
         network_block_all: present("networkBlockAll")
             .and_then(Value::as_bool)
             .unwrap_or(false),
+        kvm: present("kvm").and_then(Value::as_bool).unwrap_or(false),
         network_allow_list,
         domain_allow_list,
         target,

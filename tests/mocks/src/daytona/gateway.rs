@@ -22,6 +22,7 @@
 //! while it is open, unless `X-Daytona-Skip-Last-Activity-Update: true`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE;
@@ -146,6 +147,9 @@ impl Gateway {
         );
         if let Some(refusal) = not_running(&record, &runner_path, &method) {
             return refusal;
+        }
+        if record.unready_until.is_some_and(|t| Instant::now() < t) {
+            return status(StatusCode::BAD_GATEWAY);
         }
         let Some(upstream) = u16::try_from(port)
             .ok()

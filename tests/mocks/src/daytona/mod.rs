@@ -34,6 +34,7 @@ use std::time::Duration;
 use self::api::{API_PREFIX, Api};
 use self::gateway::{Gateway, TOOLBOX_PORT};
 use self::store::Store;
+use crate::faults::Faults;
 use crate::instance::{Instance, MockError, bind};
 use crate::secret::{HEX, random_text, uuid_v4};
 
@@ -75,6 +76,9 @@ pub struct MockDaytonaConfig {
     pub api_key: Option<String>,
     /// The proxy domain: previews are `{port}-{id}.{domain}`.
     pub proxy_domain: String,
+    /// The toolbox's host in `toolboxProxyUrl`; `proxy.{domain}` when
+    /// `None` (a self-hosted Daytona names its own, e.g. `localhost`).
+    pub toolbox_host: Option<String>,
     /// The regions a create may name; the first is the default.
     pub targets: Vec<String>,
     /// Container ports published for previews (never 2280, the toolbox's).
@@ -99,6 +103,7 @@ impl Default for MockDaytonaConfig {
             default_snapshot: DEFAULT_SNAPSHOT.0.to_owned(),
             api_key: None,
             proxy_domain: DEFAULT_PROXY_DOMAIN.to_owned(),
+            toolbox_host: None,
             targets: vec![DEFAULT_TARGET.to_owned()],
             ports: vec![AGENT_PORT],
             api_addr: loopback,
@@ -140,6 +145,11 @@ pub struct Settings {
     pub runner_id: String,
     /// The proxy domain.
     pub proxy_domain: String,
+    /// `:{port}` after every proxy host in a URL, when the proxy is not
+    /// on 443 (as a Daytona whose proxy domain carries a port writes them).
+    pub port_suffix: String,
+    /// The toolbox's host.
+    pub toolbox_host: String,
     /// `toolboxProxyUrl`.
     pub toolbox_url: String,
     /// Snapshot → image.
@@ -169,6 +179,15 @@ impl Settings {
     pub fn preview_host(&self, port: u16, sandbox_id: &str) -> String {
         format!("{port}-{sandbox_id}.{}", self.proxy_domain)
     }
+
+    /// The preview URL of a sandbox's port.
+    pub fn preview_url(&self, port: u16, sandbox_id: &str) -> String {
+        format!(
+            "https://{}{}",
+            self.preview_host(port, sandbox_id),
+            self.port_suffix
+        )
+    }
 }
 
 /// A running mock Daytona.
@@ -178,6 +197,7 @@ pub struct MockDaytona {
     proxy_addr: SocketAddr,
     ca_pem: PathBuf,
     store: Arc<Store>,
+    faults: Arc<Faults>,
     instance: Instance,
 }
 
@@ -215,14 +235,20 @@ impl MockDaytona {
         let (api_listener, api_addr) = bind(config.api_addr).await?;
         let (proxy_listener, proxy_addr) = bind(config.proxy_addr).await?;
 
+        let port_suffix = match proxy_addr.port() {
+            443 => String::new(),
+            port => format!(":{port}"),
+        };
+        let toolbox_host = config
+            .toolbox_host
+            .unwrap_or_else(|| format!("{TOOLBOX_HOST_LABEL}.{}", config.proxy_domain));
         let settings = Arc::new(Settings {
             api_key,
             organization_id: uuid_v4().map_err(MockError::Random)?,
             runner_id: uuid_v4().map_err(MockError::Random)?,
-            toolbox_url: format!(
-                "https://{TOOLBOX_HOST_LABEL}.{}/toolbox",
-                config.proxy_domain
-            ),
+            toolbox_url: format!("https://{toolbox_host}{port_suffix}/toolbox"),
+            toolbox_host,
+            port_suffix,
             proxy_domain: config.proxy_domain,
             snapshots: config.snapshots,
             default_snapshot: config.default_snapshot,
@@ -231,10 +257,16 @@ impl MockDaytona {
             minute: config.minute,
             resources: RESOURCES,
         });
-        let store = Arc::new(Store::new(instance.engine().clone(), settings.clone()));
+        let faults = Arc::new(Faults::default());
+        let store = Arc::new(Store::new(
+            instance.engine().clone(),
+            settings.clone(),
+            faults.clone(),
+        ));
         let api = Arc::new(Api {
             store: store.clone(),
             settings: settings.clone(),
+            faults: faults.clone(),
         });
         let gateway = Arc::new(Gateway {
             store: store.clone(),
@@ -250,6 +282,7 @@ impl MockDaytona {
             proxy_addr,
             ca_pem: ca.pem_path().to_path_buf(),
             store,
+            faults,
             instance,
         })
     }
@@ -279,14 +312,15 @@ impl MockDaytona {
         &self.settings.proxy_domain
     }
 
-    /// `toolboxProxyUrl`: `https://proxy.{proxyDomain}/toolbox`.
+    /// `toolboxProxyUrl`: `https://proxy.{proxyDomain}:{proxyPort}/toolbox`
+    /// (the configured toolbox host in place of `proxy.{proxyDomain}`).
     pub fn toolbox_url(&self) -> &str {
         &self.settings.toolbox_url
     }
 
     /// The toolbox's host (and TLS server name).
     pub fn toolbox_host(&self) -> String {
-        format!("{TOOLBOX_HOST_LABEL}.{}", self.settings.proxy_domain)
+        self.settings.toolbox_host.clone()
     }
 
     /// The proxy's address: connect here for any `*.{proxyDomain}` host.
@@ -302,6 +336,20 @@ impl MockDaytona {
     /// The host (and TLS server name) of a sandbox's port.
     pub fn preview_host(&self, port: u16, sandbox_id: &str) -> String {
         self.settings.preview_host(port, sandbox_id)
+    }
+
+    /// The switches of what a real Daytona does that the mock otherwise
+    /// does not show (also reachable on the control plane's test-only route).
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// Makes every preview token issued so far stop working, as lapsed
+    /// tokens do; the next preview URL of a sandbox carries a new one.
+    pub fn lapse_preview_tokens(&self) -> Result<(), MockError> {
+        self.store
+            .lapse_preview_tokens()
+            .map_err(|refusal| MockError::Config(refusal.message))
     }
 
     /// The environment a client needs, as `(name, value)` pairs.

@@ -1,7 +1,7 @@
-//! Daytona's JSON, field for field as the last published spec declares it
-//! (daytonaio/daytona `libs/api-client-go/api/openapi.yaml` for the control
-//! plane, `libs/toolbox-api-client-go/api/openapi.yaml` for the toolbox)
-//! and as the services write it: the `Sandbox` and `SandboxListItem`
+//! Daytona's JSON, field for field as the current generated clients declare
+//! it (`daytona-api-client` 0.231.0 for the control plane,
+//! `daytona-toolbox-api-client` 0.226.1 for the toolbox; the last published
+//! repository, daytonaio/daytona v0.190.0, for how the services write it): the `Sandbox` and `SandboxListItem`
 //! objects, the listing page, the preview URL, the toolbox's answers, and
 //! the two error bodies. The control plane (NestJS) writes nullable columns
 //! as `null` and leaves unset optional fields out; the proxy, runner and
@@ -38,6 +38,8 @@ pub struct Sandbox {
     pub public: bool,
     /// As created (not enforced).
     pub network_block_all: bool,
+    /// Whether `/dev/kvm` is exposed (as created; never, here).
+    pub kvm: bool,
     /// As created (not enforced), else null.
     pub network_allow_list: Option<String>,
     /// As created (not enforced), else null.
@@ -64,6 +66,8 @@ pub struct Sandbox {
     pub backup_state: &'static str,
     /// Minutes of inactivity before a stop (0: never).
     pub auto_stop_interval: i64,
+    /// Minutes of inactivity before a pause (0: never; pauses are not modelled).
+    pub auto_pause_interval: i64,
     /// Minutes stopped before an archive (stored, not modelled).
     pub auto_archive_interval: i64,
     /// Minutes stopped before a delete (negative: never, 0: at stop).
@@ -116,6 +120,12 @@ pub struct SandboxListItem {
     pub recoverable: bool,
     /// Previews open without a token.
     pub public: bool,
+    /// As created (not enforced).
+    pub network_block_all: bool,
+    /// As created, else null.
+    pub network_allow_list: Option<String>,
+    /// As created, else null.
+    pub domain_allow_list: Option<String>,
     /// vCPUs.
     pub cpu: u32,
     /// GPUs.
@@ -130,6 +140,8 @@ pub struct SandboxListItem {
     pub backup_state: &'static str,
     /// Minutes.
     pub auto_stop_interval: i64,
+    /// Minutes.
+    pub auto_pause_interval: i64,
     /// Minutes.
     pub auto_archive_interval: i64,
     /// Minutes.

@@ -1,7 +1,13 @@
-//! Every route of the last published control-plane spec (method and path
-//! template under `/api`, as `libs/api-client-go/api/openapi.yaml` lists
-//! them), so a route the mock does not serve answers `501` saying so,
-//! while a path the real API does not have answers its `404`.
+//! Every route of the control plane's specs (method and path template
+//! under `/api`): the last published repository's
+//! (`libs/api-client-go/api/openapi.yaml`, v0.190.0, in [`PUBLISHED`]) and
+//! the current client's (`docs/providers/daytona-api-client.txt`, the
+//! listing `scripts/provider-api.sh` makes, read at build time), so a
+//! route the mock does not serve answers `501` saying so, while a path
+//! neither has answers the real API's `404`.
+
+/// The current client's listing (`route METHOD PATH ...` lines).
+const CURRENT: &str = include_str!("../../../../docs/providers/daytona-api-client.txt");
 
 /// `(method, template)`; `{name}` segments match any one segment.
 pub const PUBLISHED: [(&str, &str); 230] = [
@@ -373,17 +379,27 @@ pub const PUBLISHED: [(&str, &str); 230] = [
 ];
 
 /// Whether `method` and `path` (under `/api`, prefix removed) name a
-/// route of the published spec.
+/// route of either spec.
 pub fn is_published(method: &str, path: &str) -> bool {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    PUBLISHED.iter().any(|(m, template)| {
+    let matches = |m: &str, template: &str| {
         let parts: Vec<&str> = template.trim_matches('/').split('/').collect();
-        *m == method
+        m == method
             && parts.len() == segments.len()
             && parts
                 .iter()
                 .zip(&segments)
                 .all(|(part, segment)| part.starts_with('{') || part == segment)
+    };
+    PUBLISHED.iter().any(|(m, template)| matches(m, template))
+        || current_routes().any(|(m, template)| matches(m, template))
+}
+
+/// `(method, template)` of every route in the current client's listing.
+fn current_routes() -> impl Iterator<Item = (&'static str, &'static str)> {
+    CURRENT.lines().filter_map(|line| {
+        let mut words = line.strip_prefix("route ")?.split(' ');
+        Some((words.next()?, words.next()?))
     })
 }
 
@@ -398,5 +414,9 @@ mod tests {
         assert!(!is_published("POST", "/sandbox/abc/process/execute"));
         assert!(!is_published("GET", "/abc/process/execute"));
         assert!(!is_published("PATCH", "/sandbox/abc/archive"));
+        // New in the current client.
+        assert!(is_published("POST", "/sandbox/abc/ttl/30"));
+        assert!(is_published("POST", "/sandbox/abc/autopause/5"));
+        assert!(current_routes().count() > 100);
     }
 }

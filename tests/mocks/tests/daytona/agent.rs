@@ -85,7 +85,14 @@ async fn silos_agent_runs_in_a_session_and_answers_through_the_preview_proxy() {
     let id = sandbox["id"].as_str().unwrap().to_owned();
     start_agent(&client, &sandbox).await;
     let (url, token) = preview(&client, &id).await;
-    assert_eq!(url, format!("https://49999-{id}.{}", mock.proxy_domain()));
+    assert_eq!(
+        url,
+        format!(
+            "https://49999-{id}.{}:{}",
+            mock.proxy_domain(),
+            mock.proxy_addr().port()
+        )
+    );
     assert_eq!(token.len(), 32);
 
     wait_for(

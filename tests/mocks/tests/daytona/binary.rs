@@ -63,7 +63,11 @@ async fn the_binary_prints_its_environment_and_cleans_up() {
     let sandbox = client.create(json!({"target": "us"})).await;
     let id = sandbox["id"].as_str().unwrap().to_owned();
     assert_eq!(sandbox["target"], "us");
-    assert_eq!(sandbox["toolboxProxyUrl"], "https://proxy.bin.test/toolbox");
+    let proxy_port = env[ENV_PROXY_ADDR].rsplit_once(':').unwrap().1;
+    assert_eq!(
+        sandbox["toolboxProxyUrl"],
+        format!("https://proxy.bin.test:{proxy_port}/toolbox")
+    );
     let ran = client
         .toolbox(
             &sandbox,

@@ -137,7 +137,7 @@ impl Client {
             Some(value) => (Some("application/json"), Bytes::from(value.to_string())),
             None => (None, Bytes::new()),
         };
-        self.toolbox_body(sandbox, access, method, path, content_type, body)
+        self.toolbox_body(sandbox, access, method, path, content_type, body, &[])
             .await
     }
 
@@ -158,11 +158,14 @@ impl Client {
             &format!("/files/upload?path={path}"),
             Some(&content_type),
             Bytes::from(body),
+            &[],
         )
         .await
     }
 
-    async fn toolbox_body(
+    /// A toolbox call with any body and extra headers.
+    #[allow(clippy::too_many_arguments, reason = "a test helper's knobs")]
+    pub async fn toolbox_body(
         &self,
         sandbox: &Value,
         access: Access<'_>,
@@ -170,6 +173,7 @@ impl Client {
         path: &str,
         content_type: Option<&str>,
         body: Bytes,
+        headers: &[(&str, &str)],
     ) -> Reply {
         let base: Uri = sandbox["toolboxProxyUrl"]
             .as_str()
@@ -184,6 +188,9 @@ impl Client {
             .header("host", &host);
         if let Some(content_type) = content_type {
             request = request.header("content-type", content_type);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         request = with_access(request, access);
         self.sandbox(&host, request.body(Full::new(body)).unwrap())
@@ -205,7 +212,7 @@ impl Client {
         request: Request<Full<Bytes>>,
     ) -> hyper::Response<Incoming> {
         let tcp = TcpStream::connect(self.proxy).await.unwrap();
-        let name = ServerName::try_from(host.to_owned()).unwrap();
+        let name = ServerName::try_from(silo_mocks::http::hostname(host).to_owned()).unwrap();
         let tls = self.tls.connect(name, tcp).await.unwrap();
         send(tls, request).await
     }

@@ -21,6 +21,8 @@ mod agent;
 mod api;
 mod binary;
 mod client;
+mod current;
+mod faults;
 mod lifecycle;
 mod proxy;
 mod toolbox;

@@ -18,7 +18,7 @@ pub mod record;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::StatusCode;
 use silo_protocol::http::error_chain;
@@ -26,6 +26,7 @@ use silo_protocol::http::error_chain;
 pub use self::record::{Activity, ActivityHold, Desired, Record, State, home_of, shown_state};
 use super::Settings;
 use crate::containers::{ContainerError, ContainerSpec, Engine};
+use crate::faults::Faults;
 use crate::secret::{random_text, uuid_v4};
 
 /// How often the tick task looks for idle or long-stopped sandboxes.
@@ -102,6 +103,8 @@ pub struct NewRecord {
     /// As sent.
     pub network_block_all: bool,
     /// As sent.
+    pub kvm: bool,
+    /// As sent.
     pub network_allow_list: Option<String>,
     /// As sent.
     pub domain_allow_list: Option<String>,
@@ -120,16 +123,29 @@ pub struct Store {
     records: Mutex<HashMap<String, Record>>,
     engine: Engine,
     settings: Arc<Settings>,
+    faults: Arc<Faults>,
 }
 
 impl Store {
     /// An empty store over `engine`.
-    pub fn new(engine: Engine, settings: Arc<Settings>) -> Self {
+    pub fn new(engine: Engine, settings: Arc<Settings>, faults: Arc<Faults>) -> Self {
         Self {
             records: Mutex::new(HashMap::new()),
             engine,
             settings,
+            faults,
         }
+    }
+
+    /// Gives every sandbox a new preview token: the ones issued so far stop
+    /// working, as a lapsed token does (the next preview URL carries the new one).
+    pub fn lapse_preview_tokens(&self) -> Result<(), Refusal> {
+        let mut records = self.lock();
+        for record in records.values_mut() {
+            record.auth_token = random_text(TOKEN_LEN, TOKEN_ALPHABET)
+                .map_err(|e| Refusal::unexpected("making a preview token", &e))?;
+        }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Record>> {
@@ -198,6 +214,7 @@ impl Store {
             labels: new.labels,
             public: new.public,
             network_block_all: new.network_block_all,
+            kvm: new.kvm,
             network_allow_list: new.network_allow_list,
             domain_allow_list: new.domain_allow_list,
             target: new.target,
@@ -215,6 +232,7 @@ impl Store {
             container: container.clone(),
             activity: Activity::new(),
             toolbox: Arc::default(),
+            unready_until: None,
         };
         // Another create may have taken the name while the container started.
         let raced = {
@@ -261,6 +279,7 @@ impl Store {
             record.updated_at = SystemTime::now();
             (record.id.clone(), record.container.clone())
         };
+        let unready_until = self.faults.unready_until(Instant::now());
         match container.start().await {
             Ok(started) => self
                 .finish(&id, |r| {
@@ -268,6 +287,7 @@ impl Store {
                     r.state = State::Started;
                     r.pending = false;
                     r.activity.touch();
+                    r.unready_until = unready_until;
                 })
                 .ok_or_else(|| Refusal::not_found(id_or_name)),
             Err(error) => {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::containers::Container;
 use crate::daytona::Settings;
@@ -145,6 +145,8 @@ pub struct Record {
     /// As created.
     pub network_block_all: bool,
     /// As created.
+    pub kvm: bool,
+    /// As created.
     pub network_allow_list: Option<String>,
     /// As created.
     pub domain_allow_list: Option<String>,
@@ -178,6 +180,8 @@ pub struct Record {
     pub activity: Arc<Activity>,
     /// The toolbox's sessions (gone with the processes at a stop).
     pub toolbox: Arc<Toolbox>,
+    /// Previews answer `502` until then (a start with the unready fault on).
+    pub unready_until: Option<Instant>,
 }
 
 impl Record {
@@ -204,6 +208,7 @@ impl Record {
             labels: record.labels.clone(),
             public: record.public,
             network_block_all: record.network_block_all,
+            kvm: record.kvm,
             network_allow_list: record.network_allow_list.clone(),
             domain_allow_list: record.domain_allow_list.clone(),
             target: record.target.clone(),
@@ -217,6 +222,7 @@ impl Record {
             recoverable: false,
             backup_state: "None",
             auto_stop_interval: record.auto_stop,
+            auto_pause_interval: 0,
             auto_archive_interval: record.auto_archive,
             auto_delete_interval: record.auto_delete,
             volumes: Vec::new(),
@@ -247,6 +253,9 @@ impl Record {
             error_reason: full.error_reason,
             recoverable: full.recoverable,
             public: full.public,
+            network_block_all: full.network_block_all,
+            network_allow_list: full.network_allow_list,
+            domain_allow_list: full.domain_allow_list,
             cpu: full.cpu,
             gpu: full.gpu,
             memory: full.memory,
@@ -254,6 +263,7 @@ impl Record {
             labels: full.labels,
             backup_state: full.backup_state,
             auto_stop_interval: full.auto_stop_interval,
+            auto_pause_interval: full.auto_pause_interval,
             auto_archive_interval: full.auto_archive_interval,
             auto_delete_interval: full.auto_delete_interval,
             created_at: full.created_at,

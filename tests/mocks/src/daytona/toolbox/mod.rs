@@ -5,7 +5,9 @@
 //! daytonaio/daytona `libs/toolbox-api-client-go/api/openapi.yaml`.
 //!
 //! Modelled: `files/upload`, `files/download`, `files/permissions`
-//! ([`files`]); `process/execute` ([`execute`]); sessions: create, list,
+//! ([`files`]); `files/bulk-upload`, `files/bulk-download` and the listing
+//! `GET /files` ([`bulk`]); `user-home-dir` and `work-dir` (the user's
+//! home); `process/execute` ([`execute`]); sessions: create, list,
 //! get, delete, exec (sync or `runAsync`), a command and its logs
 //! ([`session`], with what it writes to and reads from the shell in
 //! [`shell`]). Other daemon routes answer `501` so a client notices it
@@ -16,6 +18,7 @@
 //! container's user (root in `silo-base`) with `HOME` and `USER` of the
 //! sandbox's user; files are written as that user (uid 0).
 
+pub mod bulk;
 pub mod execute;
 pub mod files;
 pub mod session;
@@ -32,7 +35,7 @@ use self::session::Session;
 use super::reply::{GoError, go_error, unmodelled};
 use super::store::Record;
 use crate::containers::files::clean_path;
-use crate::http::{Body, full, with_body};
+use crate::http::{Body, full, json_as, with_body};
 
 /// Route prefixes of daemon features the mock does not model.
 const UNMODELLED: [&str; 11] = [
@@ -114,7 +117,15 @@ pub async fn handle(
     };
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (&call.method, segments.as_slice()) {
+        (&Method::GET, ["files"]) => bulk::list(&call, request).await,
         (&Method::POST, ["files", "upload"]) => files::upload(&call, request).await,
+        (&Method::POST, ["files", "bulk-upload"]) => bulk::upload(&call, request).await,
+        (&Method::POST, ["files", "bulk-download"]) => bulk::download(&call, request).await,
+        (&Method::GET, ["user-home-dir" | "work-dir"]) => json_as(
+            StatusCode::OK,
+            "application/json; charset=utf-8",
+            &serde_json::json!({ "dir": call.record.home() }),
+        ),
         (&Method::GET, ["files", "download"]) => files::download(&call, request).await,
         (&Method::POST, ["files", "permissions"]) => files::permissions(&call, request).await,
         (&Method::POST, ["process", "execute"]) => execute::execute(&call, request).await,
@@ -129,7 +140,7 @@ pub async fn handle(
             session::command(&call, id, command)
         }
         (&Method::GET, ["process", "session", id, "command", command, "logs"]) => {
-            session::logs(&call, id, command)
+            session::logs(&call, id, command, request.headers())
         }
         _ if UNMODELLED
             .iter()

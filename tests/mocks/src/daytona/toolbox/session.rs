@@ -15,10 +15,13 @@
 //! SIGKILLs what is left: a client that deletes the session that started
 //! its agent kills the agent.
 //!
-//! Output is always combined (`output`; `stdout` and `stderr` are null),
-//! as the daemon answers a client that sends no `X-Daytona-SDK-Version`;
-//! a last line without a newline gets one, as the daemon's line reader
-//! gives it. A command that ends the shell (`exit`) ends with the shell's
+//! Output comes as the client's `X-Daytona-SDK-Version` asks
+//! ([`LogShape`]): combined without markers for none (or one before
+//! 0.27.0), labelled for 0.27.0 up to 0.167.0, and split into `stdout` and
+//! `stderr` by the mock for 0.167.0 and later (JSON logs then); a last
+//! line without a newline gets one, as the daemon's line reader gives it.
+//! stdout and stderr lines interleave as their readers get them, as in
+//! the daemon. A command that ends the shell (`exit`) ends with the shell's
 //! status; commands queued behind it never run.
 
 use std::collections::VecDeque;
@@ -35,7 +38,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Call;
-use super::shell::{Event, Markers, block, output_text};
+use super::shell::{Event, LogShape, Markers, block, demux, output_text, raw_text};
 use crate::containers::Container;
 use crate::containers::exec::{Output, SpawnRequest, Spawned};
 use crate::daytona::model::{CommandInfo, SessionExecuteResponse, SessionInfo};
@@ -243,6 +246,7 @@ pub async fn exec(call: &Call<'_>, id: &str, request: Request<Incoming>) -> Resp
             "can't execute command in entrypoint session",
         );
     }
+    let shape = LogShape::of(request.headers());
     let Ok(parsed) = read_json::<ExecRequest>(request).await else {
         return aborted(StatusCode::BAD_REQUEST);
     };
@@ -307,11 +311,17 @@ pub async fn exec(call: &Call<'_>, id: &str, request: Request<Incoming>) -> Resp
                 return failed(&GoError::BadRequest.message("command not found"));
             };
             if let Some(code) = command.exit_code {
+                let (output, split) = match shape {
+                    LogShape::Combined => (output_text(&command.log), None),
+                    LogShape::Labelled => (raw_text(&command.log), None),
+                    LogShape::Split => (raw_text(&command.log), Some(demux(&command.log))),
+                };
+                let (stdout, stderr) = split.unzip();
                 let answer = SessionExecuteResponse {
                     cmd_id: command_id,
-                    output: Some(output_text(&command.log)),
-                    stdout: None,
-                    stderr: None,
+                    output: Some(output),
+                    stdout,
+                    stderr,
                     exit_code: Some(code),
                 };
                 return json_as(StatusCode::OK, JSON_UTF8, &answer);
@@ -343,19 +353,37 @@ pub fn command(call: &Call<'_>, id: &str, command_id: &str) -> Response<Body> {
 }
 
 /// `GET /process/session/{id}/command/{commandId}/logs`: the output so far
-/// as text (`follow` is not modelled: the answer ends with what is there).
-pub fn logs(call: &Call<'_>, id: &str, command_id: &str) -> Response<Body> {
+/// as text, or as JSON `{output, stdout, stderr}` for a current SDK
+/// (`follow` is not modelled: the answer ends with what is there).
+pub fn logs(
+    call: &Call<'_>,
+    id: &str,
+    command_id: &str,
+    headers: &http::HeaderMap,
+) -> Response<Body> {
     let Some(session) = find(call, id) else {
         return call.error(GoError::NotFound, "session not found");
     };
     let state = session.state();
-    match state.commands.iter().find(|c| c.id == command_id) {
-        Some(command) => with_body(
-            StatusCode::OK,
-            "text/plain; charset=utf-8",
-            full(output_text(&command.log)),
-        ),
-        None => call.error(GoError::NotFound, "command not found"),
+    let Some(command) = state.commands.iter().find(|c| c.id == command_id) else {
+        return call.error(GoError::NotFound, "command not found");
+    };
+    let text = |body: String| with_body(StatusCode::OK, "text/plain; charset=utf-8", full(body));
+    match LogShape::of(headers) {
+        LogShape::Combined => text(output_text(&command.log)),
+        LogShape::Labelled => text(raw_text(&command.log)),
+        LogShape::Split => {
+            let (stdout, stderr) = demux(&command.log);
+            json_as(
+                StatusCode::OK,
+                JSON_UTF8,
+                &serde_json::json!({
+                    "output": raw_text(&command.log),
+                    "stdout": stdout,
+                    "stderr": stderr,
+                }),
+            )
+        }
     }
 }
 
