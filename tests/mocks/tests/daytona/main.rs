@@ -3,8 +3,10 @@
 //! a sandbox's whole life (create, stop, start, delete, auto-stop), the
 //! toolbox (files, execute, sessions) and its access rules, silo's real
 //! agent started through a session and reached through the preview proxy
-//! with the sandbox's token, WebSocket splicing, and the binary. One test
-//! binary, one module per area.
+//! with the sandbox's token, WebSocket splicing, the binary, what the
+//! current clients need (required fields, bulk files, output shaped by the
+//! SDK version, the refused Socket.IO path), and the fault switches. One
+//! test binary, one module per area.
 #![allow(
     clippy::unwrap_used,
     reason = "tests: a broken environment should fail loudly"
