@@ -1,16 +1,53 @@
 #!/usr/bin/env bash
 # The README's test command: every test silo has, against the real agent, a
-# real Docker engine and real SQLite. Under CI=true a missing engine or tool
-# fails the run instead of skipping what needs it.
+# real Docker engine and real SQLite, then the providers' own SDKs against
+# the mock E2B and Daytona. Under CI=true a missing engine or tool fails the
+# run instead of skipping what needs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\n== %s\n' "$*" >&2; }
+in_ci() { [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; }
 
 # What the tests use beyond the build's own needs: tmux (the real terminal the
-# Ctrl-C and PTY tests type into) and dash (the POSIX sh the session tests
-# compare with bash). setup.sh only checks when they are there already.
-scripts/setup.sh tmux dash
+# Ctrl-C and PTY tests type into), dash (the POSIX sh the session tests
+# compare with bash), bash-static (the bash of the SDK journeys' sandbox
+# image: E2B runs every command as `bash -l -c`) and python3-venv (the SDK
+# journeys' virtual environment). setup.sh only checks when they are there
+# already.
+scripts/setup.sh tmux dash bash-static python3-venv
+
+# The providers' official Python SDKs, pinned in tests/sdk/requirements.txt,
+# run their journeys against the mock binaries in a virtual environment of
+# their own (made again when the pins change). Without python3's venv this
+# is a failure under CI=true and a skip with a note elsewhere.
+sdk_journeys() {
+  local requirements=tests/sdk/requirements.txt
+  local venv=${SILO_SDK_VENV:-tests/sdk/.venv}
+  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    if in_ci; then
+      echo "CI=true but python3 with venv and ensurepip is missing (apt-get install python3-venv)" >&2
+      return 1
+    fi
+    echo "skipping the SDK journeys: python3 with venv is missing (CI=true makes this fail)" >&2
+    return 0
+  fi
+  local want have
+  want=$(sha256sum "$requirements" | cut -d' ' -f1)
+  have=$(cat "$venv/.requirements.sha256" 2>/dev/null || true)
+  if [ ! -x "$venv/bin/python" ] || [ "$want" != "$have" ]; then
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+    echo "$want" >"$venv/.requirements.sha256"
+  fi
+  cargo build --quiet -p silo-mocks --bins -p silo-cli
+  SILO_TARGET_DIR=${CARGO_TARGET_DIR:-target} \
+    "$venv/bin/python" -m pytest -q -s -rs -p no:cacheprovider tests/sdk
+}
+
+log "providers' SDKs against the mocks"
+sdk_journeys
 
 log "Rust workspace"
 cargo test --workspace "$@"

@@ -1,0 +1,202 @@
+"""What every SDK journey shares: the mock binaries, the sandbox image with
+bash, and a step marker that names the route a failure happened on.
+
+The journeys run the providers' official SDKs unpatched: they are pointed at
+a mock only through the parameters and environment variables the SDKs
+document (API URL, key, domain, E2B's sandbox URL) and the CA bundle
+variables Python's TLS stacks read (SSL_CERT_FILE). Every connection goes
+to 127.0.0.1.
+
+Under CI=true a missing engine or binary fails the run; elsewhere the
+journeys are skipped with the reason.
+"""
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# The image the journeys' sandboxes run: silo's base (busybox) plus Debian's
+# bash-static as /bin/bash, since E2B runs every command as `bash -l -c`.
+SDK_IMAGE = "silo-sdk-journey"
+BASH_STATIC = Path("/bin/bash-static")
+# Label holding the hash of what the image was built from, so an unchanged
+# image is not built again.
+CONTENT_LABEL = "silo.test.sdk-content"
+# How long a mock binary has to print its environment.
+MOCK_START_TIMEOUT = 60.0
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "") in ("true", "1")
+
+
+def unavailable(reason: str):
+    """Fails under CI, skips elsewhere."""
+    if in_ci():
+        pytest.fail(f"CI=true but {reason}")
+    pytest.skip(f"{reason} (CI=true makes this fail)")
+
+
+@contextlib.contextmanager
+def route(name: str):
+    """Names the provider route (and so the field) a failure came from."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - re-raised with the route named
+        raise AssertionError(f"{name}: {type(error).__name__}: {error}") from error
+
+
+def target_dir() -> Path:
+    given = os.environ.get("SILO_TARGET_DIR") or os.environ.get("CARGO_TARGET_DIR")
+    return Path(given) if given else REPO / "target"
+
+
+def binary(name: str) -> Path:
+    path = target_dir() / "debug" / name
+    if not path.exists():
+        unavailable(f"{path} is not built (cargo build -p silo-mocks --bins -p silo-cli)")
+    return path
+
+
+def docker(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["docker", *args], input=stdin, capture_output=True, check=False, timeout=600
+    )
+
+
+@pytest.fixture(scope="session")
+def sdk_image() -> str:
+    """silo-base plus bash, built once and again only when its inputs change."""
+    if shutil.which("docker") is None or docker("info").returncode != 0:
+        unavailable("no Docker engine answers")
+    if not BASH_STATIC.exists():
+        unavailable(f"{BASH_STATIC} is missing (Debian's bash-static; scripts/setup.sh installs it)")
+    base = docker("image", "inspect", "--format", "{{.Id}}", "silo-base:latest")
+    if base.returncode != 0:
+        made = subprocess.run([binary("silo"), "image", "base"], capture_output=True, check=False)
+        assert made.returncode == 0, f"silo image base: {made.stderr.decode()}"
+        base = docker("image", "inspect", "--format", "{{.Id}}", "silo-base:latest")
+    bash = BASH_STATIC.read_bytes()
+    content = hashlib.sha256(base.stdout.strip() + bash).hexdigest()
+    tag = f"{SDK_IMAGE}:{content[:12]}"
+    have = docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{CONTENT_LABEL}"}}}}', tag)
+    if have.returncode == 0 and have.stdout.decode().strip() == content:
+        return tag
+    dockerfile = (
+        "FROM silo-base:latest\n"
+        "COPY bash /bin/bash\n"
+        f'LABEL {CONTENT_LABEL}="{content}"\n'
+    ).encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data, mode in (("Dockerfile", dockerfile, 0o644), ("bash", bash, 0o755)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    built = docker("build", "-q", "-t", tag, "-", stdin=context.getvalue())
+    assert built.returncode == 0, f"building {tag}: {built.stderr.decode()}"
+    return tag
+
+
+class Mock:
+    """A running mock binary and the environment it printed."""
+
+    def __init__(self, process: subprocess.Popen, env: dict[str, str]):
+        self.process = process
+        self.env = env
+
+    def admin(self, api_url: str, headers: dict[str, str], **switches) -> dict:
+        """Sets the mock's fault switches through its test-only route."""
+        request = urllib.request.Request(
+            f"{api_url}/_mock/faults",
+            data=json.dumps(switches).encode(),
+            headers={"content-type": "application/json", **headers},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_mock(name: str, args: list[str], wanted: int) -> Mock:
+    """Starts `name` and reads the `KEY=value` lines it prints first."""
+    process = subprocess.Popen(
+        [binary(name), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    env: dict[str, str] = {}
+    deadline = time.monotonic() + MOCK_START_TIMEOUT
+    buffer = b""
+    while len(env) < wanted:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([process.stdout], [], [], max(left, 0))
+        if not ready:
+            process.kill()
+            raise AssertionError(f"{name} printed no environment within {MOCK_START_TIMEOUT}s")
+        chunk = os.read(process.stdout.fileno(), 4096)
+        if not chunk:
+            raise AssertionError(f"{name} exited: {process.stderr.read().decode()}")
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            key, _, value = line.decode().partition("=")
+            env[key] = value
+    # Keep the pipe from filling while the journey runs.
+    stderr = process.stderr
+    if stderr is not None:
+        import threading
+
+        threading.Thread(target=lambda: stderr.read(), daemon=True).start()
+    return Mock(process, env)
+
+
+@pytest.fixture
+def e2b_mock(sdk_image):
+    mock = start_mock("silo-mock-e2b", ["--template", f"base={sdk_image}", "--ports", "49999,8080"], 5)
+    try:
+        yield mock
+    finally:
+        mock.stop()
+
+
+@pytest.fixture
+def daytona_mock(sdk_image):
+    mock = start_mock(
+        "silo-mock-daytona",
+        ["--snapshot", f"base={sdk_image}", "--ports", "49999,8080", "--toolbox-host", "localhost"],
+        5,
+    )
+    try:
+        yield mock
+    finally:
+        mock.stop()
+
+
+def record_timing(provider: str, **figures: float):
+    """Prints a journey's figures and appends them to $SILO_SDK_TIMINGS."""
+    line = {"provider": provider, **{k: round(v, 1) for k, v in figures.items()}}
+    print(f"TIMING {json.dumps(line)}")
+    path = os.environ.get("SILO_SDK_TIMINGS")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")

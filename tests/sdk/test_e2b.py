@@ -1,0 +1,160 @@
+"""The official `e2b` SDK's journey against the mock E2B, unpatched.
+
+The SDK is pointed at the mock through its documented options: the API URL,
+key and domain, and `sandbox_url` (E2B_SANDBOX_URL) for the sandbox side,
+where it names the sandbox and port in its `E2b-Sandbox-Id` and
+`E2b-Sandbox-Port` headers, as it does against E2B's own `sandbox.{domain}`.
+The mock's CA is trusted through SSL_CERT_FILE.
+"""
+
+import http.client
+import ssl
+import time
+
+import pytest
+from e2b import Sandbox, SandboxQuery
+from e2b import CommandExitException
+
+from conftest import record_timing, route
+
+
+@pytest.fixture
+def e2b(e2b_mock, monkeypatch):
+    env = e2b_mock.env
+    monkeypatch.setenv("SSL_CERT_FILE", env["SILO_E2B_CA_PEM"])
+    proxy_port = env["SILO_E2B_PROXY_ADDR"].rsplit(":", 1)[1]
+    options = {
+        "api_key": env["E2B_API_KEY"],
+        "api_url": env["E2B_API_URL"],
+        "domain": env["E2B_DOMAIN"],
+        "sandbox_url": f"https://localhost:{proxy_port}",
+    }
+    return e2b_mock, options
+
+
+def fetch_through_proxy(env, host: str, path: str, headers=None) -> tuple[int, bytes]:
+    """GET https://{host}{path} through the mock's proxy, as curl --resolve does."""
+    address, port = env["SILO_E2B_PROXY_ADDR"].rsplit(":", 1)
+    context = ssl.create_default_context(cafile=env["SILO_E2B_CA_PEM"])
+    connection = http.client.HTTPSConnection(address, int(port), context=context, timeout=10)
+    connection.sock = context.wrap_socket(
+        __import__("socket").create_connection((address, int(port)), timeout=10),
+        server_hostname=host,
+    )
+    connection.request("GET", path, headers={"Host": host, **(headers or {})})
+    answer = connection.getresponse()
+    return answer.status, answer.read()
+
+
+def test_e2b_journey(e2b):
+    mock, options = e2b
+    metadata = {"journey": "e2b", "run": str(time.time_ns())}
+
+    started = time.monotonic()
+    with route("POST /v2/sandboxes"):
+        sandbox = Sandbox.create(template="base", metadata=metadata, timeout=300, **options)
+    first_output = None
+
+    def on_stdout(_):
+        nonlocal first_output
+        if first_output is None:
+            first_output = time.monotonic()
+
+    with route("process.Process/Start (first command)"):
+        sandbox.commands.run("echo ready", on_stdout=on_stdout)
+    assert first_output is not None, "the first command printed nothing"
+    tti_ms = (first_output - started) * 1000
+
+    try:
+        with route("POST /files"):
+            info = sandbox.files.write("notes/hello.txt", "hello from the sdk\n")
+        assert info.path == "/home/user/notes/hello.txt", info
+        with route("GET /files"):
+            assert sandbox.files.read("notes/hello.txt") == "hello from the sdk\n"
+        with route("filesystem.Filesystem/ListDir"):
+            names = [entry.name for entry in sandbox.files.list("notes")]
+        assert names == ["hello.txt"], names
+        with route("filesystem.Filesystem/Stat"):
+            assert sandbox.files.exists("notes/hello.txt")
+            assert not sandbox.files.exists("notes/missing.txt")
+
+        with route("process.Process/Start (exit code and both streams)"):
+            with pytest.raises(CommandExitException) as raised:
+                sandbox.commands.run("echo out; echo err >&2; exit 3", timeout=30)
+        result = raised.value
+        assert result.exit_code == 3, result
+        assert result.stdout == "out\n", result.stdout
+        assert result.stderr == "err\n", result.stderr
+
+        exec_times = []
+        for _ in range(5):
+            begun = time.monotonic()
+            with route("process.Process/Start (timed exec)"):
+                done = sandbox.commands.run("true")
+            exec_times.append((time.monotonic() - begun) * 1000)
+            assert done.exit_code == 0
+
+        with route("process.Process/Start (background)"):
+            background = sandbox.commands.run("sleep 600", background=True, timeout=0)
+        with route("process.Process/List"):
+            assert background.pid in [p.pid for p in sandbox.commands.list()]
+        with route("process.Process/SendSignal"):
+            assert background.kill()
+        with route("process.Process/List (after kill)"):
+            deadline = time.monotonic() + 10
+            while background.pid in [p.pid for p in sandbox.commands.list()]:
+                assert time.monotonic() < deadline, "the killed command is still listed"
+                time.sleep(0.05)
+
+        with route("GET /v2/sandboxes"):
+            listed = Sandbox.list(query=SandboxQuery(metadata=metadata), **options).next_items()
+        assert [s.sandbox_id for s in listed] == [sandbox.sandbox_id], listed
+        assert listed[0].metadata == metadata
+
+        with route("POST /sandboxes/{id}/timeout"):
+            sandbox.set_timeout(600)
+        with route("GET /sandboxes/{id}"):
+            info = sandbox.get_info()
+        left = (info.end_at - info.started_at).total_seconds()
+        assert 590 <= left <= 610, left
+
+        with route("process.Process/Start (survivor)"):
+            survivor = sandbox.commands.run(
+                "while :; do date +%s%N >> /tmp/ticks; sleep 0.1; done",
+                background=True,
+                timeout=0,
+            )
+        with route("POST /sandboxes/{id}/pause"):
+            assert sandbox.pause()
+        with route("GET /sandboxes/{id} (paused)"):
+            assert sandbox.get_info().state.value == "paused"
+        with route("POST /v2/sandboxes/{id}/connect"):
+            resumed = Sandbox.connect(sandbox.sandbox_id, **options)
+        with route("process.Process/List (after resume)"):
+            assert survivor.pid in [p.pid for p in resumed.commands.list()]
+        with route("process.Process/Start (ticks grow after resume)"):
+            before = int(resumed.commands.run("wc -l < /tmp/ticks").stdout)
+            time.sleep(0.5)
+            after = int(resumed.commands.run("wc -l < /tmp/ticks").stdout)
+        assert after > before, (before, after)
+
+        host = resumed.get_host(8080)
+        assert host == f"8080-{sandbox.sandbox_id}.{options['domain']}", host
+        with route("proxy GET https://{host}/ (a server in the sandbox)"):
+            resumed.commands.run(
+                "mkdir -p /tmp/www && echo served > /tmp/www/index.html && "
+                "busybox httpd -p 8080 -h /tmp/www",
+            )
+            status, body = fetch_through_proxy(mock.env, host, "/index.html")
+        assert (status, body) == (200, b"served\n"), (status, body)
+    finally:
+        with route("DELETE /sandboxes/{id}"):
+            assert sandbox.kill()
+    with route("GET /sandboxes/{id} (killed)"):
+        assert not Sandbox.list(query=SandboxQuery(metadata=metadata), **options).next_items()
+
+    record_timing(
+        "e2b",
+        tti_ms=tti_ms,
+        exec_ms=sorted(exec_times)[len(exec_times) // 2],
+    )
