@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use anyhow::Context;
 use clap::Parser;
 use silo_mocks::cli::{image_pairs, wait_for_signal};
-use silo_mocks::e2b::{AGENT_PORT, DEFAULT_DOMAIN, DEFAULT_TEMPLATE};
+use silo_mocks::e2b::{AGENT_PORT, DEFAULT_DOMAIN, DEFAULT_TEMPLATE, Generations};
 use silo_mocks::{MockE2b, MockE2bConfig};
 
 /// A mock E2B over the local Docker engine, for silo's tests.
@@ -33,6 +33,12 @@ struct Args {
     /// Proxy port on 127.0.0.1 (0: any free port).
     #[arg(long, default_value_t = 0)]
     proxy_port: u16,
+    /// Serve only the v1 create and connect routes (an older E2B).
+    #[arg(long, conflicts_with = "only_v2")]
+    only_v1: bool,
+    /// Serve only the v2 create and connect routes (a newer E2B).
+    #[arg(long)]
+    only_v2: bool,
 }
 
 #[tokio::main]
@@ -50,6 +56,10 @@ async fn main() -> anyhow::Result<()> {
         ports: args.ports,
         api_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.api_port)),
         proxy_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, args.proxy_port)),
+        routes: Generations {
+            v1: !args.only_v2,
+            v2: !args.only_v1,
+        },
     };
     let mock = MockE2b::start(config)
         .await

@@ -82,9 +82,12 @@ impl Handler for Api {
                 .insert(http::header::RETRY_AFTER, HeaderValue::from(retry_after));
             return response;
         }
+        let routes = self.settings.routes;
         let outcome = match (&method, segments.as_slice()) {
-            (&Method::POST, ["sandboxes"]) => self.create(request, Version::V1).await,
-            (&Method::POST, ["v2", "sandboxes"]) => self.create(request, Version::V2).await,
+            (&Method::POST, ["sandboxes"]) if routes.v1 => self.create(request, Version::V1).await,
+            (&Method::POST, ["v2", "sandboxes"]) if routes.v2 => {
+                self.create(request, Version::V2).await
+            }
             (&Method::GET, ["sandboxes"]) => {
                 let query = query_pairs(&request);
                 list_v1(self.store.all(), &query).map(|items| ok(StatusCode::OK, &items))
@@ -103,11 +106,11 @@ impl Handler for Api {
                 let id = (*id).to_owned();
                 self.pause(&id, request).await
             }
-            (&Method::POST, ["sandboxes", id, "connect"]) => {
+            (&Method::POST, ["sandboxes", id, "connect"]) if routes.v1 => {
                 let id = (*id).to_owned();
                 self.connect(&id, request, Version::V1).await
             }
-            (&Method::POST, ["v2", "sandboxes", id, "connect"]) => {
+            (&Method::POST, ["v2", "sandboxes", id, "connect"]) if routes.v2 => {
                 let id = (*id).to_owned();
                 self.connect(&id, request, Version::V2).await
             }

@@ -73,6 +73,27 @@ pub struct MockE2bConfig {
     pub api_addr: SocketAddr,
     /// Where the proxy listens.
     pub proxy_addr: SocketAddr,
+    /// Which generations of the create and connect routes it serves (an
+    /// older or a newer E2B than the current one; both by default).
+    pub routes: Generations,
+}
+
+/// The generations of the create and connect routes a mock serves: v1
+/// (`POST /sandboxes`, `/sandboxes/{id}/connect`) and v2
+/// (`POST /v2/sandboxes`, `/v2/sandboxes/{id}/connect`). One left out
+/// answers `404` as a route the API does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generations {
+    /// Serve the v1 routes.
+    pub v1: bool,
+    /// Serve the v2 routes.
+    pub v2: bool,
+}
+
+impl Default for Generations {
+    fn default() -> Self {
+        Self { v1: true, v2: true }
+    }
 }
 
 impl Default for MockE2bConfig {
@@ -88,6 +109,7 @@ impl Default for MockE2bConfig {
             ports: vec![AGENT_PORT],
             api_addr: loopback,
             proxy_addr: loopback,
+            routes: Generations::default(),
         }
     }
 }
@@ -103,6 +125,8 @@ pub struct Settings {
     pub templates: BTreeMap<String, String>,
     /// Published container ports.
     pub ports: Vec<u16>,
+    /// The create and connect routes served.
+    pub routes: Generations,
 }
 
 /// A running mock E2B.
@@ -150,6 +174,7 @@ impl MockE2b {
             api_key,
             templates: config.templates,
             ports: config.ports,
+            routes: config.routes,
         });
         let faults = Arc::new(Faults::default());
         let store = Arc::new(Store::new(

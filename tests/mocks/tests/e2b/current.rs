@@ -208,3 +208,53 @@ fn seconds(rfc3339: &Value) -> i64 {
         .unwrap()
         .unix_timestamp()
 }
+
+#[tokio::test]
+async fn a_mock_may_serve_one_generation_of_create_and_connect() {
+    if silo_tests::docker::engine_with_base().await.is_none() {
+        return;
+    }
+    for (v1, v2) in [(true, false), (false, true)] {
+        let config = silo_mocks::MockE2bConfig {
+            routes: silo_mocks::e2b::Generations { v1, v2 },
+            ..Default::default()
+        };
+        let mock = silo_mocks::MockE2b::start(config).await.unwrap();
+        let client = super::client::Client::new(&mock);
+        let body = || Some(json!({"templateID": "base", "timeout": 30}));
+        let old = client.api(Method::POST, "/sandboxes", body()).await;
+        let new = client.api(Method::POST, "/v2/sandboxes", body()).await;
+        let expect = |served: bool| {
+            if served {
+                StatusCode::CREATED
+            } else {
+                StatusCode::NOT_FOUND
+            }
+        };
+        assert_eq!((old.status, new.status), (expect(v1), expect(v2)));
+        let made = if v1 { old.json() } else { new.json() };
+        let id = made["sandboxID"].as_str().unwrap();
+        let connect_v1 = client
+            .api(
+                Method::POST,
+                &format!("/sandboxes/{id}/connect"),
+                Some(json!({"timeout": 30})),
+            )
+            .await;
+        let connect_v2 = client
+            .api(Method::POST, &format!("/v2/sandboxes/{id}/connect"), None)
+            .await;
+        let running = |served: bool| {
+            if served {
+                StatusCode::OK
+            } else {
+                StatusCode::NOT_FOUND
+            }
+        };
+        assert_eq!(
+            (connect_v1.status, connect_v2.status),
+            (running(v1), running(v2))
+        );
+        mock.shutdown().await.unwrap();
+    }
+}
