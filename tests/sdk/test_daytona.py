@@ -155,3 +155,24 @@ def test_daytona_journey(daytona):
         tti_ms=tti_ms,
         exec_ms=sorted(exec_times)[len(exec_times) // 2],
     )
+
+
+def test_daytona_sdk_waits_out_or_reports_rate_limits(daytona):
+    """The mock's 429 is what the SDK's HTTP client honours: a GET waits for
+    Retry-After and tries again, a create (not idempotent) reports the
+    SDK's rate-limit error with the header kept."""
+    from daytona import DaytonaRateLimitError
+
+    mock, client = daytona
+    headers = {"Authorization": f"Bearer {mock.env['DAYTONA_API_KEY']}"}
+    mock.admin(mock.env["DAYTONA_API_URL"], headers, rateLimitedRequests=1, retryAfterSecs=1)
+    begun = time.monotonic()
+    with route("GET /sandbox (429, then 200)"):
+        assert list(client.list()) == []
+    assert time.monotonic() - begun >= 0.9, "the SDK did not wait for Retry-After"
+
+    mock.admin(mock.env["DAYTONA_API_URL"], headers, rateLimitedRequests=1, retryAfterSecs=2)
+    with pytest.raises(DaytonaRateLimitError) as raised:
+        client.create(CreateSandboxFromSnapshotParams(snapshot="base"))
+    kept = {k.lower(): v for k, v in raised.value.headers.items()}
+    assert kept.get("retry-after") == "2", raised.value.headers

@@ -158,3 +158,19 @@ def test_e2b_journey(e2b):
         tti_ms=tti_ms,
         exec_ms=sorted(exec_times)[len(exec_times) // 2],
     )
+
+
+def test_e2b_sdk_waits_out_rate_limits(e2b):
+    """The mock's 429 (with Retry-After) is what the SDK's retries expect."""
+    mock, options = e2b
+    switches = mock.admin(
+        mock.env["E2B_API_URL"],
+        {"X-API-Key": mock.env["E2B_API_KEY"]},
+        rateLimitedRequests=2,
+        retryAfterSecs=1,
+    )
+    assert switches["rateLimitedRequests"] == 2, switches
+    begun = time.monotonic()
+    with route("GET /v2/sandboxes (429, 429, then 200)"):
+        Sandbox.list(**options).next_items()
+    assert time.monotonic() - begun >= 1.5, "the SDK did not wait for Retry-After"
