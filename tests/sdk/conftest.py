@@ -79,6 +79,10 @@ def docker(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProces
 
 @pytest.fixture(scope="session")
 def sdk_image() -> str:
+    return ensure_sdk_image()
+
+
+def ensure_sdk_image() -> str:
     """silo-base plus bash, built once and again only when its inputs change."""
     if shutil.which("docker") is None or docker("info").returncode != 0:
         unavailable("no Docker engine answers")
@@ -170,9 +174,21 @@ def start_mock(name: str, args: list[str], wanted: int) -> Mock:
     return Mock(process, env)
 
 
+def start_e2b_mock(image: str) -> Mock:
+    return start_mock("silo-mock-e2b", ["--template", f"base={image}", "--ports", "49999,8080"], 5)
+
+
+def start_daytona_mock(image: str) -> Mock:
+    return start_mock(
+        "silo-mock-daytona",
+        ["--snapshot", f"base={image}", "--ports", "49999,8080", "--toolbox-host", "localhost"],
+        5,
+    )
+
+
 @pytest.fixture
 def e2b_mock(sdk_image):
-    mock = start_mock("silo-mock-e2b", ["--template", f"base={sdk_image}", "--ports", "49999,8080"], 5)
+    mock = start_e2b_mock(sdk_image)
     try:
         yield mock
     finally:
@@ -181,15 +197,35 @@ def e2b_mock(sdk_image):
 
 @pytest.fixture
 def daytona_mock(sdk_image):
-    mock = start_mock(
-        "silo-mock-daytona",
-        ["--snapshot", f"base={sdk_image}", "--ports", "49999,8080", "--toolbox-host", "localhost"],
-        5,
-    )
+    mock = start_daytona_mock(sdk_image)
     try:
         yield mock
     finally:
         mock.stop()
+
+
+def e2b_options(env: dict[str, str]) -> dict[str, str]:
+    """The e2b SDK's documented options for a mock E2B: its API, and its TLS
+    proxy as the sandbox URL (the SDK then routes by its E2b-Sandbox-Id and
+    E2b-Sandbox-Port headers). The CA comes from SSL_CERT_FILE."""
+    proxy_port = env["SILO_E2B_PROXY_ADDR"].rsplit(":", 1)[1]
+    return {
+        "api_key": env["E2B_API_KEY"],
+        "api_url": env["E2B_API_URL"],
+        "domain": env["E2B_DOMAIN"],
+        "sandbox_url": f"https://localhost:{proxy_port}",
+    }
+
+
+def daytona_config(env: dict[str, str]):
+    """The daytona SDK's documented configuration for a mock Daytona."""
+    from daytona import DaytonaConfig
+
+    return DaytonaConfig(
+        api_key=env["DAYTONA_API_KEY"],
+        api_url=env["DAYTONA_API_URL"],
+        target=env["DAYTONA_TARGET"],
+    )
 
 
 def record_timing(provider: str, **figures: float):

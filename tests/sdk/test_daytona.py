@@ -18,25 +18,17 @@ import pytest
 from daytona import (
     CreateSandboxFromSnapshotParams,
     Daytona,
-    DaytonaConfig,
     ListSandboxesQuery,
     SessionExecuteRequest,
 )
 
-from conftest import record_timing, route
+from conftest import daytona_config, record_timing, route
 
 
 @pytest.fixture
 def daytona(daytona_mock, monkeypatch):
-    env = daytona_mock.env
-    monkeypatch.setenv("SSL_CERT_FILE", env["SILO_DAYTONA_CA_PEM"])
-    config = DaytonaConfig(
-        api_key=env["DAYTONA_API_KEY"],
-        api_url=env["DAYTONA_API_URL"],
-        target=env["DAYTONA_TARGET"],
-    )
-    client = Daytona(config)
-    yield daytona_mock, client
+    monkeypatch.setenv("SSL_CERT_FILE", daytona_mock.env["SILO_DAYTONA_CA_PEM"])
+    yield daytona_mock, Daytona(daytona_config(daytona_mock.env))
 
 
 def fetch_preview(env, url: str, token: str) -> tuple[int, bytes]:

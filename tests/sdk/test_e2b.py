@@ -8,6 +8,7 @@ The mock's CA is trusted through SSL_CERT_FILE.
 """
 
 import http.client
+import socket
 import ssl
 import time
 
@@ -15,21 +16,13 @@ import pytest
 from e2b import Sandbox, SandboxQuery
 from e2b import CommandExitException
 
-from conftest import record_timing, route
+from conftest import e2b_options, record_timing, route
 
 
 @pytest.fixture
 def e2b(e2b_mock, monkeypatch):
-    env = e2b_mock.env
-    monkeypatch.setenv("SSL_CERT_FILE", env["SILO_E2B_CA_PEM"])
-    proxy_port = env["SILO_E2B_PROXY_ADDR"].rsplit(":", 1)[1]
-    options = {
-        "api_key": env["E2B_API_KEY"],
-        "api_url": env["E2B_API_URL"],
-        "domain": env["E2B_DOMAIN"],
-        "sandbox_url": f"https://localhost:{proxy_port}",
-    }
-    return e2b_mock, options
+    monkeypatch.setenv("SSL_CERT_FILE", e2b_mock.env["SILO_E2B_CA_PEM"])
+    return e2b_mock, e2b_options(e2b_mock.env)
 
 
 def fetch_through_proxy(env, host: str, path: str, headers=None) -> tuple[int, bytes]:
@@ -38,7 +31,7 @@ def fetch_through_proxy(env, host: str, path: str, headers=None) -> tuple[int, b
     context = ssl.create_default_context(cafile=env["SILO_E2B_CA_PEM"])
     connection = http.client.HTTPSConnection(address, int(port), context=context, timeout=10)
     connection.sock = context.wrap_socket(
-        __import__("socket").create_connection((address, int(port)), timeout=10),
+        socket.create_connection((address, int(port)), timeout=10),
         server_hostname=host,
     )
     connection.request("GET", path, headers={"Host": host, **(headers or {})})
