@@ -115,12 +115,7 @@ def e2b_model(tree):
             continue
         bases = [ast.unparse(b) for b in cls.bases]
         if "Enum" in " ".join(bases):
-            values = sorted(
-                text_of(n.value) or ast.unparse(n.value)
-                for n in cls.body
-                if isinstance(n, ast.Assign)
-            )
-            lines.append(f"enum {cls.name}: " + " ".join(values))
+            lines.append(enum_line(cls))
             continue
         fields = {}
         for node in ast.walk(cls):
@@ -138,6 +133,14 @@ def e2b_model(tree):
         if fields:
             lines.append(format_model(cls.name, fields))
     return lines
+
+
+def enum_line(cls):
+    """`enum Name: value ...` for an enum class, values sorted."""
+    values = sorted(
+        text_of(n.value) or ast.unparse(n.value) for n in cls.body if isinstance(n, ast.Assign)
+    )
+    return f"enum {cls.name}: " + " ".join(values)
 
 
 def format_model(name, fields):
@@ -234,12 +237,7 @@ def daytona_model(tree):
             continue
         bases = [ast.unparse(b) for b in cls.bases]
         if "Enum" in " ".join(bases):
-            values = sorted(
-                text_of(n.value) or ast.unparse(n.value)
-                for n in cls.body
-                if isinstance(n, ast.Assign)
-            )
-            lines.append(f"enum {cls.name}: " + " ".join(values))
+            lines.append(enum_line(cls))
             continue
         if "BaseModel" not in bases:
             continue

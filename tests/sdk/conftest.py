@@ -13,15 +13,20 @@ journeys are skipped with the reason.
 
 import contextlib
 import hashlib
+import http.client
 import io
 import json
 import os
 import select
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import tarfile
+import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -168,8 +173,6 @@ def start_mock(name: str, args: list[str], wanted: int) -> Mock:
     # Keep the pipe from filling while the journey runs.
     stderr = process.stderr
     if stderr is not None:
-        import threading
-
         threading.Thread(target=lambda: stderr.read(), daemon=True).start()
     return Mock(process, env)
 
@@ -202,6 +205,23 @@ def daytona_mock(sdk_image):
         yield mock
     finally:
         mock.stop()
+
+
+def fetch_through_proxy(
+    proxy_addr: str, ca_pem: str, host: str, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
+    """GET https://{host}{path} through a mock's TLS proxy at `proxy_addr`
+    (TLS server name the host without its port), as `curl --resolve` does."""
+    address, port = proxy_addr.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=ca_pem)
+    connection = http.client.HTTPSConnection(address, int(port), context=context, timeout=10)
+    connection.sock = context.wrap_socket(
+        socket.create_connection((address, int(port)), timeout=10),
+        server_hostname=urllib.parse.urlsplit(f"//{host}").hostname,
+    )
+    connection.request("GET", path, headers={"Host": host, **(headers or {})})
+    answer = connection.getresponse()
+    return answer.status, answer.read()
 
 
 def e2b_options(env: dict[str, str]) -> dict[str, str]:

@@ -8,9 +8,6 @@ port, as a self-hosted Daytona names its own proxy host. The mock's CA is
 trusted through SSL_CERT_FILE (urllib3 and httpx both read it).
 """
 
-import http.client
-import socket
-import ssl
 import time
 from urllib.parse import urlparse
 
@@ -22,32 +19,13 @@ from daytona import (
     SessionExecuteRequest,
 )
 
-from conftest import daytona_config, record_timing, route
+from conftest import daytona_config, fetch_through_proxy, record_timing, route
 
 
 @pytest.fixture
 def daytona(daytona_mock, monkeypatch):
     monkeypatch.setenv("SSL_CERT_FILE", daytona_mock.env["SILO_DAYTONA_CA_PEM"])
     yield daytona_mock, Daytona(daytona_config(daytona_mock.env))
-
-
-def fetch_preview(env, url: str, token: str) -> tuple[int, bytes]:
-    """GET a preview URL through the mock's proxy, as curl --resolve does."""
-    parsed = urlparse(url)
-    address, port = env["SILO_DAYTONA_PROXY_ADDR"].rsplit(":", 1)
-    context = ssl.create_default_context(cafile=env["SILO_DAYTONA_CA_PEM"])
-    connection = http.client.HTTPSConnection(address, int(port), context=context, timeout=10)
-    connection.sock = context.wrap_socket(
-        socket.create_connection((address, int(port)), timeout=10),
-        server_hostname=parsed.hostname,
-    )
-    connection.request(
-        "GET",
-        "/index.html",
-        headers={"Host": parsed.netloc, "X-Daytona-Preview-Token": token},
-    )
-    answer = connection.getresponse()
-    return answer.status, answer.read()
 
 
 def test_daytona_journey(daytona):
@@ -121,7 +99,13 @@ def test_daytona_journey(daytona):
             preview = sandbox.get_preview_link(8080)
         assert urlparse(preview.url).hostname == f"8080-{sandbox.id}.daytona.test", preview.url
         with route("proxy GET {preview url}"):
-            status, body = fetch_preview(mock.env, preview.url, preview.token)
+            status, body = fetch_through_proxy(
+                mock.env["SILO_DAYTONA_PROXY_ADDR"],
+                mock.env["SILO_DAYTONA_CA_PEM"],
+                urlparse(preview.url).netloc,
+                "/index.html",
+                {"X-Daytona-Preview-Token": preview.token},
+            )
         assert (status, body) == (200, b"served\n"), (status, body)
 
         with route("GET /sandbox?labels="):

@@ -7,36 +7,19 @@ where it names the sandbox and port in its `E2b-Sandbox-Id` and
 The mock's CA is trusted through SSL_CERT_FILE.
 """
 
-import http.client
-import socket
-import ssl
 import time
 
 import pytest
 from e2b import Sandbox, SandboxQuery
 from e2b import CommandExitException
 
-from conftest import e2b_options, record_timing, route
+from conftest import e2b_options, fetch_through_proxy, record_timing, route
 
 
 @pytest.fixture
 def e2b(e2b_mock, monkeypatch):
     monkeypatch.setenv("SSL_CERT_FILE", e2b_mock.env["SILO_E2B_CA_PEM"])
     return e2b_mock, e2b_options(e2b_mock.env)
-
-
-def fetch_through_proxy(env, host: str, path: str, headers=None) -> tuple[int, bytes]:
-    """GET https://{host}{path} through the mock's proxy, as curl --resolve does."""
-    address, port = env["SILO_E2B_PROXY_ADDR"].rsplit(":", 1)
-    context = ssl.create_default_context(cafile=env["SILO_E2B_CA_PEM"])
-    connection = http.client.HTTPSConnection(address, int(port), context=context, timeout=10)
-    connection.sock = context.wrap_socket(
-        socket.create_connection((address, int(port)), timeout=10),
-        server_hostname=host,
-    )
-    connection.request("GET", path, headers={"Host": host, **(headers or {})})
-    answer = connection.getresponse()
-    return answer.status, answer.read()
 
 
 def test_e2b_journey(e2b):
@@ -138,7 +121,9 @@ def test_e2b_journey(e2b):
                 "mkdir -p /tmp/www && echo served > /tmp/www/index.html && "
                 "busybox httpd -p 8080 -h /tmp/www",
             )
-            status, body = fetch_through_proxy(mock.env, host, "/index.html")
+            status, body = fetch_through_proxy(
+                mock.env["SILO_E2B_PROXY_ADDR"], mock.env["SILO_E2B_CA_PEM"], host, "/index.html"
+            )
         assert (status, body) == (200, b"served\n"), (status, body)
     finally:
         with route("DELETE /sandboxes/{id}"):

@@ -119,6 +119,23 @@ impl Client {
         reply.json()
     }
 
+    /// The preview URL and token of a sandbox's `port`.
+    pub async fn preview_url(&self, id: &str, port: u16) -> (String, String) {
+        let reply = self
+            .api(
+                Method::GET,
+                &format!("/sandbox/{id}/ports/{port}/preview-url"),
+                None,
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+        let body = reply.json();
+        (
+            body["url"].as_str().unwrap().to_owned(),
+            body["token"].as_str().unwrap().to_owned(),
+        )
+    }
+
     /// A sandbox's `Sandbox` JSON, or the refusal.
     pub async fn get(&self, id: &str) -> Reply {
         self.api(Method::GET, &format!("/sandbox/{id}"), None).await

@@ -46,7 +46,7 @@ async fn lapsed_preview_tokens_are_refused_until_a_new_url_is_fetched() {
     let sandbox = client.create(json!({})).await;
     let id = sandbox["id"].as_str().unwrap().to_owned();
     serve(&client, &sandbox).await;
-    let (url, token) = preview(&client, &id).await;
+    let (url, token) = client.preview_url(&id, 49999).await;
     let before = client.preview(&url, "/", Access::Token(&token)).await;
     assert_eq!(before.status, StatusCode::OK, "{}", before.text());
 
@@ -60,7 +60,7 @@ async fn lapsed_preview_tokens_are_refused_until_a_new_url_is_fetched() {
     assert_eq!(lapsed.status, StatusCode::OK, "{}", lapsed.text());
     let refused = client.preview(&url, "/", Access::Token(&token)).await;
     assert_eq!(refused.status, StatusCode::TEMPORARY_REDIRECT);
-    let (_, fresh) = preview(&client, &id).await;
+    let (_, fresh) = client.preview_url(&id, 49999).await;
     assert_ne!(fresh, token);
     let after = client.preview(&url, "/", Access::Token(&fresh)).await;
     assert_eq!(after.status, StatusCode::OK);
@@ -85,7 +85,7 @@ async fn a_started_sandbox_previews_502_while_unready() {
         .await;
     assert_eq!(started.status, StatusCode::OK, "{}", started.text());
     serve(&client, &sandbox).await;
-    let (url, token) = preview(&client, &id).await;
+    let (url, token) = client.preview_url(&id, 49999).await;
     let unready = client.preview(&url, "/", Access::Token(&token)).await;
     assert_eq!(unready.status, StatusCode::BAD_GATEWAY);
     wait_for("the preview to answer", Duration::from_secs(10), || async {
@@ -114,19 +114,4 @@ async fn serve(client: &super::client::Client, sandbox: &serde_json::Value) {
         )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-}
-
-async fn preview(client: &super::client::Client, id: &str) -> (String, String) {
-    let body = client
-        .api(
-            Method::GET,
-            &format!("/sandbox/{id}/ports/49999/preview-url"),
-            None,
-        )
-        .await
-        .json();
-    (
-        body["url"].as_str().unwrap().to_owned(),
-        body["token"].as_str().unwrap().to_owned(),
-    )
 }

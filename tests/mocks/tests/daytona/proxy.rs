@@ -54,21 +54,6 @@ async fn serve(client: &Client, sandbox: &Value, script: &str) {
     assert_eq!(started.status, StatusCode::ACCEPTED);
 }
 
-async fn preview(client: &Client, id: &str) -> (String, String) {
-    let body = client
-        .api(
-            Method::GET,
-            &format!("/sandbox/{id}/ports/49999/preview-url"),
-            None,
-        )
-        .await
-        .json();
-    (
-        body["url"].as_str().unwrap().to_owned(),
-        body["token"].as_str().unwrap().to_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sandbox_sees_the_request_as_the_real_proxy_relays_it() {
     let Some((mock, client, _engine)) = mock().await else {
@@ -77,7 +62,7 @@ async fn the_sandbox_sees_the_request_as_the_real_proxy_relays_it() {
     let sandbox = client.create(json!({})).await;
     let id = sandbox["id"].as_str().unwrap();
     serve(&client, &sandbox, ECHO_HEAD).await;
-    let (url, token) = preview(&client, id).await;
+    let (url, token) = client.preview_url(id, 49999).await;
     wait_for("the echo server", Duration::from_secs(10), || async {
         client
             .preview(&url, "/seen?x=1", Access::Token(&token))
@@ -139,7 +124,7 @@ async fn upgrades_are_spliced_byte_for_byte_and_public_sandboxes_need_no_token()
     let sandbox = client.create(json!({"public": true})).await;
     let id = sandbox["id"].as_str().unwrap();
     serve(&client, &sandbox, ECHO_UPGRADE).await;
-    let (url, _token) = preview(&client, id).await;
+    let (url, _token) = client.preview_url(id, 49999).await;
     let host = url.trim_start_matches("https://").to_owned();
     let upgrade = || {
         Request::get("/exec")

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use http::{Method, StatusCode};
 use serde_json::json;
 
+use super::client::Client;
 use super::{mock, wait_for};
 
 #[tokio::test]
@@ -82,22 +83,12 @@ async fn a_pause_cuts_open_streams_only_when_asked_to() {
     mock.faults().set_drop_on_pause(true);
     let mut cut = client.start(&id, script, &[]).await;
     let pid = cut.pid().await;
-    let paused = client
-        .api(Method::POST, &format!("/sandboxes/{id}/pause"), None)
-        .await;
-    assert_eq!(paused.status, StatusCode::NO_CONTENT);
+    pause(&client, &id).await;
     assert!(
         cut.broken().await,
         "the stream ended cleanly instead of breaking off"
     );
-    let resumed = client
-        .api(
-            Method::POST,
-            &format!("/v2/sandboxes/{id}/connect"),
-            Some(json!({})),
-        )
-        .await;
-    assert_eq!(resumed.status, StatusCode::CREATED);
+    resume(&client, &id).await;
     // The process itself lives on: only the connection went.
     let listed = client
         .rpc(&id, "process.Process/List", json!({}), None)
@@ -142,11 +133,19 @@ async fn a_resumed_sandbox_answers_502_while_unready() {
     mock.shutdown().await.unwrap();
 }
 
-async fn pause_and_resume(client: &super::client::Client, id: &str) {
+async fn pause_and_resume(client: &Client, id: &str) {
+    pause(client, id).await;
+    resume(client, id).await;
+}
+
+async fn pause(client: &Client, id: &str) {
     let paused = client
         .api(Method::POST, &format!("/sandboxes/{id}/pause"), None)
         .await;
     assert_eq!(paused.status, StatusCode::NO_CONTENT, "{}", paused.text());
+}
+
+async fn resume(client: &Client, id: &str) {
     let resumed = client
         .api(
             Method::POST,

@@ -16,6 +16,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::Call;
+use super::files::rfc5987;
 use crate::containers::entries::{Entry, go_mode, go_mode_string};
 use crate::containers::files::{Ownership, PathKind, Written};
 use crate::daytona::model::go_time;
@@ -221,16 +222,7 @@ fn part(out: &mut BytesMut, name: &str, path: &str, content_type: &str, length: 
         .collect::<String>()
         .replace('\\', "\\\\")
         .replace('"', "\\\"");
-    let encoded: String = path
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
-                char::from(b).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
+    let encoded = rfc5987(path);
     out.put_slice(
         format!(
             "Content-Disposition: form-data; name=\"{name}\"; filename=\"{latin}\"; filename*=utf-8''{encoded}\r\n"

@@ -166,8 +166,16 @@ fn disposition(name: &str) -> String {
             }
         })
         .collect();
-    let encoded: String = name
-        .bytes()
+    format!(
+        "attachment; filename=\"{latin}\"; filename*=utf-8''{}",
+        rfc5987(name)
+    )
+}
+
+/// A name percent-encoded as RFC 5987's `attr-char`s allow, for a
+/// `filename*=utf-8''…` parameter (the daemon's `encodeRFC5987`).
+pub fn rfc5987(name: &str) -> String {
+    name.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
                 char::from(b).to_string()
@@ -175,8 +183,7 @@ fn disposition(name: &str) -> String {
                 format!("%{b:02X}")
             }
         })
-        .collect();
-    format!("attachment; filename=\"{latin}\"; filename*=utf-8''{encoded}")
+        .collect()
 }
 
 fn engine_failed(path: &str, error: &ContainerError) -> Response<Body> {
