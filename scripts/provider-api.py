@@ -107,32 +107,38 @@ def format_route(method, path, body, query, headers, answers):
     return line + " -> " + (" ".join(answers) if answers else "?")
 
 
-def e2b_model(tree):
-    """Models of openapi-python-client: required fields are `d.pop("x")`."""
+def model_lines(tree, fields_of):
+    """`model` and `enum` lines of a module's classes; `fields_of(cls)` gives a
+    model's `{json name: required}`, or `None` for a class that is no model."""
     lines = []
     for cls in tree.body:
         if not isinstance(cls, ast.ClassDef):
             continue
-        bases = [ast.unparse(b) for b in cls.bases]
-        if "Enum" in " ".join(bases):
+        if "Enum" in " ".join(ast.unparse(b) for b in cls.bases):
             lines.append(enum_line(cls))
             continue
-        fields = {}
-        for node in ast.walk(cls):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "pop"
-                and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "d"
-                and node.args
-            ):
-                name = text_of(node.args[0])
-                if name:
-                    fields[name] = len(node.args) == 1
+        fields = fields_of(cls)
         if fields:
             lines.append(format_model(cls.name, fields))
     return lines
+
+
+def e2b_fields(cls):
+    """openapi-python-client: required fields are `d.pop("x")` in `from_dict`."""
+    fields = {}
+    for node in ast.walk(cls):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "pop"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "d"
+            and node.args
+        ):
+            name = text_of(node.args[0])
+            if name:
+                fields[name] = len(node.args) == 1
+    return fields
 
 
 def enum_line(cls):
@@ -229,41 +235,32 @@ def daytona_routes(tree):
     return lines
 
 
-def daytona_model(tree):
-    """Models of openapi-generator: pydantic fields, required without a default."""
-    lines = []
-    for cls in tree.body:
-        if not isinstance(cls, ast.ClassDef):
+def daytona_fields(cls):
+    """openapi-generator: pydantic fields, required without a default."""
+    if "BaseModel" not in [ast.unparse(b) for b in cls.bases]:
+        return None
+    fields = {}
+    for node in cls.body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
             continue
-        bases = [ast.unparse(b) for b in cls.bases]
-        if "Enum" in " ".join(bases):
-            lines.append(enum_line(cls))
+        field = node.target.id
+        if field == "additional_properties" or field.startswith("__"):
             continue
-        if "BaseModel" not in bases:
-            continue
-        fields = {}
-        for node in cls.body:
-            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-                continue
-            field = node.target.id
-            if field == "additional_properties" or field.startswith("__"):
-                continue
-            alias = field
-            required = node.value is None
-            if isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "Field":
-                for kw in ("serialization_alias", "alias"):
-                    given = keyword(node.value, kw)
-                    if given is not None:
-                        alias = text_of(given) or alias
-                        break
-                required = keyword(node.value, "default") is None and (
-                    keyword(node.value, "default_factory") is None
-                )
-            elif node.value is not None:
-                required = False
-            fields[alias] = required
-        lines.append(format_model(cls.name, fields))
-    return lines
+        alias = field
+        required = node.value is None
+        if isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "Field":
+            for kw in ("serialization_alias", "alias"):
+                given = keyword(node.value, kw)
+                if given is not None:
+                    alias = text_of(given) or alias
+                    break
+            required = keyword(node.value, "default") is None and (
+                keyword(node.value, "default_factory") is None
+            )
+        elif node.value is not None:
+            required = False
+        fields[alias] = required
+    return fields
 
 
 def sources(path):
@@ -292,11 +289,11 @@ def listing(path):
             if route:
                 lines.add(route)
         elif "/api/client/models/" in name:
-            lines.update(e2b_model(ast.parse(source)))
+            lines.update(model_lines(ast.parse(source), e2b_fields))
         elif re.search(r"daytona_[a-z_]*api_client/api/[a-z_]+_api\.py$", name):
             lines.update(daytona_routes(ast.parse(source)))
         elif re.search(r"daytona_[a-z_]*api_client/models/[a-z0-9_]+\.py$", name):
-            lines.update(daytona_model(ast.parse(source)))
+            lines.update(model_lines(ast.parse(source), daytona_fields))
     order = {"route": 0, "model": 1, "enum": 2}
     return sorted(lines, key=lambda l: (order[l.split(" ", 1)[0]], l))
 

@@ -16,9 +16,9 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::Call;
-use super::files::rfc5987;
+use super::files::{rfc5987, write};
 use crate::containers::entries::{Entry, go_mode, go_mode_string};
-use crate::containers::files::{Ownership, PathKind, Written};
+use crate::containers::files::{PathKind, Written};
 use crate::daytona::model::go_time;
 use crate::daytona::reply::aborted;
 use crate::http::{Body, full, header, json_as, query_pairs, query_value, read_body, with_body};
@@ -29,8 +29,6 @@ pub const MAX_BULK_BYTES: usize = 256 << 20;
 const MAX_PATHS_BYTES: usize = 1 << 20;
 /// The boundary of bulk-download answers (the daemon's constant).
 const BOUNDARY: &str = "DAYTONA-FILE-BOUNDARY";
-/// Mode of a file that did not exist before (`os.Create`: 0666 less the umask).
-const NEW_FILE_MODE: u32 = 0o644;
 /// JSON answers, as gin labels them.
 const JSON_UTF8: &str = "application/json; charset=utf-8";
 
@@ -97,17 +95,7 @@ pub async fn upload(call: &Call<'_>, request: Request<Incoming>) -> Response<Bod
                 }
             };
             let target = call.resolve(&destination);
-            let owner = Ownership {
-                uid: 0,
-                gid: 0,
-                mode: NEW_FILE_MODE,
-            };
-            match call
-                .record
-                .container
-                .write_file(&target, &data, owner)
-                .await
-            {
+            match write(call, &target, &data).await {
                 Ok(Written::File) => files.push(FileResult {
                     path: destination,
                     bytes: data.len() as u64,

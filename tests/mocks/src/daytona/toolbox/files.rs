@@ -46,21 +46,23 @@ pub async fn upload(call: &Call<'_>, request: Request<Incoming>) -> Response<Bod
     let Some(data) = first_file(body, boundary).await else {
         return aborted(StatusCode::BAD_REQUEST);
     };
+    match write(call, &target, &data).await {
+        Ok(Written::File) => status(StatusCode::OK),
+        Ok(Written::IsDirectory) => aborted(StatusCode::BAD_REQUEST),
+        Err(error) => engine_failed(&target, &error),
+    }
+}
+
+/// Writes `data` to `target` as the daemon does (`os.Create`: parents
+/// made, a new file 0644, an existing one keeps its mode, owned by the
+/// container's user).
+pub async fn write(call: &Call<'_>, target: &str, data: &[u8]) -> Result<Written, ContainerError> {
     let owner = Ownership {
         uid: OWNER.0,
         gid: OWNER.1,
         mode: NEW_FILE_MODE,
     };
-    match call
-        .record
-        .container
-        .write_file(&target, &data, owner)
-        .await
-    {
-        Ok(Written::File) => status(StatusCode::OK),
-        Ok(Written::IsDirectory) => aborted(StatusCode::BAD_REQUEST),
-        Err(error) => engine_failed(&target, &error),
-    }
+    call.record.container.write_file(target, data, owner).await
 }
 
 /// `GET /files/download?path=`: the file's bytes.
