@@ -189,8 +189,11 @@ def start_daytona_mock(image: str) -> Mock:
     )
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def e2b_mock(sdk_image):
+    """One mock E2B for the session: the e2b SDK builds its TLS transport
+    once per process, trusting the CA that SSL_CERT_FILE names then, and
+    every mock makes a CA of its own."""
     mock = start_e2b_mock(sdk_image)
     try:
         yield mock

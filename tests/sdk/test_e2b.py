@@ -10,8 +10,7 @@ The mock's CA is trusted through SSL_CERT_FILE.
 import time
 
 import pytest
-from e2b import Sandbox, SandboxQuery
-from e2b import CommandExitException
+from e2b import CommandExitException, Sandbox, SandboxQuery
 
 from conftest import e2b_options, fetch_through_proxy, record_timing, route
 
@@ -19,7 +18,15 @@ from conftest import e2b_options, fetch_through_proxy, record_timing, route
 @pytest.fixture
 def e2b(e2b_mock, monkeypatch):
     monkeypatch.setenv("SSL_CERT_FILE", e2b_mock.env["SILO_E2B_CA_PEM"])
-    return e2b_mock, e2b_options(e2b_mock.env)
+    yield e2b_mock, e2b_options(e2b_mock.env)
+    # The mock is the session's: the next test starts with every fault off.
+    e2b_mock.admin(
+        e2b_mock.env["E2B_API_URL"],
+        {"X-API-Key": e2b_mock.env["E2B_API_KEY"]},
+        dropOnPause=False,
+        unreadySecs=0,
+        rateLimitedRequests=0,
+    )
 
 
 def test_e2b_journey(e2b):
@@ -152,3 +159,30 @@ def test_e2b_sdk_waits_out_rate_limits(e2b):
     with route("GET /v2/sandboxes (429, 429, then 200)"):
         Sandbox.list(**options).next_items()
     assert time.monotonic() - begun >= 1.5, "the SDK did not wait for Retry-After"
+
+
+def test_e2b_sdk_sees_a_pause_cut_its_stream(e2b):
+    """With the drop-on-pause switch on, a pause breaks the SDK's open
+    command stream as a real pause does: its health probe then finds the
+    sandbox gone from the proxy, and the process itself lives on."""
+    from e2b.exceptions import SandboxNotRunningException
+
+    mock, options = e2b
+    mock.admin(mock.env["E2B_API_URL"], {"X-API-Key": mock.env["E2B_API_KEY"]}, dropOnPause=True)
+    with route("POST /v2/sandboxes"):
+        sandbox = Sandbox.create(template="base", timeout=120, **options)
+    try:
+        with route("process.Process/Start (background)"):
+            handle = sandbox.commands.run(
+                "while :; do echo tick; sleep 0.1; done", background=True, timeout=0
+            )
+        with route("POST /sandboxes/{id}/pause"):
+            assert sandbox.pause()
+        with pytest.raises(SandboxNotRunningException):
+            handle.wait()
+        with route("POST /v2/sandboxes/{id}/connect"):
+            resumed = Sandbox.connect(sandbox.sandbox_id, **options)
+        with route("process.Process/List (after resume)"):
+            assert handle.pid in [p.pid for p in resumed.commands.list()]
+    finally:
+        sandbox.kill()
