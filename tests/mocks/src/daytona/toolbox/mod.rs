@@ -38,7 +38,7 @@ use crate::containers::files::clean_path;
 use crate::http::{Body, full, json_as, with_body};
 
 /// Route prefixes of daemon features the mock does not model.
-const UNMODELLED: [&str; 11] = [
+const UNMODELLED: [&str; 9] = [
     "/files",
     "/process",
     "/git",
@@ -47,8 +47,6 @@ const UNMODELLED: [&str; 11] = [
     "/port",
     "/version",
     "/project-dir",
-    "/user-home-dir",
-    "/work-dir",
     "/init",
 ];
 
