@@ -12,9 +12,11 @@
 //! Every container carries labels naming the mock kind and the instance
 //! that made it, so an instance removes exactly its own (see
 //! [`Engine::remove_all`]). A container can be paused (frozen, processes
-//! kept) or stopped (every process ends) and started again. Files go in
-//! and out as tar archives ([`files`]); processes run as `docker exec`
-//! ([`exec`]).
+//! kept) or stopped (every process ends) and started again, and its file
+//! system committed to an image (a provider's fork or snapshot) that new
+//! sandboxes start from; those images carry the same labels and go with
+//! the instance too. Files go in and out as tar archives ([`files`]);
+//! processes run as `docker exec` ([`exec`]).
 
 pub mod entries;
 pub mod exec;
@@ -25,9 +27,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use bollard::models::{ContainerConfig, ContainerCreateBody, HostConfig, PortBinding};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    CommitContainerOptionsBuilder, CreateContainerOptionsBuilder, ListContainersOptionsBuilder,
+    ListImagesOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
     StopContainerOptionsBuilder,
 };
 
@@ -35,8 +38,12 @@ use bollard::query_parameters::{
 pub const LABEL_MOCK: &str = "silo.mock";
 /// Label naming the mock instance that made a container.
 pub const LABEL_INSTANCE: &str = "silo.mock.instance";
-/// Label naming the sandbox a container backs.
+/// Label naming the sandbox a container backs (on an image: the sandbox
+/// it was committed from).
 pub const LABEL_SANDBOX: &str = "silo.mock.sandbox";
+/// Most passes over an instance's images at removal: an image another was
+/// committed on top of goes only after that one.
+const IMAGE_REMOVAL_PASSES: usize = 8;
 
 /// PID 1 of every sandbox: makes the directories given as arguments, then
 /// sleeps in the background and waits, so it reaps orphans re-parented to
@@ -212,13 +219,91 @@ impl Engine {
         }
     }
 
-    /// Removes every container this instance made; returns how many.
+    /// Commits `container`'s file system to a new image labelled with
+    /// this instance and `sandbox_id` (the engine pauses the container
+    /// meanwhile, so the copy is consistent); the image's id. Memory and
+    /// processes are not in it: a sandbox made from it starts afresh.
+    pub async fn commit(
+        &self,
+        container: &Container,
+        sandbox_id: &str,
+    ) -> Result<String, ContainerError> {
+        let options = CommitContainerOptionsBuilder::new()
+            .container(&container.id)
+            .pause(true)
+            .build();
+        let labels = HashMap::from([
+            (LABEL_MOCK.to_owned(), self.kind.clone()),
+            (LABEL_INSTANCE.to_owned(), self.instance.clone()),
+            (LABEL_SANDBOX.to_owned(), sandbox_id.to_owned()),
+        ]);
+        let config = ContainerConfig {
+            labels: Some(labels),
+            ..Default::default()
+        };
+        let committed = self
+            .docker
+            .commit_container(options, config)
+            .await
+            .map_err(engine(format!("commit {}", container.id)))?;
+        Ok(committed.id)
+    }
+
+    /// Removes an image this instance committed; gone already is fine.
+    pub async fn remove_image(&self, image: &str) -> Result<(), ContainerError> {
+        let options = RemoveImageOptionsBuilder::new().build();
+        match self.docker.remove_image(image, Some(options), None).await {
+            Ok(_)
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(error) => Err(engine(format!("remove image {image}"))(error)),
+        }
+    }
+
+    /// Removes every container this instance made, then every image it
+    /// committed; returns how many containers went.
     pub async fn remove_all(&self) -> Result<usize, ContainerError> {
         let found = labelled(&self.docker, LABEL_INSTANCE, &self.instance).await?;
         for id in &found {
             remove_container(&self.docker, id).await?;
         }
+        self.remove_images().await?;
         Ok(found.len())
+    }
+
+    /// Removes the images this instance committed, newest first, again
+    /// while one that others were committed on top of is left.
+    async fn remove_images(&self) -> Result<(), ContainerError> {
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![format!("{LABEL_INSTANCE}={}", self.instance)],
+        )]);
+        let mut last_error = None;
+        for _ in 0..IMAGE_REMOVAL_PASSES {
+            let options = ListImagesOptionsBuilder::new()
+                .all(true)
+                .filters(&filters)
+                .build();
+            let mut images = self
+                .docker
+                .list_images(Some(options))
+                .await
+                .map_err(engine(format!(
+                    "list the images of instance {}",
+                    self.instance
+                )))?;
+            if images.is_empty() {
+                return Ok(());
+            }
+            images.sort_by_key(|image| std::cmp::Reverse(image.created));
+            for image in images {
+                if let Err(error) = self.remove_image(&image.id).await {
+                    last_error = Some(error);
+                }
+            }
+        }
+        last_error.map_or(Ok(()), Err)
     }
 }
 
