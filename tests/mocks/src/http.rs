@@ -141,9 +141,12 @@ pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, BodyError>
 
 /// The decoded `key=value` pairs of a request's query, in order.
 pub fn query_pairs<B>(request: &Request<B>) -> Vec<(String, String)> {
-    request
-        .uri()
-        .query()
+    uri_query_pairs(request.uri())
+}
+
+/// The decoded `key=value` pairs of a URI's query, in order.
+pub fn uri_query_pairs(uri: &http::Uri) -> Vec<(String, String)> {
+    uri.query()
         .map(|q| {
             form_urlencoded::parse(q.as_bytes())
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))

@@ -21,6 +21,8 @@
 //! - [`faults`]: switches for what a real provider does that a local mock
 //!   would not show (cut connections, an unready proxy, rate limits,
 //!   lapsed tokens), set by a test in process or through a test-only route.
+//! - [`journal`]: the control-plane requests a mock was asked (method,
+//!   path, JSON body), for tests to assert what a client sent.
 //! - [`cli`]: what the mock binaries share (image flags, stop signals).
 //! - [`e2b`]: E2B's control plane, proxy rules and envd; [`MockE2b`] starts
 //!   them all.
@@ -35,6 +37,7 @@ pub mod e2b;
 pub mod faults;
 pub mod http;
 pub mod instance;
+pub mod journal;
 pub mod proxy;
 pub mod secret;
 
