@@ -1,35 +1,46 @@
 //! The control plane (the API the `e2b` SDK's generated client carries;
-//! e2b-dev/infra `spec/openapi.yml` for statuses and messages): `X-API-Key`
-//! authentication, then create (`POST /v2/sandboxes`, and the older
-//! `POST /sandboxes`, [`super::create`]), list (v2 and the deprecated v1),
-//! detail, pause, connect (`POST /v2/sandboxes/{id}/connect` and the older
-//! `/sandboxes/{id}/connect`), timeout and kill. Every failure is an
-//! `Error` body (`{code, message}`) with the real API's status and message.
+//! e2b-dev/infra for statuses and messages): `X-API-Key` authentication,
+//! then create (`POST /v2/sandboxes`, and the older `POST /sandboxes`,
+//! [`super::create`]), list (v2 and the deprecated v1), detail, pause,
+//! connect (`POST /v2/sandboxes/{id}/connect` and the older
+//! `/sandboxes/{id}/connect`), timeout, kill, fork and snapshots
+//! ([`super::fork`], [`super::snapshots`]) and network updates
+//! ([`super::network`]). Every failure is an `Error` body
+//! (`{code, message}`) with the real API's status and message.
 //!
 //! Not modelled (answered `404` saying so, like an unknown route): the
-//! deprecated resume, refreshes, network updates, fork, snapshots, metrics,
-//! logs and the template, volume and secret routes. The test-only
-//! [`ADMIN_PATH`] sets the mock's [`Faults`]; while a rate limit is on,
-//! every route but `GET /health` and that one answers `429`.
+//! deprecated resume, refreshes, metrics, logs and the template (but for
+//! deleting a snapshot template), volume and secret routes. Every routed
+//! request is recorded in the mock's [`Journal`] (the test-only
+//! [`JOURNAL_PATH`] answers it); the test-only [`ADMIN_PATH`] sets the
+//! mock's [`Faults`]; while a rate limit is on, every route but
+//! `GET /health` and those two answers `429`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::request::Parts;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
+use percent_encoding::percent_decode_str;
 use serde::Serialize;
 
 use super::Settings;
 use super::create::{self, IDEMPOTENCY_HEADER, IdempotencyKeys, MAX_TIMEOUT_HOURS, Version};
+use super::fork;
 use super::list::{list_v1, list_v2, listed};
 use super::model::{
-    ApiError, ConnectSandbox, Lifecycle, NewSandbox, PauseRequest, SandboxDetail, TimeoutRequest,
+    ApiError, ConnectSandbox, ForkRequest, Lifecycle, NetworkUpdate, NewSandbox, PauseRequest,
+    SandboxDetail, SnapshotRequest, TimeoutRequest,
 };
-use super::store::{Refusal, State, Store};
+use super::network;
+use super::snapshots;
+use super::store::{Refusal, State, Store, short_id};
+use super::templates::Templates;
 use crate::faults::{ADMIN_PATH, Faults, Switches};
-use crate::http::{
-    Body, Handler, full, header, json_as, query_pairs, read_body, status, with_body,
-};
+use crate::http::{Body, Handler, full, json_as, read_body, status, uri_query_pairs, with_body};
+use crate::journal::{JOURNAL_PATH, Journal};
 
 /// The header carrying the API key.
 pub const API_KEY_HEADER: &str = "x-api-key";
@@ -46,12 +57,65 @@ const JSON_UTF8: &str = "application/json; charset=utf-8";
 pub struct Api {
     /// The sandboxes.
     pub store: Arc<Store>,
-    /// Templates, key and domain.
+    /// The templates, snapshots among them.
+    pub templates: Arc<Templates>,
+    /// Key, domain and the routes served.
     pub settings: Arc<Settings>,
     /// The switches a test turns on.
     pub faults: Arc<Faults>,
+    /// What clients asked.
+    pub journal: Arc<Journal>,
     /// Idempotency keys of v2 creates.
     pub idempotency: IdempotencyKeys,
+}
+
+/// A route the mock serves, with its path parameters.
+enum Route {
+    Create(Version),
+    ListV1,
+    ListV2,
+    Detail(String),
+    Kill(String),
+    Pause(String),
+    Connect(String, Version),
+    Timeout(String),
+    Fork(String),
+    Snapshot(String),
+    Network(String),
+    Snapshots,
+    DeleteTemplate(String),
+}
+
+/// The route `method` and `segments` name among those served.
+fn route(method: &Method, segments: &[&str], settings: &Settings) -> Option<Route> {
+    let routes = settings.routes;
+    let id = |s: &&str| (*s).to_owned();
+    Some(match (method, segments) {
+        (&Method::POST, ["sandboxes"]) if routes.v1 => Route::Create(Version::V1),
+        (&Method::POST, ["v2", "sandboxes"]) if routes.v2 => Route::Create(Version::V2),
+        (&Method::GET, ["sandboxes"]) => Route::ListV1,
+        (&Method::GET, ["v2", "sandboxes"]) => Route::ListV2,
+        (&Method::GET, ["sandboxes", i]) => Route::Detail(id(i)),
+        (&Method::DELETE, ["sandboxes", i]) => Route::Kill(id(i)),
+        (&Method::POST, ["sandboxes", i, "pause"]) => Route::Pause(id(i)),
+        (&Method::POST, ["sandboxes", i, "connect"]) if routes.v1 => {
+            Route::Connect(id(i), Version::V1)
+        }
+        (&Method::POST, ["v2", "sandboxes", i, "connect"]) if routes.v2 => {
+            Route::Connect(id(i), Version::V2)
+        }
+        (&Method::POST, ["sandboxes", i, "timeout"]) => Route::Timeout(id(i)),
+        (&Method::POST, ["sandboxes", i, "fork"]) => Route::Fork(id(i)),
+        (&Method::POST, ["sandboxes", i, "snapshots"]) => Route::Snapshot(id(i)),
+        (&Method::PUT, ["sandboxes", i, "network"]) => Route::Network(id(i)),
+        (&Method::GET, ["snapshots"]) => Route::Snapshots,
+        (&Method::DELETE, ["templates", reference]) => Route::DeleteTemplate(
+            percent_decode_str(reference)
+                .decode_utf8_lossy()
+                .into_owned(),
+        ),
+        _ => return None,
+    })
 }
 
 impl Handler for Api {
@@ -72,6 +136,19 @@ impl Handler for Api {
         if request.uri().path() == ADMIN_PATH {
             return self.admin(request).await;
         }
+        if request.uri().path() == JOURNAL_PATH {
+            return ok(StatusCode::OK, &self.journal.all());
+        }
+        let (parts, body) = request.into_parts();
+        let body = match read_body(body, MAX_JSON_BYTES).await {
+            Ok(body) => body,
+            Err(e) => return error(&parse_error(&e)),
+        };
+        let asked = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned());
+        self.journal.record(method.as_str(), &asked, &body);
         if let Some(retry_after) = self.faults.take_rate_limit() {
             let mut response = error(&Refusal::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -82,56 +159,73 @@ impl Handler for Api {
                 .insert(http::header::RETRY_AFTER, HeaderValue::from(retry_after));
             return response;
         }
-        let routes = self.settings.routes;
-        let outcome = match (&method, segments.as_slice()) {
-            (&Method::POST, ["sandboxes"]) if routes.v1 => self.create(request, Version::V1).await,
-            (&Method::POST, ["v2", "sandboxes"]) if routes.v2 => {
-                self.create(request, Version::V2).await
-            }
-            (&Method::GET, ["sandboxes"]) => {
-                let query = query_pairs(&request);
-                list_v1(self.store.all(), &query).map(|items| ok(StatusCode::OK, &items))
-            }
-            (&Method::GET, ["v2", "sandboxes"]) => self.list(&request),
-            (&Method::GET, ["sandboxes", id]) => self.detail(id),
-            (&Method::DELETE, ["sandboxes", id]) => match short_id(id) {
-                Ok(id) => self
-                    .store
-                    .kill(&id)
-                    .await
-                    .map(|()| status(StatusCode::NO_CONTENT)),
-                Err(refusal) => Err(refusal),
-            },
-            (&Method::POST, ["sandboxes", id, "pause"]) => {
-                let id = (*id).to_owned();
-                self.pause(&id, request).await
-            }
-            (&Method::POST, ["sandboxes", id, "connect"]) if routes.v1 => {
-                let id = (*id).to_owned();
-                self.connect(&id, request, Version::V1).await
-            }
-            (&Method::POST, ["v2", "sandboxes", id, "connect"]) if routes.v2 => {
-                let id = (*id).to_owned();
-                self.connect(&id, request, Version::V2).await
-            }
-            (&Method::POST, ["sandboxes", id, "timeout"]) => {
-                let id = (*id).to_owned();
-                self.timeout(&id, request).await
-            }
-            _ => Err(Refusal::new(
+        let Some(route) = route(&method, &segments, &self.settings) else {
+            return error(&Refusal::new(
                 StatusCode::NOT_FOUND,
                 format!("the mock does not model {method} /{path}"),
-            )),
+            ));
         };
-        outcome.unwrap_or_else(|refusal| error(&refusal))
+        self.dispatch(route, &parts, &body)
+            .await
+            .unwrap_or_else(|refusal| error(&refusal))
     }
 }
 
 impl Api {
+    async fn dispatch(
+        &self,
+        route: Route,
+        parts: &Parts,
+        body: &Bytes,
+    ) -> Result<Response<Body>, Refusal> {
+        match route {
+            Route::Create(version) => self.create(parts, body, version).await,
+            Route::ListV1 => {
+                let query = uri_query_pairs(&parts.uri);
+                list_v1(self.store.all(), &query).map(|items| ok(StatusCode::OK, &items))
+            }
+            Route::ListV2 => self.list(parts),
+            Route::Detail(id) => self.detail(&id),
+            Route::Kill(id) => {
+                self.store.kill(&short_id(&id)?).await?;
+                Ok(status(StatusCode::NO_CONTENT))
+            }
+            Route::Pause(id) => self.pause(&id, body).await,
+            Route::Connect(id, version) => self.connect(&id, body, version).await,
+            Route::Timeout(id) => self.timeout(&id, body),
+            Route::Fork(id) => {
+                let id = short_id(&id)?;
+                let request: ForkRequest = parse_optional_body(body)?;
+                let results = fork::fork(&self.store, &id, request, MAX_TIMEOUT_HOURS).await?;
+                Ok(ok(StatusCode::CREATED, &results))
+            }
+            Route::Snapshot(id) => {
+                let id = short_id(&id)?;
+                let request: SnapshotRequest = parse_body(body)?;
+                let info = fork::snapshot(&self.store, &self.templates, &id, request).await?;
+                Ok(ok(StatusCode::CREATED, &info))
+            }
+            Route::Network(id) => self.update_network(&id, body),
+            Route::Snapshots => {
+                let query = uri_query_pairs(&parts.uri);
+                let page = snapshots::list(&self.templates, &query)?;
+                let mut response = ok(StatusCode::OK, &page.items);
+                if let Some(token) = page.next_token.and_then(|t| HeaderValue::from_str(&t).ok()) {
+                    response.headers_mut().insert("x-next-token", token);
+                }
+                Ok(response)
+            }
+            Route::DeleteTemplate(reference) => {
+                snapshots::delete(&self.store, &self.templates, &reference).await?;
+                Ok(status(StatusCode::NO_CONTENT))
+            }
+        }
+    }
+
     /// The API's answer to a missing, malformed or unknown key.
     fn authenticate(&self, request: &Request<Incoming>) -> Result<(), Refusal> {
         let unauthorized = |message: &str| Refusal::new(StatusCode::UNAUTHORIZED, message);
-        let key = header(request, API_KEY_HEADER).unwrap_or_default();
+        let key = crate::http::header(request, API_KEY_HEADER).unwrap_or_default();
         if key.is_empty() {
             return Err(unauthorized("authorization header is missing"));
         }
@@ -148,14 +242,19 @@ impl Api {
 
     async fn create(
         &self,
-        request: Request<Incoming>,
+        parts: &Parts,
+        body: &Bytes,
         version: Version,
     ) -> Result<Response<Body>, Refusal> {
         let key = match version {
-            Version::V2 => header(&request, IDEMPOTENCY_HEADER).map(str::to_owned),
+            Version::V2 => parts
+                .headers
+                .get(IDEMPOTENCY_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
             Version::V1 => None,
         };
-        let new: NewSandbox = parse_body(request).await?;
+        let new: NewSandbox = parse_body(body)?;
         if let Some(record) = key
             .as_deref()
             .and_then(|k| self.idempotency.get(k))
@@ -163,7 +262,7 @@ impl Api {
         {
             return Ok(ok(StatusCode::CREATED, &self.store.sandbox_json(&record)));
         }
-        let new = create::parse(new, version, &self.settings)?;
+        let new = create::parse(new, version, &self.templates)?;
         let record = self.store.create(new).await?;
         if let Some(key) = key {
             self.idempotency.remember(&key, &record.id);
@@ -174,7 +273,11 @@ impl Api {
     /// The test-only switches: `GET` answers them, `POST` changes them.
     async fn admin(&self, request: Request<Incoming>) -> Response<Body> {
         if request.method() == Method::POST {
-            let switches: Switches = match parse_body(request).await {
+            let body = match read_body(request.into_body(), MAX_JSON_BYTES).await {
+                Ok(body) => body,
+                Err(e) => return error(&parse_error(&e)),
+            };
+            let switches: Switches = match parse_body(&body) {
                 Ok(switches) => switches,
                 Err(refusal) => return error(&refusal),
             };
@@ -185,9 +288,9 @@ impl Api {
         ok(StatusCode::OK, &self.faults.switches())
     }
 
-    async fn pause(&self, id: &str, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    async fn pause(&self, id: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
         let id = short_id(id)?;
-        let body: PauseRequest = parse_optional_body(request).await?;
+        let body: PauseRequest = parse_optional_body(body)?;
         if body.memory == Some(false) {
             return Err(Refusal::new(
                 StatusCode::BAD_REQUEST,
@@ -200,11 +303,9 @@ impl Api {
             .map(|()| status(StatusCode::NO_CONTENT))
     }
 
-    fn list(&self, request: &Request<Incoming>) -> Result<Response<Body>, Refusal> {
-        let query = query_pairs(request);
-        let page = list_v2(self.store.all(), &query, |t| {
-            self.settings.templates.contains_key(t)
-        })?;
+    fn list(&self, parts: &Parts) -> Result<Response<Body>, Refusal> {
+        let query = uri_query_pairs(&parts.uri);
+        let page = list_v2(self.store.all(), &query, |t| self.templates.exists(t))?;
         let mut response = ok(StatusCode::OK, &page.items);
         let headers = response.headers_mut();
         if let Some(token) = page.next_token.and_then(|t| HeaderValue::from_str(&t).ok()) {
@@ -240,12 +341,12 @@ impl Api {
     async fn connect(
         &self,
         id: &str,
-        request: Request<Incoming>,
+        body: &Bytes,
         version: Version,
     ) -> Result<Response<Body>, Refusal> {
         let body: ConnectSandbox = match version {
-            Version::V1 => parse_body(request).await?,
-            Version::V2 => parse_optional_body(request).await?,
+            Version::V1 => parse_body(body)?,
+            Version::V2 => parse_optional_body(body)?,
         };
         let timeout = match (version, body.timeout) {
             (_, Some(timeout)) => timeout,
@@ -281,74 +382,54 @@ impl Api {
         Ok(ok(code, &self.store.sandbox_json(&record)))
     }
 
-    async fn timeout(
-        &self,
-        id: &str,
-        request: Request<Incoming>,
-    ) -> Result<Response<Body>, Refusal> {
+    fn timeout(&self, id: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
         let id = short_id(id)?;
-        let body: TimeoutRequest = parse_body(request).await?;
+        let body: TimeoutRequest = parse_body(body)?;
         let seconds = body.timeout.clamp(0, MAX_TIMEOUT_HOURS * 3600);
         self.store
             .set_timeout(&id, Duration::from_secs(seconds.unsigned_abs()))?;
         Ok(status(StatusCode::NO_CONTENT))
     }
+
+    /// `PUT /sandboxes/{id}/network`: the rules checked, then the sandbox
+    /// looked up, then its transform rules refused, then the update.
+    fn update_network(&self, id: &str, body: &Bytes) -> Result<Response<Body>, Refusal> {
+        let id = short_id(id)?;
+        let update: NetworkUpdate = parse_body(body)?;
+        network::check_update(&update)?;
+        if let Err(refusal) = network::refuse_rules(&update) {
+            // The API looks the sandbox up first: rules depend on its envd.
+            self.store
+                .get(&id)
+                .filter(|r| r.state.runs())
+                .ok_or_else(|| Refusal::not_found(&id))?;
+            return Err(refusal);
+        }
+        self.store.update_network(&id, &update)?;
+        Ok(status(StatusCode::NO_CONTENT))
+    }
 }
 
-/// The API's `utils.ShortID`: `{id}` or `{id}-{clientID}`, `[a-z0-9]+`.
-fn short_id(composite: &str) -> Result<String, Refusal> {
-    let invalid = || Refusal::new(StatusCode::BAD_REQUEST, "Invalid sandbox ID");
-    let parts: Vec<&str> = composite.split('-').collect();
-    if parts.len() > 2 {
-        return Err(invalid());
-    }
-    let id = parts[0];
-    let valid = !id.is_empty()
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    if !valid {
-        return Err(invalid());
-    }
-    Ok(id.to_owned())
+/// The API's answer to a body it cannot read.
+fn parse_error(error: &dyn std::fmt::Display) -> Refusal {
+    Refusal::new(
+        StatusCode::BAD_REQUEST,
+        format!("Error when parsing request: {error}"),
+    )
 }
 
-async fn parse_body<T: serde::de::DeserializeOwned>(
-    request: Request<Incoming>,
-) -> Result<T, Refusal> {
-    let parse_error = |message: String| {
-        Refusal::new(
-            StatusCode::BAD_REQUEST,
-            format!("Error when parsing request: {message}"),
-        )
-    };
-    let body = read_body(request.into_body(), MAX_JSON_BYTES)
-        .await
-        .map_err(|e| parse_error(e.to_string()))?;
-    serde_json::from_slice(&body).map_err(|e| parse_error(e.to_string()))
+fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
+    serde_json::from_slice(body).map_err(|e| parse_error(&e))
 }
 
 /// A body that may be left out (or empty): its default then.
-async fn parse_optional_body<T: serde::de::DeserializeOwned + Default>(
-    request: Request<Incoming>,
+fn parse_optional_body<T: serde::de::DeserializeOwned + Default>(
+    body: &Bytes,
 ) -> Result<T, Refusal> {
-    let body = read_body(request.into_body(), MAX_JSON_BYTES)
-        .await
-        .map_err(|e| {
-            Refusal::new(
-                StatusCode::BAD_REQUEST,
-                format!("Error when parsing request: {e}"),
-            )
-        })?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(&body).map_err(|e| {
-        Refusal::new(
-            StatusCode::BAD_REQUEST,
-            format!("Error when parsing request: {e}"),
-        )
-    })
+    parse_body(body)
 }
 
 fn ok<T: Serialize>(code: StatusCode, value: &T) -> Response<Body> {
@@ -361,18 +442,4 @@ fn error(refusal: &Refusal) -> Response<Body> {
         message: refusal.message.clone(),
     };
     json_as(refusal.status, JSON_UTF8, &body)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn short_ids_strip_the_client_id() {
-        assert_eq!(short_id("iabc123"), Ok("iabc123".to_owned()));
-        assert_eq!(short_id("iabc123-6532622b"), Ok("iabc123".to_owned()));
-        assert!(short_id("a-b-c").is_err());
-        assert!(short_id("iABC").is_err());
-        assert!(short_id("").is_err());
-    }
 }

@@ -3,8 +3,9 @@
 //! an `envdAccessToken`; `timeout` defaults to 300 s; an `Idempotency-Key`
 //! header answers a repeated create with the sandbox the first one made)
 //! and the older `POST /sandboxes` (`NewSandbox`: `secure` opts in, the
-//! timeout defaults to 15 s). Both check the body as the API does and
-//! answer `201` with `Sandbox`.
+//! timeout defaults to 15 s). Both check the body as the API does (the
+//! template through [`Templates`], so a snapshot is a template too; the
+//! network rules through [`network`]) and answer `201` with `Sandbox`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -12,9 +13,10 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use super::Settings;
 use super::model::NewSandbox;
+use super::network;
 use super::store::{NewRecord, Refusal};
+use super::templates::Templates;
 
 /// A v1 sandbox's lifetime when `timeout` is not given.
 pub const DEFAULT_TIMEOUT_SECS: i64 = 15;
@@ -37,27 +39,13 @@ pub enum Version {
 }
 
 /// The record a valid `NewSandbox`/`NewSandboxV2` asks for.
-pub fn parse(new: NewSandbox, version: Version, settings: &Settings) -> Result<NewRecord, Refusal> {
+pub fn parse(
+    new: NewSandbox,
+    version: Version,
+    templates: &Templates,
+) -> Result<NewRecord, Refusal> {
     let bad = |message: &str| Refusal::new(StatusCode::BAD_REQUEST, message);
-    let (identifier, tag) = match new.template_id.split_once(':') {
-        Some((identifier, tag)) => (identifier, Some(tag)),
-        None => (new.template_id.as_str(), None),
-    };
-    if identifier.is_empty() {
-        return Err(bad("Invalid template reference: invalid identifier: empty"));
-    }
-    let Some(image) = settings.templates.get(identifier) else {
-        return Err(Refusal::new(
-            StatusCode::NOT_FOUND,
-            format!("template '{identifier}' not found"),
-        ));
-    };
-    if let Some(tag) = tag.filter(|t| *t != "default") {
-        return Err(Refusal::new(
-            StatusCode::NOT_FOUND,
-            format!("tag '{tag}' does not exist for template '{identifier}'"),
-        ));
-    }
+    let template = templates.resolve(&new.template_id)?;
     let default_timeout = match version {
         Version::V1 => DEFAULT_TIMEOUT_SECS,
         Version::V2 => DEFAULT_V2_TIMEOUT_SECS,
@@ -90,14 +78,8 @@ pub fn parse(new: NewSandbox, version: Version, settings: &Settings) -> Result<N
         Version::V2 => true,
     };
     let mut private = false;
-    if let Some(network) = &new.network {
-        if network.get("egressProxy").is_some_and(|p| !p.is_null()) {
-            return Err(Refusal::new(
-                StatusCode::FORBIDDEN,
-                "Egress proxy (network.egressProxy) is not enabled for this team.",
-            ));
-        }
-        private = network.get("allowPublicTraffic").and_then(|v| v.as_bool()) == Some(false);
+    if let Some(network) = new.network.as_ref().filter(|n| !n.is_null()) {
+        private = network::check_create(network)?;
         if private && !secure {
             return Err(bad(
                 "You cannot create a sandbox without public access unless you enable secure envd access via 'secure' flag.",
@@ -108,8 +90,9 @@ pub fn parse(new: NewSandbox, version: Version, settings: &Settings) -> Result<N
         return Err(bad("Volume mounts are not enabled."));
     }
     Ok(NewRecord {
-        template_id: identifier.to_owned(),
-        image: image.clone(),
+        template_id: template.template_id,
+        alias: template.alias,
+        image: template.image,
         timeout: Duration::from_secs(timeout.unsigned_abs()),
         metadata: new.metadata.unwrap_or_default(),
         env_vars: new.env_vars.unwrap_or_default(),

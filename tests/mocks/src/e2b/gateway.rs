@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::api::Api;
 use super::envd;
-use super::store::{State, Store};
+use super::store::Store;
 use super::{ENVD_PORT, Settings};
 use crate::containers::files::clean_path;
 use crate::http::{
@@ -72,11 +72,7 @@ impl Handler for Gateway {
             Ok(target) => target,
             Err(message) => return plain_error(message),
         };
-        let Some(record) = self
-            .store
-            .get(&sandbox_id)
-            .filter(|r| r.state == State::Running)
-        else {
+        let Some(record) = self.store.get(&sandbox_id).filter(|r| r.state.runs()) else {
             return proxy_error(json!({
                 "sandboxId": sandbox_id,
                 "message": "The sandbox was not found",

@@ -60,17 +60,7 @@ pub fn list_v2(
             )));
         }
     };
-    let limit = match query_value(query, "limit") {
-        None => MAX_LIMIT,
-        Some(text) => match text.parse::<i64>() {
-            Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
-            _ => {
-                return Err(bad(format!(
-                    "validation error: limit {text:?} must be 1..=100"
-                )));
-            }
-        },
-    };
+    let limit = parse_limit(query)?;
     let cursor = match query_value(query, "nextToken").filter(|t| !t.is_empty()) {
         Some(token) => {
             parse_cursor(token, ascending).ok_or_else(|| bad("Invalid next token".into()))?
@@ -116,7 +106,7 @@ pub fn list_v2(
     let mut matching: Vec<Record> = records
         .into_iter()
         .filter(|r| match r.state {
-            State::Running => want_running,
+            State::Running | State::Snapshotting => want_running,
             State::Paused | State::Pausing => want_paused,
             State::Resuming | State::Killing => false,
         })
@@ -124,12 +114,7 @@ pub fn list_v2(
         .filter(|r| started_after.is_none_or(|t| micros(r.started_at) >= t))
         .filter(|r| template.is_none_or(|t| r.template_id == t))
         .collect();
-    let total_running = want_running.then(|| {
-        matching
-            .iter()
-            .filter(|r| r.state == State::Running)
-            .count()
-    });
+    let total_running = want_running.then(|| matching.iter().filter(|r| r.state.runs()).count());
     matching.retain(|r| after_cursor(r, &cursor, ascending));
     matching.sort_by(|a, b| {
         let by_time = micros(a.started_at).cmp(&micros(b.started_at));
@@ -139,9 +124,10 @@ pub fn list_v2(
             by_time.reverse().then_with(|| a.id.cmp(&b.id))
         }
     });
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    let next_token =
-        (matching.len() > limit).then(|| cursor_token(&matching[limit - 1], ascending));
+    let next_token = (matching.len() > limit).then(|| {
+        let last = &matching[limit - 1];
+        cursor_token(last.started_at, &last.id, ascending)
+    });
     matching.truncate(limit);
     Ok(Page {
         items: matching.iter().map(listed).collect(),
@@ -166,7 +152,7 @@ pub fn list_v1(
     };
     let mut running: Vec<Record> = records
         .into_iter()
-        .filter(|r| r.state == State::Running)
+        .filter(|r| r.state.runs())
         .filter(|r| metadata.as_ref().is_none_or(|m| matches(&r.metadata, m)))
         .collect();
     running.sort_by(|a, b| {
@@ -187,7 +173,7 @@ pub fn listed(record: &Record) -> ListedSandbox {
         template_id: record.template_id.clone(),
         sandbox_id: record.id.clone(),
         client_id: CLIENT_ID.to_owned(),
-        alias: Some(record.template_id.clone()),
+        alias: record.alias.clone(),
         started_at: rfc3339(record.started_at),
         end_at: rfc3339(record.end_at),
         cpu_count: TEMPLATE_CPU_COUNT,
@@ -204,6 +190,23 @@ pub fn rfc3339(at: SystemTime) -> String {
     OffsetDateTime::from(at)
         .format(&Rfc3339)
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_owned())
+}
+
+/// The page size a query asks for: 1 to [`MAX_LIMIT`], that by default.
+pub fn parse_limit(query: &[(String, String)]) -> Result<usize, Refusal> {
+    let limit = match query_value(query, "limit") {
+        None => MAX_LIMIT,
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+            _ => {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("validation error: limit {text:?} must be 1..=100"),
+                ));
+            }
+        },
+    };
+    Ok(usize::try_from(limit).unwrap_or(usize::MAX))
 }
 
 /// Which states `state=running,paused` asks for (both when absent).
@@ -272,7 +275,7 @@ fn matches(metadata: &BTreeMap<String, String>, filter: &BTreeMap<String, String
 }
 
 /// Microseconds since the epoch (the cursor's resolution).
-fn micros(at: SystemTime) -> i128 {
+pub fn micros(at: SystemTime) -> i128 {
     match at.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_micros() as i128,
         Err(e) => -(e.duration().as_micros() as i128),
@@ -288,15 +291,17 @@ fn after_cursor(record: &Record, (time, id): &(i128, String), ascending: bool) -
     }
 }
 
-fn cursor_token(record: &Record, ascending: bool) -> String {
-    let mut text = format!("{}__{}", rfc3339(record.started_at), record.id);
+/// The `X-Next-Token` after an item at `at` with `id`.
+pub fn cursor_token(at: SystemTime, id: &str, ascending: bool) -> String {
+    let mut text = format!("{}__{id}", rfc3339(at));
     if ascending {
         text.push_str("__asc");
     }
     URL_SAFE.encode(text)
 }
 
-fn parse_cursor(token: &str, ascending: bool) -> Option<(i128, String)> {
+/// A `nextToken` as its time (microseconds) and id, if it is one for this order.
+pub fn parse_cursor(token: &str, ascending: bool) -> Option<(i128, String)> {
     let text = String::from_utf8(URL_SAFE.decode(token).ok()?).ok()?;
     let parts: Vec<&str> = text.split("__").collect();
     let token_ascending = match parts.as_slice() {

@@ -1,7 +1,10 @@
 //! A mock of E2B: its control plane ([`api`], plain HTTP), its sandbox
 //! proxy ([`gateway`], HTTPS with a test CA) and envd ([`envd`], served by
 //! the mock for each sandbox on port 49983), with every sandbox a real
-//! Docker container ([`crate::containers`]) and its lifecycle in [`store`].
+//! Docker container ([`crate::containers`]) and its lifecycle in [`store`];
+//! forks and snapshots ([`fork`], [`snapshots`], [`templates`]) are images
+//! committed from a sandbox's container, egress rules ([`network`]) are
+//! checked and recorded.
 //!
 //! [`MockE2b::start`] brings all of it up on 127.0.0.1; a client reaches
 //! the control plane at [`MockE2b::api_url`] and every sandbox port at
@@ -13,10 +16,14 @@
 pub mod api;
 pub mod create;
 pub mod envd;
+pub mod fork;
 pub mod gateway;
 pub mod list;
 pub mod model;
+pub mod network;
+pub mod snapshots;
 pub mod store;
+pub mod templates;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -26,9 +33,11 @@ use std::sync::Arc;
 use self::api::{API_KEY_PREFIX, Api};
 use self::gateway::Gateway;
 use self::store::Store;
+use self::templates::Templates;
 use crate::faults::Faults;
 pub use crate::instance::MockError;
 use crate::instance::{Instance, bind};
+use crate::journal::{Asked, Journal};
 use crate::secret::{HEX, random_text};
 
 /// envd's port in every sandbox (served by the mock, never published).
@@ -137,6 +146,7 @@ pub struct MockE2b {
     ca_pem: PathBuf,
     store: Arc<Store>,
     faults: Arc<Faults>,
+    journal: Arc<Journal>,
     instance: Instance,
 }
 
@@ -183,10 +193,13 @@ impl MockE2b {
             faults.clone(),
             instance.cancel_token(),
         ));
+        let journal = Arc::new(Journal::default());
         let api = Arc::new(Api {
             store: store.clone(),
+            templates: Arc::new(Templates::new(settings.templates.clone())),
             settings: settings.clone(),
             faults: faults.clone(),
+            journal: journal.clone(),
             idempotency: Default::default(),
         });
         let gateway = Arc::new(Gateway {
@@ -205,6 +218,7 @@ impl MockE2b {
             ca_pem: ca.pem_path().to_path_buf(),
             store,
             faults,
+            journal,
             instance,
         })
     }
@@ -243,6 +257,12 @@ impl MockE2b {
     /// not show (also reachable on the control plane's test-only route).
     pub fn faults(&self) -> &Faults {
         &self.faults
+    }
+
+    /// Every control-plane request routed so far (the last
+    /// [`crate::journal::MAX_RECORDED`]), oldest first: what a client asked.
+    pub fn requests(&self) -> Vec<Asked> {
+        self.journal.all()
     }
 
     /// The environment a client needs, as `(name, value)` pairs.

@@ -1,6 +1,8 @@
-//! The control plane's JSON, field for field as e2b-dev/infra
-//! `spec/openapi.yml` declares it: `NewSandbox` and the bodies of the other
-//! requests, `Sandbox`, `ListedSandbox`, `SandboxDetail` and `Error`.
+//! The control plane's JSON, field for field as the `e2b` 2.63.0 client
+//! declares it: `NewSandbox` and the bodies of the other requests
+//! (fork, snapshot, network update among them), `Sandbox`,
+//! `ListedSandbox`, `SandboxDetail`, `SandboxForkResult`, `SnapshotInfo`
+//! and `Error`.
 //! Optional fields a response leaves out are omitted, not `null`, except
 //! where the spec marks them nullable and the API writes `null`.
 
@@ -36,10 +38,12 @@ pub struct NewSandbox {
     pub auto_resume: Option<AutoResume>,
     /// Issue an `envdAccessToken`.
     pub secure: Option<bool>,
-    /// Outbound internet (stored, not enforced).
+    /// Outbound internet (recorded, not enforced).
     #[serde(rename = "allow_internet_access")]
     pub allow_internet_access: Option<bool>,
-    /// Network settings; only `allowPublicTraffic` has an effect.
+    /// `SandboxNetworkConfig`: checked as the API checks it and kept as
+    /// sent; `allowPublicTraffic` has an effect, the egress rules are
+    /// recorded, not enforced.
     pub network: Option<serde_json::Value>,
     /// Labels to find the sandbox by.
     pub metadata: Option<BTreeMap<String, String>>,
@@ -79,6 +83,66 @@ pub struct PauseRequest {
     pub memory: Option<bool>,
     /// Refuse to pause a guest whose envd does not answer.
     pub require_healthy_guest: Option<bool>,
+}
+
+/// `SandboxForkRequest`, the optional body of `POST /sandboxes/{id}/fork`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ForkRequest {
+    /// Seconds the forks live (15 by default).
+    pub timeout: Option<i64>,
+    /// How many forks (1 by default).
+    pub count: Option<i64>,
+}
+
+/// `SandboxForkResult`: exactly one of `sandbox` and `error`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForkResult {
+    /// The fork, when it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+    /// Why it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+}
+
+/// `SandboxSnapshotRequest`, the body of `POST /sandboxes/{id}/snapshots`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SnapshotRequest {
+    /// `alias`, `namespace/alias`, either with `:tag`.
+    pub name: Option<String>,
+    /// `false`: the filesystem only (all the mock ever keeps).
+    pub memory: Option<bool>,
+}
+
+/// `SnapshotInfo`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotInfo {
+    /// What a create names to start from it: `{id or name}:{tag}`.
+    #[serde(rename = "snapshotID")]
+    pub snapshot_id: String,
+    /// `namespace/alias` of a named snapshot.
+    pub names: Vec<String>,
+}
+
+/// `SandboxNetworkUpdateConfig`, the body of `PUT /sandboxes/{id}/network`:
+/// it replaces the egress rules whole (what it leaves out is cleared).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkUpdate {
+    /// Allowed CIDRs, IPs and domains.
+    pub allow_out: Option<Vec<String>>,
+    /// Denied CIDRs and IPs.
+    pub deny_out: Option<Vec<String>>,
+    /// Nameservers reachable when `allowOut` has a domain.
+    pub dns_servers: Option<Vec<String>>,
+    /// A SOCKS5 proxy (refused: not enabled for the team).
+    pub egress_proxy: Option<serde_json::Value>,
+    /// Transform rules (refused: not available for the team).
+    pub rules: Option<serde_json::Value>,
+    /// `false` denies all egress.
+    #[serde(rename = "allow_internet_access")]
+    pub allow_internet_access: Option<bool>,
 }
 
 /// `SandboxTimeoutRequest`.

@@ -1,5 +1,6 @@
 //! The mock's sandboxes: one record per sandbox, its lifecycle
-//! (running ⇄ paused, killed) and its timeout.
+//! (running ⇄ paused, running → snapshotting → running, killed), its
+//! timeout and its egress rules.
 //!
 //! A record's state changes under the lock; the engine work of a change
 //! (pause, unpause, remove) runs outside it, with the record marked as
@@ -17,6 +18,8 @@ use silo_protocol::http::error_chain;
 use tokio_util::sync::CancellationToken;
 
 use super::envd::process::ProcessTable;
+use super::model::NetworkUpdate;
+use super::network;
 use super::{CLIENT_ID, ENVD_VERSION, Settings};
 use crate::containers::{Container, ContainerError, ContainerSpec, Engine};
 use crate::faults::Faults;
@@ -36,8 +39,18 @@ pub enum State {
     Paused,
     /// Being resumed.
     Resuming,
+    /// Running while its file system is committed to an image (a fork or
+    /// a snapshot); the engine freezes it for the commit.
+    Snapshotting,
     /// Being removed.
     Killing,
+}
+
+impl State {
+    /// Whether the sandbox runs: running, or running while a snapshot is taken.
+    pub fn runs(self) -> bool {
+        matches!(self, State::Running | State::Snapshotting)
+    }
 }
 
 /// One sandbox.
@@ -47,6 +60,8 @@ pub struct Record {
     pub id: String,
     /// The template id it was made from.
     pub template_id: String,
+    /// The template's alias, if it has one.
+    pub alias: Option<String>,
     /// When it started (or was last resumed).
     pub started_at: SystemTime,
     /// When it times out (running), or when it paused (paused).
@@ -63,9 +78,9 @@ pub struct Record {
     pub auto_pause: bool,
     /// As created (not modelled by the proxy).
     pub auto_resume: bool,
-    /// As created (not enforced).
+    /// As created or last updated (recorded, not enforced).
     pub allow_internet_access: Option<bool>,
-    /// As created.
+    /// As created, its egress rules as last updated.
     pub network: Option<serde_json::Value>,
     /// Lifecycle state.
     pub state: State,
@@ -116,6 +131,8 @@ impl Refusal {
 pub struct NewRecord {
     /// Template id.
     pub template_id: String,
+    /// The template's alias.
+    pub alias: Option<String>,
     /// Image to make the container from.
     pub image: String,
     /// Seconds to live.
@@ -218,6 +235,7 @@ impl Store {
         let record = Record {
             id: id.clone(),
             template_id: new.template_id,
+            alias: new.alias,
             started_at: now,
             end_at: now + new.timeout,
             metadata: new.metadata,
@@ -280,7 +298,7 @@ impl Store {
             let mut records = self.lock();
             let record = records.get_mut(id).ok_or_else(|| Refusal::not_found(id))?;
             match record.state {
-                State::Running => {
+                state if state.runs() => {
                     record.end_at = record.end_at.max(SystemTime::now() + timeout);
                     return Ok((StatusCode::OK, record.clone()));
                 }
@@ -317,7 +335,7 @@ impl Store {
     pub fn set_timeout(&self, id: &str, timeout: Duration) -> Result<(), Refusal> {
         let mut records = self.lock();
         match records.get_mut(id) {
-            Some(record) if record.state == State::Running => {
+            Some(record) if record.state.runs() => {
                 record.end_at = SystemTime::now() + timeout;
                 Ok(())
             }
@@ -326,10 +344,49 @@ impl Store {
         }
     }
 
+    /// Replaces a running sandbox's egress rules: `404` unless it runs
+    /// (a paused sandbox is not among the running ones), `409` between states.
+    pub fn update_network(&self, id: &str, update: &NetworkUpdate) -> Result<(), Refusal> {
+        let mut records = self.lock();
+        match records.get_mut(id) {
+            Some(record) if record.state == State::Running => {
+                record.network = Some(network::apply(record.network.as_ref(), update));
+                if update.allow_internet_access.is_some() {
+                    record.allow_internet_access = update.allow_internet_access;
+                }
+                Ok(())
+            }
+            Some(record) if record.state != State::Paused => Err(changing(id, record.state)),
+            _ => Err(Refusal::not_found(id)),
+        }
+    }
+
+    /// Commits a sandbox's file system to an image of this instance (the
+    /// engine freezes it meanwhile); `allowed` says which states may be
+    /// snapshotted and how the others are refused. The image's id.
+    pub async fn checkpoint(
+        &self,
+        id: &str,
+        allowed: impl FnOnce(State) -> Result<(), Refusal>,
+    ) -> Result<String, Refusal> {
+        let container = self.begin(id, State::Snapshotting, allowed)?;
+        let committed = self.engine.commit(&container, id).await;
+        self.finish(id, |r| r.state = State::Running);
+        committed.map_err(|e| Refusal::engine("Error creating snapshot", &e))
+    }
+
+    /// Removes an image this instance committed; one still in use stays.
+    pub async fn remove_image(&self, image: &str) {
+        if let Err(error) = self.engine.remove_image(image).await {
+            tracing::debug!(%image, error = %error_chain(&error), "an image stays until shutdown");
+        }
+    }
+
     /// Kills a sandbox, running or paused: its container and its record go.
     pub async fn kill(&self, id: &str) -> Result<(), Refusal> {
         let container = self.begin(id, State::Killing, |state| match state {
             State::Killing => Err(Refusal::not_found(id)),
+            State::Snapshotting => Err(changing(id, state)),
             _ => Ok(()),
         })?;
         let removed = container.remove().await;
@@ -377,7 +434,7 @@ impl Store {
             sandbox_id: record.id.clone(),
             client_id: CLIENT_ID.to_owned(),
             envd_version: ENVD_VERSION.to_owned(),
-            alias: Some(record.template_id.clone()),
+            alias: record.alias.clone(),
             envd_access_token: record.envd_token.clone(),
             traffic_access_token: record.traffic_token.clone(),
             domain: Some(self.settings.domain.clone()),
@@ -386,7 +443,7 @@ impl Store {
 
     /// Marks a sandbox as in `transition` if `allowed` accepts its state;
     /// returns its container for the engine work.
-    fn begin(
+    pub(super) fn begin(
         &self,
         id: &str,
         transition: State,
@@ -400,7 +457,7 @@ impl Store {
     }
 
     /// Applies the end of a transition; the record after it, if it still exists.
-    fn finish(&self, id: &str, change: impl FnOnce(&mut Record)) -> Option<Record> {
+    pub(super) fn finish(&self, id: &str, change: impl FnOnce(&mut Record)) -> Option<Record> {
         let mut records = self.lock();
         let record = records.get_mut(id)?;
         change(record);
@@ -408,14 +465,47 @@ impl Store {
     }
 }
 
+/// The API's `utils.ShortID`: `{id}` or `{id}-{clientID}`, `[a-z0-9]+`.
+pub fn short_id(composite: &str) -> Result<String, Refusal> {
+    let invalid = || Refusal::new(StatusCode::BAD_REQUEST, "Invalid sandbox ID");
+    let parts: Vec<&str> = composite.split('-').collect();
+    if parts.len() > 2 {
+        return Err(invalid());
+    }
+    let id = parts[0];
+    let valid = !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if !valid {
+        return Err(invalid());
+    }
+    Ok(id.to_owned())
+}
+
 /// The real API's 409 for a sandbox between states.
-fn changing(id: &str, state: State) -> Refusal {
+pub fn changing(id: &str, state: State) -> Refusal {
     let message = match state {
         State::Killing => format!("Sandbox {id:?} is being killed"),
         State::Pausing => format!("Sandbox {id:?} is being paused"),
         State::Resuming => format!("Sandbox {id:?} is in resuming state"),
+        State::Snapshotting => format!("Sandbox {id:?} is being snapshotted"),
         State::Running => format!("Sandbox {id:?} is in running state"),
         State::Paused => format!("Sandbox {id:?} is in paused state"),
     };
     Refusal::new(StatusCode::CONFLICT, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_ids_strip_the_client_id() {
+        assert_eq!(short_id("iabc123"), Ok("iabc123".to_owned()));
+        assert_eq!(short_id("iabc123-6532622b"), Ok("iabc123".to_owned()));
+        assert!(short_id("a-b-c").is_err());
+        assert!(short_id("iABC").is_err());
+        assert!(short_id("").is_err());
+    }
 }

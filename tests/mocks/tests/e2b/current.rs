@@ -109,10 +109,10 @@ async fn v2_creates_are_secured_idempotent_and_connect_with_defaults() {
     assert_eq!(resumed.status, StatusCode::CREATED, "{}", resumed.text());
 
     // Routes of the current client the mock does not model answer 404 saying so.
-    let fork = connect(format!("/sandboxes/{id}/fork"), Some(json!({}))).await;
-    assert_eq!(fork.status, StatusCode::NOT_FOUND);
+    let refresh = connect(format!("/sandboxes/{id}/refreshes"), Some(json!({}))).await;
+    assert_eq!(refresh.status, StatusCode::NOT_FOUND);
     assert!(
-        fork.json()["message"]
+        refresh.json()["message"]
             .as_str()
             .unwrap()
             .contains("does not model")

@@ -4,9 +4,9 @@
 //! (files, processes, a port through the TLS proxy, pause, resume,
 //! timeout), envd's tokens and signatures, processes that time out or are
 //! signalled, WebSocket splicing, the binary, the routes the current SDK
-//! calls (v2 create and connect, envd's filesystem service), and the fault
-//! switches. One test binary, one
-//! module per area.
+//! calls (v2 create and connect, envd's filesystem service), E2B's own
+//! fork, snapshots and egress rules, and the fault switches. One test
+//! binary, one module per area.
 #![allow(
     clippy::unwrap_used,
     reason = "tests: a broken environment should fail loudly"
@@ -27,6 +27,7 @@ mod current;
 mod envd;
 mod faults;
 mod lifecycle;
+mod native;
 mod proxy;
 
 use bollard::Docker;
