@@ -3,6 +3,7 @@
 //! needs as `KEY=value` lines, and runs until Ctrl-C or SIGTERM, then
 //! removes every container it made.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -19,7 +20,11 @@ struct Args {
     /// A snapshot as NAME=IMAGE (repeatable; default base=silo-base:latest).
     #[arg(long = "snapshot", value_name = "NAME=IMAGE")]
     snapshots: Vec<String>,
-    /// The snapshot a create without one gets (default: the first given).
+    /// A snapshot whose sandboxes are VMs (`linux-vm`, which Daytona
+    /// pauses and resumes) as NAME=IMAGE (repeatable).
+    #[arg(long = "vm-snapshot", value_name = "NAME=IMAGE")]
+    vm_snapshots: Vec<String>,
+    /// The snapshot a create without one gets (default: the first --snapshot).
     #[arg(long)]
     default_snapshot: Option<String>,
     /// The API key clients must send (random dtn_… if omitted).
@@ -56,7 +61,7 @@ async fn main() -> anyhow::Result<()> {
         .with_max_level(tracing::Level::INFO)
         .init();
     let args = Args::parse();
-    let snapshots = image_pairs("snapshot", &args.snapshots, DEFAULT_SNAPSHOT)?;
+    let mut snapshots = image_pairs("snapshot", &args.snapshots, DEFAULT_SNAPSHOT)?;
     let default_snapshot = match args.default_snapshot {
         Some(name) => name,
         None => snapshots
@@ -65,11 +70,21 @@ async fn main() -> anyhow::Result<()> {
             .cloned()
             .unwrap_or_else(|| DEFAULT_SNAPSHOT.0.to_owned()),
     };
+    let mut vm_snapshots = BTreeSet::new();
+    if !args.vm_snapshots.is_empty() {
+        for (name, image) in image_pairs("vm-snapshot", &args.vm_snapshots, DEFAULT_SNAPSHOT)? {
+            if snapshots.insert(name.clone(), image).is_some() {
+                anyhow::bail!("snapshot {name:?} is given by both --snapshot and --vm-snapshot");
+            }
+            vm_snapshots.insert(name);
+        }
+    }
     let minute = Duration::try_from_secs_f64(args.minute_seconds)
         .context("--minute-seconds is not a duration")?;
     let config = MockDaytonaConfig {
         snapshots,
         default_snapshot,
+        vm_snapshots,
         api_key: args.api_key,
         proxy_domain: args.proxy_domain,
         toolbox_host: args.toolbox_host,

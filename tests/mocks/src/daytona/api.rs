@@ -6,10 +6,12 @@
 //! Routes are matched before authentication, as the framework matches
 //! them: an unknown route is `404` "Cannot {METHOD} {url}" with or without
 //! a key, a known one without a valid key is `401` "Invalid credentials".
-//! Served: create, list, get, delete, start, stop, preview URL, toolbox
-//! proxy URL, label replacement and the auto-stop interval; any other
-//! route of the published spec ([`super::routes`]) is `501` saying the
-//! mock does not model it. Every failure is the exception filter's body
+//! Served: create, list, get, delete, start (and resume), stop, pause,
+//! network settings, preview URL, toolbox proxy URL, label replacement
+//! and the auto-stop interval; any other route of the published spec
+//! ([`super::routes`]) is `501` saying the mock does not model it. Every
+//! request past the key check is recorded in the mock's [`Journal`] (the
+//! test-only `/api/_mock/requests` answers it). Every failure is the exception filter's body
 //! `{path, timestamp, statusCode, error, message}`. Paths outside `/api`
 //! (the dashboard, in production) answer `404` here.
 //!
@@ -34,10 +36,12 @@ use super::Settings;
 use super::create;
 use super::list;
 use super::model::{ApiError, ListSandboxesResponse, PortPreviewUrl, ToolboxProxyUrl, iso_millis};
+use super::network;
 use super::routes::is_published;
 use super::store::{Refusal, Store};
 use crate::faults::{ADMIN_PATH, Faults, Switches};
 use crate::http::{Body, Handler, header, json_as, query_pairs, query_value, read_body};
+use crate::journal::{JOURNAL_PATH, Journal};
 use crate::secret::same_secret;
 
 /// Where every route lives.
@@ -59,6 +63,8 @@ enum Route {
     Delete(String),
     Start(String),
     Stop(String),
+    Pause(String),
+    NetworkSettings(String),
     PreviewUrl(String, String),
     ToolboxProxyUrl(String),
     Labels(String),
@@ -73,6 +79,8 @@ pub struct Api {
     pub settings: Arc<Settings>,
     /// The switches a test turns on.
     pub faults: Arc<Faults>,
+    /// What clients asked.
+    pub journal: Arc<Journal>,
 }
 
 impl Handler for Api {
@@ -92,10 +100,13 @@ impl Handler for Api {
                 &serde_json::json!({"code": 4, "message": "Forbidden"}),
             );
         }
-        if rest == ADMIN_PATH {
+        if rest == ADMIN_PATH || rest == JOURNAL_PATH {
             if !self.authenticated(&request) {
                 let refusal = Refusal::new(StatusCode::UNAUTHORIZED, "Invalid credentials");
                 return error(&url, &refusal);
+            }
+            if rest == JOURNAL_PATH {
+                return ok(StatusCode::OK, &self.journal.all());
             }
             return self.admin(request, &url).await;
         }
@@ -111,6 +122,12 @@ impl Handler for Api {
             let refusal = Refusal::new(StatusCode::UNAUTHORIZED, "Invalid credentials");
             return error(&url, &refusal);
         }
+        let query = query_pairs(&request);
+        let body = match read_body(request.into_body(), MAX_JSON_BYTES).await {
+            Ok(body) => body,
+            Err(e) => return error(&url, &Refusal::bad(e.to_string())),
+        };
+        self.journal.record(method.as_str(), &url, &body);
         if let Some(retry_after) = self.faults.take_rate_limit() {
             let refusal = Refusal::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -127,10 +144,9 @@ impl Handler for Api {
             let message = format!("the mock does not model {method} {path}");
             return error(&url, &Refusal::new(StatusCode::NOT_IMPLEMENTED, message));
         };
-        let query = query_pairs(&request);
         let answer = match route {
             Route::List => self.list(&query),
-            Route::Create => match read_json(request).await {
+            Route::Create => match json_of(&body) {
                 Ok(body) => self.create(&body).await,
                 Err(refusal) => Err(refusal),
             },
@@ -145,6 +161,11 @@ impl Handler for Api {
                 let force = query_value(&query, "force") == Some("true");
                 self.store.stop(&id, force).map(|r| self.sandbox(&r))
             }
+            Route::Pause(id) => self.store.pause(&id).map(|r| self.sandbox(&r)),
+            Route::NetworkSettings(id) => json_of(&body)
+                .and_then(|body| network::parse_update(&body))
+                .and_then(|update| self.store.update_network(&id, &update))
+                .map(|r| self.sandbox(&r)),
             Route::PreviewUrl(id, port) => self.preview_url(&id, &port),
             Route::ToolboxProxyUrl(id) => match self.store.find(&id) {
                 Some(_) => Ok(ok(
@@ -155,7 +176,7 @@ impl Handler for Api {
                 )),
                 None => Err(Refusal::not_found(&id)),
             },
-            Route::Labels(id) => match read_json(request).await {
+            Route::Labels(id) => match json_of(&body) {
                 Ok(body) => self.replace_labels(&id, &body),
                 Err(refusal) => Err(refusal),
             },
@@ -175,7 +196,11 @@ impl Api {
     /// (`lapsePreviewTokens: true` lapses every preview token there and then).
     async fn admin(&self, request: Request<Incoming>, url: &str) -> Response<Body> {
         if request.method() == Method::POST {
-            let body = match read_json(request).await {
+            let body = match read_body(request.into_body(), MAX_JSON_BYTES).await {
+                Ok(body) => json_of(&body),
+                Err(e) => Err(Refusal::bad(e.to_string())),
+            };
+            let body = match body {
                 Ok(body) => body,
                 Err(refusal) => return error(url, &refusal),
             };
@@ -287,6 +312,8 @@ fn route(method: &Method, path: &str) -> Option<Route> {
         (&Method::DELETE, ["sandbox", id]) => Route::Delete(owned(id)),
         (&Method::POST, ["sandbox", id, "start"]) => Route::Start(owned(id)),
         (&Method::POST, ["sandbox", id, "stop"]) => Route::Stop(owned(id)),
+        (&Method::POST, ["sandbox", id, "pause"]) => Route::Pause(owned(id)),
+        (&Method::POST, ["sandbox", id, "network-settings"]) => Route::NetworkSettings(owned(id)),
         (&Method::GET, ["sandbox", id, "ports", port, "preview-url"]) => {
             Route::PreviewUrl(owned(id), owned(port))
         }
@@ -299,15 +326,12 @@ fn route(method: &Method, path: &str) -> Option<Route> {
     })
 }
 
-/// The body as JSON; an empty body reads as `null`.
-async fn read_json(request: Request<Incoming>) -> Result<Value, Refusal> {
-    let body = read_body(request.into_body(), MAX_JSON_BYTES)
-        .await
-        .map_err(|e| Refusal::bad(e.to_string()))?;
+/// A body as JSON; an empty body reads as `null`.
+fn json_of(body: &[u8]) -> Result<Value, Refusal> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }
-    serde_json::from_slice(&body).map_err(|e| Refusal::bad(e.to_string()))
+    serde_json::from_slice(body).map_err(|e| Refusal::bad(e.to_string()))
 }
 
 fn ok<T: Serialize>(code: StatusCode, value: &T) -> Response<Body> {

@@ -6,12 +6,12 @@
 //! refused with `400` saying so, never silently ignored.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 
 use serde_json::{Map, Value};
 
 use super::Settings;
-use super::store::{NewRecord, Refusal};
+use super::network;
+use super::store::{NewRecord, Refusal, SandboxClass};
 
 /// The OS user when none is given.
 pub const DEFAULT_USER: &str = "daytona";
@@ -23,8 +23,6 @@ pub const DEFAULT_AUTO_ARCHIVE: i64 = 7 * 24 * 60;
 pub const MAX_AUTO_ARCHIVE: i64 = 43_200;
 /// `autoDeleteInterval` when none is given (negative: never).
 pub const DEFAULT_AUTO_DELETE: i64 = -1;
-/// Most entries in `networkAllowList` or `domainAllowList`.
-const MAX_ALLOW_LIST: usize = 10;
 
 /// How a field is checked by the validation pipe.
 #[derive(Clone, Copy)]
@@ -74,7 +72,7 @@ const FIELDS: [(&str, Kind); 29] = [
 /// Fields the mock does not model, refused when set to anything but
 /// their defaults (absent, null, false, 0, empty).
 const UNMODELLED: [(&str, &str); 6] = [
-    ("autoPauseInterval", "autoPauseInterval (pauses)"),
+    ("autoPauseInterval", "autoPauseInterval (automatic pauses)"),
     ("ttlMinutes", "ttlMinutes (timed destruction)"),
     ("secrets", "secrets"),
     ("outboundProxyUrl", "outboundProxyUrl"),
@@ -170,11 +168,11 @@ pub fn parse(body: &Value, settings: &Settings) -> Result<NewRecord, Refusal> {
     }
     let network_allow_list = text("networkAllowList");
     if let Some(list) = &network_allow_list {
-        check_network_allow_list(list).map_err(Refusal::bad)?;
+        network::check_network_allow_list(list).map_err(Refusal::bad)?;
     }
     let domain_allow_list = text("domainAllowList");
     if let Some(list) = &domain_allow_list {
-        check_domain_allow_list(list).map_err(Refusal::bad)?;
+        network::check_domain_allow_list(list).map_err(Refusal::bad)?;
     }
     let minutes = |name: &str| number(name).map(|n| n.trunc() as i64);
     let auto_stop = match minutes("autoStopInterval") {
@@ -188,9 +186,15 @@ pub fn parse(body: &Value, settings: &Settings) -> Result<NewRecord, Refusal> {
         Some(m) => m.min(MAX_AUTO_ARCHIVE),
         None => DEFAULT_AUTO_ARCHIVE,
     };
+    let sandbox_class = if settings.vm_snapshots.contains(&snapshot) {
+        SandboxClass::LinuxVm
+    } else {
+        SandboxClass::Container
+    };
     Ok(NewRecord {
         name: text("name"),
         snapshot,
+        sandbox_class,
         image: image.clone(),
         user: text("user")
             .filter(|u| !u.is_empty())
@@ -263,75 +267,6 @@ fn strings(value: Option<&Value>) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// The API's `validateNetworkAllowList`: IPv4 CIDRs, at most ten.
-fn check_network_allow_list(list: &str) -> Result<(), String> {
-    let networks: Vec<&str> = list.split(',').map(str::trim).collect();
-    for network in networks.iter().filter(|n| !n.is_empty()) {
-        let (address, prefix) = match network.split_once('/') {
-            Some((address, prefix)) => (address, Some(prefix)),
-            None => (*network, None),
-        };
-        if address.parse::<Ipv4Addr>().is_err() {
-            return Err(format!(
-                "Invalid IP address: \"{address}\" in network \"{network}\". Must be a valid IPv4 address"
-            ));
-        }
-        let Some(prefix) = prefix.filter(|p| !p.is_empty()) else {
-            return Err(format!(
-                "Invalid network format: \"{network}\". Missing CIDR prefix length (e.g., /24)"
-            ));
-        };
-        if prefix.parse::<u8>().map_or(true, |p| p > 32) {
-            return Err(format!(
-                "Invalid CIDR prefix length: {network}. Prefix must be between 0 and 32"
-            ));
-        }
-    }
-    if networks.len() > MAX_ALLOW_LIST {
-        return Err("Network allow list cannot contain more than 10 networks".to_owned());
-    }
-    Ok(())
-}
-
-/// The API's `validateDomainAllowList`: host names, optionally `*.`-prefixed, at most ten.
-fn check_domain_allow_list(list: &str) -> Result<(), String> {
-    let domains: Vec<&str> = list.split(',').map(str::trim).collect();
-    for domain in domains.iter().filter(|d| !d.is_empty()) {
-        if !is_domain(domain) {
-            return Err(format!(
-                "Invalid domain: \"{domain}\". Must be a valid domain name"
-            ));
-        }
-    }
-    if domains.len() > MAX_ALLOW_LIST {
-        return Err("Domain allow list cannot contain more than 10 domains".to_owned());
-    }
-    Ok(())
-}
-
-/// Labels of letters, digits and inner hyphens (up to 63), then a
-/// top-level label of two or more letters.
-fn is_domain(domain: &str) -> bool {
-    let name = domain.strip_prefix("*.").unwrap_or(domain);
-    let labels: Vec<&str> = name.split('.').collect();
-    let Some((top, rest)) = labels.split_last() else {
-        return false;
-    };
-    let label_ok = |label: &&str| {
-        let bytes = label.as_bytes();
-        (1..=63).contains(&bytes.len())
-            && bytes
-                .iter()
-                .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
-            && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-    };
-    !rest.is_empty()
-        && rest.iter().all(label_ok)
-        && top.len() >= 2
-        && top.bytes().all(|b| b.is_ascii_alphabetic())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,19 +288,5 @@ mod tests {
                 "gpu must not be greater than 1",
             ]
         );
-    }
-
-    #[test]
-    fn allow_lists_are_checked_as_the_api_checks_them() {
-        assert!(check_network_allow_list("10.0.0.0/8, 192.168.1.0/24").is_ok());
-        assert_eq!(
-            check_network_allow_list("10.0.0.0").unwrap_err(),
-            "Invalid network format: \"10.0.0.0\". Missing CIDR prefix length (e.g., /24)"
-        );
-        assert!(check_network_allow_list("10.0.0.0/33").is_err());
-        assert!(check_network_allow_list("example.com/8").is_err());
-        assert!(check_domain_allow_list("*.daytona.io,pypi.org").is_ok());
-        assert!(check_domain_allow_list("-bad.org").is_err());
-        assert!(check_domain_allow_list("localhost").is_err());
     }
 }

@@ -1,5 +1,6 @@
-//! A mock of Daytona, following the last published spec of the public
-//! repository (daytonaio/daytona, June 2026): its control plane ([`api`],
+//! A mock of Daytona, following the current generated clients and the
+//! last published repository (daytonaio/daytona, June 2026) for what they
+//! leave out: its control plane ([`api`],
 //! plain HTTP under `/api`), its proxy ([`gateway`], HTTPS with a test
 //! CA, serving previews and the toolbox by host) and the toolbox daemon
 //! ([`toolbox`], served by the mock for each sandbox), with every sandbox a
@@ -20,12 +21,13 @@ pub mod create;
 pub mod gateway;
 pub mod list;
 pub mod model;
+pub mod network;
 pub mod reply;
 pub mod routes;
 pub mod store;
 pub mod toolbox;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,6 +38,7 @@ use self::gateway::{Gateway, TOOLBOX_PORT};
 use self::store::Store;
 use crate::faults::Faults;
 use crate::instance::{Instance, MockError, bind};
+use crate::journal::{Asked, Journal};
 use crate::secret::{HEX, random_text, uuid_v4};
 
 /// The port silo's agent listens on in a sandbox; published by default.
@@ -72,6 +75,9 @@ pub struct MockDaytonaConfig {
     pub snapshots: BTreeMap<String, String>,
     /// The snapshot a create without one gets (must be in `snapshots`).
     pub default_snapshot: String,
+    /// Snapshots (among `snapshots`) whose sandboxes are `linux-vm`, the
+    /// class Daytona pauses and resumes; the others are `container`.
+    pub vm_snapshots: BTreeSet<String>,
     /// The API key clients must send; a random `dtn_…` one when `None`.
     pub api_key: Option<String>,
     /// The proxy domain: previews are `{port}-{id}.{domain}`.
@@ -101,6 +107,7 @@ impl Default for MockDaytonaConfig {
                 DEFAULT_SNAPSHOT.1.to_owned(),
             )]),
             default_snapshot: DEFAULT_SNAPSHOT.0.to_owned(),
+            vm_snapshots: BTreeSet::new(),
             api_key: None,
             proxy_domain: DEFAULT_PROXY_DOMAIN.to_owned(),
             toolbox_host: None,
@@ -156,6 +163,8 @@ pub struct Settings {
     pub snapshots: BTreeMap<String, String>,
     /// The snapshot a create without one gets.
     pub default_snapshot: String,
+    /// Snapshots whose sandboxes are VMs.
+    pub vm_snapshots: BTreeSet<String>,
     /// Regions; the first is the default.
     pub targets: Vec<String>,
     /// Published container ports.
@@ -198,6 +207,7 @@ pub struct MockDaytona {
     ca_pem: PathBuf,
     store: Arc<Store>,
     faults: Arc<Faults>,
+    journal: Arc<Journal>,
     instance: Instance,
 }
 
@@ -217,6 +227,15 @@ impl MockDaytona {
             return Err(MockError::Config(format!(
                 "the default snapshot {:?} is not among the snapshots",
                 config.default_snapshot
+            )));
+        }
+        if let Some(unknown) = config
+            .vm_snapshots
+            .iter()
+            .find(|s| !config.snapshots.contains_key(*s))
+        {
+            return Err(MockError::Config(format!(
+                "the VM snapshot {unknown:?} is not among the snapshots"
             )));
         }
         if config.targets.is_empty() {
@@ -252,6 +271,7 @@ impl MockDaytona {
             proxy_domain: config.proxy_domain,
             snapshots: config.snapshots,
             default_snapshot: config.default_snapshot,
+            vm_snapshots: config.vm_snapshots,
             targets: config.targets,
             ports: config.ports,
             minute: config.minute,
@@ -263,10 +283,12 @@ impl MockDaytona {
             settings.clone(),
             faults.clone(),
         ));
+        let journal = Arc::new(Journal::default());
         let api = Arc::new(Api {
             store: store.clone(),
             settings: settings.clone(),
             faults: faults.clone(),
+            journal: journal.clone(),
         });
         let gateway = Arc::new(Gateway {
             store: store.clone(),
@@ -283,6 +305,7 @@ impl MockDaytona {
             ca_pem: ca.pem_path().to_path_buf(),
             store,
             faults,
+            journal,
             instance,
         })
     }
@@ -350,6 +373,12 @@ impl MockDaytona {
         self.store
             .lapse_preview_tokens()
             .map_err(|refusal| MockError::Config(refusal.message))
+    }
+
+    /// Every control-plane request past the key check so far (the last
+    /// [`crate::journal::MAX_RECORDED`]), oldest first: what a client asked.
+    pub fn requests(&self) -> Vec<Asked> {
+        self.journal.all()
     }
 
     /// The environment a client needs, as `(name, value)` pairs.

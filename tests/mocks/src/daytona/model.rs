@@ -80,7 +80,7 @@ pub struct Sandbox {
     pub updated_at: String,
     /// ISO 8601 with milliseconds.
     pub last_activity_at: String,
-    /// `SandboxClass`: always `container`.
+    /// `SandboxClass`: the snapshot's, `container` or `linux-vm`.
     pub sandbox_class: &'static str,
     /// Null: the mock runs no daemon that reports one.
     pub daemon_version: Option<String>,
@@ -104,7 +104,7 @@ pub struct SandboxListItem {
     pub target: String,
     /// The mock's one runner.
     pub runner_id: String,
-    /// `container`.
+    /// `container` or `linux-vm`.
     pub sandbox_class: &'static str,
     /// Derived state.
     pub state: &'static str,

@@ -5,8 +5,9 @@
 //! agent started through a session and reached through the preview proxy
 //! with the sandbox's token, WebSocket splicing, the binary, what the
 //! current clients need (required fields, bulk files, output shaped by the
-//! SDK version, the refused Socket.IO path), and the fault switches. One
-//! test binary, one module per area.
+//! SDK version, the refused Socket.IO path), Daytona's own pause and
+//! network rules, and the fault switches. One test binary, one module per
+//! area.
 #![allow(
     clippy::unwrap_used,
     reason = "tests: a broken environment should fail loudly"
@@ -26,6 +27,7 @@ mod client;
 mod current;
 mod faults;
 mod lifecycle;
+mod native;
 mod proxy;
 mod toolbox;
 

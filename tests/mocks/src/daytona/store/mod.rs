@@ -8,12 +8,15 @@
 //! client polls as it must against Daytona; a second lifecycle request
 //! meanwhile is `409` "Sandbox state change in progress". A stop ends
 //! every process (the container stops); a start makes a new preview token
-//! and the container starts with no process but PID 1. The tick task stops
+//! and the container starts with no process but PID 1. A pause ([`pause`])
+//! freezes a VM sandbox's container, and a start resumes it with its
+//! processes and preview token. The tick task stops
 //! a sandbox idle for `autoStopInterval` minutes (requests through the
 //! proxy and open relayed connections count as activity, as the proxy
 //! reports them) and deletes one stopped for `autoDeleteInterval` minutes;
 //! `autoDeleteInterval = 0` deletes at stop.
 
+pub mod pause;
 pub mod record;
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,8 +26,11 @@ use std::time::{Duration, Instant, SystemTime};
 use http::StatusCode;
 use silo_protocol::http::error_chain;
 
-pub use self::record::{Activity, ActivityHold, Desired, Record, State, home_of, shown_state};
+pub use self::record::{
+    Activity, ActivityHold, Desired, Record, SandboxClass, State, home_of, shown_state,
+};
 use super::Settings;
+use super::network::{self, NetworkSettings};
 use crate::containers::{ContainerError, ContainerSpec, Engine};
 use crate::faults::Faults;
 use crate::secret::{random_text, uuid_v4};
@@ -90,6 +96,8 @@ pub struct NewRecord {
     pub name: Option<String>,
     /// The snapshot's name.
     pub snapshot: String,
+    /// The snapshot's class.
+    pub sandbox_class: SandboxClass,
     /// Its image.
     pub image: String,
     /// The OS user.
@@ -209,6 +217,7 @@ impl Store {
             id: id.clone(),
             name: name.clone(),
             snapshot: new.snapshot,
+            sandbox_class: new.sandbox_class,
             user: new.user,
             env: new.env,
             labels: new.labels,
@@ -250,9 +259,10 @@ impl Store {
         Ok(record)
     }
 
-    /// Starts a stopped sandbox with a new preview token; answers once it runs.
+    /// Starts a stopped sandbox with a new preview token, or resumes a
+    /// paused one with its own; answers once it runs.
     pub async fn start(&self, id_or_name: &str) -> Result<Record, Refusal> {
-        let (id, container) = {
+        let (id, container, was_paused) = {
             let mut records = self.lock();
             let record = find_in_mut(&mut records, id_or_name)
                 .ok_or_else(|| Refusal::not_found(id_or_name))?;
@@ -265,21 +275,28 @@ impl Store {
             if !record.desired.matches(record.state) {
                 return Err(Refusal::in_progress());
             }
-            if record.state != State::Stopped {
+            if !matches!(record.state, State::Stopped | State::Paused) {
                 return Err(Refusal::bad("Sandbox is not in valid state"));
             }
             if record.pending {
                 return Err(Refusal::in_progress());
             }
-            let token = random_text(TOKEN_LEN, TOKEN_ALPHABET)
-                .map_err(|e| Refusal::unexpected("making a preview token", &e))?;
+            let was_paused = record.state == State::Paused;
+            if was_paused {
+                pause::check_class(record, "Resuming")?;
+            } else {
+                record.auth_token = random_text(TOKEN_LEN, TOKEN_ALPHABET)
+                    .map_err(|e| Refusal::unexpected("making a preview token", &e))?;
+            }
             record.desired = Desired::Started;
             record.pending = true;
-            record.auth_token = token;
             record.updated_at = SystemTime::now();
-            (record.id.clone(), record.container.clone())
+            (record.id.clone(), record.container.clone(), was_paused)
         };
         let unready_until = self.faults.unready_until(Instant::now());
+        if was_paused {
+            return self.resume(&id, &container, unready_until).await;
+        }
         match container.start().await {
             Ok(started) => self
                 .finish(&id, |r| {
@@ -309,7 +326,7 @@ impl Store {
         if !record.desired.matches(record.state) {
             return Err(Refusal::in_progress());
         }
-        if record.state != State::Started {
+        if !matches!(record.state, State::Started | State::Paused) {
             return Err(Refusal::bad("Sandbox is not in a stoppable state"));
         }
         if record.pending {
@@ -368,6 +385,15 @@ impl Store {
         labels: BTreeMap<String, String>,
     ) -> Result<Record, Refusal> {
         self.update(id_or_name, |r| r.labels = labels)
+    }
+
+    /// Replaces a sandbox's network rules, in whatever state it is.
+    pub fn update_network(
+        &self,
+        id_or_name: &str,
+        update: &NetworkSettings,
+    ) -> Result<Record, Refusal> {
+        self.update(id_or_name, |r| network::apply(r, update))
     }
 
     /// Sets a sandbox's auto-stop interval (minutes, 0: never).

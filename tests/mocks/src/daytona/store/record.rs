@@ -20,6 +20,8 @@ pub enum State {
     Started,
     /// Stopped: no process runs.
     Stopped,
+    /// Paused (`docker pause`): frozen, memory and processes kept.
+    Paused,
     /// The engine failed a transition; `errorReason` says how.
     Error,
 }
@@ -31,6 +33,8 @@ pub enum Desired {
     Started,
     /// Stopped.
     Stopped,
+    /// Paused.
+    Paused,
     /// Deleted.
     Destroyed,
 }
@@ -41,6 +45,7 @@ impl State {
         match self {
             State::Started => "started",
             State::Stopped => "stopped",
+            State::Paused => "paused",
             State::Error => "error",
         }
     }
@@ -52,6 +57,7 @@ impl Desired {
         match self {
             Desired::Started => "started",
             Desired::Stopped => "stopped",
+            Desired::Paused => "paused",
             Desired::Destroyed => "destroyed",
         }
     }
@@ -60,7 +66,9 @@ impl Desired {
     pub fn matches(self, state: State) -> bool {
         matches!(
             (self, state),
-            (Desired::Started, State::Started) | (Desired::Stopped, State::Stopped)
+            (Desired::Started, State::Started)
+                | (Desired::Stopped, State::Stopped)
+                | (Desired::Paused, State::Paused)
         )
     }
 }
@@ -68,10 +76,32 @@ impl Desired {
 /// The state a client sees: a transition under way shows as its own state.
 pub fn shown_state(state: State, desired: Desired) -> &'static str {
     match (state, desired) {
-        (State::Started, Desired::Stopped) => "stopping",
-        (State::Started | State::Stopped, Desired::Destroyed) => "destroying",
+        (State::Started | State::Paused, Desired::Stopped) => "stopping",
+        (State::Started | State::Stopped | State::Paused, Desired::Destroyed) => "destroying",
         (State::Stopped, Desired::Started) => "starting",
+        (State::Started, Desired::Paused) => "pausing",
+        (State::Paused, Desired::Started) => "resuming",
         (state, _) => state.as_str(),
+    }
+}
+
+/// What kind of machine a sandbox is (`SandboxClass`), as its snapshot
+/// says; Daytona pauses and resumes only VMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxClass {
+    /// A container: no pause.
+    Container,
+    /// A Linux VM: pause keeps memory and processes.
+    LinuxVm,
+}
+
+impl SandboxClass {
+    /// The spelling in `SandboxClass`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxClass::Container => "container",
+            SandboxClass::LinuxVm => "linux-vm",
+        }
     }
 }
 
@@ -134,6 +164,8 @@ pub struct Record {
     pub name: String,
     /// The snapshot it was made from.
     pub snapshot: String,
+    /// `SandboxClass`: the snapshot's (`linux-vm` ones may pause).
+    pub sandbox_class: SandboxClass,
     /// The OS user.
     pub user: String,
     /// Environment of the container.
@@ -172,7 +204,8 @@ pub struct Record {
     pub updated_at: SystemTime,
     /// When it last stopped.
     pub stopped_at: Option<SystemTime>,
-    /// The preview token (`x-daytona-preview-token`); new at every start.
+    /// The preview token (`x-daytona-preview-token`); new at every start
+    /// but a resume.
     pub auth_token: String,
     /// Its container.
     pub container: Container,
@@ -229,7 +262,7 @@ impl Record {
             created_at: iso_millis(record.created_at),
             updated_at: iso_millis(record.updated_at),
             last_activity_at: iso_millis(record.activity.last()),
-            sandbox_class: "container",
+            sandbox_class: record.sandbox_class.as_str(),
             daemon_version: None,
             runner_id: settings.runner_id.clone(),
             toolbox_proxy_url: settings.toolbox_url.clone(),
@@ -302,6 +335,10 @@ mod tests {
             "destroying"
         );
         assert_eq!(shown_state(State::Error, Desired::Stopped), "error");
+        assert_eq!(shown_state(State::Started, Desired::Paused), "pausing");
+        assert_eq!(shown_state(State::Paused, Desired::Paused), "paused");
+        assert_eq!(shown_state(State::Paused, Desired::Started), "resuming");
+        assert_eq!(shown_state(State::Paused, Desired::Stopped), "stopping");
     }
 
     #[test]
