@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use serde_json::Value;
+use serde_json::{Value, json};
 use silo_mocks::MockDaytona;
 use silo_mocks::daytona::{ENV_API_KEY, ENV_API_URL, ENV_CA_PEM, ENV_PROXY_ADDR};
 use tokio::net::TcpStream;
@@ -156,6 +156,19 @@ impl Client {
         };
         self.toolbox_body(sandbox, access, method, path, content_type, body, &[])
             .await
+    }
+
+    /// `POST /process/execute` of `command` with the key; the answer.
+    pub async fn execute(&self, sandbox: &Value, command: &str) -> Reply {
+        let key = self.key.clone();
+        self.toolbox(
+            sandbox,
+            Access::Bearer(&key),
+            Method::POST,
+            "/process/execute",
+            Some(json!({"command": command})),
+        )
+        .await
     }
 
     /// Uploads `data` to `path` through the toolbox (multipart field `file`).

@@ -101,17 +101,8 @@ async fn a_started_sandbox_previews_502_while_unready() {
 
 /// A one-line web server on the agent's port (49999), in the background.
 async fn serve(client: &super::client::Client, sandbox: &serde_json::Value) {
-    let key = client.key().to_owned();
     let command =
         "mkdir -p /tmp/www && echo up > /tmp/www/index.html && busybox httpd -p 49999 -h /tmp/www";
-    let reply = client
-        .toolbox(
-            sandbox,
-            Access::Bearer(&key),
-            Method::POST,
-            "/process/execute",
-            Some(json!({"command": command})),
-        )
-        .await;
+    let reply = client.execute(sandbox, command).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
 }

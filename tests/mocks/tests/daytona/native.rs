@@ -31,16 +31,7 @@ fn with_vm() -> MockDaytonaConfig {
 
 /// Lines in `/tmp/ticks` of a sandbox, through the toolbox.
 async fn ticks(client: &Client, sandbox: &Value) -> u64 {
-    let key = client.key().to_owned();
-    let reply = client
-        .toolbox(
-            sandbox,
-            Access::Bearer(&key),
-            Method::POST,
-            "/process/execute",
-            Some(json!({"command": "wc -l /tmp/ticks"})),
-        )
-        .await;
+    let reply = client.execute(sandbox, "wc -l /tmp/ticks").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     let result = reply.json()["result"].as_str().unwrap().to_owned();
     result

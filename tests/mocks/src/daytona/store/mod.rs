@@ -294,13 +294,16 @@ impl Store {
             (record.id.clone(), record.container.clone(), was_paused)
         };
         let unready_until = self.faults.unready_until(Instant::now());
-        if was_paused {
-            return self.resume(&id, &container, unready_until).await;
-        }
-        match container.start().await {
-            Ok(started) => self
+        let (running, what) = if was_paused {
+            let thawed = container.unpause().await.map(|()| container);
+            (thawed, "resuming a sandbox failed")
+        } else {
+            (container.start().await, "starting a sandbox failed")
+        };
+        match running {
+            Ok(running) => self
                 .finish(&id, |r| {
-                    r.container = started;
+                    r.container = running;
                     r.state = State::Started;
                     r.pending = false;
                     r.activity.touch();
@@ -309,7 +312,7 @@ impl Store {
                 .ok_or_else(|| Refusal::not_found(id_or_name)),
             Err(error) => {
                 self.fail(&id, &error);
-                Err(Refusal::unexpected("starting a sandbox failed", &error))
+                Err(Refusal::unexpected(what, &error))
             }
         }
     }

@@ -7,12 +7,10 @@
 //! preview token unchanged (a start from `stopped` makes a new one).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use http::StatusCode;
 
 use super::{Desired, Record, Refusal, SandboxClass, State, Store, find_in_mut};
-use crate::containers::Container;
 
 /// The API's refusal of a pause or resume (`what`) of a sandbox that is
 /// not a VM.
@@ -60,28 +58,5 @@ impl Store {
             }
         });
         Ok(answer)
-    }
-
-    /// Thaws a paused sandbox the start route marked as resuming.
-    pub(super) async fn resume(
-        &self,
-        id: &str,
-        container: &Container,
-        unready_until: Option<Instant>,
-    ) -> Result<Record, Refusal> {
-        match container.unpause().await {
-            Ok(()) => self
-                .finish(id, |r| {
-                    r.state = State::Started;
-                    r.pending = false;
-                    r.activity.touch();
-                    r.unready_until = unready_until;
-                })
-                .ok_or_else(|| Refusal::not_found(id)),
-            Err(error) => {
-                self.fail(id, &error);
-                Err(Refusal::unexpected("resuming a sandbox failed", &error))
-            }
-        }
     }
 }
