@@ -138,6 +138,13 @@ class Mock:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return json.loads(answer.read())
 
+    def requests(self, api_url: str, headers: dict[str, str]) -> list[dict]:
+        """What clients asked the mock's control plane, oldest first
+        (`{method, path, body}`), from its test-only journal route."""
+        request = urllib.request.Request(f"{api_url}/_mock/requests", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
+
     def stop(self):
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -182,9 +189,20 @@ def start_e2b_mock(image: str) -> Mock:
 
 
 def start_daytona_mock(image: str) -> Mock:
+    """A mock Daytona with `base` (container sandboxes) and `vm` (linux-vm
+    sandboxes, which Daytona pauses) from the journeys' image."""
     return start_mock(
         "silo-mock-daytona",
-        ["--snapshot", f"base={image}", "--ports", "49999,8080", "--toolbox-host", "localhost"],
+        [
+            "--snapshot",
+            f"base={image}",
+            "--vm-snapshot",
+            f"vm={image}",
+            "--ports",
+            "49999,8080",
+            "--toolbox-host",
+            "localhost",
+        ],
         5,
     )
 

@@ -152,3 +152,109 @@ def test_daytona_sdk_waits_out_or_reports_rate_limits(daytona):
         client.create(CreateSandboxFromSnapshotParams(snapshot="base"))
     kept = {k.lower(): v for k, v in raised.value.headers.items()}
     assert kept.get("retry-after") == "2", raised.value.headers
+
+
+def asked(mock, method: str, path: str) -> list:
+    """The bodies of the requests `method path` (under /api) the mock was asked."""
+    headers = {"Authorization": f"Bearer {mock.env['DAYTONA_API_KEY']}"}
+    return [
+        entry["body"]
+        for entry in mock.requests(mock.env["DAYTONA_API_URL"], headers)
+        if entry["method"] == method and entry["path"] == f"/api{path}"
+    ]
+
+
+def test_daytona_sdk_pauses_and_resumes_a_vm_sandbox(daytona):
+    """sandbox.pause() and sandbox.start() on a linux-vm sandbox: a process
+    started before the pause runs on after the resume; a container
+    sandbox's pause is refused as Daytona refuses it."""
+    from daytona import DaytonaError
+
+    mock, client = daytona
+    with route("POST /sandbox (vm)"):
+        sandbox = client.create(CreateSandboxFromSnapshotParams(snapshot="vm", auto_stop_interval=0))
+    try:
+        with route("POST /process/session/{id}/exec (a ticker)"):
+            sandbox.process.create_session("ticker")
+            sandbox.process.execute_session_command(
+                "ticker",
+                SessionExecuteRequest(
+                    command="while :; do echo t >> /tmp/ticks; sleep 0.1; done", run_async=True
+                ),
+            )
+
+        def ticks() -> int:
+            return int(sandbox.process.exec("cat /tmp/ticks | wc -l").result.strip() or 0)
+
+        deadline = time.monotonic() + 10
+        while ticks() == 0:
+            assert time.monotonic() < deadline, "the ticker never ticked"
+            time.sleep(0.1)
+        with route("POST /sandbox/{id}/pause"):
+            sandbox.pause()
+        assert sandbox.state.value == "paused", sandbox.state
+        assert asked(mock, "POST", f"/sandbox/{sandbox.id}/pause") == [None]
+        with route("POST /sandbox/{id}/start (resume)"):
+            sandbox.start()
+        assert sandbox.state.value == "started", sandbox.state
+        with route("POST /process/execute (ticks grow after the resume)"):
+            before = ticks()
+            deadline = time.monotonic() + 10
+            while ticks() <= before:
+                assert time.monotonic() < deadline, "the ticker did not survive the pause"
+                time.sleep(0.1)
+    finally:
+        sandbox.delete()
+
+    with route("POST /sandbox (container)"):
+        container = client.create(CreateSandboxFromSnapshotParams(snapshot="base"))
+    try:
+        with pytest.raises(DaytonaError) as refused:
+            container.pause()
+        assert "Pausing is not supported for this sandbox" in str(refused.value), refused.value
+    finally:
+        container.delete()
+
+
+def test_daytona_sdk_sends_network_rules(daytona):
+    """Network rules reach the mock as the SDK sends them, on create and on
+    update_network_settings; malformed ones are refused with the API's message."""
+    from daytona import DaytonaError
+
+    mock, client = daytona
+    with route("POST /sandbox (network rules)"):
+        sandbox = client.create(
+            CreateSandboxFromSnapshotParams(
+                snapshot="base",
+                network_allow_list="10.0.0.0/8,192.168.0.0/16",
+                domain_allow_list="pypi.org,*.daytona.io",
+            )
+        )
+    try:
+        create = asked(mock, "POST", "/sandbox")[-1]
+        assert create["networkAllowList"] == "10.0.0.0/8,192.168.0.0/16", create
+        assert create["domainAllowList"] == "pypi.org,*.daytona.io", create
+        assert sandbox.network_allow_list == "10.0.0.0/8,192.168.0.0/16"
+        with route("POST /sandbox/{id}/network-settings"):
+            sandbox.update_network_settings(network_block_all=True)
+        assert asked(mock, "POST", f"/sandbox/{sandbox.id}/network-settings") == [
+            {"networkBlockAll": True}
+        ]
+        assert sandbox.network_block_all is True
+        assert sandbox.network_allow_list is None
+        with route("GET /sandbox/{id} (network rules)"):
+            again = client.get(sandbox.id)
+        assert again.network_block_all is True and again.domain_allow_list == "pypi.org,*.daytona.io"
+    finally:
+        sandbox.delete()
+
+    with route("POST /sandbox (blocked)"):
+        blocked = client.create(CreateSandboxFromSnapshotParams(network_block_all=True))
+    try:
+        assert asked(mock, "POST", "/sandbox")[-1]["networkBlockAll"] is True
+        assert blocked.network_block_all is True
+    finally:
+        blocked.delete()
+    with pytest.raises(DaytonaError) as refused:
+        client.create(CreateSandboxFromSnapshotParams(network_allow_list="10.0.0.0"))
+    assert "Missing CIDR prefix length" in str(refused.value), refused.value

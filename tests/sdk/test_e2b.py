@@ -186,3 +186,116 @@ def test_e2b_sdk_sees_a_pause_cut_its_stream(e2b):
             assert handle.pid in [p.pid for p in resumed.commands.list()]
     finally:
         sandbox.kill()
+
+
+def asked(mock, method: str, path: str) -> list:
+    """The bodies of the requests `method path` the mock was asked."""
+    headers = {"X-API-Key": mock.env["E2B_API_KEY"]}
+    return [
+        entry["body"]
+        for entry in mock.requests(mock.env["E2B_API_URL"], headers)
+        if entry["method"] == method and entry["path"] == path
+    ]
+
+
+def test_e2b_sdk_forks_a_sandbox(e2b):
+    """Sandbox.fork goes through POST /sandboxes/{id}/fork: the forks have
+    the original's files (not its processes: the mock has no memory
+    snapshots), and the original runs on."""
+    mock, options = e2b
+    with route("POST /v2/sandboxes"):
+        sandbox = Sandbox.create(template="base", timeout=120, **options)
+    forks = []
+    try:
+        with route("POST /files"):
+            sandbox.files.write("notes/kept.txt", "kept\n")
+        with route("process.Process/Start (background)"):
+            sleeper = sandbox.commands.run("sleep 600", background=True, timeout=0)
+        with route("POST /sandboxes/{id}/fork"):
+            forks = sandbox.fork(count=2, timeout=60)
+        assert len(forks) == 2 and all(isinstance(f, Sandbox) for f in forks), forks
+        assert asked(mock, "POST", f"/sandboxes/{sandbox.sandbox_id}/fork") == [
+            {"timeout": 60, "count": 2}
+        ]
+        for fork in forks:
+            assert fork.sandbox_id != sandbox.sandbox_id
+            with route("GET /files (a fork)"):
+                assert fork.files.read("notes/kept.txt") == "kept\n"
+            with route("process.Process/List (a fork)"):
+                assert fork.commands.list() == []
+            with route("process.Process/Start (a fork)"):
+                assert fork.commands.run("echo forked").stdout == "forked\n"
+        with route("GET /sandboxes/{id} (the original)"):
+            assert sandbox.get_info().state.value == "running"
+        with route("process.Process/List (the original)"):
+            assert sleeper.pid in [p.pid for p in sandbox.commands.list()]
+    finally:
+        for fork in forks:
+            if isinstance(fork, Sandbox):
+                fork.kill()
+        sandbox.kill()
+
+
+def test_e2b_sdk_snapshots_a_sandbox_and_creates_from_the_snapshot(e2b):
+    mock, options = e2b
+    name = f"journey-{time.time_ns()}"
+    with route("POST /v2/sandboxes"):
+        sandbox = Sandbox.create(template="base", timeout=120, **options)
+    try:
+        with route("POST /files"):
+            sandbox.files.write("notes/kept.txt", "kept\n")
+        with route("POST /sandboxes/{id}/snapshots"):
+            info = sandbox.create_snapshot(name=name)
+        assert info.snapshot_id == f"silo-mock/{name}:default", info
+        assert info.names == [f"silo-mock/{name}"], info
+        with route("GET /snapshots"):
+            listed = sandbox.list_snapshots().next_items()
+        assert [s.snapshot_id for s in listed] == [info.snapshot_id], listed
+        with route("POST /v2/sandboxes (from the snapshot)"):
+            copy = Sandbox.create(template=info.snapshot_id, timeout=60, **options)
+        try:
+            with route("GET /files (from the snapshot)"):
+                assert copy.files.read("notes/kept.txt") == "kept\n"
+        finally:
+            copy.kill()
+        with route("DELETE /templates/{id}"):
+            assert Sandbox.delete_snapshot(info.snapshot_id, **options)
+            assert not Sandbox.delete_snapshot(info.snapshot_id, **options)
+    finally:
+        sandbox.kill()
+
+
+def test_e2b_sdk_sends_network_rules(e2b):
+    """Egress rules reach the mock as the SDK sends them, on create and on
+    update_network; malformed ones are refused with the API's message."""
+    from e2b.exceptions import InvalidArgumentException, SandboxException
+
+    mock, options = e2b
+    network = {"allow_out": ["1.1.1.1", "example.com"], "deny_out": ["0.0.0.0/0"]}
+    with route("POST /v2/sandboxes (network)"):
+        sandbox = Sandbox.create(
+            template="base", timeout=60, network=network, allow_internet_access=False, **options
+        )
+    try:
+        create = asked(mock, "POST", "/v2/sandboxes")[-1]
+        assert create["network"] == {"allowOut": ["1.1.1.1", "example.com"], "denyOut": ["0.0.0.0/0"]}
+        assert create["allow_internet_access"] is False
+        with route("GET /sandboxes/{id} (network)"):
+            info = sandbox.get_info()
+        assert info.allow_internet_access is False
+        assert info.network["allow_out"] == ["1.1.1.1", "example.com"], info.network
+        with route("PUT /sandboxes/{id}/network"):
+            sandbox.update_network({"deny_out": ["10.0.0.0/8"], "allow_internet_access": True})
+        assert asked(mock, "PUT", f"/sandboxes/{sandbox.sandbox_id}/network") == [
+            {"denyOut": ["10.0.0.0/8"], "allow_internet_access": True}
+        ]
+        with route("GET /sandboxes/{id} (updated)"):
+            info = sandbox.get_info()
+        assert info.network.get("deny_out") == ["10.0.0.0/8"], info.network
+        assert "allow_out" not in info.network, info.network
+        assert info.allow_internet_access is True
+        with pytest.raises((InvalidArgumentException, SandboxException)) as refused:
+            Sandbox.create(template="base", network={"deny_out": ["example.com"]}, **options)
+        assert "invalid denied CIDR example.com" in str(refused.value), refused.value
+    finally:
+        sandbox.kill()
