@@ -255,6 +255,7 @@ impl Applied {
             skipped: self.skipped,
             owners_applied: self.owners,
             ms,
+            applied_at_ns: crate::clock::unix_ns_now(),
         }
     }
 }
