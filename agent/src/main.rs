@@ -4,9 +4,12 @@
 //! [`main`] runs these steps in order, each a small function below:
 //! `take_key_from_env` → `parse_args` → `init_logging` → `resolve_config` →
 //! `build_runtime` → `become_subreaper_if_not_pid1` → `install_signal_handlers` →
-//! `start_reaper` → `bind_listener` → `start_workload` → `start_commands` →
-//! `start_push` → `start_layers` → `serve_until_shutdown`.
-//! Nothing slow happens before the listener is bound.
+//! `start_reaper` → `finish_interrupted_applies` → `bind_listener` →
+//! `start_workload` → `start_commands` → `start_push` → `start_layers` →
+//! `serve_until_shutdown`.
+//! Nothing slow happens before the listener is bound, but finishing a
+//! layer an earlier agent was killed placing: nothing may see the tree
+//! half way.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -25,6 +28,7 @@ use silo_agent::config::{Args, Config, KEY_ENV};
 use silo_agent::exec::ExecConfig;
 use silo_agent::files::{Files, FilesConfig};
 use silo_agent::layers::Applier;
+use silo_agent::layers::journal;
 use silo_agent::process::{ProcessOps, System};
 use silo_agent::push::Pusher;
 use silo_agent::reaper::Reaper;
@@ -112,6 +116,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     become_subreaper_if_not_pid1(is_pid1)?;
     let signals = install_signal_handlers()?;
     let reaper = start_reaper(signals.child);
+    finish_interrupted_applies(&config).await?;
     let listener = bind_listener(&config).await?;
     let boot_id = random_hex::<16>()?;
     let ops: Arc<dyn ProcessOps> = Arc::new(System);
@@ -209,6 +214,29 @@ async fn bind_listener(config: &Config) -> anyhow::Result<Listener> {
     Listener::bind(&config.listen, tls)
         .await
         .context("cannot bind the listener")
+}
+
+/// Places the layers an earlier agent was killed placing, before anything
+/// can see the tree; one that cannot be placed is logged and kept for the
+/// next boot.
+async fn finish_interrupted_applies(config: &Config) -> anyhow::Result<()> {
+    let root = config.apply_root.clone();
+    let done = tokio::task::spawn_blocking(move || journal::finish_interrupted(&root))
+        .await
+        .context("the task finishing interrupted layer applies failed")?;
+    if done.finished > 0 {
+        tracing::info!(
+            layers = done.finished,
+            "finished placing layers an earlier agent was killed placing"
+        );
+    }
+    for (staging, reason) in done.failed {
+        tracing::error!(
+            staging = %staging.display(),
+            "cannot finish an interrupted layer apply: {reason}"
+        );
+    }
+    Ok(())
 }
 
 fn start_workload(
