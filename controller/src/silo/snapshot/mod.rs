@@ -31,6 +31,8 @@
 //! - `layer`: receiving a layer stream into the store, checked as it comes;
 //! - `restore`: a snapshot back onto the engine as an image, and the
 //!   operations that make a machine from it (rewind, fork, `up` tier 2);
+//! - `in_place`: a rewind on the same machine, its agent putting back what
+//!   changed since from the store's layers;
 //! - `baseline`: what a machine's first snapshot is measured against when
 //!   the store has no index of its image (an image's listing, a template
 //!   baseline), base ids, and applying a snapshot's layers onto remote VMs;
@@ -38,10 +40,12 @@
 
 mod baseline;
 mod gc;
+mod in_place;
 mod layer;
 mod restore;
 mod take;
 
+pub use in_place::InPlace;
 pub use restore::ForkTarget;
 
 use std::collections::HashSet;
@@ -159,10 +163,14 @@ pub struct RestoreReport {
     pub sandbox: SandboxRecord,
     /// The snapshot it runs from.
     pub snapshot: String,
-    /// How the engine got the snapshot's image.
+    /// How the engine got the snapshot's image, or how the machine was
+    /// rewound in place.
     pub image: ImageSource,
     /// Milliseconds from the start until its agent answered.
     pub ms: f64,
+    /// When a rewind made a new machine: why the machine could not be
+    /// rewound in place.
+    pub new_machine_because: Option<String>,
 }
 
 /// Where a restore found the snapshot's image.
@@ -178,6 +186,10 @@ pub enum ImageSource {
         /// Bytes sent.
         bytes: u64,
     },
+    /// No image and no new machine: the sandbox's agent put back, from
+    /// the store's layers, what changed since the tree its machine last
+    /// had (see `in_place`).
+    InPlace(InPlace),
     /// There is no engine: the snapshot's layers above its base were
     /// applied by the agent onto a fresh machine from the template.
     Applied {

@@ -37,7 +37,7 @@ use crate::store::{Index, Store, save_archive};
 /// changed. File times come from a clock that ticks a few milliseconds
 /// behind the one the engine stamps containers with; a margin can only make
 /// a snapshot larger, never miss a change.
-const CTIME_MARGIN_NS: i64 = 20_000_000;
+pub(super) const CTIME_MARGIN_NS: i64 = 20_000_000;
 
 impl Silo {
     /// Snapshots a sandbox's file system (starting it first if it is
@@ -549,7 +549,7 @@ fn on_image(
 }
 
 /// [`image_index`], off the async threads.
-async fn chain_index(
+pub(super) async fn chain_index(
     store: &Store,
     base: &StoredImage,
     layers: &[String],
