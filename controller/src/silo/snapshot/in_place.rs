@@ -30,8 +30,10 @@ use serde_json::json;
 use silo_protocol::http::error_chain;
 use silo_protocol::snapshot::SnapshotRequest;
 
-use super::take::{CTIME_MARGIN_NS, chain_index};
-use super::{ImageSource, RestoreReport, SnapshotError, blocking, ms_since, parse_digest};
+use super::take::CTIME_MARGIN_NS;
+use super::{
+    ImageSource, RestoreReport, SnapshotError, blocking, ms_since, parse_digest, remembered,
+};
 use crate::backend::{Backend, SnapshotSupport};
 use crate::silo::{Silo, SiloError};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StateError, StoredImage};
@@ -148,7 +150,7 @@ impl Silo {
             )));
         }
         let mut request = anchor.request;
-        request.baseline = chain_index(&store, &anchor.base, &anchor.layers)
+        request.baseline = remembered::index(&store, &anchor.base, &anchor.layers)
             .await?
             .to_vec();
         let excluded: Vec<Vec<u8>> = request
@@ -203,7 +205,13 @@ impl Silo {
     /// What the machine's next snapshot would build on, and the request
     /// that measures what changed since (the baseline left to fill).
     async fn anchor(&self, sandbox: &SandboxRecord, store: &Store) -> Result<Anchor, NotInPlace> {
-        let facts = self.container_facts(sandbox, "rewind").await?;
+        let facts = match remembered::facts(sandbox) {
+            Some(facts) => facts,
+            None => {
+                let facts = self.container_facts(sandbox, "rewind").await?;
+                remembered::remember_facts(sandbox, facts)
+            }
+        };
         let started_ns = facts.created_ns.saturating_sub(CTIME_MARGIN_NS);
         let request = |changed_since_ns, descend_since_ns| SnapshotRequest {
             changed_since_ns,

@@ -33,6 +33,8 @@
 //!   operations that make a machine from it (rewind, fork, `up` tier 2);
 //! - `in_place`: a rewind on the same machine, its agent putting back what
 //!   changed since from the store's layers;
+//! - `remembered`: what one process keeps between rewinds (container facts,
+//!   anchors' path indexes);
 //! - `baseline`: what a machine's first snapshot is measured against when
 //!   the store has no index of its image (an image's listing, a template
 //!   baseline), base ids, and applying a snapshot's layers onto remote VMs;
@@ -42,6 +44,7 @@ mod baseline;
 mod gc;
 mod in_place;
 mod layer;
+mod remembered;
 mod restore;
 mod take;
 

@@ -549,7 +549,7 @@ fn on_image(
 }
 
 /// [`image_index`], off the async threads.
-pub(super) async fn chain_index(
+async fn chain_index(
     store: &Store,
     base: &StoredImage,
     layers: &[String],
@@ -560,7 +560,7 @@ pub(super) async fn chain_index(
 
 /// The paths of an image made of `layers`: the base image's stored index,
 /// then each layer above the base's applied in order.
-fn image_index(
+pub(super) fn image_index(
     store: &Store,
     base: &StoredImage,
     layers: &[String],
