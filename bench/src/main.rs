@@ -31,6 +31,7 @@ mod pool;
 mod push_big;
 mod push_fanout;
 mod report;
+mod rewind;
 mod scale;
 mod session_interrupt;
 mod session_rtt;
@@ -58,6 +59,7 @@ const SCENARIOS: &[&str] = &[
     "resume",
     "snapshot",
     "snapshot-chain",
+    "rewind",
     "pool",
     "scale",
     "files",
@@ -77,7 +79,9 @@ struct Args {
     /// push-big, push-fanout, nonce-window (signed requests for longer than
     /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot,
     /// snapshot-chain (100 snapshots of one sandbox, a 1 KB change each,
-    /// and rewinds along the chain), pool (`up --pool` to first output
+    /// and rewinds along the chain), rewind (in place to first output after
+    /// a 1 KB step beside a new machine, and the change list's cost as the
+    /// tree grows), pool (`up --pool` to first output
     /// beside a plain container's create and start), scale (`silo ls` and
     /// `silo exec` with 1,000 local and 100 Docker sandboxes, and memory),
     /// files (write and read through the agent beside docker cp), gvisor
@@ -160,6 +164,7 @@ async fn run(scenario: &str, quick: bool) -> anyhow::Result<Vec<report::Row>> {
         "resume" => docker_resume::run(quick).await?,
         "snapshot" => snapshot::run(quick).await?,
         "snapshot-chain" => snapshot_chain::run(quick).await?,
+        "rewind" => rewind::run(quick).await?,
         "pool" => pool::run(quick).await?,
         "scale" => scale::run(quick).await?,
         "files" => files::run(quick).await?,
