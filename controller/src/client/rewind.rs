@@ -4,14 +4,15 @@
 //! finishes it.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use silo_protocol::Feature;
 use silo_protocol::auth::body_sha256;
 use silo_protocol::layers::ApplyResponse;
 use silo_protocol::rewind::{self, Change, HEADER_REWIND, split_changes};
 use silo_protocol::snapshot::{HEADER_STOPPED, HEADER_UNSETTLED, SnapshotRequest};
 
-use super::{AgentClient, ClientError, rejection, transport};
+use super::snapshot::header;
+use super::{AgentClient, ClientError, rejection};
 
 /// A rewind the agent has begun: its sandbox is held until the layer.
 #[derive(Debug, Clone)]
@@ -41,33 +42,14 @@ impl AgentClient {
         &self,
         request: &SnapshotRequest,
     ) -> Result<RewindBegun, ClientError> {
-        let spoken = self.speak(Feature::Rewind).await?;
-        let json = serde_json::to_vec(request)
-            .map_err(|e| ClientError::Protocol(format!("encoding a rewind request: {e}")))?;
-        let body = Bytes::from(json);
-        let digest = body_sha256(&body);
-        let response = transport::send_for_stream(
-            &self.endpoint,
-            Some((&self.key, &digest)),
-            spoken.version,
-            http::Method::POST,
-            rewind::path(),
-            Full::new(body),
-        )
-        .await?;
+        let response = self
+            .post_json_for_stream(Feature::Rewind, rewind::path(), request)
+            .await?;
         let status = response.status();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let count = |name: &str| header(name).and_then(|v| v.parse().ok()).unwrap_or(0);
-        let (token, ended, unsettled) = (
-            header(HEADER_REWIND),
-            count(HEADER_STOPPED),
-            count(HEADER_UNSETTLED),
+        let (token, ended, unsettled): (Option<String>, _, _) = (
+            header(&response, HEADER_REWIND),
+            header(&response, HEADER_STOPPED).unwrap_or(0),
+            header(&response, HEADER_UNSETTLED).unwrap_or(0),
         );
         let body = response
             .into_body()

@@ -157,31 +157,25 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
         entries: Vec::new(),
     };
     let mut seen: HashMap<Vec<u8>, Origin> = HashMap::new();
-    for (ordinal, entry) in archive.entries().map_err(read_err)?.enumerate() {
+    for (ordinal, entry) in archive.entries_with_seek().map_err(read_err)?.enumerate() {
         let entry = entry.map_err(read_err)?;
         let kind = entry.header().entry_type();
         if kind.is_pax_global_extensions() {
             continue;
         }
         let raw = entry.path_bytes();
-        let Some(path) = normalize(&raw).ok_or_else(|| bad_path(&raw))? else {
-            continue; // the root directory
+        let path = match named(&raw).ok_or_else(|| bad_path(&raw))? {
+            Named::Nothing => continue,
+            Named::Opaque(dir) => {
+                out.opaque.push(dir);
+                continue;
+            }
+            Named::Hidden(path) => {
+                out.hidden.push(path);
+                continue;
+            }
+            Named::Path(path) => path,
         };
-        let (parent, name) = split_parent(&path);
-        if name == OPAQUE_WHITEOUT.as_bytes() {
-            out.opaque.push(parent.to_vec());
-            continue;
-        }
-        if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
-            if hidden.starts_with(WHITEOUT_PREFIX.as_bytes()) {
-                continue; // the engine's own bookkeeping
-            }
-            if hidden.is_empty() || hidden == b"." || hidden == b".." {
-                return Err(bad_path(&raw));
-            }
-            out.hidden.push(join(parent, hidden));
-            continue;
-        }
         let origin = Origin { layer, ordinal };
         let link = entry.link_name_bytes().map(|l| l.into_owned());
         let hard_target = match (&link, kind) {
@@ -356,6 +350,42 @@ fn remove_with_descendants(
     map.remove(path);
     opaque.remove(path);
     remove_descendants(map, opaque, path);
+}
+
+/// What a layer entry's name says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Named {
+    /// The root directory itself, or the engine's own bookkeeping
+    /// (`.wh..wh.*` but the opaque marker): nothing to take.
+    Nothing,
+    /// `DIR/.wh..wh..opq`: what lower layers have in the directory is hidden.
+    Opaque(Vec<u8>),
+    /// `DIR/.wh.NAME`: the path is hidden, with everything under it.
+    Hidden(Vec<u8>),
+    /// An entry at this path.
+    Path(Vec<u8>),
+}
+
+/// What an entry's name means in a layer; `None` for a name that climbs
+/// out of the image or a whiteout that names nothing.
+pub(super) fn named(raw: &[u8]) -> Option<Named> {
+    let Some(path) = normalize(raw)? else {
+        return Some(Named::Nothing);
+    };
+    let (parent, name) = split_parent(&path);
+    if name == OPAQUE_WHITEOUT.as_bytes() {
+        return Some(Named::Opaque(parent.to_vec()));
+    }
+    let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) else {
+        return Some(Named::Path(path));
+    };
+    if hidden.starts_with(WHITEOUT_PREFIX.as_bytes()) {
+        return Some(Named::Nothing);
+    }
+    if hidden.is_empty() || hidden == b"." || hidden == b".." {
+        return None;
+    }
+    Some(Named::Hidden(join(parent, hidden)))
 }
 
 /// A layer entry's name as a path relative to `/` without trailing slash;

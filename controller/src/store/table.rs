@@ -23,10 +23,9 @@ use std::io::{self, BufReader};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
 use tar::EntryType;
 
-use super::squash::{join, normalize, split_parent};
+use super::squash::{Named, named, normalize, split_parent};
 use super::{Digest, Store, StoreError};
 
 /// Most entries the cache of layer tables keeps, all tables together
@@ -119,24 +118,18 @@ impl LayerTable {
                 continue;
             }
             let raw = entry.path_bytes();
-            let Some(path) = normalize(&raw).ok_or_else(|| bad_path(&raw))? else {
-                continue; // the root directory
+            let path = match named(&raw).ok_or_else(|| bad_path(&raw))? {
+                Named::Nothing => continue,
+                Named::Opaque(dir) => {
+                    table.opaque.insert(dir.into());
+                    continue;
+                }
+                Named::Hidden(path) => {
+                    table.hidden.insert(path.into());
+                    continue;
+                }
+                Named::Path(path) => path,
             };
-            let (parent, name) = split_parent(&path);
-            if name == OPAQUE_WHITEOUT.as_bytes() {
-                table.opaque.insert(parent.into());
-                continue;
-            }
-            if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
-                if hidden.starts_with(WHITEOUT_PREFIX.as_bytes()) {
-                    continue; // the engine's own bookkeeping
-                }
-                if hidden.is_empty() || hidden == b"." || hidden == b".." {
-                    return Err(bad_path(&raw));
-                }
-                table.hidden.insert(join(parent, hidden).into());
-                continue;
-            }
             let link = match (kind, entry.link_name_bytes()) {
                 (EntryType::Link, Some(target)) => normalize(&target)
                     .ok_or_else(|| bad_path(&target))?

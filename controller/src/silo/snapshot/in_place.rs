@@ -36,7 +36,7 @@ use super::{
 };
 use crate::backend::{Backend, SnapshotSupport};
 use crate::silo::{Silo, SiloError};
-use crate::state::{Checkpoint, SandboxRecord, Snapshot, StateError, StoredImage};
+use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage};
 use crate::store::rewind::{Restore, RestoreStats, restoring_layer};
 use crate::store::{Digest, Store};
 
@@ -220,15 +220,7 @@ impl Silo {
             exclude: facts.exclude.clone(),
             baseline: Vec::new(),
         };
-        let checkpoint = match &sandbox.checkpoint {
-            Some(checkpoint) => match self.db().snapshot(&checkpoint.snapshot) {
-                Ok(snapshot) => Some((checkpoint.stopped_at_ns, snapshot)),
-                Err(StateError::UnknownSnapshot(_)) => None,
-                Err(other) => return Err(other.into()),
-            },
-            None => None,
-        };
-        let (snapshot, request) = match (checkpoint, &sandbox.origin_snapshot) {
+        let (snapshot, request) = match (self.checkpoint_of(sandbox)?, &sandbox.origin_snapshot) {
             (Some((stopped_at_ns, snapshot)), _) => {
                 let since = stopped_at_ns.saturating_sub(CTIME_MARGIN_NS);
                 (snapshot, request(since, Some(started_ns)))

@@ -448,6 +448,23 @@ impl Silo {
         Ok(complete.then_some(image))
     }
 
+    /// The sandbox's checkpoint: the snapshot its machine last had exactly,
+    /// and the moment (machine clock) it did. `None` without one, or when
+    /// that snapshot was deleted since (the next snapshot is then whole).
+    fn checkpoint_of(
+        &self,
+        sandbox: &SandboxRecord,
+    ) -> Result<Option<(i64, Snapshot)>, StateError> {
+        let Some(checkpoint) = &sandbox.checkpoint else {
+            return Ok(None);
+        };
+        match self.db().snapshot(&checkpoint.snapshot) {
+            Ok(snapshot) => Ok(Some((checkpoint.stopped_at_ns, snapshot))),
+            Err(StateError::UnknownSnapshot(_)) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
     /// The stored image a snapshot stands on.
     fn base_of(&self, snapshot: &Snapshot) -> Result<StoredImage, SnapshotError> {
         self.db()
