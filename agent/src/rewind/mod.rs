@@ -29,6 +29,7 @@ use silo_protocol::http::error_chain;
 use silo_protocol::rewind::HOLD_SECS;
 use silo_protocol::snapshot::SnapshotRequest;
 use tokio::sync::{OwnedRwLockWriteGuard, OwnedSemaphorePermit};
+use tokio::task::AbortHandle;
 
 use crate::commands::Commands;
 use crate::process::ProcessOps;
@@ -59,6 +60,9 @@ pub struct Rewinder {
 pub struct Hold {
     token: String,
     workload: Arc<WorkloadHandle>,
+    /// The timer that lets the sandbox go if no layer comes; stopped when
+    /// the layer's apply takes the hold.
+    expiry: Option<AbortHandle>,
     _slot: OwnedSemaphorePermit,
     _pushes: OwnedSemaphorePermit,
     _starts: OwnedRwLockWriteGuard<()>,
@@ -127,6 +131,7 @@ impl Rewinder {
             token: crate::random_hex::<16>()
                 .map_err(|err| RewindError::Internal(err.to_string()))?,
             workload: Arc::clone(&self.workload),
+            expiry: None,
             _slot: slot,
             _pushes: pushes,
             _starts: snapshots.start_gate().close().await,
@@ -155,7 +160,9 @@ impl Rewinder {
                 "some processes were still alive after {END_WITHIN:?}; rewinding anyway"
             );
         }
+        let mut hold = hold;
         let token = hold.token.clone();
+        hold.expiry = Some(self.expire_later(token.clone()));
         tracing::info!(
             killed = ended.killed,
             changed = listed.present,
@@ -164,7 +171,6 @@ impl Rewinder {
             "rewind begun; waiting for its layer"
         );
         *self.slot() = Some(hold);
-        self.expire_later(token.clone());
         Ok(Begun {
             token,
             changes: listed.body,
@@ -175,17 +181,21 @@ impl Rewinder {
     /// The hold of the rewind with `token`, for the layer that finishes it.
     pub fn take(&self, token: &str) -> Option<Hold> {
         let mut held = self.slot();
-        match held.as_ref() {
-            Some(hold) if hold.token == token => held.take(),
-            _ => None,
+        let mut hold = match held.as_ref() {
+            Some(hold) if hold.token == token => held.take()?,
+            _ => return None,
+        };
+        if let Some(expiry) = hold.expiry.take() {
+            expiry.abort();
         }
+        Some(hold)
     }
 
     /// Lets the sandbox go unchanged if rewind `token` is still waiting
-    /// when its time is up.
-    fn expire_later(&self, token: String) {
+    /// when its time is up; the timer's handle, to stop it sooner.
+    fn expire_later(&self, token: String) -> AbortHandle {
         let held = Arc::clone(&self.held);
-        tokio::spawn(async move {
+        let timer = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(HOLD_SECS)).await;
             let expired = {
                 let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
@@ -200,6 +210,7 @@ impl Rewinder {
                 );
             }
         });
+        timer.abort_handle()
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Hold>> {
