@@ -18,11 +18,15 @@
 //! - `session`: persistent shell sessions whose runs are adopted execs; interrupt keeps the shell.
 //! - `commands`: routes each exec request to the registry or a session; shutdown of both.
 //! - `workload`: the optional command after `--`, restarted with backoff.
+//! - `workload_handle`: the workload shared: signalled, stopped and started again around a rewind.
 //! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
 //! - `files`: the file API's work: read, write, stat, list, mkdir, remove, tar trees in and out.
 //! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped;
 //!   the path index of the whole machine.
-//! - `layers`: an image layer applied onto the machine (remote restores), staged and checked first.
+//! - `layers`: an image layer applied onto the machine (remote restores, rewinds), staged and
+//!   checked first, journaled while placed.
+//! - `rewind`: the sandbox brought back to a snapshot in place: its processes ended, what
+//!   changed listed, held until the restoring layer is placed.
 //! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
 //! - `activity`: what counts as use, for `--idle-timeout`.
 //! - `clock`: the machine's wall clock as the protocol reports it.
@@ -40,11 +44,13 @@ pub mod layers;
 pub mod process;
 pub mod push;
 pub mod reaper;
+pub mod rewind;
 pub mod server;
 pub mod session;
 pub mod shutdown;
 pub mod snapshot;
 pub mod workload;
+pub mod workload_handle;
 
 /// `N` random bytes as hex: boot ids and the session shells' process markers.
 pub fn random_hex<const N: usize>() -> std::io::Result<String> {

@@ -4,9 +4,12 @@
 //! [`main`] runs these steps in order, each a small function below:
 //! `take_key_from_env` → `parse_args` → `init_logging` → `resolve_config` →
 //! `build_runtime` → `become_subreaper_if_not_pid1` → `install_signal_handlers` →
-//! `start_reaper` → `bind_listener` → `start_workload` → `start_commands` →
-//! `start_push` → `start_layers` → `serve_until_shutdown`.
-//! Nothing slow happens before the listener is bound.
+//! `start_reaper` → `finish_interrupted_applies` → `bind_listener` →
+//! `start_workload` → `start_commands` → `start_push` → `start_layers` →
+//! `start_rewinds` → `serve_until_shutdown`.
+//! Nothing slow happens before the listener is bound, but finishing a
+//! layer an earlier agent was killed placing: nothing may see the tree
+//! half way.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -25,14 +28,16 @@ use silo_agent::config::{Args, Config, KEY_ENV};
 use silo_agent::exec::ExecConfig;
 use silo_agent::files::{Files, FilesConfig};
 use silo_agent::layers::Applier;
+use silo_agent::layers::journal;
 use silo_agent::process::{ProcessOps, System};
 use silo_agent::push::Pusher;
 use silo_agent::reaper::Reaper;
+use silo_agent::rewind::Rewinder;
 use silo_agent::server::listener::Listener;
 use silo_agent::server::{AgentState, Services};
 use silo_agent::shutdown::Phase;
 use silo_agent::snapshot::{FreezeScope, Snapshotter};
-use silo_agent::workload::Workload;
+use silo_agent::workload_handle::WorkloadHandle;
 use silo_agent::{activity, random_hex, server};
 
 /// Time the workload and execs get between SIGTERM and SIGKILL at shutdown.
@@ -112,19 +117,18 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     become_subreaper_if_not_pid1(is_pid1)?;
     let signals = install_signal_handlers()?;
     let reaper = start_reaper(signals.child);
+    finish_interrupted_applies(&config).await?;
     let listener = bind_listener(&config).await?;
     let boot_id = random_hex::<16>()?;
     let ops: Arc<dyn ProcessOps> = Arc::new(System);
-    let workload = start_workload(&config, &reaper, &ops, &boot_id);
+    let workload = Arc::new(start_workload(&config, &reaper, &ops, &boot_id));
     let commands = start_commands(&config, reaper, Arc::clone(&ops))?;
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let pusher = start_push(&config, &boot_id, phase_rx.clone());
-    let snapshots = Snapshotter::new(
-        config.apply_root.clone(),
-        FreezeScope::of_agent(is_pid1, config.machine_agent),
-        ops,
-    );
+    let scope = FreezeScope::of_agent(is_pid1, config.machine_agent);
+    let snapshots = Snapshotter::new(config.apply_root.clone(), scope, Arc::clone(&ops));
     let layers = start_layers(&config, &boot_id);
+    let rewinder = start_rewinds(&config, scope, ops, &workload, &commands, &pusher);
     let state = Arc::new(AgentState::new(
         Verifier::new(config.key.clone()),
         config.protocols,
@@ -133,6 +137,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
             pusher,
             snapshots,
             layers,
+            rewinder,
             files: Files::new(FilesConfig {
                 workdir: config.workdir.clone(),
                 tree_limits: config.push.limits,
@@ -211,22 +216,42 @@ async fn bind_listener(config: &Config) -> anyhow::Result<Listener> {
         .context("cannot bind the listener")
 }
 
+/// Places the layers an earlier agent was killed placing, before anything
+/// can see the tree; one that cannot be placed is logged and kept for the
+/// next boot.
+async fn finish_interrupted_applies(config: &Config) -> anyhow::Result<()> {
+    let root = config.apply_root.clone();
+    let done = tokio::task::spawn_blocking(move || journal::finish_interrupted(&root))
+        .await
+        .context("the task finishing interrupted layer applies failed")?;
+    if done.finished > 0 {
+        tracing::info!(
+            layers = done.finished,
+            "finished placing layers an earlier agent was killed placing"
+        );
+    }
+    for (staging, reason) in done.failed {
+        tracing::error!(
+            staging = %staging.display(),
+            "cannot finish an interrupted layer apply: {reason}"
+        );
+    }
+    Ok(())
+}
+
 fn start_workload(
     config: &Config,
     reaper: &Reaper,
     ops: &Arc<dyn ProcessOps>,
     boot_id: &str,
-) -> Option<Workload> {
-    if config.workload.is_empty() {
-        return None;
-    }
-    Some(Workload::start(
+) -> WorkloadHandle {
+    WorkloadHandle::start(
         config.workload.clone(),
         config.restart,
         reaper.clone(),
         Arc::clone(ops),
         boot_id,
-    ))
+    )
 }
 
 /// Makes the push service and sweeps away, in the background, what pushes
@@ -274,12 +299,32 @@ fn start_layers(config: &Config, boot_id: &str) -> Arc<Applier> {
     layers
 }
 
+/// Makes the in-place rewind service: it ends the processes in `scope`
+/// and stops and starts the workload around each rewind.
+fn start_rewinds(
+    config: &Config,
+    scope: Option<FreezeScope>,
+    ops: Arc<dyn ProcessOps>,
+    workload: &Arc<WorkloadHandle>,
+    commands: &Commands,
+    pusher: &Arc<Pusher>,
+) -> Rewinder {
+    Rewinder::new(
+        config.apply_root.clone(),
+        scope,
+        ops,
+        Arc::clone(workload),
+        commands.clone(),
+        Arc::clone(pusher),
+    )
+}
+
 struct Serving {
     signals: ControlSignals,
     is_pid1: bool,
     idle_timeout: Option<Duration>,
     state: Arc<AgentState>,
-    workload: Option<Workload>,
+    workload: Arc<WorkloadHandle>,
     phase_tx: watch::Sender<Phase>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -301,12 +346,7 @@ async fn serve_until_shutdown(mut s: Serving) -> anyhow::Result<u8> {
     let reason = wait_for_stop(&mut s).await;
     tracing::info!(?reason, "shutting down");
     s.phase_tx.send_replace(Phase::Draining);
-    let stop_workload = async {
-        match s.workload.take() {
-            Some(workload) => workload.stop(SHUTDOWN_GRACE).await,
-            None => None,
-        }
-    };
+    let stop_workload = s.workload.stop(SHUTDOWN_GRACE);
     let (workload_exit, ()) = tokio::join!(
         stop_workload,
         s.state.commands.terminate_all(SHUTDOWN_GRACE)
@@ -342,11 +382,7 @@ async fn wait_for_stop(s: &mut Serving) -> StopReason {
         }
     };
     tokio::pin!(idle);
-    let forward = |workload: &Option<Workload>, signal: NixSignal| {
-        if let Some(workload) = workload {
-            workload.forward(signal);
-        }
-    };
+    let forward = |workload: &WorkloadHandle, signal: NixSignal| workload.forward(signal);
     loop {
         tokio::select! {
             _ = s.signals.term.recv() => return StopReason::Signal,

@@ -31,6 +31,7 @@ mod pool;
 mod push_big;
 mod push_fanout;
 mod report;
+mod rewind;
 mod scale;
 mod session_interrupt;
 mod session_rtt;
@@ -58,6 +59,7 @@ const SCENARIOS: &[&str] = &[
     "resume",
     "snapshot",
     "snapshot-chain",
+    "rewind",
     "pool",
     "scale",
     "files",
@@ -77,7 +79,9 @@ struct Args {
     /// push-big, push-fanout, nonce-window (signed requests for longer than
     /// the 300 s signature window), docker-exec-rtt, tti, resume, snapshot,
     /// snapshot-chain (100 snapshots of one sandbox, a 1 KB change each,
-    /// and rewinds along the chain), pool (`up --pool` to first output
+    /// and rewinds along the chain), rewind (in place to first output after
+    /// a 1 KB step beside a new machine, and the change list's cost as the
+    /// tree grows), pool (`up --pool` to first output
     /// beside a plain container's create and start), scale (`silo ls` and
     /// `silo exec` with 1,000 local and 100 Docker sandboxes, and memory),
     /// files (write and read through the agent beside docker cp), gvisor
@@ -85,7 +89,8 @@ struct Args {
     /// interactive, exec and resume beside E2B's own API, through the mock
     /// E2B), daytona (the same beside Daytona's own API and toolbox, through
     /// the mock Daytona). The Docker ones are skipped, with a note, when no engine
-    /// answers outside CI.
+    /// answers outside CI. A scenario that cannot run is named with its
+    /// error after the table, and the run exits 1.
     scenarios: Vec<String>,
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/silo-bench.json")]
@@ -103,43 +108,69 @@ async fn main() -> anyhow::Result<()> {
     } else {
         args.scenarios.iter().map(String::as_str).collect()
     };
+    if let Some(unknown) = chosen.iter().find(|name| !SCENARIOS.contains(name)) {
+        anyhow::bail!(
+            "unknown scenario {unknown:?}; known: {}",
+            SCENARIOS.join(", ")
+        );
+    }
     let mut rows = Vec::new();
+    let mut failed = Vec::new();
     for scenario in chosen {
         eprintln!("running {scenario}...");
-        let mut found = match scenario {
-            "exec-rtt" => exec_rtt::run(args.quick).await?,
-            "cli" => cli::run(args.quick).await?,
-            "exec-memory" => exec_memory::run(args.quick).await?,
-            "session-rtt" => session_rtt::run(args.quick).await?,
-            "interrupt" => {
-                let mut rows = interrupt::run(args.quick).await?;
-                rows.append(&mut session_interrupt::run(args.quick).await?);
-                rows
+        // A scenario that cannot run is reported; the others still run
+        // and print.
+        match run(scenario, args.quick).await {
+            Ok(mut found) => rows.append(&mut found),
+            Err(error) => {
+                eprintln!("{scenario} could not run: {error:#}");
+                failed.push(report::Failure {
+                    scenario: scenario.to_owned(),
+                    error: format!("{error:#}"),
+                });
             }
-            "agent-footprint" => footprint::run(args.quick).await?,
-            "push-big" => push_big::run(args.quick).await?,
-            "push-fanout" => push_fanout::run(args.quick).await?,
-            "nonce-window" => nonce_window::run(args.quick).await?,
-            "docker-exec-rtt" => docker_exec_rtt::run(args.quick).await?,
-            "tti" => docker_tti::run(args.quick).await?,
-            "resume" => docker_resume::run(args.quick).await?,
-            "snapshot" => snapshot::run(args.quick).await?,
-            "snapshot-chain" => snapshot_chain::run(args.quick).await?,
-            "pool" => pool::run(args.quick).await?,
-            "scale" => scale::run(args.quick).await?,
-            "files" => files::run(args.quick).await?,
-            "e2b" => e2b::run(args.quick).await?,
-            "daytona" => daytona::run(args.quick).await?,
-            "gvisor" => docker_gvisor::run(args.quick).await?,
-            other => anyhow::bail!(
-                "unknown scenario {other:?}; known: {}",
-                SCENARIOS.join(", ")
-            ),
-        };
-        rows.append(&mut found);
+        }
     }
     report::print(&rows);
-    report::write_json(&args.json, &rows)?;
+    report::print_failures(&failed);
+    report::write_json(&args.json, &rows, &failed)?;
     eprintln!("wrote {}", args.json.display());
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} of the scenarios could not run",
+        failed.len()
+    );
     Ok(())
+}
+
+/// Runs one scenario (a name of [`SCENARIOS`]).
+async fn run(scenario: &str, quick: bool) -> anyhow::Result<Vec<report::Row>> {
+    Ok(match scenario {
+        "exec-rtt" => exec_rtt::run(quick).await?,
+        "cli" => cli::run(quick).await?,
+        "exec-memory" => exec_memory::run(quick).await?,
+        "session-rtt" => session_rtt::run(quick).await?,
+        "interrupt" => {
+            let mut rows = interrupt::run(quick).await?;
+            rows.append(&mut session_interrupt::run(quick).await?);
+            rows
+        }
+        "agent-footprint" => footprint::run(quick).await?,
+        "push-big" => push_big::run(quick).await?,
+        "push-fanout" => push_fanout::run(quick).await?,
+        "nonce-window" => nonce_window::run(quick).await?,
+        "docker-exec-rtt" => docker_exec_rtt::run(quick).await?,
+        "tti" => docker_tti::run(quick).await?,
+        "resume" => docker_resume::run(quick).await?,
+        "snapshot" => snapshot::run(quick).await?,
+        "snapshot-chain" => snapshot_chain::run(quick).await?,
+        "rewind" => rewind::run(quick).await?,
+        "pool" => pool::run(quick).await?,
+        "scale" => scale::run(quick).await?,
+        "files" => files::run(quick).await?,
+        "e2b" => e2b::run(quick).await?,
+        "daytona" => daytona::run(quick).await?,
+        "gvisor" => docker_gvisor::run(quick).await?,
+        other => anyhow::bail!("no scenario {other:?}"),
+    })
 }

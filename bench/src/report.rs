@@ -1,5 +1,6 @@
 //! One row per measured figure: silo's number, the plain alternative's, their
-//! ratio and the target, printed as a table and written as JSON.
+//! ratio and the target, printed as a table and written as JSON, with the
+//! scenarios that could not run.
 
 use std::path::Path;
 
@@ -82,15 +83,37 @@ pub fn print(rows: &[Row]) {
     }
 }
 
-/// Writes the rows, with their ratios, as JSON.
-pub fn write_json(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
+/// A scenario that could not run, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    /// Scenario name.
+    pub scenario: String,
+    /// Its error, with its causes.
+    pub error: String,
+}
+
+/// Prints the scenarios that could not run, after the table.
+pub fn print_failures(failed: &[Failure]) {
+    for failure in failed {
+        println!("{:<16} could not run: {}", failure.scenario, failure.error);
+    }
+}
+
+/// Writes the rows, with their ratios, and the scenarios that could not
+/// run, as JSON.
+pub fn write_json(path: &Path, rows: &[Row], failed: &[Failure]) -> anyhow::Result<()> {
     #[derive(Serialize)]
     struct WithRatio<'a> {
         #[serde(flatten)]
         row: &'a Row,
         ratio: Option<f64>,
     }
-    let all: Vec<_> = rows
+    #[derive(Serialize)]
+    struct Results<'a> {
+        rows: Vec<WithRatio<'a>>,
+        failed: &'a [Failure],
+    }
+    let rows = rows
         .iter()
         .map(|row| WithRatio {
             row,
@@ -100,6 +123,6 @@ pub fn write_json(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(path, serde_json::to_vec_pretty(&all)?)?;
+    std::fs::write(path, serde_json::to_vec_pretty(&Results { rows, failed })?)?;
     Ok(())
 }

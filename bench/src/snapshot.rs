@@ -327,7 +327,9 @@ pub async fn ensure_debian_image(engine: &Docker) -> anyhow::Result<u64> {
         .stdout(std::process::Stdio::null())
         .status()
         .map_err(|e| {
-            anyhow::anyhow!("cannot run debootstrap ({e}); install it: apt-get install debootstrap")
+            anyhow::anyhow!(
+                "cannot run debootstrap ({e}); scripts/bench.sh installs it (apt-get install debootstrap)"
+            )
         })?;
     anyhow::ensure!(status.success(), "debootstrap failed: {status}");
     let archive = dir.path().join("rootfs.tar");

@@ -43,7 +43,7 @@ pub use lease::{LEASE_WAIT, Lease};
 pub use open::{UpAction, UpOutcome, UpRequest};
 pub use pool::{FillReport, MAX_POOL_SIZE, PoolError, PoolStatus};
 pub use snapshot::{
-    BaseStored, COMPACT_AT, Compacted, ForkTarget, ImageSource, Progress, ProgressFn,
+    BaseStored, COMPACT_AT, Compacted, ForkTarget, ImageSource, InPlace, Progress, ProgressFn,
     RestoreReport, SnapshotError, SnapshotReport, StoreGc, no_progress,
 };
 

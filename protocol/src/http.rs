@@ -22,6 +22,9 @@ pub const PATH_LAYERS: &str = "/v1/layers";
 /// Path index endpoint (`POST`, JSON body; answers NUL-terminated paths).
 /// New with remote backends: see [`crate::index`].
 pub const PATH_INDEX: &str = "/v1/index";
+/// In-place rewind endpoint (`POST`, JSON body; answers with the change
+/// list). New in protocol 3: see [`crate::rewind`].
+pub const PATH_REWIND: &str = "/v1/rewind";
 
 /// On a request: the protocol version the client speaks (one the agent
 /// accepts, see [`crate::version`]). On every answer: the newest version

@@ -1,6 +1,9 @@
 //! The layer apply channel (new with remote backends): `POST /v1/layers`
 //! with one uncompressed image layer as the body, its SHA-256 in the signed
-//! `x-silo-content-sha256` header. No query. The answer is an
+//! `x-silo-content-sha256` header. The only query is `rewind=TOKEN`
+//! (protocol 3), which finishes an in-place rewind (see [`crate::rewind`]):
+//! the layer is applied under that rewind's hold, which then ends. The
+//! answer is an
 //! [`ApplyResponse`] (JSON), or the usual [`crate::http::ErrorBody`] with
 //! one of the [`crate::ErrorKind`] values.
 //!
@@ -27,7 +30,9 @@
 //! and FIFOs are never created but listed in [`ApplyResponse::skipped`].
 //! A failure after the first live change is answered with
 //! [`crate::ErrorKind::Incomplete`]: the machine holds part of the layer and should be
-//! made afresh.
+//! made afresh. An agent killed while placing (protocol 3 and later) finds
+//! the staged layer and its journal under `/.silo/layers` when it starts
+//! again and finishes placing it before it serves anything.
 //!
 //! One apply runs at a time, never beside a snapshot (either is refused
 //! with [`crate::ErrorKind::Busy`] while the other runs), and pushes wait while an
@@ -74,6 +79,11 @@ pub struct ApplyResponse {
     pub owners_applied: bool,
     /// Milliseconds the apply took, from the request to the answer.
     pub ms: u64,
+    /// Unix ns on the machine's clock once the layer was in place: a path
+    /// whose ctime is at or after it changed after the apply. Sent by
+    /// agents of protocol 3 and later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at_ns: Option<i64>,
 }
 
 /// One entry the agent left out.

@@ -26,6 +26,8 @@
 //!   its limits, answer and error kinds.
 //! - [`index`]: every path of the machine, the baseline of a first snapshot
 //!   (new with remote backends).
+//! - [`rewind`]: a sandbox brought back to a snapshot by its own agent
+//!   (protocol 3): the change list, the hold and the token.
 //! - [`session`]: shell session ids and the info the agent reports about them.
 //! - [`workload`]: the workload's restart policy, spelt one way on both sides.
 #![deny(missing_docs)]
@@ -44,6 +46,7 @@ pub mod limits;
 pub mod push;
 pub mod query;
 pub mod replay;
+pub mod rewind;
 pub mod session;
 pub mod snapshot;
 pub mod version;

@@ -20,7 +20,7 @@ use std::fmt;
 use crate::{files, http};
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
@@ -46,11 +46,14 @@ pub enum Feature {
     Layers,
     /// `POST /v1/index`: every path of the machine's file system.
     Index,
+    /// `POST /v1/rewind` and the layer apply that finishes it: the sandbox
+    /// brought back to a snapshot in place.
+    Rewind,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -59,6 +62,7 @@ impl Feature {
         Self::Files,
         Self::Layers,
         Self::Index,
+        Self::Rewind,
     ];
 
     /// The first protocol version that has this feature.
@@ -71,6 +75,7 @@ impl Feature {
             | Self::Files
             | Self::Layers
             | Self::Index => 2,
+            Self::Rewind => 3,
         }
     }
 
@@ -92,6 +97,7 @@ impl Feature {
             | files::PATH_TREE => Some(Self::Files),
             http::PATH_LAYERS => Some(Self::Layers),
             http::PATH_INDEX => Some(Self::Index),
+            http::PATH_REWIND => Some(Self::Rewind),
             _ => None,
         }
     }
@@ -112,6 +118,7 @@ impl Feature {
             Self::Files => "file API",
             Self::Layers => "layer apply",
             Self::Index => "path index",
+            Self::Rewind => "in-place rewind",
         }
     }
 }
@@ -250,7 +257,11 @@ mod tests {
         ));
         let err = ours.admit(Some("999")).unwrap_err();
         assert!(err.to_string().contains("999"), "{err}");
-        assert!(err.to_string().contains("1 to 2"), "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("1 to {PROTOCOL_VERSION}")),
+            "{err}"
+        );
         assert!(ours.admit(Some("0")).is_err());
         // An agent capped at 1 refuses 2, as an agent of version 1 does.
         let capped = Versions::capped(1).unwrap();
@@ -319,5 +330,7 @@ mod tests {
             Some(Feature::Snapshot)
         );
         assert_eq!(Feature::of_path(http::PATH_HEALTHZ), None);
+        assert!(!Feature::Rewind.in_version(2) && Feature::Rewind.in_version(3));
+        assert_eq!(Feature::of_path(http::PATH_REWIND), Some(Feature::Rewind));
     }
 }

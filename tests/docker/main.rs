@@ -14,6 +14,7 @@ mod lease;
 mod listing;
 mod pool;
 mod push;
+mod rewind;
 mod sandbox;
 mod security;
 mod snapshot;

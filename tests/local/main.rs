@@ -12,6 +12,7 @@ mod lifecycle;
 mod pty;
 mod push_hostile;
 mod push_swap;
+mod rewind;
 mod sessions;
 mod versions;
 

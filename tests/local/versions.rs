@@ -23,6 +23,11 @@ use silo_protocol::snapshot::SnapshotRequest;
 use silo_protocol::{Feature, PROTOCOL_VERSION, Versions};
 use silo_tests::{TestAgent, sh, text};
 
+/// An agent capped at protocol `max`.
+async fn agent_on(max: u32) -> TestAgent {
+    TestAgent::start_with(&["--max-protocol", &max.to_string()], &[]).await
+}
+
 /// Sends a signed `GET target` announcing `protocol`, on a raw socket so the
 /// announced version is exactly what the test says; returns the whole answer.
 fn get_announcing(agent: &TestAgent, target: &str, protocol: &str) -> String {
@@ -161,6 +166,21 @@ async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks()
             err,
             ClientError::AgentTooOld {
                 feature: Feature::Sessions,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // An in-place rewind needs protocol 3: refused before anything ends.
+    let rewinding = agent_on(2).await;
+    let err = rewinding.client().begin_rewind(&request).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::AgentTooOld {
+                speaks: 2,
+                feature: Feature::Rewind,
                 ..
             }
         ),

@@ -192,3 +192,17 @@ pub async fn containers_of(engine: &Docker, sandbox_id: &str) -> Vec<String> {
         .filter_map(|c| c.id)
         .collect()
 }
+
+/// Everything a sandbox's container has printed (the agent's log).
+pub async fn container_log(engine: &Docker, sandbox_id: &str) -> String {
+    let options = bollard::query_parameters::LogsOptionsBuilder::new()
+        .stdout(true)
+        .stderr(true)
+        .build();
+    let mut logs = engine.logs(&container_name(sandbox_id), Some(options));
+    let mut text = String::new();
+    while let Some(chunk) = futures_util::StreamExt::next(&mut logs).await {
+        text.push_str(&chunk.expect("reading a container's log").to_string());
+    }
+    text
+}

@@ -8,9 +8,12 @@
 //! the push reader chain (the signed hash, the size and entry caps) into a
 //! fresh staging directory under `<root>/.silo/layers/`, with every entry
 //! checked by `stage`; a refused, cut or mismatched layer is removed there
-//! and the machine is as it was. Then it holds pushes off and `place`
-//! carries the plan out on the live tree. What fails from then on leaves
-//! part of the layer in place, and says so ([`ApplyError::Incomplete`]).
+//! and the machine is as it was. Then it holds pushes off, writes the plan
+//! down (`journal`) and `place` carries it out on the live tree. What
+//! fails from then on leaves part of the layer in place, and says so
+//! ([`ApplyError::Incomplete`]); an agent killed meanwhile finishes it at
+//! its next boot. [`Applier::apply_held`] is the same for a rewind, which
+//! holds the slot and the pushes already.
 //! Execs are not held off: the apply stops no process, so a command that
 //! runs meanwhile sees the tree change either way; the controller applies
 //! onto a machine before handing it out.
@@ -21,8 +24,11 @@
 //!
 //! # Layout
 //! - `stage`: the layer into a staging directory and a plan; every reject.
+//! - `journal`: the plan written down before placing, finished at the next
+//!   boot if the agent died half way.
 //! - `place`: the plan onto the live tree through directory descriptors.
 
+pub mod journal;
 mod place;
 mod stage;
 
@@ -48,7 +54,7 @@ use crate::push::extract::ExtractError;
 use crate::push::{BODY_IDLE_TIMEOUT, CancelOnDrop, Pusher, is_disk_full};
 use crate::snapshot::Snapshotter;
 use crate::snapshot::walk::{SYSTEM_DIRS, mount_points};
-use place::{Placed, Target};
+use place::{Placed, Resume, Target};
 use stage::{Plan, Stager};
 
 /// The agent's own directory under the root: never part of a layer.
@@ -96,7 +102,9 @@ impl Applier {
         let ours = format!("{}-", self.boot_id);
         let mut removed = 0;
         for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(&ours) {
+            if entry.file_name().to_string_lossy().starts_with(&ours)
+                || journal::exists(&entry.path())
+            {
                 continue;
             }
             match crate::push::remove_tree(&entry.path()) {
@@ -119,16 +127,46 @@ impl Applier {
         pusher: &Pusher,
     ) -> Result<ApplyResponse, ApplyError> {
         let started = Instant::now();
-        if let Some(declared) = request.content_length.filter(|len| *len > MAX_LAYER_BYTES) {
-            return Err(ApplyError::TooLarge {
-                declared,
-                limit: MAX_LAYER_BYTES,
-            });
-        }
+        check_declared(&request)?;
         let Ok(slot) = snapshots.try_hold() else {
             body::drain(body, MAX_LAYER_BYTES, BODY_IDLE_TIMEOUT).await;
             return Err(ApplyError::Busy);
         };
+        let (slot, staged) = self.stage_body(request, body, slot).await?;
+        let pushes = match pusher.hold_off().await {
+            Ok(pushes) => pushes,
+            Err(err) => {
+                tokio::task::spawn_blocking(move || staged.discard());
+                return Err(ApplyError::Internal(error_chain(&err)));
+            }
+        };
+        self.place_staged(staged, (slot, pushes), started).await
+    }
+
+    /// [`Applier::apply`] for a caller that holds the snapshot slot and
+    /// the pushes already (a rewind's hold): `held` lasts until the layer
+    /// is placed or refused, even if the client goes away meanwhile.
+    pub async fn apply_held<H: Send + 'static>(
+        &self,
+        request: ApplyRequest,
+        body: Incoming,
+        held: H,
+    ) -> Result<ApplyResponse, ApplyError> {
+        let started = Instant::now();
+        check_declared(&request)?;
+        let (held, staged) = self.stage_body(request, body, held).await?;
+        self.place_staged(staged, held, started).await
+    }
+
+    /// Streams `body` into a fresh staging directory and checks it, with
+    /// `held` kept by the staging task (and handed back) so it outlasts a
+    /// client that goes away.
+    async fn stage_body<H: Send + 'static>(
+        &self,
+        request: ApplyRequest,
+        body: Incoming,
+        held: H,
+    ) -> Result<(H, Staged), ApplyError> {
         let tag = format!(
             "{}-{}",
             self.boot_id,
@@ -145,39 +183,39 @@ impl Applier {
             tokio::task::spawn_blocking(move || {
                 let body = ChannelReader::new(rx);
                 let staged = stage(&root, &tag, body, &claimed, &layer_limits(), &flag);
-                (slot, staged)
+                (held, staged)
             })
         };
         let (pumped, joined) = tokio::join!(
             body::pump(body, tx, MAX_LAYER_BYTES, BODY_IDLE_TIMEOUT),
             job
         );
-        let (slot, staged) =
+        let (held, staged) =
             joined.map_err(|e| ApplyError::Internal(format!("staging task failed: {e}")))?;
-        let staged = match (pumped, staged) {
-            (_, Ok(staged)) => staged,
-            (Pumped::OverCap, Err(_)) => {
-                return Err(ExtractError::BundleTooLarge {
-                    limit: MAX_LAYER_BYTES,
-                }
-                .into());
+        match (pumped, staged) {
+            (_, Ok(staged)) => Ok((held, staged)),
+            (Pumped::OverCap, Err(_)) => Err(ExtractError::BundleTooLarge {
+                limit: MAX_LAYER_BYTES,
             }
-            (Pumped::Broken(err), Err(_)) => return Err(ApplyError::BodyBroken(err)),
-            (Pumped::Stalled, Err(_)) => return Err(ApplyError::BodyStalled(BODY_IDLE_TIMEOUT)),
-            (Pumped::Complete, Err(err)) => return Err(err),
-        };
-        let pushes = match pusher.hold_off().await {
-            Ok(pushes) => pushes,
-            Err(err) => {
-                tokio::task::spawn_blocking(move || staged.discard());
-                return Err(ApplyError::Internal(error_chain(&err)));
-            }
-        };
-        // Both holds move into the task, so they last until it is over
+            .into()),
+            (Pumped::Broken(err), Err(_)) => Err(ApplyError::BodyBroken(err)),
+            (Pumped::Stalled, Err(_)) => Err(ApplyError::BodyStalled(BODY_IDLE_TIMEOUT)),
+            (Pumped::Complete, Err(err)) => Err(err),
+        }
+    }
+
+    /// Places a staged layer with `held` kept until it is done.
+    async fn place_staged<H: Send + 'static>(
+        &self,
+        staged: Staged,
+        held: H,
+        started: Instant,
+    ) -> Result<ApplyResponse, ApplyError> {
+        // The holds move into the task, so they last until it is over
         // even if the client goes away meanwhile.
         let root = self.root.clone();
         let placed = tokio::task::spawn_blocking(move || {
-            let _held = (slot, pushes);
+            let _held = held;
             staged.place(&root)
         })
         .await
@@ -192,6 +230,17 @@ impl Applier {
             "layer applied"
         );
         Ok(placed.answer(ms))
+    }
+}
+
+/// Refuses a declared body over the layer cap before reading any of it.
+fn check_declared(request: &ApplyRequest) -> Result<(), ApplyError> {
+    match request.content_length.filter(|len| *len > MAX_LAYER_BYTES) {
+        Some(declared) => Err(ApplyError::TooLarge {
+            declared,
+            limit: MAX_LAYER_BYTES,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -215,17 +264,26 @@ struct Applied {
 }
 
 impl Staged {
-    /// Carries the plan out on the machine at `root` (blocking).
+    /// Carries out the plan on the machine at `root` (blocking), journaled:
+    /// if it fails half way the staging directory and its journal stay, and
+    /// the agent's next boot finishes it.
     fn place(self, root: &Path) -> Result<Applied, ApplyError> {
+        if let Err(err) = journal::write(&self.staging, &self.plan) {
+            remove_staging(&self.staging);
+            return Err(err.into());
+        }
         let target = Target {
             root,
             staging: &self.staging,
             excluded: &self.excluded,
         };
-        let placed = place::place(&self.plan, target);
+        let placed = place::place(&self.plan, target, Resume::default(), || {
+            journal::mark_removed(&self.staging)
+        })
+        .map_err(ApplyError::Incomplete)?;
         remove_staging(&self.staging);
         Ok(Applied {
-            placed: placed.map_err(ApplyError::Incomplete)?,
+            placed,
             sha256: self.sha256,
             skipped_count: self.plan.skipped_count,
             skipped: self.plan.skipped,
@@ -255,6 +313,7 @@ impl Applied {
             skipped: self.skipped,
             owners_applied: self.owners,
             ms,
+            applied_at_ns: crate::clock::unix_ns_now(),
         }
     }
 }
@@ -343,7 +402,7 @@ fn ensure_real_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
     }
 }
 
-fn remove_staging(staging: &Path) {
+pub(crate) fn remove_staging(staging: &Path) {
     if let Err(err) = crate::push::remove_tree(staging) {
         tracing::warn!(dir = %staging.display(), %err, "cannot remove a staging directory");
     }

@@ -12,7 +12,9 @@
 //! first; across file systems it is copied beside and renamed), a hard link
 //! is made beside and renamed; last, every directory of the layer gets its
 //! owner, mode and time, deepest first, so placing entries in it neither
-//! moves its time nor is refused by its mode.
+//! moves its time nor is refused by its mode. A plan placed again after
+//! the agent died half way ([`Resume`]) skips the removals once they were
+//! done and the staged entries already renamed into place.
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
@@ -70,8 +72,24 @@ pub struct Target<'a> {
     pub excluded: &'a HashSet<PathBuf>,
 }
 
-/// Carries out `plan` (blocking). On error, what was done stays done.
-pub fn place(plan: &Plan, target: Target<'_>) -> Result<Placed, FsError> {
+/// How far an earlier placing of the same plan got (see `journal`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Resume {
+    /// The plan was being placed before: a file or symlink gone from
+    /// staging was renamed into place then.
+    pub again: bool,
+    /// Its removals were all done: they are not run again.
+    pub removals_done: bool,
+}
+
+/// Carries out `plan` (blocking), calling `removed` once the removals are
+/// done. On error, what was done stays done.
+pub fn place(
+    plan: &Plan,
+    target: Target<'_>,
+    resume: Resume,
+    removed: impl FnOnce() -> Result<(), FsError>,
+) -> Result<Placed, FsError> {
     let root = open_dir(AT_FDCWD, target.root).map_err(sys("open", target.root))?;
     let root_dev = fstat_dev(&root, target.root)?;
     let staging = open_dir(AT_FDCWD, target.staging).map_err(sys("open", target.staging))?;
@@ -91,9 +109,13 @@ pub fn place(plan: &Plan, target: Target<'_>) -> Result<Placed, FsError> {
         owners: plan.owners,
         placed: Placed::default(),
         temps: 0,
+        again: resume.again,
     };
-    for removal in &plan.removals {
-        placer.remove(removal)?;
+    if !resume.removals_done {
+        for removal in &plan.removals {
+            placer.remove(removal)?;
+        }
+        removed()?;
     }
     // Removed directories may be among the open ones.
     placer.dirs.open.clear();
@@ -215,6 +237,8 @@ struct Placer<'a> {
     placed: Placed,
     /// Names of temporaries made beside a destination.
     temps: u64,
+    /// Placing a plan again (see [`Resume::again`]).
+    again: bool,
 }
 
 impl Placer<'_> {
@@ -289,6 +313,9 @@ impl Placer<'_> {
     fn put(&mut self, path: &str, staged: &str, is_link: bool) -> Result<(), FsError> {
         let shown = self.guard.root.join(path);
         let (parent, name) = split(path);
+        if self.again && is_gone(self.staging.as_fd(), staged, &shown)? {
+            return Ok(());
+        }
         let at = self.dirs.dir(parent, true)?.ok_or_else(|| gone(&shown))?;
         clear_dir(&self.guard, at, name, path)?;
         match renameat(&self.staging, staged, at, name) {
@@ -325,7 +352,13 @@ impl Placer<'_> {
         let temp = temp_name(self.temps);
         let linked = linkat(&from, target_name, at, temp.as_str(), AtFlags::empty())
             .map_err(io::Error::from);
-        replace_with(at, &temp, name, linked).map_err(FsError::at("link into place", &shown))
+        replace_with(at, &temp, name, linked).map_err(FsError::at("link into place", &shown))?;
+        // A rename onto another name of the same file does nothing (a link
+        // placed again), which leaves the temporary behind.
+        match unlinkat(at, temp.as_str(), UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(err) => Err(FsError::new("remove", &shown, err.into())),
+        }
     }
 
     /// Sets a directory's owner, mode and time (after everything in it).
@@ -353,6 +386,15 @@ fn clear_dir(guard: &Guard<'_>, at: BorrowedFd<'_>, name: &str, path: &str) -> R
     match fstatat(at, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(stat) if is_dir(&stat) => guard.remove(at, OsStr::new(name), Path::new(path)),
         _ => Ok(()),
+    }
+}
+
+/// Whether staged entry `staged` is no longer in staging (placed before).
+fn is_gone(staging: BorrowedFd<'_>, staged: &str, shown: &Path) -> Result<bool, FsError> {
+    match fstatat(staging, staged, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(_) => Ok(false),
+        Err(Errno::ENOENT) => Ok(true),
+        Err(err) => Err(FsError::new("inspect the staged", shown, err.into())),
     }
 }
 

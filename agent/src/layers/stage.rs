@@ -28,6 +28,7 @@ use nix::fcntl::{AT_FDCWD, AtFlags};
 use nix::sys::stat::{UtimensatFlags, utimensat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{Gid, Uid, fchownat};
+use serde::{Deserialize, Serialize};
 use silo_protocol::layers::{
     MAX_SKIPPED_LISTED, OPAQUE_WHITEOUT, SkipReason, Skipped, WHITEOUT_PREFIX,
 };
@@ -49,7 +50,7 @@ const STAGED_FILE_MODE: u32 = 0o600;
 const MODE_BITS: u32 = 0o7777;
 
 /// Owner, permission bits and modification time of an entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Meta {
     /// Permission bits (`MODE_BITS`).
     pub mode: u32,
@@ -62,7 +63,7 @@ pub struct Meta {
 }
 
 /// What to remove before the layer's entries go in.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Removal {
     /// A path, and everything under it (`.wh.NAME`).
     Whiteout(String),
@@ -71,7 +72,7 @@ pub enum Removal {
 }
 
 /// One entry to put in place, in layer order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Step {
     /// A directory, made or kept; its metadata is set after every entry.
     Dir {
@@ -105,8 +106,9 @@ pub enum Step {
     },
 }
 
-/// A staged layer: what to remove, what to place, and what was left out.
-#[derive(Debug, Default)]
+/// A staged layer: what to remove, what to place, and what was left out
+/// (written as the apply's journal, see `journal`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Plan {
     /// Carried out first.
     pub removals: Vec<Removal>,

@@ -561,7 +561,7 @@ fn placing_across_file_systems_copies() {
         staging: other.path(),
         excluded: &excluded,
     };
-    let placed = place::place(&plan, target).unwrap();
+    let placed = place::place(&plan, target, Resume::default(), || Ok(())).unwrap();
     assert_eq!((placed.files, placed.symlinks), (1, 1));
     let meta = fs::symlink_metadata(root.join("etc/copied")).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o4750);
@@ -632,4 +632,72 @@ fn the_modes_of_new_directories_do_not_block_their_entries() {
     assert_eq!((mode("locked"), mode("locked/inner")), (0o000, 0o500));
     fs::set_permissions(root.join("locked"), fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(fs::read(root.join("locked/inner/f")).unwrap(), b"f");
+}
+
+#[test]
+fn a_placing_cut_half_way_is_finished_at_the_next_boot() {
+    // A directory replaced (its whiteout and its new self in one layer, so
+    // running the removals again would remove what was placed), files, a
+    // symlink over a file, a hard link and a directory's mode.
+    let bytes = layer(&[
+        E::File(".wh.data", b"", 0o644),
+        E::Dir("data", 0o750),
+        E::File("data/a", b"new a", 0o600),
+        E::File("data/z", b"z", 0o644),
+        E::Hard("data/hard", "data/a"),
+        E::Symlink("plain", "data/z"),
+        E::Dir("etc", 0o711),
+        E::File("etc/keep", b"kept anew", 0o644),
+        E::File("old/.wh.sub", b"", 0o644),
+    ]);
+    let (_whole_dir, whole) = machine();
+    apply(&whole, &bytes).unwrap();
+    // Each machine's link out of its root names its own scratch directory.
+    let tree = |root: &Path| {
+        let mut tree = live(root);
+        tree.remove("escape");
+        tree
+    };
+
+    for cut in [0, 2, 4, 6] {
+        let (_dir, root) = machine();
+        let staged = stage(
+            &root,
+            "test-1",
+            &bytes[..],
+            &sha(&bytes),
+            &layer_limits(),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        journal::write(&staged.staging, &staged.plan).unwrap();
+        // The agent dies after `cut` entries: the removals and those are done.
+        let mut part = staged.plan.clone();
+        part.steps.truncate(cut);
+        let target = Target {
+            root: &root,
+            staging: &staged.staging,
+            excluded: &staged.excluded,
+        };
+        place::place(&part, target, Resume::default(), || {
+            journal::mark_removed(&staged.staging)
+        })
+        .unwrap();
+        assert_ne!(tree(&root), tree(&whole), "cut after {cut}");
+        // A leftover sweep of the next boot leaves a journaled layer alone.
+        Applier::new(root.clone(), "next".into()).clean_leftovers();
+
+        let done = journal::finish_interrupted(&root);
+        assert_eq!(
+            (done.finished, done.failed.len()),
+            (1, 0),
+            "cut after {cut}"
+        );
+        assert_eq!(tree(&root), tree(&whole), "cut after {cut}");
+        assert_no_staging_left(&root);
+        let meta = |rel: &str| fs::symlink_metadata(root.join(rel)).unwrap();
+        assert_eq!(meta("data/a").ino(), meta("data/hard").ino());
+        // Nothing is left to finish at the boot after.
+        assert_eq!(journal::finish_interrupted(&root).finished, 0);
+    }
 }

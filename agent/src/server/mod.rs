@@ -6,7 +6,7 @@
 //! taken before `accept` and held until the connection (or the exec
 //! connection it upgraded to) ends. Handlers only parse and check; the work
 //! is done by the modules that own it (`commands`, `push`, `snapshot`,
-//! `files`).
+//! `layers`, `rewind`, `files`).
 //!
 //! # Layout
 //! - `listener`: binding Unix/TCP sockets, stale socket handling, accepting.
@@ -18,7 +18,8 @@
 //! - `snapshot`: `POST /v1/snapshot`: admission and request parsing for `crate::snapshot`.
 //! - `layers`: `POST /v1/layers`: admission and request parsing for `crate::layers`.
 //! - `index`: `POST /v1/index`: admission and request parsing for the path index.
-//! - `json_body`: a signed JSON request body, read whole and checked (snapshot, index).
+//! - `rewind`: `POST /v1/rewind`: admission and request parsing for `crate::rewind`.
+//! - `json_body`: a signed JSON request body, read whole and checked (snapshot, index, rewind).
 //! - `connection`: one exec WebSocket connection after the upgrade.
 //! - `sessions`: the shell-session requests of that connection (open, list, close, interrupt).
 
@@ -31,6 +32,7 @@ mod json_body;
 mod layers;
 pub mod listener;
 mod push;
+mod rewind;
 mod sessions;
 mod snapshot;
 pub mod tls;
@@ -53,7 +55,7 @@ use silo_protocol::auth::Verifier;
 use silo_protocol::health::Health;
 use silo_protocol::http::{
     ErrorBody, HEADER_PROTOCOL, HEADER_PROTOCOL_MIN, PATH_EXEC, PATH_HEALTHZ, PATH_INDEX,
-    PATH_LAYERS, PATH_PUSH, PATH_SNAPSHOT,
+    PATH_LAYERS, PATH_PUSH, PATH_REWIND, PATH_SNAPSHOT,
 };
 use silo_protocol::{ErrorKind, Versions};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -65,6 +67,7 @@ use crate::exec::ConnId;
 use crate::files::Files;
 use crate::layers::Applier;
 use crate::push::Pusher;
+use crate::rewind::Rewinder;
 use crate::shutdown::{self, Phase};
 use crate::snapshot::{LayerStream, Snapshotter};
 use listener::{Accepted, Listener};
@@ -98,6 +101,8 @@ pub struct AgentState {
     pub snapshots: Snapshotter,
     /// The layer apply service.
     pub layers: Arc<Applier>,
+    /// The in-place rewind service.
+    pub rewinder: Rewinder,
     /// The file API.
     pub files: Files,
     /// Use tracking for the idle timeout.
@@ -119,6 +124,8 @@ pub struct Services {
     pub snapshots: Snapshotter,
     /// The layer apply service.
     pub layers: Arc<Applier>,
+    /// The in-place rewind service.
+    pub rewinder: Rewinder,
     /// The file API.
     pub files: Files,
 }
@@ -136,6 +143,7 @@ impl AgentState {
             pusher,
             snapshots,
             layers,
+            rewinder,
             files,
         } = services;
         Self {
@@ -145,6 +153,7 @@ impl AgentState {
             pusher,
             snapshots,
             layers,
+            rewinder,
             files,
             activity: Arc::new(Activity::default()),
             started: Instant::now(),
@@ -286,12 +295,15 @@ async fn route_whole(
         (PATH_EXEC, Method::GET) => exec_ws::upgrade(req, state, guard),
         (PATH_PUSH, Method::POST) => push::handle(req, state).await,
         (PATH_LAYERS, Method::POST) => layers::handle(req, state).await,
-        (PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT | PATH_LAYERS | PATH_INDEX, _) => {
-            error_response(
-                ErrorKind::MethodNotAllowed,
-                format!("{} does not take {}", req.uri().path(), req.method()),
-            )
-        }
+        (PATH_REWIND, Method::POST) => rewind::handle(req, state).await,
+        (
+            PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT | PATH_LAYERS | PATH_INDEX
+            | PATH_REWIND,
+            _,
+        ) => error_response(
+            ErrorKind::MethodNotAllowed,
+            format!("{} does not take {}", req.uri().path(), req.method()),
+        ),
         (path, _) => error_response(ErrorKind::NotFound, format!("no route for {path}")),
     }
 }

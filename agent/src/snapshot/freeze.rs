@@ -79,7 +79,12 @@ fn settled(stat: &ProcStat) -> bool {
 /// Whether the freeze should stop it: not stopped by someone else (which
 /// must not be continued later), not a zombie, not a kernel thread.
 fn wants_stop(stat: &ProcStat) -> bool {
-    !settled(stat) && stat.flags & PF_KTHREAD == 0
+    !settled(stat) && !is_kernel_thread(stat)
+}
+
+/// Kernel threads ignore signals and are no sandbox's.
+pub(crate) fn is_kernel_thread(stat: &ProcStat) -> bool {
+    stat.flags & PF_KTHREAD != 0
 }
 
 /// One process the freeze stopped.
@@ -181,7 +186,11 @@ pub fn freeze(ops: &dyn ProcessOps, scope: FreezeScope) -> Result<Frozen, Freeze
 /// The processes of `table` that `scope` lets a freeze by agent `me` stop:
 /// never the agent, init or the "every process" pids; with
 /// [`FreezeScope::Descendants`], only those descended from the agent.
-fn candidates(table: &[(i32, ProcStat)], scope: FreezeScope, me: i32) -> Vec<(i32, ProcStat)> {
+pub(crate) fn candidates(
+    table: &[(i32, ProcStat)],
+    scope: FreezeScope,
+    me: i32,
+) -> Vec<(i32, ProcStat)> {
     let ours = match scope {
         FreezeScope::Namespace => None,
         FreezeScope::Descendants => Some(with_descendants(table, HashSet::from([me]))),

@@ -31,7 +31,7 @@
 //! - `layer`: the tar writer (hard links, devices, whiteouts, the end marker).
 //! - `stream`: the bounded bridge from the blocking writer to the response body.
 
-mod freeze;
+pub(crate) mod freeze;
 mod index;
 mod layer;
 pub mod stream;
@@ -89,7 +89,7 @@ impl StartGate {
     }
 
     /// Waits for starts under way and holds new ones until dropped.
-    async fn close(&self) -> OwnedRwLockWriteGuard<()> {
+    pub(crate) async fn close(&self) -> OwnedRwLockWriteGuard<()> {
         Arc::clone(&self.0).write_owned().await
     }
 }
@@ -185,7 +185,7 @@ pub struct StopCounts {
 }
 
 /// A request's exclusions, relative to `/`; the message names a bad one.
-fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, String> {
+pub(crate) fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, String> {
     paths
         .iter()
         .map(|path| {
@@ -211,29 +211,20 @@ fn take(
     held: Held,
     machine: &Machine,
     request: SnapshotRequest,
-    mut excluded: HashSet<PathBuf>,
+    excluded: HashSet<PathBuf>,
     mut out: stream::ChannelWriter,
     ready: oneshot::Sender<Result<StopCounts, SnapshotError>>,
 ) {
     // Bound first so it is released last, after the thaw.
     let _held = held;
     let started = Instant::now();
-    let mounts = match walk::mount_points(&machine.root) {
-        Ok(mounts) => mounts,
+    let spec = match walk_spec(&machine.root, request, excluded) {
+        Ok(spec) => spec,
         Err(err) => {
             let _ = ready.send(Err(err));
             return;
         }
     };
-    excluded.extend(mounts);
-    let spec = WalkSpec {
-        changed_since_ns: request.changed_since_ns,
-        prune_unchanged_dirs: request.prune_unchanged_dirs,
-        descend_since_ns: request.descend_since_ns,
-        excluded,
-        baseline: Baseline::new(&request.baseline),
-    };
-    drop(request);
     let mut frozen = match freeze::freeze(&*machine.ops, machine.scope) {
         Ok(frozen) => frozen,
         Err(freeze::FreezeError::NotPid1) => {
@@ -281,6 +272,23 @@ fn take(
             out.abort();
         }
     }
+}
+
+/// The walk a request asks for on the machine at `root` (blocking: it reads
+/// the mount table, whose mount points are left out besides `excluded`).
+pub(crate) fn walk_spec(
+    root: &Path,
+    request: SnapshotRequest,
+    mut excluded: HashSet<PathBuf>,
+) -> Result<WalkSpec, SnapshotError> {
+    excluded.extend(walk::mount_points(root)?);
+    Ok(WalkSpec {
+        changed_since_ns: request.changed_since_ns,
+        prune_unchanged_dirs: request.prune_unchanged_dirs,
+        descend_since_ns: request.descend_since_ns,
+        excluded,
+        baseline: Baseline::new(&request.baseline),
+    })
 }
 
 /// Walks `root` and writes its layer (with the end marker) to `out`.

@@ -143,6 +143,17 @@ impl Output {
                 "fresh from the template, {layers} layers applied, {}",
                 human_bytes(*bytes)
             ),
+            ImageSource::InPlace(done) => format!(
+                "in place: {} paths changed, {} put back, {} removed, {}",
+                done.stats.changed,
+                done.stats.restored,
+                done.stats.removed,
+                human_bytes(done.layer_bytes)
+            ),
+        };
+        let source = match &report.new_machine_because {
+            Some(why) => format!("{source}; a new machine, since {why}"),
+            None => source,
         };
         print_lines(&format!(
             "{what} {} ({}) {preposition} snapshot {} in {:.0} ms ({source})",

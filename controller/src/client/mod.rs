@@ -16,11 +16,13 @@
 //! `connection` multiplexes execs over one WebSocket; `session` adds the
 //! shell-session requests to it; `snapshot` asks for a snapshot and hands
 //! back the layer as it streams; `layers` lists a machine's paths and
-//! applies layers onto it.
+//! applies layers onto it; `rewind` begins an in-place rewind and finishes
+//! it with the restoring layer.
 
 mod connection;
 mod layers;
 mod negotiate;
+mod rewind;
 mod session;
 mod snapshot;
 pub(crate) mod transport;
@@ -42,6 +44,7 @@ use transport::Stream;
 
 pub use connection::{ExecConnection, ExecEvent, ExecHandle, ExecOutput};
 pub use negotiate::{REBAKE_HINT, Spoken};
+pub use rewind::RewindBegun;
 pub use session::SessionOptions;
 pub use snapshot::LayerAnswer;
 pub use transport::{CONNECT_TIMEOUT, Endpoint, Response, SentCallback, UPLOAD_CHUNK};

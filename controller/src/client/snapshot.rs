@@ -35,37 +35,15 @@ impl AgentClient {
     /// must be discarded. A refusal is the agent's error: HTTP 409 busy, 501
     /// unsupported (an agent that is not PID 1), 400/413 bad request.
     pub async fn snapshot(&self, request: &SnapshotRequest) -> Result<LayerAnswer, ClientError> {
-        let spoken = self.speak(Feature::Snapshot).await?;
-        let json = serde_json::to_vec(request)
-            .map_err(|e| ClientError::Protocol(format!("encoding a snapshot request: {e}")))?;
-        let body = Bytes::from(json);
-        let digest = body_sha256(&body);
-        let response = transport::send_for_stream(
-            &self.endpoint,
-            Some((&self.key, &digest)),
-            spoken.version,
-            http::Method::POST,
-            snapshot::path(),
-            Full::new(body),
-        )
-        .await?;
+        let response = self
+            .post_json_for_stream(Feature::Snapshot, snapshot::path(), request)
+            .await?;
         let status = response.status();
         if status == http::StatusCode::OK {
             // Counts an older agent does not send read as zero.
-            let count = |name: &str| {
-                response
-                    .headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
+            let count = |name| header(&response, name).unwrap_or(0);
             let (stopped, unsettled) = (count(HEADER_STOPPED), count(HEADER_UNSETTLED));
-            let stopped_at_ns = response
-                .headers()
-                .get(HEADER_STOPPED_AT)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<i64>().ok());
+            let stopped_at_ns = header(&response, HEADER_STOPPED_AT);
             return Ok(LayerAnswer {
                 body: response.into_body(),
                 stopped,
@@ -81,4 +59,40 @@ impl AgentClient {
             .to_bytes();
         Err(rejection(status.as_u16(), Some(&refusal)))
     }
+
+    /// Sends `request` as the signed JSON body of a `POST` to `path`, once
+    /// the spoken version has `feature`; the answer as it streams in.
+    pub(super) async fn post_json_for_stream(
+        &self,
+        feature: Feature,
+        path: &str,
+        request: &impl serde::Serialize,
+    ) -> Result<http::Response<Incoming>, ClientError> {
+        let spoken = self.speak(feature).await?;
+        let json = serde_json::to_vec(request)
+            .map_err(|e| ClientError::Protocol(format!("encoding a {feature} request: {e}")))?;
+        let body = Bytes::from(json);
+        let digest = body_sha256(&body);
+        transport::send_for_stream(
+            &self.endpoint,
+            Some((&self.key, &digest)),
+            spoken.version,
+            http::Method::POST,
+            path,
+            Full::new(body),
+        )
+        .await
+    }
+}
+
+/// An answer header's value, if it is there and reads as a `T`.
+pub(super) fn header<T: std::str::FromStr>(
+    response: &http::Response<Incoming>,
+    name: &str,
+) -> Option<T> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
 }

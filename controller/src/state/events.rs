@@ -37,7 +37,8 @@ pub enum EventKind {
     /// sandbox for its snapshots (`silo up` restores it).
     Reclaimed,
     /// Its machine was replaced by one made from a snapshot (`silo rewind`,
-    /// or `silo up` restoring a machine that was gone).
+    /// or `silo up` restoring a machine that was gone), or brought back to
+    /// one in place (`silo rewind`, detail `in_place: true`).
     Rewound,
     /// It was taken from a warm pool and given its name (`silo up --pool`).
     Claimed,

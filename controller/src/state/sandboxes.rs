@@ -302,6 +302,50 @@ impl StateDb {
         })
     }
 
+    /// Records that a sandbox's machine was brought back to a snapshot in
+    /// place: the machine stays, `checkpoint` (that snapshot, and the
+    /// moment its tree was in place) is what its next snapshot builds on,
+    /// and `baseline` what its files started from (`None` when nothing
+    /// needs to be known of it any more); `rewound` is logged with
+    /// `detail` in the same transaction.
+    pub fn rewound_in_place(
+        &mut self,
+        sandbox: &SandboxRecord,
+        checkpoint: &Checkpoint,
+        baseline: Option<&Baseline>,
+        detail: &serde_json::Value,
+    ) -> Result<SandboxRecord, StateError> {
+        let text = to_json(&sandbox.id, checkpoint)?;
+        let baseline_text = baseline.map(|b| to_json(&sandbox.id, b)).transpose()?;
+        let now = now_ms();
+        self.write("recording an in-place rewind", |tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE sandboxes SET checkpoint = ?2, baseline = ?3, updated_at = ?4 \
+                     WHERE id = ?1",
+                    params![sandbox.id, text, baseline_text, now],
+                )
+                .map_err(db("recording an in-place rewind"))?;
+            if changed == 0 {
+                return Err(StateError::UnknownSandbox(sandbox.name.clone()));
+            }
+            insert_event(
+                tx,
+                &sandbox.id,
+                &sandbox.name,
+                now,
+                EventKind::Rewound,
+                detail,
+            )
+        })?;
+        Ok(SandboxRecord {
+            checkpoint: Some(checkpoint.clone()),
+            baseline: baseline.cloned(),
+            updated_at_ms: now,
+            ..sandbox.clone()
+        })
+    }
+
     /// Deletes a sandbox's row and logs `removed` with `detail`. Its events stay.
     pub fn delete_sandbox(
         &mut self,

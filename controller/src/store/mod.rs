@@ -33,14 +33,19 @@
 //! - [`save_archive`]: reading an engine's image export into the store.
 //! - [`load_archive`]: writing an image import for the engine from the store.
 //! - [`squash`]: a run of stacked layers as one layer with the same effect.
+//! - [`table`]: a layer's entries by path (cached), and a stack of layers
+//!   read as one tree.
+//! - [`rewind`]: the layer that brings a live tree back to a stored one.
 
 mod digest;
 mod error;
 pub mod index;
 pub mod load_archive;
 mod lock;
+pub mod rewind;
 pub mod save_archive;
 pub mod squash;
+pub mod table;
 mod writer;
 
 use std::fs::{self, File};

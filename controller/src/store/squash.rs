@@ -157,31 +157,25 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
         entries: Vec::new(),
     };
     let mut seen: HashMap<Vec<u8>, Origin> = HashMap::new();
-    for (ordinal, entry) in archive.entries().map_err(read_err)?.enumerate() {
+    for (ordinal, entry) in archive.entries_with_seek().map_err(read_err)?.enumerate() {
         let entry = entry.map_err(read_err)?;
         let kind = entry.header().entry_type();
         if kind.is_pax_global_extensions() {
             continue;
         }
         let raw = entry.path_bytes();
-        let Some(path) = normalize(&raw).ok_or_else(|| bad_path(&raw))? else {
-            continue; // the root directory
+        let path = match named(&raw).ok_or_else(|| bad_path(&raw))? {
+            Named::Nothing => continue,
+            Named::Opaque(dir) => {
+                out.opaque.push(dir);
+                continue;
+            }
+            Named::Hidden(path) => {
+                out.hidden.push(path);
+                continue;
+            }
+            Named::Path(path) => path,
         };
-        let (parent, name) = split_parent(&path);
-        if name == OPAQUE_WHITEOUT.as_bytes() {
-            out.opaque.push(parent.to_vec());
-            continue;
-        }
-        if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
-            if hidden.starts_with(WHITEOUT_PREFIX.as_bytes()) {
-                continue; // the engine's own bookkeeping
-            }
-            if hidden.is_empty() || hidden == b"." || hidden == b".." {
-                return Err(bad_path(&raw));
-            }
-            out.hidden.push(join(parent, hidden));
-            continue;
-        }
         let origin = Origin { layer, ordinal };
         let link = entry.link_name_bytes().map(|l| l.into_owned());
         let hard_target = match (&link, kind) {
@@ -224,7 +218,7 @@ fn write_squashed(
                 let (parent, name) = split_parent(path);
                 let mut marker = WHITEOUT_PREFIX.as_bytes().to_vec();
                 marker.extend_from_slice(name);
-                append_marker(&mut builder, &join(parent, &marker))?;
+                append_marker(&mut builder, &join(parent, &marker)).map_err(SquashError::Write)?;
             }
             Some(Node::Entry(found)) => {
                 append_entry(&mut builder, &mut sources, path, found, by_origin, &written)?;
@@ -233,7 +227,8 @@ fn write_squashed(
             None => {}
         }
         if opaque.contains(path) {
-            append_marker(&mut builder, &join(path, OPAQUE_WHITEOUT.as_bytes()))?;
+            append_marker(&mut builder, &join(path, OPAQUE_WHITEOUT.as_bytes()))
+                .map_err(SquashError::Write)?;
         }
     }
     let out = builder.into_inner().map_err(SquashError::Write)?;
@@ -310,16 +305,14 @@ fn data_of<'a>(sources: &'a mut [File], found: &Found) -> Result<impl Read + 'a,
     Ok(BufReader::new(file).take(len))
 }
 
-fn append_marker(builder: &mut tar::Builder<impl Write>, path: &[u8]) -> Result<(), SquashError> {
+/// Appends an empty marker entry (a whiteout or an opaque marker) named `path`.
+pub(super) fn append_marker(builder: &mut tar::Builder<impl Write>, path: &[u8]) -> io::Result<()> {
     let mut header = Header::new_gnu();
     header.set_entry_type(EntryType::Regular);
     header.set_mode(0o644);
     header.set_size(0);
     header.set_mtime(0);
-    let name = as_path(path);
-    builder
-        .append_data(&mut header, name, io::empty())
-        .map_err(SquashError::Write)
+    builder.append_data(&mut header, as_path(path), io::empty())
 }
 
 fn remove_descendants(
@@ -359,10 +352,46 @@ fn remove_with_descendants(
     remove_descendants(map, opaque, path);
 }
 
+/// What a layer entry's name says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Named {
+    /// The root directory itself, or the engine's own bookkeeping
+    /// (`.wh..wh.*` but the opaque marker): nothing to take.
+    Nothing,
+    /// `DIR/.wh..wh..opq`: what lower layers have in the directory is hidden.
+    Opaque(Vec<u8>),
+    /// `DIR/.wh.NAME`: the path is hidden, with everything under it.
+    Hidden(Vec<u8>),
+    /// An entry at this path.
+    Path(Vec<u8>),
+}
+
+/// What an entry's name means in a layer; `None` for a name that climbs
+/// out of the image or a whiteout that names nothing.
+pub(super) fn named(raw: &[u8]) -> Option<Named> {
+    let Some(path) = normalize(raw)? else {
+        return Some(Named::Nothing);
+    };
+    let (parent, name) = split_parent(&path);
+    if name == OPAQUE_WHITEOUT.as_bytes() {
+        return Some(Named::Opaque(parent.to_vec()));
+    }
+    let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) else {
+        return Some(Named::Path(path));
+    };
+    if hidden.starts_with(WHITEOUT_PREFIX.as_bytes()) {
+        return Some(Named::Nothing);
+    }
+    if hidden.is_empty() || hidden == b"." || hidden == b".." {
+        return None;
+    }
+    Some(Named::Hidden(join(parent, hidden)))
+}
+
 /// A layer entry's name as a path relative to `/` without trailing slash;
 /// `Some(None)` for the root itself, `None` if it climbs out or is empty
 /// in the middle.
-fn normalize(raw: &[u8]) -> Option<Option<Vec<u8>>> {
+pub(super) fn normalize(raw: &[u8]) -> Option<Option<Vec<u8>>> {
     let mut parts: Vec<&[u8]> = Vec::new();
     for part in raw.split(|&b| b == b'/') {
         match part {
@@ -377,18 +406,18 @@ fn normalize(raw: &[u8]) -> Option<Option<Vec<u8>>> {
     Some(Some(parts.join(&b'/')))
 }
 
-fn as_path(bytes: &[u8]) -> &Path {
+pub(super) fn as_path(bytes: &[u8]) -> &Path {
     Path::new(OsStr::from_bytes(bytes))
 }
 
-fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
+pub(super) fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|&b| b == b'/') {
         Some(at) => (&path[..at], &path[at + 1..]),
         None => (&[], path),
     }
 }
 
-fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+pub(super) fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
     let mut out = parent.to_vec();
     if !out.is_empty() {
         out.push(b'/');
@@ -402,123 +431,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-
-    /// One entry of a test layer.
-    enum E<'a> {
-        Dir(&'a str),
-        File(&'a str, &'a str),
-        Link(&'a str, &'a str),
-        Symlink(&'a str, &'a str),
-        Whiteout(&'a str),
-        Opaque(&'a str),
-    }
-
-    fn layer(store: &Store, entries: &[E<'_>]) -> Digest {
-        let mut builder = tar::Builder::new(store.writer().unwrap());
-        for entry in entries {
-            let mut header = Header::new_gnu();
-            header.set_mode(0o644);
-            header.set_size(0);
-            match entry {
-                E::Dir(path) => {
-                    header.set_entry_type(EntryType::Directory);
-                    header.set_mode(0o755);
-                    builder.append_data(&mut header, path, io::empty()).unwrap();
-                }
-                E::File(path, text) => {
-                    header.set_size(text.len() as u64);
-                    builder
-                        .append_data(&mut header, path, text.as_bytes())
-                        .unwrap();
-                }
-                E::Link(path, target) => {
-                    header.set_entry_type(EntryType::Link);
-                    builder.append_link(&mut header, path, target).unwrap();
-                }
-                E::Symlink(path, target) => {
-                    header.set_entry_type(EntryType::Symlink);
-                    builder.append_link(&mut header, path, target).unwrap();
-                }
-                E::Whiteout(path) => {
-                    let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
-                    let marker = format!("{parent}/{WHITEOUT_PREFIX}{name}");
-                    let marker = marker.trim_start_matches('/');
-                    builder
-                        .append_data(&mut header, marker, io::empty())
-                        .unwrap();
-                }
-                E::Opaque(dir) => {
-                    let marker = format!("{dir}/{OPAQUE_WHITEOUT}");
-                    builder
-                        .append_data(&mut header, marker, io::empty())
-                        .unwrap();
-                }
-            }
-        }
-        builder.into_inner().unwrap().finish().unwrap().digest
-    }
-
-    /// What a reader of the file system sees at a path.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    enum Seen {
-        Dir,
-        File(Vec<u8>),
-        Symlink(Vec<u8>),
-        /// A whiteout left in the tree: the engine turns it into a device;
-        /// none may survive an apply.
-        Marker,
-    }
-
-    /// Applies a layer the way an engine does, onto a tree of paths.
-    fn apply(tree: &mut BTreeMap<String, Seen>, store: &Store, digest: &Digest) {
-        let mut archive = tar::Archive::new(store.open_blob(digest).unwrap());
-        let mut adds = Vec::new();
-        for entry in archive.entries().unwrap() {
-            let mut entry = entry.unwrap();
-            let path = String::from_utf8(entry.path_bytes().into_owned()).unwrap();
-            let path = path.trim_end_matches('/').to_owned();
-            let (parent, name) = path.rsplit_once('/').unwrap_or(("", &path));
-            let under = |dir: &str| format!("{dir}/").trim_start_matches('/').to_owned();
-            if name == OPAQUE_WHITEOUT {
-                let prefix = under(parent);
-                tree.retain(|p, _| !p.starts_with(&prefix) || prefix.is_empty());
-                continue;
-            }
-            if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
-                let hidden = format!("{}{hidden}", under(parent));
-                let prefix = format!("{hidden}/");
-                tree.retain(|p, _| *p != hidden && !p.starts_with(&prefix));
-                continue;
-            }
-            let seen = match entry.header().entry_type() {
-                EntryType::Directory => Seen::Dir,
-                EntryType::Symlink => Seen::Symlink(entry.link_name_bytes().unwrap().into_owned()),
-                EntryType::Link => {
-                    let target = entry.link_name_bytes().unwrap().into_owned();
-                    Seen::File(target) // resolved below, in order
-                }
-                _ => {
-                    let mut data = Vec::new();
-                    entry.read_to_end(&mut data).unwrap();
-                    Seen::File(data)
-                }
-            };
-            let hard = entry.header().entry_type() == EntryType::Link;
-            adds.push((path, seen, hard));
-        }
-        for (path, seen, hard) in adds {
-            let seen = match (hard, seen) {
-                (true, Seen::File(target)) => tree[&String::from_utf8(target).unwrap()].clone(),
-                (_, seen) => seen,
-            };
-            let keeps_children = seen == Seen::Dir && tree.get(&path) == Some(&Seen::Dir);
-            if !keeps_children {
-                let prefix = format!("{path}/");
-                tree.retain(|p, _| !p.starts_with(&prefix));
-            }
-            tree.insert(path, seen);
-        }
-    }
+    use crate::store::tests::{E, Seen, engine_apply as apply, stored_layer as layer};
 
     #[test]
     fn a_squashed_run_reads_the_same_as_the_layers_it_replaces() {
@@ -586,10 +499,14 @@ mod tests {
         assert_eq!(flat, stacked);
         assert!(!flat.values().any(|seen| *seen == Seen::Marker));
         // Spot checks of the rules, beside the equality.
-        assert_eq!(flat["g"], Seen::File(b"f1".to_vec()), "link kept its file");
+        assert_eq!(
+            flat["g"],
+            Seen::File(0o644, b"f1".to_vec()),
+            "link kept its file"
+        );
         assert_eq!(flat["s"], Seen::Symlink(b"../../x/y/../z".to_vec()));
         assert!(!flat.contains_key("d/x") && !flat.contains_key("e/y"));
-        assert_eq!(flat["n"], Seen::File(b"now a file".to_vec()));
+        assert_eq!(flat["n"], Seen::File(0o644, b"now a file".to_vec()));
 
         // The same run squashed again is the same blob; a bad one is named.
         assert_eq!(squash(&store, &run).unwrap().digest, squashed.digest);

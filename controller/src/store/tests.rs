@@ -1,7 +1,11 @@
+use std::collections::BTreeMap;
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
+
+use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
+use tar::{EntryType, Header};
 
 use super::*;
 
@@ -156,4 +160,134 @@ fn sweep_and_remove_need_this_stores_exclusive_lock() {
     assert!(store.remove(&blob.digest, &lock).unwrap());
     assert!(!store.remove(&blob.digest, &lock).unwrap());
     assert!(!store.has(&blob.digest).unwrap());
+}
+
+/// One entry of a test layer.
+pub(super) enum E<'a> {
+    Dir(&'a str),
+    /// A directory with its own mode.
+    DirMode(&'a str, u32),
+    File(&'a str, &'a str),
+    /// A file with its own mode.
+    FileMode(&'a str, &'a str, u32),
+    Link(&'a str, &'a str),
+    Symlink(&'a str, &'a str),
+    Whiteout(&'a str),
+    Opaque(&'a str),
+}
+
+pub(super) fn stored_layer(store: &Store, entries: &[E<'_>]) -> Digest {
+    let mut builder = tar::Builder::new(store.writer().unwrap());
+    for entry in entries {
+        let mut header = Header::new_gnu();
+        header.set_mode(0o644);
+        header.set_size(0);
+        match entry {
+            E::Dir(path) | E::DirMode(path, _) => {
+                header.set_entry_type(EntryType::Directory);
+                header.set_mode(match entry {
+                    E::DirMode(_, mode) => *mode,
+                    _ => 0o755,
+                });
+                builder.append_data(&mut header, path, io::empty()).unwrap();
+            }
+            E::File(path, text) | E::FileMode(path, text, _) => {
+                if let E::FileMode(_, _, mode) = entry {
+                    header.set_mode(*mode);
+                }
+                header.set_size(text.len() as u64);
+                builder
+                    .append_data(&mut header, path, text.as_bytes())
+                    .unwrap();
+            }
+            E::Link(path, target) => {
+                header.set_entry_type(EntryType::Link);
+                builder.append_link(&mut header, path, target).unwrap();
+            }
+            E::Symlink(path, target) => {
+                header.set_entry_type(EntryType::Symlink);
+                builder.append_link(&mut header, path, target).unwrap();
+            }
+            E::Whiteout(path) => {
+                let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+                let marker = format!("{parent}/{WHITEOUT_PREFIX}{name}");
+                let marker = marker.trim_start_matches('/');
+                builder
+                    .append_data(&mut header, marker, io::empty())
+                    .unwrap();
+            }
+            E::Opaque(dir) => {
+                let marker = format!("{dir}/{OPAQUE_WHITEOUT}");
+                builder
+                    .append_data(&mut header, marker, io::empty())
+                    .unwrap();
+            }
+        }
+    }
+    builder.into_inner().unwrap().finish().unwrap().digest
+}
+
+/// What a reader of the file system sees at a path (with the permission
+/// bits of directories and files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Seen {
+    Dir(u32),
+    File(u32, Vec<u8>),
+    Symlink(Vec<u8>),
+    /// A whiteout left in the tree: the engine turns it into a device;
+    /// none may survive an apply.
+    Marker,
+}
+
+/// Applies a layer the way an engine does, onto a tree of paths.
+pub(super) fn engine_apply(tree: &mut BTreeMap<String, Seen>, store: &Store, digest: &Digest) {
+    let mut archive = tar::Archive::new(store.open_blob(digest).unwrap());
+    let mut adds = Vec::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = String::from_utf8(entry.path_bytes().into_owned()).unwrap();
+        let path = path.trim_end_matches('/').to_owned();
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", &path));
+        let under = |dir: &str| format!("{dir}/").trim_start_matches('/').to_owned();
+        if name == OPAQUE_WHITEOUT {
+            let prefix = under(parent);
+            tree.retain(|p, _| !p.starts_with(&prefix) || prefix.is_empty());
+            continue;
+        }
+        if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
+            let hidden = format!("{}{hidden}", under(parent));
+            let prefix = format!("{hidden}/");
+            tree.retain(|p, _| *p != hidden && !p.starts_with(&prefix));
+            continue;
+        }
+        let mode = entry.header().mode().unwrap() & 0o7777;
+        let seen = match entry.header().entry_type() {
+            EntryType::Directory => Seen::Dir(mode),
+            EntryType::Symlink => Seen::Symlink(entry.link_name_bytes().unwrap().into_owned()),
+            EntryType::Link => {
+                let target = entry.link_name_bytes().unwrap().into_owned();
+                Seen::File(0, target) // resolved below, in order
+            }
+            _ => {
+                let mut data = Vec::new();
+                entry.read_to_end(&mut data).unwrap();
+                Seen::File(mode, data)
+            }
+        };
+        let hard = entry.header().entry_type() == EntryType::Link;
+        adds.push((path, seen, hard));
+    }
+    for (path, seen, hard) in adds {
+        let seen = match (hard, seen) {
+            (true, Seen::File(_, target)) => tree[&String::from_utf8(target).unwrap()].clone(),
+            (_, seen) => seen,
+        };
+        let keeps_children =
+            matches!(seen, Seen::Dir(_)) && matches!(tree.get(&path), Some(Seen::Dir(_)));
+        if !keeps_children {
+            let prefix = format!("{path}/");
+            tree.retain(|p, _| !p.starts_with(&prefix));
+        }
+        tree.insert(path, seen);
+    }
 }

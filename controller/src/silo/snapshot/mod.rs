@@ -31,6 +31,10 @@
 //! - `layer`: receiving a layer stream into the store, checked as it comes;
 //! - `restore`: a snapshot back onto the engine as an image, and the
 //!   operations that make a machine from it (rewind, fork, `up` tier 2);
+//! - `in_place`: a rewind on the same machine, its agent putting back what
+//!   changed since from the store's layers;
+//! - `remembered`: what one process keeps between rewinds (container facts,
+//!   anchors' path indexes);
 //! - `baseline`: what a machine's first snapshot is measured against when
 //!   the store has no index of its image (an image's listing, a template
 //!   baseline), base ids, and applying a snapshot's layers onto remote VMs;
@@ -38,10 +42,13 @@
 
 mod baseline;
 mod gc;
+mod in_place;
 mod layer;
+mod remembered;
 mod restore;
 mod take;
 
+pub use in_place::InPlace;
 pub use restore::ForkTarget;
 
 use std::collections::HashSet;
@@ -159,10 +166,14 @@ pub struct RestoreReport {
     pub sandbox: SandboxRecord,
     /// The snapshot it runs from.
     pub snapshot: String,
-    /// How the engine got the snapshot's image.
+    /// How the engine got the snapshot's image, or how the machine was
+    /// rewound in place.
     pub image: ImageSource,
     /// Milliseconds from the start until its agent answered.
     pub ms: f64,
+    /// When a rewind made a new machine: why the machine could not be
+    /// rewound in place.
+    pub new_machine_because: Option<String>,
 }
 
 /// Where a restore found the snapshot's image.
@@ -178,6 +189,10 @@ pub enum ImageSource {
         /// Bytes sent.
         bytes: u64,
     },
+    /// No image and no new machine: the sandbox's agent put back, from
+    /// the store's layers, what changed since the tree its machine last
+    /// had (see `in_place`).
+    InPlace(InPlace),
     /// There is no engine: the snapshot's layers above its base were
     /// applied by the agent onto a fresh machine from the template.
     Applied {
@@ -431,6 +446,23 @@ impl Silo {
         })
         .await?;
         Ok(complete.then_some(image))
+    }
+
+    /// The sandbox's checkpoint: the snapshot its machine last had exactly,
+    /// and the moment (machine clock) it did. `None` without one, or when
+    /// that snapshot was deleted since (the next snapshot is then whole).
+    fn checkpoint_of(
+        &self,
+        sandbox: &SandboxRecord,
+    ) -> Result<Option<(i64, Snapshot)>, StateError> {
+        let Some(checkpoint) = &sandbox.checkpoint else {
+            return Ok(None);
+        };
+        match self.db().snapshot(&checkpoint.snapshot) {
+            Ok(snapshot) => Ok(Some((checkpoint.stopped_at_ns, snapshot))),
+            Err(StateError::UnknownSnapshot(_)) => Ok(None),
+            Err(other) => Err(other),
+        }
     }
 
     /// The stored image a snapshot stands on.

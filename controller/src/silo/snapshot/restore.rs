@@ -363,6 +363,7 @@ impl Silo {
             snapshot: snapshot.id.clone(),
             image: source,
             ms: ms_since(start),
+            new_machine_because: None,
         })
     }
 
@@ -395,7 +396,9 @@ impl Silo {
         }
     }
 
-    /// Puts a sandbox back to one of its snapshots (`silo rewind`).
+    /// Puts a sandbox back to one of its snapshots (`silo rewind`): in
+    /// place when its machine allows, else on a new machine made from it
+    /// (the report says which, and why).
     pub async fn rewind(
         &self,
         name_or_id: &str,
@@ -412,7 +415,25 @@ impl Silo {
             }
             .into());
         }
-        self.restore(&sandbox, &snapshot, "rewind", progress).await
+        progress(Progress::Step {
+            label: "rewinding in place",
+            total: None,
+        });
+        let why = match self.rewind_in_place(&sandbox, &snapshot).await? {
+            Ok(report) => return Ok(report),
+            Err(why) => why.0,
+        };
+        tracing::info!(
+            sandbox = sandbox.name,
+            "rewinding onto a new machine: {why}"
+        );
+        let report = self
+            .restore(&sandbox, &snapshot, "rewind", progress)
+            .await?;
+        Ok(RestoreReport {
+            new_machine_because: Some(why),
+            ..report
+        })
     }
 
     /// `up`'s tier 2: the sandbox's machine is gone, so it is made again
@@ -539,6 +560,7 @@ impl Silo {
             snapshot: snapshot.id,
             image: source,
             ms: ms_since(start),
+            new_machine_because: None,
         })
     }
 }

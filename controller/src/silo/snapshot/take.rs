@@ -29,7 +29,7 @@ use crate::bridge;
 use crate::image::base_id_of;
 use crate::naming::new_snapshot_id;
 use crate::silo::{Silo, SiloError, backend_error, machine};
-use crate::state::{Checkpoint, SandboxRecord, Snapshot, StateError, StoredImage, now_ms};
+use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage, now_ms};
 use crate::store::squash::squash;
 use crate::store::{Index, Store, save_archive};
 
@@ -37,7 +37,7 @@ use crate::store::{Index, Store, save_archive};
 /// changed. File times come from a clock that ticks a few milliseconds
 /// behind the one the engine stamps containers with; a margin can only make
 /// a snapshot larger, never miss a change.
-const CTIME_MARGIN_NS: i64 = 20_000_000;
+pub(super) const CTIME_MARGIN_NS: i64 = 20_000_000;
 
 impl Silo {
     /// Snapshots a sandbox's file system (starting it first if it is
@@ -65,15 +65,7 @@ impl Silo {
         let lock = shared_lock(&store).await?;
         // What the snapshot builds on: the newest snapshot of this machine,
         // else the snapshot the machine was made from, else its image.
-        let checkpoint = match &sandbox.checkpoint {
-            Some(checkpoint) => match self.db().snapshot(&checkpoint.snapshot) {
-                Ok(snapshot) => Some((checkpoint.stopped_at_ns, snapshot)),
-                // Deleted since: the next snapshot is taken whole.
-                Err(StateError::UnknownSnapshot(_)) => None,
-                Err(other) => return Err(other.into()),
-            },
-            None => None,
-        };
+        let checkpoint = self.checkpoint_of(&sandbox)?;
         let standing_on = match (&checkpoint, &sandbox.origin_snapshot) {
             (Some((_, snapshot)), _) => Some(snapshot.clone()),
             (None, Some(origin)) => Some(self.db().snapshot(origin)?),
@@ -560,7 +552,7 @@ async fn chain_index(
 
 /// The paths of an image made of `layers`: the base image's stored index,
 /// then each layer above the base's applied in order.
-fn image_index(
+pub(super) fn image_index(
     store: &Store,
     base: &StoredImage,
     layers: &[String],

@@ -1,0 +1,251 @@
+//! `rewind`: going back a step. On the Debian image of `snapshot`, a 1 KB
+//! step, then a rewind to the snapshot before it and the first output of a
+//! command, again and again: in place (the sandbox's agent puts back what
+//! changed) beside a new machine made from the same snapshot (the sandbox
+//! is stopped first, untimed, so the rewind makes one, as every rewind did
+//! before). Then the same with a tree of 1,000, 10,000 and 100,000 files
+//! made in the sandbox: the in-place rewind walks every directory changed
+//! since the machine started, so its cost grows with the tree; the rows
+//! say how, and which part (the agent's listing, the store's layer, the
+//! apply) grows.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use silo::silo::{ImageSource, InPlace, no_progress};
+use silo::{BackendKind, CreateRequest, SandboxSpec, Silo};
+
+use crate::docker_common::{DockerBench, first_output};
+use crate::report::Row;
+use crate::snapshot::{IMAGE, ensure_debian_image};
+use crate::stats::Samples;
+
+/// Rewind in place to first output after a 1 KB step, p50, in milliseconds.
+const TARGET_IN_PLACE_MS: f64 = 30.0;
+
+/// Times of in-place rewinds and of what they did.
+#[derive(Default)]
+struct InPlaceSamples {
+    total: Samples,
+    listed: Samples,
+    computed: Samples,
+    applied: Samples,
+    /// Paths the agent listed as changed.
+    changed: Samples,
+    /// Entries the restoring layer put back or removed.
+    restored: Samples,
+}
+
+impl InPlaceSamples {
+    fn push(&mut self, total: Duration, done: &InPlace) {
+        self.total.push(total);
+        self.listed.push_value(done.listed_ms);
+        self.computed.push_value(done.computed_ms);
+        self.applied.push_value(done.applied_ms);
+        self.changed.push_value(done.stats.changed as f64);
+        self.restored
+            .push_value((done.stats.restored + done.stats.removed) as f64);
+    }
+}
+
+pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
+    let (rounds, new_machines, sizes): (usize, usize, &[usize]) = if quick {
+        (10, 3, &[1_000, 10_000])
+    } else {
+        (50, 9, &[1_000, 10_000, 100_000])
+    };
+    let Some(bench) = DockerBench::start().await? else {
+        return Ok(Vec::new());
+    };
+    ensure_debian_image(&bench.engine).await?;
+    let measured = measure(&bench.silo, rounds, new_machines, sizes).await;
+    // On the shared engine, what the scenario made goes whether it
+    // finished or not.
+    for sandbox in bench.silo.list()? {
+        let _ = bench.silo.remove(&sandbox.id).await;
+    }
+    for listed in bench.silo.snapshots(None)? {
+        let _ = bench.silo.remove_snapshot(&listed.id).await;
+    }
+    let _ = bench.silo.gc_store(false).await;
+    measured
+}
+
+async fn measure(
+    silo: &Silo,
+    rounds: usize,
+    new_machines: usize,
+    sizes: &[usize],
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+
+    let name = "bench-rewind";
+    create(silo, name).await?;
+    let parent = checkpoint(silo, name, "head -c 1024 /dev/urandom > /root/parent.bin").await?;
+    let (in_place, new_machine) = rewinds(silo, name, &parent, rounds, new_machines).await?;
+    let p50 = in_place.total.percentile(50.0);
+    rows.push(Row {
+        scenario: "rewind",
+        metric: format!("1 KB step, in place to output p50 of {rounds}"),
+        unit: "ms",
+        silo: p50,
+        baseline: Some(new_machine.percentile(50.0)),
+        baseline_name: "a new machine",
+        target: format!("<= {TARGET_IN_PLACE_MS} ms"),
+        met: p50 <= TARGET_IN_PLACE_MS,
+    });
+    rows.push(Row::untargeted(
+        "rewind",
+        format!("1 KB step, in place to output p99 of {rounds}"),
+        "ms",
+        in_place.total.percentile(99.0),
+        Some((new_machine.percentile(100.0), "a new machine, max")),
+    ));
+    rows.extend(parts("1 KB step", &in_place));
+    silo.remove(name).await?;
+
+    for &files in sizes {
+        let name = format!("bench-rewind-{files}");
+        create(silo, &name).await?;
+        let dirs = files.div_ceil(100);
+        let make = format!(
+            "perl -e 'for $d (0..{last_dir}) {{ mkdir \"/repo/d$d\" or die; \
+             for $f (0..99) {{ last if $d * 100 + $f >= {files}; \
+             open F, \">/repo/d$d/f$f\" or die; print F \"x\" x 100; close F }} }}'",
+            last_dir = dirs - 1
+        );
+        // The pause keeps the tree's files out of the ctime margin of the
+        // checkpoint, which would put its last ones back on every rewind.
+        let parent =
+            checkpoint(silo, &name, &format!("mkdir /repo && {make} && sleep 0.1")).await?;
+        let rounds = if files >= 100_000 {
+            rounds / 5
+        } else {
+            rounds / 2
+        };
+        let (in_place, new_machine) =
+            rewinds(silo, &name, &parent, rounds, new_machines / 3).await?;
+        rows.push(Row::untargeted(
+            "rewind",
+            format!("{files}-file tree, in place p50 of {rounds}"),
+            "ms",
+            in_place.total.percentile(50.0),
+            Some((new_machine.percentile(50.0), "a new machine")),
+        ));
+        rows.extend(parts(&format!("{files}-file tree"), &in_place));
+        silo.remove(&name).await?;
+    }
+    Ok(rows)
+}
+
+/// A sandbox of the Debian image, its first snapshot taken (which stores
+/// the image), so later ones are checkpoints of a step.
+async fn create(silo: &Silo, name: &str) -> anyhow::Result<()> {
+    let request = CreateRequest {
+        name: Some(name.to_owned()),
+        spec: SandboxSpec {
+            image: Some(IMAGE.to_owned()),
+            ..SandboxSpec::new(BackendKind::Docker)
+        },
+    };
+    silo.create(request).await?;
+    silo.snapshot(name, None, &no_progress()).await?;
+    Ok(())
+}
+
+/// Runs `script` in the sandbox and snapshots it; the snapshot's id.
+async fn checkpoint(silo: &Silo, name: &str, script: &str) -> anyhow::Result<String> {
+    step(silo, name, script).await?;
+    Ok(silo.snapshot(name, None, &no_progress()).await?.snapshot.id)
+}
+
+async fn step(silo: &Silo, name: &str, script: &str) -> anyhow::Result<()> {
+    let out = silo
+        .client(&silo.get(name)?)?
+        .run(silo_tests::sh(script))
+        .await?;
+    anyhow::ensure!(out.exit.code == Some(0), "{script:?} failed");
+    Ok(())
+}
+
+/// `rounds` in-place rewinds to `parent`, each after a 1 KB step, then
+/// `new_machines` rewinds to it onto a new machine; each to the first
+/// output of a command on a new connection.
+async fn rewinds(
+    silo: &Silo,
+    name: &str,
+    parent: &str,
+    rounds: usize,
+    new_machines: usize,
+) -> anyhow::Result<(InPlaceSamples, Samples)> {
+    let progress = no_progress();
+    let mut in_place = InPlaceSamples::default();
+    for i in 0..rounds {
+        step(
+            silo,
+            name,
+            &format!("head -c 1024 /dev/urandom > /root/step-{i}.bin"),
+        )
+        .await?;
+        let t = Instant::now();
+        let report = silo.rewind(name, parent, &progress).await?;
+        let conn = silo.connect(&report.sandbox).await?;
+        first_output(&conn, &["ls", "-a", "/root"])
+            .await
+            .with_context(|| format!("after in-place rewind {i} of {name}: {report:?}"))?;
+        let took = t.elapsed();
+        let ImageSource::InPlace(done) = &report.image else {
+            anyhow::bail!(
+                "the rewind made a new machine: {}",
+                report.new_machine_because.unwrap_or_default()
+            );
+        };
+        in_place.push(took, done);
+    }
+    let mut new_machine = Samples::default();
+    for i in 0..new_machines.max(1) {
+        step(
+            silo,
+            name,
+            &format!("head -c 1024 /dev/urandom > /root/new-{i}.bin"),
+        )
+        .await?;
+        silo.stop(name).await?;
+        let t = Instant::now();
+        let report = silo.rewind(name, parent, &progress).await?;
+        let conn = silo.connect(&report.sandbox).await?;
+        first_output(&conn, &["ls", "-a", "/root"])
+            .await
+            .with_context(|| format!("after rewind {i} of {name} onto a new machine"))?;
+        new_machine.push(t.elapsed());
+        anyhow::ensure!(
+            report.new_machine_because.is_some(),
+            "a stopped sandbox was rewound in place"
+        );
+    }
+    Ok((in_place, new_machine))
+}
+
+/// Where an in-place rewind's time goes, p50 of each part, and how much
+/// it listed and put back.
+fn parts(what: &str, samples: &InPlaceSamples) -> Vec<Row> {
+    [
+        ("agent ends and lists", "ms", &samples.listed),
+        ("store makes the layer", "ms", &samples.computed),
+        ("agent applies", "ms", &samples.applied),
+        ("paths listed", "paths", &samples.changed),
+        ("entries put back or removed", "entries", &samples.restored),
+    ]
+    .into_iter()
+    .map(|(part, unit, values)| {
+        Row::untargeted(
+            "rewind",
+            format!("{what}, {part} p50"),
+            unit,
+            values.percentile(50.0),
+            None,
+        )
+    })
+    .collect()
+}

@@ -1,0 +1,317 @@
+//! The layer that brings a live tree back to a stored one: what an
+//! in-place rewind sends the sandbox's agent, computed from the change
+//! list the agent made and from the store alone.
+//!
+//! The agent knows what changed since a moment at which the controller
+//! knows the machine's tree exactly (the *anchor*: the tree of the
+//! machine's last snapshot or rewind, or of what the machine was made
+//! from). The controller knows the anchor's layers and the target's. A
+//! path can differ between the live tree and the target only if it changed
+//! since the anchor, or if the anchor and the target differ there, and two
+//! stacks of layers can differ only where a layer above their common
+//! bottom names a path. So the paths to look at are:
+//! - every path in the change list;
+//! - every path a layer of either stack names above the layers both share
+//!   (entries, whiteouts, opaque directories);
+//! - everything the target has under a path where something was replaced
+//!   wholesale: a path the change list says is gone or is no longer a
+//!   directory, and a path such a layer hides, makes opaque or puts a
+//!   non-directory at. Whatever the live tree lost below it comes back.
+//!
+//! Each of those paths, but those under one of the machine's excluded
+//! roots, goes into the layer as the target has it (from the topmost layer
+//! holding it, [`super::table::Tree`]), or as a whiteout where the target
+//! has nothing; nothing is written below a path the layer already removes
+//! or replaces with a non-directory. A hard link becomes a link only when
+//! its file comes earlier in the same layer, else a copy of that file (the
+//! agent links only within one layer). Devices and FIFOs cannot be made by
+//! the agent: a path the target has as one is removed, and counted.
+//!
+//! The layer is built in memory: it holds what changed, and the agent's
+//! change list that bounds it is itself capped.
+
+use std::collections::{BTreeSet, HashMap, HashSet, hash_map};
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use serde::Serialize;
+use silo_protocol::rewind::Change;
+use silo_protocol::snapshot::WHITEOUT_PREFIX;
+use tar::{EntryType, Header};
+
+use super::squash::{append_marker, as_path, join, split_parent};
+use super::table::{Entry, LayerTable, TableError, Tree, ancestors};
+use super::{Digest, Store, StoreError};
+
+/// What to bring back, and from what.
+#[derive(Debug, Clone, Copy)]
+pub struct Restore<'a> {
+    /// The anchor's layers, bottom first: the tree the machine had at the
+    /// moment the agent counted its changes from.
+    pub from: &'a [Digest],
+    /// The target's layers, bottom first.
+    pub to: &'a [Digest],
+    /// The agent's change list.
+    pub changes: &'a [(Change, &'a [u8])],
+    /// Paths relative to `/` the layer must never name, with everything
+    /// under them (the machine's mounts, the agent's own directory).
+    pub excluded: &'a [Vec<u8>],
+}
+
+/// The restoring layer and what it holds.
+#[derive(Debug)]
+pub struct Restoring {
+    /// An uncompressed image layer.
+    pub layer: Vec<u8>,
+    /// Its counts.
+    pub stats: RestoreStats,
+}
+
+/// What a restoring layer holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RestoreStats {
+    /// Paths the agent listed as changed.
+    pub changed: u64,
+    /// Paths looked up in the target, listed or not.
+    pub looked_at: u64,
+    /// Entries put back as the target has them.
+    pub restored: u64,
+    /// Paths removed (whiteouts).
+    pub removed: u64,
+    /// Bytes of file data in the layer.
+    pub bytes: u64,
+    /// Devices and FIFOs of the target the agent cannot make.
+    pub left_out: u64,
+}
+
+/// Why a restoring layer could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// A layer could not be read into a table.
+    #[error(transparent)]
+    Table(#[from] TableError),
+    /// A file's data could not be read from its layer.
+    #[error("cannot read the data of {path:?} from layer {layer}")]
+    Read {
+        /// The layer.
+        layer: String,
+        /// The path.
+        path: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The layer could not be written.
+    #[error("cannot write the restoring layer")]
+    Write(#[source] io::Error),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Computes and writes the restoring layer (blocking).
+pub fn restoring_layer(store: &Store, restore: &Restore<'_>) -> Result<Restoring, RestoreError> {
+    let target = Tree::of(store, restore.to)?;
+    let shared = restore
+        .from
+        .iter()
+        .zip(restore.to)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let anchor_only = Tree::of(store, &restore.from[shared..])?;
+    let paths = paths_to_restore(&target, &target.layers()[shared..], &anchor_only, restore);
+    let mut stats = RestoreStats {
+        changed: restore.changes.len() as u64,
+        looked_at: paths.len() as u64,
+        ..RestoreStats::default()
+    };
+    let mut writer = Writer {
+        store,
+        layers: restore.to,
+        open: HashMap::new(),
+        builder: tar::Builder::new(Vec::new()),
+        written: HashSet::new(),
+    };
+    let mut covered: HashSet<&[u8]> = HashSet::new();
+    for path in &paths {
+        if ancestors(path).any(|dir| covered.contains(dir)) {
+            continue;
+        }
+        match target.lookup(path) {
+            Some((layer, entry)) if is_made_by_agent(entry.kind) => {
+                if !entry.is_dir() {
+                    covered.insert(path);
+                }
+                stats.bytes += writer.put(&target, path, layer, entry)?;
+                stats.restored += 1;
+            }
+            found => {
+                if found.is_some() {
+                    stats.left_out += 1;
+                }
+                covered.insert(path);
+                writer.remove(path)?;
+                stats.removed += 1;
+            }
+        }
+    }
+    let layer = writer.builder.into_inner().map_err(RestoreError::Write)?;
+    Ok(Restoring { layer, stats })
+}
+
+/// Every path the live tree may differ from the target at, sorted, none
+/// under an excluded root (see the module docs).
+fn paths_to_restore(
+    target: &Tree,
+    target_only: &[Arc<LayerTable>],
+    anchor_only: &Tree,
+    restore: &Restore<'_>,
+) -> BTreeSet<Vec<u8>> {
+    let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut replaced: BTreeSet<&[u8]> = BTreeSet::new();
+    for layer in target_only.iter().chain(anchor_only.layers()) {
+        paths.extend(layer.paths().map(<[u8]>::to_vec));
+        replaced.extend(layer.replaced());
+    }
+    for (change, path) in restore.changes {
+        paths.insert(path.to_vec());
+        if *change != Change::Dir {
+            replaced.insert(path);
+        }
+    }
+    for path in replaced {
+        if target.lookup(path).is_some_and(|(_, entry)| entry.is_dir()) {
+            paths.extend(target.subtree(path));
+        }
+    }
+    paths.retain(|path| !is_excluded(path, restore.excluded));
+    paths
+}
+
+/// Whether `path` is an excluded root or under one.
+fn is_excluded(path: &[u8], excluded: &[Vec<u8>]) -> bool {
+    excluded.iter().any(|root| {
+        path.starts_with(root) && (path.len() == root.len() || path[root.len()] == b'/')
+    })
+}
+
+/// Kinds the agent places (it skips devices and FIFOs).
+fn is_made_by_agent(kind: EntryType) -> bool {
+    matches!(
+        kind,
+        EntryType::Directory
+            | EntryType::Regular
+            | EntryType::Continuous
+            | EntryType::Symlink
+            | EntryType::Link
+    )
+}
+
+/// The layer being written, and the blobs its data comes from.
+struct Writer<'a> {
+    store: &'a Store,
+    layers: &'a [Digest],
+    open: HashMap<usize, File>,
+    builder: tar::Builder<Vec<u8>>,
+    /// Files written so far, by where they came from (layer, path): a hard
+    /// link to one of them stays a link.
+    written: HashSet<(usize, Vec<u8>)>,
+}
+
+impl Writer<'_> {
+    /// Writes `entry` (from layer `layer` of `tree`) at `path`; its data's
+    /// size.
+    fn put(
+        &mut self,
+        tree: &Tree,
+        path: &[u8],
+        layer: usize,
+        entry: &Entry,
+    ) -> Result<u64, RestoreError> {
+        let name = as_path(path);
+        let mut header = header_of(entry);
+        let write = |result: io::Result<()>| result.map_err(RestoreError::Write);
+        match entry.kind {
+            EntryType::Directory => {
+                write(self.builder.append_data(&mut header, name, io::empty()))?;
+                Ok(0)
+            }
+            EntryType::Symlink => {
+                let target = as_path(entry.link.as_deref().unwrap_or_default());
+                write(self.builder.append_link(&mut header, name, target))?;
+                Ok(0)
+            }
+            EntryType::Link => {
+                let file = entry.link.as_deref().unwrap_or_default();
+                if self.written.contains(&(layer, file.to_vec())) {
+                    write(self.builder.append_link(&mut header, name, as_path(file)))?;
+                    return Ok(0);
+                }
+                // The file it names, as that layer has it.
+                let original = tree.layers()[layer].entry(file).filter(|e| !e.is_dir());
+                let Some(original) = original else {
+                    return Err(RestoreError::Write(io::Error::other(format!(
+                        "hard link {} names no file of its layer",
+                        name.display()
+                    ))));
+                };
+                let original = original.clone();
+                self.file(path, layer, &original)
+            }
+            _ => {
+                let size = self.file(path, layer, entry)?;
+                self.written.insert((layer, path.to_vec()));
+                Ok(size)
+            }
+        }
+    }
+
+    /// Writes a regular file with `entry`'s metadata and data at `path`.
+    fn file(&mut self, path: &[u8], layer: usize, entry: &Entry) -> Result<u64, RestoreError> {
+        let read_err = |source| RestoreError::Read {
+            layer: self.layers[layer].to_string(),
+            path: String::from_utf8_lossy(path).into_owned(),
+            source,
+        };
+        let file = match self.open.entry(layer) {
+            hash_map::Entry::Occupied(open) => open.into_mut(),
+            hash_map::Entry::Vacant(slot) => {
+                slot.insert(self.store.open_blob(&self.layers[layer])?)
+            }
+        };
+        file.seek(SeekFrom::Start(entry.data_at))
+            .map_err(read_err)?;
+        let mut data = BufReader::new(file).take(entry.size);
+        let mut header = header_of(entry);
+        header.set_entry_type(EntryType::Regular);
+        header.set_size(entry.size);
+        self.builder
+            .append_data(&mut header, as_path(path), &mut data)
+            .map_err(RestoreError::Write)?;
+        Ok(entry.size)
+    }
+
+    /// Writes a whiteout of `path`.
+    fn remove(&mut self, path: &[u8]) -> Result<(), RestoreError> {
+        let (parent, name) = split_parent(path);
+        let mut marker = WHITEOUT_PREFIX.as_bytes().to_vec();
+        marker.extend_from_slice(name);
+        append_marker(&mut self.builder, &join(parent, &marker)).map_err(RestoreError::Write)
+    }
+}
+
+/// A header with `entry`'s kind, owner, mode and time, no size yet.
+fn header_of(entry: &Entry) -> Header {
+    let mut header = Header::new_gnu();
+    header.set_entry_type(entry.kind);
+    header.set_mode(entry.mode);
+    header.set_uid(entry.uid);
+    header.set_gid(entry.gid);
+    header.set_mtime(entry.mtime);
+    header.set_size(0);
+    header
+}
+
+#[cfg(test)]
+mod tests;

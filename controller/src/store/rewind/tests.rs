@@ -1,0 +1,213 @@
+//! The restoring layer on a model of the engine: a chain of snapshots over
+//! a base, a live tree that moved on from the newest, the change list its
+//! agent would send, and the layer applied as an engine applies layers
+//! must give exactly the tree of the snapshot gone back to.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::collections::BTreeMap;
+
+use silo_protocol::rewind::Change;
+
+use super::*;
+use crate::store::tests::{E, Seen, engine_apply, put, stored_layer};
+
+type Model = BTreeMap<String, Seen>;
+
+fn model(store: &Store, layers: &[Digest]) -> Model {
+    let mut tree = Model::new();
+    for layer in layers {
+        engine_apply(&mut tree, store, layer);
+    }
+    tree
+}
+
+/// What the agent's walk reports for a machine that had `anchor` and now
+/// has `live`: every path that is new or different (with its unchanged
+/// parents, as the walk emits them), and every anchor path gone from a
+/// directory that is still there.
+fn change_list(anchor: &Model, live: &Model) -> Vec<(Change, Vec<u8>)> {
+    let kind = |seen: &Seen| match seen {
+        Seen::Dir(_) => Change::Dir,
+        Seen::File(..) => Change::File,
+        Seen::Symlink(_) => Change::Symlink,
+        Seen::Marker => Change::Other,
+    };
+    let mut listed: BTreeMap<String, Change> = BTreeMap::new();
+    for (path, seen) in live {
+        if anchor.get(path) != Some(seen) {
+            listed.insert(path.clone(), kind(seen));
+            let mut at = path.as_str();
+            while let Some((parent, _)) = at.rsplit_once('/') {
+                listed.insert(parent.to_owned(), Change::Dir);
+                at = parent;
+            }
+        }
+    }
+    for path in anchor.keys() {
+        let parent_there = match path.rsplit_once('/') {
+            Some((parent, _)) => matches!(live.get(parent), Some(Seen::Dir(_))),
+            None => true,
+        };
+        if !live.contains_key(path) && parent_there {
+            listed.insert(path.clone(), Change::Gone);
+        }
+    }
+    listed
+        .into_iter()
+        .filter(|(path, _)| !path.starts_with("proc"))
+        .map(|(path, kind)| (kind, path.into_bytes()))
+        .collect()
+}
+
+/// `tree` without what the machine never lets a layer touch.
+fn outside_excluded(tree: &Model) -> Model {
+    tree.iter()
+        .filter(|(path, _)| path.as_str() != "proc" && !path.starts_with("proc/"))
+        .map(|(path, seen)| (path.clone(), seen.clone()))
+        .collect()
+}
+
+/// Restores `live` (which moved on from `from`) to `to` through the
+/// restoring layer; the tree it gives, and the layer's counts.
+fn rewind(store: &Store, from: &[Digest], to: &[Digest], live: &Model) -> (Model, RestoreStats) {
+    let changes = change_list(&model(store, from), live);
+    let borrowed: Vec<(Change, &[u8])> = changes.iter().map(|(k, p)| (*k, p.as_slice())).collect();
+    let restoring = restoring_layer(
+        store,
+        &Restore {
+            from,
+            to,
+            changes: &borrowed,
+            excluded: &[b"proc".to_vec()],
+        },
+    )
+    .unwrap();
+    let digest = put(store, &restoring.layer).digest;
+    let mut tree = live.clone();
+    engine_apply(&mut tree, store, &digest);
+    (tree, restoring.stats)
+}
+
+#[test]
+fn any_snapshot_of_a_chain_comes_back_exactly_from_a_tree_that_moved_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let base = stored_layer(
+        &store,
+        &[
+            E::Dir("bin"),
+            E::FileMode("bin/busybox", "busybox", 0o755),
+            E::Symlink("bin/sh", "busybox"),
+            E::Dir("etc"),
+            E::File("etc/group", "root:x:0:"),
+            E::File("etc/passwd", "root:x:0:0"),
+            E::Dir("proc"),
+            E::Dir("usr"),
+            E::Dir("usr/share"),
+            E::Dir("usr/share/doc"),
+            E::File("usr/share/doc/a", "a"),
+            E::File("usr/share/doc/b", "b"),
+            E::DirMode("tmp", 0o1777),
+        ],
+    );
+    let first = stored_layer(
+        &store,
+        &[
+            E::Dir("etc"),
+            E::Whiteout("etc/group"),
+            E::Dir("work"),
+            E::File("work/file", "version 1"),
+            E::Dir("work/sub"),
+            E::File("work/sub/a", "a"),
+        ],
+    );
+    let second = stored_layer(
+        &store,
+        &[
+            E::Dir("work"),
+            E::File("work/file", "version 2"),
+            E::File("work/new", "new"),
+            E::Symlink("work/ln", "file"),
+            E::DirMode("work/sub", 0o700),
+            E::Dir("usr/share"),
+            E::File("usr/share/doc", "a file where a directory was"),
+        ],
+    );
+    let third = stored_layer(
+        &store,
+        &[
+            E::Dir("work"),
+            E::Whiteout("work/sub"),
+            E::FileMode("work/sub", "now a file", 0o600),
+            E::Dir("work/d2"),
+            E::File("work/d2/x", "x"),
+            E::Link("work/hard", "work/d2/x"),
+            E::Whiteout("work/new"),
+        ],
+    );
+    let chain = [base, first, second, third];
+
+    // The machine had the newest snapshot, then a step: files made and
+    // changed, base files deleted, a directory of the base gone, a
+    // directory replaced by a symlink, a symlink replaced by a file, a
+    // mode changed, and a change under an excluded root.
+    let mut live = model(&store, &chain);
+    let file = |mode, text: &str| Seen::File(mode, text.as_bytes().to_vec());
+    live.insert("work/step".into(), Seen::Dir(0o755));
+    live.insert("work/step/out".into(), file(0o644, "made by the step"));
+    live.insert("etc/passwd".into(), file(0o644, "changed"));
+    live.remove("bin/busybox");
+    live.retain(|path, _| path != "usr" && !path.starts_with("usr/"));
+    live.retain(|path, _| !path.starts_with("work/d2"));
+    live.insert("work/d2".into(), Seen::Symlink(b"/tmp".to_vec()));
+    live.insert("work/ln".into(), file(0o644, "no longer a link"));
+    live.insert("etc".into(), Seen::Dir(0o700));
+    live.insert("proc/1".into(), Seen::Dir(0o555));
+
+    for depth in (1..=chain.len()).rev() {
+        let target = &chain[..depth];
+        let (restored, stats) = rewind(&store, &chain, target, &live);
+        assert_eq!(
+            outside_excluded(&restored),
+            outside_excluded(&model(&store, target)),
+            "back to the snapshot of {depth} layers"
+        );
+        assert!(stats.restored > 0 && stats.removed > 0, "{stats:?}");
+        assert_eq!(restored["proc/1"], Seen::Dir(0o555), "excluded roots stay");
+    }
+
+    // Back to the newest from it: the layer holds the step's paths only.
+    let (_, stats) = rewind(&store, &chain, &chain, &live);
+    assert!(stats.looked_at < 25, "{stats:?}");
+    // Nothing changed and nothing to go back over: an empty layer.
+    let unchanged = model(&store, &chain);
+    let (restored, stats) = rewind(&store, &chain, &chain, &unchanged);
+    assert_eq!(restored, unchanged);
+    assert_eq!((stats.restored, stats.removed), (0, 0), "{stats:?}");
+}
+
+#[test]
+fn a_rewind_from_an_older_anchor_sees_what_the_chain_changed_since() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let base = stored_layer(
+        &store,
+        &[E::Dir("a"), E::File("a/kept", "k"), E::File("top", "t")],
+    );
+    let left = stored_layer(&store, &[E::Whiteout("a"), E::File("a", "a is a file")]);
+    let right = stored_layer(&store, &[E::Dir("b"), E::File("b/only-right", "r")]);
+    // The machine was rewound onto `left` and changed nothing since; going
+    // to the sibling `right` must bring `a` back as a directory with what
+    // the base had in it, and remove nothing the right branch keeps.
+    let live = model(&store, &[base.clone(), left.clone()]);
+    let (restored, stats) = rewind(
+        &store,
+        &[base.clone(), left],
+        &[base.clone(), right.clone()],
+        &live,
+    );
+    assert_eq!(restored, model(&store, &[base, right]));
+    assert_eq!(restored["a/kept"], Seen::File(0o644, b"k".to_vec()));
+    assert!(stats.restored >= 3, "{stats:?}");
+}

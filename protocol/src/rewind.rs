@@ -1,0 +1,146 @@
+//! The in-place rewind channel (protocol version 3): a sandbox brought back
+//! to one of its snapshots by its own agent, without a new machine.
+//!
+//! A rewind is two requests. `POST /v1/rewind` carries a
+//! [`crate::snapshot::SnapshotRequest`] (the same walk a snapshot makes:
+//! what counts as changed since the moment the tree was last known, and
+//! that tree's paths as the baseline). The agent takes the snapshot slot,
+//! holds pushes and new commands off, ends every process but itself (the
+//! workload, every exec and session shell, and whatever else runs in its
+//! scope), then walks the file system and answers with what changed:
+//! [`CHANGES_CONTENT_TYPE`], one record per path ([`Change`]), and the
+//! token of the rewind in [`HEADER_REWIND`]. The sandbox stays held,
+//! processes ended and nothing new started, until the second request, or
+//! until [`HOLD_SECS`] pass, when the agent lets it go unchanged and starts
+//! its workload again.
+//!
+//! The second request is a layer apply (`POST /v1/layers?rewind=TOKEN`,
+//! see [`crate::layers`]) with the layer the controller computed from its
+//! store: every changed path as the snapshot has it, or a whiteout where
+//! the snapshot has nothing. It is staged and placed like any layer, under
+//! the rewind's hold, and then the hold ends and the workload starts again.
+//! Its answer carries [`crate::layers::ApplyResponse::applied_at_ns`]: the
+//! moment from which a path changed after the rewind.
+
+use crate::http::PATH_REWIND;
+
+/// Content type of the change list.
+pub const CHANGES_CONTENT_TYPE: &str = "application/octet-stream";
+/// Answer header: the rewind's token, which the layer apply names.
+pub const HEADER_REWIND: &str = "x-silo-rewind";
+/// The query key of a layer apply that finishes a rewind.
+pub const QUERY_REWIND: &str = "rewind";
+/// How long the agent holds a sandbox for a rewind's layer before it lets
+/// it go unchanged.
+pub const HOLD_SECS: u64 = 60;
+/// Largest change list the agent sends; a rewind of more is refused as
+/// `too_large` (the controller then makes a new machine instead).
+pub const MAX_CHANGES_BYTES: usize = 64 * 1024 * 1024;
+/// The byte that ends each record of the change list.
+pub const RECORD_END: u8 = 0;
+
+/// What a changed path is now: the first byte of its record, before the
+/// path (relative to `/`, as in a layer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// A directory (`d`).
+    Dir,
+    /// A regular file (`f`).
+    File,
+    /// A symbolic link (`l`).
+    Symlink,
+    /// Anything else: a device, a FIFO (`o`).
+    Other,
+    /// Gone: it was in the baseline and its directory no longer has it
+    /// (`-`). Everything that was under it is gone too.
+    Gone,
+}
+
+impl Change {
+    /// The record's kind byte.
+    pub fn byte(self) -> u8 {
+        match self {
+            Self::Dir => b'd',
+            Self::File => b'f',
+            Self::Symlink => b'l',
+            Self::Other => b'o',
+            Self::Gone => b'-',
+        }
+    }
+
+    /// The kind a record's first byte names.
+    pub fn from_byte(byte: u8) -> Option<Self> {
+        Some(match byte {
+            b'd' => Self::Dir,
+            b'f' => Self::File,
+            b'l' => Self::Symlink,
+            b'o' => Self::Other,
+            b'-' => Self::Gone,
+            _ => return None,
+        })
+    }
+}
+
+/// Appends one record (`kind`, `path`, [`RECORD_END`]) to `out`.
+pub fn push_record(out: &mut Vec<u8>, kind: Change, path: &[u8]) {
+    out.push(kind.byte());
+    out.extend_from_slice(path);
+    out.push(RECORD_END);
+}
+
+/// Splits a change list into its records; `None` if it is not one (a
+/// record without its end, an unknown kind, an empty path, a NUL inside).
+pub fn split_changes(body: &[u8]) -> Option<Vec<(Change, &[u8])>> {
+    if body.is_empty() {
+        return Some(Vec::new());
+    }
+    let body = body.strip_suffix(&[RECORD_END])?;
+    body.split(|&b| b == RECORD_END)
+        .map(|record| {
+            let (&kind, path) = record.split_first()?;
+            (!path.is_empty()).then_some(())?;
+            Some((Change::from_byte(kind)?, path))
+        })
+        .collect()
+}
+
+/// The request path.
+pub fn path() -> &'static str {
+    PATH_REWIND
+}
+
+/// The path and query of the layer apply that finishes rewind `token`.
+pub fn apply_path(token: &str) -> String {
+    crate::query::QueryBuilder::new(crate::layers::path())
+        .param(QUERY_REWIND, token)
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_bad_lists_are_refused() {
+        let mut body = Vec::new();
+        for (kind, path) in [
+            (Change::Dir, &b"etc"[..]),
+            (Change::File, b"etc/passwd"),
+            (Change::Symlink, b"bin/sh"),
+            (Change::Other, b"run/fifo"),
+            (Change::Gone, b"tmp/x\xff"),
+        ] {
+            push_record(&mut body, kind, path);
+        }
+        let records = split_changes(&body).unwrap();
+        assert_eq!(records.len(), 5);
+        assert_eq!(records[4], (Change::Gone, &b"tmp/x\xff"[..]));
+        assert_eq!(split_changes(b"").unwrap(), Vec::new());
+        assert_eq!(split_changes(b"fetc"), None, "cut inside a record");
+        assert_eq!(split_changes(b"xetc\0"), None, "unknown kind");
+        assert_eq!(split_changes(b"f\0"), None, "empty path");
+        assert_eq!(path(), "/v1/rewind");
+        assert_eq!(apply_path("ab12"), "/v1/layers?rewind=ab12");
+    }
+}
