@@ -45,7 +45,7 @@ use body::{BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use extract::ExtractError;
 use mount::{Live, Mount, MountError};
 use store::VersionId;
-pub use store::remove_tree;
+pub use store::{STORE_DIR, remove_tree};
 
 /// Where mounts may live unless the agent is told otherwise.
 pub const DEFAULT_PUSH_ROOT: &str = "/workspace/managed";
@@ -360,12 +360,12 @@ impl Pusher {
     }
 }
 
-/// Removes the directories a failed push made.
+/// Removes the directories a failed push made, or has them retried until
+/// they are gone (a reader in the tree can stop a removal on
+/// fuse-overlayfs).
 fn remove_leftovers(leftovers: &[PathBuf]) {
     for dir in leftovers {
-        if let Err(err) = store::remove_tree(dir) {
-            tracing::warn!(dir = %dir.display(), %err, "cannot remove a failed version");
-        }
+        crate::cleanup::global().remove(dir);
     }
 }
 
