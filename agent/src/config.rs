@@ -22,7 +22,10 @@ use silo_protocol::version::{PROTOCOL_VERSION, VersionError, Versions};
 use crate::exec::detach::DEFAULT_DETACH_TIMEOUT;
 use crate::exec::{DEFAULT_FINISHED_OUTPUT_BUDGET, DEFAULT_OUTPUT_BUDGET};
 use crate::memory;
-use crate::push::{DEFAULT_KEEP_VERSIONS, DEFAULT_PUSH_ROOT, DEFAULT_VERSION_GRACE, PushConfig};
+use crate::push::{
+    DEFAULT_KEEP_VERSIONS, DEFAULT_PUSH_DEADLINE, DEFAULT_PUSH_ROOT, DEFAULT_VERSION_GRACE,
+    PushConfig,
+};
 use crate::workload::RestartPolicy;
 
 /// Environment variable that may carry the sandbox key (hex). The agent
@@ -128,6 +131,10 @@ pub struct Args {
     /// Most replaced versions kept per mount, whatever their age.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_KEEP_VERSIONS)]
     pub push_keep: usize,
+    /// Seconds one push may take to extract and swap before it is cancelled
+    /// (its mount is then free for the next).
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_PUSH_DEADLINE.as_secs())]
+    pub push_deadline_secs: u64,
     /// Newest protocol version to speak, to test a controller against an
     /// older agent: requests announcing a newer one are refused, and
     /// `/healthz` and every answer report this as the newest. Endpoints
@@ -360,6 +367,7 @@ impl Config {
             },
             grace: Duration::from_secs(args.push_grace_secs),
             keep: args.push_keep,
+            deadline: Duration::from_secs(args.push_deadline_secs.max(1)),
         };
         Ok(Self {
             listen: args.listen,
