@@ -21,8 +21,9 @@
 //! permit each); finished ones are kept for [`RETENTION`], at most
 //! [`MAX_FINISHED_EXECS`] of them. Their output together stays within the
 //! finished-output budget ([`DEFAULT_FINISHED_OUTPUT_BUDGET`], a share of
-//! the memory limit at most, see [`crate::memory`]): past it the oldest
-//! finished exec's output is dropped, but not its record, so a client that
+//! the memory limit at most, see [`crate::memory`]) besides the newest
+//! one's: past it the oldest finished exec's output is dropped, but not its
+//! record, so a client that
 //! asks later learns how it ended and exactly how many bytes were lost.
 //! Each unfinished exec holds at most `ring_bytes` of output, and all of
 //! them together the output budget.
@@ -232,7 +233,10 @@ struct Table {
 
 impl Table {
     /// Forgets finished execs past the count or the age, then drops the
-    /// output of the oldest while their output is over `budget`.
+    /// output of the oldest while their output is over `budget`. The newest
+    /// keeps its output whatever its size (at most what the running budget
+    /// let it hold), so the client of a command that just ended can still
+    /// read its tail: finished output is at most `budget` plus one ring.
     fn evict(&mut self, now: Instant, budget: usize) {
         while let Some(oldest) = self.retired.front() {
             let over = self.retired.len() > MAX_FINISHED_EXECS
@@ -244,7 +248,8 @@ impl Table {
             self.execs.remove(&oldest.id);
             self.retired.pop_front();
         }
-        for retired in &mut self.retired {
+        let older = self.retired.len().saturating_sub(1);
+        for retired in self.retired.iter_mut().take(older) {
             if self.retired_bytes <= budget {
                 break;
             }

@@ -202,7 +202,15 @@ impl Pusher {
                 limit: cap,
             });
         }
-        let limits = admit(&self.config.limits, request.declared)?;
+        let limits = match admit(&self.config.limits, request.declared) {
+            Ok(limits) => limits,
+            Err(err) => {
+                // Read at the network's pace, not the disk's, so the client
+                // hears the refusal instead of a reset while still sending.
+                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                return Err(err);
+            }
+        };
         let mount = match mount::resolve(&request.mount, &self.config) {
             Ok(mount) => mount,
             Err(err) => {
