@@ -174,13 +174,13 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             "head -c 1024 /dev/zero > /root/kb",
         ]))
         .await?;
-    let snapshot = silo.snapshot(&name, None, &no_progress()).await?.snapshot;
+    let snapshot = silo.snapshots_of(&name)?.take(None).await?.snapshot;
     let mut rewind = Samples::default();
     for _ in 0..rounds {
         let again = silo.sandbox(&name).await?;
         again.commands().run(change("broken")).await?;
         let t = Instant::now();
-        let restored = silo.rewind(&name, &snapshot.id, &no_progress()).await?;
+        let restored = silo.snapshots_of(&name)?.rewind(&snapshot.id).await?;
         let conn = silo.connect(&restored.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         rewind.push(t.elapsed());
@@ -197,12 +197,12 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             image: None,
         };
         let forked = silo
-            .fork_to(&snapshot.id, &docker_name, &onto, &no_progress())
+            .fork(&snapshot.id, &docker_name, &onto, &no_progress())
             .await?;
         let conn = silo.connect(&forked.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         to_docker.push(t.elapsed());
-        let on_docker = silo.snapshot(&docker_name, None, &no_progress()).await?;
+        let on_docker = silo.snapshots_of(&docker_name)?.take(None).await?;
 
         let e2b_name = format!("bench-e2b-fork-e2b-{round}");
         let t = Instant::now();
@@ -211,7 +211,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             image: Some("base".into()),
         };
         let back = silo
-            .fork_to(&on_docker.snapshot.id, &e2b_name, &onto, &no_progress())
+            .fork(&on_docker.snapshot.id, &e2b_name, &onto, &no_progress())
             .await?;
         let conn = silo.connect(&back.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;

@@ -74,6 +74,7 @@ pub mod silo;
 pub mod spec;
 pub mod state;
 pub mod store;
+mod timestamp;
 
 /// The wire crate, for the types below and anything else a harness needs
 /// of it, so that depending on `silo` alone is enough.
@@ -90,3 +91,4 @@ pub use silo::{CreateRequest, ForkTarget, Silo, SiloError, SiloOptions, Started}
 pub use silo::{GcReport, UpAction, UpOutcome, UpRequest};
 pub use spec::{BackendKind, SandboxSpec};
 pub use state::{Event, SandboxRecord};
+pub use timestamp::unix_ms_to_rfc3339;

@@ -22,8 +22,8 @@ use bytes::Bytes;
 use silo_protocol::bundle::{Bundle, BundleError, BundleLimits, FileSet};
 
 pub use fanout::{
-    DEFAULT_CONCURRENCY, Job, Outcome, ProgressFn, PushEvent, PushFailure, PushOptions, PushReport,
-    Pushed, push_all,
+    DEFAULT_CONCURRENCY, Job, Outcome, PushEvent, PushFailure, PushOptions, PushProgressFn,
+    PushReport, Pushed, push_all,
 };
 pub use files::{FilesError, files_from_dir};
 pub use send::{

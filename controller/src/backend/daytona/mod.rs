@@ -30,12 +30,14 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::docker::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
+use super::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use super::remote::{
     AGENT_PATH, AGENT_PORT, KEY_PATH, SWEEP_RETRY_BUDGET, agent_command, healthy, sweep, tls_route,
     wait_for_agent,
 };
-use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
+use super::{
+    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, SnapshotSupport,
+};
 use crate::agent_binary::AgentLocator;
 use crate::client::{AgentClient, Endpoint};
 use crate::home::{Home, HomeId};
@@ -86,6 +88,16 @@ impl DaytonaBackend {
     /// agent `agent` finds.
     pub fn new(home: Home, agent: Arc<AgentLocator>) -> Self {
         Self::with_config(home, agent, DaytonaConfig::from_env())
+    }
+
+    /// The Daytona backend of a home, with the configuration given or
+    /// else the environment's.
+    pub(crate) fn open(setup: &super::BackendSetup) -> Self {
+        let config = setup
+            .daytona
+            .clone()
+            .map_or_else(DaytonaConfig::from_env, Ok);
+        Self::with_config(setup.home.clone(), Arc::clone(&setup.agent), config)
     }
 
     /// A Daytona backend with the configuration given.
@@ -228,7 +240,7 @@ impl DaytonaBackend {
     /// Deletes this home's Daytona sandboxes whose silo sandbox is not in
     /// `live`; answers what it deleted (or would, on a dry run). Without an
     /// API key there is nothing to sweep.
-    pub async fn sweep_orphans(
+    async fn sweep(
         &self,
         live: &std::collections::HashSet<String>,
         dry_run: bool,
@@ -274,6 +286,14 @@ fn parse_ref(machine: &Machine<'_>) -> Option<DaytonaRef> {
 impl Backend for DaytonaBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Daytona
+    }
+
+    async fn sweep_orphans(
+        &self,
+        live: &std::collections::HashSet<String>,
+        dry_run: bool,
+    ) -> Result<Vec<String>, BackendError> {
+        Ok(self.sweep(live, dry_run).await?)
     }
 
     fn snapshot_support(&self) -> SnapshotSupport {
@@ -353,7 +373,7 @@ impl Backend for DaytonaBackend {
         })
     }
 
-    async fn start(&self, machine: Machine<'_>) -> Result<Started, BackendError> {
+    async fn start(&self, machine: Machine<'_>) -> Result<MachineStarted, BackendError> {
         let Some(mut daytona) = parse_ref(&machine) else {
             return Err(DaytonaError::Gone(machine.name.to_owned()).into());
         };
@@ -380,7 +400,7 @@ impl Backend for DaytonaBackend {
             self.hand_over_key(&toolbox, &machine).await?;
             self.launch(&toolbox, &daytona, &machine).await?;
         }
-        Ok(Started {
+        Ok(MachineStarted {
             backend_ref: serde_json::to_value(&daytona).unwrap_or_default(),
             was_running: answering,
         })

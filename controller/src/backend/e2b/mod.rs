@@ -29,12 +29,14 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::docker::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
+use super::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use super::remote::{
     AGENT_PATH, AGENT_PORT, KEY_PATH, SWEEP_RETRY_BUDGET, agent_command, healthy, sweep,
     wait_for_agent,
 };
-use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
+use super::{
+    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, SnapshotSupport,
+};
 use crate::agent_binary::AgentLocator;
 use crate::client::{AgentClient, Endpoint};
 use crate::home::{Home, HomeId};
@@ -111,6 +113,13 @@ impl E2bBackend {
     /// `agent` finds.
     pub fn new(home: Home, agent: Arc<AgentLocator>) -> Self {
         Self::with_config(home, agent, E2bConfig::from_env())
+    }
+
+    /// The E2B backend of a home, with the configuration given or else the
+    /// environment's.
+    pub(crate) fn open(setup: &super::BackendSetup) -> Self {
+        let config = setup.e2b.clone().map_or_else(E2bConfig::from_env, Ok);
+        Self::with_config(setup.home.clone(), Arc::clone(&setup.agent), config)
     }
 
     /// An E2B backend with the configuration given.
@@ -308,7 +317,7 @@ impl E2bBackend {
     /// create that died before recording it, or left by a removal that did
     /// not reach E2B); answers what it killed (or would, on a dry run).
     /// Without an API key there is nothing to sweep.
-    pub async fn sweep_orphans(
+    async fn sweep(
         &self,
         live: &std::collections::HashSet<String>,
         dry_run: bool,
@@ -346,6 +355,14 @@ fn timeout_secs(config: &E2bConfig) -> u32 {
 impl Backend for E2bBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::E2b
+    }
+
+    async fn sweep_orphans(
+        &self,
+        live: &std::collections::HashSet<String>,
+        dry_run: bool,
+    ) -> Result<Vec<String>, BackendError> {
+        Ok(self.sweep(live, dry_run).await?)
     }
 
     fn snapshot_support(&self) -> SnapshotSupport {
@@ -406,7 +423,7 @@ impl Backend for E2bBackend {
         })
     }
 
-    async fn start(&self, machine: Machine<'_>) -> Result<Started, BackendError> {
+    async fn start(&self, machine: Machine<'_>) -> Result<MachineStarted, BackendError> {
         let Some(e2b) = parse_ref(&machine) else {
             return Err(E2bError::Gone(machine.name.to_owned()).into());
         };
@@ -426,7 +443,7 @@ impl Backend for E2bBackend {
             // timeout, or was killed): the binary is still there.
             self.start_agent(&e2b, &machine).await?;
         }
-        Ok(Started {
+        Ok(MachineStarted {
             backend_ref: machine.backend_ref.clone(),
             was_running: !resumed && answering,
         })
