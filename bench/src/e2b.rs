@@ -24,9 +24,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use silo::backend::e2b::api::NewSandbox;
-use silo::backend::e2b::{Api, E2bConfig, E2bRef, Envd};
-use silo::silo::no_progress;
+use silo::internals::e2b::NewSandbox;
+use silo::internals::e2b::{Api, E2bConfig, E2bRef, Envd};
+use silo::no_progress;
 use silo::{BackendKind, ForkTarget, SandboxSpec, Silo, SiloOptions, UpRequest};
 use silo_mocks::{MockE2b, MockE2bConfig};
 use silo_protocol::exec::ExecSpec;
@@ -49,14 +49,14 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     if silo_tests::docker::engine_with_base().await.is_none() {
         return Ok(Vec::new());
     }
-    let engine = silo::backend::docker::connect().await?;
-    let baked = silo::image::BakeRequest {
+    let engine = silo::internals::docker::connect().await?;
+    let baked = silo::internals::image::BakeRequest {
         base: silo_tests::docker::BASE_IMAGE,
         tag: BAKED_IMAGE,
         agent: silo_tests::agent_binary(),
-        listen: silo::image::DEFAULT_LISTEN,
+        listen: silo::DEFAULT_LISTEN,
     };
-    silo::image::bake(&engine, &baked, &mut |_| {}).await?;
+    silo::internals::image::bake(&engine, &baked, &mut |_| {}).await?;
     let mut mock_config = MockE2bConfig::default();
     mock_config
         .templates

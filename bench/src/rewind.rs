@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use silo::silo::{ImageSource, InPlace, no_progress};
 use silo::{BackendKind, CreateRequest, SandboxSpec, Silo};
+use silo::{ImageSource, InPlace, no_progress};
 
 use crate::docker_common::{DockerBench, first_output};
 use crate::report::Row;

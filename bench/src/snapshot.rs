@@ -19,7 +19,7 @@ use bollard::query_parameters::{
     CommitContainerOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
 };
 use futures_util::StreamExt;
-use silo::silo::no_progress;
+use silo::no_progress;
 use silo::{BackendKind, CreateRequest, SandboxSpec};
 use tokio::io::AsyncWriteExt;
 
@@ -426,7 +426,7 @@ pub async fn commit_image(engine: &Docker, container: &str, tag: &str) -> anyhow
 async fn save_image(engine: &Docker, tag: &str, file: &Path) -> anyhow::Result<u64> {
     let engine = engine
         .clone()
-        .with_timeout(silo::backend::docker::LONG_REQUEST_TIMEOUT);
+        .with_timeout(silo::internals::docker::LONG_REQUEST_TIMEOUT);
     let mut out = tokio::fs::File::create(file).await?;
     let mut stream = engine.export_image(tag);
     let mut bytes = 0;
@@ -443,7 +443,7 @@ async fn save_image(engine: &Docker, tag: &str, file: &Path) -> anyhow::Result<u
 async fn load_file(engine: &Docker, file: &Path) -> anyhow::Result<()> {
     let engine = engine
         .clone()
-        .with_timeout(silo::backend::docker::LONG_REQUEST_TIMEOUT);
+        .with_timeout(silo::internals::docker::LONG_REQUEST_TIMEOUT);
     let body = tokio::fs::read(file).await?;
     let options = bollard::query_parameters::ImportImageOptionsBuilder::new()
         .quiet(true)

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use silo::silo::no_progress;
+use silo::no_progress;
 use silo::{BackendKind, CreateRequest, SandboxSpec};
 
 use crate::docker_common::{DockerBench, engine_exec, first_output, remove, start_to_first_output};
@@ -154,7 +154,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             "snapshot-chain",
             format!(
                 "squash of {} links, max of {}",
-                silo::silo::COMPACT_AT,
+                silo::COMPACT_AT,
                 squashes.len()
             ),
             "ms",

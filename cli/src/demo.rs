@@ -12,10 +12,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use silo::PushOptions;
 use silo::client::{ExecConnection, ExecEvent};
-use silo::image::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX};
-use silo::push::PushOptions;
 use silo::{BackendKind, SandboxSpec, Silo, UpRequest};
+use silo::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX};
 use silo_protocol::bundle::FileSet;
 use silo_protocol::exec::ExecSpec;
 
@@ -324,8 +324,8 @@ async fn fork(
 ) -> anyhow::Result<()> {
     let fork_name = format!("{name}-fork");
     let t = Instant::now();
-    let target = silo::silo::ForkTarget::default();
-    silo.fork(snapshot, &fork_name, &target, &silo::silo::no_progress())
+    let target = silo::ForkTarget::default();
+    silo.fork(snapshot, &fork_name, &target, &silo::no_progress())
         .await
         .context("forking the demo snapshot")?;
     let took = t.elapsed();

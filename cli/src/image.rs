@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use silo::Silo;
-use silo::image::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, DEFAULT_LISTEN};
+use silo::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, DEFAULT_LISTEN};
 
 use super::output::Output;
 

@@ -25,7 +25,7 @@ use crate::home::{Home, HomeError};
 use crate::naming::{NamingError, generated_name, new_sandbox_id, validate_name};
 use crate::spec::{BackendKind, SandboxSpec};
 use crate::state::{
-    Event, EventKind, MasterKeyError, NewSandbox, SandboxRecord, StateDb, StateError,
+    EventKind, EventRecord, MasterKeyError, NewSandbox, SandboxRecord, StateDb, StateError,
     load_or_create_master_key, without_secrets,
 };
 
@@ -37,7 +37,7 @@ mod push;
 mod snapshot;
 
 pub use gc::{Collected, GcReport};
-pub use lease::{LEASE_WAIT, Lease};
+pub use lease::Lease;
 pub use open::{UpAction, UpOutcome, UpRequest};
 pub use pool::{FillReport, MAX_POOL_SIZE, PoolError, PoolStatus};
 pub use snapshot::{
@@ -58,8 +58,8 @@ const NAME_ATTEMPTS: u32 = 8;
 pub struct SiloOptions {
     /// The state directory; `$SILO_HOME` or `~/.local/share/silo` when absent.
     pub home: Option<PathBuf>,
-    /// The agent binary to run; found automatically when absent (see
-    /// [`crate::agent_binary`]).
+    /// The agent binary to run; when absent, `$SILO_AGENT`, a `silo-agent`
+    /// beside the executable, or the one this build embeds.
     pub agent: Option<PathBuf>,
     /// How to reach E2B; from the environment (`E2B_API_KEY` …) when absent.
     pub e2b: Option<E2bConfig>,
@@ -105,7 +105,7 @@ pub struct Started {
 /// A handle on one silo home: its state, its key and its backends.
 ///
 /// Cheap to clone: clones share one state connection, so a harness can hand
-/// one to each task, and each [`Sandbox`] handle carries one.
+/// one to each task, and each [`crate::Sandbox`] handle carries one.
 #[derive(Debug, Clone)]
 pub struct Silo(Arc<Shared>);
 
@@ -352,7 +352,7 @@ impl Silo {
     }
 
     /// The sandbox's events, oldest first; works for removed sandboxes too.
-    pub fn events(&self, name_or_id: &str) -> Result<Vec<Event>, SiloError> {
+    pub fn events(&self, name_or_id: &str) -> Result<Vec<EventRecord>, SiloError> {
         Ok(self.db().events_of(name_or_id)?)
     }
 

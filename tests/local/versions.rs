@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 
 use silo::client::ClientError;
-use silo::sandbox::{FileError, Files};
+use silo::{FileError, Files};
 use silo_protocol::auth::{EMPTY_BODY_SHA256, sign};
 use silo_protocol::exec::ExecSpec;
 use silo_protocol::files::{FileQuery, PATH_STAT};

@@ -16,11 +16,11 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use silo::doctor::{Check, Verdict};
-use silo::push::{PushEvent, PushProgressFn, PushReport};
 use silo::unix_ms_to_rfc3339;
 use silo::{
-    Event, GcReport, MachineState, SandboxRecord, Started, UpAction, UpOutcome, human_bytes,
+    EventRecord, GcReport, MachineState, SandboxRecord, Started, UpAction, UpOutcome, human_bytes,
 };
+use silo::{PushEvent, PushProgressFn, PushReport};
 use silo_protocol::session::SessionInfo;
 
 /// The shell's exit code for a process killed by SIGPIPE, used when our own
@@ -133,7 +133,7 @@ impl Output {
         print_lines(&render(&table))
     }
 
-    pub fn events(&self, events: &[Event]) -> anyhow::Result<()> {
+    pub fn events(&self, events: &[EventRecord]) -> anyhow::Result<()> {
         if self.json {
             return print_json(&events);
         }

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use silo::Snapshot;
 use silo::human_bytes;
-use silo::silo::{
+use silo::{
     ImageSource, RestoreReport, SnapshotProgress as Progress, SnapshotProgressFn, SnapshotReport,
 };
-use silo::state::Snapshot;
 
 use super::{Output, print_json, print_lines, render, row, utc};
 

@@ -37,7 +37,7 @@ use crate::spec::{BackendKind, SandboxSpec};
 pub use daytona::{DaytonaBackend, DaytonaConfig, DaytonaError};
 pub use docker::{DockerBackend, DockerError};
 pub use e2b::{E2bBackend, E2bConfig, E2bError};
-pub use local::{LocalBackend, LocalError, LogTail};
+pub use local::{LocalBackend, LocalError};
 
 /// What a backend is told about the sandbox it acts on.
 #[derive(Debug, Clone, Copy)]

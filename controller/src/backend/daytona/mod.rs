@@ -84,12 +84,6 @@ pub struct DaytonaRef {
 }
 
 impl DaytonaBackend {
-    /// A Daytona backend configured from the environment, uploading the
-    /// agent `agent` finds.
-    pub fn new(home: Home, agent: Arc<AgentLocator>) -> Self {
-        Self::with_config(home, agent, DaytonaConfig::from_env())
-    }
-
     /// The Daytona backend of a home, with the configuration given or
     /// else the environment's.
     pub(crate) fn open(setup: &super::BackendSetup) -> Self {

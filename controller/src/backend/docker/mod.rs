@@ -53,20 +53,13 @@ use crate::home::{Home, HomeId, create_private_dir};
 use crate::spec::BackendKind;
 use crate::timestamp::rfc3339_to_unix_ms;
 
-pub use super::labels::{
-    LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH, LABEL_VERSION,
-};
-pub use config::{AGENT_PATH, RUN_DIR, STOP_TIMEOUT_SECS};
-pub use engine::{
-    CONNECT_TIMEOUT, DOCKER_HOST_ENV, LONG_REQUEST_TIMEOUT, REQUEST_TIMEOUT, connect, engine_host,
-};
+pub use super::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
+pub use config::STOP_TIMEOUT_SECS;
+pub use engine::{LONG_REQUEST_TIMEOUT, connect, engine_host};
 pub use error::DockerError;
 pub use image::ensure_image;
 pub use labels::container_name;
-pub use ready::READY_TIMEOUT;
-pub use snapshot::{
-    ContainerFacts, LABEL_SNAPSHOT, SNAPSHOT_REPOSITORY, SnapshotImage, snapshot_tag,
-};
+pub use snapshot::{ContainerFacts, LABEL_SNAPSHOT, snapshot_tag};
 
 pub(crate) use error::is_not_found;
 use error::{api, io, is_conflict, is_missing_image, is_unknown_runtime};

@@ -45,7 +45,7 @@ use crate::spec::BackendKind;
 
 pub use api::Api;
 pub use config::{E2bConfig, E2bConfigError};
-pub use envd::{ENVD_PORT, Envd};
+pub use envd::Envd;
 pub use error::E2bError;
 
 /// What came of starting a template's own agent.
@@ -109,12 +109,6 @@ impl E2bRef {
 }
 
 impl E2bBackend {
-    /// An E2B backend configured from the environment, uploading the agent
-    /// `agent` finds.
-    pub fn new(home: Home, agent: Arc<AgentLocator>) -> Self {
-        Self::with_config(home, agent, E2bConfig::from_env())
-    }
-
     /// The E2B backend of a home, with the configuration given or else the
     /// environment's.
     pub(crate) fn open(setup: &super::BackendSetup) -> Self {

@@ -45,7 +45,7 @@ use crate::home::{Home, create_private_dir};
 use crate::retry::Deadline;
 use crate::spec::BackendKind;
 
-pub use process::{STOP_GRACE, TerminateError};
+pub use process::TerminateError;
 
 /// How long a freshly spawned agent has to answer its health check.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -90,7 +90,7 @@ pub fn no_progress() -> SnapshotProgressFn {
     Arc::new(|_| {})
 }
 
-/// What [`Silo::snapshot`] did.
+/// What [`crate::Snapshots::take`] did.
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotReport {
     /// The snapshot, as recorded.

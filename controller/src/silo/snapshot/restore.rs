@@ -35,7 +35,7 @@ use crate::store::{LoadPlan, Store, load_archive};
 /// Longest parent chain followed when looking for layers the engine has.
 const MAX_CHAIN: usize = 256;
 
-/// Where [`Silo::fork_to`] puts the new sandbox; every field left `None`
+/// Where [`Silo::fork`] puts the new sandbox; every field left `None`
 /// keeps what the snapshot's sandbox had.
 #[derive(Debug, Clone, Default)]
 pub struct ForkTarget {
