@@ -46,6 +46,9 @@ sdk_journeys() {
     "$venv/bin/python" -m pytest -q -s -rs -p no:cacheprovider tests/sdk
 }
 
+log "ARCHITECTURE.md's code map names only what exists"
+scripts/check-architecture.sh
+
 log "providers' SDKs against the mocks"
 sdk_journeys
 

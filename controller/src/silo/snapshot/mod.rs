@@ -60,8 +60,9 @@ use serde::Serialize;
 
 use super::Silo;
 use super::SiloError;
-use crate::backend::{Backend, DockerError, SnapshotSupport};
+use crate::backend::{Backend, DockerError, EngineImages, SnapshotSupport};
 use crate::client::ClientError;
+use crate::home::HomeId;
 use crate::spec::BackendKind;
 use crate::state::{SandboxRecord, Snapshot, StateError, StoredImage};
 use crate::store::{
@@ -70,7 +71,7 @@ use crate::store::{
 
 /// What a long snapshot step reports, for progress bars.
 #[derive(Debug, Clone, Copy)]
-pub enum Progress {
+pub enum SnapshotProgress {
     /// A step begins; `total` bytes when known.
     Step {
         /// What it does, in a few words.
@@ -82,15 +83,15 @@ pub enum Progress {
     Bytes(u64),
 }
 
-/// Receives [`Progress`]; called from blocking threads too.
-pub type ProgressFn = Arc<dyn Fn(Progress) + Send + Sync>;
+/// Receives [`SnapshotProgress`]; called from blocking threads too.
+pub type SnapshotProgressFn = Arc<dyn Fn(SnapshotProgress) + Send + Sync>;
 
 /// A progress receiver that ignores everything.
-pub fn no_progress() -> ProgressFn {
+pub fn no_progress() -> SnapshotProgressFn {
     Arc::new(|_| {})
 }
 
-/// What [`Silo::snapshot`] did.
+/// What [`crate::Snapshots::take`] did.
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotReport {
     /// The snapshot, as recorded.
@@ -222,6 +223,15 @@ pub struct StoreGc {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SnapshotError {
+    /// This home's identity could not be read or made.
+    #[error("cannot read or create this home's identity {path}")]
+    HomeId {
+        /// Its file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The sandbox's backend cannot snapshot.
     #[error(
         "sandbox {name:?} runs on the {backend} backend, which has no snapshots (docker and e2b have)"
@@ -405,7 +415,24 @@ fn ms_since(start: Instant) -> f64 {
 impl Silo {
     /// The content-addressed store under this home.
     pub fn store(&self) -> Result<Store, SiloError> {
-        Ok(Store::open(self.home.store_dir()).map_err(SnapshotError::from)?)
+        Ok(Store::open(self.home().store_dir()).map_err(SnapshotError::from)?)
+    }
+
+    /// The engine `kind`'s machines are made from, for a snapshot that
+    /// goes onto it as an image.
+    fn engine_images(&self, kind: BackendKind) -> Result<EngineImages, SnapshotError> {
+        self.backend(kind)
+            .engine_images()
+            .ok_or_else(|| SnapshotError::Inconsistent(format!("the {kind} backend has no engine")))
+    }
+
+    /// This home's identity, as the images its snapshots load carry it.
+    fn home_id(&self) -> Result<String, SnapshotError> {
+        let home_id = HomeId::of(self.home());
+        home_id.get().map_err(|source| SnapshotError::HomeId {
+            path: home_id.path().display().to_string(),
+            source,
+        })
     }
 
     /// What the sandbox's backend can do with snapshots, or why it can do
@@ -543,9 +570,12 @@ impl Silo {
         }
         self.db().delete_snapshot(&snapshot)?;
         let image = load_archive::image_id(snapshot.config.as_bytes());
-        match self.docker.remove_image(&image).await {
-            Ok(_) | Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {}
-            Err(error) => tracing::warn!(snapshot = snapshot.id, "removing its image: {error}"),
+        for engine_images in self.backends().engines() {
+            match engine_images.remove_image(&image).await {
+                Ok(_) | Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {
+                }
+                Err(error) => tracing::warn!(snapshot = snapshot.id, "removing its image: {error}"),
+            }
         }
         Ok(snapshot)
     }

@@ -19,12 +19,11 @@ use serde_json::json;
 use super::layer::CountingWriter;
 use super::take::snapshot_config;
 use super::{
-    ImageSource, Progress, ProgressFn, RestoreReport, SnapshotError, engine, ms_since, no_progress,
-    parse_digest,
+    ImageSource, RestoreReport, SnapshotError, SnapshotProgress, SnapshotProgressFn, engine,
+    ms_since, no_progress, parse_digest,
 };
 use crate::CreateRequest;
-use crate::backend::docker::snapshot_tag;
-use crate::backend::{Backend, BackendError, DockerBackend, Machine, SnapshotSupport};
+use crate::backend::{Backend, BackendError, EngineImages, Machine, SnapshotSupport};
 use crate::bridge;
 use crate::naming::validate_name;
 use crate::silo::{Silo, SiloError, backend_error, machine};
@@ -35,7 +34,7 @@ use crate::store::{LoadPlan, Store, load_archive};
 /// Longest parent chain followed when looking for layers the engine has.
 const MAX_CHAIN: usize = 256;
 
-/// Where [`Silo::fork_to`] puts the new sandbox; every field left `None`
+/// Where [`Silo::fork`] puts the new sandbox; every field left `None`
 /// keeps what the snapshot's sandbox had.
 #[derive(Debug, Clone, Default)]
 pub struct ForkTarget {
@@ -52,17 +51,17 @@ impl Silo {
     /// the engine image with the same base id first.
     pub(super) async fn load_snapshot_image(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         snapshot: &Snapshot,
         image: Option<&str>,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<(String, ImageSource), SnapshotError> {
         let rebased = self
-            .rebase_onto_engine(docker, store, snapshot, image, progress)
+            .rebase_onto_engine(images, store, snapshot, image, progress)
             .await?;
         self.load_as_is(
-            docker,
+            images,
             store,
             rebased.as_ref().unwrap_or(snapshot),
             progress,
@@ -74,13 +73,13 @@ impl Silo {
     /// engine image.
     async fn load_as_is(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         snapshot: &Snapshot,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<(String, ImageSource), SnapshotError> {
         let image_id = load_archive::image_id(snapshot.config.as_bytes());
-        if docker
+        if images
             .image_layers(&image_id)
             .await
             .map_err(engine("inspect a snapshot image"))?
@@ -93,16 +92,16 @@ impl Silo {
             .iter()
             .map(|l| parse_digest(l))
             .collect::<Result<Vec<_>, _>>()?;
-        let present = self.layers_on_engine(docker, snapshot).await?;
+        let present = self.layers_on_engine(images, snapshot).await?;
         let attempt = |present: usize| {
             let include: Vec<bool> = (0..layers.len()).map(|i| i >= present).collect();
             let plan = LoadPlan {
                 config_bytes: snapshot.config.as_bytes().to_vec(),
                 layers: layers.clone(),
                 include,
-                repo_tag: Some(snapshot_tag(&snapshot.id)),
+                repo_tag: Some(images.snapshot_tag(&snapshot.id)),
             };
-            self.load_plan(docker, store, plan, progress)
+            self.load_plan(images, store, plan, progress)
         };
         let sent = match attempt(present).await {
             Ok(sent) => sent,
@@ -127,11 +126,11 @@ impl Silo {
     /// when it already stands on an engine image and no other was asked.
     async fn rebase_onto_engine(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         snapshot: &Snapshot,
         image: Option<&str>,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<Option<Snapshot>, SnapshotError> {
         let base = self.base_of(snapshot)?;
         if !base.is_template() && image.is_none() {
@@ -148,7 +147,7 @@ impl Silo {
         // spec gives.
         let (target, name) = match (image, &base.identity) {
             (Some(image), _) => {
-                let (id, found) = docker
+                let (id, found) = images
                     .image_base_id(image)
                     .await
                     .map_err(engine("inspect an image"))?;
@@ -158,7 +157,7 @@ impl Silo {
                 }
                 (id, image.to_owned())
             }
-            (None, Some(base_id)) => docker
+            (None, Some(base_id)) => images
                 .images_with_base_id(base_id)
                 .await
                 .map_err(engine("list images"))?
@@ -172,7 +171,7 @@ impl Silo {
             (None, None) => return Err(mismatch("the Docker engine".into(), None)),
         };
         let (engine_base, _) = self
-            .store_base_image(docker, store, &target, progress)
+            .store_base_image(images, store, &target, progress)
             .await?;
         if engine_base.image_id == base.image_id {
             return Ok(None);
@@ -184,7 +183,7 @@ impl Silo {
             &layers,
             (&snapshot.id, true),
             snapshot.message.as_deref(),
-            &docker
+            &images
                 .home_id()
                 .map_err(engine("read this home's identity"))?,
         )?;
@@ -208,7 +207,7 @@ impl Silo {
     /// share more, which keeps a long chain of small snapshots to one look.
     async fn layers_on_engine(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         snapshot: &Snapshot,
     ) -> Result<usize, SnapshotError> {
         let mut candidates = Vec::new();
@@ -226,7 +225,7 @@ impl Silo {
         candidates.push(snapshot.base_image.clone());
         let mut best = 0;
         for candidate in candidates {
-            let Some(engine_layers) = docker
+            let Some(engine_layers) = images
                 .image_layers(&candidate)
                 .await
                 .map_err(engine("inspect an image"))?
@@ -251,10 +250,10 @@ impl Silo {
     /// Streams a load archive from the store into the engine; returns its size.
     async fn load_plan(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         plan: LoadPlan,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<u64, SnapshotError> {
         let mut total = 0;
         for (layer, include) in plan.layers.iter().zip(&plan.include) {
@@ -262,7 +261,7 @@ impl Silo {
                 total += store.size(layer)?;
             }
         }
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "loading into the engine",
             total: Some(total),
         });
@@ -289,7 +288,7 @@ impl Silo {
                 }
             })
         };
-        let loaded = docker.load_image(stream).await;
+        let loaded = images.load_image(stream).await;
         let written = write
             .await
             .map_err(|e| SnapshotError::Task(e.to_string()))?;
@@ -305,7 +304,7 @@ impl Silo {
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,
         reason: &str,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<RestoreReport, SiloError> {
         let start = Instant::now();
         let support = self.snapshot_support(sandbox)?;
@@ -313,7 +312,7 @@ impl Silo {
         let detail = json!({ "snapshot": snapshot.id, "reason": reason });
         let (sandbox, source) = match support {
             SnapshotSupport::AgentLayers => {
-                progress(Progress::Step {
+                progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
                 });
@@ -337,8 +336,9 @@ impl Silo {
             }
             _ => {
                 let store = self.store()?;
+                let images = self.engine_images(sandbox.backend)?;
                 let (image_id, source) = self
-                    .load_snapshot_image(&self.docker, &store, snapshot, None, progress)
+                    .load_snapshot_image(&images, &store, snapshot, None, progress)
                     .await?;
                 let sandbox = self.db().replace_machine(
                     sandbox,
@@ -346,7 +346,7 @@ impl Silo {
                     Some(&snapshot.id),
                     (EventKind::Rewound, detail),
                 )?;
-                progress(Progress::Step {
+                progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
                 });
@@ -354,7 +354,7 @@ impl Silo {
                     image: Some(&image_id),
                     ..machine(&sandbox, &key)
                 };
-                let made = self.docker.replace(made).await.map_err(BackendError::from);
+                let made = images.replace(made).await.map_err(BackendError::from);
                 (self.record_made(&sandbox, made).await?, source)
             }
         };
@@ -374,9 +374,9 @@ impl Silo {
         &self,
         sandbox: SandboxRecord,
         snapshot: &Snapshot,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<(SandboxRecord, ImageSource), SiloError> {
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "applying the snapshot",
             total: None,
         });
@@ -399,11 +399,11 @@ impl Silo {
     /// Puts a sandbox back to one of its snapshots (`silo rewind`): in
     /// place when its machine allows, else on a new machine made from it
     /// (the report says which, and why).
-    pub async fn rewind(
+    pub(crate) async fn rewind(
         &self,
         name_or_id: &str,
         snapshot: &str,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<RestoreReport, SiloError> {
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "rewind").await?;
         let snapshot = self.db().snapshot(snapshot)?;
@@ -415,7 +415,7 @@ impl Silo {
             }
             .into());
         }
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "rewinding in place",
             total: None,
         });
@@ -458,26 +458,16 @@ impl Silo {
     }
 
     /// Makes a new sandbox named `name` from a snapshot (`silo fork`), with
-    /// the spec its source had; the source is left alone.
+    /// the spec its source had or on another backend or image `target` asks
+    /// for (a template on a remote backend): the snapshot's layers above its
+    /// base go onto a machine whose base id is the base's, or the fork is
+    /// refused. The source is left alone.
     pub async fn fork(
         &self,
         snapshot: &str,
         name: &str,
-        progress: &ProgressFn,
-    ) -> Result<RestoreReport, SiloError> {
-        self.fork_to(snapshot, name, &ForkTarget::default(), progress)
-            .await
-    }
-
-    /// [`Silo::fork`] onto another backend or image (a template on a
-    /// remote backend): the snapshot's layers above its base go onto a
-    /// machine whose base id is the base's, or the fork is refused.
-    pub async fn fork_to(
-        &self,
-        snapshot: &str,
-        name: &str,
         target: &ForkTarget,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<RestoreReport, SiloError> {
         let start = Instant::now();
         validate_name(name)?;
@@ -511,8 +501,9 @@ impl Silo {
                 // A snapshot taken on a template, or asked onto another
                 // image, goes onto the engine image with its base id.
                 let image = target.image.as_deref();
+                let images = self.engine_images(spec.backend)?;
                 let rebased = self
-                    .rebase_onto_engine(&self.docker, &store, &snapshot, image, progress)
+                    .rebase_onto_engine(&images, &store, &snapshot, image, progress)
                     .await?;
                 if let Some(rebased) = &rebased {
                     spec.image = rebased.spec.image.clone();
@@ -525,9 +516,9 @@ impl Silo {
                 spec.check()?;
                 let on_engine = rebased.as_ref().unwrap_or(&snapshot);
                 let (image_id, source) = self
-                    .load_as_is(&self.docker, &store, on_engine, progress)
+                    .load_as_is(&images, &store, on_engine, progress)
                     .await?;
-                progress(Progress::Step {
+                progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
                 });
@@ -536,7 +527,7 @@ impl Silo {
             }
             SnapshotSupport::AgentLayers => {
                 spec.check()?;
-                progress(Progress::Step {
+                progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
                 });

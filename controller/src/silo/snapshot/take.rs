@@ -18,13 +18,13 @@ use silo_protocol::snapshot::SnapshotRequest;
 use super::baseline::listing_image_id;
 use super::layer::{CountingReader, Received, receive_layer};
 use super::{
-    BaseStored, COMPACT_AT, Compacted, Progress, ProgressFn, SnapshotError, SnapshotReport,
-    blocking, engine, ms_since, parse_digest, shared_lock,
+    BaseStored, COMPACT_AT, Compacted, SnapshotError, SnapshotProgress, SnapshotProgressFn,
+    SnapshotReport, blocking, engine, ms_since, parse_digest, shared_lock,
 };
-use crate::backend::docker::ContainerFacts;
-use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT, unix_ms_to_rfc3339};
+use crate::backend::labels::LABEL_HOME;
 use crate::backend::remote::SILO_DIR;
-use crate::backend::{BackendError, DockerBackend, MachineState, SnapshotSupport};
+use crate::backend::{BackendError, MachineState, SnapshotSupport};
+use crate::backend::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
 use crate::bridge;
 use crate::image::base_id_of;
 use crate::naming::new_snapshot_id;
@@ -32,6 +32,7 @@ use crate::silo::{Silo, SiloError, backend_error, machine};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage, now_ms};
 use crate::store::squash::squash;
 use crate::store::{Index, Store, save_archive};
+use crate::timestamp::unix_ms_to_rfc3339;
 
 /// How far before its container's creation a file's ctime still counts as
 /// changed. File times come from a clock that ticks a few milliseconds
@@ -42,11 +43,11 @@ pub(super) const CTIME_MARGIN_NS: i64 = 20_000_000;
 impl Silo {
     /// Snapshots a sandbox's file system (starting it first if it is
     /// stopped). See the module docs for what is captured and reported.
-    pub async fn snapshot(
+    pub(crate) async fn snapshot(
         &self,
         name_or_id: &str,
         message: Option<String>,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<SnapshotReport, SiloError> {
         let start = Instant::now();
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "snapshot").await?;
@@ -113,7 +114,7 @@ impl Silo {
         }
         request.baseline = baseline.to_vec();
 
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "capturing",
             total: None,
         });
@@ -179,8 +180,9 @@ impl Silo {
             }
             On::Base(StartBase::Stored(base, stored)) => on_image(base, stored),
             On::Base(StartBase::Pending { image_id, .. }) => {
+                let images = self.engine_images(sandbox.backend)?;
                 let (base, stored) = self
-                    .store_base_image(&self.docker, &store, &image_id, progress)
+                    .store_base_image(&images, &store, &image_id, progress)
                     .await?;
                 let stored = stored.map(|stored| BaseStored {
                     after_capture: true,
@@ -203,10 +205,7 @@ impl Silo {
             &layers,
             (&id, !unchanged),
             message.as_deref(),
-            &self
-                .docker
-                .home_id()
-                .map_err(engine("read this home's identity"))?,
+            &self.home_id()?,
         )?;
         let base_bytes = base_stored.as_ref().map_or(0, |b| b.bytes);
         let snapshot = Snapshot {
@@ -257,7 +256,13 @@ impl Silo {
         // is not a container has no engine to load it into.
         let (loaded_ms, load_error) = match support {
             SnapshotSupport::EngineImages => match self
-                .load_snapshot_image(&self.docker, &store, &snapshot, None, progress)
+                .load_snapshot_image(
+                    &self.engine_images(sandbox.backend)?,
+                    &store,
+                    &snapshot,
+                    None,
+                    progress,
+                )
                 .await
             {
                 Ok(_) => (Some(ms_since(start)), None),
@@ -339,13 +344,16 @@ impl Silo {
         support: SnapshotSupport,
         on_base: bool,
         store: &Store,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<StartPoint, SiloError> {
         match support {
             SnapshotSupport::EngineImages => {
                 let facts = self.container_facts(sandbox, "snapshot").await?;
                 let base = match on_base {
-                    true => Some(self.container_base(&facts, store, progress).await?),
+                    true => Some(
+                        self.container_base(sandbox, &facts, store, progress)
+                            .await?,
+                    ),
                     false => None,
                 };
                 let request = SnapshotRequest {
@@ -400,7 +408,7 @@ impl Silo {
         action: &'static str,
     ) -> Result<ContainerFacts, SiloError> {
         let key = self.sandbox_key(sandbox);
-        self.docker
+        self.engine_images(sandbox.backend)?
             .container_facts(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error(action, sandbox, BackendError::from(e)))
@@ -411,9 +419,10 @@ impl Silo {
     /// image is stored after the capture), or else stored now.
     async fn container_base(
         &self,
+        sandbox: &SandboxRecord,
         facts: &ContainerFacts,
         store: &Store,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<StartBase, SnapshotError> {
         if let Some(image) = self.complete_image(store, &facts.image_id).await? {
             return Ok(StartBase::Stored(image, None));
@@ -426,7 +435,12 @@ impl Silo {
             });
         }
         let (image, stored) = self
-            .store_base_image(&self.docker, store, &facts.image_id, progress)
+            .store_base_image(
+                &self.engine_images(sandbox.backend)?,
+                store,
+                &facts.image_id,
+                progress,
+            )
             .await?;
         Ok(StartBase::Stored(image, stored))
     }
@@ -435,20 +449,20 @@ impl Silo {
     /// store already, else exported from the engine into the store now.
     pub(super) async fn store_base_image(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         image_id: &str,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<(StoredImage, Option<BaseStored>), SnapshotError> {
         if let Some(image) = self.complete_image(store, image_id).await? {
             return Ok((image, None));
         }
         let start = Instant::now();
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "storing the base image",
             total: None,
         });
-        let export = docker
+        let export = images
             .export_image(image_id)
             .await
             .map_err(engine("export the base image"))?;
