@@ -56,6 +56,23 @@ impl Silo {
     }
 }
 
+/// Records that `sandbox` now runs (or is about to) from `snapshot`, with no
+/// machine until the new one is recorded.
+fn rewound(
+    silo: &Silo,
+    sandbox: &SandboxRecord,
+    snapshot: &Snapshot,
+    detail: Value,
+) -> Result<SandboxRecord, SiloError> {
+    let spec = &sandbox.spec;
+    Ok(silo.db().replace_machine(
+        sandbox,
+        spec,
+        Some(&snapshot.id),
+        (EventKind::Rewound, detail),
+    )?)
+}
+
 impl Strategy {
     /// Records what a fresh machine's first snapshot will be measured
     /// against: a remote VM's baseline, a container's own listing.
@@ -185,12 +202,7 @@ impl Strategy {
                     .remove(machine(sandbox, key))
                     .await
                     .map_err(|e| backend_error("remove", sandbox, e))?;
-                let sandbox = silo.db().replace_machine(
-                    sandbox,
-                    &sandbox.spec,
-                    Some(&snapshot.id),
-                    (EventKind::Rewound, detail),
-                )?;
+                let sandbox = rewound(silo, sandbox, snapshot, detail)?;
                 let made = backend.create(silo.machine_to_make(&sandbox, key)).await;
                 let sandbox = silo.record_made(&sandbox, made).await?;
                 silo.apply_or_remove(sandbox, snapshot, progress).await
@@ -200,12 +212,7 @@ impl Strategy {
                 let (image_id, source) = silo
                     .load_snapshot_image(images, &store, snapshot, None, progress)
                     .await?;
-                let sandbox = silo.db().replace_machine(
-                    sandbox,
-                    &sandbox.spec,
-                    Some(&snapshot.id),
-                    (EventKind::Rewound, detail),
-                )?;
+                let sandbox = rewound(silo, sandbox, snapshot, detail)?;
                 progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
