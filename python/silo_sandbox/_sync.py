@@ -403,7 +403,6 @@ class Sandbox:
         self._home.lifecycle("kill", self.sandbox_id)
         return True
 
-    @classmethod
     def _kill_by_id(cls, sandbox_id: str, *, home: str | os.PathLike | None = None) -> bool:
         _home(home).lifecycle("kill", sandbox_id)
         return True

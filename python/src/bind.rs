@@ -180,14 +180,15 @@ impl SandboxRef {
         self.live.clear();
     }
 
-    /// The kept exec connection, or a new one (kept for the next command).
-    async fn connection(&self) -> PyResult<ExecConnection> {
+    /// The kept exec connection (and `true`), or a new one, kept for the
+    /// next command (and `false`).
+    async fn connection(&self) -> PyResult<(ExecConnection, bool)> {
         if let Some(Live {
             connection: Some(connection),
             ..
         }) = self.live.get()
         {
-            return Ok(connection);
+            return Ok((connection, true));
         }
         let sandbox = self.sandbox().await?;
         let silo = self.home.silo()?;
@@ -199,19 +200,23 @@ impl SandboxRef {
             sandbox,
             connection: Some(connection.clone()),
         });
-        Ok(connection)
+        Ok((connection, false))
     }
 
     /// Starts a command on the kept connection; once more on a fresh one
-    /// when the kept one turns out closed (the agent restarted, a rewind).
+    /// when the kept one turns out closed (the agent restarted, a rewind
+    /// in another process). A connection opened for this command is not
+    /// tried twice: its failure is the agent's, and says so.
     pub async fn spawn(&self, spec: ExecSpec) -> PyResult<Execution> {
-        let connection = self.connection().await?;
+        let (connection, kept) = self.connection().await?;
         let sandbox = self.sandbox().await?;
         match sandbox.commands().spawn_on(connection, spec.clone()).await {
             Ok(execution) => Ok(execution),
-            Err(ClientError::Disconnected | ClientError::Http(_) | ClientError::Handshake(_)) => {
+            Err(ClientError::Disconnected | ClientError::Http(_) | ClientError::Handshake(_))
+                if kept =>
+            {
                 self.forget();
-                let connection = self.connection().await?;
+                let (connection, _) = self.connection().await?;
                 let sandbox = self.sandbox().await?;
                 sandbox
                     .commands()

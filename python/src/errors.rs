@@ -197,26 +197,21 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Class {
             | SiloError::NoPause { .. } => Class::InvalidArgument,
             SiloError::Busy { .. } => Class::Busy,
             SiloError::Snapshot(_) => Class::Snapshot,
+            // Transparent: its message is the inner error's, and so is its
+            // source, so the walk would never meet the inner error itself.
+            SiloError::State(error) => state(error),
             _ => Class::Other,
         };
     }
     if let Some(error) = error.downcast_ref::<StateError>() {
-        return match error {
-            StateError::UnknownSandbox(_) => Class::SandboxNotFound,
-            StateError::UnknownSnapshot(_) | StateError::UnknownPool(_) => Class::NotFound,
-            StateError::AmbiguousSnapshot(_)
-            | StateError::NameTaken(_)
-            | StateError::PoolExists(_) => Class::InvalidArgument,
-            _ => Class::Other,
-        };
+        return state(error);
+    }
+    // A boxed `#[source]` is seen as the box, not what it holds.
+    if let Some(error) = error.downcast_ref::<Box<BackendError>>() {
+        return backend(error);
     }
     if let Some(error) = error.downcast_ref::<BackendError>() {
-        // The local and Docker backends fail for the host's reasons; the
-        // remote ones are a provider refusing, with its hint in the chain.
-        return match error {
-            BackendError::E2b(_) | BackendError::Daytona(_) => Class::Provider,
-            _ => Class::Other,
-        };
+        return backend(error);
     }
     if let Some(error) = error.downcast_ref::<FileError>() {
         return match error {
@@ -224,24 +219,51 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Class {
             _ => Class::Other,
         };
     }
+    if let Some(error) = error.downcast_ref::<Box<ClientError>>() {
+        return client(error);
+    }
     if let Some(error) = error.downcast_ref::<ClientError>() {
-        return match error {
-            ClientError::Connect { .. }
-            | ClientError::NotReady { .. }
-            | ClientError::Handshake(_)
-            | ClientError::Disconnected
-            | ClientError::VersionMismatch(_)
-            | ClientError::NoCommonVersion { .. }
-            | ClientError::AgentTooOld { .. } => Class::Unreachable,
-            ClientError::Timeout { .. } => Class::Timeout,
-            ClientError::Agent { kind, .. } => agent_kind(kind),
-            _ => Class::Other,
-        };
+        return client(error);
     }
     if error.downcast_ref::<silo::push::PushError>().is_some() {
         return Class::Push;
     }
     Class::Other
+}
+
+fn state(error: &StateError) -> Class {
+    match error {
+        StateError::UnknownSandbox(_) => Class::SandboxNotFound,
+        StateError::UnknownSnapshot(_) | StateError::UnknownPool(_) => Class::NotFound,
+        StateError::AmbiguousSnapshot(_) | StateError::NameTaken(_) | StateError::PoolExists(_) => {
+            Class::InvalidArgument
+        }
+        _ => Class::Other,
+    }
+}
+
+fn backend(error: &BackendError) -> Class {
+    // The local and Docker backends fail for the host's reasons; the
+    // remote ones are a provider refusing, with its hint in the chain.
+    match error {
+        BackendError::E2b(_) | BackendError::Daytona(_) => Class::Provider,
+        _ => Class::Other,
+    }
+}
+
+fn client(error: &ClientError) -> Class {
+    match error {
+        ClientError::Connect { .. }
+        | ClientError::NotReady { .. }
+        | ClientError::Handshake(_)
+        | ClientError::Disconnected
+        | ClientError::VersionMismatch(_)
+        | ClientError::NoCommonVersion { .. }
+        | ClientError::AgentTooOld { .. } => Class::Unreachable,
+        ClientError::Timeout { .. } => Class::Timeout,
+        ClientError::Agent { kind, .. } => agent_kind(kind),
+        _ => Class::Other,
+    }
 }
 
 /// The class of one of the protocol's error kinds.

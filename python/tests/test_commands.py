@@ -179,9 +179,10 @@ def test_a_busy_session_refuses_with_no_wait(local):
 
 
 def test_an_agent_that_dies_under_a_command_is_unreachable(local):
-    # The local backend's agent is the command's parent.
+    # The local backend's agent is the command's parent; the pause lets
+    # the agent say the command started before it dies.
     with pytest.raises(silo_sandbox.AgentUnreachableError):
-        local.commands.run("kill -9 $PPID; sleep 5")
+        local.commands.run("sleep 0.3; kill -9 $PPID; sleep 5")
 
 
 def test_a_child_after_fork_runs_a_command(local):
