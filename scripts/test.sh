@@ -46,8 +46,42 @@ sdk_journeys() {
     "$venv/bin/python" -m pytest -q -s -rs -p no:cacheprovider tests/sdk
 }
 
+# The Python package (python/): its wheel built with maturin in a build
+# environment, installed into a new virtual environment, and its pytest
+# suite run against the installed wheel (never the source tree), with the
+# real agent, Docker engine and SQLite.
+python_package() {
+  local requirements=python/tests/requirements.txt
+  local build venv target wheels
+  build=$(realpath -m "${SILO_PY_BUILD_VENV:-python/.venv-build}")
+  venv=$(realpath -m "${SILO_PY_TEST_VENV:-python/.venv-test}")
+  target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+  wheels=$target/wheels
+  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    if in_ci; then
+      echo "CI=true but python3 with venv and ensurepip is missing (apt-get install python3-venv)" >&2
+      return 1
+    fi
+    echo "skipping the Python package: python3 with venv is missing (CI=true makes this fail)" >&2
+    return 0
+  fi
+  if [ ! -x "$build/bin/maturin" ]; then
+    python3 -m venv "$build"
+    "$build/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+  fi
+  rm -rf "$wheels" "$venv"
+  (cd python && "$build/bin/maturin" build --quiet -o "$wheels")
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    "$(grep '^pytest==' "$requirements")" "$wheels"/silo_sandbox-*.whl
+  (cd python/tests && SILO_TARGET_DIR=$target "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider .)
+}
+
 log "providers' SDKs against the mocks"
 sdk_journeys
+
+log "the Python package against its installed wheel"
+python_package
 
 log "Rust workspace"
 cargo test --workspace "$@"
