@@ -1,0 +1,183 @@
+"""Times the Python package beside the plain alternative, in one run, and
+prints both with their ratio, as ``silo-bench`` does (docs/benchmarks.md).
+
+    python python/bench/bench.py [--runs 500] [--pool 8] [--json out.json]
+
+Run it with the installed wheel (a release build for figures worth
+writing down). Scenarios:
+
+- ``run("true")`` on a kept local sandbox handle, against
+  ``subprocess.run(["true"])`` on the host (target <= 1.3x);
+- a 1 KiB file write and read back through ``files``, against the same on
+  the host's file system;
+- ``Sandbox.create(pool=...)`` to the first output of ``echo ready`` on a
+  warm Docker pool, against ``docker run --rm`` of the same image to its
+  first output (target <= 20 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import silo_sandbox
+
+IMAGE = "silo-base:latest"
+KIB = b"x" * 1024
+
+
+@dataclass
+class Row:
+    scenario: str
+    metric: str
+    unit: str
+    silo: float
+    baseline: float | None
+    baseline_name: str
+    target: str
+    met: bool
+
+    def ratio(self) -> float | None:
+        return self.silo / self.baseline if self.baseline else None
+
+
+def timed(runs: int, action: Callable[[], object]) -> list[float]:
+    """Milliseconds of each of ``runs`` calls, after a few unmeasured ones."""
+    for _ in range(min(10, runs)):
+        action()
+    out = []
+    for _ in range(runs):
+        begun = time.perf_counter()
+        action()
+        out.append((time.perf_counter() - begun) * 1000)
+    return out
+
+
+def p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def exec_rtt(runs: int) -> list[Row]:
+    sandbox = silo_sandbox.Sandbox.create(name=f"bench-py-{uuid.uuid4().hex[:6]}")
+    try:
+        silo = timed(runs, lambda: sandbox.commands.run("true"))
+        argv = timed(runs, lambda: sandbox.commands.run(["true"]))
+        host = timed(runs, lambda: subprocess.run(["true"], check=True))
+    finally:
+        sandbox.kill()
+    target = 1.3
+    return [
+        Row("py-exec-rtt", f'p50 of {runs} run("true"), kept handle', "ms", statistics.median(silo),
+            statistics.median(host), 'subprocess.run(["true"])', f"<= {target}x host",
+            statistics.median(silo) <= target * statistics.median(host)),
+        Row("py-exec-rtt", f'p50 of {runs} run(["true"]) (no sh)', "ms", statistics.median(argv),
+            statistics.median(host), 'subprocess.run(["true"])', "-", True),
+        Row("py-exec-rtt", "p99", "ms", p(silo, 0.99), p(host, 0.99), 'subprocess.run(["true"])', "-", True),
+    ]
+
+
+def file_rtt(runs: int) -> list[Row]:
+    sandbox = silo_sandbox.Sandbox.create(name=f"bench-py-{uuid.uuid4().hex[:6]}")
+    directory = tempfile.mkdtemp(prefix="bench-py-")
+    host_path = os.path.join(directory, "f")
+
+    def silo_round() -> None:
+        sandbox.files.write("/tmp/bench-py-file", KIB)
+        assert len(sandbox.files.read("/tmp/bench-py-file", format="bytes")) == 1024
+
+    def host_round() -> None:
+        # The host's own atomic write (temp file, rename), then a read.
+        with open(host_path + ".tmp", "wb") as out:
+            out.write(KIB)
+        os.replace(host_path + ".tmp", host_path)
+        with open(host_path, "rb") as data:
+            assert len(data.read()) == 1024
+
+    try:
+        silo = timed(runs, silo_round)
+        host = timed(runs, host_round)
+    finally:
+        sandbox.kill()
+        shutil.rmtree(directory, ignore_errors=True)
+    return [
+        Row("py-files", f"p50 of {runs} 1 KiB write + read", "ms", statistics.median(silo),
+            statistics.median(host), "atomic write + read on the host", "-", True),
+        Row("py-files", "p99", "ms", p(silo, 0.99), p(host, 0.99), "atomic write + read on the host", "-", True),
+    ]
+
+
+def pool(size: int) -> list[Row]:
+    have = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True)
+    if have.returncode != 0:
+        print(f"skipping py-pool: {IMAGE} is not built (silo image base)", file=sys.stderr)
+        return []
+    name = f"bench-py-{uuid.uuid4().hex[:6]}"
+    silo_sandbox.Pools.create(name, size, IMAGE)
+    claimed = []
+    silo = []
+    try:
+        for _ in range(size):
+            begun = time.perf_counter()
+            sandbox = silo_sandbox.Sandbox.create(pool=name)
+            assert sandbox.commands.run("echo ready").stdout == "ready\n"
+            silo.append((time.perf_counter() - begun) * 1000)
+            claimed.append(sandbox)
+    finally:
+        for sandbox in claimed:
+            sandbox.kill()
+        silo_sandbox.Pools.remove(name)
+    plain = []
+    for _ in range(max(3, size // 2)):
+        begun = time.perf_counter()
+        out = subprocess.run(["docker", "run", "--rm", IMAGE, "echo", "ready"], capture_output=True, check=True)
+        assert out.stdout == b"ready\n"
+        plain.append((time.perf_counter() - begun) * 1000)
+    return [
+        Row("py-pool", f"create(pool=) to first output, p50 of {size}", "ms", statistics.median(silo),
+            statistics.median(plain), "docker run --rm, to output", "<= 20 ms", statistics.median(silo) <= 20),
+        Row("py-pool", "p99", "ms", p(silo, 0.99), p(plain, 0.99), "docker run --rm, to output", "-", True),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--pool", type=int, default=8)
+    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("scenarios", nargs="*", default=["exec", "files", "pool"])
+    args = parser.parse_args()
+    rows: list[Row] = []
+    if "exec" in args.scenarios:
+        rows += exec_rtt(args.runs)
+    if "files" in args.scenarios:
+        rows += file_rtt(args.runs)
+    if "pool" in args.scenarios:
+        rows += pool(args.pool)
+    print(f"{'scenario':<12} {'metric':<46} {'silo':>9} {'baseline':>9} {'ratio':>7}  {'baseline is':<32} {'target':<14} met")
+    for row in rows:
+        ratio = row.ratio()
+        print(
+            f"{row.scenario:<12} {row.metric + ' (' + row.unit + ')':<46} {row.silo:>9.3f} "
+            f"{row.baseline if row.baseline is not None else float('nan'):>9.3f} "
+            f"{(f'{ratio:.2f}x' if ratio else '-'):>7}  {row.baseline_name:<32} {row.target:<14} "
+            f"{'yes' if row.met else 'no'}"
+        )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump([asdict(r) | {"ratio": r.ratio()} for r in rows], out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
