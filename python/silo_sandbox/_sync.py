@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, overload
 
 from . import _core, _native
+from .errors import InvalidArgumentError
 from ._core import CommandResult, EntryInfo, Event, PushReport, SandboxInfo, Snapshot
 
 _homes: dict[str | None, _native.Home] = {}
@@ -36,23 +37,29 @@ class CommandHandle:
     ``commands.connect`` (E2B's ``CommandHandle``)."""
 
     def __init__(self, process: _native.Process, sandbox: _native.Sandbox):
-        self._process = process
+        self._followed: _native.Process | None = process
         self._sandbox = sandbox
+        self._pid = process.id
         self._decoders = _core.Decoders()
-        self._result: CommandResult | None = None
         #: Output bytes reported lost so far.
         self.lost_bytes = 0
+
+    @property
+    def _process(self) -> _native.Process:
+        if self._followed is None:
+            raise InvalidArgumentError(f"command {self._pid} was disconnected; commands.connect({self._pid}) follows it again")
+        return self._followed
 
     @property
     def pid(self) -> int:
         """The command's id in the sandbox's agent (E2B calls it ``pid``;
         ``commands.connect(pid)`` finds it again from any process)."""
-        return self._process.id
+        return self._pid
 
     @property
     def id(self) -> int:
         """The same as ``pid``."""
-        return self._process.id
+        return self._pid
 
     def events(self) -> Iterator[Event]:
         """Each event as it comes: ``Stdout``, ``Stderr``, ``Lost``, then ``Exit``."""
@@ -102,7 +109,7 @@ class CommandHandle:
 
     def disconnect(self) -> None:
         """Stops following it here; it runs on (``commands.connect`` again)."""
-        self._process = None  # type: ignore[assignment]
+        self._followed = None
 
 
 class Session:
