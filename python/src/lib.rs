@@ -9,7 +9,7 @@
 //! and resolves the future from the runtime.
 //!
 //! # Layout
-//! - `bind`: every call into the `silo` library (the one file to adapt when
+//! - `bind`: every call into the `silo` library (the one module to adapt when
 //!   its surface moves), and the per-process handles that make a forked
 //!   child safe.
 //! - `runtime`: the tokio runtime per process id, blocking and asyncio waits,
