@@ -107,6 +107,14 @@ class AsyncCommandHandle:
         """Kills it at once; answers whether it was running."""
         return await aio(self._process.interrupt, 0.0) == "running"
 
+    async def send_stdin(self, data: str | bytes) -> None:
+        """Writes to the command's stdin (run with ``stdin=True``)."""
+        await aio(self._process.send_stdin, data.encode() if isinstance(data, str) else data)
+
+    async def close_stdin(self) -> None:
+        """Closes the command's stdin, so it reads EOF."""
+        await aio(self._process.send_stdin, None)
+
 
 class AsyncSession:
     """A shell session: cwd and variables carry over between runs."""
@@ -309,7 +317,7 @@ class AsyncSandbox:
         """Creates and starts a sandbox; see ``Sandbox.create``."""
         home_ = _home(home)
         spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
-        native, _ = await aio(home_.create, name, spec_json, pool)
+        native, _ = await aio(home_.create, _core.claim_name(name, pool), spec_json, pool)
         return cls(native, home_)
 
     @classmethod

@@ -13,6 +13,7 @@ import dataclasses
 import datetime as _dt
 import json
 import os
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar, Union
@@ -368,6 +369,13 @@ def spec_json(
     if timeout is not None:
         data["idle_timeout_secs"] = max(1, int(timeout))
     return json.dumps(data)
+
+
+def claim_name(name: str | None, pool: str | None) -> str | None:
+    """The name a sandbox taken from ``pool`` gets when none is given."""
+    if name is None and pool is not None:
+        return f"{pool}-{uuid.uuid4().hex[:8]}"
+    return name
 
 
 def exec_json(

@@ -107,6 +107,14 @@ class CommandHandle:
         """Kills it at once (SIGKILL to its group); answers whether it was running."""
         return self._process.interrupt(0.0) == "running"
 
+    def send_stdin(self, data: str | bytes) -> None:
+        """Writes to the command's stdin (run with ``stdin=True``)."""
+        self._process.send_stdin(data.encode() if isinstance(data, str) else data)
+
+    def close_stdin(self) -> None:
+        """Closes the command's stdin, so it reads EOF."""
+        self._process.send_stdin(None)
+
     def disconnect(self) -> None:
         """Stops following it here; it runs on (``commands.connect`` again)."""
         self._followed = None
@@ -364,7 +372,7 @@ class Sandbox:
         warm pool. A taken ``name`` is an error (``open`` reuses it)."""
         home_ = _home(home)
         spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
-        native, _ = home_.create(name, spec_json, pool)
+        native, _ = home_.create(_core.claim_name(name, pool), spec_json, pool)
         return cls(native, home_)
 
     @classmethod

@@ -13,11 +13,10 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use silo::ErrorKind;
-use silo::SiloError;
-use silo::backend::BackendError;
 use silo::client::ClientError;
 use silo::sandbox::FileError;
 use silo::state::StateError;
+use silo::{BackendKind, SiloError};
 use silo_protocol::http::error_chain;
 
 create_exception!(
@@ -195,6 +194,12 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Class {
             | SiloError::NeedsSpec { .. }
             | SiloError::Pool(_)
             | SiloError::NoPause { .. } => Class::InvalidArgument,
+            // The local and Docker backends fail for the host's reasons; the
+            // remote ones are a provider refusing, with its hint in the chain.
+            SiloError::Backend {
+                backend: BackendKind::E2b | BackendKind::Daytona,
+                ..
+            } => Class::Provider,
             SiloError::Busy { .. } => Class::Busy,
             SiloError::Snapshot(_) => Class::Snapshot,
             // Transparent: its message is the inner error's, and so is its
@@ -207,12 +212,6 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Class {
         return state(error);
     }
     // A boxed `#[source]` is seen as the box, not what it holds.
-    if let Some(error) = error.downcast_ref::<Box<BackendError>>() {
-        return backend(error);
-    }
-    if let Some(error) = error.downcast_ref::<BackendError>() {
-        return backend(error);
-    }
     if let Some(error) = error.downcast_ref::<FileError>() {
         return match error {
             FileError::Refused { kind, .. } => agent_kind(kind),
@@ -238,15 +237,6 @@ fn state(error: &StateError) -> Class {
         StateError::AmbiguousSnapshot(_) | StateError::NameTaken(_) | StateError::PoolExists(_) => {
             Class::InvalidArgument
         }
-        _ => Class::Other,
-    }
-}
-
-fn backend(error: &BackendError) -> Class {
-    // The local and Docker backends fail for the host's reasons; the
-    // remote ones are a provider refusing, with its hint in the chain.
-    match error {
-        BackendError::E2b(_) | BackendError::Daytona(_) => Class::Provider,
         _ => Class::Other,
     }
 }

@@ -249,6 +249,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Home>()?;
     module.add_class::<Sandbox>()?;
     module.add_class::<process::Process>()?;
-    module.add("AGENT_TARGET", silo::agent_binary::EMBEDDED_TARGET)?;
+    module.add("AGENT_TARGET", silo_embedded_agent::TARGET)?;
     errors::register(module)
 }

@@ -54,17 +54,7 @@ impl ProcState {
         if self.exit.is_some() {
             return Ok(None);
         }
-        if self.pid != std::process::id() {
-            // The parent's connection: never used nor dropped here.
-            std::mem::forget(self.execution.take());
-            self.pid = std::process::id();
-        }
-        let execution = match &mut self.execution {
-            Some(execution) => execution,
-            None => self
-                .execution
-                .insert(sandbox.attach(id, self.offset).await?),
-        };
+        let execution = self.execution(sandbox, id).await?;
         let step = bind::next_step(execution).await?;
         self.offset = execution.offset();
         match &step {
@@ -80,6 +70,22 @@ impl ProcState {
             None => {}
         }
         Ok(step)
+    }
+
+    /// The execution this process follows the command with, attached
+    /// from the delivered offset when it has none of its own (a fork).
+    async fn execution(&mut self, sandbox: &SandboxRef, id: u64) -> PyResult<&mut Execution> {
+        if self.pid != std::process::id() {
+            // The parent's connection: never used nor dropped here.
+            std::mem::forget(self.execution.take());
+            self.pid = std::process::id();
+        }
+        if self.execution.is_none() {
+            self.execution = Some(sandbox.attach(id, self.offset).await?);
+        }
+        self.execution
+            .as_mut()
+            .ok_or_else(|| crate::errors::SiloException::new_err("no execution to follow"))
     }
 
     /// Steps to the exit, handing output to the callbacks as it comes.
@@ -198,6 +204,30 @@ impl Process {
         }
         let answer = py.detach(|| self.wait_blocking(&callbacks))?;
         answer(py)
+    }
+
+    /// Sends bytes to the command's stdin (started with `stdin=True`);
+    /// `None` closes it, so the command reads EOF.
+    #[pyo3(signature = (data, aio=None))]
+    fn send_stdin(
+        &self,
+        py: Python<'_>,
+        data: Option<Bound<'_, PyBytes>>,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let data = data.map(|d| d.as_bytes().to_vec());
+        let sandbox = Arc::clone(&self.sandbox);
+        let state = Arc::clone(&self.state);
+        let id = self.id;
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            let mut state = state.lock().await;
+            let execution = state.execution(&sandbox, id).await?;
+            match data {
+                Some(data) => bind::write_stdin(execution, &data).await?,
+                None => bind::close_stdin(execution).await?,
+            }
+            Ok(runtime::value(()))
+        })
     }
 
     /// Interrupts the command: SIGINT to its process group, `grace` seconds

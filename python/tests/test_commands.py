@@ -122,6 +122,14 @@ sys.stderr.write(f"lost={result.lost_bytes}")
     assert again.stdout_bytes == EXPECTED
 
 
+def test_stdin_reaches_a_background_command(local):
+    handle = local.commands.run("tr a-z A-Z", background=True, stdin=True)
+    handle.send_stdin("hello ")
+    handle.send_stdin(b"world\n")
+    handle.close_stdin()
+    assert handle.wait().stdout == "HELLO WORLD\n"
+
+
 def test_sessions_keep_cwd_environment_and_variables(local):
     session = local.commands.session("work")
     session.run("mkdir -p /tmp/py-session && cd /tmp/py-session && export A=1 && B=2")

@@ -16,7 +16,7 @@
 
 mod sandbox;
 
-pub use sandbox::{FileAnswer, FileOp, SandboxRef, Step, next_step};
+pub use sandbox::{FileAnswer, FileOp, SandboxRef, Step, close_stdin, next_step, write_stdin};
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -139,10 +139,7 @@ pub async fn create(
     let silo = home.silo()?;
     let (record, action) = match pool {
         Some(pool) => {
-            let name = match name {
-                Some(name) => name,
-                None => silo::naming::generated_name(0).map_err(|e| to_py(&e))?,
-            };
+            let name = name.ok_or_else(|| invalid("a sandbox taken from a pool needs a name"))?;
             let outcome = silo
                 .up_from_pool(&name, &pool)
                 .await

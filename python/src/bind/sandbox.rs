@@ -341,3 +341,13 @@ pub async fn next_step(execution: &mut Execution) -> PyResult<Option<Step>> {
         Event::Exit(exit) => Step::Exit(serde_json::to_value(exit).unwrap_or_default()),
     }))
 }
+
+/// Sends bytes to an execution's stdin.
+pub async fn write_stdin(execution: &Execution, data: &[u8]) -> PyResult<()> {
+    execution.write_stdin(data).await.map_err(|e| to_py(&e))
+}
+
+/// Closes an execution's stdin.
+pub async fn close_stdin(execution: &Execution) -> PyResult<()> {
+    execution.close_stdin().await.map_err(|e| to_py(&e))
+}
