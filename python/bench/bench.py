@@ -13,7 +13,14 @@ writing down). Scenarios:
   agent writes);
 - ``Sandbox.create(pool=...)`` to the first output of ``echo ready`` on a
   warm Docker pool, against ``docker run --rm`` of the same image to its
-  first output (target <= 20 ms).
+  first output (target <= 20 ms);
+- ``e2b``: ``run("true")`` and the 1 KiB write and read on an e2b sandbox
+  through the mock E2B, beside the official ``e2b`` SDK's
+  ``commands.run("true")`` and ``files.write``/``read`` against the same
+  mock (needs ``e2b`` and ``pytest`` installed, as in tests/sdk, and the
+  mock built: ``cargo build -p
+  silo-mocks --bins``; SILO_TARGET_DIR or CARGO_TARGET_DIR names the target
+  directory).
 """
 
 from __future__ import annotations
@@ -75,6 +82,7 @@ def exec_rtt(runs: int) -> list[Row]:
         silo = timed(runs, lambda: sandbox.commands.run("true"))
         argv = timed(runs, lambda: sandbox.commands.run(["true"]))
         host = timed(runs, lambda: subprocess.run(["true"], check=True))
+        host_sh = timed(runs, lambda: subprocess.run("true", shell=True, check=True))
     finally:
         sandbox.kill()
     target = 1.3
@@ -84,6 +92,8 @@ def exec_rtt(runs: int) -> list[Row]:
             statistics.median(silo) <= target * statistics.median(host)),
         Row("py-exec-rtt", f'p50 of {runs} run(["true"]) (no sh)', "ms", statistics.median(argv),
             statistics.median(host), 'subprocess.run(["true"])', "-", True),
+        Row("py-exec-rtt", f'p50 of {runs} run("true") against a shell', "ms", statistics.median(silo),
+            statistics.median(host_sh), 'subprocess.run("true", shell=True)', "-", True),
         Row("py-exec-rtt", "p99", "ms", p(silo, 0.99), p(host, 0.99), 'subprocess.run(["true"])', "-", True),
     ]
 
@@ -155,12 +165,66 @@ def pool(size: int) -> list[Row]:
     ]
 
 
+def e2b_mock(runs: int) -> list[Row]:
+    """silo_sandbox and the e2b SDK through one mock E2B."""
+    from pathlib import Path
+
+    try:
+        import e2b
+    except ImportError:
+        print("skipping e2b: the e2b SDK is not installed (pip install e2b==2.63.0)", file=sys.stderr)
+        return []
+    repo = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(repo / "tests" / "sdk"))
+    import conftest  # the SDK journeys' mock starter and image (tests/sdk)
+
+    mock = conftest.start_e2b_mock(conftest.ensure_sdk_image())
+    saved = {k: os.environ.get(k) for k in mock.env}
+    os.environ.update(mock.env)
+    os.environ["SSL_CERT_FILE"] = mock.env["SILO_E2B_CA_PEM"]
+    home = tempfile.mkdtemp(prefix="bench-py-e2b-")
+    try:
+        ours = silo_sandbox.Sandbox.create("base", backend="e2b", name="bench-e2b", home=home)
+        theirs = e2b.Sandbox.create(template="base", timeout=300, **conftest.e2b_options(mock.env))
+        try:
+            silo_run = timed(runs, lambda: ours.commands.run("true"))
+            sdk_run = timed(runs, lambda: theirs.commands.run("true"))
+
+            def silo_file() -> None:
+                ours.files.write("/tmp/bench-file", KIB)
+                ours.files.read("/tmp/bench-file", format="bytes")
+
+            def sdk_file() -> None:
+                theirs.files.write("/tmp/bench-file", KIB)
+                theirs.files.read("/tmp/bench-file", format="bytes")
+
+            silo_io = timed(runs, silo_file)
+            sdk_io = timed(runs, sdk_file)
+        finally:
+            ours.kill()
+            theirs.kill()
+    finally:
+        mock.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(home, ignore_errors=True)
+    return [
+        Row("py-e2b", f'p50 of {runs} run("true") via the mock', "ms", statistics.median(silo_run),
+            statistics.median(sdk_run), 'e2b SDK commands.run("true")', "-", True),
+        Row("py-e2b", f"p50 of {runs} 1 KiB write + read via the mock", "ms", statistics.median(silo_io),
+            statistics.median(sdk_io), "e2b SDK files.write + read", "-", True),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--pool", type=int, default=8)
     parser.add_argument("--json", help="also write the rows here")
-    parser.add_argument("scenarios", nargs="*", default=["exec", "files", "pool"])
+    parser.add_argument("scenarios", nargs="*", default=["exec", "files", "pool", "e2b"])
     args = parser.parse_args()
     rows: list[Row] = []
     if "exec" in args.scenarios:
@@ -169,6 +233,8 @@ def main() -> int:
         rows += file_rtt(args.runs)
     if "pool" in args.scenarios:
         rows += pool(args.pool)
+    if "e2b" in args.scenarios:
+        rows += e2b_mock(max(20, args.runs // 10))
     print(f"{'scenario':<12} {'metric':<46} {'silo':>9} {'baseline':>9} {'ratio':>7}  {'baseline is':<32} {'target':<14} met")
     for row in rows:
         ratio = row.ratio()
