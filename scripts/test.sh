@@ -75,6 +75,9 @@ python_package() {
   (cd python/tests && SILO_TARGET_DIR=$target "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider .)
 }
 
+log "ARCHITECTURE.md's code map names only what exists"
+scripts/check-architecture.sh
+
 log "providers' SDKs against the mocks"
 sdk_journeys
 

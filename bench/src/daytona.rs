@@ -16,8 +16,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use silo::backend::daytona::api::NewSandbox;
-use silo::backend::daytona::{Api, DaytonaConfig, Toolbox};
+use silo::internals::daytona::NewSandbox;
+use silo::internals::daytona::{Api, DaytonaConfig, Toolbox};
 use silo::{BackendKind, SandboxSpec, Silo, SiloOptions, UpRequest};
 use silo_mocks::{MockDaytona, MockDaytonaConfig};
 use silo_protocol::exec::ExecSpec;

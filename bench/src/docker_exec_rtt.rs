@@ -24,7 +24,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         .silo
         .create(DockerBench::request("bench-exec-rtt"))
         .await?;
-    let container = silo::backend::docker::container_name(&sandbox.id);
+    let container = silo::internals::docker::container_name(&sandbox.id);
     let conn = bench.silo.connect(&sandbox).await?;
     let spec = ExecSpec {
         argv: vec!["true".into()],

@@ -6,7 +6,6 @@
 
 use std::time::Instant;
 
-use silo::silo::no_progress;
 use silo_tests::docker::in_ci;
 use silo_tests::sh;
 
@@ -55,7 +54,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             conn.run(sh("head -c 1024 /dev/urandom > /root/changed"))
                 .await?;
             let t = Instant::now();
-            bench.silo.snapshot(&name, None, &no_progress()).await?;
+            bench.silo.snapshots_of(&name)?.take(None).await?;
             let snapshot = t.elapsed();
             drop(conn);
             bench.silo.remove(&sandbox.id).await?;

@@ -29,7 +29,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let silo_bin = silo_beside_this_program()?;
     let name = "bench-resume";
     let sandbox = bench.silo.create(DockerBench::request(name)).await?;
-    let container = silo::backend::docker::container_name(&sandbox.id);
+    let container = silo::internals::docker::container_name(&sandbox.id);
     let home = bench.silo.home().root().to_owned();
     let exec_true = || {
         Command::new(&silo_bin)

@@ -24,9 +24,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use silo::backend::e2b::api::NewSandbox;
-use silo::backend::e2b::{Api, E2bConfig, E2bRef, Envd};
-use silo::silo::no_progress;
+use silo::internals::e2b::NewSandbox;
+use silo::internals::e2b::{Api, E2bConfig, E2bRef, Envd};
+use silo::no_progress;
 use silo::{BackendKind, ForkTarget, SandboxSpec, Silo, SiloOptions, UpRequest};
 use silo_mocks::{MockE2b, MockE2bConfig};
 use silo_protocol::exec::ExecSpec;
@@ -49,14 +49,14 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     if silo_tests::docker::engine_with_base().await.is_none() {
         return Ok(Vec::new());
     }
-    let engine = silo::backend::docker::connect().await?;
-    let baked = silo::image::BakeRequest {
+    let engine = silo::internals::docker::connect().await?;
+    let baked = silo::internals::image::BakeRequest {
         base: silo_tests::docker::BASE_IMAGE,
         tag: BAKED_IMAGE,
         agent: silo_tests::agent_binary(),
-        listen: silo::image::DEFAULT_LISTEN,
+        listen: silo::DEFAULT_LISTEN,
     };
-    silo::image::bake(&engine, &baked, &mut |_| {}).await?;
+    silo::internals::image::bake(&engine, &baked, &mut |_| {}).await?;
     let mut mock_config = MockE2bConfig::default();
     mock_config
         .templates
@@ -174,13 +174,13 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             "head -c 1024 /dev/zero > /root/kb",
         ]))
         .await?;
-    let snapshot = silo.snapshot(&name, None, &no_progress()).await?.snapshot;
+    let snapshot = silo.snapshots_of(&name)?.take(None).await?.snapshot;
     let mut rewind = Samples::default();
     for _ in 0..rounds {
         let again = silo.sandbox(&name).await?;
         again.commands().run(change("broken")).await?;
         let t = Instant::now();
-        let restored = silo.rewind(&name, &snapshot.id, &no_progress()).await?;
+        let restored = silo.snapshots_of(&name)?.rewind(&snapshot.id).await?;
         let conn = silo.connect(&restored.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         rewind.push(t.elapsed());
@@ -197,12 +197,12 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             image: None,
         };
         let forked = silo
-            .fork_to(&snapshot.id, &docker_name, &onto, &no_progress())
+            .fork(&snapshot.id, &docker_name, &onto, &no_progress())
             .await?;
         let conn = silo.connect(&forked.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         to_docker.push(t.elapsed());
-        let on_docker = silo.snapshot(&docker_name, None, &no_progress()).await?;
+        let on_docker = silo.snapshots_of(&docker_name)?.take(None).await?;
 
         let e2b_name = format!("bench-e2b-fork-e2b-{round}");
         let t = Instant::now();
@@ -211,7 +211,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             image: Some("base".into()),
         };
         let back = silo
-            .fork_to(&on_docker.snapshot.id, &e2b_name, &onto, &no_progress())
+            .fork(&on_docker.snapshot.id, &e2b_name, &onto, &no_progress())
             .await?;
         let conn = silo.connect(&back.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;

@@ -39,7 +39,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         .silo
         .create(DockerBench::request("bench-files"))
         .await?;
-    let container = silo::backend::docker::container_name(&record.id);
+    let container = silo::internals::docker::container_name(&record.id);
     let sandbox = bench.silo.sandbox(&record.id).await?;
     let work = tempfile::tempdir()?;
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use silo::push::{RetryPolicy, SharedBundle, files_from_dir, push_to_sandbox};
+use silo::internals::push::{RetryPolicy, SharedBundle, files_from_dir, push_to_sandbox};
 use silo_protocol::bundle::{Bundle, BundleLimits};
 use silo_tests::TestAgent;
 

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Instant;
 
-use silo::push::PushOptions;
+use silo::PushOptions;
 use silo::{BackendKind, CreateRequest, Silo};
 use silo_protocol::bundle::{Bundle, BundleLimits, FileSet};
 

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use silo::silo::{ImageSource, InPlace, no_progress};
 use silo::{BackendKind, CreateRequest, SandboxSpec, Silo};
+use silo::{ImageSource, InPlace, no_progress};
 
 use crate::docker_common::{DockerBench, first_output};
 use crate::report::Row;
@@ -150,14 +150,14 @@ async fn create(silo: &Silo, name: &str) -> anyhow::Result<()> {
         },
     };
     silo.create(request).await?;
-    silo.snapshot(name, None, &no_progress()).await?;
+    silo.snapshots_of(name)?.take(None).await?;
     Ok(())
 }
 
 /// Runs `script` in the sandbox and snapshots it; the snapshot's id.
 async fn checkpoint(silo: &Silo, name: &str, script: &str) -> anyhow::Result<String> {
     step(silo, name, script).await?;
-    Ok(silo.snapshot(name, None, &no_progress()).await?.snapshot.id)
+    Ok(silo.snapshots_of(name)?.take(None).await?.snapshot.id)
 }
 
 async fn step(silo: &Silo, name: &str, script: &str) -> anyhow::Result<()> {
@@ -189,7 +189,11 @@ async fn rewinds(
         )
         .await?;
         let t = Instant::now();
-        let report = silo.rewind(name, parent, &progress).await?;
+        let report = silo
+            .snapshots_of(name)?
+            .with_progress(std::sync::Arc::clone(&progress))
+            .rewind(parent)
+            .await?;
         let conn = silo.connect(&report.sandbox).await?;
         first_output(&conn, &["ls", "-a", "/root"])
             .await
@@ -213,7 +217,11 @@ async fn rewinds(
         .await?;
         silo.stop(name).await?;
         let t = Instant::now();
-        let report = silo.rewind(name, parent, &progress).await?;
+        let report = silo
+            .snapshots_of(name)?
+            .with_progress(std::sync::Arc::clone(&progress))
+            .rewind(parent)
+            .await?;
         let conn = silo.connect(&report.sandbox).await?;
         first_output(&conn, &["ls", "-a", "/root"])
             .await

@@ -19,7 +19,7 @@ use bollard::query_parameters::{
     CommitContainerOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
 };
 use futures_util::StreamExt;
-use silo::silo::no_progress;
+use silo::no_progress;
 use silo::{BackendKind, CreateRequest, SandboxSpec};
 use tokio::io::AsyncWriteExt;
 
@@ -75,7 +75,12 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     // The first snapshot on an image is captured against that listing and
     // then stores the image's layers, once.
     exec("head -c 1024 /dev/urandom > /root/first.bin".into()).await?;
-    let first = bench.silo.snapshot(name, None, &progress).await?;
+    let first = bench
+        .silo
+        .snapshots_of(name)?
+        .with_progress(std::sync::Arc::clone(&progress))
+        .take(None)
+        .await?;
     let base = first
         .base_stored
         .clone()
@@ -97,7 +102,12 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let mut last = first.snapshot.id.clone();
     for i in 0..n_small {
         exec(format!("head -c 1024 /dev/urandom > /root/change-{i}.bin")).await?;
-        let report = bench.silo.snapshot(name, None, &progress).await?;
+        let report = bench
+            .silo
+            .snapshots_of(name)?
+            .with_progress(std::sync::Arc::clone(&progress))
+            .take(None)
+            .await?;
         durable.push(Duration::from_secs_f64(report.durable_ms / 1000.0));
         captured.push(Duration::from_secs_f64(report.captured_ms / 1000.0));
         loaded.push(Duration::from_secs_f64(
@@ -146,7 +156,12 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let mut rewind = Samples::default();
     for _ in 0..n_rewind {
         let t = Instant::now();
-        let restored = bench.silo.rewind(name, &last, &progress).await?;
+        let restored = bench
+            .silo
+            .snapshots_of(name)?
+            .with_progress(std::sync::Arc::clone(&progress))
+            .rewind(&last)
+            .await?;
         let conn = bench.silo.connect(&restored.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         rewind.push(t.elapsed());
@@ -157,11 +172,18 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     for _ in 0..n_rewind.min(3) {
         bench
             .silo
-            .rewind(name, &first.snapshot.id, &progress)
+            .snapshots_of(name)?
+            .with_progress(std::sync::Arc::clone(&progress))
+            .rewind(&first.snapshot.id)
             .await?;
         remove_image(&bench.engine, &format!("silo-snapshot:{}", snapshot.id)).await;
         let t = Instant::now();
-        let restored = bench.silo.rewind(name, &last, &progress).await?;
+        let restored = bench
+            .silo
+            .snapshots_of(name)?
+            .with_progress(std::sync::Arc::clone(&progress))
+            .rewind(&last)
+            .await?;
         let conn = bench.silo.connect(&restored.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         from_store.push(t.elapsed());
@@ -186,7 +208,12 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
 
     // A 50 MB change, both ways.
     exec("head -c 52428800 /dev/urandom > /root/big.bin".into()).await?;
-    let big = bench.silo.snapshot(name, None, &progress).await?;
+    let big = bench
+        .silo
+        .snapshots_of(name)?
+        .with_progress(std::sync::Arc::clone(&progress))
+        .take(None)
+        .await?;
     let cmd = "head -c 52428800 /dev/urandom > /root/big.bin; sleep 1000";
     let plain_big = format!("{plain}-big");
     create_plain(&bench.engine, &plain_big, &["sh", "-c", cmd]).await?;
@@ -399,7 +426,7 @@ pub async fn commit_image(engine: &Docker, container: &str, tag: &str) -> anyhow
 async fn save_image(engine: &Docker, tag: &str, file: &Path) -> anyhow::Result<u64> {
     let engine = engine
         .clone()
-        .with_timeout(silo::backend::docker::LONG_REQUEST_TIMEOUT);
+        .with_timeout(silo::internals::docker::LONG_REQUEST_TIMEOUT);
     let mut out = tokio::fs::File::create(file).await?;
     let mut stream = engine.export_image(tag);
     let mut bytes = 0;
@@ -416,7 +443,7 @@ async fn save_image(engine: &Docker, tag: &str, file: &Path) -> anyhow::Result<u
 async fn load_file(engine: &Docker, file: &Path) -> anyhow::Result<()> {
     let engine = engine
         .clone()
-        .with_timeout(silo::backend::docker::LONG_REQUEST_TIMEOUT);
+        .with_timeout(silo::internals::docker::LONG_REQUEST_TIMEOUT);
     let body = tokio::fs::read(file).await?;
     let options = bollard::query_parameters::ImportImageOptionsBuilder::new()
         .quiet(true)

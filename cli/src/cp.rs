@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use silo::Silo;
-use silo::naming::{looks_like_id, validate_name};
+use silo::{looks_like_id, validate_name};
 
 use super::output::Output;
 

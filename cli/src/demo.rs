@@ -12,10 +12,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use silo::PushOptions;
 use silo::client::{ExecConnection, ExecEvent};
-use silo::image::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX};
-use silo::push::PushOptions;
 use silo::{BackendKind, SandboxSpec, Silo, UpRequest};
+use silo::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX};
 use silo_protocol::bundle::FileSet;
 use silo_protocol::exec::ExecSpec;
 
@@ -324,7 +324,8 @@ async fn fork(
 ) -> anyhow::Result<()> {
     let fork_name = format!("{name}-fork");
     let t = Instant::now();
-    silo.fork(snapshot, &fork_name, &silo::silo::no_progress())
+    let target = silo::ForkTarget::default();
+    silo.fork(snapshot, &fork_name, &target, &silo::no_progress())
         .await
         .context("forking the demo snapshot")?;
     let took = t.elapsed();
@@ -347,11 +348,13 @@ async fn snapshot_and_rewind(
     name: &str,
     steps: &mut Steps<'_>,
 ) -> anyhow::Result<String> {
-    let quiet = silo::silo::no_progress();
+    let snapshots = silo.snapshots_of(name)?;
     // The first snapshot on an image stores the image once: worth a bar.
     let progress = steps.out.snapshot_progress();
-    let taken = silo
-        .snapshot(name, Some("demo".into()), &progress.callback())
+    let taken = snapshots
+        .clone()
+        .with_progress(progress.callback())
+        .take(Some("demo".into()))
         .await;
     progress.finish();
     let taken = taken.context("snapshotting the demo sandbox")?;
@@ -373,8 +376,8 @@ async fn snapshot_and_rewind(
         .await?;
     drop(conn);
     let t = Instant::now();
-    let rewound = silo
-        .rewind(name, &taken.snapshot.id, &quiet)
+    let rewound = snapshots
+        .rewind(&taken.snapshot.id)
         .await
         .context("rewinding the demo sandbox")?;
     let conn = silo.connect(&rewound.sandbox).await?;
@@ -413,7 +416,8 @@ async fn choose_backend(
     }
     let forced = args.backend == Some(BackendKind::Docker);
     let t = Instant::now();
-    let engine = match silo.docker().engine().await {
+    let images = silo.images();
+    let engine = match images.engine().await {
         Ok(engine) => engine,
         Err(error) if !forced => {
             steps.add(
@@ -428,24 +432,21 @@ async fn choose_backend(
         }
         Err(error) => return Err(error.into()),
     };
-    let version = engine.version().await.unwrap_or_default();
     steps.add(
         "engine",
         t.elapsed(),
         format!(
             "docker {} (API {}) at {}",
-            version.version.unwrap_or_default(),
-            version.api_version.unwrap_or_default(),
-            silo::backend::docker::engine_host()
+            engine.version, engine.api_version, engine.host
         ),
     );
 
     let t = Instant::now();
-    if silo::image::exists(engine, &args.image).await? {
+    if images.exists(&args.image).await? {
         steps.add("image", t.elapsed(), format!("{} is present", args.image));
     } else if args.image == DEFAULT_BASE_TAG {
         let busybox = std::path::Path::new(DEFAULT_BUSYBOX);
-        match silo::image::build_base(engine, busybox, &args.image, &mut |_| {}).await {
+        match images.build_base(busybox, &args.image, &mut |_| {}).await {
             Ok(_) => steps.add(
                 "image",
                 t.elapsed(),

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use silo::Silo;
 use silo::client::ClientError;
-use silo::sandbox::{Commands, Event, Execution};
+use silo::{CommandEvent, Commands, Execution};
 use silo_protocol::exec::{Channel, ExecSpec, ExitInfo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -228,11 +228,11 @@ impl Running {
             tokio::select! {
                 event = self.execution.next() => match event.context("following the command")? {
                     None => bail!("the command's output ended without an exit"),
-                    Some(Event::Exit(exit)) => return Ok(Outcome::Exited(exit)),
-                    Some(Event::Lost { bytes, .. }) => {
+                    Some(CommandEvent::Exit(exit)) => return Ok(Outcome::Exited(exit)),
+                    Some(CommandEvent::Lost { bytes, .. }) => {
                         eprintln!("silo: {bytes} bytes of output were lost (no longer held by the agent)");
                     }
-                    Some(Event::Output { channel, data, .. }) => {
+                    Some(CommandEvent::Output { channel, data, .. }) => {
                         let out: &mut (dyn AsyncWrite + Unpin) = match channel {
                             Channel::Stderr => &mut stderr,
                             _ => &mut stdout,

@@ -35,7 +35,7 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
         image: args.image,
     };
     let report = silo
-        .fork_to(&args.snapshot, &args.name, &target, &progress.callback())
+        .fork(&args.snapshot, &args.name, &target, &progress.callback())
         .await;
     progress.finish();
     let report = report.with_context(|| format!("forking {}", args.snapshot))?;

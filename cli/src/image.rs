@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use silo::Silo;
-use silo::image::{BakeRequest, DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, DEFAULT_LISTEN};
+use silo::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, DEFAULT_LISTEN};
 
 use super::output::Output;
 
@@ -41,22 +41,16 @@ enum Command {
 }
 
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
-    let engine = silo.docker().engine().await?;
+    let images = silo.images();
+    images.engine().await?;
     let mut progress = |line: &str| out.progress(line);
     let (tag, id) = match args.command {
         Command::Bake { base, tag, listen } => {
-            let agent = silo.docker().agent_binary()?;
-            let request = BakeRequest {
-                base: &base,
-                tag: &tag,
-                agent: &agent,
-                listen: &listen,
-            };
-            let id = silo::image::bake(engine, &request, &mut progress).await?;
+            let id = images.bake(&base, &tag, &listen, &mut progress).await?;
             (tag, id)
         }
         Command::Base { tag, busybox } => {
-            let id = silo::image::build_base(engine, &busybox, &tag, &mut progress).await?;
+            let id = images.build_base(&busybox, &tag, &mut progress).await?;
             (tag, id)
         }
     };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use silo::Silo;
-use silo::push::{
+use silo::{
     DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_RETRY_BUDGET, PushOptions, RetryPolicy,
     files_from_dir,
 };

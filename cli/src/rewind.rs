@@ -17,9 +17,11 @@ pub struct Args {
 }
 
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
+    let snapshots = silo.snapshots_of(&args.sandbox)?;
     let progress = out.snapshot_progress();
-    let report = silo
-        .rewind(&args.sandbox, &args.snapshot, &progress.callback())
+    let report = snapshots
+        .with_progress(progress.callback())
+        .rewind(&args.snapshot)
         .await;
     progress.finish();
     let report = report.with_context(|| format!("rewinding {}", args.sandbox))?;

@@ -45,9 +45,11 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
         return Ok(i32::from(failed));
     }
     let sandbox = args.sandbox.unwrap_or_default();
+    let snapshots = silo.snapshots_of(&sandbox)?;
     let progress = out.snapshot_progress();
-    let report = silo
-        .snapshot(&sandbox, args.message, &progress.callback())
+    let report = snapshots
+        .with_progress(progress.callback())
+        .take(args.message)
         .await;
     progress.finish();
     let report = report.with_context(|| format!("snapshotting {sandbox}"))?;

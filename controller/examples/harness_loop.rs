@@ -14,8 +14,7 @@
 
 use std::error::Error;
 
-use silo::push::PushOptions;
-use silo::{BackendKind, ExecSpec, FileSet, SandboxSpec, Silo, UpRequest};
+use silo::{BackendKind, ExecSpec, FileSet, PushOptions, SandboxSpec, Silo, UpRequest};
 
 /// The steps a model might have proposed: the third one breaks the tree.
 const STEPS: &[&str] = &[

@@ -276,7 +276,7 @@ fn agent(explicit: Option<PathBuf>, bin_dir: PathBuf) -> Check {
 /// The Docker engine and the base image the demo and tests use.
 async fn engine(silo: &Silo) -> Vec<Check> {
     let host = crate::backend::docker::engine_host();
-    let engine = match silo.docker().engine().await {
+    let engine = match silo.docker_backend().engine().await {
         Ok(engine) => engine,
         Err(err) => {
             return vec![Check::bad(

@@ -2,9 +2,9 @@
 //! state, and talks to the silo-agent inside each one.
 //!
 //! Start at [`Silo`]: open a home, then [`Silo::up_sandbox`] (open or
-//! create) or [`Silo::sandbox`] gives a [`Sandbox`] with its commands and
-//! snapshots. The `silo` binary (crate `silo-cli`) is a thin CLI over
-//! this library.
+//! create) or [`Silo::sandbox`] gives a [`Sandbox`], the handle a harness
+//! holds: its [`Commands`], [`Files`] and [`Snapshots`], and push. The
+//! `silo` binary (crate `silo-cli`) is a thin CLI over this library.
 //!
 //! ```no_run
 //! # async fn step() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,51 +29,69 @@
 //! # }
 //! ```
 //!
+//! The public surface is the crate root, plus [`client`] (talking to one
+//! agent directly), [`spec`] (what a sandbox is asked to be) and [`doctor`]
+//! (what the host lacks). Everything else is private, and no engine or
+//! provider client type appears in a public signature.
+//!
 //! # Layout
-//! - [`silo`]: `Silo`, the front door: create, get, list, start, stop, remove, events, client.
-//!   Its children: `open` (`up`, open-or-create), `lease` (serializing lifecycle
-//!   operations across processes), `gc` (expired sandboxes, orphaned containers
-//!   and VMs), `snapshot` (take, restore, the store's gc).
-//! - [`sandbox`]: `Sandbox`, the handle a harness holds: `commands()` (run, and
-//!   spawn that re-attaches after a dropped connection), `files()` (read, write,
-//!   list, trees, and copies to and from the host with `docker cp`'s rules),
-//!   `snapshots()`, push.
-//! - [`client`]: AgentClient, the one way the controller talks to an agent.
-//! - [`push`]: bundles from files, one push with retries, fan-out and its report
-//!   (`Silo::push_to_sandboxes` in `silo/push.rs` ties it to sandboxes and events).
-//! - [`backend`]: the `Backend` contract, enum dispatch, the `local`, `docker` and
-//!   `e2b` backends, and `remote` (what every provider backend shares).
-//! - [`image`]: building images through the engine (`image bake`, `image base`).
-//! - [`state`]: SQLite state (sandboxes, append-only events) and the master key.
-//! - [`store`]: the content-addressed blob store of snapshot layers, image path
+//! - `silo`: [`Silo`], the context (home, state, master key, the backends
+//!   keyed by kind) and its services: lifecycle (create, start, stop,
+//!   remove, `up`), `lease` (serializing lifecycle operations across
+//!   processes), `snapshot` (take, restore, fork, the store's gc), `pool`,
+//!   `push` (fan-out to sandboxes) and `gc`.
+//! - `sandbox`: [`Sandbox`], with [`Commands`] (run, and spawn that
+//!   re-attaches after a dropped connection), [`Files`] (read, write, list,
+//!   trees, and copies with `docker cp`'s rules) and [`Snapshots`].
+//! - [`client`]: the agent client, the one way the controller talks to an agent.
+//! - `push`: bundles from files, one push with retries, fan-out and its report.
+//! - `backend`: the `Backend` contract and its registration; the `local`,
+//!   `docker`, `e2b` and `daytona` backends, `remote` (what every provider
+//!   backend shares) and `labels` (how machines are marked as silo's).
+//! - `image`: building images through the engine ([`Images`]).
+//! - `state`: SQLite state (sandboxes, snapshots, pools, leases, the
+//!   append-only event log) and the master key.
+//! - `store`: the content-addressed blob store of snapshot layers, image path
 //!   indexes, and the engine's image export and import archives.
 //! - [`spec`]: what a sandbox is asked to be, and its stable hash.
-//! - [`naming`]: sandbox ids, name rules and generated names.
-//! - [`agent_binary`]: finding (or extracting the embedded) silo-agent binary.
+//! - `naming`: sandbox ids, name rules and generated names.
+//! - `agent_binary`: finding (or extracting the embedded) silo-agent binary.
 //! - [`doctor`]: what the host has and lacks for silo, with the fix for each.
-//! - [`home`]: the `$SILO_HOME` directory layout.
-//! - `bridge` (private): async byte streams to and from blocking `std::io` code.
-//! - `fsutil` (private): atomic writes and log tails for files under `$SILO_HOME`,
-//!   and `human_bytes`, the one way sizes are written for people.
-//! - `retry` (private): deadlines polled at a steady pace, and doubling backoff with jitter.
+//! - `home`: the `$SILO_HOME` directory layout.
+//! - `bridge`: async byte streams to and from blocking `std::io` code.
+//! - `fsutil`: atomic writes and log tails for files under `$SILO_HOME`,
+//!   and [`human_bytes`], the one way sizes are written for people.
+//! - `timestamp`: RFC 3339 times read and written ([`unix_ms_to_rfc3339`]).
+//! - `retry`: deadlines polled at a steady pace, and doubling backoff with jitter.
+//! - `internals` (hidden): what the workspace's own tests, benchmarks and
+//!   fuzzers drive directly; not part of the API.
 #![deny(missing_docs)]
 
-pub mod agent_binary;
-pub mod backend;
-mod bridge;
+// The surface a harness uses, in its own modules: each is public because
+// its items appear in what `Silo` and `Sandbox` answer.
 pub mod client;
 pub mod doctor;
-mod fsutil;
-pub mod home;
-pub mod image;
-pub mod naming;
-pub mod push;
-mod retry;
-pub mod sandbox;
-pub mod silo;
 pub mod spec;
-pub mod state;
-pub mod store;
+
+// Everything else is the controller's own: reached through `Silo`,
+// `Sandbox` and the re-exports below, never by path.
+mod agent_binary;
+mod backend;
+mod bridge;
+mod fsutil;
+mod home;
+mod image;
+mod naming;
+mod push;
+mod retry;
+mod sandbox;
+mod silo;
+mod state;
+mod store;
+mod timestamp;
+
+#[doc(hidden)]
+pub mod internals;
 
 /// The wire crate, for the types below and anything else a harness needs
 /// of it, so that depending on `silo` alone is enough.
@@ -83,10 +101,28 @@ pub use silo_protocol::bundle::FileSet;
 pub use silo_protocol::exec::{ExecSpec, ExitInfo};
 pub use silo_protocol::files::FileStat;
 
-pub use backend::MachineState;
+pub use backend::{DaytonaConfig, E2bConfig, MachineState};
 pub use fsutil::human_bytes;
-pub use sandbox::Sandbox;
-pub use silo::{CreateRequest, ForkTarget, Silo, SiloError, SiloOptions, Started};
-pub use silo::{GcReport, UpAction, UpOutcome, UpRequest};
+pub use home::{Home, HomeError};
+pub use image::{
+    BAKED_AGENT_PATH, DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, DEFAULT_LISTEN, EngineInfo, ImageError,
+    Images,
+};
+pub use naming::{NamingError, looks_like_id, validate_name};
+pub use push::{
+    DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_RETRY_BUDGET, FilesError, PushError,
+    PushEvent, PushFailure, PushOptions, PushProgressFn, PushReport, RetryPolicy, files_from_dir,
+};
+pub use sandbox::{
+    CommandEvent, CommandOutput, Commands, Copied, CopyError, Execution, FileError, Files, Sandbox,
+    Snapshots,
+};
+pub use silo::{
+    BaseStored, COMPACT_AT, Collected, Compacted, CreateRequest, FillReport, ForkTarget, GcReport,
+    ImageSource, InPlace, MAX_POOL_SIZE, PoolError, PoolStatus, RestoreReport, STATUS_CONCURRENCY,
+    Silo, SiloError, SiloOptions, SnapshotError, SnapshotProgress, SnapshotProgressFn,
+    SnapshotReport, Started, StoreGc, UpAction, UpOutcome, UpRequest, no_progress,
+};
 pub use spec::{BackendKind, SandboxSpec};
-pub use state::{Event, SandboxRecord};
+pub use state::{EventRecord, MasterKeyError, SandboxRecord, Snapshot, StateError};
+pub use timestamp::unix_ms_to_rfc3339;

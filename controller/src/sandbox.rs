@@ -15,7 +15,7 @@ mod snapshots;
 use silo_protocol::bundle::FileSet;
 
 pub use address::AgentAddress;
-pub use commands::{CommandOutput, Commands, Event, Execution};
+pub use commands::{CommandEvent, CommandOutput, Commands, Execution};
 pub use files::{Copied, CopyError, FileError, Files};
 pub use snapshots::Snapshots;
 

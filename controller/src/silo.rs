@@ -16,18 +16,16 @@ use serde_json::json;
 use silo_protocol::auth::{Key, derive_sandbox_key};
 
 use crate::agent_binary::AgentLocator;
-use crate::backend::daytona::DaytonaConfig;
-use crate::backend::e2b::E2bConfig;
 use crate::backend::{
-    AnyBackend, Backend, BackendError, DaytonaBackend, DockerBackend, E2bBackend, LocalBackend,
-    Machine, MachineState, SnapshotSupport,
+    AnyBackend, Backend, BackendError, BackendSetup, Backends, DaytonaConfig, E2bConfig, Machine,
+    MachineState, SnapshotSupport,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
 use crate::naming::{NamingError, generated_name, new_sandbox_id, validate_name};
 use crate::spec::{BackendKind, SandboxSpec};
 use crate::state::{
-    Event, EventKind, MasterKeyError, NewSandbox, SandboxRecord, StateDb, StateError,
+    EventKind, EventRecord, MasterKeyError, NewSandbox, SandboxRecord, StateDb, StateError,
     load_or_create_master_key, without_secrets,
 };
 
@@ -39,12 +37,12 @@ mod push;
 mod snapshot;
 
 pub use gc::{Collected, GcReport};
-pub use lease::{LEASE_WAIT, Lease};
+pub use lease::Lease;
 pub use open::{UpAction, UpOutcome, UpRequest};
 pub use pool::{FillReport, MAX_POOL_SIZE, PoolError, PoolStatus};
 pub use snapshot::{
-    BaseStored, COMPACT_AT, Compacted, ForkTarget, ImageSource, InPlace, Progress, ProgressFn,
-    RestoreReport, SnapshotError, SnapshotReport, StoreGc, no_progress,
+    BaseStored, COMPACT_AT, Compacted, ForkTarget, ImageSource, InPlace, RestoreReport,
+    SnapshotError, SnapshotProgress, SnapshotProgressFn, SnapshotReport, StoreGc, no_progress,
 };
 
 /// Most status looks [`Silo::statuses`] has under way at once: each is a
@@ -60,8 +58,8 @@ const NAME_ATTEMPTS: u32 = 8;
 pub struct SiloOptions {
     /// The state directory; `$SILO_HOME` or `~/.local/share/silo` when absent.
     pub home: Option<PathBuf>,
-    /// The agent binary to run; found automatically when absent (see
-    /// [`crate::agent_binary`]).
+    /// The agent binary to run; when absent, `$SILO_AGENT`, a `silo-agent`
+    /// beside the executable, or the one this build embeds.
     pub agent: Option<PathBuf>,
     /// How to reach E2B; from the environment (`E2B_API_KEY` …) when absent.
     pub e2b: Option<E2bConfig>,
@@ -107,29 +105,18 @@ pub struct Started {
 /// A handle on one silo home: its state, its key and its backends.
 ///
 /// Cheap to clone: clones share one state connection, so a harness can hand
-/// one to each task, and each [`Sandbox`] handle carries one.
+/// one to each task, and each [`crate::Sandbox`] handle carries one.
 #[derive(Debug, Clone)]
 pub struct Silo(Arc<Shared>);
 
-#[doc(hidden)]
-/// What every clone of a [`Silo`] shares.
+/// What every clone of a [`Silo`] shares: the context each of its services
+/// (lifecycle, snapshots, pools, push, gc) works in.
 #[derive(Debug)]
-pub struct Shared {
+struct Shared {
     home: Home,
     db: Mutex<StateDb>,
     master: Key,
-    local: LocalBackend,
-    docker: DockerBackend,
-    e2b: E2bBackend,
-    daytona: DaytonaBackend,
-}
-
-impl std::ops::Deref for Silo {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
+    backends: Backends,
 }
 
 impl Silo {
@@ -148,21 +135,14 @@ impl Silo {
         let master = load_or_create_master_key(&home.master_key())?;
         let db = StateDb::open(&home.state_db())?;
         let agent = Arc::new(AgentLocator::new(options.agent, home.bin_dir()));
+        let backends = Backends::open(&BackendSetup {
+            home: home.clone(),
+            agent,
+            e2b: options.e2b,
+            daytona: options.daytona,
+        });
         Ok(Self(Arc::new(Shared {
-            docker: DockerBackend::new(home.clone(), Arc::clone(&agent)),
-            e2b: match options.e2b {
-                Some(config) => {
-                    E2bBackend::with_config(home.clone(), Arc::clone(&agent), Ok(config))
-                }
-                None => E2bBackend::new(home.clone(), Arc::clone(&agent)),
-            },
-            daytona: match options.daytona {
-                Some(config) => {
-                    DaytonaBackend::with_config(home.clone(), Arc::clone(&agent), Ok(config))
-                }
-                None => DaytonaBackend::new(home.clone(), Arc::clone(&agent)),
-            },
-            local: LocalBackend::new(home.clone(), agent),
+            backends,
             home,
             db: Mutex::new(db),
             master,
@@ -171,13 +151,12 @@ impl Silo {
 
     /// The home this handle works on.
     pub fn home(&self) -> &Home {
-        &self.home
+        &self.0.home
     }
 
-    /// The Docker backend (its engine connection, agent binary and home
-    /// identity), for image builds and engine checks.
-    pub fn docker(&self) -> &DockerBackend {
-        &self.docker
+    /// Image builds on the engine the Docker backend uses.
+    pub fn images(&self) -> crate::image::Images {
+        crate::image::Images::new(self.docker_backend().clone())
     }
 
     /// Creates a sandbox and starts it. Nothing is left behind on failure
@@ -373,7 +352,7 @@ impl Silo {
     }
 
     /// The sandbox's events, oldest first; works for removed sandboxes too.
-    pub fn events(&self, name_or_id: &str) -> Result<Vec<Event>, SiloError> {
+    pub fn events(&self, name_or_id: &str) -> Result<Vec<EventRecord>, SiloError> {
         Ok(self.db().events_of(name_or_id)?)
     }
 
@@ -443,7 +422,7 @@ impl Silo {
 
     /// The key this sandbox's agent accepts.
     pub fn sandbox_key(&self, sandbox: &SandboxRecord) -> Key {
-        derive_sandbox_key(&self.master, &sandbox.id)
+        derive_sandbox_key(&self.0.master, &sandbox.id)
     }
 
     async fn start_sandbox(&self, sandbox: &SandboxRecord) -> Result<SandboxRecord, SiloError> {
@@ -508,18 +487,24 @@ impl Silo {
     }
 
     fn backend(&self, kind: BackendKind) -> AnyBackend {
-        match kind {
-            BackendKind::Local => AnyBackend::Local(self.local.clone()),
-            BackendKind::Docker => AnyBackend::Docker(self.docker.clone()),
-            BackendKind::E2b => AnyBackend::E2b(self.e2b.clone()),
-            BackendKind::Daytona => AnyBackend::Daytona(self.daytona.clone()),
-        }
+        self.0.backends.get(kind)
+    }
+
+    /// Every backend of this home.
+    fn backends(&self) -> &Backends {
+        &self.0.backends
+    }
+
+    /// The Docker backend, whose engine holds snapshot images.
+    pub(crate) fn docker_backend(&self) -> &crate::backend::DockerBackend {
+        self.0.backends.docker()
     }
 
     fn db(&self) -> MutexGuard<'_, StateDb> {
         // A panic while holding the lock cannot leave SQLite inconsistent
         // (transactions roll back), so a poisoned lock is still usable.
-        self.db
+        self.0
+            .db
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }

@@ -121,7 +121,7 @@ pub struct SandboxSpec {
     /// Default working directory of commands; the image's, or `/`, when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
-    /// User (name or uid[:gid]) the agent, and so every command, runs as.
+    /// User (name, or `uid[:gid]`) the agent, and so every command, runs as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// `none`, `bridge` or the name of an engine network; `bridge` when unset.

@@ -20,7 +20,7 @@ use std::fmt;
 use crate::{files, http};
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
@@ -49,11 +49,16 @@ pub enum Feature {
     /// `POST /v1/rewind` and the layer apply that finishes it: the sandbox
     /// brought back to a snapshot in place.
     Rewind,
+    /// Snapshots that build on the last one: the request's
+    /// `descend_since_ns` and the answer's `x-silo-stopped-at-ns`
+    /// ([`crate::snapshot`]), so a later snapshot of the same machine walks
+    /// only what changed since an earlier one stopped its processes.
+    IncrementalSnapshot,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -63,6 +68,7 @@ impl Feature {
         Self::Layers,
         Self::Index,
         Self::Rewind,
+        Self::IncrementalSnapshot,
     ];
 
     /// The first protocol version that has this feature.
@@ -76,6 +82,7 @@ impl Feature {
             | Self::Layers
             | Self::Index => 2,
             Self::Rewind => 3,
+            Self::IncrementalSnapshot => 4,
         }
     }
 
@@ -119,6 +126,7 @@ impl Feature {
             Self::Layers => "layer apply",
             Self::Index => "path index",
             Self::Rewind => "in-place rewind",
+            Self::IncrementalSnapshot => "incremental snapshots",
         }
     }
 }
@@ -332,5 +340,11 @@ mod tests {
         assert_eq!(Feature::of_path(http::PATH_HEALTHZ), None);
         assert!(!Feature::Rewind.in_version(2) && Feature::Rewind.in_version(3));
         assert_eq!(Feature::of_path(http::PATH_REWIND), Some(Feature::Rewind));
+        // Incremental snapshots share the snapshot endpoint: a request
+        // field, not a path, needs version 4.
+        assert!(
+            !Feature::IncrementalSnapshot.in_version(3)
+                && Feature::IncrementalSnapshot.in_version(4)
+        );
     }
 }

@@ -14,9 +14,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use silo::ErrorKind;
 use silo::client::ClientError;
-use silo::sandbox::FileError;
-use silo::state::StateError;
-use silo::{BackendKind, SiloError};
+use silo::{BackendKind, FileError, SiloError, StateError};
 use silo_protocol::http::error_chain;
 
 create_exception!(
@@ -224,7 +222,7 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Class {
     if let Some(error) = error.downcast_ref::<ClientError>() {
         return client(error);
     }
-    if error.downcast_ref::<silo::push::PushError>().is_some() {
+    if error.downcast_ref::<silo::PushError>().is_some() {
         return Class::Push;
     }
     Class::Other

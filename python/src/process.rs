@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use silo::sandbox::Execution;
+use silo::Execution;
 use tokio::sync::Mutex;
 
 use crate::bind::{self, SandboxRef, Step};

@@ -58,11 +58,11 @@ pub(crate) async fn no_room_image(engine: &bollard::Docker) {
         "FROM {}\nRUN touch /.silo\n",
         silo_tests::docker::BASE_IMAGE
     );
-    let mut context = silo::image::Context::new();
+    let mut context = silo::internals::image::Context::new();
     context
         .file("Dockerfile", 0o644, dockerfile.as_bytes())
         .unwrap();
-    silo::image::build(
+    silo::internals::image::build(
         engine,
         context.finish().unwrap(),
         NO_ROOM_IMAGE,
@@ -268,13 +268,13 @@ async fn a_template_that_carries_the_agent_runs_its_own() {
         return;
     };
     const BAKED: &str = "silo-test-baked:latest";
-    let request = silo::image::BakeRequest {
+    let request = silo::internals::image::BakeRequest {
         base: silo_tests::docker::BASE_IMAGE,
         tag: BAKED,
         agent: silo_tests::agent_binary(),
-        listen: silo::image::DEFAULT_LISTEN,
+        listen: silo::DEFAULT_LISTEN,
     };
-    silo::image::bake(&engine, &request, &mut |_| {})
+    silo::internals::image::bake(&engine, &request, &mut |_| {})
         .await
         .unwrap();
     let mut config = MockE2bConfig::default();
@@ -301,7 +301,7 @@ async fn a_template_that_carries_the_agent_runs_its_own() {
     e2b.ok(&["up", "box", "--backend", "e2b", "--template", "baked"]);
     let out = running("box");
     assert!(
-        out.starts_with(silo::image::BAKED_AGENT_PATH),
+        out.starts_with(silo::internals::image::BAKED_AGENT_PATH),
         "not the template's agent: {out}"
     );
     // Paused and resumed, it still answers.

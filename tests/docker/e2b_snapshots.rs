@@ -252,14 +252,14 @@ async fn other_image(engine: &bollard::Docker) {
         "FROM {BASE_IMAGE}\n\
          RUN echo other > {path}\n\
          LABEL {label}=other\n",
-        path = silo::image::BASE_ID_PATH,
-        label = silo::image::BASE_ID_LABEL,
+        path = silo::internals::image::BASE_ID_PATH,
+        label = silo::internals::image::BASE_ID_LABEL,
     );
-    let mut context = silo::image::Context::new();
+    let mut context = silo::internals::image::Context::new();
     context
         .file("Dockerfile", 0o644, dockerfile.as_bytes())
         .unwrap();
-    silo::image::build(engine, context.finish().unwrap(), OTHER_IMAGE, &mut |_| {})
+    silo::internals::image::build(engine, context.finish().unwrap(), OTHER_IMAGE, &mut |_| {})
         .await
         .unwrap();
 }

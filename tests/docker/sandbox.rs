@@ -9,7 +9,7 @@
     reason = "a test should fail loudly at the first surprise"
 )]
 
-use silo::backend::docker::{LABEL_HOME, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
+use silo::internals::docker::{LABEL_HOME, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, container, containers_of, engine_with_base};
 use silo_tests::json;

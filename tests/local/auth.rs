@@ -198,12 +198,12 @@ async fn healthz_needs_no_key_and_reports_versions() {
 fn the_agent_is_a_static_binary() {
     let bytes = std::fs::read(silo_tests::agent_binary()).unwrap();
     assert!(
-        silo::agent_binary::is_static_executable(&bytes),
+        silo::internals::is_static_executable(&bytes),
         "the agent asks for a dynamic loader"
     );
     let host_shell = std::fs::read("/bin/sh").unwrap();
     assert!(
-        !silo::agent_binary::is_static_executable(&host_shell),
+        !silo::internals::is_static_executable(&host_shell),
         "the check can fail"
     );
     // Generous bound; the real size target is reported by silo-bench.

@@ -74,7 +74,7 @@ async fn output_streams_while_the_command_runs() {
     let first = exec.next_event().await.unwrap();
     let first_at = started.elapsed();
     assert!(
-        matches!(&first, ExecEvent::Output { seq: 0, data, .. } if data == b"first\n"),
+        matches!(&first, ExecEvent::Output { offset: 0, data, .. } if data == b"first\n"),
         "{first:?}"
     );
     assert!(

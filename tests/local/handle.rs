@@ -9,7 +9,7 @@
 
 use sha2::{Digest, Sha256};
 use silo::client::{AgentClient, Endpoint};
-use silo::sandbox::{Commands, Event};
+use silo::{CommandEvent, Commands};
 use silo_protocol::exec::{Channel, ExecSpec};
 use silo_tests::TestAgent;
 use silo_tests::proxy::CuttingProxy;
@@ -45,7 +45,7 @@ async fn spawn_delivers_every_byte_once_across_ten_cut_connections() {
     let (mut received, mut cuts) = (0usize, 0);
     let exit = loop {
         match execution.next().await.unwrap().unwrap() {
-            Event::Output {
+            CommandEvent::Output {
                 channel,
                 offset,
                 data,
@@ -59,8 +59,10 @@ async fn spawn_delivers_every_byte_once_across_ten_cut_connections() {
                     cuts += 1;
                 }
             }
-            Event::Lost { bytes, .. } => panic!("{bytes} bytes lost with a ring that held them"),
-            Event::Exit(exit) => break exit,
+            CommandEvent::Lost { bytes, .. } => {
+                panic!("{bytes} bytes lost with a ring that held them")
+            }
+            CommandEvent::Exit(exit) => break exit,
         }
     };
     assert_eq!(cuts, 10);
@@ -96,17 +98,17 @@ async fn bytes_the_ring_no_longer_holds_are_counted_exactly() {
     let (mut delivered, mut lost) = (0u64, 0u64);
     while let Some(event) = execution.next().await.unwrap() {
         match event {
-            Event::Output { offset, data, .. } => {
+            CommandEvent::Output { offset, data, .. } => {
                 assert_eq!(offset, delivered + lost, "offsets count lost bytes");
                 let at = usize::try_from(offset).unwrap();
                 assert_eq!(&all[at..at + data.len()], data, "the bytes at {offset}");
                 delivered += data.len() as u64;
             }
-            Event::Lost { offset, bytes } => {
+            CommandEvent::Lost { offset, bytes } => {
                 assert_eq!(offset, delivered + lost);
                 lost += bytes;
             }
-            Event::Exit(exit) => assert_eq!(exit.code, Some(0)),
+            CommandEvent::Exit(exit) => assert_eq!(exit.code, Some(0)),
         }
     }
     assert!(lost > 0, "a 64 KiB ring cannot hold 4 MiB");
@@ -124,7 +126,7 @@ fn hex(bytes: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_write_read_list_and_remove_through_the_handle() {
     let agent = TestAgent::start().await;
-    let files = silo::sandbox::Files::new(agent.client());
+    let files = silo::Files::new(agent.client());
     let stat = files
         .write("dir/notes.txt", "hello\n", Some(0o600))
         .await

@@ -28,9 +28,9 @@ async fn reattach_from_a_new_connection_replays_what_was_missed() {
     let mut seen = Vec::new();
     while seen.len() < 30 {
         match exec.next_event().await.unwrap() {
-            ExecEvent::Output { seq, data, .. } => {
+            ExecEvent::Output { offset, data, .. } => {
                 assert_eq!(
-                    seq as usize,
+                    offset as usize,
                     seen.len(),
                     "sequence numbers are byte offsets"
                 );

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use silo::push::{RetryPolicy, SharedBundle, push_to_sandbox};
+use silo::internals::push::{RetryPolicy, SharedBundle, push_to_sandbox};
 use silo_protocol::bundle::{Bundle, BundleLimits, FileSet};
 use silo_protocol::push::PushResponse;
 use silo_tests::TestAgent;

@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 
 use silo::client::ClientError;
-use silo::sandbox::{FileError, Files};
+use silo::{FileError, Files};
 use silo_protocol::auth::{EMPTY_BODY_SHA256, sign};
 use silo_protocol::exec::ExecSpec;
 use silo_protocol::files::{FileQuery, PATH_STAT};
@@ -259,4 +259,114 @@ async fn a_first_exec_connection_learns_the_versions_without_a_health_check() {
     );
     let out = conn.run(sh("echo fallback")).await.unwrap();
     assert_eq!(text(&out.stdout), "fallback\n");
+}
+
+/// A `sleep` duration no other run of these tests uses, so its process is
+/// known by its command line.
+fn unique_sleep() -> String {
+    (200_000 + u64::from(std::process::id())).to_string()
+}
+
+#[tokio::test]
+async fn incremental_snapshots_need_protocol_4_and_are_refused_before_anything_stops() {
+    let root = tempfile::tempdir().unwrap();
+    let flags = |max: &'static str| {
+        [
+            "--machine-agent",
+            "--apply-root",
+            root.path().to_str().unwrap(),
+            "--max-protocol",
+            max,
+        ]
+        .map(str::to_owned)
+    };
+    let old = flags("3");
+    let old: Vec<&str> = old.iter().map(String::as_str).collect();
+    let agent = TestAgent::start_with(&old, &[]).await;
+    let client = agent.client().for_sandbox("before-4");
+    let conn = client.connect().await.unwrap();
+    let sleeper = unique_sleep();
+    let _running = conn
+        .exec(sh(&format!("exec sleep {sleeper}")))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while silo_tests::pids_running(&["sleep", &sleeper]).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+
+    // A snapshot or rewind that builds on an earlier one: refused by the
+    // controller, naming the feature and the version, before the agent
+    // stops (or ends) a single process.
+    let incremental = SnapshotRequest {
+        changed_since_ns: 1,
+        prune_unchanged_dirs: true,
+        descend_since_ns: Some(0),
+        exclude: Vec::new(),
+        baseline: Vec::new(),
+    };
+    let refused = |err: ClientError| {
+        assert!(
+            matches!(
+                err,
+                ClientError::AgentTooOld {
+                    speaks: 3,
+                    feature: Feature::IncrementalSnapshot,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("speaks protocol 3, which has no incremental snapshots"),
+            "{err}"
+        );
+    };
+    refused(client.snapshot(&incremental).await.err().unwrap());
+    refused(client.begin_rewind(&incremental).await.unwrap_err());
+    assert!(
+        !silo_tests::pids_running(&["sleep", &sleeper]).is_empty(),
+        "a refused request stopped the sandbox's processes"
+    );
+    // The same agent still serves what protocol 3 has: a whole snapshot
+    // passes the version check (whatever the agent then answers).
+    let whole = SnapshotRequest {
+        descend_since_ns: None,
+        ..incremental.clone()
+    };
+    if let Err(err) = client.snapshot(&whole).await {
+        assert!(!matches!(err, ClientError::AgentTooOld { .. }), "{err}");
+    }
+
+    // The other way: a controller pinned at 3 facing an agent of 4 names
+    // itself as the limit, and still speaks 3 with it.
+    let new = flags("4");
+    let new: Vec<&str> = new.iter().map(String::as_str).collect();
+    let agent = TestAgent::start_with(&new, &[]).await;
+    let pinned = agent.client().with_max_protocol(3).unwrap();
+    assert_eq!(pinned.protocol().await.unwrap().version, 3);
+    let err = pinned.snapshot(&incremental).await.err().unwrap();
+    assert!(
+        matches!(
+            err,
+            ClientError::ClientPinned {
+                speaks: 3,
+                feature: Feature::IncrementalSnapshot
+            }
+        ),
+        "{err}"
+    );
+    let out = pinned
+        .connect()
+        .await
+        .unwrap()
+        .run(sh("echo served"))
+        .await
+        .unwrap();
+    assert_eq!(text(&out.stdout), "served\n");
 }

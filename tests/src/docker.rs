@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
-use silo::backend::docker::{LABEL_SANDBOX_ID, container_name};
+use silo::internals::docker::{LABEL_SANDBOX_ID, container_name};
 
 /// The base image the Docker tests run (silo's default base tag).
-pub const BASE_IMAGE: &str = silo::image::DEFAULT_BASE_TAG;
+pub const BASE_IMAGE: &str = silo::DEFAULT_BASE_TAG;
 /// Pause between looks at a container that is expected to change state.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -27,7 +27,7 @@ pub fn in_ci() -> bool {
 /// The engine, or `None` (with the reason printed) when there is none and
 /// this is not CI. Under CI a missing engine panics.
 pub async fn engine() -> Option<Docker> {
-    match silo::backend::docker::connect().await {
+    match silo::internals::docker::connect().await {
         Ok(engine) => Some(engine),
         Err(error) if in_ci() => {
             panic!("CI=true but no Docker engine is reachable: {error}")
@@ -59,15 +59,15 @@ pub async fn base_image(engine: &Docker) {
         Ok(image) => image
             .config
             .and_then(|c| c.labels)
-            .is_some_and(|labels| labels.contains_key(silo::image::BASE_LAYERS_LABEL)),
+            .is_some_and(|labels| labels.contains_key(silo::internals::image::BASE_LAYERS_LABEL)),
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => false,
         Err(error) => panic!("inspecting the base image: {error}"),
     };
     if !present {
-        let busybox = std::path::Path::new(silo::image::DEFAULT_BUSYBOX);
-        silo::image::build_base(engine, busybox, BASE_IMAGE, &mut |_| {})
+        let busybox = std::path::Path::new(silo::DEFAULT_BUSYBOX);
+        silo::internals::image::build_base(engine, busybox, BASE_IMAGE, &mut |_| {})
             .await
             .expect("building the base image from the host's static busybox");
     }

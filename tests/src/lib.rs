@@ -56,7 +56,7 @@ pub fn agent_binary() -> &'static Path {
     AGENT.get_or_init(|| {
         let home = std::env::temp_dir().join("silo-tests-agent");
         std::fs::create_dir_all(&home).expect("creating agent cache dir");
-        silo::agent_binary::extract_embedded(&home).expect("extracting the embedded silo-agent")
+        silo::internals::extract_embedded(&home).expect("extracting the embedded silo-agent")
     })
 }
 

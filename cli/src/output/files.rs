@@ -4,8 +4,8 @@ use std::io::{self, Write};
 
 use anyhow::Context;
 
+use silo::Copied;
 use silo::human_bytes;
-use silo::sandbox::Copied;
 use silo_protocol::files::{FileKind, FileStat, TreeWritten};
 
 use super::{BROKEN_PIPE_CODE, Output, print_json, print_lines, render, row, utc};

@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use silo::backend::docker::unix_ms_to_rfc3339;
 use silo::doctor::{Check, Verdict};
-use silo::push::{ProgressFn, PushEvent, PushReport};
+use silo::unix_ms_to_rfc3339;
 use silo::{
-    Event, GcReport, MachineState, SandboxRecord, Started, UpAction, UpOutcome, human_bytes,
+    EventRecord, GcReport, MachineState, SandboxRecord, Started, UpAction, UpOutcome, human_bytes,
 };
+use silo::{PushEvent, PushProgressFn, PushReport};
 use silo_protocol::session::SessionInfo;
 
 /// The shell's exit code for a process killed by SIGPIPE, used when our own
@@ -133,7 +133,7 @@ impl Output {
         print_lines(&render(&table))
     }
 
-    pub fn events(&self, events: &[Event]) -> anyhow::Result<()> {
+    pub fn events(&self, events: &[EventRecord]) -> anyhow::Result<()> {
         if self.json {
             return print_json(&events);
         }
@@ -177,7 +177,7 @@ impl Output {
 
     /// A progress bar over a push's targets, on stderr; hidden with
     /// `--json` (and by indicatif when stderr is not a terminal).
-    pub fn push_progress(&self, targets: usize) -> PushProgress {
+    pub fn push_progress(&self, targets: usize) -> PushBar {
         let bar = if self.json {
             ProgressBar::hidden()
         } else {
@@ -186,7 +186,7 @@ impl Output {
         let style = ProgressStyle::with_template("pushing [{bar:30}] {pos}/{len} sandboxes  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
-        PushProgress { bar }
+        PushBar { bar }
     }
 
     /// The outcome of a push: one row per sandbox and a summary line.
@@ -409,13 +409,13 @@ impl Output {
 }
 
 /// The progress bar of one `silo push`.
-pub struct PushProgress {
+pub struct PushBar {
     bar: ProgressBar,
 }
 
-impl PushProgress {
+impl PushBar {
     /// What the library calls as the push goes.
-    pub fn callback(&self) -> ProgressFn {
+    pub fn callback(&self) -> PushProgressFn {
         let bar = self.bar.clone();
         let sent = Arc::new(AtomicU64::new(0));
         Arc::new(move |event: &PushEvent| match event {

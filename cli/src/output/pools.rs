@@ -1,6 +1,6 @@
 //! What `silo pool` prints.
 
-use silo::silo::{FillReport, PoolStatus};
+use silo::{FillReport, PoolStatus};
 
 use super::{Output, print_json, print_lines, render, row};
 

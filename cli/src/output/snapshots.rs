@@ -3,24 +3,24 @@
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use silo::Snapshot;
 use silo::human_bytes;
-use silo::silo::{
-    ImageSource, Progress, ProgressFn as SnapshotProgressFn, RestoreReport, SnapshotReport,
+use silo::{
+    ImageSource, RestoreReport, SnapshotProgress as Progress, SnapshotProgressFn, SnapshotReport,
 };
-use silo::state::Snapshot;
 
 use super::{Output, print_json, print_lines, render, row, utc};
 
 impl Output {
     /// A progress bar for a snapshot, rewind or fork, on stderr; hidden with
     /// `--json` (and by indicatif when stderr is not a terminal).
-    pub fn snapshot_progress(&self) -> SnapshotProgress {
+    pub fn snapshot_progress(&self) -> SnapshotBar {
         let bar = if self.json {
             ProgressBar::hidden()
         } else {
             ProgressBar::new_spinner()
         };
-        SnapshotProgress { bar }
+        SnapshotBar { bar }
     }
 
     /// A snapshot just taken, with its moments and sizes.
@@ -163,11 +163,11 @@ impl Output {
 }
 
 /// The progress bar of one snapshot, rewind or fork.
-pub struct SnapshotProgress {
+pub struct SnapshotBar {
     bar: ProgressBar,
 }
 
-impl SnapshotProgress {
+impl SnapshotBar {
     /// What the library calls as the work goes.
     pub fn callback(&self) -> SnapshotProgressFn {
         let bar = self.bar.clone();

@@ -18,21 +18,26 @@
 pub mod daytona;
 pub mod docker;
 pub mod e2b;
+pub mod labels;
 pub mod local;
 pub mod remote;
 
+use std::collections::HashSet;
 use std::future::Future;
+use std::sync::Arc;
 
 use serde::Serialize;
 use silo_protocol::auth::Key;
 
+use crate::agent_binary::AgentLocator;
 use crate::client::Endpoint;
+use crate::home::Home;
 use crate::spec::{BackendKind, SandboxSpec};
 
-pub use daytona::{DaytonaBackend, DaytonaError};
+pub use daytona::{DaytonaBackend, DaytonaConfig, DaytonaError};
 pub use docker::{DockerBackend, DockerError};
-pub use e2b::{E2bBackend, E2bError};
-pub use local::{LocalBackend, LocalError, LogTail};
+pub use e2b::{E2bBackend, E2bConfig, E2bError};
+pub use local::{LocalBackend, LocalError};
 
 /// What a backend is told about the sandbox it acts on.
 #[derive(Debug, Clone, Copy)]
@@ -81,7 +86,7 @@ impl MachineState {
 
 /// What [`Backend::start`] did.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Started {
+pub struct MachineStarted {
     /// The machine's handle now.
     pub backend_ref: serde_json::Value,
     /// It was already running, so nothing was started (another process may
@@ -159,7 +164,7 @@ pub trait Backend {
     fn start(
         &self,
         machine: Machine<'_>,
-    ) -> impl Future<Output = Result<Started, BackendError>> + Send;
+    ) -> impl Future<Output = Result<MachineStarted, BackendError>> + Send;
 
     /// Stops the machine, keeping it (and its files) for a later start.
     /// Returns whether it was running.
@@ -180,6 +185,18 @@ pub trait Backend {
         &self,
         machine: Machine<'_>,
     ) -> impl Future<Output = Result<Option<LastExit>, BackendError>> + Send;
+
+    /// Removes this home's machines whose sandbox id is not in `live` (only
+    /// lists them when `dry_run`), and answers their names. A backend it
+    /// cannot reach (no engine, no API key) has none to sweep.
+    fn sweep_orphans(
+        &self,
+        live: &HashSet<String>,
+        dry_run: bool,
+    ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send {
+        let _ = (live, dry_run);
+        async { Ok(Vec::new()) }
+    }
 }
 
 /// The agent flags a spec sets on every backend (workdir, idle timeout,
@@ -203,125 +220,134 @@ pub(crate) fn agent_flags(spec: &SandboxSpec, workload: &[String]) -> Vec<String
     flags
 }
 
-/// Every backend this build has, for dispatch without trait objects.
+/// What every backend is opened with: the home, the agent to put in each
+/// machine, and the provider settings a caller gave (the environment's
+/// otherwise).
 #[derive(Debug, Clone)]
-pub enum AnyBackend {
+pub(crate) struct BackendSetup {
+    /// The home whose machines the backends make.
+    pub home: Home,
+    /// Finds the agent binary machines are given.
+    pub agent: Arc<AgentLocator>,
+    /// How to reach E2B, when not from the environment.
+    pub e2b: Option<E2bConfig>,
+    /// How to reach Daytona, when not from the environment.
+    pub daytona: Option<DaytonaConfig>,
+}
+
+/// The registration of every backend this build has. One line per backend
+/// (its variant, the field that holds it, its type and its error; the type
+/// has `fn open(&BackendSetup) -> Self`) makes the
+/// dispatch enum [`AnyBackend`], the error [`BackendError`] and the registry
+/// [`Backends`]; the variant is also the backend's [`BackendKind`].
+macro_rules! register_backends {
+    ($($(#[$doc:meta])* $variant:ident($field:ident: $backend:ty, $error:ty)),+ $(,)?) => {
+        /// Every backend this build has, for dispatch without trait objects.
+        #[derive(Debug, Clone)]
+        pub(crate) enum AnyBackend {
+            $($(#[$doc])* $variant($backend),)+
+        }
+
+        impl Backend for AnyBackend {
+            fn kind(&self) -> BackendKind {
+                match self { $(AnyBackend::$variant(b) => b.kind(),)+ }
+            }
+
+            fn snapshot_support(&self) -> SnapshotSupport {
+                match self { $(AnyBackend::$variant(b) => b.snapshot_support(),)+ }
+            }
+
+            fn stop_keeps_processes(&self) -> bool {
+                match self { $(AnyBackend::$variant(b) => b.stop_keeps_processes(),)+ }
+            }
+
+            async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.create(machine).await,)+ }
+            }
+
+            async fn status(&self, machine: Machine<'_>) -> Result<MachineState, BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.status(machine).await,)+ }
+            }
+
+            async fn start(&self, machine: Machine<'_>) -> Result<MachineStarted, BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.start(machine).await,)+ }
+            }
+
+            async fn stop(&self, machine: Machine<'_>) -> Result<bool, BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.stop(machine).await,)+ }
+            }
+
+            async fn remove(&self, machine: Machine<'_>) -> Result<(), BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.remove(machine).await,)+ }
+            }
+
+            fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.endpoint(machine),)+ }
+            }
+
+            async fn last_exit(&self, machine: Machine<'_>) -> Result<Option<LastExit>, BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.last_exit(machine).await,)+ }
+            }
+
+            async fn sweep_orphans(
+                &self,
+                live: &HashSet<String>,
+                dry_run: bool,
+            ) -> Result<Vec<String>, BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.sweep_orphans(live, dry_run).await,)+ }
+            }
+        }
+
+        /// Why a backend operation failed.
+        #[derive(Debug, thiserror::Error)]
+        #[non_exhaustive]
+        pub enum BackendError {
+            $(
+                $(#[$doc])*
+                #[error(transparent)]
+                $variant(#[from] $error),
+            )+
+        }
+
+        /// The backends of one home, keyed by kind: one of each registered.
+        #[derive(Debug, Clone)]
+        pub(crate) struct Backends {
+            $($field: $backend,)+
+        }
+
+        impl Backends {
+            /// Opens every backend (none reaches its engine or API yet).
+            pub(crate) fn open(setup: &BackendSetup) -> Self {
+                Self { $($field: <$backend>::open(setup),)+ }
+            }
+
+            /// The backend of `kind`.
+            pub(crate) fn get(&self, kind: BackendKind) -> AnyBackend {
+                match kind { $(BackendKind::$variant => AnyBackend::$variant(self.$field.clone()),)+ }
+            }
+
+            /// Every backend, in registration order.
+            pub(crate) fn all(&self) -> Vec<AnyBackend> {
+                vec![$(AnyBackend::$variant(self.$field.clone()),)+]
+            }
+        }
+    };
+}
+
+register_backends! {
     /// The agent as a host process.
-    Local(LocalBackend),
+    Local(local: LocalBackend, LocalError),
     /// A container on a Docker engine.
-    Docker(DockerBackend),
+    Docker(docker: DockerBackend, DockerError),
     /// An E2B sandbox.
-    E2b(E2bBackend),
+    E2b(e2b: E2bBackend, E2bError),
     /// A Daytona sandbox.
-    Daytona(DaytonaBackend),
+    Daytona(daytona: DaytonaBackend, DaytonaError),
 }
 
-impl Backend for AnyBackend {
-    fn kind(&self) -> BackendKind {
-        match self {
-            AnyBackend::Local(b) => b.kind(),
-            AnyBackend::Docker(b) => b.kind(),
-            AnyBackend::E2b(b) => b.kind(),
-            AnyBackend::Daytona(b) => b.kind(),
-        }
+impl Backends {
+    /// The Docker backend, for building images on its engine.
+    pub(crate) fn docker(&self) -> &DockerBackend {
+        &self.docker
     }
-
-    fn snapshot_support(&self) -> SnapshotSupport {
-        match self {
-            AnyBackend::Local(b) => b.snapshot_support(),
-            AnyBackend::Docker(b) => b.snapshot_support(),
-            AnyBackend::E2b(b) => b.snapshot_support(),
-            AnyBackend::Daytona(b) => b.snapshot_support(),
-        }
-    }
-
-    fn stop_keeps_processes(&self) -> bool {
-        match self {
-            AnyBackend::Local(b) => b.stop_keeps_processes(),
-            AnyBackend::Docker(b) => b.stop_keeps_processes(),
-            AnyBackend::E2b(b) => b.stop_keeps_processes(),
-            AnyBackend::Daytona(b) => b.stop_keeps_processes(),
-        }
-    }
-
-    async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
-        match self {
-            AnyBackend::Local(b) => b.create(machine).await,
-            AnyBackend::Docker(b) => b.create(machine).await,
-            AnyBackend::E2b(b) => b.create(machine).await,
-            AnyBackend::Daytona(b) => b.create(machine).await,
-        }
-    }
-
-    async fn status(&self, machine: Machine<'_>) -> Result<MachineState, BackendError> {
-        match self {
-            AnyBackend::Local(b) => b.status(machine).await,
-            AnyBackend::Docker(b) => b.status(machine).await,
-            AnyBackend::E2b(b) => b.status(machine).await,
-            AnyBackend::Daytona(b) => b.status(machine).await,
-        }
-    }
-
-    async fn start(&self, machine: Machine<'_>) -> Result<Started, BackendError> {
-        match self {
-            AnyBackend::Local(b) => b.start(machine).await,
-            AnyBackend::Docker(b) => b.start(machine).await,
-            AnyBackend::E2b(b) => b.start(machine).await,
-            AnyBackend::Daytona(b) => b.start(machine).await,
-        }
-    }
-
-    async fn stop(&self, machine: Machine<'_>) -> Result<bool, BackendError> {
-        match self {
-            AnyBackend::Local(b) => b.stop(machine).await,
-            AnyBackend::Docker(b) => b.stop(machine).await,
-            AnyBackend::E2b(b) => b.stop(machine).await,
-            AnyBackend::Daytona(b) => b.stop(machine).await,
-        }
-    }
-
-    async fn remove(&self, machine: Machine<'_>) -> Result<(), BackendError> {
-        match self {
-            AnyBackend::Local(b) => b.remove(machine).await,
-            AnyBackend::Docker(b) => b.remove(machine).await,
-            AnyBackend::E2b(b) => b.remove(machine).await,
-            AnyBackend::Daytona(b) => b.remove(machine).await,
-        }
-    }
-
-    fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError> {
-        match self {
-            AnyBackend::Local(b) => b.endpoint(machine),
-            AnyBackend::Docker(b) => b.endpoint(machine),
-            AnyBackend::E2b(b) => b.endpoint(machine),
-            AnyBackend::Daytona(b) => b.endpoint(machine),
-        }
-    }
-
-    async fn last_exit(&self, machine: Machine<'_>) -> Result<Option<LastExit>, BackendError> {
-        match self {
-            AnyBackend::Local(b) => b.last_exit(machine).await,
-            AnyBackend::Docker(b) => b.last_exit(machine).await,
-            AnyBackend::E2b(b) => b.last_exit(machine).await,
-            AnyBackend::Daytona(b) => b.last_exit(machine).await,
-        }
-    }
-}
-
-/// Why a backend operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BackendError {
-    /// The local backend failed.
-    #[error(transparent)]
-    Local(#[from] LocalError),
-    /// The Docker backend failed.
-    #[error(transparent)]
-    Docker(#[from] DockerError),
-    /// The E2B backend failed.
-    #[error(transparent)]
-    E2b(#[from] E2bError),
-    /// The Daytona backend failed.
-    #[error(transparent)]
-    Daytona(#[from] DaytonaError),
 }

@@ -35,12 +35,13 @@ const OUTGOING_QUEUE: usize = 256;
 /// Something that happened to an exec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecEvent {
-    /// Output bytes; `seq` is the offset of `data[0]` in the exec's output.
+    /// Output bytes; `offset` is where `data[0]` stands in the exec's
+    /// output (both channels count; the wire frame's `seq`).
     Output {
         /// stdout or stderr.
         channel: Channel,
         /// Byte offset.
-        seq: u64,
+        offset: u64,
         /// The bytes.
         data: Vec<u8>,
     },
@@ -116,12 +117,12 @@ impl ExecConnection {
     }
 
     /// Follows an exec started on any connection, replaying output from byte
-    /// offset `from_seq`. Also returns how many requested bytes the agent no
+    /// offset `from_offset`. Also returns how many requested bytes the agent no
     /// longer held.
     pub async fn attach(
         &self,
         exec_id: ExecId,
-        from_seq: u64,
+        from_offset: u64,
     ) -> Result<(ExecHandle, u64), ClientError> {
         let tag = self.tag();
         let reply = self
@@ -130,7 +131,7 @@ impl ExecConnection {
                 ClientMessage::Attach {
                     tag,
                     exec_id,
-                    from_seq,
+                    from_seq: from_offset,
                 },
             )
             .await?;
@@ -397,7 +398,7 @@ async fn read_loop(
                 Ok(frame) => {
                     let event = ExecEvent::Output {
                         channel: frame.channel,
-                        seq: frame.seq,
+                        offset: frame.seq,
                         data: frame.payload,
                     };
                     deliver(&routes, frame.exec_id, event, false).await;

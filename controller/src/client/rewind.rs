@@ -42,6 +42,7 @@ impl AgentClient {
         &self,
         request: &SnapshotRequest,
     ) -> Result<RewindBegun, ClientError> {
+        self.require_request_features(request).await?;
         let response = self
             .post_json_for_stream(Feature::Rewind, rewind::path(), request)
             .await?;

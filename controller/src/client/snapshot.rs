@@ -35,6 +35,7 @@ impl AgentClient {
     /// must be discarded. A refusal is the agent's error: HTTP 409 busy, 501
     /// unsupported (an agent that is not PID 1), 400/413 bad request.
     pub async fn snapshot(&self, request: &SnapshotRequest) -> Result<LayerAnswer, ClientError> {
+        self.require_request_features(request).await?;
         let response = self
             .post_json_for_stream(Feature::Snapshot, snapshot::path(), request)
             .await?;
@@ -58,6 +59,20 @@ impl AgentClient {
             .map_err(ClientError::http)?
             .to_bytes();
         Err(rejection(status.as_u16(), Some(&refusal)))
+    }
+
+    /// Refuses, before anything is sent (so before the agent stops a single
+    /// process), a snapshot or rewind request that uses a field the spoken
+    /// version lacks: `descend_since_ns` is protocol 4's
+    /// [`Feature::IncrementalSnapshot`].
+    pub(super) async fn require_request_features(
+        &self,
+        request: &SnapshotRequest,
+    ) -> Result<(), ClientError> {
+        if request.descend_since_ns.is_some() {
+            self.speak(Feature::IncrementalSnapshot).await?;
+        }
+        Ok(())
     }
 
     /// Sends `request` as the signed JSON body of a `POST` to `path`, once

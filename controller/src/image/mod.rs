@@ -4,7 +4,8 @@
 //! image made with no registry). The Dockerfile templates live in the
 //! repository's `image/` directory and are compiled in.
 //!
-//! Layout: `context` (the in-memory tar), `bake`, `base`.
+//! Layout: `context` (the in-memory tar), `bake`, `base`, `service` (the
+//! [`Images`] handle a caller builds through).
 //!
 //! Every image silo builds carries a **base id**: the SHA-256 of what it was
 //! built from (the build context, and for a bake the base image's id), as
@@ -20,6 +21,7 @@
 mod bake;
 mod base;
 mod context;
+mod service;
 
 use bollard::Docker;
 use bollard::query_parameters::BuildImageOptionsBuilder;
@@ -63,6 +65,7 @@ fn base_id(inputs: &[&[u8]]) -> String {
 pub use bake::{BAKED_AGENT_PATH, BakeRequest, DEFAULT_LISTEN, bake};
 pub use base::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, build_base};
 pub use context::Context;
+pub use service::{EngineInfo, Images};
 
 /// Whether the engine has an image by this name.
 pub async fn exists(engine: &Docker, image: &str) -> Result<bool, ImageError> {

@@ -42,7 +42,7 @@ pub enum PushEvent {
 }
 
 /// Receives [`PushEvent`]s; called from whichever task made progress.
-pub type ProgressFn = Arc<dyn Fn(&PushEvent) + Send + Sync>;
+pub type PushProgressFn = Arc<dyn Fn(&PushEvent) + Send + Sync>;
 
 /// How a fan-out runs.
 #[derive(Clone)]
@@ -52,7 +52,7 @@ pub struct PushOptions {
     /// Retries of each push.
     pub retry: RetryPolicy,
     /// Told of progress, if anyone is watching.
-    pub progress: Option<ProgressFn>,
+    pub progress: Option<PushProgressFn>,
 }
 
 impl Default for PushOptions {

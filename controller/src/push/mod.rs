@@ -22,14 +22,11 @@ use bytes::Bytes;
 use silo_protocol::bundle::{Bundle, BundleError, BundleLimits, FileSet};
 
 pub use fanout::{
-    DEFAULT_CONCURRENCY, Job, Outcome, ProgressFn, PushEvent, PushFailure, PushOptions, PushReport,
-    Pushed, push_all,
+    DEFAULT_CONCURRENCY, Job, PushEvent, PushFailure, PushOptions, PushProgressFn, PushReport,
+    push_all,
 };
 pub use files::{FilesError, files_from_dir};
-pub use send::{
-    AttemptError, DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_FIRST_DELAY, DEFAULT_MAX_DELAY,
-    DEFAULT_RETRY_BUDGET, PushFailed, RetryPolicy, push_once, push_to_sandbox,
-};
+pub use send::{DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_RETRY_BUDGET, RetryPolicy, push_to_sandbox};
 
 /// A built bundle, shared by every push that sends it (the bytes are
 /// reference-counted, so a fan-out never copies them).

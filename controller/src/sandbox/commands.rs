@@ -7,7 +7,7 @@
 //! client was too slow to take, it opens a new connection and attaches from
 //! that offset. Replayed bytes it already delivered are trimmed, so each
 //! byte reaches the caller once; bytes the ring no longer held are reported
-//! as [`Event::Lost`] with their exact count, never silently.
+//! as [`CommandEvent::Lost`] with their exact count, never silently.
 
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ const REATTACH_BACKOFF: Backoff = Backoff {
 
 /// What an [`Execution`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+pub enum CommandEvent {
     /// Output bytes, never delivered before.
     Output {
         /// stdout or stderr (a PTY's output is stdout).
@@ -169,7 +169,7 @@ impl Execution {
 
     /// The next event; `Ok(None)` after the exit. An error means the agent
     /// could not be reached again (the sandbox stopped, or the agent died).
-    pub async fn next(&mut self) -> Result<Option<Event>, ClientError> {
+    pub async fn next(&mut self) -> Result<Option<CommandEvent>, ClientError> {
         if self.finished {
             return Ok(None);
         }
@@ -181,21 +181,25 @@ impl Execution {
             match self.handle.next_event().await {
                 Some(ExecEvent::Exit(exit)) => {
                     self.finished = true;
-                    return Ok(Some(Event::Exit(exit)));
+                    return Ok(Some(CommandEvent::Exit(exit)));
                 }
                 // The agent skipped frames this connection was too slow to
                 // take: fetch them again from its ring.
-                Some(ExecEvent::Output { seq, .. }) if seq > self.delivered => {
+                Some(ExecEvent::Output { offset, .. }) if offset > self.delivered => {
                     self.reattach(&mut attempts).await?;
                 }
-                Some(ExecEvent::Output { channel, seq, data }) => {
-                    let skip = usize::try_from(self.delivered - seq).unwrap_or(usize::MAX);
+                Some(ExecEvent::Output {
+                    channel,
+                    offset,
+                    data,
+                }) => {
+                    let skip = usize::try_from(self.delivered - offset).unwrap_or(usize::MAX);
                     let Some(fresh) = data.get(skip..).filter(|d| !d.is_empty()) else {
                         continue;
                     };
                     let offset = self.delivered;
                     self.delivered += fresh.len() as u64;
-                    return Ok(Some(Event::Output {
+                    return Ok(Some(CommandEvent::Output {
                         channel,
                         offset,
                         data: fresh.to_vec(),
@@ -211,14 +215,14 @@ impl Execution {
         let mut out = CommandOutput::default();
         while let Some(event) = self.next().await? {
             match event {
-                Event::Output {
+                CommandEvent::Output {
                     channel: Channel::Stderr,
                     data,
                     ..
                 } => out.stderr.extend(data),
-                Event::Output { data, .. } => out.stdout.extend(data),
-                Event::Lost { bytes, .. } => out.lost_bytes += bytes,
-                Event::Exit(exit) => out.exit = exit,
+                CommandEvent::Output { data, .. } => out.stdout.extend(data),
+                CommandEvent::Lost { bytes, .. } => out.lost_bytes += bytes,
+                CommandEvent::Exit(exit) => out.exit = exit,
             }
         }
         Ok(out)
@@ -249,11 +253,11 @@ impl Execution {
         self.pending_lost += lost;
     }
 
-    fn take_lost(&mut self) -> Option<Event> {
+    fn take_lost(&mut self) -> Option<CommandEvent> {
         if self.pending_lost == 0 {
             return None;
         }
-        let event = Event::Lost {
+        let event = CommandEvent::Lost {
             offset: self.delivered,
             bytes: self.pending_lost,
         };

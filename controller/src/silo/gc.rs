@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{Silo, SiloError, StoreGc, backend_error, machine};
-use crate::backend::{Backend, DockerError};
+use crate::backend::Backend;
 use crate::state::{EventKind, SandboxRecord, now_ms};
 
 /// One sandbox gc removed (or would remove, in a dry run).
@@ -88,25 +88,14 @@ impl Silo {
         }
         // Pool members own their machines too, though no list shows them.
         let live: HashSet<String> = self.db().machine_owner_ids()?.into_iter().collect();
-        match self.docker.sweep_orphans(&live, dry_run).await {
-            Ok(names) => report.orphans = names,
-            // No engine, so no containers to collect.
-            Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {}
-            Err(error) => report
-                .skipped
-                .push(("orphaned containers".into(), error_chain(&error))),
-        }
-        match self.e2b.sweep_orphans(&live, dry_run).await {
-            Ok(names) => report.orphans.extend(names),
-            Err(error) => report
-                .skipped
-                .push(("orphaned E2B sandboxes".into(), error_chain(&error))),
-        }
-        match self.daytona.sweep_orphans(&live, dry_run).await {
-            Ok(names) => report.orphans.extend(names),
-            Err(error) => report
-                .skipped
-                .push(("orphaned Daytona sandboxes".into(), error_chain(&error))),
+        for backend in self.backends().all() {
+            match backend.sweep_orphans(&live, dry_run).await {
+                Ok(names) => report.orphans.extend(names),
+                Err(error) => report.skipped.push((
+                    format!("orphaned {} machines", backend.kind()),
+                    error_chain(&error),
+                )),
+            }
         }
         report.store = self.gc_store(dry_run).await?;
         Ok(report)

@@ -44,6 +44,7 @@ impl Silo {
     /// operation takes it; a caller may hold it around several operations
     /// (they must then be ones that take no lease of their own, or they
     /// would wait on it), or to keep other processes out for a while.
+    #[doc(hidden)]
     pub async fn lease(&self, name: &str, op: &'static str) -> Result<Lease<'_>, SiloError> {
         self.lease_within(name, op, LEASE_WAIT)
             .await?

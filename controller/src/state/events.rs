@@ -66,7 +66,7 @@ impl EventKind {
 
 /// One logged event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Event {
+pub struct EventRecord {
     /// Position in the log; increases across all sandboxes.
     pub seq: i64,
     /// The sandbox it concerns.
@@ -75,7 +75,8 @@ pub struct Event {
     pub sandbox_name: String,
     /// Unix ms.
     pub at_ms: i64,
-    /// What happened (see [`EventKind`]).
+    /// What happened: `created`, `started`, `stopped`, `removed`, … (the
+    /// lowercase names of the controller's event kinds).
     pub kind: String,
     /// Kind-specific facts (a JSON object).
     pub detail: serde_json::Value,
@@ -99,7 +100,7 @@ impl StateDb {
     ///
     /// A live sandbox wins; otherwise an id, then a name, of a removed sandbox
     /// is looked up in the log (for a reused name, the most recent holder).
-    pub fn events_of(&self, name_or_id: &str) -> Result<Vec<Event>, StateError> {
+    pub fn events_of(&self, name_or_id: &str) -> Result<Vec<EventRecord>, StateError> {
         let id = match self.sandbox(name_or_id) {
             Ok(sandbox) => sandbox.id,
             Err(StateError::UnknownSandbox(_)) => self
@@ -125,7 +126,7 @@ impl StateDb {
         let rows = stmt
             .query_map([&id], |row| {
                 Ok((
-                    Event {
+                    EventRecord {
                         seq: row.get(0)?,
                         sandbox_id: row.get(1)?,
                         sandbox_name: row.get(2)?,
@@ -204,7 +205,7 @@ mod tests {
     use crate::state::test_support::{local_sandbox, temp_db};
     use serde_json::json;
 
-    fn kinds(events: &[Event]) -> Vec<&str> {
+    fn kinds(events: &[EventRecord]) -> Vec<&str> {
         events.iter().map(|e| e.kind.as_str()).collect()
     }
 

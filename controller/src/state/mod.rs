@@ -28,12 +28,11 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::retry::Deadline;
 
-pub use events::{Event, EventKind};
+pub use events::{EventKind, EventRecord};
 pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
 pub use master_key::{MasterKeyError, load_or_create_master_key};
 pub use pools::Pool;
 pub use sandboxes::{Baseline, Checkpoint, NewSandbox, SandboxRecord, without_secrets};
-pub use schema::SCHEMA_VERSION;
 pub use snapshots::{Snapshot, StoredImage};
 
 /// How long a statement waits for another process's lock before failing.
@@ -46,7 +45,6 @@ const WAL_RETRY: Duration = Duration::from_millis(10);
 #[derive(Debug)]
 pub struct StateDb {
     conn: Connection,
-    path: PathBuf,
 }
 
 impl StateDb {
@@ -84,10 +82,7 @@ impl StateDb {
             path: path.to_owned(),
             source,
         })?;
-        let mut db = Self {
-            conn,
-            path: path.to_owned(),
-        };
+        let mut db = Self { conn };
         db.configure()?;
         schema::migrate(&mut db.conn)?;
         Ok(db)
@@ -102,15 +97,7 @@ impl StateDb {
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .ok()?;
-        (version == schema::SCHEMA_VERSION).then(|| Self {
-            conn,
-            path: path.to_owned(),
-        })
-    }
-
-    /// Where the database lives.
-    pub fn path(&self) -> &Path {
-        &self.path
+        (version == schema::SCHEMA_VERSION).then_some(Self { conn })
     }
 
     fn configure(&mut self) -> Result<(), StateError> {

@@ -55,13 +55,13 @@ use std::time::Duration;
 
 use crate::home::create_private_dir;
 
-pub use digest::{Digest, DigestError, SHA256_PREFIX};
+pub use digest::Digest;
 pub use error::StoreError;
 use error::io as io_err;
 pub use index::{Index, IndexError, LayerDelta, LayerStats};
 pub use load_archive::{LoadArchiveError, LoadPlan};
-pub use lock::{ExclusiveLock, LOCK_POLL, SharedLock};
-pub use save_archive::{IngestError, SavedImage};
+pub use lock::{ExclusiveLock, SharedLock};
+pub use save_archive::IngestError;
 pub use writer::{BlobTee, BlobWriter, Written};
 
 /// The blob store rooted at one directory (`$SILO_HOME/store`).

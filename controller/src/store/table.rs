@@ -189,11 +189,6 @@ impl LayerTable {
         self.entries.len() + self.hidden.len() + self.opaque.len()
     }
 
-    /// Whether it holds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Whether this layer hides `path` from the layers below it (and has
     /// no entry of its own there).
     fn hides(&self, path: &[u8]) -> bool {
@@ -306,11 +301,6 @@ impl Tree {
             .map(|digest| table(store, digest))
             .collect::<Result<_, _>>()?;
         Ok(Self { layers })
-    }
-
-    /// The tree of tables already read.
-    pub fn from_tables(layers: Vec<Arc<LayerTable>>) -> Self {
-        Self { layers }
     }
 
     /// Its layers, bottom first.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use fastrand::Rng;
-use silo::store::{LoadPlan, Store, load_archive, save_archive};
+use silo::internals::store::{LoadPlan, Store, load_archive, save_archive};
 use silo_protocol::auth::body_sha256;
 use tempfile::TempDir;
 

@@ -4,7 +4,7 @@
 //! read or built writes out and reads back to itself.
 
 use fastrand::Rng;
-use silo::store::{Index, LayerDelta};
+use silo::internals::store::{Index, LayerDelta};
 
 use super::{Target, tar_or_mutant};
 

@@ -22,10 +22,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use pyo3::PyResult;
-use silo::push::PushOptions;
 use silo::silo_protocol::bundle::{FileEntry, FileSource};
 use silo::{
-    BackendKind, CreateRequest, FileSet, ForkTarget, SandboxSpec, Silo, SiloOptions, UpRequest,
+    BackendKind, CreateRequest, FileSet, ForkTarget, PushOptions, SandboxSpec, Silo, SiloOptions,
+    UpRequest,
 };
 
 use crate::errors::{invalid, to_py};
@@ -244,7 +244,7 @@ pub async fn fork(
     let silo = home.silo()?;
     let target = ForkTarget { backend, image };
     let report = silo
-        .fork_to(snapshot, name, &target, &silo::silo::no_progress())
+        .fork(snapshot, name, &target, &silo::no_progress())
         .await
         .map_err(|e| to_py(&e))?;
     let json = serde_json::to_value(&report).map_err(|e| invalid(e.to_string()))?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use pyo3::PyResult;
 use silo::ExecSpec;
 use silo::client::{ClientError, ExecConnection};
-use silo::sandbox::{Event, Execution};
+use silo::{CommandEvent, Execution};
 
 use super::{Home, PerPid};
 use crate::errors::{invalid, to_py};
@@ -328,7 +328,7 @@ pub enum Step {
 pub async fn next_step(execution: &mut Execution) -> PyResult<Option<Step>> {
     let event = execution.next().await.map_err(|e| to_py(&e))?;
     Ok(event.map(|event| match event {
-        Event::Output {
+        CommandEvent::Output {
             channel,
             offset,
             data,
@@ -337,8 +337,8 @@ pub async fn next_step(execution: &mut Execution) -> PyResult<Option<Step>> {
             offset,
             data,
         },
-        Event::Lost { offset, bytes } => Step::Lost { offset, bytes },
-        Event::Exit(exit) => Step::Exit(serde_json::to_value(exit).unwrap_or_default()),
+        CommandEvent::Lost { offset, bytes } => Step::Lost { offset, bytes },
+        CommandEvent::Exit(exit) => Step::Exit(serde_json::to_value(exit).unwrap_or_default()),
     }))
 }
 

@@ -3,7 +3,7 @@
 //! answered.
 
 use super::config::DaytonaConfigError;
-use crate::agent_binary::AgentBinaryError;
+use crate::backend::remote::error::RemoteError;
 use crate::backend::remote::rest::RestError;
 
 /// Why a Daytona operation failed.
@@ -74,36 +74,9 @@ pub enum DaytonaError {
         /// What was wrong.
         why: String,
     },
-    /// The agent to upload could not be found.
+    /// A step every remote backend takes failed.
     #[error(transparent)]
-    AgentBinary(#[from] AgentBinaryError),
-    /// The agent binary could not be read.
-    #[error("cannot read the agent binary {path}")]
-    ReadAgent {
-        /// Its path.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// This home's identity, which labels its sandboxes, could not be read
-    /// or made.
-    #[error("cannot read or create this home's identity {path}")]
-    HomeId {
-        /// Its file.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The agent was started but never answered through the preview proxy.
-    #[error("Daytona sandbox {id} started, but {why}")]
-    AgentNotReady {
-        /// The Daytona sandbox id.
-        id: String,
-        /// What the last probe saw.
-        why: String,
-    },
+    Remote(#[from] RemoteError),
 }
 
 /// What to do about an answer, when the status says it.

@@ -17,8 +17,7 @@
 //!
 //! Layout: `engine` (connection, version negotiation, logs), `config` (the
 //! create request), `labels` (names, labels, home identity), `image`
-//! (inspect or pull), `ready` (waiting for the agent), `time` (engine
-//! timestamps), `sweep` (containers of this home with no sandbox),
+//! (inspect or pull), `ready` (waiting for the agent), `sweep` (containers of this home with no sandbox),
 //! `snapshot` (container facts, image export and import for snapshots), `error`.
 
 mod config;
@@ -30,7 +29,6 @@ mod ready;
 pub mod security;
 mod snapshot;
 mod sweep;
-mod time;
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -45,28 +43,23 @@ use bollard::query_parameters::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
+use super::{
+    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, SnapshotSupport,
+};
 use crate::agent_binary::{AgentLocator, is_static_executable};
 use crate::client::{AgentClient, Endpoint};
 use crate::fsutil::{remove_if_present, write_atomic};
 use crate::home::{Home, HomeId, create_private_dir};
 use crate::spec::BackendKind;
+use crate::timestamp::rfc3339_to_unix_ms;
 
-pub use config::{AGENT_PATH, RUN_DIR, STOP_TIMEOUT_SECS};
-pub use engine::{
-    CONNECT_TIMEOUT, DOCKER_HOST_ENV, LONG_REQUEST_TIMEOUT, REQUEST_TIMEOUT, connect, engine_host,
-};
+pub use super::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
+pub use config::STOP_TIMEOUT_SECS;
+pub use engine::{LONG_REQUEST_TIMEOUT, connect, engine_host};
 pub use error::DockerError;
 pub use image::ensure_image;
-pub use labels::{
-    LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH, LABEL_VERSION,
-    container_name,
-};
-pub use ready::READY_TIMEOUT;
-pub use snapshot::{
-    ContainerFacts, LABEL_SNAPSHOT, SNAPSHOT_REPOSITORY, SnapshotImage, snapshot_tag,
-};
-pub use time::{rfc3339_to_unix_ms, rfc3339_to_unix_ns, unix_ms_to_rfc3339};
+pub use labels::container_name;
+pub use snapshot::{ContainerFacts, LABEL_SNAPSHOT, snapshot_tag};
 
 pub(crate) use error::is_not_found;
 use error::{api, io, is_conflict, is_missing_image, is_unknown_runtime};
@@ -147,6 +140,11 @@ impl DockerBackend {
                 agent_path: OnceLock::new(),
             }),
         }
+    }
+
+    /// The Docker backend of a home.
+    pub(crate) fn open(setup: &super::BackendSetup) -> Self {
+        Self::new(setup.home.clone(), Arc::clone(&setup.agent))
     }
 
     /// The engine, connected (and its API version negotiated) on first use.
@@ -387,6 +385,21 @@ impl Backend for DockerBackend {
         BackendKind::Docker
     }
 
+    async fn sweep_orphans(
+        &self,
+        live: &std::collections::HashSet<String>,
+        dry_run: bool,
+    ) -> Result<Vec<String>, BackendError> {
+        match self.sweep(live, dry_run).await {
+            Ok(names) => Ok(names),
+            // No engine, so no containers to collect.
+            Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {
+                Ok(Vec::new())
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
     fn snapshot_support(&self) -> SnapshotSupport {
         SnapshotSupport::EngineImages
     }
@@ -419,7 +432,7 @@ impl Backend for DockerBackend {
         })
     }
 
-    async fn start(&self, machine: Machine<'_>) -> Result<Started, BackendError> {
+    async fn start(&self, machine: Machine<'_>) -> Result<MachineStarted, BackendError> {
         let engine = self.engine().await?;
         let name = container_name(machine.id);
         let info = self.ours(engine, &machine).await?;
@@ -427,7 +440,7 @@ impl Backend for DockerBackend {
         let id = info.id.clone().unwrap_or_default();
         if ready::is_running(&info) {
             if ready::healthy(&Self::client(&paths, &machine)).await {
-                return Ok(Started {
+                return Ok(MachineStarted {
                     backend_ref: Self::backend_ref(&paths, &machine, id),
                     was_running: true,
                 });
@@ -439,7 +452,7 @@ impl Backend for DockerBackend {
             stop_container(engine, &name).await?;
         }
         self.boot(engine, &paths, &machine).await?;
-        Ok(Started {
+        Ok(MachineStarted {
             backend_ref: Self::backend_ref(&paths, &machine, id),
             was_running: false,
         })

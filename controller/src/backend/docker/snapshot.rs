@@ -21,10 +21,10 @@ use futures_util::{Stream, StreamExt};
 
 use super::engine::LONG_REQUEST_TIMEOUT;
 use super::error::{DockerError, api, is_conflict, is_not_found};
-use super::labels::LABEL_HOME;
-use super::time::rfc3339_to_unix_ns;
 use super::{DockerBackend, config};
 use crate::backend::Machine;
+use crate::backend::labels::LABEL_HOME;
+use crate::timestamp::rfc3339_to_unix_ns;
 
 /// Label on every image silo loads for a snapshot: the snapshot's id.
 pub const LABEL_SNAPSHOT: &str = "silo.snapshot";

@@ -8,13 +8,13 @@ use std::collections::{HashMap, HashSet};
 use bollard::query_parameters::ListContainersOptionsBuilder;
 
 use super::error::{DockerError, api};
-use super::labels::{LABEL_HOME, LABEL_SANDBOX_ID};
 use super::{DockerBackend, remove_container};
+use crate::backend::labels::{LABEL_HOME, LABEL_SANDBOX_ID};
 
 impl DockerBackend {
     /// Removes this home's containers whose sandbox id is not in `live`
     /// (only lists them when `dry_run`); returns their names.
-    pub async fn sweep_orphans(
+    pub(super) async fn sweep(
         &self,
         live: &HashSet<String>,
         dry_run: bool,

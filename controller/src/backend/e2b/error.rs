@@ -2,7 +2,7 @@
 //! asked and what E2B (or envd, or the agent) answered.
 
 use super::config::E2bConfigError;
-use crate::agent_binary::AgentBinaryError;
+use crate::backend::remote::error::RemoteError;
 use crate::backend::remote::rest::RestError;
 use crate::client::ClientError;
 
@@ -41,35 +41,9 @@ pub enum E2bError {
         #[source]
         source: ClientError,
     },
-    /// The agent to upload could not be found.
+    /// A step every remote backend takes failed.
     #[error(transparent)]
-    AgentBinary(#[from] AgentBinaryError),
-    /// The agent binary could not be read.
-    #[error("cannot read the agent binary {path}")]
-    ReadAgent {
-        /// Its path.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// This home's identity, which marks its VMs, could not be read or made.
-    #[error("cannot read or create this home's identity {path}")]
-    HomeId {
-        /// Its file.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The agent was started but never answered through the proxy.
-    #[error("sandbox {id} started, but {why}")]
-    AgentNotReady {
-        /// The E2B sandbox id.
-        id: String,
-        /// What the last probe saw.
-        why: String,
-    },
+    Remote(#[from] RemoteError),
 }
 
 /// What to do about an answer, when the status says it.

@@ -35,7 +35,9 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, BackendError, LastExit, Machine, MachineState, SnapshotSupport, Started};
+use super::{
+    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, SnapshotSupport,
+};
 use crate::agent_binary::{AgentBinaryError, AgentLocator};
 use crate::client::{AgentClient, Endpoint};
 use crate::fsutil::{remove_if_present, tail, write_atomic};
@@ -43,7 +45,7 @@ use crate::home::{Home, create_private_dir};
 use crate::retry::Deadline;
 use crate::spec::BackendKind;
 
-pub use process::{STOP_GRACE, TerminateError};
+pub use process::TerminateError;
 
 /// How long a freshly spawned agent has to answer its health check.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -115,6 +117,11 @@ impl LocalBackend {
         Self { home, agent }
     }
 
+    /// The local backend of a home.
+    pub(crate) fn open(setup: &super::BackendSetup) -> Self {
+        Self::new(setup.home.clone(), Arc::clone(&setup.agent))
+    }
+
     fn paths(&self, machine: &Machine<'_>) -> Paths {
         Paths::new(&self.home, machine.id)
     }
@@ -153,11 +160,11 @@ impl LocalBackend {
         &self,
         paths: &Paths,
         machine: &Machine<'_>,
-    ) -> Result<Started, LocalError> {
+    ) -> Result<MachineStarted, LocalError> {
         let client = Self::client(paths, machine);
         if let Some(pid) = Self::live_pid(paths) {
             if Self::healthy(&client, pid).await {
-                return Ok(Started {
+                return Ok(MachineStarted {
                     backend_ref: paths.to_ref(Some(pid)),
                     was_running: true,
                 });
@@ -209,7 +216,7 @@ impl LocalBackend {
             }
             match tokio::time::timeout(PROBE_TIMEOUT, client.healthz()).await {
                 Ok(Ok(health)) if health.pid == pid => {
-                    return Ok(Started {
+                    return Ok(MachineStarted {
                         backend_ref: paths.to_ref(Some(pid)),
                         was_running: false,
                     });
@@ -270,7 +277,7 @@ impl Backend for LocalBackend {
         })
     }
 
-    async fn start(&self, machine: Machine<'_>) -> Result<Started, BackendError> {
+    async fn start(&self, machine: Machine<'_>) -> Result<MachineStarted, BackendError> {
         let paths = self.paths(&machine);
         if !paths.dir.is_dir() {
             return Err(LocalError::Missing { dir: paths.dir }.into());

@@ -16,6 +16,8 @@
 //! when it snapshots. Its key reaches it as a file it deletes once read,
 //! never through the VM's environment or metadata, which the provider lists.
 
+pub mod backend;
+pub mod error;
 pub mod rest;
 
 use std::time::Duration;

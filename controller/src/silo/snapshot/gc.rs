@@ -19,7 +19,7 @@ impl Silo {
     pub async fn gc_store(&self, dry_run: bool) -> Result<StoreGc, SiloError> {
         // No snapshot was ever taken here: nothing to collect, and no store
         // to make just to find that out.
-        if !self.home.store_dir().exists() {
+        if !self.home().store_dir().exists() {
             return Ok(StoreGc::default());
         }
         let store = self.store()?;
@@ -58,12 +58,12 @@ impl Silo {
             .into_iter()
             .map(|s| s.id)
             .collect();
-        match self.docker.snapshot_images().await {
+        match self.docker_backend().snapshot_images().await {
             Ok(images) => {
                 for image in images.into_iter().filter(|i| !known.contains(&i.snapshot)) {
                     if dry_run
                         || self
-                            .docker
+                            .docker_backend()
                             .remove_image(&image.image_id)
                             .await
                             .map_err(engine("remove a snapshot image"))?

@@ -6,7 +6,7 @@
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
-use super::{Progress, ProgressFn};
+use super::{SnapshotProgress, SnapshotProgressFn};
 use crate::bridge;
 use crate::store::{BlobTee, LayerDelta, Store, StoreError};
 
@@ -19,7 +19,7 @@ const TAR_END_MARKER: usize = 1024;
 pub(super) fn receive_layer(
     reader: bridge::ChannelReader,
     store: &Store,
-    progress: &ProgressFn,
+    progress: &SnapshotProgressFn,
 ) -> Result<(crate::store::Written, crate::store::LayerStats), Received> {
     let mut blob = store.writer().map_err(Received::Store)?;
     let tail = Tail {
@@ -59,13 +59,13 @@ pub(super) enum Received {
 /// Reports bytes read as progress.
 pub(super) struct CountingReader<R> {
     pub(super) inner: R,
-    pub(super) progress: ProgressFn,
+    pub(super) progress: SnapshotProgressFn,
 }
 
 impl<R: Read> Read for CountingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        (self.progress)(Progress::Bytes(n as u64));
+        (self.progress)(SnapshotProgress::Bytes(n as u64));
         Ok(n)
     }
 }
@@ -73,13 +73,13 @@ impl<R: Read> Read for CountingReader<R> {
 /// Reports bytes written as progress.
 pub(super) struct CountingWriter<W> {
     pub(super) inner: W,
-    pub(super) progress: ProgressFn,
+    pub(super) progress: SnapshotProgressFn,
 }
 
 impl<W: Write> Write for CountingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.inner.write(buf)?;
-        (self.progress)(Progress::Bytes(n as u64));
+        (self.progress)(SnapshotProgress::Bytes(n as u64));
         Ok(n)
     }
 

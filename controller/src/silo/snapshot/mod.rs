@@ -70,7 +70,7 @@ use crate::store::{
 
 /// What a long snapshot step reports, for progress bars.
 #[derive(Debug, Clone, Copy)]
-pub enum Progress {
+pub enum SnapshotProgress {
     /// A step begins; `total` bytes when known.
     Step {
         /// What it does, in a few words.
@@ -82,15 +82,15 @@ pub enum Progress {
     Bytes(u64),
 }
 
-/// Receives [`Progress`]; called from blocking threads too.
-pub type ProgressFn = Arc<dyn Fn(Progress) + Send + Sync>;
+/// Receives [`SnapshotProgress`]; called from blocking threads too.
+pub type SnapshotProgressFn = Arc<dyn Fn(SnapshotProgress) + Send + Sync>;
 
 /// A progress receiver that ignores everything.
-pub fn no_progress() -> ProgressFn {
+pub fn no_progress() -> SnapshotProgressFn {
     Arc::new(|_| {})
 }
 
-/// What [`Silo::snapshot`] did.
+/// What [`crate::Snapshots::take`] did.
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotReport {
     /// The snapshot, as recorded.
@@ -405,7 +405,7 @@ fn ms_since(start: Instant) -> f64 {
 impl Silo {
     /// The content-addressed store under this home.
     pub fn store(&self) -> Result<Store, SiloError> {
-        Ok(Store::open(self.home.store_dir()).map_err(SnapshotError::from)?)
+        Ok(Store::open(self.home().store_dir()).map_err(SnapshotError::from)?)
     }
 
     /// What the sandbox's backend can do with snapshots, or why it can do
@@ -543,7 +543,7 @@ impl Silo {
         }
         self.db().delete_snapshot(&snapshot)?;
         let image = load_archive::image_id(snapshot.config.as_bytes());
-        match self.docker.remove_image(&image).await {
+        match self.docker_backend().remove_image(&image).await {
             Ok(_) | Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {}
             Err(error) => tracing::warn!(snapshot = snapshot.id, "removing its image: {error}"),
         }

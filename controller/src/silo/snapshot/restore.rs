@@ -19,8 +19,8 @@ use serde_json::json;
 use super::layer::CountingWriter;
 use super::take::snapshot_config;
 use super::{
-    ImageSource, Progress, ProgressFn, RestoreReport, SnapshotError, engine, ms_since, no_progress,
-    parse_digest,
+    ImageSource, RestoreReport, SnapshotError, SnapshotProgress, SnapshotProgressFn, engine,
+    ms_since, no_progress, parse_digest,
 };
 use crate::CreateRequest;
 use crate::backend::docker::snapshot_tag;
@@ -35,7 +35,7 @@ use crate::store::{LoadPlan, Store, load_archive};
 /// Longest parent chain followed when looking for layers the engine has.
 const MAX_CHAIN: usize = 256;
 
-/// Where [`Silo::fork_to`] puts the new sandbox; every field left `None`
+/// Where [`Silo::fork`] puts the new sandbox; every field left `None`
 /// keeps what the snapshot's sandbox had.
 #[derive(Debug, Clone, Default)]
 pub struct ForkTarget {
@@ -56,7 +56,7 @@ impl Silo {
         store: &Store,
         snapshot: &Snapshot,
         image: Option<&str>,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<(String, ImageSource), SnapshotError> {
         let rebased = self
             .rebase_onto_engine(docker, store, snapshot, image, progress)
@@ -77,7 +77,7 @@ impl Silo {
         docker: &DockerBackend,
         store: &Store,
         snapshot: &Snapshot,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<(String, ImageSource), SnapshotError> {
         let image_id = load_archive::image_id(snapshot.config.as_bytes());
         if docker
@@ -131,7 +131,7 @@ impl Silo {
         store: &Store,
         snapshot: &Snapshot,
         image: Option<&str>,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<Option<Snapshot>, SnapshotError> {
         let base = self.base_of(snapshot)?;
         if !base.is_template() && image.is_none() {
@@ -254,7 +254,7 @@ impl Silo {
         docker: &DockerBackend,
         store: &Store,
         plan: LoadPlan,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<u64, SnapshotError> {
         let mut total = 0;
         for (layer, include) in plan.layers.iter().zip(&plan.include) {
@@ -262,7 +262,7 @@ impl Silo {
                 total += store.size(layer)?;
             }
         }
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "loading into the engine",
             total: Some(total),
         });
@@ -305,7 +305,7 @@ impl Silo {
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,
         reason: &str,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<RestoreReport, SiloError> {
         let start = Instant::now();
         let support = self.snapshot_support(sandbox)?;
@@ -313,7 +313,7 @@ impl Silo {
         let detail = json!({ "snapshot": snapshot.id, "reason": reason });
         let (sandbox, source) = match support {
             SnapshotSupport::AgentLayers => {
-                progress(Progress::Step {
+                progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
                 });
@@ -338,7 +338,7 @@ impl Silo {
             _ => {
                 let store = self.store()?;
                 let (image_id, source) = self
-                    .load_snapshot_image(&self.docker, &store, snapshot, None, progress)
+                    .load_snapshot_image(self.docker_backend(), &store, snapshot, None, progress)
                     .await?;
                 let sandbox = self.db().replace_machine(
                     sandbox,
@@ -346,7 +346,7 @@ impl Silo {
                     Some(&snapshot.id),
                     (EventKind::Rewound, detail),
                 )?;
-                progress(Progress::Step {
+                progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
                 });
@@ -354,7 +354,11 @@ impl Silo {
                     image: Some(&image_id),
                     ..machine(&sandbox, &key)
                 };
-                let made = self.docker.replace(made).await.map_err(BackendError::from);
+                let made = self
+                    .docker_backend()
+                    .replace(made)
+                    .await
+                    .map_err(BackendError::from);
                 (self.record_made(&sandbox, made).await?, source)
             }
         };
@@ -374,9 +378,9 @@ impl Silo {
         &self,
         sandbox: SandboxRecord,
         snapshot: &Snapshot,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<(SandboxRecord, ImageSource), SiloError> {
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "applying the snapshot",
             total: None,
         });
@@ -399,11 +403,11 @@ impl Silo {
     /// Puts a sandbox back to one of its snapshots (`silo rewind`): in
     /// place when its machine allows, else on a new machine made from it
     /// (the report says which, and why).
-    pub async fn rewind(
+    pub(crate) async fn rewind(
         &self,
         name_or_id: &str,
         snapshot: &str,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<RestoreReport, SiloError> {
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "rewind").await?;
         let snapshot = self.db().snapshot(snapshot)?;
@@ -415,7 +419,7 @@ impl Silo {
             }
             .into());
         }
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "rewinding in place",
             total: None,
         });
@@ -458,26 +462,16 @@ impl Silo {
     }
 
     /// Makes a new sandbox named `name` from a snapshot (`silo fork`), with
-    /// the spec its source had; the source is left alone.
+    /// the spec its source had or on another backend or image `target` asks
+    /// for (a template on a remote backend): the snapshot's layers above its
+    /// base go onto a machine whose base id is the base's, or the fork is
+    /// refused. The source is left alone.
     pub async fn fork(
         &self,
         snapshot: &str,
         name: &str,
-        progress: &ProgressFn,
-    ) -> Result<RestoreReport, SiloError> {
-        self.fork_to(snapshot, name, &ForkTarget::default(), progress)
-            .await
-    }
-
-    /// [`Silo::fork`] onto another backend or image (a template on a
-    /// remote backend): the snapshot's layers above its base go onto a
-    /// machine whose base id is the base's, or the fork is refused.
-    pub async fn fork_to(
-        &self,
-        snapshot: &str,
-        name: &str,
         target: &ForkTarget,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<RestoreReport, SiloError> {
         let start = Instant::now();
         validate_name(name)?;
@@ -512,7 +506,7 @@ impl Silo {
                 // image, goes onto the engine image with its base id.
                 let image = target.image.as_deref();
                 let rebased = self
-                    .rebase_onto_engine(&self.docker, &store, &snapshot, image, progress)
+                    .rebase_onto_engine(self.docker_backend(), &store, &snapshot, image, progress)
                     .await?;
                 if let Some(rebased) = &rebased {
                     spec.image = rebased.spec.image.clone();
@@ -520,9 +514,9 @@ impl Silo {
                 spec.check()?;
                 let on_engine = rebased.as_ref().unwrap_or(&snapshot);
                 let (image_id, source) = self
-                    .load_as_is(&self.docker, &store, on_engine, progress)
+                    .load_as_is(self.docker_backend(), &store, on_engine, progress)
                     .await?;
-                progress(Progress::Step {
+                progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
                 });
@@ -531,7 +525,7 @@ impl Silo {
             }
             SnapshotSupport::AgentLayers => {
                 spec.check()?;
-                progress(Progress::Step {
+                progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
                 });

@@ -18,11 +18,11 @@ use silo_protocol::snapshot::SnapshotRequest;
 use super::baseline::listing_image_id;
 use super::layer::{CountingReader, Received, receive_layer};
 use super::{
-    BaseStored, COMPACT_AT, Compacted, Progress, ProgressFn, SnapshotError, SnapshotReport,
-    blocking, engine, ms_since, parse_digest, shared_lock,
+    BaseStored, COMPACT_AT, Compacted, SnapshotError, SnapshotProgress, SnapshotProgressFn,
+    SnapshotReport, blocking, engine, ms_since, parse_digest, shared_lock,
 };
 use crate::backend::docker::ContainerFacts;
-use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT, unix_ms_to_rfc3339};
+use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT};
 use crate::backend::remote::SILO_DIR;
 use crate::backend::{BackendError, DockerBackend, MachineState, SnapshotSupport};
 use crate::bridge;
@@ -32,6 +32,7 @@ use crate::silo::{Silo, SiloError, backend_error, machine};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage, now_ms};
 use crate::store::squash::squash;
 use crate::store::{Index, Store, save_archive};
+use crate::timestamp::unix_ms_to_rfc3339;
 
 /// How far before its container's creation a file's ctime still counts as
 /// changed. File times come from a clock that ticks a few milliseconds
@@ -42,11 +43,11 @@ pub(super) const CTIME_MARGIN_NS: i64 = 20_000_000;
 impl Silo {
     /// Snapshots a sandbox's file system (starting it first if it is
     /// stopped). See the module docs for what is captured and reported.
-    pub async fn snapshot(
+    pub(crate) async fn snapshot(
         &self,
         name_or_id: &str,
         message: Option<String>,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<SnapshotReport, SiloError> {
         let start = Instant::now();
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "snapshot").await?;
@@ -113,7 +114,7 @@ impl Silo {
         }
         request.baseline = baseline.to_vec();
 
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "capturing",
             total: None,
         });
@@ -180,7 +181,7 @@ impl Silo {
             On::Base(StartBase::Stored(base, stored)) => on_image(base, stored),
             On::Base(StartBase::Pending { image_id, .. }) => {
                 let (base, stored) = self
-                    .store_base_image(&self.docker, &store, &image_id, progress)
+                    .store_base_image(self.docker_backend(), &store, &image_id, progress)
                     .await?;
                 let stored = stored.map(|stored| BaseStored {
                     after_capture: true,
@@ -204,7 +205,7 @@ impl Silo {
             (&id, !unchanged),
             message.as_deref(),
             &self
-                .docker
+                .docker_backend()
                 .home_id()
                 .map_err(engine("read this home's identity"))?,
         )?;
@@ -257,7 +258,7 @@ impl Silo {
         // is not a container has no engine to load it into.
         let (loaded_ms, load_error) = match support {
             SnapshotSupport::EngineImages => match self
-                .load_snapshot_image(&self.docker, &store, &snapshot, None, progress)
+                .load_snapshot_image(self.docker_backend(), &store, &snapshot, None, progress)
                 .await
             {
                 Ok(_) => (Some(ms_since(start)), None),
@@ -339,7 +340,7 @@ impl Silo {
         support: SnapshotSupport,
         on_base: bool,
         store: &Store,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<StartPoint, SiloError> {
         match support {
             SnapshotSupport::EngineImages => {
@@ -400,7 +401,7 @@ impl Silo {
         action: &'static str,
     ) -> Result<ContainerFacts, SiloError> {
         let key = self.sandbox_key(sandbox);
-        self.docker
+        self.docker_backend()
             .container_facts(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error(action, sandbox, BackendError::from(e)))
@@ -413,7 +414,7 @@ impl Silo {
         &self,
         facts: &ContainerFacts,
         store: &Store,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<StartBase, SnapshotError> {
         if let Some(image) = self.complete_image(store, &facts.image_id).await? {
             return Ok(StartBase::Stored(image, None));
@@ -426,7 +427,7 @@ impl Silo {
             });
         }
         let (image, stored) = self
-            .store_base_image(&self.docker, store, &facts.image_id, progress)
+            .store_base_image(self.docker_backend(), store, &facts.image_id, progress)
             .await?;
         Ok(StartBase::Stored(image, stored))
     }
@@ -438,13 +439,13 @@ impl Silo {
         docker: &DockerBackend,
         store: &Store,
         image_id: &str,
-        progress: &ProgressFn,
+        progress: &SnapshotProgressFn,
     ) -> Result<(StoredImage, Option<BaseStored>), SnapshotError> {
         if let Some(image) = self.complete_image(store, image_id).await? {
             return Ok((image, None));
         }
         let start = Instant::now();
-        progress(Progress::Step {
+        progress(SnapshotProgress::Step {
             label: "storing the base image",
             total: None,
         });

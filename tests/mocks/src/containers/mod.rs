@@ -56,7 +56,7 @@ const KEEP_ALIVE: &str = "trap 'exit 0' TERM INT; [ $# -eq 0 ] || mkdir -p \"$@\
 pub enum ContainerError {
     /// No engine could be reached.
     #[error("connecting to the docker engine failed")]
-    Connect(#[source] silo::backend::DockerError),
+    Connect(#[source] silo::internals::docker::DockerError),
     /// The engine refused or failed a request.
     #[error("docker could not {action}")]
     Engine {
@@ -132,7 +132,7 @@ impl Engine {
     /// Connects as silo does (`DOCKER_HOST`, API version negotiation), for a
     /// mock of `kind` whose containers are labelled with `instance`.
     pub async fn connect(kind: &str, instance: &str) -> Result<Self, ContainerError> {
-        let docker = silo::backend::docker::connect()
+        let docker = silo::internals::docker::connect()
             .await
             .map_err(ContainerError::Connect)?;
         Ok(Self {

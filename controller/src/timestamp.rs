@@ -1,8 +1,8 @@
-//! Reading the engine's timestamps (RFC 3339, e.g. a container's
-//! `FinishedAt`) as Unix milliseconds, the unit of every time silo stores,
-//! or nanoseconds where a file's ctime is compared against one, and writing
-//! times the way image configs carry them. The engine writes UTC (`Z`);
-//! offsets are honoured anyway.
+//! Times as text: reading RFC 3339 timestamps (an engine's, e.g. a
+//! container's `FinishedAt`) as Unix milliseconds, the unit of every time
+//! silo stores, or nanoseconds where a file's ctime is compared against one,
+//! and writing times the way image configs carry them (and people read
+//! them). Engines write UTC (`Z`); offsets are honoured anyway.
 
 use time::format_description::BorrowedFormatItem;
 use time::format_description::well_known::Rfc3339;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Keeps ARCHITECTURE.md's code map true: every folder it names as a heading
+# (`### `protocol/``), every folder it names inside the agent's and the
+# controller's sections, and every backend exists; and every backend the
+# controller registers is named in the map. Run by scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+doc=ARCHITECTURE.md
+failed=0
+missing() { echo "ARCHITECTURE.md names $1, which does not exist" >&2; failed=1; }
+
+# The code map: from its heading to the next second-level heading.
+map=$(awk '/^## Code map/{on=1; next} /^## /{on=0} on' "$doc")
+[ -n "$map" ] || { echo "ARCHITECTURE.md has no '## Code map'" >&2; exit 1; }
+
+# Top-level folders: the backticked paths of each third-level heading.
+while IFS= read -r folder; do
+  [ -d "$folder" ] || missing "the folder $folder"
+done < <(grep '^### ' <<<"$map" | grep -o '`[a-z._-]*/`' | tr -d '`')
+
+# Folders inside a crate's section resolve under that crate's sources.
+section() { awk -v h="$1" 'index($0, "### `" h "`")==1{on=1; next} /^### /{on=0} on' <<<"$map"; }
+check_in() {
+  local crate=$1; shift
+  while IFS= read -r name; do
+    local found=0
+    for base in "$@"; do
+      [ -e "$base/${name%/}" ] || [ -e "$base/${name%/}.rs" ] && found=1
+    done
+    [ "$found" = 1 ] || missing "$crate's $name"
+  done < <(section "$crate" | grep -o '`[a-z_]*/`' | tr -d '`' | sort -u)
+}
+check_in agent/ agent/src
+check_in controller/ controller/src controller/src/backend controller/src/silo
+
+# Backends: each one registered in the controller has its folder and is
+# named in the map, as `name/`.
+registry=controller/src/backend/mod.rs
+backends=$(awk '/^register_backends! \{/{on=1; next} on && /^\}/{on=0} on' "$registry" |
+  grep -oE '^\s+[A-Z][A-Za-z0-9]*\(' | tr -d ' (' | tr 'A-Z' 'a-z')
+[ -n "$backends" ] || { echo "no backends registered in $registry" >&2; exit 1; }
+for backend in $backends; do
+  [ -d "controller/src/backend/$backend" ] || missing "the backend folder $backend/ (registered)"
+  grep -q "\`$backend/\`" <<<"$(section controller/)" ||
+    { echo "ARCHITECTURE.md's code map does not name the backend $backend/" >&2; failed=1; }
+done
+
+exit "$failed"
