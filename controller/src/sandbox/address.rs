@@ -83,3 +83,51 @@ impl AgentAddress {
         address
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn a_socket_address_names_its_path_and_a_url_with_it_encoded() {
+        let endpoint = Endpoint::Unix(PathBuf::from("/home/a/sandboxes/sbx-1/agent.sock"));
+        let address = AgentAddress::new("sbx-1", &endpoint, "ab".repeat(32));
+        assert_eq!(address.transport, "unix");
+        assert_eq!(
+            address.socket.as_deref(),
+            Some("/home/a/sandboxes/sbx-1/agent.sock")
+        );
+        assert_eq!(
+            address.url,
+            "http+unix://%2Fhome%2Fa%2Fsandboxes%2Fsbx-1%2Fagent.sock"
+        );
+        assert_eq!(address.host_header, "agent");
+        assert!(address.headers.is_empty() && address.host.is_none());
+    }
+
+    #[test]
+    fn a_proxied_address_carries_its_route_headers_and_roots() {
+        let endpoint = Endpoint::Tls {
+            host: "127.0.0.1".into(),
+            port: 4443,
+            server_name: "49999-abc.e2b.test".into(),
+            ca_pem: Some(PathBuf::from("/ca.pem")),
+            headers: vec![("e2b-traffic-access-token".into(), "t".into())],
+        };
+        let address = AgentAddress::new("sbx-2", &endpoint, "cd".repeat(32));
+        assert_eq!(address.transport, "tls");
+        assert_eq!(
+            (address.host.as_deref(), address.port),
+            (Some("127.0.0.1"), Some(4443))
+        );
+        assert_eq!(address.host_header, "49999-abc.e2b.test");
+        assert_eq!(address.url, "https://49999-abc.e2b.test");
+        assert_eq!(address.ca_pem.as_deref(), Some("/ca.pem"));
+        assert_eq!(
+            address.headers,
+            [("e2b-traffic-access-token".to_owned(), "t".to_owned())]
+        );
+    }
+}
