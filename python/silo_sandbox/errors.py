@@ -1,8 +1,8 @@
 """The exceptions silo raises: one hierarchy under ``SiloException``.
 
 Each class is raised from the library's own errors (the Rust side maps
-them), with the same message the ``silo`` command prints. The E2B SDK's
-nearest class is named in each docstring of the package's README table.
+them), with the same message the ``silo`` command prints. The package's
+README names E2B's nearest class for each.
 """
 
 from ._native import (
