@@ -507,6 +507,11 @@ impl Silo {
                     .await?;
                 if let Some(rebased) = &rebased {
                     spec.image = rebased.spec.image.clone();
+                } else if spec.image.is_none() {
+                    // Taken elsewhere on a machine that already stands on an
+                    // engine image (an E2B VM forked from a Docker snapshot):
+                    // that image is the one to stand on.
+                    spec.image = Some(self.base_of(&snapshot)?.image_id);
                 }
                 spec.check()?;
                 let on_engine = rebased.as_ref().unwrap_or(&snapshot);
