@@ -6,6 +6,7 @@
 mod backend;
 mod daytona;
 mod e2b;
+mod e2b_routes;
 mod e2b_snapshots;
 mod files_cli;
 mod image;
