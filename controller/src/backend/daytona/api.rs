@@ -335,6 +335,7 @@ pub fn error_message(reply: &Reply) -> String {
             body.get("message")
                 .and_then(text)
                 .or_else(|| body.get("error").and_then(text))
+                .or_else(|| body.get("errors").and_then(text))
         })
         .unwrap_or_else(|| reply.text())
 }

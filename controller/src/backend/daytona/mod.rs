@@ -281,6 +281,15 @@ impl Provider for Daytona {
             .await
     }
 
+    /// A preview token lapses (a restart of Daytona's proxy, a token
+    /// revoked): `/ports/{port}/preview-url` hands out the current one.
+    async fn refresh_access(&self, daytona: &mut DaytonaRef) -> Result<bool, DaytonaError> {
+        let (host, token) = self.preview(&self.api()?, &daytona.sandbox_id).await?;
+        daytona.preview_host = host;
+        daytona.preview_token = token;
+        Ok(true)
+    }
+
     fn agent_endpoint(&self, daytona: &DaytonaRef) -> Result<Endpoint, DaytonaError> {
         let config = self.config()?;
         Ok(tls_route(

@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::RemoteError;
-use super::{AGENT_PATH, KEY_PATH, healthy, sweep, wait_for_agent};
+use super::{AGENT_PATH, KEY_PATH, access_refused, healthy, probe, sweep, wait_for_agent};
 use crate::agent_binary::AgentLocator;
 use crate::backend::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use crate::backend::{
@@ -119,6 +119,18 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
         reference: &Self::Ref,
         machine: &Machine<'_>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Fetches new credentials for the proxy into `reference` when the
+    /// provider hands out ones that lapse (a preview token); answers
+    /// whether it did. Providers whose access does not lapse keep the
+    /// default.
+    fn refresh_access(
+        &self,
+        reference: &mut Self::Ref,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        let _ = reference;
+        async { Ok(false) }
+    }
 
     /// Where the agent's port is reached, through the provider's proxy.
     fn agent_endpoint(&self, reference: &Self::Ref) -> Result<Endpoint, Self::Error>;
@@ -270,6 +282,35 @@ impl<P: Provider> RemoteBackend<P> {
         })
     }
 
+    /// Whether the agent answers through the proxy; a refused access token
+    /// is refreshed once (updating `reference`), and refused again is an
+    /// error that says so.
+    async fn answering(
+        &self,
+        reference: &mut P::Ref,
+        machine: &Machine<'_>,
+    ) -> Result<bool, P::Error> {
+        let error = match probe(&self.agent_client(reference, machine)?).await {
+            Ok(()) => return Ok(true),
+            Err(error) => error,
+        };
+        if access_refused(&error).is_none() || !self.provider().refresh_access(reference).await? {
+            return Ok(false);
+        }
+        match probe(&self.agent_client(reference, machine)?).await {
+            Ok(()) => Ok(true),
+            Err(error) => match access_refused(&error) {
+                Some(status) => Err(RemoteError::AccessLapsed {
+                    provider: P::NAME,
+                    id: P::machine_id(reference).to_owned(),
+                    status,
+                }
+                .into()),
+                None => Ok(false),
+            },
+        }
+    }
+
     /// Deletes every machine of this home carrying the sandbox's id.
     async fn delete_leftovers(&self, machine: &Machine<'_>) -> Result<(), P::Error> {
         for (left, _) in self.provider().find(&self.owner(machine)?, false).await? {
@@ -375,15 +416,20 @@ impl<P: Provider> Backend for RemoteBackend<P> {
             .resume(&mut reference)
             .await
             .map_err(Into::into)?;
-        let client = self
-            .agent_client(&reference, &machine)
-            .map_err(Into::into)?;
         let answering = match (resumed, P::STOP_KEEPS_PROCESSES) {
             // A resumed pause brings the agent back as it was.
-            (true, true) => wait_for_agent(&client).await.is_ok(),
+            (true, true) => {
+                let client = self
+                    .agent_client(&reference, &machine)
+                    .map_err(Into::into)?;
+                wait_for_agent(&client).await.is_ok()
+            }
             // A stop ended it.
             (true, false) => false,
-            (false, _) => healthy(&client).await,
+            (false, _) => self
+                .answering(&mut reference, &machine)
+                .await
+                .map_err(Into::into)?,
         };
         if !answering {
             // The machine runs but the agent does not (a stop ended it, or

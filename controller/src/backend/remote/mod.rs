@@ -142,17 +142,39 @@ where
 /// Whether the agent answers now; a proxy answering busy is asked again
 /// for [`PROXY_BUSY_BUDGET`] before the agent counts as not answering.
 pub async fn healthy(client: &AgentClient) -> bool {
+    probe(client).await.is_ok()
+}
+
+/// One health check, a busy proxy waited out for [`PROXY_BUSY_BUDGET`];
+/// the error is what the last probe met.
+pub async fn probe(client: &AgentClient) -> Result<(), ClientError> {
     let deadline = tokio::time::Instant::now() + PROXY_BUSY_BUDGET;
     loop {
         match tokio::time::timeout(PROBE_TIMEOUT, client.healthz()).await {
-            Ok(Ok(_)) => return true,
+            Ok(Ok(_)) => return Ok(()),
             Ok(Err(ClientError::Rejected { status, .. }))
                 if proxy_busy(status) && tokio::time::Instant::now() < deadline =>
             {
                 tokio::time::sleep(PROXY_BUSY_PAUSE).await;
             }
-            _ => return false,
+            Ok(Err(error)) => return Err(error),
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    what: "the agent's health".into(),
+                });
+            }
         }
+    }
+}
+
+/// Whether an answer is the proxy refusing the sandbox's access token
+/// (a redirect to sign in, 401, 403) rather than the agent answering.
+pub fn access_refused(error: &ClientError) -> Option<u16> {
+    match error {
+        ClientError::Rejected { status, .. } if matches!(status, 301..=308 | 401 | 403) => {
+            Some(*status)
+        }
+        _ => None,
     }
 }
 
