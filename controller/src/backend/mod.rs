@@ -36,6 +36,9 @@ use crate::spec::{BackendKind, SandboxSpec};
 
 pub use daytona::{DaytonaBackend, DaytonaConfig, DaytonaError};
 pub use docker::{DockerBackend, DockerError};
+// What the snapshot engine holds of a backend that makes machines from
+// engine images, and the facts it reads of them.
+pub use docker::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
 pub use e2b::{E2bBackend, E2bConfig, E2bError};
 pub use local::{LocalBackend, LocalError};
 
@@ -186,6 +189,12 @@ pub trait Backend {
         machine: Machine<'_>,
     ) -> impl Future<Output = Result<Option<LastExit>, BackendError>> + Send;
 
+    /// The engine-images snapshot strategy's engine, on a backend whose
+    /// machines are made from engine images; `None` elsewhere.
+    fn engine_images(&self) -> Option<EngineImages> {
+        None
+    }
+
     /// Removes this home's machines whose sandbox id is not in `live` (only
     /// lists them when `dry_run`), and answers their names. A backend it
     /// cannot reach (no engine, no API key) has none to sweep.
@@ -296,6 +305,10 @@ macro_rules! register_backends {
             ) -> Result<Vec<String>, BackendError> {
                 match self { $(AnyBackend::$variant(b) => b.sweep_orphans(live, dry_run).await,)+ }
             }
+
+            fn engine_images(&self) -> Option<EngineImages> {
+                match self { $(AnyBackend::$variant(b) => b.engine_images(),)+ }
+            }
         }
 
         /// Why a backend operation failed.
@@ -349,5 +362,14 @@ impl Backends {
     /// The Docker backend, for building images on its engine.
     pub(crate) fn docker(&self) -> &DockerBackend {
         &self.docker
+    }
+
+    /// Every engine the backends make machines from (for the snapshot
+    /// store's gc and a deleted snapshot's image).
+    pub(crate) fn engines(&self) -> Vec<EngineImages> {
+        self.all()
+            .iter()
+            .filter_map(Backend::engine_images)
+            .collect()
     }
 }

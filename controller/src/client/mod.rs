@@ -47,7 +47,10 @@ pub use negotiate::{REBAKE_HINT, Spoken};
 pub use rewind::RewindBegun;
 pub use session::SessionOptions;
 pub use snapshot::LayerAnswer;
-pub use transport::{CONNECT_TIMEOUT, Endpoint, Response, SentCallback, UPLOAD_CHUNK};
+pub use transport::{CONNECT_TIMEOUT, Endpoint};
+#[doc(hidden)]
+pub use transport::Response;
+pub(crate) use transport::SentCallback;
 
 /// Pause between health probes while waiting for an agent to come up.
 const READY_POLL: Duration = Duration::from_millis(2);
@@ -176,6 +179,7 @@ impl AgentClient {
     /// Sends one signed request and returns the agent's answer, whatever
     /// its status. A request to an endpoint the spoken version lacks
     /// ([`Feature::of_path`]) is refused without being sent.
+    #[doc(hidden)]
     pub async fn request(
         &self,
         method: http::Method,
@@ -196,7 +200,10 @@ impl AgentClient {
 
     /// Sends one signed request with a body whose SHA-256 is already known,
     /// streamed, with `sent` told of each chunk that goes out; refused
-    /// without being sent like [`AgentClient::request`].
+    /// without being sent like [`AgentClient::request`]. Hidden: the
+    /// workspace's tests sign bodies they lie about with it; its types are
+    /// the HTTP library's.
+    #[doc(hidden)]
     pub async fn request_streamed(
         &self,
         method: http::Method,

@@ -14,8 +14,9 @@ use super::{AgentClient, ClientError, rejection, transport};
 /// A started snapshot: the layer as it streams in, and what the agent
 /// stopped to take it.
 pub struct LayerAnswer {
-    /// The layer.
-    pub body: Incoming,
+    /// The layer (crate-private: its type is the HTTP library's, which is
+    /// not silo's to promise).
+    pub(crate) body: Incoming,
     /// Processes the agent stopped while it read.
     pub stopped: u64,
     /// Processes that had not stopped when the layer started: their writes

@@ -59,7 +59,7 @@ pub use engine::{LONG_REQUEST_TIMEOUT, connect, engine_host};
 pub use error::DockerError;
 pub use image::ensure_image;
 pub use labels::container_name;
-pub use snapshot::{ContainerFacts, LABEL_SNAPSHOT, snapshot_tag};
+pub use snapshot::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
 
 pub(crate) use error::is_not_found;
 use error::{api, io, is_conflict, is_missing_image, is_unknown_runtime};
@@ -383,6 +383,10 @@ impl DockerBackend {
 impl Backend for DockerBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Docker
+    }
+
+    fn engine_images(&self) -> Option<EngineImages> {
+        Some(EngineImages(self.clone()))
     }
 
     async fn sweep_orphans(

@@ -49,6 +49,31 @@ pub struct ContainerFacts {
     pub exclude: Vec<String>,
 }
 
+/// The engine-images snapshot strategy's half on the engine: what the
+/// snapshot engine may do with the engine a backend makes its machines
+/// from, handed out by [`crate::backend::Backend::engine_images`]. Snapshot
+/// code holds this, never the backend.
+#[derive(Debug, Clone)]
+pub struct EngineImages(pub(super) DockerBackend);
+
+impl EngineImages {
+    /// Makes `machine`'s machine again from `machine.image`, keeping the
+    /// sandbox's directory (a rewind or restore).
+    pub async fn replace(&self, machine: Machine<'_>) -> Result<serde_json::Value, DockerError> {
+        self.0.replace(machine).await
+    }
+
+    /// This home's identity, as the images it loads carry it.
+    pub fn home_id(&self) -> Result<String, DockerError> {
+        self.0.home_id()
+    }
+
+    /// The tag a snapshot's image is loaded under.
+    pub fn snapshot_tag(&self, snapshot: &str) -> String {
+        snapshot_tag(snapshot)
+    }
+}
+
 /// An image this home loaded for a snapshot.
 #[derive(Debug, Clone)]
 pub struct SnapshotImage {
@@ -58,15 +83,15 @@ pub struct SnapshotImage {
     pub snapshot: String,
 }
 
-impl DockerBackend {
+impl EngineImages {
     /// The facts about the sandbox's container a snapshot needs.
     pub async fn container_facts(
         &self,
         machine: Machine<'_>,
     ) -> Result<ContainerFacts, DockerError> {
-        let engine = self.engine().await?;
+        let engine = self.0.engine().await?;
         let name = super::container_name(machine.id);
-        let info = self.ours(engine, &machine).await?;
+        let info = self.0.ours(engine, &machine).await?;
         let image_id = info.image.clone().unwrap_or_default();
         let created_ns = info
             .created
@@ -87,7 +112,7 @@ impl DockerBackend {
     /// The layers (diff ids, bottom first) of an image on the engine, or
     /// `None` if the engine does not have it.
     pub async fn image_layers(&self, image: &str) -> Result<Option<Vec<String>>, DockerError> {
-        let engine = self.engine().await?;
+        let engine = self.0.engine().await?;
         match engine.inspect_image(image).await {
             Ok(found) => Ok(Some(
                 found.root_fs.and_then(|r| r.layers).unwrap_or_default(),
@@ -104,6 +129,7 @@ impl DockerBackend {
         image: &str,
     ) -> Result<impl Stream<Item = Result<Bytes, DockerError>> + use<>, DockerError> {
         let engine = self
+            .0
             .engine()
             .await?
             .clone()
@@ -120,6 +146,7 @@ impl DockerBackend {
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
     {
         let engine = self
+            .0
             .engine()
             .await?
             .clone()
@@ -135,7 +162,7 @@ impl DockerBackend {
     /// Removes an image silo loaded. Returns whether it was removed: one a
     /// container still runs from stays, and so does one already gone.
     pub async fn remove_image(&self, image: &str) -> Result<bool, DockerError> {
-        let engine = self.engine().await?;
+        let engine = self.0.engine().await?;
         let options = RemoveImageOptionsBuilder::new().force(false).build();
         match engine.remove_image(image, Some(options), None).await {
             Ok(_) => Ok(true),
@@ -146,10 +173,10 @@ impl DockerBackend {
 
     /// Every image this home loaded for a snapshot.
     pub async fn snapshot_images(&self) -> Result<Vec<SnapshotImage>, DockerError> {
-        let engine = self.engine().await?;
+        let engine = self.0.engine().await?;
         let filters: HashMap<String, Vec<String>> = HashMap::from([(
             "label".to_owned(),
-            vec![format!("{LABEL_HOME}={}", self.home_id()?)],
+            vec![format!("{LABEL_HOME}={}", self.0.home_id()?)],
         )]);
         let options = ListImagesOptionsBuilder::new().filters(&filters).build();
         let images = engine
@@ -169,7 +196,7 @@ impl DockerBackend {
     }
 }
 
-impl DockerBackend {
+impl EngineImages {
     /// An image's engine id and the base id it carries (see
     /// [`crate::image::BASE_ID_LABEL`]), if any; an image the engine lacks
     /// is an error.
@@ -177,7 +204,7 @@ impl DockerBackend {
         &self,
         image: &str,
     ) -> Result<(String, Option<String>), DockerError> {
-        let engine = self.engine().await?;
+        let engine = self.0.engine().await?;
         let found = engine
             .inspect_image(image)
             .await
@@ -199,7 +226,7 @@ impl DockerBackend {
         &self,
         base_id: &str,
     ) -> Result<Vec<(String, Option<String>)>, DockerError> {
-        let engine = self.engine().await?;
+        let engine = self.0.engine().await?;
         let filters: HashMap<String, Vec<String>> = HashMap::from([(
             "label".to_owned(),
             vec![format!("{}={base_id}", crate::image::BASE_ID_LABEL)],

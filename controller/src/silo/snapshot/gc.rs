@@ -58,22 +58,23 @@ impl Silo {
             .into_iter()
             .map(|s| s.id)
             .collect();
-        match self.docker_backend().snapshot_images().await {
-            Ok(images) => {
-                for image in images.into_iter().filter(|i| !known.contains(&i.snapshot)) {
-                    if dry_run
-                        || self
-                            .docker_backend()
-                            .remove_image(&image.image_id)
-                            .await
-                            .map_err(engine("remove a snapshot image"))?
-                    {
-                        report.engine_images_removed.push(image.image_id);
+        for engine_images in self.backends().engines() {
+            match engine_images.snapshot_images().await {
+                Ok(images) => {
+                    for image in images.into_iter().filter(|i| !known.contains(&i.snapshot)) {
+                        if dry_run
+                            || engine_images
+                                .remove_image(&image.image_id)
+                                .await
+                                .map_err(engine("remove a snapshot image"))?
+                        {
+                            report.engine_images_removed.push(image.image_id);
+                        }
                     }
                 }
+                Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {}
+                Err(error) => return Err(engine("list snapshot images")(error).into()),
             }
-            Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {}
-            Err(error) => return Err(engine("list snapshot images")(error).into()),
         }
         Ok(report)
     }

@@ -60,8 +60,9 @@ use serde::Serialize;
 
 use super::Silo;
 use super::SiloError;
-use crate::backend::{Backend, DockerError, SnapshotSupport};
+use crate::backend::{Backend, DockerError, EngineImages, SnapshotSupport};
 use crate::client::ClientError;
+use crate::home::HomeId;
 use crate::spec::BackendKind;
 use crate::state::{SandboxRecord, Snapshot, StateError, StoredImage};
 use crate::store::{
@@ -222,6 +223,15 @@ pub struct StoreGc {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SnapshotError {
+    /// This home's identity could not be read or made.
+    #[error("cannot read or create this home's identity {path}")]
+    HomeId {
+        /// Its file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The sandbox's backend cannot snapshot.
     #[error(
         "sandbox {name:?} runs on the {backend} backend, which has no snapshots (docker and e2b have)"
@@ -408,6 +418,23 @@ impl Silo {
         Ok(Store::open(self.home().store_dir()).map_err(SnapshotError::from)?)
     }
 
+    /// The engine `kind`'s machines are made from, for a snapshot that
+    /// goes onto it as an image.
+    fn engine_images(&self, kind: BackendKind) -> Result<EngineImages, SnapshotError> {
+        self.backend(kind)
+            .engine_images()
+            .ok_or_else(|| SnapshotError::Inconsistent(format!("the {kind} backend has no engine")))
+    }
+
+    /// This home's identity, as the images its snapshots load carry it.
+    fn home_id(&self) -> Result<String, SnapshotError> {
+        let home_id = HomeId::of(self.home());
+        home_id.get().map_err(|source| SnapshotError::HomeId {
+            path: home_id.path().display().to_string(),
+            source,
+        })
+    }
+
     /// What the sandbox's backend can do with snapshots, or why it can do
     /// nothing.
     fn snapshot_support(&self, sandbox: &SandboxRecord) -> Result<SnapshotSupport, SnapshotError> {
@@ -543,9 +570,12 @@ impl Silo {
         }
         self.db().delete_snapshot(&snapshot)?;
         let image = load_archive::image_id(snapshot.config.as_bytes());
-        match self.docker_backend().remove_image(&image).await {
-            Ok(_) | Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {}
-            Err(error) => tracing::warn!(snapshot = snapshot.id, "removing its image: {error}"),
+        for engine_images in self.backends().engines() {
+            match engine_images.remove_image(&image).await {
+                Ok(_) | Err(DockerError::Unreachable { .. } | DockerError::Unresponsive { .. }) => {
+                }
+                Err(error) => tracing::warn!(snapshot = snapshot.id, "removing its image: {error}"),
+            }
         }
         Ok(snapshot)
     }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::take::image_index;
 use super::{SnapshotError, blocking, parse_digest};
-use crate::backend::docker::ContainerFacts;
+use crate::backend::ContainerFacts;
 use crate::state::{SandboxRecord, StoredImage};
 use crate::store::{Index, Store};
 

@@ -23,8 +23,7 @@ use super::{
     ms_since, no_progress, parse_digest,
 };
 use crate::CreateRequest;
-use crate::backend::docker::snapshot_tag;
-use crate::backend::{Backend, BackendError, DockerBackend, Machine, SnapshotSupport};
+use crate::backend::{Backend, BackendError, EngineImages, Machine, SnapshotSupport};
 use crate::bridge;
 use crate::naming::validate_name;
 use crate::silo::{Silo, SiloError, backend_error, machine};
@@ -52,17 +51,17 @@ impl Silo {
     /// the engine image with the same base id first.
     pub(super) async fn load_snapshot_image(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         snapshot: &Snapshot,
         image: Option<&str>,
         progress: &SnapshotProgressFn,
     ) -> Result<(String, ImageSource), SnapshotError> {
         let rebased = self
-            .rebase_onto_engine(docker, store, snapshot, image, progress)
+            .rebase_onto_engine(images, store, snapshot, image, progress)
             .await?;
         self.load_as_is(
-            docker,
+            images,
             store,
             rebased.as_ref().unwrap_or(snapshot),
             progress,
@@ -74,13 +73,13 @@ impl Silo {
     /// engine image.
     async fn load_as_is(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         snapshot: &Snapshot,
         progress: &SnapshotProgressFn,
     ) -> Result<(String, ImageSource), SnapshotError> {
         let image_id = load_archive::image_id(snapshot.config.as_bytes());
-        if docker
+        if images
             .image_layers(&image_id)
             .await
             .map_err(engine("inspect a snapshot image"))?
@@ -93,16 +92,16 @@ impl Silo {
             .iter()
             .map(|l| parse_digest(l))
             .collect::<Result<Vec<_>, _>>()?;
-        let present = self.layers_on_engine(docker, snapshot).await?;
+        let present = self.layers_on_engine(images, snapshot).await?;
         let attempt = |present: usize| {
             let include: Vec<bool> = (0..layers.len()).map(|i| i >= present).collect();
             let plan = LoadPlan {
                 config_bytes: snapshot.config.as_bytes().to_vec(),
                 layers: layers.clone(),
                 include,
-                repo_tag: Some(snapshot_tag(&snapshot.id)),
+                repo_tag: Some(images.snapshot_tag(&snapshot.id)),
             };
-            self.load_plan(docker, store, plan, progress)
+            self.load_plan(images, store, plan, progress)
         };
         let sent = match attempt(present).await {
             Ok(sent) => sent,
@@ -127,7 +126,7 @@ impl Silo {
     /// when it already stands on an engine image and no other was asked.
     async fn rebase_onto_engine(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         snapshot: &Snapshot,
         image: Option<&str>,
@@ -148,7 +147,7 @@ impl Silo {
         // spec gives.
         let (target, name) = match (image, &base.identity) {
             (Some(image), _) => {
-                let (id, found) = docker
+                let (id, found) = images
                     .image_base_id(image)
                     .await
                     .map_err(engine("inspect an image"))?;
@@ -158,7 +157,7 @@ impl Silo {
                 }
                 (id, image.to_owned())
             }
-            (None, Some(base_id)) => docker
+            (None, Some(base_id)) => images
                 .images_with_base_id(base_id)
                 .await
                 .map_err(engine("list images"))?
@@ -172,7 +171,7 @@ impl Silo {
             (None, None) => return Err(mismatch("the Docker engine".into(), None)),
         };
         let (engine_base, _) = self
-            .store_base_image(docker, store, &target, progress)
+            .store_base_image(images, store, &target, progress)
             .await?;
         if engine_base.image_id == base.image_id {
             return Ok(None);
@@ -184,7 +183,7 @@ impl Silo {
             &layers,
             (&snapshot.id, true),
             snapshot.message.as_deref(),
-            &docker
+            &images
                 .home_id()
                 .map_err(engine("read this home's identity"))?,
         )?;
@@ -208,7 +207,7 @@ impl Silo {
     /// share more, which keeps a long chain of small snapshots to one look.
     async fn layers_on_engine(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         snapshot: &Snapshot,
     ) -> Result<usize, SnapshotError> {
         let mut candidates = Vec::new();
@@ -226,7 +225,7 @@ impl Silo {
         candidates.push(snapshot.base_image.clone());
         let mut best = 0;
         for candidate in candidates {
-            let Some(engine_layers) = docker
+            let Some(engine_layers) = images
                 .image_layers(&candidate)
                 .await
                 .map_err(engine("inspect an image"))?
@@ -251,7 +250,7 @@ impl Silo {
     /// Streams a load archive from the store into the engine; returns its size.
     async fn load_plan(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         plan: LoadPlan,
         progress: &SnapshotProgressFn,
@@ -289,7 +288,7 @@ impl Silo {
                 }
             })
         };
-        let loaded = docker.load_image(stream).await;
+        let loaded = images.load_image(stream).await;
         let written = write
             .await
             .map_err(|e| SnapshotError::Task(e.to_string()))?;
@@ -337,8 +336,9 @@ impl Silo {
             }
             _ => {
                 let store = self.store()?;
+                let images = self.engine_images(sandbox.backend)?;
                 let (image_id, source) = self
-                    .load_snapshot_image(self.docker_backend(), &store, snapshot, None, progress)
+                    .load_snapshot_image(&images, &store, snapshot, None, progress)
                     .await?;
                 let sandbox = self.db().replace_machine(
                     sandbox,
@@ -354,11 +354,7 @@ impl Silo {
                     image: Some(&image_id),
                     ..machine(&sandbox, &key)
                 };
-                let made = self
-                    .docker_backend()
-                    .replace(made)
-                    .await
-                    .map_err(BackendError::from);
+                let made = images.replace(made).await.map_err(BackendError::from);
                 (self.record_made(&sandbox, made).await?, source)
             }
         };
@@ -505,8 +501,9 @@ impl Silo {
                 // A snapshot taken on a template, or asked onto another
                 // image, goes onto the engine image with its base id.
                 let image = target.image.as_deref();
+                let images = self.engine_images(spec.backend)?;
                 let rebased = self
-                    .rebase_onto_engine(self.docker_backend(), &store, &snapshot, image, progress)
+                    .rebase_onto_engine(&images, &store, &snapshot, image, progress)
                     .await?;
                 if let Some(rebased) = &rebased {
                     spec.image = rebased.spec.image.clone();
@@ -514,7 +511,7 @@ impl Silo {
                 spec.check()?;
                 let on_engine = rebased.as_ref().unwrap_or(&snapshot);
                 let (image_id, source) = self
-                    .load_as_is(self.docker_backend(), &store, on_engine, progress)
+                    .load_as_is(&images, &store, on_engine, progress)
                     .await?;
                 progress(SnapshotProgress::Step {
                     label: "starting",

@@ -21,10 +21,10 @@ use super::{
     BaseStored, COMPACT_AT, Compacted, SnapshotError, SnapshotProgress, SnapshotProgressFn,
     SnapshotReport, blocking, engine, ms_since, parse_digest, shared_lock,
 };
-use crate::backend::docker::ContainerFacts;
-use crate::backend::docker::{LABEL_HOME, LABEL_SNAPSHOT};
+use crate::backend::labels::LABEL_HOME;
 use crate::backend::remote::SILO_DIR;
-use crate::backend::{BackendError, DockerBackend, MachineState, SnapshotSupport};
+use crate::backend::{BackendError, MachineState, SnapshotSupport};
+use crate::backend::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
 use crate::bridge;
 use crate::image::base_id_of;
 use crate::naming::new_snapshot_id;
@@ -180,8 +180,9 @@ impl Silo {
             }
             On::Base(StartBase::Stored(base, stored)) => on_image(base, stored),
             On::Base(StartBase::Pending { image_id, .. }) => {
+                let images = self.engine_images(sandbox.backend)?;
                 let (base, stored) = self
-                    .store_base_image(self.docker_backend(), &store, &image_id, progress)
+                    .store_base_image(&images, &store, &image_id, progress)
                     .await?;
                 let stored = stored.map(|stored| BaseStored {
                     after_capture: true,
@@ -204,10 +205,7 @@ impl Silo {
             &layers,
             (&id, !unchanged),
             message.as_deref(),
-            &self
-                .docker_backend()
-                .home_id()
-                .map_err(engine("read this home's identity"))?,
+            &self.home_id()?,
         )?;
         let base_bytes = base_stored.as_ref().map_or(0, |b| b.bytes);
         let snapshot = Snapshot {
@@ -258,7 +256,13 @@ impl Silo {
         // is not a container has no engine to load it into.
         let (loaded_ms, load_error) = match support {
             SnapshotSupport::EngineImages => match self
-                .load_snapshot_image(self.docker_backend(), &store, &snapshot, None, progress)
+                .load_snapshot_image(
+                    &self.engine_images(sandbox.backend)?,
+                    &store,
+                    &snapshot,
+                    None,
+                    progress,
+                )
                 .await
             {
                 Ok(_) => (Some(ms_since(start)), None),
@@ -346,7 +350,10 @@ impl Silo {
             SnapshotSupport::EngineImages => {
                 let facts = self.container_facts(sandbox, "snapshot").await?;
                 let base = match on_base {
-                    true => Some(self.container_base(&facts, store, progress).await?),
+                    true => Some(
+                        self.container_base(sandbox, &facts, store, progress)
+                            .await?,
+                    ),
                     false => None,
                 };
                 let request = SnapshotRequest {
@@ -401,7 +408,7 @@ impl Silo {
         action: &'static str,
     ) -> Result<ContainerFacts, SiloError> {
         let key = self.sandbox_key(sandbox);
-        self.docker_backend()
+        self.engine_images(sandbox.backend)?
             .container_facts(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error(action, sandbox, BackendError::from(e)))
@@ -412,6 +419,7 @@ impl Silo {
     /// image is stored after the capture), or else stored now.
     async fn container_base(
         &self,
+        sandbox: &SandboxRecord,
         facts: &ContainerFacts,
         store: &Store,
         progress: &SnapshotProgressFn,
@@ -427,7 +435,12 @@ impl Silo {
             });
         }
         let (image, stored) = self
-            .store_base_image(self.docker_backend(), store, &facts.image_id, progress)
+            .store_base_image(
+                &self.engine_images(sandbox.backend)?,
+                store,
+                &facts.image_id,
+                progress,
+            )
             .await?;
         Ok(StartBase::Stored(image, stored))
     }
@@ -436,7 +449,7 @@ impl Silo {
     /// store already, else exported from the engine into the store now.
     pub(super) async fn store_base_image(
         &self,
-        docker: &DockerBackend,
+        images: &EngineImages,
         store: &Store,
         image_id: &str,
         progress: &SnapshotProgressFn,
@@ -449,7 +462,7 @@ impl Silo {
             label: "storing the base image",
             total: None,
         });
-        let export = docker
+        let export = images
             .export_image(image_id)
             .await
             .map_err(engine("export the base image"))?;
