@@ -5,7 +5,7 @@
 
 mod backend;
 mod daytona;
-mod daytona_faults;
+mod daytona_provider;
 mod e2b;
 mod e2b_routes;
 mod e2b_snapshots;

@@ -47,10 +47,10 @@ pub use negotiate::{REBAKE_HINT, Spoken};
 pub use rewind::RewindBegun;
 pub use session::SessionOptions;
 pub use snapshot::LayerAnswer;
-pub use transport::{CONNECT_TIMEOUT, Endpoint};
 #[doc(hidden)]
 pub use transport::Response;
 pub(crate) use transport::SentCallback;
+pub use transport::{CONNECT_TIMEOUT, Endpoint};
 
 /// Pause between health probes while waiting for an agent to come up.
 const READY_POLL: Duration = Duration::from_millis(2);

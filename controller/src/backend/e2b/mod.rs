@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::BackendSetup;
 use super::Machine;
-use super::remote::backend::{Power, Provider, RemoteBackend};
+use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
 use super::remote::error::RemoteError;
 use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, wait_for_agent};
 use crate::client::Endpoint;
@@ -186,14 +186,18 @@ impl Provider for E2b {
         }))
     }
 
-    async fn resume(&self, e2b: &mut E2bRef) -> Result<bool, E2bError> {
+    async fn resume(&self, e2b: &mut E2bRef) -> Result<Woke, E2bError> {
         // `connect` resumes a paused sandbox and renews the timeout.
         let (connected, resumed) = self
             .api()?
             .connect(&e2b.sandbox_id, self.timeout_secs()?, e2b.api)
             .await?;
         e2b.api = connected.version;
-        Ok(resumed)
+        Ok(if resumed {
+            Woke::Resumed
+        } else {
+            Woke::AlreadyUp
+        })
     }
 
     async fn pause(&self, id: &str) -> Result<bool, E2bError> {

@@ -38,6 +38,18 @@ pub enum Power {
     Stopped,
 }
 
+/// What a resume found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woke {
+    /// The machine was up already.
+    AlreadyUp,
+    /// A pause was resumed: memory and processes (the agent's among them)
+    /// are back as they were.
+    Resumed,
+    /// A stopped machine was started: its processes had ended.
+    Restarted,
+}
+
 /// A provider's API mapping: everything [`RemoteBackend`] needs to know of
 /// one provider. Each method answers the provider's own error, which names
 /// the provider and what it answered.
@@ -81,11 +93,11 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
     fn power(&self, id: &str) -> impl Future<Output = Result<Option<Power>, Self::Error>> + Send;
 
     /// Brings a paused or stopped machine up (updating `reference` with
-    /// whatever its start changed); answers whether it was not up before.
+    /// whatever its start changed); answers what it found.
     fn resume(
         &self,
         reference: &mut Self::Ref,
-    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Woke, Self::Error>> + Send;
 
     /// Pauses or stops the machine; answers whether it was up. A machine
     /// already gone was not up.
@@ -411,22 +423,22 @@ impl<P: Provider> Backend for RemoteBackend<P> {
         let Some(mut reference) = parse_ref::<P>(&machine) else {
             return Err(P::gone(machine.name.to_owned()).into());
         };
-        let resumed = self
+        let woke = self
             .provider()
             .resume(&mut reference)
             .await
             .map_err(Into::into)?;
-        let answering = match (resumed, P::STOP_KEEPS_PROCESSES) {
+        let answering = match woke {
             // A resumed pause brings the agent back as it was.
-            (true, true) => {
+            Woke::Resumed => {
                 let client = self
                     .agent_client(&reference, &machine)
                     .map_err(Into::into)?;
                 wait_for_agent(&client).await.is_ok()
             }
             // A stop ended it.
-            (true, false) => false,
-            (false, _) => self
+            Woke::Restarted => false,
+            Woke::AlreadyUp => self
                 .answering(&mut reference, &machine)
                 .await
                 .map_err(Into::into)?,
@@ -443,7 +455,7 @@ impl<P: Provider> Backend for RemoteBackend<P> {
         }
         Ok(MachineStarted {
             backend_ref: serde_json::to_value(&reference).unwrap_or_default(),
-            was_running: !resumed && answering,
+            was_running: woke == Woke::AlreadyUp && answering,
         })
     }
 
