@@ -1,8 +1,9 @@
 //! Which of E2B's routes the E2B backend takes, read from the mock's
 //! request journal: v2 create and connect where they are served, v1 where
-//! only that is (an older E2B), a clear error where neither is; and what a
+//! only that is (an older E2B), a clear error where neither is; what a
 //! real E2B does that a mock only shows when asked: rate limits with
-//! `Retry-After`, and a proxy answering `502` while a sandbox resumes.
+//! `Retry-After`, and a proxy answering `502` while a sandbox resumes; and
+//! `--network none` as E2B's egress rules.
 
 #![allow(
     clippy::unwrap_used,
@@ -211,6 +212,13 @@ async fn rate_limits_and_a_resuming_proxy_are_waited_out() {
     assert_eq!(e2b.ok(&["exec", "box", "--", "echo", "ok"]), "ok\n");
     mock.faults().set_unready(Duration::ZERO);
     e2b.ok(&["rm", "box"]);
+
+    // No network reaches the create as E2B's own egress rules.
+    e2b.ok(&["up", "off", "--backend", "e2b", "--network", "none"]);
+    let create = bodies(&mock, "POST /v2/sandboxes").pop().unwrap();
+    assert_eq!(create["allow_internet_access"], false, "{create}");
+    assert_eq!(create["network"]["denyOut"][0], "0.0.0.0/0", "{create}");
+    e2b.ok(&["rm", "off"]);
     drop(e2b);
     mock.shutdown().await.unwrap();
 }

@@ -63,6 +63,13 @@ pub struct NewSandbox {
     pub metadata: BTreeMap<String, String>,
 }
 
+/// The egress rules of a sandbox without network (`--network none`):
+/// every IPv4 destination denied, enforced by E2B's firewall besides
+/// `allow_internet_access: false`.
+pub fn deny_all_egress() -> serde_json::Value {
+    json!({ "denyOut": ["0.0.0.0/0"] })
+}
+
 /// A generation of E2B's create and connect routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -162,14 +162,15 @@ impl Provider for E2b {
             .or(machine.spec.image.as_deref())
             .unwrap_or(config::DEFAULT_TEMPLATE)
             .to_owned();
+        let offline = machine.spec.network.as_deref() == Some("none");
         let created = self
             .api()?
             .create(&api::NewSandbox {
                 template_id: template.clone(),
                 timeout: self.timeout_secs()?,
                 auto_pause: true,
-                allow_internet_access: machine.spec.network.as_deref() != Some("none"),
-                network: None,
+                allow_internet_access: !offline,
+                network: offline.then(api::deny_all_egress),
                 metadata,
             })
             .await?;
