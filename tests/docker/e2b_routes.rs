@@ -3,7 +3,8 @@
 //! only that is (an older E2B), a clear error where neither is; what a
 //! real E2B does that a mock only shows when asked: rate limits with
 //! `Retry-After`, and a proxy answering `502` while a sandbox resumes; and
-//! `--network none` as E2B's egress rules.
+//! `--network none` as E2B's egress rules; a command whose stream a
+//! pause cut re-attaching after the resume with every byte.
 
 #![allow(
     clippy::unwrap_used,
@@ -219,6 +220,43 @@ async fn rate_limits_and_a_resuming_proxy_are_waited_out() {
     assert_eq!(create["allow_internet_access"], false, "{create}");
     assert_eq!(create["network"]["denyOut"][0], "0.0.0.0/0", "{create}");
     e2b.ok(&["rm", "off"]);
+    drop(e2b);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_cut_by_a_pause_reattaches_after_the_resume() {
+    let Some(mock) = serving(Generations::default()).await else {
+        return;
+    };
+    let e2b = crate::cli().with_env(mock.env());
+    e2b.ok(&["up", "box", "--backend", "e2b", "--template", "base"]);
+    // A pause cuts every connection, as E2B's does.
+    mock.faults().set_drop_on_pause(true);
+    let script = "i=0; while [ $i -lt 40 ]; do echo line$i; i=$((i+1)); sleep 0.05; done";
+    let running = e2b
+        .command(&["exec", "box", "--", "sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    e2b.ok(&["stop", "box"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    e2b.ok(&["up", "box"]);
+    let out = tokio::task::spawn_blocking(move || running.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected: String = (0..40).map(|i| format!("line{i}\n")).collect();
+    assert_eq!(stdout, expected, "every byte, once, in order");
+    e2b.ok(&["rm", "box"]);
     drop(e2b);
     mock.shutdown().await.unwrap();
 }
