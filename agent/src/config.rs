@@ -19,9 +19,13 @@ use silo_protocol::bundle::{
 use silo_protocol::limits::{DEFAULT_GRACE, DEFAULT_RING_BYTES, MAX_GRACE};
 use silo_protocol::version::{PROTOCOL_VERSION, VersionError, Versions};
 
-use crate::exec::DEFAULT_OUTPUT_BUDGET;
 use crate::exec::detach::DEFAULT_DETACH_TIMEOUT;
-use crate::push::{DEFAULT_KEEP_VERSIONS, DEFAULT_PUSH_ROOT, DEFAULT_VERSION_GRACE, PushConfig};
+use crate::exec::{DEFAULT_FINISHED_OUTPUT_BUDGET, DEFAULT_OUTPUT_BUDGET};
+use crate::memory;
+use crate::push::{
+    DEFAULT_KEEP_VERSIONS, DEFAULT_PUSH_DEADLINE, DEFAULT_PUSH_ROOT, DEFAULT_VERSION_GRACE,
+    PushConfig,
+};
 use crate::workload::RestartPolicy;
 
 /// Environment variable that may carry the sandbox key (hex). The agent
@@ -78,8 +82,14 @@ pub struct Args {
     pub ring_bytes: usize,
     /// Bytes of recent output all running execs keep together; a command
     /// printing past it gives up its own oldest output first.
+    /// Lowered to a share of the sandbox's memory limit when that is less.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_OUTPUT_BUDGET)]
     pub output_budget: usize,
+    /// Bytes of output all finished execs keep together for clients that
+    /// re-attach late; past it the oldest output is dropped (and reported
+    /// as lost). Lowered to a share of the memory limit when that is less.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_FINISHED_OUTPUT_BUDGET)]
+    pub finished_output_budget: usize,
     /// Default grace between SIGINT and SIGKILL on interrupt, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_GRACE_MS)]
     pub grace_ms: u64,
@@ -121,6 +131,10 @@ pub struct Args {
     /// Most replaced versions kept per mount, whatever their age.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_KEEP_VERSIONS)]
     pub push_keep: usize,
+    /// Seconds one push may take to extract and swap before it is cancelled
+    /// (its mount is then free for the next).
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_PUSH_DEADLINE.as_secs())]
+    pub push_deadline_secs: u64,
     /// Newest protocol version to speak, to test a controller against an
     /// older agent: requests announcing a newer one are refused, and
     /// `/healthz` and every answer report this as the newest. Endpoints
@@ -183,6 +197,10 @@ pub struct Config {
     pub ring_bytes: usize,
     /// Output bytes kept by all running execs together.
     pub output_budget: usize,
+    /// Output bytes kept by all finished execs together.
+    pub finished_output_budget: usize,
+    /// The sandbox's memory limit, when it has one.
+    pub memory_limit: Option<u64>,
     /// Default interrupt grace.
     pub grace: Duration,
     /// Default detach timeout of execs; `None` for none.
@@ -336,6 +354,7 @@ impl Config {
                 source,
             })?;
         let apply_root = resolve_apply_root(args.apply_root, &args.push_base)?;
+        let memory_limit = memory::cgroup_limit();
         let push = PushConfig {
             roots: args.push_roots,
             base: args.push_base,
@@ -348,6 +367,7 @@ impl Config {
             },
             grace: Duration::from_secs(args.push_grace_secs),
             keep: args.push_keep,
+            deadline: Duration::from_secs(args.push_deadline_secs.max(1)),
         };
         Ok(Self {
             listen: args.listen,
@@ -355,7 +375,12 @@ impl Config {
             key,
             workdir,
             ring_bytes: args.ring_bytes,
-            output_budget: args.output_budget,
+            output_budget: memory::bounded_budget(args.output_budget, memory_limit),
+            finished_output_budget: memory::bounded_budget(
+                args.finished_output_budget,
+                memory_limit,
+            ),
+            memory_limit,
             grace: Duration::from_millis(args.grace_ms).min(MAX_GRACE),
             detach_timeout: (args.detach_timeout_secs > 0)
                 .then(|| Duration::from_secs(args.detach_timeout_secs)),

@@ -12,6 +12,7 @@
 //! # Layout
 //! - `config`: command-line flags, then the validated settings derived from them.
 //! - `reaper`: the single owner of `waitpid(-1)`; delivers statuses to registered pids.
+//! - `cleanup`: removals retried until done (journaled, resumed at boot) and unique temporary names.
 //! - `fs_error`: the one error for a failed file system call (what, path, why).
 //! - `process`: the seam for signalling and finding processes (`/proc`), faked in tests, and kill escalation.
 //! - `exec`: the exec registry: spawn (pipes or a PTY), adopted execs, output ring and fan-out, stdin, interrupt, retention.
@@ -28,12 +29,14 @@
 //! - `rewind`: the sandbox brought back to a snapshot in place: its processes ended, what
 //!   changed listed, held until the restoring layer is placed.
 //! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
+//! - `memory`: the sandbox's memory limit and the share of it output buffers may take.
 //! - `activity`: what counts as use, for `--idle-timeout`.
 //! - `clock`: the machine's wall clock as the protocol reports it.
 //! - `shutdown`: the shutdown phases every long-lived task watches.
 //!
 
 pub mod activity;
+pub mod cleanup;
 pub mod clock;
 pub mod commands;
 pub mod config;
@@ -41,6 +44,7 @@ pub mod exec;
 pub mod files;
 pub mod fs_error;
 pub mod layers;
+pub mod memory;
 pub mod process;
 pub mod push;
 pub mod reaper;

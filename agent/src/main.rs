@@ -23,12 +23,13 @@ use silo_protocol::auth::Verifier;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
+use silo_agent::cleanup;
 use silo_agent::commands::Commands;
 use silo_agent::config::{Args, Config, KEY_ENV};
 use silo_agent::exec::ExecConfig;
 use silo_agent::files::{Files, FilesConfig};
-use silo_agent::layers::Applier;
 use silo_agent::layers::journal;
+use silo_agent::layers::{Applier, STATE_DIR};
 use silo_agent::process::{ProcessOps, System};
 use silo_agent::push::Pusher;
 use silo_agent::reaper::Reaper;
@@ -120,6 +121,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     finish_interrupted_applies(&config).await?;
     let listener = bind_listener(&config).await?;
     let boot_id = random_hex::<16>()?;
+    start_cleanup(&config, &boot_id);
     let ops: Arc<dyn ProcessOps> = Arc::new(System);
     let workload = Arc::new(start_workload(&config, &reaper, &ops, &boot_id));
     let commands = start_commands(&config, reaper, Arc::clone(&ops))?;
@@ -254,6 +256,14 @@ fn start_workload(
     )
 }
 
+/// Starts the retrier of failed removals, which first resumes those earlier
+/// boots journaled (temporary files and staging directories of a `silo cp`
+/// the agent was killed in, removals a reader held up).
+fn start_cleanup(config: &Config, boot_id: &str) {
+    let cleanup = cleanup::install(&config.apply_root.join(STATE_DIR), boot_id);
+    tracing::debug!(pending = cleanup.pending(), "cleanup journal");
+}
+
 /// Makes the push service and sweeps away, in the background, what pushes
 /// interrupted by an earlier agent left behind (this boot's own temporary
 /// files carry its boot id, so the sweep never touches a push in progress).
@@ -269,7 +279,14 @@ fn start_commands(
         default_grace: config.grace,
         detach_timeout: config.detach_timeout,
         output_budget: config.output_budget,
+        finished_output_budget: config.finished_output_budget,
     };
+    tracing::info!(
+        memory_limit = ?config.memory_limit,
+        output_budget = exec.output_budget,
+        finished_output_budget = exec.finished_output_budget,
+        "output memory bounds"
+    );
     Commands::new(exec, reaper, ops).context("cannot seed exec ids")
 }
 

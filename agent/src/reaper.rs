@@ -13,7 +13,7 @@
 //! (a zombie keeps its pid). Statuses nobody registered (orphans) are reaped
 //! and dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -82,6 +82,12 @@ impl Reaper {
             tracing::warn!(pid, "pid registered twice; the older waiter is dropped");
         }
         Ok((child, rx))
+    }
+
+    /// Pids of the children someone is waiting for: every live command,
+    /// session shell and workload run the agent started itself.
+    pub fn registered(&self) -> HashSet<i32> {
+        self.lock().keys().copied().collect()
     }
 
     /// Reaps every child that has exited, delivering registered statuses.

@@ -14,8 +14,10 @@ pub use silo_protocol::workload::RestartPolicy;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::exec::EXEC_MARKER_VAR;
 use crate::process::{ProcessOps, Scope, kill, new_session};
 use crate::reaper::{ProcessExit, Reaper};
+use crate::session::SHELL_MARKER_VAR;
 
 /// Environment variable the workload's processes carry, so shutdown can find
 /// the ones that left its process group.
@@ -229,6 +231,37 @@ impl Supervisor {
                 "killed what the workload's last run left"
             );
         }
+        self.clear_strays().await;
+    }
+
+    /// Ends orphans of the agent that no command, session or run owns: a
+    /// child that left both the run's session and its environment
+    /// (`env -i setsid`) carries no marker, but it was re-parented to the
+    /// agent and nobody registered it. Orphans of commands and sessions
+    /// keep their markers and are spared; they end with their owners.
+    async fn clear_strays(&self) {
+        let strays = self.ops.strays(
+            &self.reaper.registered(),
+            &[EXEC_MARKER_VAR, SHELL_MARKER_VAR],
+        );
+        if strays.is_empty() {
+            return;
+        }
+        tracing::info!(?strays, "ending orphans no command or session owns");
+        let kills = strays.into_iter().map(|pid| {
+            let scope = Scope {
+                leader: pid,
+                marker: String::new(),
+            };
+            kill::escalate(
+                Arc::clone(&self.ops),
+                scope,
+                Signal::SIGTERM,
+                LEFTOVER_GRACE,
+                watch::channel(false).1,
+            )
+        });
+        futures_util::future::join_all(kills).await;
     }
 
     fn set_current(&self, pgid: Option<i32>) {

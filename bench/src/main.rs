@@ -26,6 +26,7 @@ mod exec_rtt;
 mod files;
 mod footprint;
 mod interrupt;
+mod long_use;
 mod nonce_window;
 mod pool;
 mod push_big;
@@ -63,6 +64,8 @@ const SCENARIOS: &[&str] = &[
     "pool",
     "scale",
     "files",
+    "soak",
+    "push-many",
     "gvisor",
     "e2b",
     "daytona",
@@ -84,7 +87,10 @@ struct Args {
     /// tree grows), pool (`up --pool` to first output
     /// beside a plain container's create and start), scale (`silo ls` and
     /// `silo exec` with 1,000 local and 100 Docker sandboxes, and memory),
-    /// files (write and read through the agent beside docker cp), gvisor
+    /// files (write and read through the agent beside docker cp), soak
+    /// (1,000 commands of 1 MiB under --memory 64m: time beside docker exec,
+    /// agent RSS at start, peak and end), push-many (100,000 entries onto
+    /// the container root beside tar xzf in the same container), gvisor
     /// (tti, exec rtt and snapshot under runsc beside runc), e2b (time to
     /// interactive, exec and resume beside E2B's own API, through the mock
     /// E2B), daytona (the same beside Daytona's own API and toolbox, through
@@ -168,6 +174,8 @@ async fn run(scenario: &str, quick: bool) -> anyhow::Result<Vec<report::Row>> {
         "pool" => pool::run(quick).await?,
         "scale" => scale::run(quick).await?,
         "files" => files::run(quick).await?,
+        "soak" => long_use::soak(quick).await?,
+        "push-many" => long_use::push_many(quick).await?,
         "e2b" => e2b::run(quick).await?,
         "daytona" => daytona::run(quick).await?,
         "gvisor" => docker_gvisor::run(quick).await?,

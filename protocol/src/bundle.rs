@@ -197,6 +197,8 @@ pub struct Bundle {
     pub sha256: String,
     /// Regular files in it.
     pub files: u64,
+    /// Tar entries in it (files and directories).
+    pub entries: u64,
     /// Their total size, unpacked.
     pub unpacked_bytes: u64,
 }
@@ -218,6 +220,7 @@ impl Bundle {
             bytes,
             sha256: summary.sha256,
             files: summary.files,
+            entries: files.len() as u64,
             unpacked_bytes: summary.unpacked_bytes,
         })
     }

@@ -173,7 +173,22 @@ async fn snapshots_rewind_restore_and_move_between_e2b_and_docker() {
     assert_eq!(back["sandbox"]["backend"], "e2b", "{back}");
     assert_eq!(files(&cli, "back"), expected);
 
-    cli.ok(&["rm", "box", "dock", "back"]);
+    // A snapshot taken on that VM, which stands on the engine image, onto
+    // Docker again without naming an image.
+    let on_back = snapshot(&cli, "back");
+    let again = json(&cli.ok(&[
+        "fork",
+        &on_back,
+        "--name",
+        "again",
+        "--backend",
+        "docker",
+        "--json",
+    ]));
+    assert_eq!(again["sandbox"]["backend"], "docker", "{again}");
+    assert_eq!(files(&cli, "again"), expected);
+
+    cli.ok(&["rm", "box", "dock", "back", "again"]);
     let (status, listed) = api(&mock, "GET", "/v2/sandboxes").await;
     assert_eq!((status, listed.trim()), (200, "[]"), "VMs left behind");
     // The CLI's clean-up (`gc` included) talks to the mock: it goes first.

@@ -14,6 +14,7 @@ mod image;
 mod incremental;
 mod lease;
 mod listing;
+mod long_use;
 mod pool;
 mod push;
 mod rewind;

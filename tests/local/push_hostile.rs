@@ -10,8 +10,11 @@
 use std::path::{Path, PathBuf};
 
 use silo_protocol::bundle::{Bundle, BundleLimits, FileSet};
+use silo_protocol::push::Declared;
 use silo_tests::TestAgent;
-use silo_tests::push::{bundle_of, gzip, listing, push_claiming, push_raw, tar_entry, tar_file};
+use silo_tests::push::{
+    bundle_of, gzip, listing, push_claiming, push_declaring, push_raw, tar_entry, tar_file,
+};
 
 /// A named case: its tar entries and what the refusal must mention.
 type Case = (&'static str, Vec<Vec<u8>>, &'static [&'static str]);
@@ -271,6 +274,54 @@ async fn caps_on_files_totals_entries_and_size_are_enforced() {
         &["over the limit of 65536"],
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_bundle_declared_over_the_entry_cap_is_refused_at_once_and_a_lie_is_caught() {
+    let s = Setup::start(&[]).await;
+    // 200,000 entries: extracting them to the default cap of 100,000 took
+    // minutes on fuse-overlayfs before the refusal.
+    let many: Vec<Vec<u8>> = (0..200_000)
+        .map(|i| tar_file(&format!("d{}/f{i}", i % 100), b""))
+        .collect();
+    let body = bundle_of(&many);
+    let before = s.state();
+    let started = std::time::Instant::now();
+    let declared = Declared {
+        entries: Some(200_000),
+        unpacked: Some(0),
+    };
+    let (status, answer) = push_declaring(&s.agent.client(), &s.mount, body, declared).await;
+    let took = started.elapsed();
+    assert_eq!(status, 413, "{answer}");
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("200000 entries") && message.contains("100000"),
+        "{message}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(1),
+        "refused after {took:?}"
+    );
+    assert_eq!(s.state(), before, "nothing changed");
+
+    // A bundle holding more than it declared is refused past the declaration.
+    let ten: Vec<Vec<u8>> = (0..10).map(|i| tar_file(&format!("e{i}"), b"")).collect();
+    let declared = Declared {
+        entries: Some(3),
+        unpacked: None,
+    };
+    let (status, answer) =
+        push_declaring(&s.agent.client(), &s.mount, bundle_of(&ten), declared).await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("more than 3 entries"),
+        "{answer}"
+    );
+    assert_eq!(s.state(), before, "nothing changed");
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use silo::client::AgentClient;
-use silo_protocol::push::path_and_query;
+use silo_protocol::push::{Declared, path_and_query, path_and_query_declared};
 
 /// Size of a tar block.
 pub const BLOCK: usize = 512;
@@ -71,6 +71,29 @@ pub async fn push_raw(
 ) -> (u16, serde_json::Value) {
     let sha = silo_protocol::auth::body_sha256(&body);
     push_claiming(client, mount, body, &sha).await
+}
+
+/// Pushes raw bytes (signed with their true hash) declaring `declared` of
+/// them in the query; returns status and JSON body.
+pub async fn push_declaring(
+    client: &AgentClient,
+    mount: &str,
+    body: Vec<u8>,
+    declared: Declared,
+) -> (u16, serde_json::Value) {
+    let sha = silo_protocol::auth::body_sha256(&body);
+    let response = client
+        .request_streamed(
+            http::Method::POST,
+            &path_and_query_declared(mount, declared),
+            body.into(),
+            &sha,
+            None,
+        )
+        .await
+        .expect("push request");
+    let json = serde_json::from_slice(&response.body).unwrap_or(serde_json::Value::Null);
+    (response.status.as_u16(), json)
 }
 
 /// Pushes raw bytes signed as if their SHA-256 were `sha256`.

@@ -121,7 +121,8 @@ impl Adopted {
         }
         self.record.leader_exited();
         let exit = self.record.finish(status, self.record.started.elapsed());
-        self.inner.retire(self.record.id, self.record.held_bytes());
+        self.inner
+            .retire(self.record.id, self.record.output_memory());
         drop(self.permit);
         exit
     }

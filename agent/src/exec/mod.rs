@@ -19,13 +19,19 @@
 //!
 //! Bounds: at most [`MAX_CONCURRENT_EXECS`] unfinished execs (a semaphore
 //! permit each); finished ones are kept for [`RETENTION`], at most
-//! [`MAX_FINISHED_EXECS`] of them, and their rings together within
-//! [`FINISHED_OUTPUT_BUDGET`], oldest evicted first. Each unfinished exec
-//! holds at most `ring_bytes` of output.
+//! [`MAX_FINISHED_EXECS`] of them. Their output together stays within the
+//! finished-output budget ([`DEFAULT_FINISHED_OUTPUT_BUDGET`], a share of
+//! the memory limit at most, see [`crate::memory`]) besides the newest
+//! one's: past it the oldest finished exec's output is dropped, but not its
+//! record, so a client that
+//! asks later learns how it ended and exactly how many bytes were lost.
+//! Each unfinished exec holds at most `ring_bytes` of output, and all of
+//! them together the output budget.
 
 pub(crate) mod pty;
 
 mod adopt;
+mod blocks;
 pub(crate) mod detach;
 mod fanout;
 mod record;
@@ -62,8 +68,9 @@ pub const RETENTION: Duration = Duration::from_secs(10 * 60);
 /// hold, so several chatty commands cost no more than one (a sandbox with
 /// `--memory 64m` must survive them).
 pub const DEFAULT_OUTPUT_BUDGET: usize = silo_protocol::limits::DEFAULT_RING_BYTES;
-/// Most output bytes kept, across all finished execs, for replay.
-pub const FINISHED_OUTPUT_BUDGET: usize = 64 * 1024 * 1024;
+/// Default output memory kept, across all finished execs, for a client that
+/// re-attaches after the end: enough for one full ring.
+pub const DEFAULT_FINISHED_OUTPUT_BUDGET: usize = silo_protocol::limits::DEFAULT_RING_BYTES;
 /// Environment variable every exec's processes carry, so an interrupt can find
 /// descendants that left its process group.
 pub const EXEC_MARKER_VAR: &str = "SILO_EXEC_ID";
@@ -81,6 +88,8 @@ pub struct ExecConfig {
     pub detach_timeout: Option<Duration>,
     /// Output memory all running execs' rings share (see [`ring`]).
     pub output_budget: usize,
+    /// Output memory all finished execs' rings share.
+    pub finished_output_budget: usize,
 }
 
 /// Why an exec request failed.
@@ -209,6 +218,7 @@ impl Inner {
 struct Retired {
     id: ExecId,
     at: Instant,
+    /// Memory its output takes; 0 once dropped.
     bytes: usize,
 }
 
@@ -222,10 +232,14 @@ struct Table {
 }
 
 impl Table {
-    fn evict(&mut self, now: Instant) {
+    /// Forgets finished execs past the count or the age, then drops the
+    /// output of the oldest while their output is over `budget`. The newest
+    /// keeps its output whatever its size (at most what the running budget
+    /// let it hold), so the client of a command that just ended can still
+    /// read its tail: finished output is at most `budget` plus one ring.
+    fn evict(&mut self, now: Instant, budget: usize) {
         while let Some(oldest) = self.retired.front() {
             let over = self.retired.len() > MAX_FINISHED_EXECS
-                || self.retired_bytes > FINISHED_OUTPUT_BUDGET
                 || now.duration_since(oldest.at) >= RETENTION;
             if !over {
                 break;
@@ -233,6 +247,20 @@ impl Table {
             self.retired_bytes -= oldest.bytes;
             self.execs.remove(&oldest.id);
             self.retired.pop_front();
+        }
+        let older = self.retired.len().saturating_sub(1);
+        for retired in self.retired.iter_mut().take(older) {
+            if self.retired_bytes <= budget {
+                break;
+            }
+            if retired.bytes == 0 {
+                continue;
+            }
+            if let Some(record) = self.execs.get(&retired.id) {
+                record.discard_output();
+            }
+            self.retired_bytes -= retired.bytes;
+            retired.bytes = 0;
         }
     }
 }
@@ -405,7 +433,7 @@ impl Execs {
 
     fn get(&self, id: ExecId) -> Result<Arc<ExecRecord>, ExecError> {
         let mut table = self.inner.lock();
-        table.evict(Instant::now());
+        table.evict(Instant::now(), self.inner.config.finished_output_budget);
         table.execs.get(&id).cloned().ok_or(ExecError::Unknown(id))
     }
 
@@ -431,7 +459,7 @@ impl Inner {
 
     fn insert(&self, record: Arc<ExecRecord>) {
         let mut table = self.lock();
-        table.evict(Instant::now());
+        table.evict(Instant::now(), self.config.finished_output_budget);
         table.execs.insert(record.id, record);
     }
 
@@ -443,7 +471,7 @@ impl Inner {
             bytes,
         });
         table.retired_bytes += bytes;
-        table.evict(Instant::now());
+        table.evict(Instant::now(), self.config.finished_output_budget);
     }
 
     /// Starts an escalation in the background; the exit reaches clients the usual way.
@@ -503,7 +531,7 @@ mod tests {
     }
 
     #[test]
-    fn eviction_honours_count_budget_and_age() {
+    fn eviction_honours_count_and_age() {
         let mut table = Table::default();
         let now = Instant::now();
         for id in 0..(MAX_FINISHED_EXECS as u64 + 5) {
@@ -514,20 +542,24 @@ mod tests {
             });
             table.retired_bytes += 1;
         }
-        table.evict(now);
+        table.evict(now, usize::MAX);
         assert_eq!(table.retired.len(), MAX_FINISHED_EXECS);
         assert_eq!(table.retired.front().map(|r| r.id), Some(5));
 
-        table.retired.push_back(Retired {
-            id: 999,
-            at: now,
-            bytes: FINISHED_OUTPUT_BUDGET,
-        });
-        table.retired_bytes += FINISHED_OUTPUT_BUDGET;
-        table.evict(now);
-        assert_eq!(table.retired.len(), 1, "only the newest fits the budget");
+        table.evict(now, 10);
+        assert_eq!(
+            table.retired.len(),
+            MAX_FINISHED_EXECS,
+            "records outlive their output"
+        );
+        assert_eq!(
+            table.retired_bytes, 10,
+            "the oldest outputs are dropped first"
+        );
+        assert_eq!(table.retired.back().map(|r| r.bytes), Some(1));
 
-        table.evict(now + RETENTION);
+        table.evict(now + RETENTION, 10);
         assert!(table.retired.is_empty());
+        assert_eq!(table.retired_bytes, 0);
     }
 }

@@ -299,9 +299,14 @@ impl ExecRecord {
         matches!(self.lock().phase, Phase::Finished(_))
     }
 
-    /// Output bytes held in the ring.
-    pub fn held_bytes(&self) -> usize {
-        self.lock().ring.held()
+    /// Memory the ring's output takes.
+    pub fn output_memory(&self) -> usize {
+        self.lock().ring.memory()
+    }
+
+    /// Drops the held output; later replays report it as lost.
+    pub fn discard_output(&self) {
+        self.lock().ring.discard();
     }
 
     /// Watches the leader being reaped.

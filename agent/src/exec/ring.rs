@@ -6,14 +6,15 @@
 //! for but are gone.
 //!
 //! Memory is what the bytes take, not what the reads were: output is kept in
-//! one contiguous byte buffer, and consecutive reads of one channel merge
-//! into one run, so a command writing a byte at a time costs a byte a byte
+//! one byte store of fixed-size blocks (`blocks`), and consecutive reads of
+//! one channel merge into one run, so a command writing a byte at a time costs a byte a byte
 //! (a chunk per read once cost ~100 bytes of bookkeeping each). Runs are
 //! bounded too ([`RUN_BYTES`] of output per run at the least), in case the
 //! two channels alternate byte by byte. Beside its own capacity, a ring
-//! charges a [`Budget`] shared by every running exec, and gives up its own
-//! oldest output while the agent's total is over it, so many chatty
-//! commands together cannot take more than the budget.
+//! charges a [`Budget`] shared by every running exec with the memory its
+//! blocks really take, and gives up its own oldest output while the agent's
+//! total is over it, so many chatty commands together cannot take more than
+//! the budget (and a block each of slack).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,14 +24,14 @@ use bytes::Bytes;
 use silo_protocol::exec::Channel;
 use silo_protocol::limits::MAX_FRAME_PAYLOAD;
 
+use super::blocks::Blocks;
+
 /// Memory charged for one run's bookkeeping.
 pub const RUN_COST: usize = 32;
 /// A ring keeps at most one run per this many bytes of capacity ...
 pub const RUN_BYTES: usize = 64;
 /// ... or this many, whichever is more.
 const MIN_RUNS: usize = 16;
-/// Below this much spare capacity a ring's buffer is not worth shrinking.
-const SHRINK_SLACK: usize = 64 * 1024;
 
 /// Output memory shared by every running exec's ring.
 #[derive(Debug)]
@@ -96,7 +97,7 @@ struct Run {
 #[derive(Debug)]
 pub struct Ring {
     /// The held bytes, oldest first; `runs` says which channel each is.
-    bytes: VecDeque<u8>,
+    bytes: Blocks,
     runs: VecDeque<Run>,
     capacity: usize,
     /// Offset of the next byte to be produced (total produced so far).
@@ -110,7 +111,7 @@ impl Ring {
     /// charged to no shared budget.
     pub fn new(capacity: usize) -> Self {
         Self {
-            bytes: VecDeque::new(),
+            bytes: Blocks::default(),
             runs: VecDeque::new(),
             capacity,
             end: 0,
@@ -189,10 +190,23 @@ impl Ring {
         if let Some(budget) = self.budget.take() {
             budget.refund(charged);
         }
-        if self.bytes.capacity() > self.bytes.len() + SHRINK_SLACK {
-            self.bytes.shrink_to_fit();
-        }
+        self.bytes.shrink();
         self.runs.shrink_to_fit();
+    }
+
+    /// Memory the ring takes: its blocks and its runs' bookkeeping.
+    pub fn memory(&self) -> usize {
+        self.charged()
+    }
+
+    /// Drops every held byte (a finished exec's output past the budget for
+    /// finished output); a replay then counts all of it as lost, exactly.
+    pub fn discard(&mut self) {
+        let before = self.charged();
+        self.bytes.drain_front(usize::MAX);
+        self.runs.clear();
+        self.runs.shrink_to_fit();
+        self.account(before);
     }
 
     /// Output from `from_seq` on, as far as it is still held. An offset past
@@ -219,12 +233,7 @@ impl Ring {
                     chunks.push(Chunk {
                         seq: run.seq + (at - offset) as u64,
                         channel: run.channel,
-                        data: self
-                            .bytes
-                            .range(at..at + take)
-                            .copied()
-                            .collect::<Vec<u8>>()
-                            .into(),
+                        data: self.bytes.copy_range(at, take).into(),
                     });
                     at += take;
                 }
@@ -253,7 +262,7 @@ impl Ring {
             self.runs.pop_front();
             len
         };
-        self.bytes.drain(..drop_bytes);
+        self.bytes.drain_front(drop_bytes);
         true
     }
 
@@ -265,9 +274,9 @@ impl Ring {
         }
     }
 
-    /// What this ring costs: its bytes and its runs' bookkeeping.
+    /// What this ring costs: its blocks and its runs' bookkeeping.
     fn charged(&self) -> usize {
-        self.bytes.len() + self.runs.len() * RUN_COST
+        self.bytes.allocated() + self.runs.len() * RUN_COST
     }
 
     fn account(&self, before: usize) {
@@ -291,6 +300,7 @@ impl Drop for Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::blocks::BLOCK;
 
     fn ring_with(capacity: usize, parts: &[&'static str]) -> Ring {
         let mut ring = Ring::new(capacity);
@@ -376,7 +386,11 @@ mod tests {
             assert_eq!(ring.push(Channel::Stdout, b"x"), i);
         }
         assert_eq!(ring.held(), 300_000);
-        assert_eq!(budget.used(), 300_000 + RUN_COST, "one run, charged once");
+        assert!(
+            budget.used() <= 300_000 + BLOCK + RUN_COST,
+            "one run, charged once, and the blocks' real size: {}",
+            budget.used()
+        );
         let r = ring.replay(299_990);
         assert_eq!(text(&r), "xxxxxxxxxx");
         // Whole replays come back in frames no larger than the wire allows.

@@ -261,7 +261,7 @@ async fn supervise(
     }
     let exit = record.finish(status, duration);
     tracing::debug!(exec_id = record.id, ?exit, "exec finished");
-    inner.retire(record.id, record.held_bytes());
+    inner.retire(record.id, record.output_memory());
     // Let the connection send the exit first: unregistering and closing the
     // streams is a few system calls the client need not wait for.
     tokio::task::yield_now().await;

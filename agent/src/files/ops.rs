@@ -10,6 +10,7 @@ use silo_protocol::files::{FileKind, FileStat, Listing, Removed};
 
 use super::path::{Target, undo};
 use super::{DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, FilesError};
+use crate::cleanup;
 use crate::fs_error::FsError;
 
 /// Buffer for copying a body into a file.
@@ -92,7 +93,7 @@ pub struct WriteSpec {
 
 /// Writes `body` to a temporary file beside the path, checks its size and
 /// hash, and renames it over the path. On failure nothing is left: no
-/// temporary file (dropping it removes it) and no parent made for it.
+/// temporary file (its journaled intent removes it) and no parent made for it.
 pub fn write_file(
     target: &Target,
     how: &WriteSpec,
@@ -128,15 +129,20 @@ fn fill_and_persist(
     mut body: impl Read,
 ) -> Result<(), FilesError> {
     let (dir, path) = (target.parent()?, &target.path);
-    // Created with O_EXCL under a fresh random name, so it never follows a
-    // link planted in its place.
-    let mut file = tempfile::Builder::new()
-        .prefix(&format!(".{}.", target.name()))
-        .suffix(TEMP_SUFFIX)
-        .permissions(Permissions::from_mode(TEMP_MODE))
-        .tempfile_in(dir)
+    let name = cleanup::unique_name(&format!(".{}", target.name()), TEMP_SUFFIX);
+    // Journaled before it exists, so an agent killed mid-write leaves the
+    // next boot a name to sweep; dropped on failure, it removes the file.
+    let intent = cleanup::global().intend(dir.join(name));
+    let temp = intent.path().to_path_buf();
+    // O_EXCL under a name no agent used before, so it never follows a link
+    // planted in its place.
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(TEMP_MODE)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&temp)
         .map_err(FsError::at("create a temporary file in", dir))?;
-    let temp = file.path().to_path_buf();
     let mut hasher = Sha256::new();
     let mut total = 0u64;
     let mut buf = vec![0; COPY_BUFFER];
@@ -163,14 +169,15 @@ fn fill_and_persist(
         });
     }
     // Exactly the asked bits: the umask narrowed them at creation.
-    let written = file.as_file();
+    let written = &file;
     written
         .set_permissions(Permissions::from_mode(mode))
         .map_err(FsError::at("chmod", &temp))?;
     // On disk before it is visible, so a crash never shows a short file.
     written.sync_all().map_err(FsError::at("sync", &temp))?;
-    file.persist(path)
-        .map_err(|err| FsError::new("rename into place", path, err.error))?;
+    drop(file);
+    std::fs::rename(&temp, path).map_err(|err| FsError::new("rename into place", path, err))?;
+    intent.done();
     Ok(())
 }
 

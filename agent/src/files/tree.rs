@@ -5,14 +5,15 @@ use std::fs::{Metadata, OpenOptions, Permissions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use silo_protocol::bundle::BundleLimits;
 use silo_protocol::files::TreeWritten;
 
-use super::ops::{lstat, remove_tree};
+use super::ops::lstat;
 use super::path::{Target, undo};
 use super::{DEFAULT_DIR_MODE, FilesError};
+use crate::cleanup;
 use crate::fs_error::FsError;
 use crate::push::archive::Packing;
 use crate::push::extract;
@@ -22,8 +23,8 @@ const STAGING_MODE: u32 = 0o700;
 /// The first bytes of a gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// Tells staging directories of one agent apart.
-static NEXT_STAGING: AtomicU64 = AtomicU64::new(1);
+/// Ends the name of a staging directory beside an upload's destination.
+const STAGING_SUFFIX: &str = ".silo-staging";
 
 /// Checks that there is something to download, before the answer starts.
 pub fn check_download(target: &Target) -> Result<Metadata, FilesError> {
@@ -140,12 +141,11 @@ pub fn upload(
         Err(err) => return Err(FsError::new("inspect", dest, err).into()),
     }
     let made = target.ensure_parent(how.parents)?;
-    let seq = NEXT_STAGING.fetch_add(1, Ordering::Relaxed);
-    let staging = target.parent()?.join(format!(
-        ".{}.{}-{seq}.silo-staging",
-        target.name(),
-        std::process::id()
-    ));
+    let name = cleanup::unique_name(&format!(".{}", target.name()), STAGING_SUFFIX);
+    // Journaled before it exists, so an agent killed mid-way leaves the
+    // next boot a name to sweep; dropped at the end, it removes what is left.
+    let intent = cleanup::global().intend(target.parent()?.join(name));
+    let staging = intent.path().to_path_buf();
     if let Err(err) = std::fs::DirBuilder::new()
         .mode(STAGING_MODE)
         .create(&staging)
@@ -167,11 +167,7 @@ pub fn upload(
         })
     });
     // Gone already when a new destination went in with one rename.
-    if std::fs::symlink_metadata(&staging).is_ok() {
-        if let Err(err) = remove_tree(&staging) {
-            tracing::warn!(dir = %staging.display(), %err, "cannot remove a staging directory");
-        }
-    }
+    drop(intent);
     if result.is_err() {
         undo(&made);
     }

@@ -107,11 +107,8 @@ impl Applier {
             {
                 continue;
             }
-            match crate::push::remove_tree(&entry.path()) {
-                Ok(()) => removed += 1,
-                Err(err) => {
-                    tracing::warn!(dir = %entry.path().display(), %err, "cannot remove a leftover staging directory");
-                }
+            if crate::cleanup::global().remove(&entry.path()) {
+                removed += 1;
             }
         }
         removed
@@ -403,9 +400,7 @@ fn ensure_real_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
 }
 
 pub(crate) fn remove_staging(staging: &Path) {
-    if let Err(err) = crate::push::remove_tree(staging) {
-        tracing::warn!(dir = %staging.display(), %err, "cannot remove a staging directory");
-    }
+    crate::cleanup::global().remove(staging);
 }
 
 /// Why an apply failed; [`ApplyError::kind`] makes the answer.

@@ -53,6 +53,13 @@ pub trait ProcessOps: Send + Sync + 'static {
     /// Live (not zombie) processes in `scope`: the leader's session, carriers
     /// of the marker, and all their descendants.
     fn members(&self, scope: &Scope) -> Vec<i32>;
+    /// Children of the agent it did not start itself (not in `registered`)
+    /// and that carry none of the `spared` variables: orphans re-parented to
+    /// the agent that left both their session and their environment, which
+    /// only their parentage still gives away.
+    fn strays(&self, _registered: &HashSet<i32>, _spared: &[&str]) -> Vec<i32> {
+        Vec::new()
+    }
     /// Every process of this pid namespace that can be read, with its stat
     /// (the agent's own included): what a snapshot's freeze chooses from.
     fn table(&self) -> io::Result<Vec<(i32, ProcStat)>> {
@@ -117,6 +124,43 @@ impl ProcessOps for System {
             .collect();
         select_members(&procs, scope, |pid| has_marker(pid, &scope.marker))
     }
+
+    fn strays(&self, registered: &HashSet<i32>, spared: &[&str]) -> Vec<i32> {
+        let Ok(table) = self.table() else {
+            return Vec::new();
+        };
+        select_strays(&table, own_pid(), registered, |pid| {
+            spared.iter().any(|name| has_var(pid, name))
+        })
+    }
+}
+
+/// The pids of `procs` whose parent is `me`, alive, not `registered`, and
+/// not `spared`.
+fn select_strays(
+    procs: &[(i32, ProcStat)],
+    me: i32,
+    registered: &HashSet<i32>,
+    spared: impl Fn(i32) -> bool,
+) -> Vec<i32> {
+    procs
+        .iter()
+        .filter(|(pid, stat)| {
+            stat.ppid == me && *pid != me && !stat.dead() && !registered.contains(pid)
+        })
+        .map(|(pid, _)| *pid)
+        .filter(|pid| !spared(*pid))
+        .collect()
+}
+
+/// Whether the environment of `pid` sets `name` (to anything).
+fn has_var(pid: i32, name: &str) -> bool {
+    let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    env.split(|&b| b == 0).any(|entry| {
+        entry.len() > name.len() && entry.starts_with(name.as_bytes()) && entry[name.len()] == b'='
+    })
 }
 
 /// Makes `cmd` start in a new session, so it leads its own process group and
@@ -271,6 +315,30 @@ mod tests {
         );
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (short) S 0 1"), None);
+    }
+
+    #[test]
+    fn strays_are_unregistered_unmarked_children_of_the_agent() {
+        let st = |ppid, state| ProcStat {
+            state,
+            ppid,
+            session: 0,
+            flags: 0,
+            start: 0,
+        };
+        let procs = [
+            (5, st(0, 'S')),   // the agent
+            (10, st(5, 'S')),  // a command it started
+            (11, st(5, 'S')),  // an orphan carrying a command's marker
+            (12, st(5, 'S')),  // an orphan that dropped everything
+            (13, st(5, 'Z')),  // a zombie not reaped yet
+            (14, st(12, 'S')), // the stray's own child: its session goes with it
+        ];
+        let registered = HashSet::from([10]);
+        assert_eq!(
+            select_strays(&procs, 5, &registered, |pid| pid == 11),
+            vec![12]
+        );
     }
 
     #[test]

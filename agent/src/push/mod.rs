@@ -9,8 +9,16 @@
 //! is streamed from the connection into a blocking extractor, verified,
 //! committed as a new version and swapped in with one `rename`. Retired
 //! versions are removed later by a per-mount timer. Whatever fails, the
-//! live tree is untouched and the partial version is removed before the
-//! answer goes out.
+//! live tree is untouched and the partial version is removed (or handed to
+//! [`crate::cleanup`] to retry) before the answer goes out.
+//!
+//! Admission comes before any work: a bundle whose declared entries or
+//! unpacked size (see [`Declared`]) is over a cap is refused at once, and
+//! the extract is then held to what was declared. A push gets at most the
+//! push deadline (`--push-deadline-secs`) to extract and swap, so a mount
+//! is never held longer; a push queued behind another waits at most
+//! [`MAX_QUEUE_WAIT`] and is then answered `busy`, with how long the
+//! holder may still take.
 //!
 //! # Layout
 //! - `mount`: which mount paths are allowed, where they live, what is live.
@@ -36,7 +44,7 @@ use std::time::{Duration, Instant};
 use hyper::body::Incoming;
 use silo_protocol::ErrorKind;
 use silo_protocol::bundle::BundleLimits;
-use silo_protocol::push::{PushResponse, QueryError};
+use silo_protocol::push::{Declared, PushResponse, QueryError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::fs_error::FsError;
@@ -45,7 +53,7 @@ use body::{BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use extract::ExtractError;
 use mount::{Live, Mount, MountError};
 use store::VersionId;
-pub use store::remove_tree;
+pub use store::{STORE_DIR, remove_tree};
 
 /// Where mounts may live unless the agent is told otherwise.
 pub const DEFAULT_PUSH_ROOT: &str = "/workspace/managed";
@@ -57,6 +65,11 @@ pub const DEFAULT_KEEP_VERSIONS: usize = 8;
 pub const MAX_ACTIVE_PUSHES: usize = 4;
 /// Longest wait for the next piece of a request body before giving up.
 pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default time one push may take to extract and swap: below the
+/// controller's 300 s request timeout, so the client hears why.
+pub const DEFAULT_PUSH_DEADLINE: Duration = Duration::from_secs(240);
+/// Longest a push waits for another push to the same mount to finish.
+pub const MAX_QUEUE_WAIT: Duration = Duration::from_secs(60);
 /// Mode of a staging directory while it fills: nobody else needs to look in.
 const STAGING_MODE: u32 = 0o700;
 /// Mode of a committed version's top directory.
@@ -75,6 +88,8 @@ pub struct PushConfig {
     pub grace: Duration,
     /// Most retired versions kept per mount.
     pub keep: usize,
+    /// Longest one push may extract and swap before it is cancelled.
+    pub deadline: Duration,
 }
 
 impl Default for PushConfig {
@@ -85,6 +100,7 @@ impl Default for PushConfig {
             limits: BundleLimits::default(),
             grace: DEFAULT_VERSION_GRACE,
             keep: DEFAULT_KEEP_VERSIONS,
+            deadline: DEFAULT_PUSH_DEADLINE,
         }
     }
 }
@@ -98,6 +114,8 @@ pub struct PushRequest {
     pub sha256: String,
     /// The declared body size, when the client sent one.
     pub content_length: Option<u64>,
+    /// What the client declared of the bundle.
+    pub declared: Declared,
 }
 
 /// Per-mount state: the lock that orders its pushes, and its retired versions.
@@ -108,6 +126,8 @@ pub struct PushRequest {
 #[derive(Default)]
 struct Slot {
     state: Arc<tokio::sync::Mutex<SlotState>>,
+    /// When the push holding the lock must be done, for those waiting.
+    held_until: Mutex<Option<Instant>>,
 }
 
 #[derive(Default)]
@@ -182,6 +202,15 @@ impl Pusher {
                 limit: cap,
             });
         }
+        let limits = match admit(&self.config.limits, request.declared) {
+            Ok(limits) => limits,
+            Err(err) => {
+                // Read at the network's pace, not the disk's, so the client
+                // hears the refusal instead of a reset while still sending.
+                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                return Err(err);
+            }
+        };
         let mount = match mount::resolve(&request.mount, &self.config) {
             Ok(mount) => mount,
             Err(err) => {
@@ -190,7 +219,23 @@ impl Pusher {
             }
         };
         let slot = self.slot(&mount);
-        let state = Arc::clone(&slot.state).lock_owned().await;
+        let state = match tokio::time::timeout(MAX_QUEUE_WAIT, Arc::clone(&slot.state).lock_owned())
+            .await
+        {
+            Ok(state) => state,
+            Err(_) => {
+                let left = slot.held_until().map_or(Duration::ZERO, |until| {
+                    until.saturating_duration_since(Instant::now())
+                });
+                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                return Err(PushError::MountBusy {
+                    mount: request.mount,
+                    waited: MAX_QUEUE_WAIT,
+                    left,
+                });
+            }
+        };
+        slot.set_held_until(Instant::now() + self.config.deadline);
         let permit = Arc::clone(&self.active)
             .acquire_owned()
             .await
@@ -231,9 +276,18 @@ impl Pusher {
         // request when its client goes away, and the extract, which cannot
         // be cancelled from outside its thread, stops at the next entry.
         let cancelled = CancelOnDrop::default();
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let _deadline = AbortOnDrop(tokio::spawn({
+            let (cancelled, timed_out) = (Arc::clone(&cancelled.0), Arc::clone(&timed_out));
+            let deadline = self.config.deadline;
+            async move {
+                tokio::time::sleep(deadline).await;
+                timed_out.store(true, Ordering::Relaxed);
+                cancelled.store(true, Ordering::Relaxed);
+            }
+        }));
         let job = {
             let mount = mount.clone();
-            let limits = self.config.limits;
             let claimed = request.sha256.clone();
             let cancelled = Arc::clone(&cancelled.0);
             tokio::task::spawn_blocking(move || {
@@ -267,6 +321,9 @@ impl Pusher {
             tokio::join!(body::pump(body, tx, cap, BODY_IDLE_TIMEOUT), extracted);
         let (mut state, (id, extracted)) = match (pumped, joined?) {
             (_, Ok(done)) => done,
+            (_, Err(_)) if timed_out.load(Ordering::Relaxed) => {
+                return Err(PushError::DeadlinePassed(self.config.deadline));
+            }
             (Pumped::OverCap, Err(_)) => {
                 return Err(PushError::Extract(ExtractError::BundleTooLarge {
                     limit: cap,
@@ -297,6 +354,7 @@ impl Pusher {
         })
     }
 
+    /// The slot of `mount`.
     fn slot(&self, mount: &Mount) -> Arc<Slot> {
         let mut slots = self
             .slots
@@ -360,12 +418,59 @@ impl Pusher {
     }
 }
 
-/// Removes the directories a failed push made.
+impl Slot {
+    fn held_until(&self) -> Option<Instant> {
+        *self.held_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_held_until(&self, until: Instant) {
+        *self.held_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+    }
+}
+
+/// The caps one push's extract is held to: the agent's, tightened to what
+/// the client declared; a declaration over a cap is refused before
+/// anything is read or locked.
+fn admit(caps: &BundleLimits, declared: Declared) -> Result<BundleLimits, PushError> {
+    let mut limits = *caps;
+    if let Some(entries) = declared.entries {
+        if entries > caps.max_entries {
+            return Err(PushError::DeclaredOver {
+                what: "entries",
+                declared: entries,
+                limit: caps.max_entries,
+            });
+        }
+        limits.max_entries = entries;
+    }
+    if let Some(unpacked) = declared.unpacked {
+        if unpacked > caps.max_unpacked_bytes {
+            return Err(PushError::DeclaredOver {
+                what: "unpacked bytes",
+                declared: unpacked,
+                limit: caps.max_unpacked_bytes,
+            });
+        }
+        limits.max_unpacked_bytes = unpacked;
+    }
+    Ok(limits)
+}
+
+/// Aborts its task when dropped: a push's deadline timer ends with the push.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Removes the directories a failed push made, or has them retried until
+/// they are gone (a reader in the tree can stop a removal on
+/// fuse-overlayfs).
 fn remove_leftovers(leftovers: &[PathBuf]) {
     for dir in leftovers {
-        if let Err(err) = store::remove_tree(dir) {
-            tracing::warn!(dir = %dir.display(), %err, "cannot remove a failed version");
-        }
+        crate::cleanup::global().remove(dir);
     }
 }
 
@@ -467,6 +572,33 @@ pub enum PushError {
     /// The bundle is refused or could not be extracted.
     #[error(transparent)]
     Extract(#[from] ExtractError),
+    /// The client declared a bundle over a cap.
+    #[error("bundle declares {declared} {what}, over the limit of {limit}")]
+    DeclaredOver {
+        /// Which cap.
+        what: &'static str,
+        /// What the client declared.
+        declared: u64,
+        /// The cap.
+        limit: u64,
+    },
+    /// Extracting took longer than the push deadline; nothing changed.
+    #[error(
+        "push not done within the agent's push deadline of {0:?} and cancelled; push fewer files at once or raise --push-deadline-secs"
+    )]
+    DeadlinePassed(Duration),
+    /// Another push held the mount for longer than a push waits.
+    #[error(
+        "mount {mount} is busy: another push held it for {waited:?} and may hold it {left:?} more"
+    )]
+    MountBusy {
+        /// The mount path.
+        mount: String,
+        /// How long this push waited.
+        waited: Duration,
+        /// The most the holder may still take (its deadline).
+        left: Duration,
+    },
     /// The connection failed mid-body.
     #[error("request body was cut off")]
     BodyBroken(#[source] hyper::Error),
@@ -501,7 +633,10 @@ impl PushError {
                 ErrorKind::MountConflict
             }
             Self::Mount(MountError::Io(err)) => disk(&err.source),
-            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::TooLarge { .. } | Self::DeclaredOver { .. } | Self::DeadlinePassed(_) => {
+                ErrorKind::TooLarge
+            }
+            Self::MountBusy { .. } => ErrorKind::Busy,
             Self::Extract(err) => err.kind(ErrorKind::RejectedEntry, disk),
             Self::Io(err) => disk(&err.source),
             Self::Internal(_) => ErrorKind::Internal,

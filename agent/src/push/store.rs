@@ -139,10 +139,8 @@ pub fn collect_garbage(
         let since = *retired.get(&version.seq).unwrap_or(&now);
         let due = since + grace;
         if index >= keep || due <= now {
-            let dir = store.join(version.to_string());
-            if let Err(err) = remove_tree(&dir) {
-                tracing::warn!(dir = %dir.display(), %err, "cannot remove an old version");
-            }
+            // Retried in the background until gone when a reader stops it.
+            crate::cleanup::global().remove(&store.join(version.to_string()));
         } else {
             still.insert(version.seq, since);
             next_due = Some(next_due.map_or(due, |n| n.min(due)));
@@ -233,15 +231,8 @@ fn sweep_store(store: &Path, boot_id: &str, removed: &mut usize) {
         if tag.starts_with(&ours) {
             continue;
         }
-        let path = entry.path();
-        let result = if entry.file_type().is_ok_and(|k| k.is_dir()) {
-            remove_tree(&path)
-        } else {
-            std::fs::remove_file(&path)
-        };
-        match result {
-            Ok(()) => *removed += 1,
-            Err(err) => tracing::warn!(path = %path.display(), %err, "cannot remove a leftover"),
+        if crate::cleanup::global().remove(&entry.path()) {
+            *removed += 1;
         }
     }
 }

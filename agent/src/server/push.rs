@@ -9,7 +9,7 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use silo_protocol::auth::is_sha256_hex;
 use silo_protocol::http::error_chain;
-use silo_protocol::push::parse_query;
+use silo_protocol::push::{parse_declared, parse_query};
 
 use super::{AgentState, Body, auth, declared_length, error_response, json_response, log_failure};
 use crate::push::{PushError, PushRequest};
@@ -34,6 +34,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body
 
 fn parse<B>(req: &Request<B>, sha256: String) -> Result<PushRequest, PushError> {
     let mount = parse_query(req.uri().query())?;
+    let declared = parse_declared(req.uri().query())?;
     if !is_sha256_hex(&sha256) {
         return Err(PushError::BadHash);
     }
@@ -41,6 +42,7 @@ fn parse<B>(req: &Request<B>, sha256: String) -> Result<PushRequest, PushError> 
         mount,
         sha256,
         content_length: declared_length(req.headers()),
+        declared,
     })
 }
 

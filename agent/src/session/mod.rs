@@ -28,6 +28,7 @@ mod line;
 mod report;
 mod run;
 mod script;
+pub use script::SHELL_MARKER_VAR;
 mod shell;
 
 use std::collections::{BTreeMap, HashMap};

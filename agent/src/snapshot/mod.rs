@@ -275,13 +275,15 @@ fn take(
 }
 
 /// The walk a request asks for on the machine at `root` (blocking: it reads
-/// the mount table, whose mount points are left out besides `excluded`).
+/// the mount table, whose mount points are left out besides `excluded`, as
+/// is the agent's own directory, which no layer may carry).
 pub(crate) fn walk_spec(
     root: &Path,
     request: SnapshotRequest,
     mut excluded: HashSet<PathBuf>,
 ) -> Result<WalkSpec, SnapshotError> {
     excluded.extend(walk::mount_points(root)?);
+    excluded.insert(PathBuf::from(crate::layers::STATE_DIR));
     Ok(WalkSpec {
         changed_since_ns: request.changed_since_ns,
         prune_unchanged_dirs: request.prune_unchanged_dirs,

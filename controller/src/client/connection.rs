@@ -433,7 +433,20 @@ async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
         }
     };
     let Some(tag) = tag else {
-        tracing::warn!(?message, "agent reported an error outside any request");
+        if matches!(
+            message,
+            AgentMessage::Error {
+                exec_id: Some(_),
+                ..
+            }
+        ) {
+            // An exec's output dropped because this connection fell behind:
+            // the gap reaches the exec's events as lost bytes, which is
+            // where a caller (and the CLI's one notice) learns of it.
+            tracing::debug!(?message, "agent reported lost output");
+        } else {
+            tracing::warn!(?message, "agent reported an error outside any request");
+        }
         return;
     };
     let mut guard = lock(routes);

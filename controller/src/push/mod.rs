@@ -38,6 +38,8 @@ pub struct SharedBundle {
     pub sha256: String,
     /// Regular files in it.
     pub files: u64,
+    /// Tar entries in it, declared to the agent so it can refuse at once.
+    pub entries: u64,
     /// Their total size unpacked.
     pub unpacked_bytes: u64,
 }
@@ -48,6 +50,7 @@ impl From<Bundle> for SharedBundle {
             bytes: Bytes::from(bundle.bytes),
             sha256: bundle.sha256,
             files: bundle.files,
+            entries: bundle.entries,
             unpacked_bytes: bundle.unpacked_bytes,
         }
     }

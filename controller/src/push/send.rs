@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use silo_protocol::ErrorKind;
 use silo_protocol::http::ErrorBody;
-use silo_protocol::push::{PushResponse, path_and_query};
+use silo_protocol::push::{Declared, PushResponse, path_and_query_declared};
 
 use super::SharedBundle;
 use crate::client::{AgentClient, ClientError, SentCallback};
@@ -137,7 +137,13 @@ pub async fn push_once(
     let response = client
         .request_streamed(
             http::Method::POST,
-            &path_and_query(mount),
+            &path_and_query_declared(
+                mount,
+                Declared {
+                    entries: Some(bundle.entries),
+                    unpacked: Some(bundle.unpacked_bytes),
+                },
+            ),
             bundle.bytes.clone(),
             &bundle.sha256,
             sent,

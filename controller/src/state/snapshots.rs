@@ -45,6 +45,15 @@ impl StoredImage {
     }
 }
 
+/// A config's text as the JSON it holds, so `--json` shows an object, not
+/// a string of JSON; text that is not JSON stays a string.
+fn config_as_json<S: serde::Serializer>(config: &str, out: S) -> Result<S::Ok, S::Error> {
+    match serde_json::from_str::<serde_json::Value>(config) {
+        Ok(value) => value.serialize(out),
+        Err(_) => out.serialize_str(config),
+    }
+}
+
 /// A snapshot of a sandbox's file system.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Snapshot {
@@ -64,7 +73,9 @@ pub struct Snapshot {
     /// Its layer digests (bare hex), bottom first: the base image's, then
     /// one per snapshot in its chain, its own last.
     pub layers: Vec<String>,
-    /// The image config the engine is given, as exact text.
+    /// The image config the engine is given, as exact text (in JSON
+    /// output, the object it holds).
+    #[serde(serialize_with = "config_as_json")]
     pub config: String,
     /// What the user said about it.
     pub message: Option<String>,
@@ -473,6 +484,26 @@ mod tests {
     use crate::spec::BackendKind;
     use crate::state::test_support::temp_db;
     use crate::state::{Baseline, NewSandbox};
+
+    #[test]
+    fn a_config_shows_as_the_object_it_holds() {
+        #[derive(Serialize)]
+        struct Shown {
+            #[serde(serialize_with = "config_as_json")]
+            config: String,
+        }
+        let shown = |config: &str| {
+            serde_json::to_value(Shown {
+                config: config.to_owned(),
+            })
+            .unwrap()
+        };
+        assert_eq!(
+            shown(r#"{"Env":["A=1"]}"#)["config"]["Env"][0],
+            serde_json::json!("A=1")
+        );
+        assert_eq!(shown("not json")["config"], serde_json::json!("not json"));
+    }
 
     fn snapshot(id: &str, layers: &[&str], at: i64) -> Snapshot {
         Snapshot {
