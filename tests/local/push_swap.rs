@@ -169,22 +169,29 @@ async fn readers_never_see_a_mixed_or_missing_tree_during_swaps() {
                     // A reader resolves the mount once and reads the tree it got.
                     let target =
                         std::fs::read_link(&mount).map_err(|e| format!("mount missing: {e}"))?;
-                    let tree = mount.parent().unwrap().join(target);
-                    let mut seen = std::collections::BTreeSet::new();
-                    let mut count = 0;
-                    for d in std::fs::read_dir(&tree).map_err(|e| format!("tree gone: {e}"))? {
-                        let d = d.map_err(|e| e.to_string())?.path();
-                        for f in std::fs::read_dir(&d).map_err(|e| format!("dir gone: {e}"))? {
-                            let f = f.map_err(|e| e.to_string())?.path();
-                            seen.insert(
-                                std::fs::read_to_string(&f)
-                                    .map_err(|e| format!("file gone: {e}"))?,
-                            );
-                            count += 1;
+                    let tree = mount.parent().unwrap().join(&target);
+                    let walked = walk(&tree);
+                    if let Ok((count, seen)) = &walked {
+                        if seen.len() == 1 && *count == FILES {
+                            walks.fetch_add(1, Ordering::Relaxed);
+                            continue;
                         }
                     }
-                    if seen.len() != 1 || count != FILES {
-                        return Err(format!("torn tree: {count} files from versions {seen:?}"));
+                    // The agent keeps the newest retired versions only: a
+                    // reader descheduled across that many swaps may lose its
+                    // tree, whole or part way through. Any sooner is a broken
+                    // promise.
+                    let now =
+                        std::fs::read_link(&mount).map_err(|e| format!("mount missing: {e}"))?;
+                    let newer = version_seq(&now) - version_seq(&target);
+                    let what = match walked {
+                        Ok((count, seen)) => {
+                            format!("torn tree: {count} files from versions {seen:?}")
+                        }
+                        Err(gone) => gone,
+                    };
+                    if newer < KEPT_VERSIONS {
+                        return Err(format!("{what}, {newer} swaps later"));
                     }
                     walks.fetch_add(1, Ordering::Relaxed);
                 }
@@ -208,6 +215,31 @@ async fn readers_never_see_a_mixed_or_missing_tree_during_swaps() {
         .unwrap()
         .count();
     assert!(kept <= 1 + 8, "old versions are not pruned: {kept}");
+}
+
+/// Retired versions the agent keeps whatever their age (the agent's
+/// `DEFAULT_KEEP_VERSIONS`), and one more for the live one being replaced.
+const KEPT_VERSIONS: u64 = 8 + 1;
+
+/// A pushed version's sequence number, from its directory name.
+fn version_seq(target: &std::path::Path) -> u64 {
+    let name = target.file_name().unwrap().to_string_lossy();
+    name.split('-').next().unwrap().parse().unwrap()
+}
+
+/// Reads every file of a pushed tree: how many, and the distinct contents.
+fn walk(tree: &std::path::Path) -> Result<(usize, std::collections::BTreeSet<String>), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut count = 0;
+    for d in std::fs::read_dir(tree).map_err(|e| format!("tree gone: {e}"))? {
+        let d = d.map_err(|e| e.to_string())?.path();
+        for f in std::fs::read_dir(&d).map_err(|e| format!("dir gone: {e}"))? {
+            let f = f.map_err(|e| e.to_string())?.path();
+            seen.insert(std::fs::read_to_string(&f).map_err(|e| format!("file gone: {e}"))?);
+            count += 1;
+        }
+    }
+    Ok((count, seen))
 }
 
 fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
