@@ -17,6 +17,18 @@ in_ci() { [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; }
 # already.
 scripts/setup.sh tmux dash bash-static python3-venv
 
+# Whether python3 can make virtual environments: 0 if so; else 1 (skip,
+# with a note) or 2 (fail, under CI=true).
+have_venv() {
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 && return 0
+  if in_ci; then
+    echo "CI=true but python3 with venv and ensurepip is missing (apt-get install python3-venv)" >&2
+    return 2
+  fi
+  echo "skipping $1: python3 with venv is missing (CI=true makes this fail)" >&2
+  return 1
+}
+
 # The providers' official Python SDKs, pinned in tests/sdk/requirements.txt,
 # run their journeys against the mock binaries in a virtual environment of
 # their own (made again when the pins change). Without python3's venv this
@@ -24,14 +36,7 @@ scripts/setup.sh tmux dash bash-static python3-venv
 sdk_journeys() {
   local requirements=tests/sdk/requirements.txt
   local venv=${SILO_SDK_VENV:-tests/sdk/.venv}
-  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    if in_ci; then
-      echo "CI=true but python3 with venv and ensurepip is missing (apt-get install python3-venv)" >&2
-      return 1
-    fi
-    echo "skipping the SDK journeys: python3 with venv is missing (CI=true makes this fail)" >&2
-    return 0
-  fi
+  have_venv "the SDK journeys" || return $(($? - 1))
   local want have
   want=$(sha256sum "$requirements" | cut -d' ' -f1)
   have=$(cat "$venv/.requirements.sha256" 2>/dev/null || true)
@@ -46,11 +51,38 @@ sdk_journeys() {
     "$venv/bin/python" -m pytest -q -s -rs -p no:cacheprovider tests/sdk
 }
 
+# The Python package (python/): its wheel built with maturin in a build
+# environment, installed into a new virtual environment, and its pytest
+# suite run against the installed wheel (never the source tree), with the
+# real agent, Docker engine and SQLite.
+python_package() {
+  local requirements=python/tests/requirements.txt
+  local build venv target wheels
+  build=$(realpath -m "${SILO_PY_BUILD_VENV:-python/.venv-build}")
+  venv=$(realpath -m "${SILO_PY_TEST_VENV:-python/.venv-test}")
+  target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+  wheels=$target/wheels
+  have_venv "the Python package" || return $(($? - 1))
+  if [ ! -x "$build/bin/maturin" ]; then
+    python3 -m venv "$build"
+    "$build/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+  fi
+  rm -rf "$wheels" "$venv"
+  (cd python && "$build/bin/maturin" build --quiet -o "$wheels")
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    "$(grep '^pytest==' "$requirements")" "$wheels"/silo_sandbox-*.whl
+  (cd python/tests && SILO_TARGET_DIR=$target "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider .)
+}
+
 log "ARCHITECTURE.md's code map names only what exists"
 scripts/check-architecture.sh
 
 log "providers' SDKs against the mocks"
 sdk_journeys
+
+log "the Python package against its installed wheel"
+python_package
 
 log "Rust workspace"
 cargo test --workspace "$@"

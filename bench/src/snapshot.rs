@@ -75,12 +75,11 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     // The first snapshot on an image is captured against that listing and
     // then stores the image's layers, once.
     exec("head -c 1024 /dev/urandom > /root/first.bin".into()).await?;
-    let first = bench
+    let snapshots = bench
         .silo
         .snapshots_of(name)?
-        .with_progress(std::sync::Arc::clone(&progress))
-        .take(None)
-        .await?;
+        .with_progress(std::sync::Arc::clone(&progress));
+    let first = snapshots.take(None).await?;
     let base = first
         .base_stored
         .clone()
@@ -102,12 +101,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let mut last = first.snapshot.id.clone();
     for i in 0..n_small {
         exec(format!("head -c 1024 /dev/urandom > /root/change-{i}.bin")).await?;
-        let report = bench
-            .silo
-            .snapshots_of(name)?
-            .with_progress(std::sync::Arc::clone(&progress))
-            .take(None)
-            .await?;
+        let report = snapshots.take(None).await?;
         durable.push(Duration::from_secs_f64(report.durable_ms / 1000.0));
         captured.push(Duration::from_secs_f64(report.captured_ms / 1000.0));
         // A snapshot no longer makes its engine image; what that costs a
@@ -161,12 +155,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let mut rewind = Samples::default();
     for _ in 0..n_rewind {
         let t = Instant::now();
-        let restored = bench
-            .silo
-            .snapshots_of(name)?
-            .with_progress(std::sync::Arc::clone(&progress))
-            .rewind(&last)
-            .await?;
+        let restored = snapshots.rewind(&last).await?;
         let conn = bench.silo.connect(&restored.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         rewind.push(t.elapsed());
@@ -175,20 +164,10 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let snapshot = bench.silo.snapshot_info(&last)?;
     let mut from_store = Samples::default();
     for _ in 0..n_rewind.min(3) {
-        bench
-            .silo
-            .snapshots_of(name)?
-            .with_progress(std::sync::Arc::clone(&progress))
-            .rewind(&first.snapshot.id)
-            .await?;
+        snapshots.rewind(&first.snapshot.id).await?;
         remove_image(&bench.engine, &format!("silo-snapshot:{}", snapshot.id)).await;
         let t = Instant::now();
-        let restored = bench
-            .silo
-            .snapshots_of(name)?
-            .with_progress(std::sync::Arc::clone(&progress))
-            .rewind(&last)
-            .await?;
+        let restored = snapshots.rewind(&last).await?;
         let conn = bench.silo.connect(&restored.sandbox).await?;
         first_output(&conn, &["echo", "ready"]).await?;
         from_store.push(t.elapsed());
@@ -213,12 +192,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
 
     // A 50 MB change, both ways.
     exec("head -c 52428800 /dev/urandom > /root/big.bin".into()).await?;
-    let big = bench
-        .silo
-        .snapshots_of(name)?
-        .with_progress(std::sync::Arc::clone(&progress))
-        .take(None)
-        .await?;
+    let big = snapshots.take(None).await?;
     let cmd = "head -c 52428800 /dev/urandom > /root/big.bin; sleep 1000";
     let plain_big = format!("{plain}-big");
     create_plain(&bench.engine, &plain_big, &["sh", "-c", cmd]).await?;

@@ -41,12 +41,11 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let progress = no_progress();
     let conn = bench.silo.connect(&bench.silo.get(name)?).await?;
     // The chain's first snapshot stores the image; the links come after.
-    bench
+    let snapshots = bench
         .silo
         .snapshots_of(name)?
-        .with_progress(std::sync::Arc::clone(&progress))
-        .take(None)
-        .await?;
+        .with_progress(std::sync::Arc::clone(&progress));
+    snapshots.take(None).await?;
 
     let mut durable = Samples::default();
     let mut captured = Samples::default();
@@ -57,12 +56,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         let script = format!("head -c 1024 /dev/urandom > /root/step-{i}.bin");
         let out = conn.run(silo_tests::sh(&script)).await?;
         anyhow::ensure!(out.exit.code == Some(0), "{script:?} failed");
-        let report = bench
-            .silo
-            .snapshots_of(name)?
-            .with_progress(std::sync::Arc::clone(&progress))
-            .take(None)
-            .await?;
+        let report = snapshots.take(None).await?;
         durable.push(Duration::from_secs_f64(report.durable_ms / 1000.0));
         captured.push(Duration::from_secs_f64(report.captured_ms / 1000.0));
         if let Some(compacted) = &report.compacted {
@@ -79,12 +73,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let picks = [links - 1, links / 2, links / 4, 0, links * 3 / 4, 1];
     for &pick in &picks {
         let t = Instant::now();
-        let restored = bench
-            .silo
-            .snapshots_of(name)?
-            .with_progress(std::sync::Arc::clone(&progress))
-            .rewind(&chain[pick])
-            .await?;
+        let restored = snapshots.rewind(&chain[pick]).await?;
         let conn = bench.silo.connect(&restored.sandbox).await?;
         first_output(&conn, &["ls", &format!("/root/step-{pick}.bin")]).await?;
         rewind.push(t.elapsed());

@@ -7,12 +7,14 @@
 //! the sandbox alive or running: another process may stop or remove it, and
 //! the next call then says so.
 
+mod address;
 mod commands;
 mod files;
 mod snapshots;
 
 use silo_protocol::bundle::FileSet;
 
+pub use address::AgentAddress;
 pub use commands::{CommandEvent, CommandOutput, Commands, Execution};
 pub use files::{Copied, CopyError, FileError, Files};
 pub use snapshots::Snapshots;
@@ -81,6 +83,14 @@ impl Sandbox {
         self.silo
             .push_to_sandboxes(mount, vec![(self.record.clone(), files)], options)
             .await
+    }
+
+    /// Where its agent listens and the key it accepts, for a client of
+    /// its own (docs/protocol.md, "Connecting to a sandbox").
+    pub fn agent_address(&self) -> Result<AgentAddress, SiloError> {
+        let client = self.silo.client(&self.record)?;
+        let key = self.silo.sandbox_key(&self.record).to_hex();
+        Ok(AgentAddress::new(&self.record.id, client.endpoint(), key))
     }
 
     /// Stops it; its files stay. Answers whether it was running.

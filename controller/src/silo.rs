@@ -18,7 +18,7 @@ use silo_protocol::auth::{Key, derive_sandbox_key};
 use crate::agent_binary::AgentLocator;
 use crate::backend::{
     AnyBackend, Backend, BackendError, BackendSetup, Backends, DaytonaConfig, E2bConfig, Machine,
-    MachineState, SnapshotSupport,
+    MachineState,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -228,11 +228,10 @@ impl Silo {
                 if sandbox.origin_snapshot.is_some() {
                     return Ok(sandbox);
                 }
-                let recorded = match self.backend(sandbox.backend).snapshot_support() {
-                    SnapshotSupport::AgentLayers => self.record_fresh_baseline(&sandbox).await,
-                    SnapshotSupport::EngineImages => self.record_listing(&sandbox).await,
-                    SnapshotSupport::None => return Ok(sandbox),
+                let Some(strategy) = self.strategy(sandbox.backend) else {
+                    return Ok(sandbox);
                 };
+                let recorded = strategy.record_start(self, &sandbox).await;
                 // A sandbox that cannot snapshot is still a working sandbox:
                 // its snapshots say why, and a recreate tries again. Without
                 // its listing, a container's first snapshot stores its image

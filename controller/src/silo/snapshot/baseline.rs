@@ -1,7 +1,7 @@
 //! What a machine's first snapshot measures its changes against when the
 //! store has no index of the files the machine started with, and, on
 //! machines that are not an engine's containers (remote VMs,
-//! [`SnapshotSupport::AgentLayers`]), how a snapshot's layers go back onto
+//! the agent-layers strategy), how a snapshot's layers go back onto
 //! a machine.
 //!
 //! An **image's listing**: a container made from an image the store lacks
@@ -31,8 +31,6 @@
 //! carry (see [`crate::image`]): a template made from a silo-built image
 //! keeps the file [`BASE_ID_PATH`]. A snapshot whose base has no base id
 //! restores only onto the template it was taken on.
-//!
-//! [`SnapshotSupport::AgentLayers`]: crate::backend::SnapshotSupport::AgentLayers
 
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};

@@ -34,7 +34,6 @@ use super::take::CTIME_MARGIN_NS;
 use super::{
     ImageSource, RestoreReport, SnapshotError, blocking, ms_since, parse_digest, remembered,
 };
-use crate::backend::{Backend, SnapshotSupport};
 use crate::silo::{Silo, SiloError};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage};
 use crate::store::rewind::{Restore, RestoreStats, restoring_layer};
@@ -126,14 +125,14 @@ impl Silo {
         snapshot: &Snapshot,
     ) -> Result<(i64, InPlace), NotInPlace> {
         let start = Instant::now();
-        match self.backend(sandbox.backend).snapshot_support() {
-            SnapshotSupport::EngineImages => {}
-            SnapshotSupport::AgentLayers | SnapshotSupport::None => {
-                return Err(NotInPlace(format!(
-                    "the {} backend's machines are rewound by making them again",
-                    sandbox.backend
-                )));
-            }
+        if !self
+            .strategy(sandbox.backend)
+            .is_some_and(|strategy| strategy.rewinds_in_place())
+        {
+            return Err(NotInPlace(format!(
+                "the {} backend's machines are rewound by making them again",
+                sandbox.backend
+            )));
         }
         // The agent first: a stopped machine or an old agent says so at once.
         let client = self.client(sandbox)?;

@@ -28,9 +28,11 @@
 //!
 //! Processes and memory are not captured: a rewound sandbox boots afresh.
 //!
-//! What a backend can do is its [`SnapshotSupport`], never its name. This
+//! What a backend's machines need is its `strategy` (engine images or agent
+//! layers, made from what the backend hands out), never its name. This
 //! module holds the types, the errors, listing and deletion; the work is in
 //! its children:
+//! - `strategy`: the one place engine images and agent layers part ways;
 //! - `take`: asking the agent for the layer, storing the base and the layer,
 //!   recording the snapshot;
 //! - `layer`: receiving a layer stream into the store, checked as it comes;
@@ -51,6 +53,7 @@ mod in_place;
 mod layer;
 mod remembered;
 mod restore;
+mod strategy;
 mod take;
 
 pub use in_place::InPlace;
@@ -65,7 +68,7 @@ use serde::Serialize;
 
 use super::Silo;
 use super::SiloError;
-use crate::backend::{Backend, DockerError, EngineImages, SnapshotSupport};
+use crate::backend::{Backend, DockerError, EngineImages};
 use crate::client::ClientError;
 use crate::home::HomeId;
 use crate::spec::BackendKind;
@@ -432,18 +435,6 @@ impl Silo {
             path: home_id.path().display().to_string(),
             source,
         })
-    }
-
-    /// What the sandbox's backend can do with snapshots, or why it can do
-    /// nothing.
-    fn snapshot_support(&self, sandbox: &SandboxRecord) -> Result<SnapshotSupport, SnapshotError> {
-        match self.backend(sandbox.backend).snapshot_support() {
-            SnapshotSupport::None => Err(SnapshotError::Unsupported {
-                name: sandbox.name.clone(),
-                backend: sandbox.backend,
-            }),
-            support => Ok(support),
-        }
     }
 
     /// The stored image with this id, if every blob it names is in the store.

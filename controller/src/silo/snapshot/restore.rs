@@ -22,13 +22,12 @@ use super::{
     ImageSource, RestoreReport, SnapshotError, SnapshotProgress, SnapshotProgressFn, engine,
     ms_since, no_progress, parse_digest,
 };
-use crate::CreateRequest;
-use crate::backend::{Backend, BackendError, EngineImages, Machine, SnapshotSupport};
+use crate::backend::{Backend, EngineImages};
 use crate::bridge;
 use crate::naming::validate_name;
-use crate::silo::{Silo, SiloError, backend_error, machine};
+use crate::silo::{Silo, SiloError, machine};
 use crate::spec::BackendKind;
-use crate::state::{EventKind, SandboxRecord, Snapshot};
+use crate::state::{SandboxRecord, Snapshot};
 use crate::store::{LoadPlan, Store, load_archive};
 
 /// Longest parent chain followed when looking for layers the engine has.
@@ -89,7 +88,7 @@ impl Silo {
 
     /// [`Silo::load_snapshot_image`] for a snapshot that stands on an
     /// engine image.
-    async fn load_as_is(
+    pub(super) async fn load_as_is(
         &self,
         images: &EngineImages,
         store: &Store,
@@ -142,7 +141,7 @@ impl Silo {
     /// The snapshot as it would be had it been taken on the engine image
     /// with its base's base id (or on `image`, which must carry it); `None`
     /// when it already stands on an engine image and no other was asked.
-    async fn rebase_onto_engine(
+    pub(super) async fn rebase_onto_engine(
         &self,
         images: &EngineImages,
         store: &Store,
@@ -325,57 +324,12 @@ impl Silo {
         progress: &SnapshotProgressFn,
     ) -> Result<RestoreReport, SiloError> {
         let start = Instant::now();
-        let support = self.snapshot_support(sandbox)?;
+        let strategy = self.strategy_of(sandbox)?;
         let key = self.sandbox_key(sandbox);
         let detail = json!({ "snapshot": snapshot.id, "reason": reason });
-        let (sandbox, source) = match support {
-            SnapshotSupport::AgentLayers => {
-                progress(SnapshotProgress::Step {
-                    label: "starting",
-                    total: None,
-                });
-                // The old machine goes first, by its own handle (a
-                // provider's create would find and remove it anyway); the
-                // row then has no machine until the new one is recorded.
-                let backend = self.backend(sandbox.backend);
-                backend
-                    .remove(machine(sandbox, &key))
-                    .await
-                    .map_err(|e| backend_error("remove", sandbox, e))?;
-                let sandbox = self.db().replace_machine(
-                    sandbox,
-                    &sandbox.spec,
-                    Some(&snapshot.id),
-                    (EventKind::Rewound, detail),
-                )?;
-                let made = backend.create(self.machine_to_make(&sandbox, &key)).await;
-                let sandbox = self.record_made(&sandbox, made).await?;
-                self.apply_or_remove(sandbox, snapshot, progress).await?
-            }
-            _ => {
-                let store = self.store()?;
-                let images = self.engine_images(sandbox.backend)?;
-                let (image_id, source) = self
-                    .load_snapshot_image(&images, &store, snapshot, None, progress)
-                    .await?;
-                let sandbox = self.db().replace_machine(
-                    sandbox,
-                    &sandbox.spec,
-                    Some(&snapshot.id),
-                    (EventKind::Rewound, detail),
-                )?;
-                progress(SnapshotProgress::Step {
-                    label: "starting",
-                    total: None,
-                });
-                let made = Machine {
-                    image: Some(&image_id),
-                    ..machine(&sandbox, &key)
-                };
-                let made = images.replace(made).await.map_err(BackendError::from);
-                (self.record_made(&sandbox, made).await?, source)
-            }
-        };
+        let (sandbox, source) = strategy
+            .restore(self, sandbox, snapshot, &key, detail, progress)
+            .await?;
         Ok(RestoreReport {
             sandbox,
             snapshot: snapshot.id.clone(),
@@ -388,7 +342,7 @@ impl Silo {
     /// Applies the snapshot onto the sandbox's fresh machine; when that
     /// fails, removes the machine (the sandbox stays, machineless, for the
     /// next `up`) and says why.
-    async fn apply_or_remove(
+    pub(super) async fn apply_or_remove(
         &self,
         sandbox: SandboxRecord,
         snapshot: &Snapshot,
@@ -462,7 +416,7 @@ impl Silo {
         sandbox: &SandboxRecord,
         reason: &str,
     ) -> Result<Option<RestoreReport>, SiloError> {
-        if self.backend(sandbox.backend).snapshot_support() == SnapshotSupport::None {
+        if self.strategy(sandbox.backend).is_none() {
             return Ok(None);
         }
         // A fresh machine of a remote backend records its baseline; one
@@ -501,74 +455,16 @@ impl Silo {
         if let Some(image) = &target.image {
             spec.image = Some(image.clone());
         }
-        let support = self.backend(spec.backend).snapshot_support();
-        let request = |spec| CreateRequest {
-            name: Some(name.to_owned()),
-            spec,
+        let Some(strategy) = self.strategy(spec.backend) else {
+            return Err(SnapshotError::Unsupported {
+                name: name.to_owned(),
+                backend: spec.backend,
+            }
+            .into());
         };
-        let (sandbox, source) = match support {
-            SnapshotSupport::None => {
-                return Err(SnapshotError::Unsupported {
-                    name: name.to_owned(),
-                    backend: spec.backend,
-                }
-                .into());
-            }
-            SnapshotSupport::EngineImages => {
-                let store = self.store()?;
-                // A snapshot taken on a template, or asked onto another
-                // image, goes onto the engine image with its base id.
-                let image = target.image.as_deref();
-                let images = self.engine_images(spec.backend)?;
-                let rebased = self
-                    .rebase_onto_engine(&images, &store, &snapshot, image, progress)
-                    .await?;
-                if let Some(rebased) = &rebased {
-                    spec.image = rebased.spec.image.clone();
-                } else if spec.image.is_none() {
-                    // Taken elsewhere on a machine that already stands on an
-                    // engine image (an E2B VM forked from a Docker snapshot):
-                    // that image is the one to stand on.
-                    spec.image = Some(self.base_of(&snapshot)?.image_id);
-                }
-                spec.check()?;
-                let on_engine = rebased.as_ref().unwrap_or(&snapshot);
-                let (image_id, source) = self
-                    .load_as_is(&images, &store, on_engine, progress)
-                    .await?;
-                progress(SnapshotProgress::Step {
-                    label: "starting",
-                    total: None,
-                });
-                let sandbox = self.reserve(request(spec), Some(snapshot.id.clone()))?;
-                (self.launch(sandbox, Some(&image_id)).await?, source)
-            }
-            SnapshotSupport::AgentLayers => {
-                spec.check()?;
-                progress(SnapshotProgress::Step {
-                    label: "starting",
-                    total: None,
-                });
-                let sandbox = self.reserve(request(spec), Some(snapshot.id.clone()))?;
-                let sandbox = self.launch(sandbox, None).await?;
-                match self
-                    .apply_or_remove(sandbox.clone(), &snapshot, progress)
-                    .await
-                {
-                    Ok(applied) => applied,
-                    Err(error) => {
-                        let reason = json!({
-                            "reason": format!(
-                                "fork failed: {}",
-                                silo_protocol::http::error_chain(&error)
-                            ),
-                        });
-                        self.db().delete_sandbox(&sandbox, &reason)?;
-                        return Err(error);
-                    }
-                }
-            }
-        };
+        let (sandbox, source) = strategy
+            .fork(self, &snapshot, spec, name, target, progress)
+            .await?;
         Ok(RestoreReport {
             sandbox,
             snapshot: snapshot.id,

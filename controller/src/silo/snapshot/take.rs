@@ -23,8 +23,7 @@ use super::{
     SnapshotReport, blocking, engine, ms_since, parse_digest, shared_lock,
 };
 use crate::backend::labels::LABEL_HOME;
-use crate::backend::remote::SILO_DIR;
-use crate::backend::{BackendError, MachineState, SnapshotSupport};
+use crate::backend::{BackendError, MachineState};
 use crate::backend::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
 use crate::bridge;
 use crate::image::base_id_of;
@@ -52,7 +51,7 @@ impl Silo {
     ) -> Result<SnapshotReport, SiloError> {
         let start = Instant::now();
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "snapshot").await?;
-        let support = self.snapshot_support(&sandbox)?;
+        let strategy = self.strategy_of(&sandbox)?;
         let sandbox = match self.status(&sandbox).await? {
             MachineState::Running => sandbox,
             MachineState::Stopped => self.start_sandbox(&sandbox).await?,
@@ -73,8 +72,8 @@ impl Silo {
             (None, Some(origin)) => Some(self.db().snapshot(origin)?),
             (None, None) => None,
         };
-        let start_point = self
-            .start_point(&sandbox, support, standing_on.is_none(), &store, progress)
+        let start_point = strategy
+            .start_point(self, &sandbox, standing_on.is_none(), &store, progress)
             .await?;
         // What the layer is measured against: the tree of what it builds
         // on, or, before its image is stored, the machine's own listing.
@@ -312,72 +311,6 @@ impl Silo {
         Ok((snapshot, compacted))
     }
 
-    /// Where the sandbox's machine started, for a snapshot of it: the
-    /// request's fields that say what counts as changed and, when the
-    /// snapshot builds on no other (`on_base`), the base its files came
-    /// from, stored (which may store it now).
-    async fn start_point(
-        &self,
-        sandbox: &SandboxRecord,
-        support: SnapshotSupport,
-        on_base: bool,
-        store: &Store,
-        progress: &SnapshotProgressFn,
-    ) -> Result<StartPoint, SiloError> {
-        match support {
-            SnapshotSupport::EngineImages => {
-                let facts = self.container_facts(sandbox, "snapshot").await?;
-                let base = match on_base {
-                    true => Some(
-                        self.container_base(sandbox, &facts, store, progress)
-                            .await?,
-                    ),
-                    false => None,
-                };
-                let request = SnapshotRequest {
-                    changed_since_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
-                    prune_unchanged_dirs: facts.overlay,
-                    descend_since_ns: None,
-                    exclude: facts.exclude,
-                    baseline: Vec::new(),
-                };
-                Ok(StartPoint { base, request })
-            }
-            SnapshotSupport::AgentLayers => {
-                let baseline =
-                    sandbox
-                        .baseline
-                        .clone()
-                        .ok_or_else(|| SnapshotError::NoBaseline {
-                            name: sandbox.name.clone(),
-                        })?;
-                let base = self.db().stored_image(&baseline.image)?.ok_or_else(|| {
-                    SnapshotError::Inconsistent(format!(
-                        "sandbox {} starts from image {}, which is not stored",
-                        sandbox.name, baseline.image
-                    ))
-                })?;
-                let request = SnapshotRequest {
-                    changed_since_ns: baseline.changed_since_ns,
-                    // A VM's root is no overlay: every directory is walked.
-                    prune_unchanged_dirs: false,
-                    descend_since_ns: None,
-                    exclude: vec![SILO_DIR.to_owned()],
-                    baseline: Vec::new(),
-                };
-                Ok(StartPoint {
-                    base: Some(StartBase::Stored(base, None)),
-                    request,
-                })
-            }
-            SnapshotSupport::None => Err(SnapshotError::Unsupported {
-                name: sandbox.name.clone(),
-                backend: sandbox.backend,
-            }
-            .into()),
-        }
-    }
-
     /// What the engine says of a sandbox's container that its snapshots
     /// need; `action` names the operation in an error.
     pub(super) async fn container_facts(
@@ -395,7 +328,7 @@ impl Silo {
     /// The image a container was made from: stored already, or pending
     /// when the store has its listing to measure the layer against (the
     /// image is stored after the capture), or else stored now.
-    async fn container_base(
+    pub(super) async fn container_base(
         &self,
         sandbox: &SandboxRecord,
         facts: &ContainerFacts,
@@ -490,16 +423,16 @@ impl Silo {
 }
 
 /// Where a machine started, as a snapshot of it needs to know.
-struct StartPoint {
+pub(super) struct StartPoint {
     /// The image its files came from; `None` for a machine made from a
     /// snapshot, whose base is the snapshot's.
-    base: Option<StartBase>,
+    pub(super) base: Option<StartBase>,
     /// What counts as changed (the baseline is filled in later).
-    request: SnapshotRequest,
+    pub(super) request: SnapshotRequest,
 }
 
 /// The image a machine's files came from.
-enum StartBase {
+pub(super) enum StartBase {
     /// In the store (with what storing it took, when this snapshot did).
     Stored(StoredImage, Option<BaseStored>),
     /// Not in the store yet: the machine's own listing (a blob's digest)

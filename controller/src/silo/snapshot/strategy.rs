@@ -1,0 +1,277 @@
+//! [`Strategy`]: how the snapshot engine captures and brings back one
+//! backend's machines, made from what the backend hands out. Engine images
+//! (the backend's [`EngineImages`]: a snapshot goes back onto the engine as
+//! an image its new machine is made from) or agent layers (a provider's
+//! template silo cannot export: its paths are listed by a fresh machine's
+//! agent, and a snapshot goes back as layers the agent applies onto a fresh
+//! machine from the template).
+//!
+//! This is the one place the snapshot engine tells the two apart: the rest
+//! of it asks its strategy, never a backend's kind or capabilities.
+
+use serde_json::{Value, json};
+use silo_protocol::auth::Key;
+use silo_protocol::snapshot::SnapshotRequest;
+
+use super::take::{CTIME_MARGIN_NS, StartBase, StartPoint};
+use super::{ForkTarget, ImageSource, SnapshotError, SnapshotProgress, SnapshotProgressFn};
+use crate::CreateRequest;
+use crate::backend::remote::SILO_DIR;
+use crate::backend::{Backend, BackendError, EngineImages, Machine, SnapshotSupport};
+use crate::silo::{Silo, SiloError, backend_error, machine};
+use crate::spec::{BackendKind, SandboxSpec};
+use crate::state::{EventKind, SandboxRecord, Snapshot};
+use crate::store::Store;
+
+/// How one backend's machines are captured and brought back.
+#[derive(Debug, Clone)]
+pub(in crate::silo) enum Strategy {
+    /// Machines are made from images on this engine.
+    EngineImages(EngineImages),
+    /// Machines are made from a provider's template; the agent applies a
+    /// snapshot's layers.
+    AgentLayers,
+}
+
+impl Silo {
+    /// The strategy for `kind`'s machines, from what its backend hands
+    /// out; `None` when they have no snapshots (the agent is not PID 1 of a
+    /// private root file system, so there is nothing whole to capture).
+    pub(in crate::silo) fn strategy(&self, kind: BackendKind) -> Option<Strategy> {
+        let backend = self.backend(kind);
+        match backend.snapshot_support() {
+            SnapshotSupport::EngineImages => backend.engine_images().map(Strategy::EngineImages),
+            SnapshotSupport::AgentLayers => Some(Strategy::AgentLayers),
+            SnapshotSupport::None => None,
+        }
+    }
+
+    /// The strategy for the sandbox's machines, or why it has none.
+    pub(super) fn strategy_of(&self, sandbox: &SandboxRecord) -> Result<Strategy, SnapshotError> {
+        self.strategy(sandbox.backend)
+            .ok_or_else(|| SnapshotError::Unsupported {
+                name: sandbox.name.clone(),
+                backend: sandbox.backend,
+            })
+    }
+}
+
+/// Records that `sandbox` now runs (or is about to) from `snapshot`, with no
+/// machine until the new one is recorded.
+fn rewound(
+    silo: &Silo,
+    sandbox: &SandboxRecord,
+    snapshot: &Snapshot,
+    detail: Value,
+) -> Result<SandboxRecord, SiloError> {
+    let spec = &sandbox.spec;
+    Ok(silo.db().replace_machine(
+        sandbox,
+        spec,
+        Some(&snapshot.id),
+        (EventKind::Rewound, detail),
+    )?)
+}
+
+impl Strategy {
+    /// Records what a fresh machine's first snapshot will be measured
+    /// against: a remote VM's baseline, a container's own listing.
+    pub(in crate::silo) async fn record_start(
+        &self,
+        silo: &Silo,
+        sandbox: &SandboxRecord,
+    ) -> Result<SandboxRecord, SiloError> {
+        match self {
+            Strategy::AgentLayers => silo.record_fresh_baseline(sandbox).await,
+            Strategy::EngineImages(_) => silo.record_listing(sandbox).await,
+        }
+    }
+
+    /// Whether a machine can be rewound in place: its agent puts back what
+    /// changed, measured against the engine image it was made from.
+    pub(super) fn rewinds_in_place(&self) -> bool {
+        matches!(self, Strategy::EngineImages(_))
+    }
+
+    /// Where the sandbox's machine started, for a snapshot of it: the
+    /// request's fields that say what counts as changed and, when the
+    /// snapshot builds on no other (`on_base`), the base its files came
+    /// from, stored (which may store it now).
+    pub(super) async fn start_point(
+        &self,
+        silo: &Silo,
+        sandbox: &SandboxRecord,
+        on_base: bool,
+        store: &Store,
+        progress: &SnapshotProgressFn,
+    ) -> Result<StartPoint, SiloError> {
+        match self {
+            Strategy::EngineImages(_) => {
+                let facts = silo.container_facts(sandbox, "snapshot").await?;
+                let base = match on_base {
+                    true => Some(
+                        silo.container_base(sandbox, &facts, store, progress)
+                            .await?,
+                    ),
+                    false => None,
+                };
+                let request = SnapshotRequest {
+                    changed_since_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
+                    prune_unchanged_dirs: facts.overlay,
+                    descend_since_ns: None,
+                    exclude: facts.exclude,
+                    baseline: Vec::new(),
+                };
+                Ok(StartPoint { base, request })
+            }
+            Strategy::AgentLayers => {
+                let baseline =
+                    sandbox
+                        .baseline
+                        .clone()
+                        .ok_or_else(|| SnapshotError::NoBaseline {
+                            name: sandbox.name.clone(),
+                        })?;
+                let base = silo.db().stored_image(&baseline.image)?.ok_or_else(|| {
+                    SnapshotError::Inconsistent(format!(
+                        "sandbox {} starts from image {}, which is not stored",
+                        sandbox.name, baseline.image
+                    ))
+                })?;
+                let request = SnapshotRequest {
+                    changed_since_ns: baseline.changed_since_ns,
+                    // A VM's root is no overlay: every directory is walked.
+                    prune_unchanged_dirs: false,
+                    descend_since_ns: None,
+                    exclude: vec![SILO_DIR.to_owned()],
+                    baseline: Vec::new(),
+                };
+                Ok(StartPoint {
+                    base: Some(StartBase::Stored(base, None)),
+                    request,
+                })
+            }
+        }
+    }
+
+    /// Replaces a sandbox's machine with one made from `snapshot`, keeping
+    /// its row; answers the sandbox as recorded and where its files came from.
+    pub(super) async fn restore(
+        &self,
+        silo: &Silo,
+        sandbox: &SandboxRecord,
+        snapshot: &Snapshot,
+        key: &Key,
+        detail: Value,
+        progress: &SnapshotProgressFn,
+    ) -> Result<(SandboxRecord, ImageSource), SiloError> {
+        match self {
+            Strategy::AgentLayers => {
+                progress(SnapshotProgress::Step {
+                    label: "starting",
+                    total: None,
+                });
+                // The old machine goes first, by its own handle (a
+                // provider's create would find and remove it anyway); the
+                // row then has no machine until the new one is recorded.
+                let backend = silo.backend(sandbox.backend);
+                backend
+                    .remove(machine(sandbox, key))
+                    .await
+                    .map_err(|e| backend_error("remove", sandbox, e))?;
+                let sandbox = rewound(silo, sandbox, snapshot, detail)?;
+                let made = backend.create(silo.machine_to_make(&sandbox, key)).await;
+                let sandbox = silo.record_made(&sandbox, made).await?;
+                silo.apply_or_remove(sandbox, snapshot, progress).await
+            }
+            Strategy::EngineImages(images) => {
+                let store = silo.store()?;
+                let (image_id, source) = silo
+                    .load_snapshot_image(images, &store, snapshot, None, progress)
+                    .await?;
+                let sandbox = rewound(silo, sandbox, snapshot, detail)?;
+                progress(SnapshotProgress::Step {
+                    label: "starting",
+                    total: None,
+                });
+                let made = Machine {
+                    image: Some(&image_id),
+                    ..machine(&sandbox, key)
+                };
+                let made = images.replace(made).await.map_err(BackendError::from);
+                Ok((silo.record_made(&sandbox, made).await?, source))
+            }
+        }
+    }
+
+    /// Makes the new sandbox `name` of a fork from `snapshot`, with `spec`
+    /// (the snapshot's, onto the backend and image `target` asks for).
+    pub(super) async fn fork(
+        &self,
+        silo: &Silo,
+        snapshot: &Snapshot,
+        mut spec: SandboxSpec,
+        name: &str,
+        target: &ForkTarget,
+        progress: &SnapshotProgressFn,
+    ) -> Result<(SandboxRecord, ImageSource), SiloError> {
+        let request = |spec| CreateRequest {
+            name: Some(name.to_owned()),
+            spec,
+        };
+        match self {
+            Strategy::EngineImages(images) => {
+                let store = silo.store()?;
+                // A snapshot taken on a template, or asked onto another
+                // image, goes onto the engine image with its base id.
+                let image = target.image.as_deref();
+                let rebased = silo
+                    .rebase_onto_engine(images, &store, snapshot, image, progress)
+                    .await?;
+                if let Some(rebased) = &rebased {
+                    spec.image = rebased.spec.image.clone();
+                } else if spec.image.is_none() {
+                    // Taken elsewhere on a machine that already stands on an
+                    // engine image (an E2B VM forked from a Docker snapshot):
+                    // that image is the one to stand on.
+                    spec.image = Some(silo.base_of(snapshot)?.image_id);
+                }
+                spec.check()?;
+                let on_engine = rebased.as_ref().unwrap_or(snapshot);
+                let (image_id, source) =
+                    silo.load_as_is(images, &store, on_engine, progress).await?;
+                progress(SnapshotProgress::Step {
+                    label: "starting",
+                    total: None,
+                });
+                let sandbox = silo.reserve(request(spec), Some(snapshot.id.clone()))?;
+                Ok((silo.launch(sandbox, Some(&image_id)).await?, source))
+            }
+            Strategy::AgentLayers => {
+                spec.check()?;
+                progress(SnapshotProgress::Step {
+                    label: "starting",
+                    total: None,
+                });
+                let sandbox = silo.reserve(request(spec), Some(snapshot.id.clone()))?;
+                let sandbox = silo.launch(sandbox, None).await?;
+                match silo
+                    .apply_or_remove(sandbox.clone(), snapshot, progress)
+                    .await
+                {
+                    Ok(applied) => Ok(applied),
+                    Err(error) => {
+                        let reason = json!({
+                            "reason": format!(
+                                "fork failed: {}",
+                                silo_protocol::http::error_chain(&error)
+                            ),
+                        });
+                        silo.db().delete_sandbox(&sandbox, &reason)?;
+                        Err(error)
+                    }
+                }
+            }
+        }
+    }
+}

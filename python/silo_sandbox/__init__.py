@@ -1,0 +1,110 @@
+"""silo for Python: sandboxes that keep state, take files pushed to many at
+once, snapshot, rewind and fork, with E2B's verbs where the concept is the
+same.
+
+    from silo_sandbox import Sandbox
+
+    with Sandbox.create("silo-base:latest") as sandbox:
+        print(sandbox.commands.run("echo hello").stdout)
+
+``Sandbox`` blocks; ``AsyncSandbox`` is the same for asyncio. Both work on
+the ``$SILO_HOME`` the ``silo`` command uses, so each sees the other's
+sandboxes. The package carries silo's agent, as the command does.
+
+Named ``silo_sandbox`` because ``silo`` and ``silo-sdk`` are other projects
+on PyPI.
+"""
+
+from ._async import (
+    AsyncCommandHandle,
+    AsyncCommands,
+    AsyncFiles,
+    AsyncSandbox,
+    AsyncSession,
+    AsyncSnapshots,
+    async_push_to_sandboxes,
+)
+from ._core import (
+    CommandResult,
+    EntryInfo,
+    Event,
+    Exit,
+    Lost,
+    PushReport,
+    SandboxInfo,
+    Snapshot,
+    Stderr,
+    Stdout,
+)
+from ._native import AGENT_TARGET
+from ._sync import (
+    CommandHandle,
+    Commands,
+    Files,
+    LostOutput,
+    Pools,
+    Sandbox,
+    Session,
+    Snapshots,
+    push_to_sandboxes,
+    snapshots,
+)
+from .errors import (
+    AgentUnreachableError,
+    BusyError,
+    CommandExitError,
+    InvalidArgumentError,
+    NotFoundError,
+    ProviderError,
+    PushError,
+    SandboxNotFoundError,
+    SandboxNotRunningError,
+    SiloException,
+    SnapshotError,
+    SpecDriftError,
+    TimeoutError,
+)
+
+__all__ = [
+    "AGENT_TARGET",
+    "AgentUnreachableError",
+    "AsyncCommandHandle",
+    "AsyncCommands",
+    "AsyncFiles",
+    "AsyncSandbox",
+    "AsyncSession",
+    "AsyncSnapshots",
+    "BusyError",
+    "CommandExitError",
+    "CommandHandle",
+    "CommandResult",
+    "Commands",
+    "EntryInfo",
+    "Event",
+    "Exit",
+    "Files",
+    "InvalidArgumentError",
+    "Lost",
+    "LostOutput",
+    "NotFoundError",
+    "Pools",
+    "ProviderError",
+    "PushError",
+    "PushReport",
+    "Sandbox",
+    "SandboxInfo",
+    "SandboxNotFoundError",
+    "SandboxNotRunningError",
+    "Session",
+    "SiloException",
+    "Snapshot",
+    "SnapshotError",
+    "Snapshots",
+    "SpecDriftError",
+    "Stderr",
+    "Stdout",
+    "TimeoutError",
+    "async_push_to_sandboxes",
+    "push_to_sandboxes",
+    "snapshots",
+]

@@ -1,0 +1,412 @@
+"""The asyncio classes: ``AsyncSandbox`` and what hangs off it, with the
+names and meanings of the blocking ones.
+
+Each call returns at once to the event loop; the work runs on the native
+runtime's threads and resolves an asyncio future. Cancelling a task that
+awaits a command's end (``run`` without ``background``, ``wait``)
+interrupts the command in the sandbox first, as Ctrl-C does for the
+blocking classes. Callbacks may be plain functions or coroutine functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import warnings
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Literal
+
+from . import _core, _native
+from ._core import CommandResult, EntryInfo, Event, PushReport, SandboxInfo, Snapshot, aio
+from ._sync import LostOutput, _home, _snapshot_id
+
+
+async def _deliver(callback: Callable[[str], Any] | None, decoder: Any, data: bytes) -> None:
+    if callback is None:
+        return
+    text = decoder.decode(data)
+    if text:
+        made = callback(text)
+        if inspect.isawaitable(made):
+            await made
+
+
+class AsyncCommandHandle:
+    """A command started with ``background=True`` or found again with
+    ``commands.connect``; ``CommandHandle``'s verbs, awaited."""
+
+    def __init__(self, process: _native.Process):
+        self._process = process
+        self._decoders = _core.Decoders()
+        #: Output bytes reported lost so far.
+        self.lost_bytes = 0
+
+    @property
+    def pid(self) -> int:
+        """The command's id in the sandbox's agent."""
+        return self._process.id
+
+    @property
+    def id(self) -> int:
+        """The same as ``pid``."""
+        return self._process.id
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Each event as it comes: ``Stdout``, ``Stderr``, ``Lost``, then ``Exit``."""
+        while True:
+            step = _core.event(await aio(self._process.next))
+            if step is None:
+                return
+            if isinstance(step, _core.Lost):
+                self.lost_bytes += step.count
+                warnings.warn(f"{step.count} output bytes at offset {step.offset} were lost", LostOutput, stacklevel=2)
+            yield step
+
+    async def __aiter__(self) -> AsyncIterator[tuple[str | None, str | None, None]]:
+        """``(stdout, stderr, pty)`` text chunks, one side set."""
+        async for step in self.events():
+            if isinstance(step, _core.Stdout):
+                text = self._decoders.stdout.decode(step.data)
+                if text:
+                    yield text, None, None
+            elif isinstance(step, _core.Stderr):
+                text = self._decoders.stderr.decode(step.data)
+                if text:
+                    yield None, text, None
+
+    async def wait(
+        self,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        *,
+        check: bool = True,
+    ) -> CommandResult:
+        """Waits for the end; answers everything it printed since it started.
+        Cancelling the wait interrupts the command."""
+        try:
+            if on_stdout is None and on_stderr is None:
+                parts = await aio(self._process.wait)
+            else:
+                async for step in self.events():
+                    if isinstance(step, _core.Stdout):
+                        await _deliver(on_stdout, self._decoders.stdout, step.data)
+                    elif isinstance(step, _core.Stderr):
+                        await _deliver(on_stderr, self._decoders.stderr, step.data)
+                parts = await aio(self._process.wait)
+        except asyncio.CancelledError:
+            await asyncio.shield(aio(self._process.interrupt, None))
+            raise
+        return _core.checked(_core.command_result(parts), check)
+
+    async def interrupt(self, grace: float | None = None) -> None:
+        """SIGINT to its process group, ``grace`` seconds, then SIGKILL."""
+        await aio(self._process.interrupt, grace)
+
+    async def kill(self) -> bool:
+        """Kills it at once; answers whether it was running."""
+        return await aio(self._process.interrupt, 0.0) == "running"
+
+    async def send_stdin(self, data: str | bytes) -> None:
+        """Writes to the command's stdin (run with ``stdin=True``)."""
+        await aio(self._process.send_stdin, data.encode() if isinstance(data, str) else data)
+
+    async def close_stdin(self) -> None:
+        """Closes the command's stdin, so it reads EOF."""
+        await aio(self._process.send_stdin, None)
+
+
+class AsyncSession:
+    """A shell session: cwd and variables carry over between runs."""
+
+    def __init__(self, commands: AsyncCommands, session_id: str):
+        self._commands = commands
+        #: The session's id.
+        self.id = session_id
+
+    async def run(self, cmd: str | list[str], **options: Any) -> Any:
+        """``commands.run`` in this session."""
+        return await self._commands.run(cmd, session=self.id, **options)
+
+    async def interrupt(self, grace: float | None = None) -> None:
+        """Interrupts what the session runs; its shell survives."""
+        for info in await self._commands.sessions():
+            if info["id"] == self.id and info.get("running") is not None:
+                await self._commands.interrupt(info["running"], grace)
+
+
+class AsyncCommands:
+    """Running commands; ``Commands``' verbs, awaited."""
+
+    def __init__(self, native: _native.Sandbox):
+        self._native = native
+
+    async def run(
+        self,
+        cmd: str | list[str],
+        background: bool = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        stdin: bool = False,
+        timeout: float | None = None,
+        session: str | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> Any:
+        """Runs ``cmd``; see ``Commands.run``. Answers a ``CommandResult``,
+        or an ``AsyncCommandHandle`` with ``background=True``."""
+        spec = _core.exec_json(
+            cmd, envs=envs, cwd=cwd, timeout=timeout, stdin=stdin, session=session,
+            background=background, no_wait=no_wait,
+        )
+        handle = AsyncCommandHandle(await aio(self._native.spawn, spec))
+        if background:
+            return handle
+        return await handle.wait(on_stdout, on_stderr, check=check)
+
+    async def connect(self, pid: int, offset: int = 0) -> AsyncCommandHandle:
+        """Follows a command from another handle or process, from ``offset``."""
+        return AsyncCommandHandle(await aio(self._native.attach, pid, offset))
+
+    async def interrupt(self, pid: int, grace: float | None = None) -> None:
+        """SIGINT to the command's group, ``grace`` seconds, then SIGKILL."""
+        await aio(self._native.interrupt, pid, grace)
+
+    async def kill(self, pid: int) -> bool:
+        """Kills a command at once; answers whether it was running."""
+        return await aio(self._native.interrupt, pid, 0.0) == "running"
+
+    def session(self, session_id: str) -> AsyncSession:
+        """A shell session of the sandbox (made on its first run)."""
+        return AsyncSession(self, session_id)
+
+    async def sessions(self) -> list[dict]:
+        """The sandbox's sessions."""
+        return await aio(self._native.sessions)
+
+
+class AsyncFiles:
+    """The sandbox's files; ``Files``' verbs, awaited."""
+
+    def __init__(self, native: _native.Sandbox):
+        self._native = native
+
+    async def read(self, path: str, format: Literal["text", "bytes"] = "text") -> str | bytes:
+        """A file's contents, as text (UTF-8) or bytes."""
+        data = await aio(self._native.file, "read", path)
+        return data if format == "bytes" else data.decode("utf-8", "replace")
+
+    async def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
+        """Writes atomically, making missing parents."""
+        raw = data.encode() if isinstance(data, str) else data
+        return _core.entry(await aio(self._native.file, "write", path, raw, mode))
+
+    async def list(self, path: str) -> list[EntryInfo]:
+        """A directory's entries, sorted by name."""
+        return [_core.entry(e) for e in await aio(self._native.file, "list", path)]
+
+    async def exists(self, path: str) -> bool:
+        """Whether anything is at ``path``."""
+        return await aio(self._native.file, "exists", path)
+
+    async def get_info(self, path: str) -> EntryInfo:
+        """What is at ``path``."""
+        return _core.entry(await aio(self._native.file, "stat", path))
+
+    stat = get_info
+
+    async def remove(self, path: str, recursive: bool = True) -> int:
+        """Removes a file, link or directory; answers how many paths went."""
+        return await aio(self._native.file, "remove", path, recursive=recursive)
+
+    async def make_dir(self, path: str, mode: int | None = None) -> bool:
+        """Makes a directory and its parents; answers False if it existed."""
+        existed = await self.exists(path)
+        await aio(self._native.file, "make_dir", path, mode=mode)
+        return not existed
+
+    async def upload(self, local: str | os.PathLike, path: str) -> dict:
+        """Copies a host file or tree into the sandbox."""
+        return await aio(self._native.file, "upload", path, other=os.fspath(local))
+
+    async def download(self, path: str, local: str | os.PathLike) -> dict:
+        """Copies a sandbox file or tree to the host."""
+        return await aio(self._native.file, "download", path, other=os.fspath(local))
+
+
+class AsyncSnapshots:
+    """Snapshots; ``Snapshots``' verbs, awaited."""
+
+    def __init__(self, sandbox: AsyncSandbox):
+        self._sandbox = sandbox
+
+    async def take(self, message: str | None = None) -> Snapshot:
+        """Captures the file system now."""
+        return _core.taken(await aio(self._sandbox._native.snapshot, message))
+
+    async def list(self) -> list[Snapshot]:
+        """Its snapshots, oldest first."""
+        return [_core.snapshot(s) for s in self._sandbox._native.snapshots()]
+
+    async def rewind(self, snapshot: Snapshot | str) -> dict:
+        """Puts the file system back to ``snapshot``; its processes end."""
+        return await aio(self._sandbox._native.rewind, _snapshot_id(snapshot))
+
+    async def fork(
+        self, snapshot: Snapshot | str, name: str, *, backend: str | None = None, template: str | None = None
+    ) -> AsyncSandbox:
+        """A new sandbox ``name`` from ``snapshot``, on any backend."""
+        home = self._sandbox._home
+        native, _ = await aio(home.fork, _snapshot_id(snapshot), name, backend, template)
+        return AsyncSandbox(native, home)
+
+    async def remove(self, snapshot: Snapshot | str) -> None:
+        """Removes a snapshot."""
+        await aio(self._sandbox._home.remove_snapshot, _snapshot_id(snapshot))
+
+
+class AsyncSandbox:
+    """``Sandbox`` for asyncio: the same class methods and verbs, awaited."""
+
+    def __init__(self, native: _native.Sandbox, home: _native.Home):
+        self._native = native
+        self._home = home
+        #: Running commands and sessions.
+        self.commands = AsyncCommands(native)
+        #: Reading and writing files.
+        self.files = AsyncFiles(native)
+        #: Snapshots.
+        self.snapshots = AsyncSnapshots(self)
+
+    @property
+    def sandbox_id(self) -> str:
+        """Its stable id (``sbx-…``)."""
+        return self._native.id
+
+    @property
+    def name(self) -> str:
+        """Its name."""
+        return self._native.name
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.kill()
+
+    @classmethod
+    async def create(
+        cls,
+        template: str | None = None,
+        *,
+        name: str | None = None,
+        backend: str | None = None,
+        envs: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        pool: str | None = None,
+        spec: Mapping[str, Any] | None = None,
+        home: str | os.PathLike | None = None,
+    ) -> AsyncSandbox:
+        """Creates and starts a sandbox; see ``Sandbox.create``."""
+        home_ = _home(home)
+        spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
+        native, _ = await aio(home_.create, _core.claim_name(name, pool), spec_json, pool)
+        return cls(native, home_)
+
+    @classmethod
+    async def open(
+        cls,
+        name: str,
+        template: str | None = None,
+        *,
+        backend: str | None = None,
+        envs: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        spec: Mapping[str, Any] | None = None,
+        recreate: bool = False,
+        home: str | os.PathLike | None = None,
+    ) -> AsyncSandbox:
+        """The sandbox ``name``, made if it does not exist; see ``Sandbox.open``."""
+        home_ = _home(home)
+        spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
+        native, _ = await aio(home_.up, name, spec_json, recreate)
+        return cls(native, home_)
+
+    @classmethod
+    async def connect(cls, sandbox_id: str, *, start: bool = True, home: str | os.PathLike | None = None) -> AsyncSandbox:
+        """A handle on an existing sandbox by id or name."""
+        home_ = _home(home)
+        return cls(await aio(home_.connect, sandbox_id, start), home_)
+
+    @staticmethod
+    async def list(*, metadata: Mapping[str, str] | None = None, home: str | os.PathLike | None = None) -> list[SandboxInfo]:
+        """Every sandbox of the home (with ``metadata``: carrying those labels)."""
+        rows = [_core.sandbox_info(r) for r in await aio(_home(home).list)]
+        wanted = dict(metadata or {})
+        return [r for r in rows if all(r.metadata.get(k) == v for k, v in wanted.items())]
+
+    async def kill(self) -> bool:
+        """Removes the sandbox and its machine; answers True."""
+        await aio(self._home.lifecycle, "kill", self.sandbox_id)
+        return True
+
+    async def stop(self) -> bool:
+        """Stops it, keeping its files; answers whether it was running."""
+        return await aio(self._native.stop)
+
+    async def pause(self) -> bool:
+        """Pauses it with its memory where the backend can (e2b)."""
+        return await aio(self._home.lifecycle, "pause", self.sandbox_id)
+
+    async def start(self) -> None:
+        """Starts it again after a stop or pause."""
+        await aio(self._home.lifecycle, "start", self.sandbox_id)
+
+    async def info(self) -> dict:
+        """Its record: backend, spec, labels."""
+        return await aio(self._native.info)
+
+    async def get_host(self, port: int) -> str:
+        """Where ``port`` inside the sandbox is reached; see ``Sandbox.get_host``."""
+        return _core.host_for(await self.agent_address(), (await self.info())["backend"], port)
+
+    async def agent_address(self) -> dict:
+        """How a client of its own reaches this sandbox's agent."""
+        return await aio(self._native.agent_address)
+
+
+async def async_push_to_sandboxes(
+    mount_path: str,
+    sandbox_files: Mapping[Any, Any],
+    *,
+    concurrency: int | None = None,
+    home: str | os.PathLike | None = None,
+) -> PushReport:
+    """``push_to_sandboxes`` for asyncio."""
+    home_ = _home(home)
+    for target in sandbox_files:
+        if isinstance(target, AsyncSandbox):
+            home_ = target._home
+            break
+    data = await aio(home_.push, mount_path, _core.push_targets(sandbox_files), concurrency)
+    return _core.push_report(data)
+
+
+__all__ = [
+    "AsyncCommandHandle",
+    "AsyncCommands",
+    "AsyncFiles",
+    "AsyncSandbox",
+    "AsyncSession",
+    "AsyncSnapshots",
+    "async_push_to_sandboxes",
+]

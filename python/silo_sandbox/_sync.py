@@ -1,0 +1,537 @@
+"""The blocking classes: ``Sandbox`` and what hangs off it.
+
+Every call releases the GIL while it waits. A blocking ``run`` or ``wait``
+turns Ctrl-C into an interrupt of the command in the sandbox, waits for it
+to end, then raises ``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal, overload
+
+from . import _core, _native
+from .errors import InvalidArgumentError
+from ._core import CommandResult, EntryInfo, Event, PushReport, SandboxInfo, Snapshot
+
+_homes: dict[str | None, _native.Home] = {}
+
+
+def _home(path: str | os.PathLike | None) -> _native.Home:
+    """One native home per path: it keeps the state connection open."""
+    key = os.fspath(path) if path is not None else None
+    found = _homes.get(key)
+    if found is None:
+        found = _homes[key] = _core.home(key)
+    return found
+
+
+class LostOutput(UserWarning):
+    """Output the agent no longer held when a handle came back for it."""
+
+
+class CommandHandle:
+    """A command started with ``background=True`` or found again with
+    ``commands.connect`` (E2B's ``CommandHandle``)."""
+
+    def __init__(self, process: _native.Process, sandbox: _native.Sandbox):
+        self._followed: _native.Process | None = process
+        self._sandbox = sandbox
+        self._pid = process.id
+        self._decoders = _core.Decoders()
+        #: Output bytes reported lost so far.
+        self.lost_bytes = 0
+
+    @property
+    def _process(self) -> _native.Process:
+        if self._followed is None:
+            raise InvalidArgumentError(f"command {self._pid} was disconnected; commands.connect({self._pid}) follows it again")
+        return self._followed
+
+    @property
+    def pid(self) -> int:
+        """The command's id in the sandbox's agent (E2B calls it ``pid``;
+        ``commands.connect(pid)`` finds it again from any process)."""
+        return self._pid
+
+    @property
+    def id(self) -> int:
+        """The same as ``pid``."""
+        return self._pid
+
+    def events(self) -> Iterator[Event]:
+        """Each event as it comes: ``Stdout``, ``Stderr``, ``Lost``, then ``Exit``."""
+        while True:
+            step = _core.event(self._process.next())
+            if step is None:
+                return
+            if isinstance(step, _core.Lost):
+                self.lost_bytes += step.count
+                warnings.warn(f"{step.count} output bytes at offset {step.offset} were lost", LostOutput, stacklevel=2)
+            yield step
+
+    def __iter__(self) -> Iterator[tuple[str | None, str | None, None]]:
+        """E2B's shape: ``(stdout, stderr, pty)`` text chunks, one side set."""
+        for step in self.events():
+            if isinstance(step, _core.Stdout):
+                text = self._decoders.stdout.decode(step.data)
+                if text:
+                    yield text, None, None
+            elif isinstance(step, _core.Stderr):
+                text = self._decoders.stderr.decode(step.data)
+                if text:
+                    yield None, text, None
+
+    def wait(
+        self,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        *,
+        check: bool = True,
+    ) -> CommandResult:
+        """Waits for the end; answers everything it printed since it started.
+        Raises ``CommandExitError`` on a non-zero exit unless ``check=False``."""
+        parts = self._process.wait(
+            self._decoders.text_callback("stdout", on_stdout),
+            self._decoders.text_callback("stderr", on_stderr),
+        )
+        return _core.checked(_core.command_result(parts), check)
+
+    def interrupt(self, grace: float | None = None) -> None:
+        """SIGINT to its process group, ``grace`` seconds, then SIGKILL."""
+        self._process.interrupt(grace)
+
+    def kill(self) -> bool:
+        """Kills it at once (SIGKILL to its group); answers whether it was running."""
+        return self._process.interrupt(0.0) == "running"
+
+    def send_stdin(self, data: str | bytes) -> None:
+        """Writes to the command's stdin (run with ``stdin=True``)."""
+        self._process.send_stdin(data.encode() if isinstance(data, str) else data)
+
+    def close_stdin(self) -> None:
+        """Closes the command's stdin, so it reads EOF."""
+        self._process.send_stdin(None)
+
+    def disconnect(self) -> None:
+        """Stops following it here; it runs on (``commands.connect`` again)."""
+        self._followed = None
+
+
+class Session:
+    """A shell session in the sandbox: cwd, exported variables and shell
+    variables carry over between runs, from any process."""
+
+    def __init__(self, commands: Commands, session_id: str):
+        self._commands = commands
+        #: The session's id.
+        self.id = session_id
+
+    def run(self, cmd: str | list[str], **options: Any) -> Any:
+        """``commands.run`` in this session (see there)."""
+        return self._commands.run(cmd, session=self.id, **options)
+
+    def interrupt(self, grace: float | None = None) -> None:
+        """Interrupts what the session runs; its shell survives."""
+        for info in self._commands.sessions():
+            if info["id"] == self.id and info.get("running") is not None:
+                self._commands.interrupt(info["running"], grace)
+
+
+class Commands:
+    """Running commands (E2B's ``sandbox.commands``)."""
+
+    def __init__(self, native: _native.Sandbox):
+        self._native = native
+
+    @overload
+    def run(self, cmd: str | list[str], background: Literal[False] = False, **options: Any) -> CommandResult: ...
+    @overload
+    def run(self, cmd: str | list[str], background: Literal[True], **options: Any) -> CommandHandle: ...
+
+    def run(
+        self,
+        cmd: str | list[str],
+        background: bool = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        stdin: bool = False,
+        timeout: float | None = None,
+        session: str | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> CommandResult | CommandHandle:
+        """Runs ``cmd`` (a shell line, or a list of program and arguments).
+
+        Waits for its end and answers a ``CommandResult``, raising
+        ``CommandExitError`` on a non-zero exit (unless ``check=False``) and
+        ``TimeoutError`` when ``timeout`` seconds ended it. With
+        ``background=True`` answers a ``CommandHandle`` at once; the command
+        runs on even if this process ends. ``session`` runs it in that shell
+        session (created on first use); ``no_wait`` then fails with
+        ``BusyError`` instead of queueing behind a running command.
+        """
+        spec = _core.exec_json(
+            cmd, envs=envs, cwd=cwd, timeout=timeout, stdin=stdin, session=session,
+            background=background, no_wait=no_wait,
+        )
+        if background:
+            handle = CommandHandle(self._native.spawn(spec), self._native)
+            return handle
+        decoders = _core.Decoders()
+        parts = self._native.run(
+            spec,
+            decoders.text_callback("stdout", on_stdout),
+            decoders.text_callback("stderr", on_stderr),
+        )
+        return _core.checked(_core.command_result(parts), check)
+
+    def connect(self, pid: int, offset: int = 0) -> CommandHandle:
+        """Follows a running (or recently ended) command from another handle
+        or process, replaying its output from byte ``offset``; what the
+        agent no longer holds is reported as ``Lost``, never skipped."""
+        return CommandHandle(self._native.attach(pid, offset), self._native)
+
+    def interrupt(self, pid: int, grace: float | None = None) -> None:
+        """SIGINT to the command's group, ``grace`` seconds, then SIGKILL."""
+        self._native.interrupt(pid, grace)
+
+    def kill(self, pid: int) -> bool:
+        """Kills a command at once; answers whether it was running."""
+        return self._native.interrupt(pid, 0.0) == "running"
+
+    def session(self, session_id: str) -> Session:
+        """A shell session of the sandbox (made on its first run)."""
+        return Session(self, session_id)
+
+    def sessions(self) -> list[dict]:
+        """The sandbox's sessions: ``{id, shell, pid, cwd, running, queued}``."""
+        return self._native.sessions()
+
+
+class Files:
+    """The sandbox's files (E2B's ``sandbox.files``)."""
+
+    def __init__(self, native: _native.Sandbox):
+        self._native = native
+
+    @overload
+    def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+    @overload
+    def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+
+    def read(self, path: str, format: Literal["text", "bytes"] = "text") -> str | bytes:
+        """A file's contents, as text (UTF-8) or bytes."""
+        data = self._native.file("read", path)
+        return data if format == "bytes" else data.decode("utf-8", "replace")
+
+    def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
+        """Writes atomically (readers see the old file or the new one),
+        making missing parents; answers what is there now."""
+        raw = data.encode() if isinstance(data, str) else data
+        return _core.entry(self._native.file("write", path, raw, mode))
+
+    def list(self, path: str) -> list[EntryInfo]:
+        """A directory's entries, sorted by name."""
+        return [_core.entry(e) for e in self._native.file("list", path)]
+
+    def exists(self, path: str) -> bool:
+        """Whether anything is at ``path``."""
+        return self._native.file("exists", path)
+
+    def get_info(self, path: str) -> EntryInfo:
+        """What is at ``path`` (a symlink is described, not followed)."""
+        return _core.entry(self._native.file("stat", path))
+
+    stat = get_info
+
+    def remove(self, path: str, recursive: bool = True) -> int:
+        """Removes a file, link or directory (a non-empty one only when
+        ``recursive``); answers how many paths went."""
+        return self._native.file("remove", path, recursive=recursive)
+
+    def make_dir(self, path: str, mode: int | None = None) -> bool:
+        """Makes a directory and its parents; answers False if it existed."""
+        existed = self.exists(path)
+        self._native.file("make_dir", path, mode=mode)
+        return not existed
+
+    def upload(self, local: str | os.PathLike, path: str) -> dict:
+        """Copies a host file or tree into the sandbox (``docker cp``'s rules)."""
+        return self._native.file("upload", path, other=os.fspath(local))
+
+    def download(self, path: str, local: str | os.PathLike) -> dict:
+        """Copies a sandbox file or tree to the host (``docker cp``'s rules)."""
+        return self._native.file("download", path, other=os.fspath(local))
+
+
+class Snapshots:
+    """Snapshots of the sandbox's file system: take, list, rewind, fork."""
+
+    def __init__(self, sandbox: Sandbox):
+        self._sandbox = sandbox
+
+    def take(self, message: str | None = None) -> Snapshot:
+        """Captures the file system now (processes and memory are not)."""
+        return _core.taken(self._sandbox._native.snapshot(message))
+
+    def list(self) -> list[Snapshot]:
+        """Its snapshots, oldest first."""
+        return [_core.snapshot(s) for s in self._sandbox._native.snapshots()]
+
+    def rewind(self, snapshot: Snapshot | str) -> dict:
+        """Puts the file system back to ``snapshot``; its processes end."""
+        return self._sandbox._native.rewind(_snapshot_id(snapshot))
+
+    def fork(
+        self, snapshot: Snapshot | str, name: str, *, backend: str | None = None, template: str | None = None
+    ) -> Sandbox:
+        """A new sandbox ``name`` from ``snapshot``, on any backend."""
+        native, _ = self._sandbox._home.fork(_snapshot_id(snapshot), name, backend, template)
+        return Sandbox(native, self._sandbox._home)
+
+    def remove(self, snapshot: Snapshot | str) -> None:
+        """Removes a snapshot (refused while another builds on it)."""
+        self._sandbox._home.remove_snapshot(_snapshot_id(snapshot))
+
+
+def _snapshot_id(snapshot: Snapshot | str) -> str:
+    return snapshot if isinstance(snapshot, str) else snapshot.id
+
+
+class _either:
+    """A method callable on an instance or, with an id first, on the class
+    (E2B's ``sbx.kill()`` and ``Sandbox.kill(id)``)."""
+
+    def __init__(self, on_instance: Callable, on_class: Callable):
+        self.on_instance, self.on_class = on_instance, on_class
+        self.__doc__ = on_instance.__doc__
+
+    def __get__(self, instance: Any, owner: type) -> Callable:
+        if instance is None:
+            return lambda *a, **k: self.on_class(owner, *a, **k)
+        return lambda *a, **k: self.on_instance(instance, *a, **k)
+
+
+class Sandbox:
+    """One sandbox (E2B's ``Sandbox``), on the docker, local, e2b or
+    daytona backend, in the ``$SILO_HOME`` the ``silo`` command uses."""
+
+    def __init__(self, native: _native.Sandbox, home: _native.Home):
+        self._native = native
+        self._home = home
+        #: Running commands and sessions.
+        self.commands = Commands(native)
+        #: Reading and writing files.
+        self.files = Files(native)
+        #: Taking, listing, rewinding to and forking from snapshots.
+        self.snapshots = Snapshots(self)
+
+    @property
+    def sandbox_id(self) -> str:
+        """Its stable id (``sbx-…``)."""
+        return self._native.id
+
+    @property
+    def name(self) -> str:
+        """Its name (``silo ls`` shows it)."""
+        return self._native.name
+
+    def __repr__(self) -> str:
+        return f"Sandbox(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill()
+
+    @classmethod
+    def create(
+        cls,
+        template: str | None = None,
+        *,
+        name: str | None = None,
+        backend: str | None = None,
+        envs: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        pool: str | None = None,
+        spec: Mapping[str, Any] | None = None,
+        home: str | os.PathLike | None = None,
+    ) -> Sandbox:
+        """Creates and starts a sandbox. ``template`` is the image (docker)
+        or template (e2b, daytona); the backend is docker when one is given,
+        else local, unless ``backend`` says. ``timeout`` is the idle time in
+        seconds after which it stops. ``pool`` takes a started one from a
+        warm pool. A taken ``name`` is an error (``open`` reuses it)."""
+        home_ = _home(home)
+        spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
+        native, _ = home_.create(_core.claim_name(name, pool), spec_json, pool)
+        return cls(native, home_)
+
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        template: str | None = None,
+        *,
+        backend: str | None = None,
+        envs: Mapping[str, str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        spec: Mapping[str, Any] | None = None,
+        recreate: bool = False,
+        home: str | os.PathLike | None = None,
+    ) -> Sandbox:
+        """The sandbox ``name``, made if it does not exist (``silo up``):
+        running, started, restored from its latest snapshot, or created. A
+        changed spec raises ``SpecDriftError`` unless ``recreate``."""
+        home_ = _home(home)
+        spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
+        native, _ = home_.up(name, spec_json, recreate)
+        return cls(native, home_)
+
+    @classmethod
+    def connect(cls, sandbox_id: str, *, start: bool = True, home: str | os.PathLike | None = None) -> Sandbox:
+        """A handle on an existing sandbox by id or name; a stopped one is
+        started (``start=False`` raises ``SandboxNotRunningError`` instead)."""
+        home_ = _home(home)
+        return cls(home_.connect(sandbox_id, start), home_)
+
+    @staticmethod
+    def list(*, metadata: Mapping[str, str] | None = None, home: str | os.PathLike | None = None) -> list[SandboxInfo]:
+        """Every sandbox of the home (with ``metadata``: those carrying
+        every label given)."""
+        rows = [_core.sandbox_info(r) for r in _home(home).list()]
+        wanted = dict(metadata or {})
+        return [r for r in rows if all(r.metadata.get(k) == v for k, v in wanted.items())]
+
+    def _kill(self) -> bool:
+        """Removes the sandbox and its machine; answers True."""
+        self._home.lifecycle("kill", self.sandbox_id)
+        return True
+
+    def _kill_by_id(cls, sandbox_id: str, *, home: str | os.PathLike | None = None) -> bool:
+        _home(home).lifecycle("kill", sandbox_id)
+        return True
+
+    kill = _either(_kill, _kill_by_id)
+
+    def stop(self) -> bool:
+        """Stops it, keeping its files; answers whether it was running."""
+        return self._native.stop()
+
+    def pause(self) -> bool:
+        """Pauses it with its memory where the backend can (e2b); elsewhere
+        raises ``InvalidArgumentError`` (``stop`` keeps files only)."""
+        return self._home.lifecycle("pause", self.sandbox_id)
+
+    def start(self) -> None:
+        """Starts it again after a stop or pause."""
+        self._home.lifecycle("start", self.sandbox_id)
+
+    def is_running(self) -> bool:
+        """Whether its machine runs now."""
+        rows = [_core.sandbox_info(r) for r in self._home.list()]
+        return any(r.sandbox_id == self.sandbox_id and r.state == "running" for r in rows)
+
+    def info(self) -> dict:
+        """Its record: backend, spec, labels, machine reference."""
+        return self._native.info()
+
+    def get_host(self, port: int) -> str:
+        """``host:port`` (or a proxy host name) reaching ``port`` inside the
+        sandbox: local and e2b sandboxes; others raise ``InvalidArgumentError``."""
+        return _core.host_for(self.agent_address(), self.info()["backend"], port)
+
+    def agent_address(self) -> dict:
+        """How a client of its own reaches this sandbox's agent: transport,
+        socket or host and port, Host header, proxy headers, CA file and
+        the sandbox's key (docs/protocol.md, "Connecting to a sandbox")."""
+        return self._native.agent_address()
+
+
+class Pools:
+    """Warm pools: started sandboxes of one spec, kept ready so that
+    ``Sandbox.create(pool=...)`` costs a rename instead of a start."""
+
+    @staticmethod
+    def create(
+        name: str,
+        size: int,
+        template: str | None = None,
+        *,
+        backend: str | None = None,
+        spec: Mapping[str, Any] | None = None,
+        fill: bool = True,
+        home: str | os.PathLike | None = None,
+    ) -> dict:
+        """Records a pool of ``size`` sandboxes and (``fill``) makes them."""
+        home_ = _home(home)
+        spec_json = _core.spec_json(template, backend, None, None, None, None, spec)
+        made = home_.pool("create", name, spec_json, size)
+        if fill:
+            made["fill"] = home_.pool("fill", name)
+        return made
+
+    @staticmethod
+    def fill(name: str, *, home: str | os.PathLike | None = None) -> dict:
+        """Makes the members the pool lacks: ``{made, failed}``."""
+        return _home(home).pool("fill", name)
+
+    @staticmethod
+    def list(*, home: str | os.PathLike | None = None) -> list[dict]:
+        """Every pool with its ready members."""
+        return _home(home).pool("list")
+
+    @staticmethod
+    def remove(name: str, *, home: str | os.PathLike | None = None) -> int:
+        """Removes a pool and its members; answers how many it had."""
+        return _home(home).pool("remove", name)
+
+
+def push_to_sandboxes(
+    mount_path: str,
+    sandbox_files: Mapping[Sandbox | str, Mapping[str, _core.FileContent] | str | os.PathLike],
+    *,
+    concurrency: int | None = None,
+    home: str | os.PathLike | None = None,
+) -> PushReport:
+    """Pushes each sandbox's files to ``mount_path``, swapped in whole or
+    not at all: ``{sandbox: {relative path: bytes | str | Path | None}}``
+    or ``{sandbox: host directory}``. Each distinct set is bundled once;
+    the pushes run in parallel with retries; one failing target never stops
+    the others, and the report says what happened to each."""
+    home_ = _home(home)
+    for target in sandbox_files:
+        if isinstance(target, Sandbox):
+            home_ = target._home
+            break
+    return _core.push_report(home_.push(mount_path, _core.push_targets(sandbox_files), concurrency))
+
+
+def snapshots(*, home: str | os.PathLike | None = None) -> list[Snapshot]:
+    """Every snapshot of the home, of every sandbox."""
+    return [_core.snapshot(s) for s in _home(home).snapshots()]
+
+
+__all__ = [
+    "CommandHandle",
+    "Commands",
+    "Files",
+    "LostOutput",
+    "Pools",
+    "Sandbox",
+    "Session",
+    "Snapshots",
+    "push_to_sandboxes",
+    "snapshots",
+]
+

@@ -1,0 +1,353 @@
+//! One sandbox of a home: its library handle and kept exec connection
+//! (per process id, see the parent module), and the verbs on it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::PyResult;
+use silo::ExecSpec;
+use silo::client::{ClientError, ExecConnection};
+use silo::{CommandEvent, Execution};
+
+use super::{Home, PerPid};
+use crate::errors::{invalid, to_py};
+
+/// The library's handle on a sandbox with the exec connection kept open
+/// for the next command.
+#[derive(Clone)]
+struct Live {
+    sandbox: silo::Sandbox,
+    connection: Option<ExecConnection>,
+}
+
+/// One sandbox of a [`Home`].
+pub struct SandboxRef {
+    home: Arc<Home>,
+    id: String,
+    name: String,
+    live: PerPid<Live>,
+}
+
+impl SandboxRef {
+    pub(super) fn new(home: Arc<Home>, sandbox: silo::Sandbox) -> Arc<Self> {
+        let made = Arc::new(Self {
+            home,
+            id: sandbox.id().to_owned(),
+            name: sandbox.name().to_owned(),
+            live: PerPid::new(),
+        });
+        made.live.set(Live {
+            sandbox,
+            connection: None,
+        });
+        made
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its home.
+    pub fn home(&self) -> &Arc<Home> {
+        &self.home
+    }
+
+    async fn sandbox(&self) -> PyResult<silo::Sandbox> {
+        if let Some(live) = self.live.get() {
+            return Ok(live.sandbox);
+        }
+        let sandbox = self
+            .home
+            .silo()?
+            .running_sandbox(&self.id)
+            .await
+            .map_err(|e| to_py(&e))?;
+        self.live.set(Live {
+            sandbox: sandbox.clone(),
+            connection: None,
+        });
+        Ok(sandbox)
+    }
+
+    /// Forgets the handle, after an operation that may have changed the
+    /// sandbox's machine (rewind) or its connection died.
+    fn forget(&self) {
+        self.live.clear();
+    }
+
+    /// The kept exec connection (and `true`), or a new one, kept for the
+    /// next command (and `false`).
+    async fn connection(&self) -> PyResult<(ExecConnection, bool)> {
+        if let Some(Live {
+            connection: Some(connection),
+            ..
+        }) = self.live.get()
+        {
+            return Ok((connection, true));
+        }
+        let sandbox = self.sandbox().await?;
+        let silo = self.home.silo()?;
+        let connection = silo
+            .connect(sandbox.record())
+            .await
+            .map_err(|e| to_py(&e))?;
+        self.live.set(Live {
+            sandbox,
+            connection: Some(connection.clone()),
+        });
+        Ok((connection, false))
+    }
+
+    /// Starts a command on the kept connection; once more on a fresh one
+    /// when the kept one turns out closed (the agent restarted, a rewind
+    /// in another process). A connection opened for this command is not
+    /// tried twice: its failure is the agent's, and says so.
+    pub async fn spawn(&self, spec: ExecSpec) -> PyResult<Execution> {
+        let (connection, kept) = self.connection().await?;
+        let sandbox = self.sandbox().await?;
+        match sandbox.commands().spawn_on(connection, spec.clone()).await {
+            Ok(execution) => Ok(execution),
+            Err(ClientError::Disconnected | ClientError::Http(_) | ClientError::Handshake(_))
+                if kept =>
+            {
+                self.forget();
+                let (connection, _) = self.connection().await?;
+                let sandbox = self.sandbox().await?;
+                sandbox
+                    .commands()
+                    .spawn_on(connection, spec)
+                    .await
+                    .map_err(|e| to_py(&e))
+            }
+            Err(error) => Err(to_py(&error)),
+        }
+    }
+
+    /// Follows a command started earlier, by this process or another.
+    pub async fn attach(&self, exec_id: u64, from: u64) -> PyResult<Execution> {
+        let sandbox = self.sandbox().await?;
+        sandbox
+            .commands()
+            .attach(exec_id, from)
+            .await
+            .map_err(|e| to_py(&e))
+    }
+
+    /// SIGINT, `grace`, SIGKILL; answers the command's state as JSON.
+    pub async fn interrupt(
+        &self,
+        exec_id: u64,
+        grace: Option<Duration>,
+    ) -> PyResult<serde_json::Value> {
+        let sandbox = self.sandbox().await?;
+        let state = sandbox
+            .commands()
+            .interrupt(exec_id, grace)
+            .await
+            .map_err(|e| to_py(&e))?;
+        serde_json::to_value(state).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// The sandbox's shell sessions.
+    pub async fn sessions(&self) -> PyResult<serde_json::Value> {
+        let sessions = self
+            .sandbox()
+            .await?
+            .commands()
+            .sessions()
+            .await
+            .map_err(|e| to_py(&e))?;
+        serde_json::to_value(sessions).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// One file operation, its answer as JSON (bytes for `read`).
+    pub async fn file(&self, op: FileOp) -> PyResult<FileAnswer> {
+        let sandbox = self.sandbox().await?;
+        let files = sandbox.files();
+        let json = |value: Result<serde_json::Value, serde_json::Error>| {
+            value
+                .map(FileAnswer::Json)
+                .map_err(|e| invalid(e.to_string()))
+        };
+        match op {
+            FileOp::Read(path) => files
+                .read(&path)
+                .await
+                .map(|data| FileAnswer::Bytes(data.to_vec()))
+                .map_err(|e| to_py(&e)),
+            FileOp::Write { path, data, mode } => json(serde_json::to_value(
+                files
+                    .write(&path, data, mode)
+                    .await
+                    .map_err(|e| to_py(&e))?,
+            )),
+            FileOp::Stat(path) => json(serde_json::to_value(
+                files.stat(&path).await.map_err(|e| to_py(&e))?,
+            )),
+            FileOp::Exists(path) => json(Ok(serde_json::Value::Bool(
+                files.exists(&path).await.map_err(|e| to_py(&e))?,
+            ))),
+            FileOp::List(path) => json(serde_json::to_value(
+                files.list(&path).await.map_err(|e| to_py(&e))?,
+            )),
+            FileOp::MakeDir { path, mode } => json(serde_json::to_value(
+                files.mkdir(&path, mode).await.map_err(|e| to_py(&e))?,
+            )),
+            FileOp::Remove { path, recursive } => json(Ok(serde_json::Value::from(
+                files
+                    .remove(&path, recursive)
+                    .await
+                    .map_err(|e| to_py(&e))?,
+            ))),
+            FileOp::Upload { host, sandbox } => json(serde_json::to_value(
+                files
+                    .copy_in(&host, &sandbox)
+                    .await
+                    .map_err(|e| to_py(&e))?,
+            )),
+            FileOp::Download { sandbox, host } => json(serde_json::to_value(
+                files
+                    .copy_out(&sandbox, &host)
+                    .await
+                    .map_err(|e| to_py(&e))?,
+            )),
+        }
+    }
+
+    /// What the state database recorded of it.
+    pub async fn record(&self) -> PyResult<serde_json::Value> {
+        let sandbox = self.sandbox().await?;
+        serde_json::to_value(sandbox.record()).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// Takes a snapshot; answers its report.
+    pub async fn snapshot(&self, message: Option<String>) -> PyResult<serde_json::Value> {
+        let report = self
+            .sandbox()
+            .await?
+            .snapshots()
+            .take(message)
+            .await
+            .map_err(|e| to_py(&e))?;
+        serde_json::to_value(report).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// The sandbox's snapshots, oldest first.
+    pub fn snapshots(&self) -> PyResult<serde_json::Value> {
+        let list = self
+            .home
+            .silo()?
+            .snapshots(Some(&self.id))
+            .map_err(|e| to_py(&e))?;
+        serde_json::to_value(list).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// Puts the sandbox back to `snapshot`; answers the report.
+    pub async fn rewind(&self, snapshot: &str) -> PyResult<serde_json::Value> {
+        let report = self.sandbox().await?.snapshots().rewind(snapshot).await;
+        // Its processes ended and its machine may be another: the kept
+        // connection and record are stale either way.
+        self.forget();
+        let report = report.map_err(|e| to_py(&e))?;
+        serde_json::to_value(report).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// Stops it; answers whether it was running.
+    pub async fn stop(&self) -> PyResult<bool> {
+        let stopped = self.home.silo()?.stop(&self.id).await;
+        self.forget();
+        stopped.map_err(|e| to_py(&e))
+    }
+
+    /// What a third-party client needs to talk to its agent (see
+    /// docs/protocol.md, "Connecting to a sandbox").
+    pub async fn address(&self) -> PyResult<serde_json::Value> {
+        let sandbox = self.sandbox().await?;
+        let address = sandbox.agent_address().map_err(|e| to_py(&e))?;
+        serde_json::to_value(address).map_err(|e| invalid(e.to_string()))
+    }
+}
+
+/// A file operation.
+pub enum FileOp {
+    Read(String),
+    Write {
+        path: String,
+        data: Vec<u8>,
+        mode: Option<u32>,
+    },
+    Stat(String),
+    Exists(String),
+    List(String),
+    MakeDir {
+        path: String,
+        mode: Option<u32>,
+    },
+    Remove {
+        path: String,
+        recursive: bool,
+    },
+    Upload {
+        host: PathBuf,
+        sandbox: String,
+    },
+    Download {
+        sandbox: String,
+        host: PathBuf,
+    },
+}
+
+/// What a file operation answers.
+pub enum FileAnswer {
+    Bytes(Vec<u8>),
+    Json(serde_json::Value),
+}
+
+/// An execution's event in the shape the native module hands out.
+pub enum Step {
+    Output {
+        stderr: bool,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Lost {
+        offset: u64,
+        bytes: u64,
+    },
+    Exit(serde_json::Value),
+}
+
+/// The next event of an execution; `None` after its exit.
+pub async fn next_step(execution: &mut Execution) -> PyResult<Option<Step>> {
+    let event = execution.next().await.map_err(|e| to_py(&e))?;
+    Ok(event.map(|event| match event {
+        CommandEvent::Output {
+            channel,
+            offset,
+            data,
+        } => Step::Output {
+            stderr: channel == silo::silo_protocol::exec::Channel::Stderr,
+            offset,
+            data,
+        },
+        CommandEvent::Lost { offset, bytes } => Step::Lost { offset, bytes },
+        CommandEvent::Exit(exit) => Step::Exit(serde_json::to_value(exit).unwrap_or_default()),
+    }))
+}
+
+/// Sends bytes to an execution's stdin.
+pub async fn write_stdin(execution: &Execution, data: &[u8]) -> PyResult<()> {
+    execution.write_stdin(data).await.map_err(|e| to_py(&e))
+}
+
+/// Closes an execution's stdin.
+pub async fn close_stdin(execution: &Execution) -> PyResult<()> {
+    execution.close_stdin().await.map_err(|e| to_py(&e))
+}

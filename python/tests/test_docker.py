@@ -1,0 +1,97 @@
+"""Docker sandboxes: snapshots in a per-step loop, rewind, fork, pools and
+the fan-out push with its report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import silo_sandbox
+from conftest import unique
+
+
+def test_a_snapshot_per_step_and_a_rewind_to_any_of_them(docker):
+    steps = []
+    for i in range(3):
+        docker.files.write(f"/work/step{i}.txt", f"step {i}")
+        steps.append(docker.snapshots.take(f"after step {i}"))
+    assert [s.message for s in docker.snapshots.list()][-3:] == ["after step 0", "after step 1", "after step 2"]
+    docker.snapshots.rewind(steps[0])
+    assert docker.files.exists("/work/step0.txt")
+    assert not docker.files.exists("/work/step1.txt")
+    # Commands work at once on the rewound sandbox (the kept connection was renewed).
+    assert docker.commands.run("ls /work").stdout == "step0.txt\n"
+    docker.snapshots.rewind(steps[2].id)
+    assert docker.commands.run("ls /work").stdout == "step0.txt\nstep1.txt\nstep2.txt\n"
+
+
+def test_fork_makes_a_new_sandbox_and_snapshots_are_removed(docker):
+    docker.files.write("/work/shared.txt", "from the parent")
+    snap = docker.snapshots.take()
+    child = docker.snapshots.fork(snap, unique("py-fork"))
+    try:
+        assert child.sandbox_id != docker.sandbox_id
+        assert child.files.read("/work/shared.txt") == "from the parent"
+        child.files.write("/work/shared.txt", "changed")
+        assert docker.files.read("/work/shared.txt") == "from the parent"
+        # A snapshot of one sandbox is not another's to rewind to.
+        own = child.snapshots.take("the child's")
+        with pytest.raises(silo_sandbox.SnapshotError):
+            docker.snapshots.rewind(own)
+    finally:
+        child.kill()
+    extra = docker.snapshots.take("to remove")
+    docker.snapshots.remove(extra)
+    assert extra.id not in [s.id for s in docker.snapshots.list()]
+    with pytest.raises(silo_sandbox.NotFoundError):
+        docker.snapshots.rewind("snap-000000000000")
+
+
+def test_a_warm_pool_hands_out_started_sandboxes(base_image):
+    pool = unique("py-pool")
+    made = silo_sandbox.Pools.create(pool, 1, base_image)
+    assert made["fill"]["made"] == 1
+    try:
+        begun = time.monotonic()
+        sandbox = silo_sandbox.Sandbox.create(name=unique("py-claimed"), pool=pool)
+        first = sandbox.commands.run("echo ready").stdout
+        elapsed = time.monotonic() - begun
+        assert first == "ready\n"
+        assert elapsed < 10, elapsed
+        assert [p["name"] for p in silo_sandbox.Pools.list()] == [pool]
+        sandbox.kill()
+    finally:
+        silo_sandbox.Pools.remove(pool)
+    with pytest.raises(silo_sandbox.InvalidArgumentError):
+        silo_sandbox.Pools.create(unique("py-pool"), 0, base_image)
+
+
+def test_push_fans_out_with_a_report_per_sandbox(docker, base_image, tmp_path):
+    second = silo_sandbox.Sandbox.create(base_image, name=unique("py-push"))
+    stopped = silo_sandbox.Sandbox.create(base_image, name=unique("py-stopped"))
+    stopped.stop()
+    try:
+        tree = tmp_path / "skills"
+        tree.mkdir()
+        (tree / "a.md").write_text("skill a")
+        report = silo_sandbox.push_to_sandboxes(
+            "/workspace/managed/skills",
+            {docker: {"a.md": "skill a", "bin/run": Path(tree / "a.md"), "empty": None}, second: tree, stopped: tree},
+        )
+        assert (report.targets, report.succeeded) == (3, 2), report.failures
+        assert [f["sandbox"] for f in report.failures] == [stopped.name]
+        assert report.failures[0]["reason"] == "stopped"
+        assert docker.files.read("/workspace/managed/skills/bin/run") == "skill a"
+        assert second.files.read("/workspace/managed/skills/a.md") == "skill a"
+        # The same files again change nothing.
+        again = silo_sandbox.push_to_sandboxes("/workspace/managed/skills", {second: tree})
+        assert again.ok and again.unchanged == 1
+        with pytest.raises(silo_sandbox.PushError):
+            silo_sandbox.push_to_sandboxes("/workspace/managed/skills", {second: {"gone": Path(tmp_path / "missing")}})
+        with pytest.raises(silo_sandbox.InvalidArgumentError):
+            silo_sandbox.push_to_sandboxes("/workspace/managed/skills", {second: {"../escape": b"x"}})
+    finally:
+        second.kill()
+        stopped.kill()
