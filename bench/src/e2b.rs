@@ -156,7 +156,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
 
         api.pause(&e2b.sandbox_id).await?;
         let t = Instant::now();
-        api.connect(&e2b.sandbox_id, 600).await?;
+        api.connect(&e2b.sandbox_id, 600, e2b.api).await?;
         envd.run(&argv(&["echo", "ready"])).await?;
         e2b_resume.push(t.elapsed());
     }
@@ -318,8 +318,8 @@ fn plain_sandbox() -> NewSandbox {
         template_id: "base".into(),
         timeout: 600,
         auto_pause: false,
-        secure: true,
         allow_internet_access: true,
+        network: None,
         metadata: BTreeMap::new(),
     }
 }

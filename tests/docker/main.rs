@@ -5,7 +5,9 @@
 
 mod backend;
 mod daytona;
+mod daytona_provider;
 mod e2b;
+mod e2b_routes;
 mod e2b_snapshots;
 mod files_cli;
 mod image;

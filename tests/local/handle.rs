@@ -148,3 +148,34 @@ async fn files_write_read_list_and_remove_through_the_handle() {
     assert_eq!(files.remove("dir", true).await.unwrap(), 2);
     assert!(!files.exists("dir").await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_client_learns_how_a_command_ended_and_exactly_what_was_dropped() {
+    // Finished output over its budget is dropped oldest first; the newest
+    // finished command always keeps its own.
+    let agent = TestAgent::start_with(&["--finished-output-budget", "65536"], &[]).await;
+    let commands = Commands::new(agent.client());
+    const EACH: usize = 200_000;
+    let first = commands.spawn(producer(EACH)).await.unwrap();
+    let first_id = first.id();
+    let out = first.collect().await.unwrap();
+    assert_eq!(out.stdout.len(), EACH);
+    commands.run(producer(EACH)).await.unwrap();
+    commands.run(producer(EACH)).await.unwrap();
+
+    let late = commands
+        .attach(first_id, 0)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(late.exit.code, Some(0), "the record outlives its output");
+    assert_eq!(late.exit.output_bytes, EACH as u64);
+    assert_eq!(
+        late.lost_bytes + late.stdout.len() as u64,
+        EACH as u64,
+        "what was dropped is counted exactly"
+    );
+    assert!(late.lost_bytes > 0, "the oldest output went first");
+}

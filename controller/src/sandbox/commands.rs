@@ -19,6 +19,12 @@ use crate::retry::Backoff;
 
 /// Re-attach attempts in a row, without a byte of progress, before giving up.
 const MAX_REATTACH_IN_A_ROW: u32 = 5;
+/// How long re-attaching keeps trying while a provider's proxy answers
+/// 502-504: an E2B sandbox being paused and resumed cuts every connection
+/// and its proxy answers 502 until it is back, which is not the agent gone.
+const REATTACH_PROXY_BUSY_BUDGET: Duration = Duration::from_secs(60);
+/// Pause between re-attach attempts the proxy answered busy.
+const REATTACH_PROXY_BUSY_PAUSE: Duration = Duration::from_millis(250);
 /// Pauses between re-attach attempts: 50 ms, doubled after each failure
 /// (no cap: [`MAX_REATTACH_IN_A_ROW`] bounds them).
 const REATTACH_BACKOFF: Backoff = Backoff {
@@ -271,6 +277,7 @@ impl Execution {
     /// so a connection that keeps dying before any progress ends in an error.
     async fn reattach(&mut self, attempts: &mut u32) -> Result<(), ClientError> {
         let exec_id = self.handle.id();
+        let busy_until = tokio::time::Instant::now() + REATTACH_PROXY_BUSY_BUDGET;
         loop {
             if *attempts >= MAX_REATTACH_IN_A_ROW {
                 return Err(ClientError::Disconnected);
@@ -288,6 +295,14 @@ impl Execution {
                     self.handle = handle;
                     self.note_lost(lost);
                     return Ok(());
+                }
+                // A proxy in front of a pausing or resuming VM: waited out
+                // without counting against the attempts.
+                Err(ClientError::Rejected { status, .. })
+                    if matches!(status, 502..=504) && tokio::time::Instant::now() < busy_until =>
+                {
+                    *attempts -= 1;
+                    tokio::time::sleep(REATTACH_PROXY_BUSY_PAUSE).await;
                 }
                 Err(error) if *attempts >= MAX_REATTACH_IN_A_ROW => return Err(error),
                 Err(error) => {

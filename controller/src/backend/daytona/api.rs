@@ -76,9 +76,20 @@ pub struct Sandbox {
     /// Where its toolbox answers (`{toolboxProxyUrl}/{id}/…`).
     #[serde(default)]
     pub toolbox_proxy_url: Option<String>,
+    /// `SandboxClass`: `container` or `linux-vm` (only a VM pauses).
+    #[serde(default)]
+    pub sandbox_class: Option<String>,
 }
 
+/// The class of sandbox Daytona can pause, memory and processes kept.
+const PAUSABLE_CLASS: &str = "linux-vm";
+
 impl Sandbox {
+    /// Whether Daytona can pause it (a VM) rather than only stop it.
+    pub fn pausable(&self) -> bool {
+        self.sandbox_class.as_deref() == Some(PAUSABLE_CLASS)
+    }
+
     /// Its state, `unknown` when the API left it out.
     pub fn state(&self) -> &str {
         self.state.as_deref().unwrap_or("unknown")
@@ -231,6 +242,11 @@ impl Api {
         self.transition(id, "start", "start a sandbox").await
     }
 
+    /// Pauses a VM sandbox: memory and processes kept, resumed by a start.
+    pub async fn pause(&self, id: &str) -> Result<(), DaytonaError> {
+        self.transition(id, "pause", "pause a sandbox").await
+    }
+
     /// Stops a sandbox: its processes end, its files stay.
     pub async fn stop(&self, id: &str) -> Result<(), DaytonaError> {
         self.transition(id, "stop", "stop a sandbox").await
@@ -335,6 +351,7 @@ pub fn error_message(reply: &Reply) -> String {
             body.get("message")
                 .and_then(text)
                 .or_else(|| body.get("error").and_then(text))
+                .or_else(|| body.get("errors").and_then(text))
         })
         .unwrap_or_else(|| reply.text())
 }

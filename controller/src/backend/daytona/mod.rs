@@ -10,9 +10,11 @@
 //!   in the background in a process session that is never deleted. A
 //!   create that fails half way deletes what it made, and the next create
 //!   first deletes anything left with its labels.
-//! - **Stop** is Daytona's stop: files stay, processes end; **start** starts
-//!   it again, hands the agent a fresh key file and starts it again (the
-//!   binary is still there). Daytona stops a sandbox by itself after
+//! - **Stop** is Daytona's pause for a VM sandbox (`linux-vm`: memory and
+//!   processes kept, and **start** resumes them, the agent answering as it
+//!   was), and Daytona's stop for a container one: files stay, processes
+//!   end; **start** starts it again, hands the agent a fresh key file and
+//!   starts it again (the binary is still there). Daytona stops a sandbox by itself after
 //!   `SILO_DAYTONA_AUTO_STOP` idle minutes; `silo up` starts it again.
 //! - **Remove** deletes it and anything else carrying its labels.
 //!
@@ -31,7 +33,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::remote::backend::{Power, Provider, RemoteBackend};
+use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
 use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, tls_route};
 use super::{BackendSetup, Machine};
 use crate::client::Endpoint;
@@ -197,14 +199,20 @@ impl Provider for Daytona {
         }))
     }
 
-    async fn resume(&self, daytona: &mut DaytonaRef) -> Result<bool, DaytonaError> {
+    async fn resume(&self, daytona: &mut DaytonaRef) -> Result<Woke, DaytonaError> {
         let api = self.api()?;
         let found = api
             .get(&daytona.sandbox_id)
             .await?
             .ok_or_else(|| DaytonaError::Gone(daytona.sandbox_id.clone()))?;
-        if found.state() == "started" {
-            return Ok(false);
+        let woke = match found.state() {
+            "started" => return Ok(Woke::AlreadyUp),
+            // A start resumes a pause (`resuming`, then `started`).
+            "paused" | "pausing" => Woke::Resumed,
+            _ => Woke::Restarted,
+        };
+        if found.state() == "pausing" {
+            api.wait_for(&daytona.sandbox_id, "paused").await?;
         }
         api.start(&daytona.sandbox_id).await?;
         api.wait_for(&daytona.sandbox_id, "started").await?;
@@ -212,23 +220,30 @@ impl Provider for Daytona {
         let (host, token) = self.preview(&api, &daytona.sandbox_id).await?;
         daytona.preview_host = host;
         daytona.preview_token = token;
-        Ok(true)
+        Ok(woke)
     }
 
+    /// A VM sandbox (`linux-vm`) is paused, keeping memory and processes;
+    /// Daytona pauses nothing else, so a container sandbox is stopped.
     async fn pause(&self, id: &str) -> Result<bool, DaytonaError> {
         let api = self.api()?;
         let Some(found) = api.get(id).await? else {
             return Ok(false);
         };
-        if found.state() == "stopped" {
+        if matches!(found.state(), "stopped" | "paused") {
             return Ok(false);
         }
-        match api.stop(id).await {
+        let (done, wanted) = if found.pausable() {
+            (api.pause(id).await, "paused")
+        } else {
+            (api.stop(id).await, "stopped")
+        };
+        match done {
             Ok(()) => {}
             Err(DaytonaError::Gone(_)) => return Ok(false),
             Err(error) => return Err(error),
         }
-        api.wait_for(id, "stopped").await?;
+        api.wait_for(id, wanted).await?;
         Ok(true)
     }
 
@@ -279,6 +294,15 @@ impl Provider for Daytona {
         self.toolbox(daytona)?
             .run_in_background(AGENT_SESSION, &start_line(machine))
             .await
+    }
+
+    /// A preview token lapses (a restart of Daytona's proxy, a token
+    /// revoked): `/ports/{port}/preview-url` hands out the current one.
+    async fn refresh_access(&self, daytona: &mut DaytonaRef) -> Result<bool, DaytonaError> {
+        let (host, token) = self.preview(&self.api()?, &daytona.sandbox_id).await?;
+        daytona.preview_host = host;
+        daytona.preview_token = token;
+        Ok(true)
     }
 
     fn agent_endpoint(&self, daytona: &DaytonaRef) -> Result<Endpoint, DaytonaError> {

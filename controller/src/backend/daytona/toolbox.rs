@@ -3,9 +3,10 @@
 //! the control plane) with the same bearer key. silo uses it only to get
 //! its own agent running: upload the agent and the key, and start the
 //! agent in the background in a process session, which is never deleted
-//! (deleting a session kills what runs in it). Shapes follow the toolbox's
-//! spec in Daytona's public repository (`libs/toolbox-api-client-go/api/
-//! openapi.yaml`).
+//! (deleting a session kills what runs in it). Routes and shapes follow
+//! the generated `daytona-toolbox-api-client` named in `docs/providers.md`;
+//! files go through `files/bulk-upload`, falling back to the older
+//! `files/upload` on a daemon without it.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{Method, StatusCode};
@@ -22,6 +23,32 @@ use crate::backend::remote::rest::{Reply, Rest};
 const BOUNDARY: &str = "silo-upload-5f0c1e9b7a3d4c2e";
 /// Seconds a plain `execute` may run (the benchmark's baseline).
 const EXECUTE_TIMEOUT_SECS: u32 = 60;
+
+/// A bulk upload's body: one `files[0].path` part naming where, one
+/// `files[0].file` part with the bytes.
+fn bulk_body(path: &str, data: &[u8]) -> Bytes {
+    let mut body = BytesMut::with_capacity(data.len() + 512);
+    put_part(&mut body, "files[0].path", None, path.as_bytes());
+    put_part(&mut body, "files[0].file", Some("upload"), data);
+    body.put_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+    body.freeze()
+}
+
+/// One multipart part (a file when it has a `filename`), its closing line
+/// break included.
+fn put_part(body: &mut BytesMut, name: &str, filename: Option<&str>, data: &[u8]) {
+    let disposition = match filename {
+        Some(file) => format!(
+            "form-data; name=\"{name}\"; filename=\"{file}\"\r\nContent-Type: application/octet-stream"
+        ),
+        None => format!("form-data; name=\"{name}\""),
+    };
+    body.put_slice(
+        format!("--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n\r\n").as_bytes(),
+    );
+    body.put_slice(data);
+    body.put_slice(b"\r\n");
+}
 
 /// `POST /process/session/{id}/exec`'s answer.
 #[derive(Debug, Clone, Deserialize)]
@@ -82,19 +109,36 @@ impl Toolbox {
         }
     }
 
-    /// Writes `data` to `path` in the sandbox (`multipart/form-data`, field
-    /// `file`).
+    /// Writes `data` to `path` in the sandbox through
+    /// `POST /files/bulk-upload`, the route the current toolbox client
+    /// moves files with; a toolbox without it (`404`, an older daemon) gets
+    /// the older `POST /files/upload`.
     pub async fn upload(&self, path: &str, data: Bytes) -> Result<(), DaytonaError> {
-        let mut body = BytesMut::with_capacity(data.len() + 256);
-        body.put_slice(
-            format!(
-                "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; \
-                 filename=\"upload\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+        let reply = self
+            .rest
+            .send(
+                Method::POST,
+                "/files/bulk-upload",
+                Some(&content_type),
+                &[],
+                bulk_body(path, &data),
             )
-            .as_bytes(),
-        );
-        body.put_slice(&data);
-        body.put_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+            .await?;
+        match reply.status {
+            // A bulk upload answers 400 with `errors` when any file failed.
+            StatusCode::OK | StatusCode::CREATED | StatusCode::NO_CONTENT => Ok(()),
+            StatusCode::NOT_FOUND => self.upload_single(path, data).await,
+            _ => Err(self.refused(format!("upload {path}"), &reply)),
+        }
+    }
+
+    /// Writes `data` to `path` through the older `POST /files/upload?path=`
+    /// (one part named `file`).
+    async fn upload_single(&self, path: &str, data: Bytes) -> Result<(), DaytonaError> {
+        let mut body = BytesMut::with_capacity(data.len() + 256);
+        put_part(&mut body, "file", Some("upload"), &data);
+        body.put_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
         let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
         let reply = self
             .rest
@@ -183,5 +227,21 @@ impl Toolbox {
             StatusCode::OK => Ok(reply.json("a command's result")?),
             _ => Err(self.refused("run a command", &reply)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bulk_upload_names_the_path_then_the_file() {
+        let body = bulk_body("/.silo/key", b"abc");
+        let text = String::from_utf8_lossy(&body);
+        let path = text.find("name=\"files[0].path\"\r\n\r\n/.silo/key\r\n");
+        let file = text.find("name=\"files[0].file\"; filename=\"upload\"");
+        assert!(path.is_some() && file.is_some() && path < file, "{text}");
+        assert!(text.contains("\r\n\r\nabc\r\n--"), "{text}");
+        assert!(text.ends_with(&format!("--{BOUNDARY}--\r\n")), "{text}");
     }
 }

@@ -1,9 +1,20 @@
 //! E2B's control plane (`X-API-Key`): create, find by metadata, look at,
-//! pause, connect (resume), set the timeout of, and kill sandboxes. Field
-//! names, statuses and the error body follow E2B's public OpenAPI spec
-//! (e2b-dev/infra, `spec/openapi.yml`).
+//! pause, connect (resume), fork and kill sandboxes. Routes, fields,
+//! statuses and the error body follow the generated client of the `e2b`
+//! SDK named in `docs/providers.md`.
+//!
+//! Create and connect come in two generations: the current client's
+//! `POST /v2/sandboxes` and `POST /v2/sandboxes/{id}/connect`, and the
+//! older `POST /sandboxes` and `POST /sandboxes/{id}/connect`, which an
+//! older or self-hosted E2B may be the only one to serve. silo asks v2
+//! first and falls back to v1 when the route is not there; the generation
+//! that answered is remembered ([`Generation`]) so later calls go straight
+//! to it, and each sandbox keeps the one that made it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
 
 use http::{Method, StatusCode};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
@@ -20,8 +31,17 @@ const CHECK_BUDGET: std::time::Duration = std::time::Duration::from_secs(3);
 const PAGE_LIMIT: u32 = 100;
 /// Most pages followed when listing (10,000 sandboxes).
 const MAX_PAGES: usize = 100;
+/// How long a kill waits out `409` (the sandbox is between states: being
+/// paused, resumed or snapshotted) before it reports the conflict.
+const KILL_CONFLICT_BUDGET: Duration = Duration::from_secs(20);
+/// Pause between kills that met `409`.
+const KILL_CONFLICT_PAUSE: Duration = Duration::from_millis(250);
+/// The header that makes a retried create answer the sandbox the first
+/// try made rather than a second one.
+const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
-/// `POST /sandboxes`' body.
+/// `NewSandboxV2`, the body of `POST /v2/sandboxes`; v1's `NewSandbox` is
+/// the same plus `secure` (v2 always secures envd).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NewSandbox {
@@ -32,13 +52,94 @@ pub struct NewSandbox {
     pub timeout: u32,
     /// Pause instead of kill when the timeout passes.
     pub auto_pause: bool,
-    /// Ask for an envd access token.
-    pub secure: bool,
     /// Outbound internet access.
     #[serde(rename = "allow_internet_access")]
     pub allow_internet_access: bool,
+    /// Egress rules (`SandboxNetworkConfig`: `allowOut`, `denyOut`), when
+    /// the sandbox has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<serde_json::Value>,
     /// What silo finds it by again.
     pub metadata: BTreeMap<String, String>,
+}
+
+/// The egress rules of a sandbox without network (`--network none`):
+/// every IPv4 destination denied, enforced by E2B's firewall besides
+/// `allow_internet_access: false`.
+pub fn deny_all_egress() -> serde_json::Value {
+    json!({ "denyOut": ["0.0.0.0/0"] })
+}
+
+/// A generation of E2B's create and connect routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Version {
+    /// `POST /sandboxes`, `POST /sandboxes/{id}/connect`.
+    V1,
+    /// `POST /v2/sandboxes`, `POST /v2/sandboxes/{id}/connect`.
+    V2,
+}
+
+impl Version {
+    fn create_path(self) -> &'static str {
+        match self {
+            Self::V1 => "/sandboxes",
+            Self::V2 => "/v2/sandboxes",
+        }
+    }
+
+    fn create_route(self) -> &'static str {
+        match self {
+            Self::V1 => "POST /sandboxes",
+            Self::V2 => "POST /v2/sandboxes",
+        }
+    }
+
+    fn connect_route(self) -> &'static str {
+        match self {
+            Self::V1 => "POST /sandboxes/{id}/connect",
+            Self::V2 => "POST /v2/sandboxes/{id}/connect",
+        }
+    }
+
+    fn connect_path(self, id: &str) -> String {
+        let prefix = match self {
+            Self::V1 => "",
+            Self::V2 => "/v2",
+        };
+        format!("{prefix}/sandboxes/{}/connect", path_part(id))
+    }
+
+    /// Newest first: the order to try them in when none is known.
+    fn in_order(known: Option<Self>) -> Vec<Self> {
+        match known {
+            Some(version) => vec![version],
+            None => vec![Self::V2, Self::V1],
+        }
+    }
+}
+
+/// Which generation of the create and connect routes this E2B serves, once
+/// learnt; shared by every [`Api`] of one backend.
+#[derive(Debug, Default)]
+pub struct Generation(AtomicU8);
+
+impl Generation {
+    fn get(&self) -> Option<Version> {
+        match self.0.load(Ordering::Relaxed) {
+            1 => Some(Version::V1),
+            2 => Some(Version::V2),
+            _ => None,
+        }
+    }
+
+    fn learn(&self, version: Version) {
+        let code = match version {
+            Version::V1 => 1,
+            Version::V2 => 2,
+        };
+        self.0.store(code, Ordering::Relaxed);
+    }
 }
 
 /// A sandbox as create and connect answer it.
@@ -63,6 +164,9 @@ pub struct SandboxCreated {
     /// Its domain, when not the client's.
     #[serde(default)]
     pub domain: Option<String>,
+    /// Which generation of the routes made it (not E2B's field: silo's).
+    #[serde(skip)]
+    pub version: Option<Version>,
 }
 
 /// A sandbox as the list and detail endpoints show it.
@@ -79,16 +183,20 @@ pub struct ListedSandbox {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// E2B's error body.
+/// E2B's error body (`Error`): `code`, `message` and, on newer answers, a
+/// machine-readable `error_code`.
 #[derive(Debug, Clone, Deserialize)]
 struct ErrorBody {
     message: String,
+    #[serde(default)]
+    error_code: Option<String>,
 }
 
 /// The control plane, with this home's key.
 #[derive(Debug, Clone)]
 pub struct Api {
     rest: Rest,
+    generation: Arc<Generation>,
 }
 
 impl Api {
@@ -101,20 +209,56 @@ impl Api {
             config.ca_pem.clone(),
             vec![("X-API-Key".to_owned(), key.to_owned())],
         )?;
-        Ok(Self { rest })
+        Ok(Self {
+            rest,
+            generation: Arc::default(),
+        })
     }
 
-    /// Makes a sandbox.
+    /// The same client, remembering the routes' generation in `generation`
+    /// (shared with other clients of the same E2B).
+    pub fn sharing(mut self, generation: Arc<Generation>) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    /// Makes a sandbox: `POST /v2/sandboxes`, or `POST /sandboxes` where
+    /// only that is served. One `Idempotency-Key` covers every retry, so
+    /// a create whose answer was lost does not make a second sandbox.
     pub async fn create(&self, new: &NewSandbox) -> Result<SandboxCreated, E2bError> {
-        let body = serde_json::to_value(new).unwrap_or_default();
-        let reply = self
-            .rest
-            .json(Method::POST, "/sandboxes", Some(&body))
-            .await?;
-        match reply.status {
-            StatusCode::CREATED | StatusCode::OK => Ok(reply.json("the created sandbox")?),
-            _ => Err(refused("create a sandbox", &reply)),
+        let key = idempotency_key()?;
+        let mut missed = Vec::new();
+        for version in Version::in_order(self.generation.get()) {
+            let mut body = serde_json::to_value(new).unwrap_or_default();
+            if version == Version::V1 {
+                // v1 secures envd only when asked; silo always asks.
+                body["secure"] = json!(true);
+            }
+            let reply = self
+                .rest
+                .send(
+                    Method::POST,
+                    version.create_path(),
+                    Some("application/json"),
+                    &[(IDEMPOTENCY_HEADER, &key)],
+                    serde_json::to_vec(&body).unwrap_or_default().into(),
+                )
+                .await?;
+            if route_missing(&reply, "template") {
+                missed.push((version.create_route(), message_of(&reply)));
+                continue;
+            }
+            return match reply.status {
+                StatusCode::CREATED | StatusCode::OK => {
+                    self.generation.learn(version);
+                    let mut created: SandboxCreated = reply.json("the created sandbox")?;
+                    created.version = Some(version);
+                    Ok(created)
+                }
+                _ => Err(refused("create a sandbox", &reply)),
+            };
         }
+        Err(no_route("create a sandbox", missed))
     }
 
     /// The sandbox now: `None` when E2B does not know it (killed, timed out).
@@ -208,44 +352,104 @@ impl Api {
     }
 
     /// Resumes a paused sandbox, or keeps a running one, for `timeout_secs`
-    /// more; answers whether it was paused.
+    /// more; answers whether it was paused. `made_by` is the generation
+    /// that created it, when known: a sandbox is connected through the
+    /// routes of the E2B that made it.
     pub async fn connect(
         &self,
         id: &str,
         timeout_secs: u32,
+        made_by: Option<Version>,
     ) -> Result<(SandboxCreated, bool), E2bError> {
-        let path = format!("/sandboxes/{}/connect", path_part(id));
         let body = json!({ "timeout": timeout_secs });
-        let reply = self.rest.json(Method::POST, &path, Some(&body)).await?;
-        match reply.status {
-            StatusCode::OK => Ok((reply.json("the connected sandbox")?, false)),
-            StatusCode::CREATED => Ok((reply.json("the resumed sandbox")?, true)),
-            StatusCode::NOT_FOUND => Err(E2bError::Gone(id.to_owned())),
-            _ => Err(refused("resume a sandbox", &reply)),
+        let mut missed = Vec::new();
+        for version in Version::in_order(made_by.or(self.generation.get())) {
+            let path = version.connect_path(id);
+            let reply = self.rest.json(Method::POST, &path, Some(&body)).await?;
+            if route_missing(&reply, "sandbox") {
+                missed.push((version.connect_route(), message_of(&reply)));
+                continue;
+            }
+            let resumed = match reply.status {
+                StatusCode::OK => false,
+                StatusCode::CREATED => true,
+                StatusCode::NOT_FOUND => return Err(E2bError::Gone(id.to_owned())),
+                _ => return Err(refused("resume a sandbox", &reply)),
+            };
+            self.generation.learn(version);
+            let mut connected: SandboxCreated = reply.json("the connected sandbox")?;
+            connected.version = Some(version);
+            return Ok((connected, resumed));
         }
+        Err(no_route("resume a sandbox", missed))
     }
 
     /// Kills a sandbox (a paused one's saved state goes too). One E2B no
-    /// longer knows is not an error.
+    /// longer knows is not an error; one between states (`409`: being
+    /// paused, resumed or snapshotted) is killed once it settles.
     pub async fn kill(&self, id: &str) -> Result<(), E2bError> {
         let path = format!("/sandboxes/{}", path_part(id));
-        let reply = self.rest.json(Method::DELETE, &path, None).await?;
-        match reply.status {
-            StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::NOT_FOUND => Ok(()),
-            _ => Err(refused("kill a sandbox", &reply)),
+        let deadline = tokio::time::Instant::now() + KILL_CONFLICT_BUDGET;
+        loop {
+            let reply = self.rest.json(Method::DELETE, &path, None).await?;
+            match reply.status {
+                StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::NOT_FOUND => return Ok(()),
+                StatusCode::CONFLICT if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(KILL_CONFLICT_PAUSE).await;
+                }
+                _ => return Err(refused("kill a sandbox", &reply)),
+            }
         }
+    }
+}
+
+/// A fresh key for one create and its retries.
+fn idempotency_key() -> Result<String, E2bError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|_| E2bError::NoRandomness)?;
+    Ok(hex::encode(bytes))
+}
+
+/// Whether a `404` says the route is not served rather than that the thing
+/// asked for (`noun`: the template, the sandbox) is unknown: E2B's own 404s
+/// on these routes name what they did not find.
+fn route_missing(reply: &Reply, noun: &str) -> bool {
+    reply.status == StatusCode::NOT_FOUND && {
+        let message = message_of(reply).to_lowercase();
+        !message.contains(noun) || message.contains("/sandboxes")
+    }
+}
+
+/// The error for an E2B that served none of the generations tried.
+fn no_route(what: &'static str, missed: Vec<(&'static str, String)>) -> E2bError {
+    E2bError::NoRoute {
+        what,
+        tried: missed
+            .into_iter()
+            .map(|(route, message)| format!("{route}: {message}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+/// E2B's message in an answer, with its `error_code` when it gave one.
+fn message_of(reply: &Reply) -> String {
+    match serde_json::from_slice::<ErrorBody>(&reply.body) {
+        Ok(ErrorBody {
+            message,
+            error_code: Some(code),
+        }) => format!("{message} [{code}]"),
+        Ok(body) => body.message,
+        Err(_) => reply.text(),
     }
 }
 
 /// The error for an answer E2B gave instead of doing what was asked.
 pub fn refused(what: &'static str, reply: &Reply) -> E2bError {
-    let message = serde_json::from_slice::<ErrorBody>(&reply.body)
-        .map(|body| body.message)
-        .unwrap_or_else(|_| reply.text());
     E2bError::Refused {
         what,
         status: reply.status.as_u16(),
-        message,
+        message: message_of(reply),
     }
 }
 
@@ -270,8 +474,8 @@ mod tests {
             template_id: "base".into(),
             timeout: 60,
             auto_pause: true,
-            secure: true,
             allow_internet_access: false,
+            network: None,
             metadata: BTreeMap::from([("silo.sandbox".into(), "sbx-1".into())]),
         })
         .unwrap();
@@ -281,7 +485,6 @@ mod tests {
                 "templateID": "base",
                 "timeout": 60,
                 "autoPause": true,
-                "secure": true,
                 "allow_internet_access": false,
                 "metadata": { "silo.sandbox": "sbx-1" },
             })
@@ -295,6 +498,55 @@ mod tests {
         assert_eq!(created.sandbox_id, "iabc");
         assert_eq!(created.envd_access_token.as_deref(), Some("tok"));
         assert_eq!(created.traffic_access_token, None);
+    }
+
+    fn reply(status: u16, body: &str) -> Reply {
+        Reply {
+            status: StatusCode::from_u16(status).unwrap(),
+            headers: http::HeaderMap::new(),
+            body: body.to_owned().into(),
+        }
+    }
+
+    #[test]
+    fn a_missing_route_is_told_from_an_unknown_template_or_sandbox() {
+        let unknown_route = reply(404, "404 page not found");
+        assert!(route_missing(&unknown_route, "template"));
+        let unmodelled = reply(
+            404,
+            r#"{"code":404,"message":"no POST /v2/sandboxes here"}"#,
+        );
+        assert!(route_missing(&unmodelled, "template"));
+        let template = reply(404, r#"{"code":404,"message":"template 'x' not found"}"#);
+        assert!(!route_missing(&template, "template"));
+        let sandbox = reply(
+            404,
+            r#"{"code":404,"message":"Sandbox \"i1\" doesn't exist"}"#,
+        );
+        assert!(!route_missing(&sandbox, "sandbox"));
+        assert!(!route_missing(&reply(400, "{}"), "template"));
+    }
+
+    #[test]
+    fn errors_carry_the_providers_error_code() {
+        let conflict = reply(
+            409,
+            r#"{"code":409,"message":"busy","error_code":"sandbox_busy"}"#,
+        );
+        let error = refused("kill a sandbox", &conflict).to_string();
+        assert!(error.contains("(409): busy [sandbox_busy]"), "{error}");
+        let error = no_route(
+            "create a sandbox",
+            vec![
+                ("POST /v2/sandboxes", "a".into()),
+                ("POST /sandboxes", "b".into()),
+            ],
+        )
+        .to_string();
+        assert!(
+            error.contains("POST /v2/sandboxes: a; POST /sandboxes: b"),
+            "{error}"
+        );
     }
 
     #[test]

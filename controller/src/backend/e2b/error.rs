@@ -26,6 +26,17 @@ pub enum E2bError {
         /// E2B's message.
         message: String,
     },
+    /// E2B served none of the generations of a route silo knows.
+    #[error("E2B cannot {what}: it serves none of the routes silo knows ({tried})")]
+    NoRoute {
+        /// What was asked.
+        what: &'static str,
+        /// Each route tried, with what E2B answered.
+        tried: String,
+    },
+    /// The system gave no randomness for a create's idempotency key.
+    #[error("cannot make an idempotency key: the system gives no randomness")]
+    NoRandomness,
     /// E2B no longer knows the sandbox (killed, or its timeout passed).
     #[error("E2B has no sandbox {0} any more (killed, or its timeout passed)")]
     Gone(String),

@@ -1,7 +1,8 @@
 //! The E2B backend: one E2B sandbox (a Firecracker VM from a template) per
 //! silo sandbox, with silo's own agent running in it beside E2B's envd.
 //!
-//! - **Create**: `POST /sandboxes` with auto-pause (so E2B's timeout pauses
+//! - **Create**: `POST /v2/sandboxes` (or v1's `POST /sandboxes`, see
+//!   [`api`]) with auto-pause (so E2B's timeout pauses
 //!   rather than kills it) and metadata naming this home and sandbox; then,
 //!   through envd on the sandbox proxy, upload the agent and the key and
 //!   start the agent in the background (see [`crate::backend::remote`]). A
@@ -25,12 +26,13 @@ pub mod envd;
 pub mod error;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::BackendSetup;
 use super::Machine;
-use super::remote::backend::{Power, Provider, RemoteBackend};
+use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
 use super::remote::error::RemoteError;
 use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, wait_for_agent};
 use crate::client::Endpoint;
@@ -65,6 +67,9 @@ pub struct E2b {
     /// Read once from the environment; an error is kept and told on use,
     /// so a home without E2B settings still opens.
     config: Result<E2bConfig, E2bConfigError>,
+    /// Which generation of the create and connect routes E2B serves, once
+    /// a call has found out.
+    generation: Arc<api::Generation>,
 }
 
 /// What silo keeps to find its E2B sandbox again.
@@ -83,6 +88,10 @@ pub struct E2bRef {
     /// The sandbox's domain, when E2B named one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// The generation of E2B's routes that made it (none recorded: try
+    /// the newest first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<api::Version>,
 }
 
 impl E2bRef {
@@ -94,6 +103,7 @@ impl E2bRef {
             envd_token: created.envd_access_token,
             traffic_token: created.traffic_access_token,
             domain: created.domain.filter(|d| !d.is_empty()),
+            api: created.version,
         }
     }
 }
@@ -104,7 +114,7 @@ impl E2b {
     }
 
     fn api(&self) -> Result<Api, E2bError> {
-        Api::new(self.config()?)
+        Ok(Api::new(self.config()?)?.sharing(Arc::clone(&self.generation)))
     }
 
     fn envd(&self, e2b: &E2bRef) -> Result<Envd, E2bError> {
@@ -126,6 +136,7 @@ impl Provider for E2b {
     fn open(setup: &BackendSetup) -> Self {
         Self {
             config: setup.e2b.clone().map_or_else(E2bConfig::from_env, Ok),
+            generation: Arc::default(),
         }
     }
 
@@ -151,14 +162,15 @@ impl Provider for E2b {
             .or(machine.spec.image.as_deref())
             .unwrap_or(config::DEFAULT_TEMPLATE)
             .to_owned();
+        let offline = machine.spec.network.as_deref() == Some("none");
         let created = self
             .api()?
             .create(&api::NewSandbox {
                 template_id: template.clone(),
                 timeout: self.timeout_secs()?,
                 auto_pause: true,
-                secure: true,
-                allow_internet_access: machine.spec.network.as_deref() != Some("none"),
+                allow_internet_access: !offline,
+                network: offline.then(api::deny_all_egress),
                 metadata,
             })
             .await?;
@@ -175,13 +187,18 @@ impl Provider for E2b {
         }))
     }
 
-    async fn resume(&self, e2b: &mut E2bRef) -> Result<bool, E2bError> {
+    async fn resume(&self, e2b: &mut E2bRef) -> Result<Woke, E2bError> {
         // `connect` resumes a paused sandbox and renews the timeout.
-        let (_, resumed) = self
+        let (connected, resumed) = self
             .api()?
-            .connect(&e2b.sandbox_id, self.timeout_secs()?)
+            .connect(&e2b.sandbox_id, self.timeout_secs()?, e2b.api)
             .await?;
-        Ok(resumed)
+        e2b.api = connected.version;
+        Ok(if resumed {
+            Woke::Resumed
+        } else {
+            Woke::AlreadyUp
+        })
     }
 
     async fn pause(&self, id: &str) -> Result<bool, E2bError> {

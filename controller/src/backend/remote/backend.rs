@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::RemoteError;
-use super::{AGENT_PATH, KEY_PATH, healthy, sweep, wait_for_agent};
+use super::{AGENT_PATH, KEY_PATH, access_refused, healthy, probe, sweep, wait_for_agent};
 use crate::agent_binary::AgentLocator;
 use crate::backend::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use crate::backend::{
@@ -36,6 +36,18 @@ pub enum Power {
     Running,
     /// Paused or stopped.
     Stopped,
+}
+
+/// What a resume found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woke {
+    /// The machine was up already.
+    AlreadyUp,
+    /// A pause was resumed: memory and processes (the agent's among them)
+    /// are back as they were.
+    Resumed,
+    /// A stopped machine was started: its processes had ended.
+    Restarted,
 }
 
 /// A provider's API mapping: everything [`RemoteBackend`] needs to know of
@@ -81,11 +93,11 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
     fn power(&self, id: &str) -> impl Future<Output = Result<Option<Power>, Self::Error>> + Send;
 
     /// Brings a paused or stopped machine up (updating `reference` with
-    /// whatever its start changed); answers whether it was not up before.
+    /// whatever its start changed); answers what it found.
     fn resume(
         &self,
         reference: &mut Self::Ref,
-    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Woke, Self::Error>> + Send;
 
     /// Pauses or stops the machine; answers whether it was up. A machine
     /// already gone was not up.
@@ -119,6 +131,18 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
         reference: &Self::Ref,
         machine: &Machine<'_>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Fetches new credentials for the proxy into `reference` when the
+    /// provider hands out ones that lapse (a preview token); answers
+    /// whether it did. Providers whose access does not lapse keep the
+    /// default.
+    fn refresh_access(
+        &self,
+        reference: &mut Self::Ref,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        let _ = reference;
+        async { Ok(false) }
+    }
 
     /// Where the agent's port is reached, through the provider's proxy.
     fn agent_endpoint(&self, reference: &Self::Ref) -> Result<Endpoint, Self::Error>;
@@ -270,6 +294,35 @@ impl<P: Provider> RemoteBackend<P> {
         })
     }
 
+    /// Whether the agent answers through the proxy; a refused access token
+    /// is refreshed once (updating `reference`), and refused again is an
+    /// error that says so.
+    async fn answering(
+        &self,
+        reference: &mut P::Ref,
+        machine: &Machine<'_>,
+    ) -> Result<bool, P::Error> {
+        let error = match probe(&self.agent_client(reference, machine)?).await {
+            Ok(()) => return Ok(true),
+            Err(error) => error,
+        };
+        if access_refused(&error).is_none() || !self.provider().refresh_access(reference).await? {
+            return Ok(false);
+        }
+        match probe(&self.agent_client(reference, machine)?).await {
+            Ok(()) => Ok(true),
+            Err(error) => match access_refused(&error) {
+                Some(status) => Err(RemoteError::AccessLapsed {
+                    provider: P::NAME,
+                    id: P::machine_id(reference).to_owned(),
+                    status,
+                }
+                .into()),
+                None => Ok(false),
+            },
+        }
+    }
+
     /// Deletes every machine of this home carrying the sandbox's id.
     async fn delete_leftovers(&self, machine: &Machine<'_>) -> Result<(), P::Error> {
         for (left, _) in self.provider().find(&self.owner(machine)?, false).await? {
@@ -370,20 +423,25 @@ impl<P: Provider> Backend for RemoteBackend<P> {
         let Some(mut reference) = parse_ref::<P>(&machine) else {
             return Err(P::gone(machine.name.to_owned()).into());
         };
-        let resumed = self
+        let woke = self
             .provider()
             .resume(&mut reference)
             .await
             .map_err(Into::into)?;
-        let client = self
-            .agent_client(&reference, &machine)
-            .map_err(Into::into)?;
-        let answering = match (resumed, P::STOP_KEEPS_PROCESSES) {
+        let answering = match woke {
             // A resumed pause brings the agent back as it was.
-            (true, true) => wait_for_agent(&client).await.is_ok(),
+            Woke::Resumed => {
+                let client = self
+                    .agent_client(&reference, &machine)
+                    .map_err(Into::into)?;
+                wait_for_agent(&client).await.is_ok()
+            }
             // A stop ended it.
-            (true, false) => false,
-            (false, _) => healthy(&client).await,
+            Woke::Restarted => false,
+            Woke::AlreadyUp => self
+                .answering(&mut reference, &machine)
+                .await
+                .map_err(Into::into)?,
         };
         if !answering {
             // The machine runs but the agent does not (a stop ended it, or
@@ -397,7 +455,7 @@ impl<P: Provider> Backend for RemoteBackend<P> {
         }
         Ok(MachineStarted {
             backend_ref: serde_json::to_value(&reference).unwrap_or_default(),
-            was_running: !resumed && answering,
+            was_running: woke == Woke::AlreadyUp && answering,
         })
     }
 

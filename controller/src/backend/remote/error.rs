@@ -31,6 +31,20 @@ pub enum RemoteError {
         #[source]
         source: std::io::Error,
     },
+    /// The provider's proxy refused the sandbox's access token, and again
+    /// after a new one was fetched.
+    #[error(
+        "{provider}'s proxy refused the access token of sandbox {id} ({status}), \
+         and the new one fetched after it lapsed as well"
+    )]
+    AccessLapsed {
+        /// The provider, as people know it.
+        provider: &'static str,
+        /// The provider's id of the sandbox.
+        id: String,
+        /// The proxy's last answer.
+        status: u16,
+    },
     /// The agent was started but never answered through the provider's
     /// proxy.
     #[error("{provider} sandbox {id} started, but {why}")]

@@ -27,7 +27,7 @@ use silo_protocol::http::error_chain;
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use crate::client::{AgentClient, Endpoint};
+use crate::client::{AgentClient, ClientError, Endpoint};
 use crate::retry::Deadline;
 use crate::spec::SandboxSpec;
 
@@ -48,6 +48,12 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SWEEP_RETRY_BUDGET: Duration = Duration::from_secs(3);
 /// Pause between health probes while waiting.
 const POLL: Duration = Duration::from_millis(10);
+/// How long a single health check keeps asking while the provider's proxy
+/// answers 502, 503 or 504 (a sandbox resuming, its ports not yet open): a
+/// busy proxy is not an agent that is gone.
+pub const PROXY_BUSY_BUDGET: Duration = Duration::from_secs(5);
+/// Pause between probes the proxy answered busy.
+const PROXY_BUSY_PAUSE: Duration = Duration::from_millis(200);
 
 /// The agent's command line in a VM: listening on [`AGENT_PORT`] for the
 /// proxy, taking its key from [`KEY_PATH`] once, supervising the spec's
@@ -133,12 +139,49 @@ where
     Ok(swept)
 }
 
-/// Whether the agent answers now.
+/// Whether the agent answers now; a proxy answering busy is asked again
+/// for [`PROXY_BUSY_BUDGET`] before the agent counts as not answering.
 pub async fn healthy(client: &AgentClient) -> bool {
-    matches!(
-        tokio::time::timeout(PROBE_TIMEOUT, client.healthz()).await,
-        Ok(Ok(_))
-    )
+    probe(client).await.is_ok()
+}
+
+/// One health check, a busy proxy waited out for [`PROXY_BUSY_BUDGET`];
+/// the error is what the last probe met.
+pub async fn probe(client: &AgentClient) -> Result<(), ClientError> {
+    let deadline = tokio::time::Instant::now() + PROXY_BUSY_BUDGET;
+    loop {
+        match tokio::time::timeout(PROBE_TIMEOUT, client.healthz()).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(ClientError::Rejected { status, .. }))
+                if proxy_busy(status) && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(PROXY_BUSY_PAUSE).await;
+            }
+            Ok(Err(error)) => return Err(error),
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    what: "the agent's health".into(),
+                });
+            }
+        }
+    }
+}
+
+/// Whether an answer is the proxy refusing the sandbox's access token
+/// (a redirect to sign in, 401, 403) rather than the agent answering.
+pub fn access_refused(error: &ClientError) -> Option<u16> {
+    match error {
+        ClientError::Rejected { status, .. } if matches!(status, 301..=308 | 401 | 403) => {
+            Some(*status)
+        }
+        _ => None,
+    }
+}
+
+/// A status a provider's proxy answers for a sandbox it cannot reach for
+/// the moment.
+fn proxy_busy(status: u16) -> bool {
+    matches!(status, 502..=504)
 }
 
 /// Polls the agent through the proxy until it answers; the error says what

@@ -1,0 +1,122 @@
+//! Daytona's own features and faults, met by the Daytona backend through
+//! the real CLI: `silo stop` of a VM sandbox as Daytona's pause (the agent
+//! and its processes kept), a preview token that lapses (fetched again
+//! once, the sandbox answering on), the control plane rate-limiting with
+//! `Retry-After`, and the network option reaching the create call.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use std::time::{Duration, Instant};
+
+use silo_mocks::{MockDaytona, MockDaytonaConfig};
+use silo_tests::docker::engine_with_base;
+
+/// A mock Daytona and the CLI pointed at it, when the engine is there.
+async fn mock(config: MockDaytonaConfig) -> Option<(MockDaytona, silo_tests::Cli)> {
+    engine_with_base().await?;
+    let mock = MockDaytona::start(config).await.unwrap();
+    let cli = crate::cli().with_env(mock.env());
+    Some((mock, cli))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_sandbox_pauses_with_its_processes() {
+    let mut config = MockDaytonaConfig::default();
+    config
+        .snapshots
+        .insert("vm".into(), silo_tests::docker::BASE_IMAGE.into());
+    config.vm_snapshots.insert("vm".into());
+    let Some((mock, cli)) = mock(config).await else {
+        return;
+    };
+    cli.ok(&["up", "box", "--backend", "daytona", "--image", "vm"]);
+    let agent = crate::sh(&cli, "box", "pidof silo-agent");
+    cli.ok(&["stop", "box"]);
+    let paused: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|asked| asked.method == "POST" && asked.path.ends_with("/pause"))
+        .collect();
+    assert_eq!(paused.len(), 1, "{:?}", mock.requests());
+    assert!(
+        !mock
+            .requests()
+            .iter()
+            .any(|asked| asked.path.ends_with("/stop")),
+        "a VM sandbox was stopped, not paused"
+    );
+    cli.ok(&["up", "box"]);
+    // The same agent answers: the pause kept it.
+    assert_eq!(crate::sh(&cli, "box", "pidof silo-agent"), agent);
+    cli.ok(&["rm", "box"]);
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lapsed_preview_token_is_fetched_again_once() {
+    let Some((mock, cli)) = mock(MockDaytonaConfig::default()).await else {
+        return;
+    };
+    // Uploads go through the toolbox's bulk route; the agent then runs.
+    cli.ok(&["up", "box", "--backend", "daytona", "--image", "base"]);
+    assert_eq!(crate::sh(&cli, "box", "echo before"), "before\n");
+
+    mock.lapse_preview_tokens().unwrap();
+    let out = cli.run(&["exec", "box", "--", "echo", "lapsed"]);
+    assert!(!out.status.success(), "a lapsed token still worked");
+    let previews = |mock: &MockDaytona| {
+        mock.requests()
+            .iter()
+            .filter(|asked| asked.path.contains("/ports/49999/preview-url"))
+            .count()
+    };
+    let before = previews(&mock);
+    // A start finds the agent behind a refused token, fetches a new one
+    // once, and the sandbox answers again without a restart.
+    cli.ok(&["up", "box"]);
+    assert_eq!(previews(&mock), before + 1, "{:?}", mock.requests());
+    assert_eq!(crate::sh(&cli, "box", "echo after"), "after\n");
+    cli.ok(&["rm", "box"]);
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limits_are_waited_out_and_no_network_reaches_the_create() {
+    let Some((mock, cli)) = mock(MockDaytonaConfig::default()).await else {
+        return;
+    };
+    mock.faults().rate_limit(2, Duration::from_secs(1));
+    let started = Instant::now();
+    cli.ok(&[
+        "up",
+        "box",
+        "--backend",
+        "daytona",
+        "--image",
+        "base",
+        "--network",
+        "none",
+    ]);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "Retry-After was not honoured: {:?}",
+        started.elapsed()
+    );
+    let creates: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|asked| {
+            asked.method == "POST" && asked.path.trim_end_matches('/').ends_with("/sandbox")
+        })
+        .collect();
+    let body = &creates.last().unwrap().body;
+    assert_eq!(body["networkBlockAll"], true, "{body}");
+    cli.ok(&["rm", "box"]);
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}

@@ -1,0 +1,262 @@
+//! Which of E2B's routes the E2B backend takes, read from the mock's
+//! request journal: v2 create and connect where they are served, v1 where
+//! only that is (an older E2B), a clear error where neither is; what a
+//! real E2B does that a mock only shows when asked: rate limits with
+//! `Retry-After`, and a proxy answering `502` while a sandbox resumes; and
+//! `--network none` as E2B's egress rules; a command whose stream a
+//! pause cut re-attaching after the resume with every byte.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use std::time::{Duration, Instant};
+
+use silo_mocks::e2b::Generations;
+use silo_mocks::{MockE2b, MockE2bConfig};
+use silo_tests::docker::engine_with_base;
+
+/// A mock serving `routes`, when the engine is there.
+async fn serving(routes: Generations) -> Option<MockE2b> {
+    engine_with_base().await?;
+    let config = MockE2bConfig {
+        routes,
+        ..MockE2bConfig::default()
+    };
+    Some(MockE2b::start(config).await.unwrap())
+}
+
+/// What the mock was asked, as `METHOD /path` without the query, with the
+/// sandbox ids made `{id}`.
+fn asked(mock: &MockE2b) -> Vec<String> {
+    mock.requests()
+        .into_iter()
+        .map(|asked| {
+            let path = asked.path.split('?').next().unwrap_or_default();
+            let path: Vec<&str> = path
+                .split('/')
+                .map(|part| if is_sandbox_id(part) { "{id}" } else { part })
+                .collect();
+            format!("{} {}", asked.method, path.join("/"))
+        })
+        .collect()
+}
+
+fn is_sandbox_id(part: &str) -> bool {
+    part.len() == 21 && part.starts_with('i')
+}
+
+/// The bodies of the requests to `method path` (ids as `{id}`).
+fn bodies(mock: &MockE2b, route: &str) -> Vec<serde_json::Value> {
+    asked(mock)
+        .into_iter()
+        .zip(mock.requests())
+        .filter(|(asked, _)| asked == route)
+        .map(|(_, request)| request.body)
+        .collect()
+}
+
+/// Up, pause, resume from a fresh process, exec and rm through `mock`;
+/// answers what it asked.
+fn journey(mock: &MockE2b) -> Vec<String> {
+    let e2b = crate::cli().with_env(mock.env());
+    e2b.ok(&["up", "box", "--backend", "e2b", "--template", "base"]);
+    e2b.ok(&["stop", "box"]);
+    e2b.ok(&["up", "box"]);
+    assert_eq!(e2b.ok(&["exec", "box", "--", "echo", "back"]), "back\n");
+    e2b.ok(&["rm", "box"]);
+    asked(mock)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_current_routes_are_taken_where_served() {
+    let Some(mock) = serving(Generations::default()).await else {
+        return;
+    };
+    let asked = journey(&mock);
+    assert!(
+        asked.contains(&"POST /v2/sandboxes".to_owned()),
+        "{asked:?}"
+    );
+    assert!(
+        asked.contains(&"POST /v2/sandboxes/{id}/connect".to_owned()),
+        "{asked:?}"
+    );
+    assert!(
+        !asked
+            .iter()
+            .any(|a| a == "POST /sandboxes" || a == "POST /sandboxes/{id}/connect"),
+        "an older route was asked: {asked:?}"
+    );
+    let create = &bodies(&mock, "POST /v2/sandboxes")[0];
+    assert!(create.get("secure").is_none(), "v2 has no secure: {create}");
+    assert_eq!(create["templateID"], "base", "{create}");
+    assert_eq!(create["autoPause"], true, "{create}");
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_e2b_serving_only_v1_is_followed_there() {
+    let Some(mock) = serving(Generations {
+        v1: true,
+        v2: false,
+    })
+    .await
+    else {
+        return;
+    };
+    let asked = journey(&mock);
+    let creates: Vec<&String> = asked
+        .iter()
+        .filter(|a| a.ends_with("/sandboxes") && a.starts_with("POST"))
+        .collect();
+    // v2 once (404), then v1; the resume goes straight to v1's connect.
+    assert_eq!(
+        creates,
+        ["POST /v2/sandboxes", "POST /sandboxes"],
+        "{asked:?}"
+    );
+    assert!(
+        asked.contains(&"POST /sandboxes/{id}/connect".to_owned()),
+        "{asked:?}"
+    );
+    assert!(
+        !asked.contains(&"POST /v2/sandboxes/{id}/connect".to_owned()),
+        "the sandbox was made through v1, yet v2 connect was asked: {asked:?}"
+    );
+    let create = &bodies(&mock, "POST /sandboxes")[0];
+    assert_eq!(
+        create["secure"], true,
+        "v1 must ask for envd's token: {create}"
+    );
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_e2b_serving_only_v2_is_never_asked_v1() {
+    let Some(mock) = serving(Generations {
+        v1: false,
+        v2: true,
+    })
+    .await
+    else {
+        return;
+    };
+    let asked = journey(&mock);
+    assert!(
+        !asked
+            .iter()
+            .any(|a| a == "POST /sandboxes" || a == "POST /sandboxes/{id}/connect"),
+        "{asked:?}"
+    );
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_e2b_serving_neither_route_is_named_and_nothing_is_left() {
+    let Some(mock) = serving(Generations {
+        v1: false,
+        v2: false,
+    })
+    .await
+    else {
+        return;
+    };
+    let e2b = crate::cli().with_env(mock.env());
+    let err = e2b.fails(&["up", "box", "--backend", "e2b", "--template", "base"]);
+    assert!(
+        err.contains("POST /v2/sandboxes") && err.contains("POST /sandboxes"),
+        "both routes should be named: {err}"
+    );
+    // An unknown template is still an unknown template, not a missing route.
+    let known = serving(Generations::default()).await.unwrap();
+    let other = crate::cli().with_env(known.env());
+    let err = other.fails(&["up", "box", "--backend", "e2b", "--template", "nope"]);
+    assert!(
+        err.contains("404") && err.contains("template 'nope'"),
+        "{err}"
+    );
+    assert!(!err.contains("none of the routes"), "{err}");
+    let (status, listed) = crate::e2b::api(&mock, "GET", "/v2/sandboxes").await;
+    assert_eq!((status, listed.trim()), (200, "[]"), "VMs left behind");
+    drop((e2b, other));
+    known.shutdown().await.unwrap();
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limits_and_a_resuming_proxy_are_waited_out() {
+    let Some(mock) = serving(Generations::default()).await else {
+        return;
+    };
+    let e2b = crate::cli().with_env(mock.env());
+    // The next two control-plane calls answer 429 with Retry-After: 1.
+    mock.faults().rate_limit(2, Duration::from_secs(1));
+    let started = Instant::now();
+    e2b.ok(&["up", "box", "--backend", "e2b", "--template", "base"]);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "Retry-After was not honoured: {:?}",
+        started.elapsed()
+    );
+    // Every create carried the same idempotency key, so one sandbox.
+    let (_, listed) = crate::e2b::api(&mock, "GET", "/v2/sandboxes").await;
+    let listed = silo_tests::json(&listed);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+
+    // After a resume the proxy answers 502 for a while: the resume and
+    // the next command wait it out.
+    e2b.ok(&["stop", "box"]);
+    mock.faults().set_unready(Duration::from_millis(1500));
+    e2b.ok(&["up", "box"]);
+    assert_eq!(e2b.ok(&["exec", "box", "--", "echo", "ok"]), "ok\n");
+    mock.faults().set_unready(Duration::ZERO);
+    e2b.ok(&["rm", "box"]);
+
+    // No network reaches the create as E2B's own egress rules.
+    e2b.ok(&["up", "off", "--backend", "e2b", "--network", "none"]);
+    let create = bodies(&mock, "POST /v2/sandboxes").pop().unwrap();
+    assert_eq!(create["allow_internet_access"], false, "{create}");
+    assert_eq!(create["network"]["denyOut"][0], "0.0.0.0/0", "{create}");
+    e2b.ok(&["rm", "off"]);
+    drop(e2b);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_cut_by_a_pause_reattaches_after_the_resume() {
+    let Some(mock) = serving(Generations::default()).await else {
+        return;
+    };
+    let e2b = crate::cli().with_env(mock.env());
+    e2b.ok(&["up", "box", "--backend", "e2b", "--template", "base"]);
+    // A pause cuts every connection, as E2B's does.
+    mock.faults().set_drop_on_pause(true);
+    let script = "i=0; while [ $i -lt 40 ]; do echo line$i; i=$((i+1)); sleep 0.05; done";
+    let running = e2b
+        .command(&["exec", "box", "--", "sh", "-c", script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    e2b.ok(&["stop", "box"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    e2b.ok(&["up", "box"]);
+    let out = tokio::task::spawn_blocking(move || running.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected: String = (0..40).map(|i| format!("line{i}\n")).collect();
+    assert_eq!(stdout, expected, "every byte, once, in order");
+    e2b.ok(&["rm", "box"]);
+    drop(e2b);
+    mock.shutdown().await.unwrap();
+}
