@@ -144,7 +144,7 @@ fn push(
     Ok(())
 }
 
-fn run_silo(bin: &Path, home: &Path, args: &[&str]) -> std::io::Result<ExitStatus> {
+pub(crate) fn run_silo(bin: &Path, home: &Path, args: &[&str]) -> std::io::Result<ExitStatus> {
     quiet(
         Command::new(bin)
             .env("SILO_HOME", home)

@@ -39,6 +39,11 @@ impl DockerBench {
         }))
     }
 
+    /// The silo home the bench's library uses, for a CLI on the same one.
+    pub fn home(&self) -> std::path::PathBuf {
+        self._home.path().join("home")
+    }
+
     /// A request for a base-image sandbox called `name`.
     pub fn request(name: &str) -> CreateRequest {
         CreateRequest {

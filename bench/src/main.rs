@@ -14,6 +14,7 @@
 )]
 
 mod cli;
+mod cli_snapshot;
 mod daytona;
 mod docker_common;
 mod docker_exec_rtt;
@@ -48,6 +49,7 @@ use clap::Parser;
 const SCENARIOS: &[&str] = &[
     "exec-rtt",
     "cli",
+    "cli-snapshot",
     "exec-memory",
     "session-rtt",
     "interrupt",
@@ -154,6 +156,7 @@ async fn run(scenario: &str, quick: bool) -> anyhow::Result<Vec<report::Row>> {
     Ok(match scenario {
         "exec-rtt" => exec_rtt::run(quick).await?,
         "cli" => cli::run(quick).await?,
+        "cli-snapshot" => cli_snapshot::run(quick).await?,
         "exec-memory" => exec_memory::run(quick).await?,
         "session-rtt" => session_rtt::run(quick).await?,
         "interrupt" => {

@@ -87,10 +87,20 @@ async fn each_snapshot_stores_what_changed_since_the_last_and_restores_its_own_t
     assert_eq!(layers(&fourth), layers(&third));
     assert_eq!(fourth["parent"], third["id"]);
 
-    // The engine took it as an image too (its history adds no layer).
+    // A snapshot returns once durable, and its process exits: no engine
+    // image is made. A fork, which needs one, makes it from the store
+    // (every layer above the base, none of which the engine had).
     let report = json(&cli.ok(&["snapshot", "inc", "--json"]));
-    assert!(report["loaded_ms"].is_number(), "{report}");
+    assert!(report.get("loaded_ms").is_none(), "{report}");
     assert_eq!(layers(&report["snapshot"]), layers(&third));
+    let lazy = report["snapshot"]["id"].as_str().unwrap();
+    let forked = json(&cli.ok(&["fork", lazy, "--name", "inc-lazy", "--json"]));
+    assert!(
+        forked["image"]["store"]["layers_sent"].as_u64().unwrap() >= 3,
+        "{forked}"
+    );
+    assert_eq!(tree(&cli, "inc-lazy"), third_tree);
+    cli.ok(&["rm", "inc-lazy"]);
     cli.ok(&["rewind", "inc", report["snapshot"]["id"].as_str().unwrap()]);
     assert_eq!(tree(&cli, "inc"), third_tree);
 

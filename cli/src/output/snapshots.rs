@@ -53,16 +53,8 @@ impl Output {
             ));
         }
         lines.push(format!(
-            "  captured {:.0} ms (processes stopped: {}), durable {:.0} ms{}",
-            report.captured_ms,
-            report.processes_stopped,
-            report.durable_ms,
-            match (report.loaded_ms, &report.load_error) {
-                (Some(ms), _) => format!(", on the engine {ms:.0} ms"),
-                (None, Some(error)) => format!(", not loaded into the engine ({error})"),
-                // No engine to load into: a remote machine.
-                (None, None) => String::new(),
-            }
+            "  captured {:.0} ms (processes stopped: {}), durable {:.0} ms",
+            report.captured_ms, report.processes_stopped, report.durable_ms,
         ));
         if let Some(compacted) = &report.compacted {
             lines.push(format!(

@@ -17,9 +17,14 @@
 //! - **durable**: the layer (and, for the first snapshot on an image, the
 //!   image, stored after the capture) is fsynced in the store and the row
 //!   recorded;
-//! - **loaded**: the engine has the snapshot as an image, so a rewind on
-//!   this engine need not load it. Loading sends only the layers the engine
-//!   lacks (it skips a layer whose chain it has).
+//!
+//! A snapshot returns once durable. The engine image of a snapshot is made
+//! only when a restore onto a new container (a recreate rewind, a fork,
+//! `up` tier 2) needs it, or ahead of one on request
+//! ([`Silo::make_engine_image`]); a rewind in place never needs one.
+//! Making it sends only the layers the engine lacks (it skips a layer whose
+//! chain it has), so a process that exits right after a snapshot loses
+//! nothing: the next restore that needs the image makes it.
 //!
 //! Processes and memory are not captured: a rewound sandbox boots afresh.
 //!
@@ -107,12 +112,6 @@ pub struct SnapshotReport {
     /// Milliseconds from the start until it was in the store and recorded
     /// (with the base image, when this snapshot stored it).
     pub durable_ms: f64,
-    /// Milliseconds from the start until the engine had it as an image;
-    /// `None` if loading it failed (see `load_error`; a rewind loads it
-    /// then), or if the sandbox's backend has no engine (a remote VM).
-    pub loaded_ms: Option<f64>,
-    /// Why loading it into the engine failed.
-    pub load_error: Option<String>,
     /// Entries in its layer (files, directories, links, deletions).
     pub entries: u64,
     /// Deletions among them.

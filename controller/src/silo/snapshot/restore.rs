@@ -44,6 +44,24 @@ pub struct ForkTarget {
 }
 
 impl Silo {
+    /// Makes the engine image a restore onto a new container would need for
+    /// `snapshot` (from the store, sending only the layers the engine
+    /// lacks), ahead of that restore; says how the engine got it. A
+    /// snapshot does not make it (see the module docs of `snapshot`).
+    pub async fn make_engine_image(
+        &self,
+        snapshot: &str,
+        progress: &SnapshotProgressFn,
+    ) -> Result<ImageSource, SiloError> {
+        let snapshot = self.db().snapshot(snapshot)?;
+        let store = self.store()?;
+        let images = self.engine_images(snapshot.spec.backend)?;
+        let (_, source) = self
+            .load_snapshot_image(&images, &store, &snapshot, None, progress)
+            .await?;
+        Ok(source)
+    }
+
     /// Makes sure the engine has the snapshot's image, loading it from the
     /// store if not; returns the image id and how it got there. A snapshot
     /// taken on a template, or asked onto another `image`, is rebased onto

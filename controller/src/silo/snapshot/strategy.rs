@@ -154,29 +154,6 @@ impl Strategy {
         }
     }
 
-    /// After a snapshot is durable: loads it onto the engine, so a rewind
-    /// there starts at once (the engine already has every layer but the
-    /// new one: the container's image is what the snapshot stands on).
-    /// `None` for a machine with no engine to load it into; else whether
-    /// it was loaded, or why not.
-    pub(super) async fn after_capture(
-        &self,
-        silo: &Silo,
-        store: &Store,
-        snapshot: &Snapshot,
-        progress: &SnapshotProgressFn,
-    ) -> Option<Result<(), String>> {
-        let Strategy::EngineImages(images) = self else {
-            return None;
-        };
-        Some(
-            silo.load_snapshot_image(images, store, snapshot, None, progress)
-                .await
-                .map(|_| ())
-                .map_err(|error| silo_protocol::http::error_chain(&error)),
-        )
-    }
-
     /// Replaces a sandbox's machine with one made from `snapshot`, keeping
     /// its row; answers the sandbox as recorded and where its files came from.
     pub(super) async fn restore(

@@ -4,8 +4,9 @@
 //! something to measure it against (the chain's tree, the image's index,
 //! or the image's listing); a base image the store lacks is stored after
 //! the capture, while the sandbox runs. A snapshot is durable once its
-//! blobs are fsynced in the store and the row is recorded; it is then
-//! loaded onto the engine so a rewind there starts at once.
+//! blobs are fsynced in the store and the row is recorded, and it returns
+//! then: the engine image only a restore onto a new container needs is
+//! made by that restore (or ahead of it, on request).
 
 use std::io;
 use std::sync::Arc;
@@ -249,28 +250,14 @@ impl Silo {
             false => (snapshot, None),
         };
         drop(lock);
-
-        // The engine already has every layer but the new one: the
-        // container's image is what the snapshot stands on. A machine that
-        // is not a container has no engine to load it into.
-        let (loaded_ms, load_error) = match strategy
-            .after_capture(self, &store, &snapshot, progress)
-            .await
-        {
-            Some(Ok(())) => (Some(ms_since(start)), None),
-            Some(Err(error)) => {
-                tracing::warn!(snapshot = snapshot.id, "loading into the engine: {error}");
-                (None, Some(error))
-            }
-            None => (None, None),
-        };
+        // The engine image a recreate restore needs is not made here: most
+        // restores are in place and never need it, and the one that does
+        // makes it from the store (see `restore`).
         Ok(SnapshotReport {
             snapshot,
             base_stored,
             captured_ms,
             durable_ms,
-            loaded_ms,
-            load_error,
             entries: stats.entries,
             deletions: stats.whiteouts,
             processes_stopped,
