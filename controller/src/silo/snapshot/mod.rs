@@ -236,7 +236,7 @@ pub enum SnapshotError {
     },
     /// The sandbox's backend cannot snapshot.
     #[error(
-        "sandbox {name:?} runs on the {backend} backend, which has no snapshots (docker and e2b have)"
+        "sandbox {name:?} runs on the {backend} backend, which has no snapshots (docker, e2b and daytona have)"
     )]
     Unsupported {
         /// The sandbox.
