@@ -18,7 +18,7 @@ use silo_protocol::auth::{Key, derive_sandbox_key};
 use crate::agent_binary::AgentLocator;
 use crate::backend::{
     AnyBackend, Backend, BackendError, BackendSetup, Backends, DaytonaConfig, E2bConfig, Machine,
-    MachineState,
+    MachineState, PortUrl,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -417,6 +417,20 @@ impl Silo {
             .endpoint(machine(sandbox, &key))
             .map_err(|e| backend_error("reach", sandbox, e))?;
         Ok(AgentClient::new(endpoint, key).for_sandbox(&sandbox.name))
+    }
+
+    /// Where `port` inside the sandbox is reached from the host, as its
+    /// backend routes it.
+    pub(crate) async fn port_url(
+        &self,
+        sandbox: &SandboxRecord,
+        port: u16,
+    ) -> Result<PortUrl, SiloError> {
+        let key = self.sandbox_key(sandbox);
+        self.backend(sandbox.backend)
+            .port_url(machine(sandbox, &key), port)
+            .await
+            .map_err(|e| backend_error("reach a port of", sandbox, e))
     }
 
     /// The key this sandbox's agent accepts.
