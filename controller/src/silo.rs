@@ -18,7 +18,7 @@ use silo_protocol::auth::{Key, derive_sandbox_key};
 use crate::agent_binary::AgentLocator;
 use crate::backend::{
     AnyBackend, Backend, BackendError, BackendSetup, Backends, DaytonaConfig, E2bConfig, Machine,
-    MachineState, PortUrl,
+    MachineState, NoPortRoute, PortUrl,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -430,7 +430,10 @@ impl Silo {
         self.backend(sandbox.backend)
             .port_url(machine(sandbox, &key), port)
             .await
-            .map_err(|e| backend_error("reach a port of", sandbox, e))
+            .map_err(|e| match e {
+                BackendError::NoPortRoute(refused) => SiloError::NoPortRoute(refused),
+                e => backend_error("reach a port of", sandbox, e),
+            })
     }
 
     /// The key this sandbox's agent accepts.
@@ -572,6 +575,9 @@ pub enum SiloError {
     /// A name or id could not be made or accepted.
     #[error(transparent)]
     Naming(#[from] NamingError),
+    /// A port of a sandbox has no route from the host on its backend.
+    #[error(transparent)]
+    NoPortRoute(NoPortRoute),
     /// A backend operation failed.
     #[error("cannot {op} sandbox {name:?} ({backend} backend)")]
     Backend {

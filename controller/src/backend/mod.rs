@@ -119,6 +119,18 @@ pub struct PortUrl {
     pub headers: Vec<(String, String)>,
 }
 
+/// A port a backend gives no route to from the host.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("port {port} of sandbox {name:?} has no host address: {why}")]
+pub struct NoPortRoute {
+    /// The sandbox.
+    pub name: String,
+    /// The port asked for.
+    pub port: u16,
+    /// Why, and what to do instead.
+    pub why: &'static str,
+}
+
 /// What a backend can do with snapshots.
 ///
 /// The agent writes a snapshot's layer on every backend that has one; what
@@ -344,6 +356,9 @@ macro_rules! register_backends {
                 #[error(transparent)]
                 $variant(#[from] $error),
             )+
+            /// The backend gives the port asked for no route from the host.
+            #[error(transparent)]
+            NoPortRoute(#[from] NoPortRoute),
         }
 
         /// The backends of one home, keyed by kind: one of each registered.

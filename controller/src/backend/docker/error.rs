@@ -29,18 +29,6 @@ pub enum DockerError {
         /// How long we waited.
         waited: Duration,
     },
-    /// A port was asked for: a container publishes none, so nothing on the
-    /// host reaches it.
-    #[error(
-        "port {port} of {name} has no host address: a docker sandbox publishes no ports \
-         (run the client inside it, or use a local, e2b or daytona sandbox)"
-    )]
-    NoPublishedPorts {
-        /// The sandbox.
-        name: String,
-        /// The port asked for.
-        port: u16,
-    },
     /// An Engine API call failed.
     #[error("docker engine: cannot {what}")]
     Api {

@@ -44,7 +44,7 @@ use bollard::query_parameters::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, PortUrl,
+    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, NoPortRoute, PortUrl,
     SnapshotSupport,
 };
 use crate::agent_binary::{AgentLocator, is_static_executable};
@@ -506,9 +506,11 @@ impl Backend for DockerBackend {
     }
 
     async fn port_url(&self, machine: Machine<'_>, port: u16) -> Result<PortUrl, BackendError> {
-        Err(DockerError::NoPublishedPorts {
+        Err(NoPortRoute {
             name: machine.name.to_owned(),
             port,
+            why: "a docker sandbox publishes no ports \
+                  (run the client inside it, or use a local, e2b or daytona sandbox)",
         }
         .into())
     }
