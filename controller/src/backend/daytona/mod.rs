@@ -359,6 +359,19 @@ mod tests {
     use silo_protocol::auth::Key;
 
     #[test]
+    fn a_preview_url_must_name_a_host() {
+        let uri = preview_uri("https://8080-abc.proxy.example:4443").unwrap();
+        assert_eq!(
+            uri.authority().map(|a| a.as_str()),
+            Some("8080-abc.proxy.example:4443")
+        );
+        assert!(matches!(
+            preview_uri("/no/host"),
+            Err(DaytonaError::Unexpected { .. })
+        ));
+    }
+
+    #[test]
     fn the_agent_starts_with_every_word_quoted() {
         let mut spec = SandboxSpec::new(BackendKind::Daytona);
         spec.workload = vec!["sh".into(), "-c".into(), "echo 'hi'".into()];
