@@ -19,6 +19,7 @@ pub use commands::{CommandEvent, CommandOutput, Commands, Execution};
 pub use files::{Copied, CopyError, FileError, Files};
 pub use snapshots::Snapshots;
 
+use crate::PortUrl;
 use crate::push::{PushError, PushOptions, PushReport};
 use crate::state::SandboxRecord;
 use crate::{Silo, SiloError, UpOutcome, UpRequest};
@@ -91,6 +92,14 @@ impl Sandbox {
         let client = self.silo.client(&self.record)?;
         let key = self.silo.sandbox_key(&self.record).to_hex();
         Ok(AgentAddress::new(&self.record.id, client.endpoint(), key))
+    }
+
+    /// Where `port` inside it is reached from the host (a URL, its host,
+    /// and any header a client must send), as its backend routes it: the
+    /// host's own port on the local backend, the provider's proxy on E2B
+    /// and Daytona; a Docker sandbox publishes none, and the error says so.
+    pub async fn port_url(&self, port: u16) -> Result<PortUrl, SiloError> {
+        self.silo.port_url(&self.record, port).await
     }
 
     /// Stops it; its files stay. Answers whether it was running.

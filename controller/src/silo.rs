@@ -18,7 +18,7 @@ use silo_protocol::auth::{Key, derive_sandbox_key};
 use crate::agent_binary::AgentLocator;
 use crate::backend::{
     AnyBackend, Backend, BackendError, BackendSetup, Backends, DaytonaConfig, E2bConfig, Machine,
-    MachineState,
+    MachineState, NoPortRoute, PortUrl,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -419,6 +419,23 @@ impl Silo {
         Ok(AgentClient::new(endpoint, key).for_sandbox(&sandbox.name))
     }
 
+    /// Where `port` inside the sandbox is reached from the host, as its
+    /// backend routes it.
+    pub(crate) async fn port_url(
+        &self,
+        sandbox: &SandboxRecord,
+        port: u16,
+    ) -> Result<PortUrl, SiloError> {
+        let key = self.sandbox_key(sandbox);
+        self.backend(sandbox.backend)
+            .port_url(machine(sandbox, &key), port)
+            .await
+            .map_err(|e| match e {
+                BackendError::NoPortRoute(refused) => SiloError::NoPortRoute(refused),
+                e => backend_error("reach a port of", sandbox, e),
+            })
+    }
+
     /// The key this sandbox's agent accepts.
     pub fn sandbox_key(&self, sandbox: &SandboxRecord) -> Key {
         derive_sandbox_key(&self.0.master, &sandbox.id)
@@ -558,6 +575,9 @@ pub enum SiloError {
     /// A name or id could not be made or accepted.
     #[error(transparent)]
     Naming(#[from] NamingError),
+    /// A port of a sandbox has no route from the host on its backend.
+    #[error(transparent)]
+    NoPortRoute(NoPortRoute),
     /// A backend operation failed.
     #[error("cannot {op} sandbox {name:?} ({backend} backend)")]
     Backend {

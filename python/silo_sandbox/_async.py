@@ -377,7 +377,11 @@ class AsyncSandbox:
 
     async def get_host(self, port: int) -> str:
         """Where ``port`` inside the sandbox is reached; see ``Sandbox.get_host``."""
-        return _core.host_for(await self.agent_address(), (await self.info())["backend"], port)
+        return (await self.get_port_url(port))["host"]
+
+    async def get_port_url(self, port: int) -> dict:
+        """``host``, ``url`` and ``headers`` of ``port``; see ``Sandbox.get_port_url``."""
+        return await aio(self._native.port_url, _core.port_number(port))
 
     async def agent_address(self) -> dict:
         """How a client of its own reaches this sandbox's agent."""

@@ -457,20 +457,8 @@ def file_entries(files: Any) -> list[tuple[str, str, Any, bool]]:
     return entries
 
 
-def host_for(address: dict, backend: str, port: int) -> str:
-    """``get_host``: where port ``port`` inside the sandbox is reached."""
-    if not 0 < port < 65536:
-        raise InvalidArgumentError(f"{port} is not a port")
-    if backend == "local":
-        # The local backend's processes are host processes.
-        return f"127.0.0.1:{port}"
-    if backend == "e2b":
-        host = address["host_header"]
-        _, _, rest = host.partition("-")
-        return f"{port}-{rest}"
-    raise InvalidArgumentError(
-        f"a {backend} sandbox has no URL for its ports from silo: docker publishes none "
-        "(run a command in it, or use a local or e2b sandbox)"
-        if backend == "docker"
-        else f"a {backend} sandbox has no URL for its ports from silo yet (its preview API gives one per port)"
-    )
+def port_number(port: int) -> int:
+    """A port of the sandbox, checked before it crosses to the native side."""
+    if not isinstance(port, int) or not 0 < port < 65536:
+        raise InvalidArgumentError(f"{port!r} is not a port")
+    return port

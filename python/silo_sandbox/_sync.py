@@ -448,8 +448,16 @@ class Sandbox:
 
     def get_host(self, port: int) -> str:
         """``host:port`` (or a proxy host name) reaching ``port`` inside the
-        sandbox: local and e2b sandboxes; others raise ``InvalidArgumentError``."""
-        return _core.host_for(self.agent_address(), self.info()["backend"], port)
+        sandbox; a docker sandbox publishes none and raises
+        ``InvalidArgumentError``. A daytona host also wants the headers
+        ``get_port_url`` gives."""
+        return self.get_port_url(port)["host"]
+
+    def get_port_url(self, port: int) -> dict:
+        """Where ``port`` inside the sandbox is reached: ``host``, ``url``
+        and the ``headers`` (name, value pairs) a client must send, such as
+        daytona's preview token."""
+        return self._native.port_url(_core.port_number(port))
 
     def agent_address(self) -> dict:
         """How a client of its own reaches this sandbox's agent: transport,

@@ -191,7 +191,8 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Class {
             | SiloError::Spec(_)
             | SiloError::NeedsSpec { .. }
             | SiloError::Pool(_)
-            | SiloError::NoPause { .. } => Class::InvalidArgument,
+            | SiloError::NoPause { .. }
+            | SiloError::NoPortRoute(_) => Class::InvalidArgument,
             // The local and Docker backends fail for the host's reasons; the
             // remote ones are a provider refusing, with its hint in the chain.
             SiloError::Backend {

@@ -236,6 +236,21 @@ impl Sandbox {
         })
     }
 
+    /// Where `port` inside it is reached from the host (`host`, `url`,
+    /// `headers`), as its backend routes it.
+    #[pyo3(signature = (port, aio=None))]
+    fn port_url(
+        &self,
+        py: Python<'_>,
+        port: u16,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let sandbox = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            runtime::json(&sandbox.port_url(port).await?)
+        })
+    }
+
     /// Where its agent listens and its key (docs/protocol.md, "Connecting
     /// to a sandbox").
     #[pyo3(signature = (aio=None))]

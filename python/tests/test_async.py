@@ -24,9 +24,11 @@ def test_async_and_sync_give_the_same_results(local):
         session = sandbox.commands.session("s")
         await session.run("cd /tmp && V=7")
         in_session = await session.run('echo "$(pwd) $V"')
-        return run, listing, text, failed, in_session
+        host = await sandbox.get_host(8080)
+        return run, listing, text, failed, in_session, host
 
-    run, listing, text, failed, in_session = asyncio.run(journey())
+    run, listing, text, failed, in_session, host = asyncio.run(journey())
+    assert host == local.get_host(8080) == "127.0.0.1:8080"
     sync_run = local.commands.run("echo out; echo err >&2; exit 0", envs={"A": "1"})
     assert (run.stdout, run.stderr, run.exit_code) == (sync_run.stdout, sync_run.stderr, sync_run.exit_code)
     assert [e.name for e in listing] == [e.name for e in local.files.list("async")]

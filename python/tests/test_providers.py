@@ -73,13 +73,18 @@ def test_a_remote_sandbox_runs_commands_files_and_snapshots(provider):
         assert sandbox.files.read("/tmp/remote.txt") == "over tls"
         address = sandbox.agent_address()
         assert address["transport"] == "tls"
+        host = sandbox.get_host(8080)
+        port = sandbox.get_port_url(8080)
+        assert port["host"] == host and port["url"] == "https://" + host
         if backend == "e2b":
             assert address["host_header"].startswith("49999-")
-            assert sandbox.get_host(8080) == "8080-" + address["host_header"].partition("-")[2]
+            assert host == "8080-" + address["host_header"].partition("-")[2]
+            assert port["headers"] == []
         else:
             assert [name for name, _ in address["headers"]] == ["x-daytona-preview-token"]
-            with pytest.raises(silo_sandbox.InvalidArgumentError):
-                sandbox.get_host(8080)
+            # The preview host and token come from Daytona's preview-url route.
+            assert host.partition(":")[0] == "8080-" + address["host_header"].partition("-")[2]
+            assert [tuple(h) for h in port["headers"]] == [tuple(h) for h in address["headers"]]
         snap = sandbox.snapshots.take("remote")
         sandbox.files.write("/tmp/remote.txt", "changed")
         sandbox.snapshots.rewind(snap)

@@ -107,6 +107,30 @@ pub struct LastExit {
     pub clean: bool,
 }
 
+/// Where a port inside a sandbox is reached from the host, and what a
+/// client must send to be let through (a provider's access token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortUrl {
+    /// `HOST` or `HOST:PORT`, as E2B's `get_host` answers.
+    pub host: String,
+    /// The URL of the port's root (`http://` or `https://`).
+    pub url: String,
+    /// Headers every request to it must carry (name, value).
+    pub headers: Vec<(String, String)>,
+}
+
+/// A port a backend gives no route to from the host.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("port {port} of sandbox {name:?} has no host address: {why}")]
+pub struct NoPortRoute {
+    /// The sandbox.
+    pub name: String,
+    /// The port asked for.
+    pub port: u16,
+    /// Why, and what to do instead.
+    pub why: &'static str,
+}
+
 /// What a backend can do with snapshots.
 ///
 /// The agent writes a snapshot's layer on every backend that has one; what
@@ -180,6 +204,14 @@ pub trait Backend {
 
     /// Where the machine's agent listens.
     fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError>;
+
+    /// Where `port` inside the machine is reached from the host; an error
+    /// naming why when the backend gives it no route.
+    fn port_url(
+        &self,
+        machine: Machine<'_>,
+        port: u16,
+    ) -> impl Future<Output = Result<PortUrl, BackendError>> + Send;
 
     /// How the machine last ended, when it is stopped; `None` when it is
     /// running, missing, or the backend cannot tell. Whether silo itself
@@ -294,6 +326,10 @@ macro_rules! register_backends {
                 match self { $(AnyBackend::$variant(b) => b.endpoint(machine),)+ }
             }
 
+            async fn port_url(&self, machine: Machine<'_>, port: u16) -> Result<PortUrl, BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.port_url(machine, port).await,)+ }
+            }
+
             async fn last_exit(&self, machine: Machine<'_>) -> Result<Option<LastExit>, BackendError> {
                 match self { $(AnyBackend::$variant(b) => b.last_exit(machine).await,)+ }
             }
@@ -320,6 +356,9 @@ macro_rules! register_backends {
                 #[error(transparent)]
                 $variant(#[from] $error),
             )+
+            /// The backend gives the port asked for no route from the host.
+            #[error(transparent)]
+            NoPortRoute(#[from] NoPortRoute),
         }
 
         /// The backends of one home, keyed by kind: one of each registered.

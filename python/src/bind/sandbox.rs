@@ -266,6 +266,14 @@ impl SandboxRef {
         stopped.map_err(|e| to_py(&e))
     }
 
+    /// Where `port` inside it is reached from the host: `host`, `url` and
+    /// the `headers` a client must send.
+    pub async fn port_url(&self, port: u16) -> PyResult<serde_json::Value> {
+        let sandbox = self.sandbox().await?;
+        let url = sandbox.port_url(port).await.map_err(|e| to_py(&e))?;
+        serde_json::to_value(url).map_err(|e| invalid(e.to_string()))
+    }
+
     /// What a third-party client needs to talk to its agent (see
     /// docs/protocol.md, "Connecting to a sandbox").
     pub async fn address(&self) -> PyResult<serde_json::Value> {

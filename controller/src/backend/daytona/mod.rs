@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
 use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, tls_route};
-use super::{BackendSetup, Machine};
+use super::{BackendSetup, Machine, PortUrl};
 use crate::client::Endpoint;
 use crate::spec::BackendKind;
 
@@ -93,15 +93,8 @@ impl Daytona {
     /// The agent port's preview host and token now.
     async fn preview(&self, api: &Api, id: &str) -> Result<(String, String), DaytonaError> {
         let preview = api.preview_url(id, AGENT_PORT).await?;
-        let host = preview
-            .url
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|uri| uri.host().map(str::to_owned))
-            .ok_or_else(|| DaytonaError::Unexpected {
-                what: "a preview URL",
-                why: format!("{:?} has no host", preview.url),
-            })?;
+        let uri = preview_uri(&preview.url)?;
+        let host = uri.host().unwrap_or_default().to_owned();
         Ok((host, preview.token))
     }
 
@@ -305,6 +298,22 @@ impl Provider for Daytona {
         Ok(true)
     }
 
+    /// Daytona's preview URL of the port, asked of its API (the host is
+    /// its own choice), with the token a private sandbox's proxy wants.
+    async fn port_url(&self, daytona: &DaytonaRef, port: u16) -> Result<PortUrl, DaytonaError> {
+        let preview = self.api()?.preview_url(&daytona.sandbox_id, port).await?;
+        let uri = preview_uri(&preview.url)?;
+        let host = uri
+            .authority()
+            .map(|authority| authority.as_str().to_owned())
+            .unwrap_or_default();
+        Ok(PortUrl {
+            host,
+            url: preview.url,
+            headers: vec![(PREVIEW_TOKEN_HEADER.to_owned(), preview.token)],
+        })
+    }
+
     fn agent_endpoint(&self, daytona: &DaytonaRef) -> Result<Endpoint, DaytonaError> {
         let config = self.config()?;
         Ok(tls_route(
@@ -317,6 +326,17 @@ impl Provider for Daytona {
             )],
         ))
     }
+}
+
+/// A preview URL that names a host, or the error that says it does not.
+fn preview_uri(url: &str) -> Result<http::Uri, DaytonaError> {
+    url.parse::<http::Uri>()
+        .ok()
+        .filter(|uri| uri.host().is_some_and(|host| !host.is_empty()))
+        .ok_or_else(|| DaytonaError::Unexpected {
+            what: "a preview URL",
+            why: format!("{url:?} has no host"),
+        })
 }
 
 /// The shell line the toolbox runs to start the agent: made executable
@@ -337,6 +357,19 @@ mod tests {
     use super::*;
     use crate::spec::SandboxSpec;
     use silo_protocol::auth::Key;
+
+    #[test]
+    fn a_preview_url_must_name_a_host() {
+        let uri = preview_uri("https://8080-abc.proxy.example:4443").unwrap();
+        assert_eq!(
+            uri.authority().map(|a| a.as_str()),
+            Some("8080-abc.proxy.example:4443")
+        );
+        assert!(matches!(
+            preview_uri("/no/host"),
+            Err(DaytonaError::Unexpected { .. })
+        ));
+    }
 
     #[test]
     fn the_agent_starts_with_every_word_quoted() {

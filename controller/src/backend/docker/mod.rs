@@ -44,7 +44,8 @@ use bollard::query_parameters::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, SnapshotSupport,
+    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, NoPortRoute, PortUrl,
+    SnapshotSupport,
 };
 use crate::agent_binary::{AgentLocator, is_static_executable};
 use crate::client::{AgentClient, Endpoint};
@@ -502,6 +503,16 @@ impl Backend for DockerBackend {
             }
             _ => Ok(Endpoint::Unix(socket)),
         }
+    }
+
+    async fn port_url(&self, machine: Machine<'_>, port: u16) -> Result<PortUrl, BackendError> {
+        Err(NoPortRoute {
+            name: machine.name.to_owned(),
+            port,
+            why: "a docker sandbox publishes no ports \
+                  (run the client inside it, or use a local, e2b or daytona sandbox)",
+        }
+        .into())
     }
 
     async fn last_exit(&self, machine: Machine<'_>) -> Result<Option<LastExit>, BackendError> {

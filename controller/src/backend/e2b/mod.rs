@@ -31,10 +31,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::BackendSetup;
-use super::Machine;
 use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
 use super::remote::error::RemoteError;
 use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, wait_for_agent};
+use super::{Machine, PortUrl};
 use crate::client::Endpoint;
 use crate::image::BAKED_AGENT_PATH;
 use crate::spec::BackendKind;
@@ -119,6 +119,15 @@ impl E2b {
 
     fn envd(&self, e2b: &E2bRef) -> Result<Envd, E2bError> {
         Ok(Envd::of(self.config()?, e2b))
+    }
+
+    /// The traffic token's header, on a sandbox whose public traffic is
+    /// restricted.
+    fn traffic_headers(&self, e2b: &E2bRef) -> Vec<(String, String)> {
+        e2b.traffic_token
+            .iter()
+            .map(|token| (TRAFFIC_TOKEN_HEADER.to_owned(), token.clone()))
+            .collect()
     }
 
     fn timeout_secs(&self) -> Result<u32, E2bError> {
@@ -252,13 +261,22 @@ impl Provider for E2b {
     }
 
     fn agent_endpoint(&self, e2b: &E2bRef) -> Result<Endpoint, E2bError> {
-        let headers = e2b
-            .traffic_token
-            .iter()
-            .map(|token| (TRAFFIC_TOKEN_HEADER.to_owned(), token.clone()))
-            .collect();
+        let headers = self.traffic_headers(e2b);
         let config = self.config()?;
         Ok(config.route(AGENT_PORT, &e2b.sandbox_id, e2b.domain.as_deref(), headers))
+    }
+
+    /// E2B's proxy host for the port, as its SDK's `get_host` makes it; a
+    /// sandbox whose public traffic is restricted wants its token too.
+    async fn port_url(&self, e2b: &E2bRef, port: u16) -> Result<PortUrl, E2bError> {
+        let host = self
+            .config()?
+            .sandbox_host(port, &e2b.sandbox_id, e2b.domain.as_deref());
+        Ok(PortUrl {
+            url: format!("https://{host}"),
+            host,
+            headers: self.traffic_headers(e2b),
+        })
     }
 
     /// When the template carried the agent last time (`silo image bake`

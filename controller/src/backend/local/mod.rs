@@ -36,7 +36,8 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, SnapshotSupport,
+    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, PortUrl,
+    SnapshotSupport,
 };
 use crate::agent_binary::{AgentBinaryError, AgentLocator};
 use crate::client::{AgentClient, Endpoint};
@@ -59,6 +60,8 @@ const POLL: Duration = Duration::from_millis(5);
 const MAX_SOCKET_PATH: usize = 107;
 /// Lines of `agent.log` quoted in startup errors.
 const LOG_TAIL_LINES: usize = 20;
+/// Where the host reaches a port of the local backend's processes.
+const LOOPBACK: &str = "127.0.0.1";
 
 /// Runs sandboxes as agent processes on this host.
 #[derive(Debug, Clone)]
@@ -308,6 +311,17 @@ impl Backend for LocalBackend {
 
     fn endpoint(&self, machine: Machine<'_>) -> Result<Endpoint, BackendError> {
         Ok(Endpoint::Unix(self.paths(&machine).socket))
+    }
+
+    /// The agent's workload runs as host processes, so its ports are the
+    /// host's own.
+    async fn port_url(&self, _machine: Machine<'_>, port: u16) -> Result<PortUrl, BackendError> {
+        let host = format!("{LOOPBACK}:{port}");
+        Ok(PortUrl {
+            url: format!("http://{host}"),
+            host,
+            headers: Vec::new(),
+        })
     }
 
     /// A pid file whose agent is gone means the agent exited on its own

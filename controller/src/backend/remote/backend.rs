@@ -22,7 +22,7 @@ use super::{AGENT_PATH, KEY_PATH, access_refused, healthy, probe, sweep, wait_fo
 use crate::agent_binary::AgentLocator;
 use crate::backend::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use crate::backend::{
-    Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted, MachineState,
+    Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted, MachineState, PortUrl,
     SnapshotSupport,
 };
 use crate::client::{AgentClient, Endpoint};
@@ -146,6 +146,14 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
 
     /// Where the agent's port is reached, through the provider's proxy.
     fn agent_endpoint(&self, reference: &Self::Ref) -> Result<Endpoint, Self::Error>;
+
+    /// Where `port` of the machine is reached through the provider's proxy,
+    /// with the access headers a client must send.
+    fn port_url(
+        &self,
+        reference: &Self::Ref,
+        port: u16,
+    ) -> impl Future<Output = Result<PortUrl, Self::Error>> + Send;
 
     /// Puts the agent in a fresh machine and starts it. A provider that can
     /// start a template's own agent (`silo image bake`) overrides this; the
@@ -484,6 +492,15 @@ impl<P: Provider> Backend for RemoteBackend<P> {
             parse_ref::<P>(&machine).ok_or_else(|| P::gone(machine.name.to_owned()).into())?;
         self.provider()
             .agent_endpoint(&reference)
+            .map_err(Into::into)
+    }
+
+    async fn port_url(&self, machine: Machine<'_>, port: u16) -> Result<PortUrl, BackendError> {
+        let reference =
+            parse_ref::<P>(&machine).ok_or_else(|| P::gone(machine.name.to_owned()).into())?;
+        self.provider()
+            .port_url(&reference, port)
+            .await
             .map_err(Into::into)
     }
 
