@@ -130,7 +130,7 @@ async fn every_exec_whose_client_vanishes_at_once_is_interrupted() {
     let conn = agent.client().connect().await.unwrap();
     let background = conn
         .exec(ExecSpec {
-            argv: vec!["sleep".into(), "100.4343".into()],
+            argv: vec!["sleep".into(), "100.4545".into()],
             detach_timeout_ms: Some(0),
             ..Default::default()
         })
