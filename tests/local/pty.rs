@@ -91,7 +91,7 @@ async fn ctrl_c_is_a_byte_the_line_discipline_turns_into_sigint() {
     let conn = agent.client().connect().await.unwrap();
     let mut exec = conn
         .exec(tty(
-            &["sh", "-c", "echo ready; exec sleep 100.3131"],
+            &["sh", "-c", "echo ready; exec sleep 100.3232"],
             WindowSize::default(),
         ))
         .await
@@ -101,7 +101,7 @@ async fn ctrl_c_is_a_byte_the_line_discipline_turns_into_sigint() {
         Some(ExecEvent::Output { .. })
     ));
     let deadline = Instant::now() + Duration::from_secs(10);
-    while pids_with_cmdline("sleep 100.3131").is_empty() {
+    while pids_with_cmdline("sleep 100.3232").is_empty() {
         assert!(Instant::now() < deadline, "sleep never started");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
