@@ -24,6 +24,9 @@ use crate::stats::Samples;
 /// Most `silo exec NAME -- true` may cost at p50, as a multiple of
 /// spawning `/bin/true` in the same run.
 const TARGET_EXEC_RATIO: f64 = 2.0;
+/// Most `silo exec NAME -- true` may cost above its floor (`--version`
+/// plus a round trip on an open connection) at p50, in milliseconds.
+const TARGET_ABOVE_FLOOR_MS: f64 = 1.0;
 /// The sandbox the scenario makes (and removes) in its own home.
 const SANDBOX: &str = "bench-cli";
 
@@ -49,6 +52,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
 
     let p50 = |s: &Samples| s.percentile(50.0);
     let exec_ratio = p50(&exec) / p50(&plain);
+    let floor = p50(&version) + p50(&open);
     let row = |metric: String, samples: &Samples, p: f64| {
         let baseline = (plain.percentile(p), "spawn /bin/true");
         Row::untargeted("cli", metric, "ms", samples.percentile(p), Some(baseline))
@@ -75,9 +79,19 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             "cli",
             "floor of `silo exec`: `--version` + open-connection `true`, p50s",
             "ms",
-            p50(&version) + p50(&open),
+            floor,
             Some((p50(&plain), "spawn /bin/true")),
         ),
+        Row {
+            scenario: "cli",
+            metric: "`silo exec` above its floor, p50s".into(),
+            unit: "ms",
+            silo: p50(&exec) - floor,
+            baseline: None,
+            baseline_name: "-",
+            target: format!("<= {TARGET_ABOVE_FLOOR_MS} ms"),
+            met: p50(&exec) - floor <= TARGET_ABOVE_FLOOR_MS,
+        },
     ])
 }
 

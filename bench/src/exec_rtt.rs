@@ -1,5 +1,6 @@
 //! `exec-rtt`: round trip of `true` through an agent on one connection, beside
-//! spawning `true` directly on the host (the floor any exec pays).
+//! spawning `true` directly on the host (the floor any exec pays), one of
+//! each per round.
 
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -10,9 +11,9 @@ use silo_tests::TestAgent;
 use crate::report::Row;
 use crate::stats::Samples;
 
-/// Most a p50 round trip may cost, as a multiple of the host spawning `true`
-/// itself in the same run.
-const TARGET_RATIO: f64 = 1.3;
+/// Most a round trip may cost on average, as a multiple of the host
+/// spawning `true` itself in the same rounds.
+const TARGET_RATIO: f64 = 1.15;
 
 pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let n = if quick { 100 } else { 1000 };
@@ -25,10 +26,15 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     for _ in 0..20 {
         conn.run(spec.clone()).await?;
     }
-    let silo = time_true(&conn, n).await?;
-
+    // Alternating, one of each per round, so a busy moment of the machine
+    // costs both alike.
+    let mut silo = Samples::default();
     let mut plain = Samples::default();
     for _ in 0..n {
+        let t = Instant::now();
+        let out = conn.run(spec.clone()).await?;
+        silo.push(t.elapsed());
+        anyhow::ensure!(out.exit.code == Some(0), "true failed: {:?}", out.exit);
         let t = Instant::now();
         Command::new("true")
             .stdin(Stdio::null())
@@ -38,23 +44,32 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         plain.push(t.elapsed());
     }
 
-    // The target is a ratio: spawning `true` is most of a round trip, and
-    // what it costs differs from machine to machine.
-    let row = |metric: &str, p: f64, target: Option<f64>| Row {
-        scenario: "exec-rtt",
-        metric: format!("{metric} of {n}"),
-        unit: "ms",
-        silo: silo.percentile(p),
-        baseline: Some(plain.percentile(p)),
-        baseline_name: "spawn `true` on host",
-        target: target
-            .map(|t| format!("<= {t}x host spawn"))
-            .unwrap_or_else(|| "-".into()),
-        met: target.is_none_or(|t| silo.percentile(p) <= t * plain.percentile(p)),
+    // The target is a ratio of means: spawning `true` is most of a round
+    // trip, and what it costs differs from machine to machine and moment
+    // to moment.
+    let mean_ratio = silo.mean() / plain.mean();
+    let row = |metric: &str, p: f64| {
+        Row::untargeted(
+            "exec-rtt",
+            format!("{metric} of {n}"),
+            "ms",
+            silo.percentile(p),
+            Some((plain.percentile(p), "spawn `true` on host")),
+        )
     };
     Ok(vec![
-        row("p50", 50.0, Some(TARGET_RATIO)),
-        row("p99", 99.0, None),
+        Row {
+            scenario: "exec-rtt",
+            metric: format!("mean of {n}, alternating"),
+            unit: "ms",
+            silo: silo.mean(),
+            baseline: Some(plain.mean()),
+            baseline_name: "spawn `true` on host",
+            target: format!("<= {TARGET_RATIO}x host spawn"),
+            met: mean_ratio <= TARGET_RATIO,
+        },
+        row("p50", 50.0),
+        row("p99", 99.0),
     ])
 }
 
