@@ -32,11 +32,6 @@ impl Samples {
         self.0.extend(other.0);
     }
 
-    /// The arithmetic mean (NaN when empty).
-    pub fn mean(&self) -> f64 {
-        self.0.iter().sum::<f64>() / self.0.len() as f64
-    }
-
     /// The `p`th percentile (0..=100), nearest-rank.
     pub fn percentile(&self, p: f64) -> f64 {
         let mut sorted = self.0.clone();

@@ -180,12 +180,12 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let silo_search = search(&mut on_silo, branching, depth).await;
     on_silo.clean().await;
     let silo_search = silo_search?;
-    anyhow::ensure!(
-        on_silo.made_new_machine.is_empty(),
-        "{} rewinds made a new machine: {:?}",
-        on_silo.made_new_machine.len(),
-        on_silo.made_new_machine.first()
-    );
+    if let Some(why) = on_silo.made_new_machine.first() {
+        eprintln!(
+            "tree-search: {} rewinds made a new machine, the first because: {why}",
+            on_silo.made_new_machine.len()
+        );
+    }
 
     let mut on_docker = OnDocker {
         engine: bench.engine.clone(),
@@ -198,7 +198,18 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     on_docker.clean().await;
     let docker_search = docker_search?;
 
-    Ok(rows(branching, depth, &silo_search, &docker_search))
+    let mut rows = rows(branching, depth, &silo_search, &docker_search);
+    rows.push(Row {
+        scenario: "tree-search",
+        metric: format!("b{branching} d{depth}, rewinds onto a new machine"),
+        unit: "rewinds",
+        silo: on_silo.made_new_machine.len() as f64,
+        baseline: None,
+        baseline_name: "-",
+        target: "0 (all in place)".into(),
+        met: on_silo.made_new_machine.is_empty(),
+    });
+    Ok(rows)
 }
 
 fn rows(branching: usize, depth: usize, silo: &Search, docker: &Search) -> Vec<Row> {
@@ -272,7 +283,8 @@ struct OnSilo {
     current: String,
     /// An open connection to it, made again after a fork or rewind.
     conn: Option<ExecConnection>,
-    /// Why any rewind made a new machine (the search wants none).
+    /// Why any rewind made a new machine (the search wants none; the
+    /// report counts them).
     made_new_machine: Vec<String>,
 }
 

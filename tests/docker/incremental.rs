@@ -178,3 +178,62 @@ async fn a_long_chain_is_squashed_and_every_snapshot_still_restores_its_tree() {
         assert_eq!(&tree(&cli, "long"), want, "rewound to {}", snapshot["id"]);
     }
 }
+
+/// One process checkpointing again and again (as a harness on the library
+/// does) measures each step against the tree it remembers from the last:
+/// each snapshot holds its own step only, a deletion is recorded once, and
+/// rewinding in place to any of them gives back its files.
+#[tokio::test]
+async fn checkpoints_in_one_process_each_hold_their_own_step_only() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let silo = silo::Silo::open(Some(home.path().join("home"))).unwrap();
+    let name = "remembers";
+    silo.create(silo::CreateRequest {
+        name: Some(name.to_owned()),
+        spec: silo::SandboxSpec {
+            image: Some(BASE_IMAGE.to_owned()),
+            ..silo::SandboxSpec::new(silo::BackendKind::Docker)
+        },
+    })
+    .await
+    .unwrap();
+    let snapshots = silo.snapshots_of(name).unwrap();
+    let run = |script: &'static str| {
+        let silo = silo.clone();
+        async move {
+            let client = silo.client(&silo.get(name).unwrap()).unwrap();
+            let out = client.run(silo_tests::sh(script)).await.unwrap();
+            assert_eq!(out.exit.code, Some(0), "{script}");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    run("mkdir /work && echo a > /work/a && echo keep > /work/keep").await;
+    let first = snapshots.take(None).await.unwrap();
+    run("rm /work/a && echo b > /work/b").await;
+    let second = snapshots.take(None).await.unwrap();
+    assert_eq!(second.deletions, 1, "the deletion of /work/a: {second:?}");
+    run("echo c > /work/c").await;
+    let third = snapshots.take(None).await.unwrap();
+    assert_eq!(
+        third.deletions, 0,
+        "/work/a was deleted before the last snapshot: {third:?}"
+    );
+    run("echo d > /work/d && rm /work/b").await;
+    let fourth = snapshots.take(None).await.unwrap();
+    assert_eq!(fourth.deletions, 1, "the deletion of /work/b: {fourth:?}");
+
+    for (snapshot, listing) in [
+        (&third, "b c keep"),
+        (&first, "a keep"),
+        (&fourth, "c d keep"),
+        (&second, "b keep"),
+    ] {
+        snapshots.rewind(&snapshot.snapshot.id).await.unwrap();
+        let found = run("ls /work | tr '\\n' ' '").await;
+        assert_eq!(found.trim_end(), listing, "after a rewind to {snapshot:?}");
+    }
+    silo.remove(name).await.unwrap();
+}

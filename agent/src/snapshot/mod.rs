@@ -215,8 +215,8 @@ fn take(
     mut out: stream::ChannelWriter,
     ready: oneshot::Sender<Result<StopCounts, SnapshotError>>,
 ) {
-    // Bound first so it is released last, after the thaw.
-    let _held = held;
+    // `held` is released after the thaw and before the layer's end goes
+    // out (below); on an earlier return, after `frozen`'s own thaw.
     let started = Instant::now();
     let spec = match walk_spec(&machine.root, request, excluded) {
         Ok(spec) => spec,
@@ -254,6 +254,10 @@ fn take(
     let written = write_layer(&machine.root, &spec, &mut out);
     // Every file is read: the sandbox may go on while the last chunks go out.
     frozen.thaw();
+    // A client that has read the whole layer may ask for the next snapshot
+    // or a rewind at once; were the slot still held when the end marker
+    // reached it, that request would be told the agent is busy.
+    drop(held);
     let stopped = stopped.processes;
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match written {

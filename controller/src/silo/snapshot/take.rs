@@ -18,6 +18,7 @@ use silo_protocol::snapshot::SnapshotRequest;
 
 use super::baseline::listing_image_id;
 use super::layer::{CountingReader, Received, receive_layer};
+use super::remembered;
 use super::{
     BaseStored, COMPACT_AT, Compacted, SnapshotError, SnapshotProgress, SnapshotProgressFn,
     SnapshotReport, blocking, engine, ms_since, parse_digest, shared_lock,
@@ -80,20 +81,27 @@ impl Silo {
         let (on, baseline) = match (standing_on, start_point.base) {
             (Some(snapshot), _) => {
                 let base = self.base_of(&snapshot)?;
-                let index = chain_index(&store, &base, &snapshot.layers).await?;
+                // A process that checkpoints again and again applies only
+                // the newest layer to the tree it remembers, not the base's
+                // index and every layer of the chain each time.
+                let index = remembered::index(&store, &base, &snapshot.layers).await?;
                 (On::Snapshot(Box::new(snapshot), base), index)
             }
             (None, Some(start)) => {
                 let index = match &start {
-                    StartBase::Stored(base, _) => chain_index(&store, base, &base.layers).await?,
+                    StartBase::Stored(base, _) => {
+                        Arc::new(chain_index(&store, base, &base.layers).await?)
+                    }
                     StartBase::Pending { listing, .. } => {
                         let (store, listing) = (store.clone(), listing.clone());
-                        blocking(move || {
-                            Ok(Index::read_from(
-                                store.open_blob(&parse_digest(&listing)?)?,
-                            )?)
-                        })
-                        .await?
+                        Arc::new(
+                            blocking(move || {
+                                Ok(Index::read_from(
+                                    store.open_blob(&parse_digest(&listing)?)?,
+                                )?)
+                            })
+                            .await?,
+                        )
                     }
                 };
                 (On::Base(start), index)
