@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, ImageInspect, Mount, MountType, RestartPolicy,
-    RestartPolicyNameEnum,
+    ContainerCreateBody, HostConfig, ImageInspect, Mount, MountType, ResourcesUlimits,
+    RestartPolicy, RestartPolicyNameEnum,
 };
 
 use super::error::DockerError;
@@ -51,6 +51,9 @@ pub struct Plan<'a> {
     pub run_dir: &'a Path,
     /// This home's identity label.
     pub home_id: &'a str,
+    /// Resource limits the engine needs set explicitly (see
+    /// [`super::Flavor::ulimits`]).
+    pub ulimits: &'a [(&'static str, i64, i64)],
 }
 
 /// The create request for a sandbox's container.
@@ -191,6 +194,16 @@ fn host_config(plan: &Plan<'_>) -> HostConfig {
         // The agent is the init; the engine's would hide it from PID 1.
         init: Some(false),
         auto_remove: Some(false),
+        ulimits: (!plan.ulimits.is_empty()).then(|| {
+            plan.ulimits
+                .iter()
+                .map(|&(name, soft, hard)| ResourcesUlimits {
+                    name: Some(name.to_owned()),
+                    soft: Some(soft),
+                    hard: Some(hard),
+                })
+                .collect()
+        }),
         ..Default::default()
     };
     super::security::confine(spec, &mut host);
@@ -225,6 +238,7 @@ mod tests {
             agent: Path::new("/home/u/.local/share/silo/bin/silo-agent-x"),
             run_dir: Path::new("/home/u/.local/share/silo/sandboxes/sbx-00000000000a/run"),
             home_id: "h1",
+            ulimits: &[],
         })
     }
 
