@@ -42,6 +42,9 @@ pub enum BackendKind {
     /// A Daytona sandbox (from a Daytona snapshot), the agent uploaded and
     /// started through its toolbox, reached through its preview proxy.
     Daytona,
+    /// A container on a Podman engine, as on Docker, through Podman's
+    /// Docker-compatible API socket.
+    Podman,
 }
 
 impl BackendKind {
@@ -51,6 +54,7 @@ impl BackendKind {
         BackendKind::Docker,
         BackendKind::E2b,
         BackendKind::Daytona,
+        BackendKind::Podman,
     ];
 
     /// The name used in the CLI, the database and JSON.
@@ -60,6 +64,7 @@ impl BackendKind {
             BackendKind::Docker => "docker",
             BackendKind::E2b => "e2b",
             BackendKind::Daytona => "daytona",
+            BackendKind::Podman => "podman",
         }
     }
 }

@@ -6,8 +6,7 @@
 //! processes, engines and HTTP APIs), and async trait methods are not
 //! dyn-compatible, so backends are dispatched through the [`AnyBackend`] enum
 //! rather than `Box<dyn Backend>`: no boxed futures, no allocation per call,
-//! and adding a backend (Docker, E2B, Daytona, Kubernetes) means one more
-//! variant, one more match arm per method, and the compiler pointing at each.
+//! and adding a backend is its folder and one line of [`register_backends!`].
 //!
 //! A backend keeps whatever it needs to find its machine again (a pid, a
 //! container id, a VM id) in an opaque JSON `backend_ref` that the state
@@ -20,6 +19,7 @@ pub mod docker;
 pub mod e2b;
 pub mod labels;
 pub mod local;
+pub mod podman;
 pub mod remote;
 
 use std::collections::HashSet;
@@ -41,6 +41,7 @@ pub use docker::{DockerBackend, DockerError};
 pub use docker::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
 pub use e2b::{E2bBackend, E2bConfig, E2bError};
 pub use local::{LocalBackend, LocalError};
+pub use podman::{PodmanBackend, PodmanError};
 
 /// What a backend is told about the sandbox it acts on.
 #[derive(Debug, Clone, Copy)]
@@ -395,6 +396,8 @@ register_backends! {
     E2b(e2b: E2bBackend, E2bError),
     /// A Daytona sandbox.
     Daytona(daytona: DaytonaBackend, DaytonaError),
+    /// A container on a Podman engine, through its Docker-compatible API.
+    Podman(podman: PodmanBackend, PodmanError),
 }
 
 impl Backends {

@@ -21,7 +21,7 @@ impl SandboxSpec {
         }
         match self.backend {
             BackendKind::Local => self.check_local(),
-            BackendKind::Docker => self.check_container(),
+            BackendKind::Docker | BackendKind::Podman => self.check_container(),
             BackendKind::E2b | BackendKind::Daytona => self.check_remote(),
         }
     }
