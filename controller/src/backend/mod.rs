@@ -6,7 +6,8 @@
 //! processes, engines and HTTP APIs), and async trait methods are not
 //! dyn-compatible, so backends are dispatched through the [`AnyBackend`] enum
 //! rather than `Box<dyn Backend>`: no boxed futures, no allocation per call,
-//! and adding a backend is its folder and one line of [`register_backends!`].
+//! and adding a backend is its folder and one line of `spec::backends!`, which
+//! makes its [`BackendKind`] and its registration (`register_backends!`).
 //!
 //! A backend keeps whatever it needs to find its machine again (a pid, a
 //! container id, a VM id) in an opaque JSON `backend_ref` that the state
@@ -277,13 +278,15 @@ pub(crate) struct BackendSetup {
     pub daytona: Option<DaytonaConfig>,
 }
 
-/// The registration of every backend this build has. One line per backend
-/// (its variant, the field that holds it, its type and its error; the type
-/// has `fn open(&BackendSetup) -> Self`) makes the
-/// dispatch enum [`AnyBackend`], the error [`BackendError`] and the registry
-/// [`Backends`]; the variant is also the backend's [`BackendKind`].
+/// The registration of every backend this build has, from the lines of
+/// `crate::spec::backends!` (each backend's variant, the field that holds
+/// it, its type and its error; the type has `fn open(&BackendSetup) ->
+/// Self`): the dispatch enum [`AnyBackend`], the error [`BackendError`] and
+/// the registry [`Backends`]; the variant is also the backend's
+/// [`BackendKind`].
 macro_rules! register_backends {
-    ($($(#[$doc:meta])* $variant:ident($field:ident: $backend:ty, $error:ty)),+ $(,)?) => {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal, $machines:ident
+        => $field:ident: $backend:ty, $error:ty;)+) => {
         /// Every backend this build has, for dispatch without trait objects.
         #[derive(Debug, Clone)]
         pub(crate) enum AnyBackend {
@@ -387,18 +390,7 @@ macro_rules! register_backends {
     };
 }
 
-register_backends! {
-    /// The agent as a host process.
-    Local(local: LocalBackend, LocalError),
-    /// A container on a Docker engine.
-    Docker(docker: DockerBackend, DockerError),
-    /// An E2B sandbox.
-    E2b(e2b: E2bBackend, E2bError),
-    /// A Daytona sandbox.
-    Daytona(daytona: DaytonaBackend, DaytonaError),
-    /// A container on a Podman engine, through its Docker-compatible API.
-    Podman(podman: PodmanBackend, PodmanError),
-}
+crate::spec::backends!(register_backends);
 
 impl Backends {
     /// The Docker backend, for building images on its engine.
