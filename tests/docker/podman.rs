@@ -1,8 +1,9 @@
 //! The Podman backend on the real Podman engine (its Docker-compatible API
 //! socket, required when `CI=true`), through the real CLI: a sandbox's
-//! journey (up, exec, interrupt, a session, push, cp, snapshot, rewind),
-//! then a fork onto Docker and one back onto Podman, each engine holding
-//! only its own containers, and nothing left on either after `rm`.
+//! journey (up, exec, interrupt, a session, push, cp, stop and start,
+//! snapshot, rewind in place, a restore onto a new container), then a fork onto Docker and one back onto Podman, each
+//! engine holding only its own containers, a runtime Podman would drop
+//! refused, and nothing left on either after `rm`.
 
 #![allow(
     clippy::unwrap_used,
@@ -123,13 +124,33 @@ async fn a_sandbox_lives_on_podman_and_forks_to_docker_and_back() {
     cli.ok(&["cp", "pod:/root/a", back.to_str().unwrap()]);
     assert_eq!(std::fs::read_to_string(&back).unwrap(), "copied\n");
 
+    // Stop keeps the container and its files; `up` starts it again.
+    cli.ok(&["stop", "pod"]);
+    let up = json(&cli.ok(&["up", "pod", "--json"]));
+    assert_eq!(up["tier"], 1, "{up}");
+    assert_eq!(sh(&cli, "pod", "cat /root/a"), "copied\n");
+
     // A snapshot, then changes, then a rewind puts the files back.
     sh(&cli, "pod", "rm /etc/group");
     let expected = "copied\npushed\nno-group\n";
     assert_eq!(sh(&cli, "pod", FILES), expected);
     let first = snapshot(&cli, "pod");
     sh(&cli, "pod", "echo broken > /root/a && touch /etc/group");
-    cli.ok(&["rewind", "pod", &first]);
+    let before = container(&podman, &id).await.unwrap().id;
+    let rewound = json(&cli.ok(&["rewind", "pod", &first, "--json"]));
+    assert!(rewound["new_machine_because"].is_null(), "{rewound}");
+    assert_eq!(
+        container(&podman, &id).await.unwrap().id,
+        before,
+        "rewound in place"
+    );
+    assert_eq!(sh(&cli, "pod", FILES), expected);
+
+    // A new machine from the snapshot, as `up` makes when the container is
+    // gone: the snapshot's image loaded into Podman from the store.
+    silo_tests::docker::remove_behind_silos_back(&podman, &id).await;
+    let up = json(&cli.ok(&["up", "pod", "--json"]));
+    assert_eq!(up["tier"], 2, "{up}");
     assert_eq!(sh(&cli, "pod", FILES), expected);
 
     // Podman onto Docker: the snapshot's image loaded from the store into
@@ -151,6 +172,24 @@ async fn a_sandbox_lives_on_podman_and_forks_to_docker_and_back() {
     );
     let back = id_of(&cli, "back");
     assert!(container(&podman, &back).await.is_some());
+
+    // Podman's API would drop a runtime (gVisor would silently be runc):
+    // refused by name, before anything is made.
+    let refused = cli.fails(&[
+        "up",
+        "gvisor",
+        "--backend",
+        "podman",
+        "--image",
+        BASE_IMAGE,
+        "--runtime",
+        "runsc",
+    ]);
+    assert!(
+        refused.contains("ignores a container's runtime"),
+        "{refused}"
+    );
+    assert!(!cli.ok(&["ls"]).contains("gvisor"));
 
     cli.ok(&["rm", "pod", "dock", "back"]);
     for sandbox in [&id, &dock, &back] {

@@ -53,6 +53,10 @@ pub struct Flavor {
     /// Resource limits every container is given explicitly, as (name,
     /// soft, hard): for an engine whose defaults fail to start one.
     pub ulimits: &'static [(&'static str, i64, i64)],
+    /// Why a spec's `--runtime` is refused, for an engine whose API drops
+    /// it (the container would run on its default runtime instead); `None`
+    /// where the engine honours it.
+    pub no_runtime: Option<&'static str>,
 }
 
 /// The Docker engine: `DOCKER_HOST`, else the local socket.
@@ -62,6 +66,7 @@ pub const DOCKER: Flavor = Flavor {
     host: docker_host,
     start_hint: "is dockerd running? (set DOCKER_HOST to use another engine)",
     ulimits: &[],
+    no_runtime: None,
 };
 
 /// The Docker engine's address in use, for messages.

@@ -55,7 +55,7 @@ use crate::agent_binary::{AgentLocator, is_static_executable};
 use crate::client::{AgentClient, Endpoint};
 use crate::fsutil::{remove_if_present, write_atomic};
 use crate::home::{Home, HomeId, create_private_dir};
-use crate::spec::BackendKind;
+use crate::spec::{BackendKind, SpecError};
 use crate::timestamp::rfc3339_to_unix_ms;
 
 pub use super::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
@@ -287,6 +287,13 @@ impl DockerBackend {
         machine: &Machine<'_>,
     ) -> Result<String, DockerError> {
         machine.spec.check()?;
+        if let (Some(runtime), Some(why)) = (&machine.spec.runtime, self.inner.flavor.no_runtime) {
+            return Err(SpecError::Invalid {
+                setting: "runtime",
+                reason: format!("{runtime:?}: {why}"),
+            }
+            .into());
+        }
         let image_name = config::image_ref(machine).to_owned();
         // The image's config matters only for `--workload image`; otherwise
         // a missing image shows up as the create's 404, saving a round trip.

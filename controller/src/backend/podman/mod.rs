@@ -17,6 +17,8 @@
 //! - Its images are its own store, not Docker's: a snapshot's image is
 //!   loaded into it from silo's store as on Docker, and a fork from one
 //!   engine to the other sends the snapshot's layers over.
+//! - Its API drops a container's runtime (`--runtime runsc` would run on
+//!   runc): a spec naming one is refused before anything is made.
 //! - It publishes no ports of a sandbox, as Docker's backend does not.
 
 use std::collections::HashSet;
@@ -25,8 +27,8 @@ use std::sync::Arc;
 
 use super::docker::{DockerBackend, DockerError, EngineImages, Flavor};
 use super::{
-    Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted, MachineState, PortUrl,
-    SnapshotSupport,
+    Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted, MachineState,
+    NoPortRoute, PortUrl, SnapshotSupport,
 };
 use crate::agent_binary::AgentLocator;
 use crate::client::Endpoint;
@@ -53,6 +55,11 @@ pub const PODMAN: Flavor = Flavor {
     start_hint: "start its API socket (`podman system service --time=0 unix://PATH &`) \
                  or set SILO_PODMAN_SOCKET to the socket it serves",
     ulimits: ULIMITS,
+    no_runtime: Some(
+        "podman's Docker-compatible API ignores a container's runtime, so the sandbox \
+         would run on podman's default one; choose the runtime in containers.conf \
+         (engine.runtime) or run this sandbox on docker",
+    ),
 };
 
 /// The address of Podman's API socket in use: [`SOCKET_ENV`], else the
@@ -142,7 +149,13 @@ impl Backend for PodmanBackend {
     }
 
     async fn port_url(&self, machine: Machine<'_>, port: u16) -> Result<PortUrl, BackendError> {
-        self.0.port_url(machine, port).await.map_err(podman)
+        Err(NoPortRoute {
+            name: machine.name.to_owned(),
+            port,
+            why: "a podman sandbox publishes no ports \
+                  (run the client inside it, or use a local, e2b or daytona sandbox)",
+        }
+        .into())
     }
 
     async fn last_exit(&self, machine: Machine<'_>) -> Result<Option<LastExit>, BackendError> {
