@@ -32,8 +32,9 @@ pub enum DockerError {
         /// How long we waited.
         waited: Duration,
     },
-    /// An Engine API call failed.
-    #[error("docker engine: cannot {what}")]
+    /// An Engine API call failed (on Docker's engine or Podman's, which the
+    /// backend in the message's context names).
+    #[error("engine API: cannot {what}")]
     Api {
         /// The call, in words ("start container silo-sbx-…").
         what: String,
