@@ -162,9 +162,8 @@ impl Silo {
     /// Image builds on the engine `kind`'s machines are made from (Docker's,
     /// Podman's); `None` for a backend with no engine.
     pub fn images_on(&self, kind: BackendKind) -> Option<crate::image::Images> {
-        self.backend(kind)
-            .engine_images()
-            .map(|engine| crate::image::Images::new(engine.backend()))
+        let engine = self.backend(kind).snapshots()?.engine_images()?;
+        Some(crate::image::Images::new(engine.backend()))
     }
 
     /// Creates a sandbox and starts it. Nothing is left behind on failure

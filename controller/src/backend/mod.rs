@@ -133,27 +133,34 @@ pub struct NoPortRoute {
     pub why: &'static str,
 }
 
-/// What a backend can do with snapshots.
+/// How a backend's machines are snapshotted and brought back: what the
+/// backend hands the snapshot engine ([`Backend::snapshots`]), which asks
+/// nothing else of it.
 ///
 /// The agent writes a snapshot's layer on every backend that has one; what
-/// differs is where the machine's base comes from and how a snapshot becomes
-/// a machine again, so the snapshot code asks this rather than the backend's
-/// name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotSupport {
-    /// No snapshots: the agent is not PID 1 of a private root file system
-    /// (the local backend's host process), so there is nothing whole to
-    /// capture.
-    None,
-    /// Machines are made from engine images: a base image's layers are
-    /// exported into the store, and a snapshot goes back onto the engine as
-    /// an image its new machine is made from (Docker).
-    EngineImages,
+/// differs is where the machine's base comes from and how a snapshot
+/// becomes a machine again.
+#[derive(Debug, Clone)]
+pub enum SnapshotWay {
+    /// Machines are made from images on this engine: a base image's layers
+    /// are exported into the store, and a snapshot goes back onto the engine
+    /// as an image its new machine is made from (Docker, Podman).
+    EngineImages(EngineImages),
     /// Machines are made from a provider's template, which silo cannot
     /// export: the template's paths are listed by a fresh machine's agent
     /// (the baseline), and a snapshot goes back as its layers applied by
-    /// the agent onto a fresh machine from the template (E2B).
+    /// the agent onto a fresh machine from the template (E2B, Daytona).
     AgentLayers,
+}
+
+impl SnapshotWay {
+    /// The engine, when machines are made from its images.
+    pub fn engine_images(self) -> Option<EngineImages> {
+        match self {
+            SnapshotWay::EngineImages(engine) => Some(engine),
+            SnapshotWay::AgentLayers => None,
+        }
+    }
 }
 
 /// The operations every backend provides.
@@ -165,8 +172,11 @@ pub trait Backend {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 
-    /// What it can do with snapshots.
-    fn snapshot_support(&self) -> SnapshotSupport;
+    /// How its machines are snapshotted and brought back; `None` when they
+    /// have no snapshots (the agent is not PID 1 of a private root file
+    /// system, as the local backend's host process, so there is nothing
+    /// whole to capture).
+    fn snapshots(&self) -> Option<SnapshotWay>;
 
     /// Whether a stopped machine keeps its memory and processes, so a start
     /// resumes them as they were (a provider's pause) rather than booting
@@ -222,12 +232,6 @@ pub trait Backend {
         &self,
         machine: Machine<'_>,
     ) -> impl Future<Output = Result<Option<LastExit>, BackendError>> + Send;
-
-    /// The engine-images snapshot strategy's engine, on a backend whose
-    /// machines are made from engine images; `None` elsewhere.
-    fn engine_images(&self) -> Option<EngineImages> {
-        None
-    }
 
     /// Removes this home's machines whose sandbox id is not in `live` (only
     /// lists them when `dry_run`), and answers their names. A backend it
@@ -298,8 +302,8 @@ macro_rules! register_backends {
                 match self { $(AnyBackend::$variant(b) => b.kind(),)+ }
             }
 
-            fn snapshot_support(&self) -> SnapshotSupport {
-                match self { $(AnyBackend::$variant(b) => b.snapshot_support(),)+ }
+            fn snapshots(&self) -> Option<SnapshotWay> {
+                match self { $(AnyBackend::$variant(b) => b.snapshots(),)+ }
             }
 
             fn stop_keeps_processes(&self) -> bool {
@@ -344,10 +348,6 @@ macro_rules! register_backends {
                 dry_run: bool,
             ) -> Result<Vec<String>, BackendError> {
                 match self { $(AnyBackend::$variant(b) => b.sweep_orphans(live, dry_run).await,)+ }
-            }
-
-            fn engine_images(&self) -> Option<EngineImages> {
-                match self { $(AnyBackend::$variant(b) => b.engine_images(),)+ }
             }
         }
 
@@ -403,7 +403,7 @@ impl Backends {
     pub(crate) fn engines(&self) -> Vec<EngineImages> {
         self.all()
             .iter()
-            .filter_map(Backend::engine_images)
+            .filter_map(|backend| backend.snapshots()?.engine_images())
             .collect()
     }
 }

@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, NoPortRoute, PortUrl,
-    SnapshotSupport,
+    SnapshotWay,
 };
 use crate::agent_binary::{AgentLocator, is_static_executable};
 use crate::client::{AgentClient, Endpoint};
@@ -416,8 +416,8 @@ impl Backend for DockerBackend {
         self.inner.flavor.kind
     }
 
-    fn engine_images(&self) -> Option<EngineImages> {
-        Some(EngineImages(self.clone()))
+    fn snapshots(&self) -> Option<SnapshotWay> {
+        Some(SnapshotWay::EngineImages(EngineImages(self.clone())))
     }
 
     async fn sweep_orphans(
@@ -433,10 +433,6 @@ impl Backend for DockerBackend {
             }
             Err(error) => Err(error.into()),
         }
-    }
-
-    fn snapshot_support(&self) -> SnapshotSupport {
-        SnapshotSupport::EngineImages
     }
 
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {

@@ -25,10 +25,10 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::docker::{DockerBackend, DockerError, EngineImages, Flavor};
+use super::docker::{DockerBackend, DockerError, Flavor};
 use super::{
     Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted, MachineState,
-    NoPortRoute, PortUrl, SnapshotSupport,
+    NoPortRoute, PortUrl, SnapshotWay,
 };
 use crate::agent_binary::AgentLocator;
 use crate::client::Endpoint;
@@ -116,12 +116,8 @@ impl Backend for PodmanBackend {
         BackendKind::Podman
     }
 
-    fn snapshot_support(&self) -> SnapshotSupport {
-        self.0.snapshot_support()
-    }
-
-    fn engine_images(&self) -> Option<EngineImages> {
-        self.0.engine_images()
+    fn snapshots(&self) -> Option<SnapshotWay> {
+        self.0.snapshots()
     }
 
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
