@@ -43,8 +43,9 @@ const ROOT_SOCKET: &str = "/run/podman/podman.sock";
 /// Where a user's socket lives under `$XDG_RUNTIME_DIR`.
 const USER_SOCKET: &str = "podman/podman.sock";
 /// Limits every container is given (name, soft, hard): well inside what a
-/// service started by an ordinary login may grant, with the process limit
-/// matching the sandbox's default pids limit.
+/// service started by an ordinary login may grant. The process limit
+/// matches the sandbox's default pids limit; like any `nproc` it counts the
+/// user's processes, and binds no process of root.
 pub const ULIMITS: &[(&str, i64, i64)] = &[("nofile", 1024, 1024), ("nproc", 4096, 4096)];
 
 /// The Podman engine.
@@ -65,11 +66,10 @@ pub const PODMAN: Flavor = Flavor {
 /// The address of Podman's API socket in use: [`SOCKET_ENV`], else the
 /// user's or root's default.
 pub fn podman_host() -> String {
-    let path = match std::env::var(SOCKET_ENV).ok().filter(|s| !s.is_empty()) {
-        Some(set) => return format!("unix://{}", set.trim_start_matches("unix://")),
-        None => default_socket(),
-    };
-    format!("unix://{}", path.display())
+    match std::env::var(SOCKET_ENV).ok().filter(|s| !s.is_empty()) {
+        Some(set) => format!("unix://{}", set.trim_start_matches("unix://")),
+        None => format!("unix://{}", default_socket().display()),
+    }
 }
 
 fn default_socket() -> PathBuf {
