@@ -221,6 +221,14 @@ mod tests {
         spec: &SandboxSpec,
         image: &ImageInspect,
     ) -> Result<ContainerCreateBody, DockerError> {
+        plan_body_with(spec, image, &[])
+    }
+
+    fn plan_body_with(
+        spec: &SandboxSpec,
+        image: &ImageInspect,
+        ulimits: &[(&'static str, i64, i64)],
+    ) -> Result<ContainerCreateBody, DockerError> {
         let key = Key::from_hex(&"11".repeat(32)).unwrap();
         let backend_ref = serde_json::json!({});
         let machine = Machine {
@@ -238,8 +246,35 @@ mod tests {
             agent: Path::new("/home/u/.local/share/silo/bin/silo-agent-x"),
             run_dir: Path::new("/home/u/.local/share/silo/sandboxes/sbx-00000000000a/run"),
             home_id: "h1",
-            ulimits: &[],
+            ulimits,
         })
+    }
+
+    #[test]
+    fn an_engine_s_explicit_limits_are_set_and_docker_s_defaults_kept() {
+        let mut spec = SandboxSpec::new(BackendKind::Docker);
+        spec.image = Some("busybox".into());
+        let image = image_with(&[], &[], "");
+        let docker = plan_body(&spec, &image).unwrap().host_config.unwrap();
+        assert_eq!(docker.ulimits, None, "Docker's engine keeps its defaults");
+        let limits = [("nofile", 1024, 1024), ("nproc", 4096, 4096)];
+        let host = plan_body_with(&spec, &image, &limits)
+            .unwrap()
+            .host_config
+            .unwrap();
+        let set: Vec<_> = host
+            .ulimits
+            .unwrap()
+            .into_iter()
+            .map(|u| (u.name.unwrap(), u.soft.unwrap(), u.hard.unwrap()))
+            .collect();
+        assert_eq!(
+            set,
+            [
+                ("nofile".to_owned(), 1024, 1024),
+                ("nproc".to_owned(), 4096, 4096)
+            ]
+        );
     }
 
     fn image_with(entrypoint: &[&str], cmd: &[&str], workdir: &str) -> ImageInspect {
