@@ -29,10 +29,11 @@ pub use parse::{BindMount, ParseError, parse_cpus, parse_memory};
 
 /// Every backend this build has, one line each, handed to the macro `$then`:
 /// the backend's variant and name (its [`BackendKind`]), what its machines
-/// are (the [`Machines`] a spec is checked against), and its field, type and
-/// error in the registry (`backend::register_backends!`). Adding a backend
-/// is its folder under `backend/` and one line here; the backend types are
-/// only named here, for the backend layer's expansion to use.
+/// are (the [`Machines`] a spec is checked against), and its folder under
+/// `backend/` with the backend and error types in it, for the registry
+/// (`backend::register_backends!`). Adding a backend is its folder (and
+/// its `mod` line) and one line here; the backend types are only named
+/// here, for the backend layer's expansion to use.
 macro_rules! backends {
     ($then:ident) => {
         $then! {
@@ -68,7 +69,7 @@ pub enum Machines {
 /// Makes [`BackendKind`] from the lines of `backends!`.
 macro_rules! backend_kind {
     ($($(#[$doc:meta])* $variant:ident = $name:literal, $machines:ident
-        => $field:ident: $backend:ty, $error:ty;)+) => {
+        => $field:ident: $backend:ident, $error:ident;)+) => {
         /// Which kind of machine a sandbox runs on.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         pub enum BackendKind {

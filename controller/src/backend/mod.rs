@@ -35,14 +35,12 @@ use crate::client::Endpoint;
 use crate::home::Home;
 use crate::spec::{BackendKind, SandboxSpec};
 
-pub use daytona::{DaytonaBackend, DaytonaConfig, DaytonaError};
+pub use daytona::DaytonaConfig;
 pub use docker::{DockerBackend, DockerError};
 // What the snapshot engine holds of a backend that makes machines from
 // engine images, and the facts it reads of them.
 pub use docker::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
-pub use e2b::{E2bBackend, E2bConfig, E2bError};
-pub use local::{LocalBackend, LocalError};
-pub use podman::{PodmanBackend, PodmanError};
+pub use e2b::E2bConfig;
 
 /// What a backend is told about the sandbox it acts on.
 #[derive(Debug, Clone, Copy)]
@@ -283,18 +281,18 @@ pub(crate) struct BackendSetup {
 }
 
 /// The registration of every backend this build has, from the lines of
-/// `crate::spec::backends!` (each backend's variant, the field that holds
-/// it, its type and its error; the type has `fn open(&BackendSetup) ->
-/// Self`): the dispatch enum [`AnyBackend`], the error [`BackendError`] and
+/// `crate::spec::backends!` (each backend's variant, its folder, which is
+/// also the field that holds it, and its type and error there; the type has
+/// `fn open(&BackendSetup) -> Self`): the dispatch enum [`AnyBackend`], the error [`BackendError`] and
 /// the registry [`Backends`]; the variant is also the backend's
 /// [`BackendKind`].
 macro_rules! register_backends {
     ($($(#[$doc:meta])* $variant:ident = $name:literal, $machines:ident
-        => $field:ident: $backend:ty, $error:ty;)+) => {
+        => $field:ident: $backend:ident, $error:ident;)+) => {
         /// Every backend this build has, for dispatch without trait objects.
         #[derive(Debug, Clone)]
         pub(crate) enum AnyBackend {
-            $($(#[$doc])* $variant($backend),)+
+            $($(#[$doc])* $variant($field::$backend),)+
         }
 
         impl Backend for AnyBackend {
@@ -358,7 +356,7 @@ macro_rules! register_backends {
             $(
                 $(#[$doc])*
                 #[error(transparent)]
-                $variant(#[from] $error),
+                $variant(#[from] $field::$error),
             )+
             /// The backend gives the port asked for no route from the host.
             #[error(transparent)]
@@ -368,13 +366,13 @@ macro_rules! register_backends {
         /// The backends of one home, keyed by kind: one of each registered.
         #[derive(Debug, Clone)]
         pub(crate) struct Backends {
-            $($field: $backend,)+
+            $($field: $field::$backend,)+
         }
 
         impl Backends {
             /// Opens every backend (none reaches its engine or API yet).
             pub(crate) fn open(setup: &BackendSetup) -> Self {
-                Self { $($field: <$backend>::open(setup),)+ }
+                Self { $($field: $field::$backend::open(setup),)+ }
             }
 
             /// The backend of `kind`.
