@@ -17,6 +17,7 @@ mod listing;
 mod long_use;
 mod pool;
 mod push;
+mod remote_rewind;
 mod rewind;
 mod sandbox;
 mod security;

@@ -80,6 +80,7 @@ fn rewind(store: &Store, from: &[Digest], to: &[Digest], live: &Model) -> (Model
             to,
             changes: &borrowed,
             excluded: &[b"proc".to_vec()],
+            unheld_base: None,
         },
     )
     .unwrap();
