@@ -169,7 +169,10 @@ impl Silo {
             false => None,
         };
 
-        let begun = client.begin_rewind(&request).await?;
+        let begun = client
+            .begin_rewind(&request)
+            .await
+            .map_err(|e| NotInPlace(format!("listing what changed: {}", error_chain(&e))))?;
         let listed_ms = ms_since(start);
         let from = digests(&anchor.layers)?;
         let to = digests(&snapshot.layers)?;
@@ -200,7 +203,8 @@ impl Silo {
         let layer_bytes = restoring.layer.len() as u64;
         let applied = client
             .finish_rewind(&begun.token, Bytes::from(restoring.layer))
-            .await?;
+            .await
+            .map_err(|e| NotInPlace(format!("placing the layer: {}", error_chain(&e))))?;
         let applied_at_ns = applied.applied_at_ns.ok_or_else(|| {
             NotInPlace("the agent did not say when the layer was in place".into())
         })?;
