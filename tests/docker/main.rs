@@ -10,6 +10,7 @@ mod e2b;
 mod e2b_routes;
 mod e2b_snapshots;
 mod files_cli;
+mod fork_pool;
 mod image;
 mod incremental;
 mod lease;

@@ -87,11 +87,14 @@ struct Anchor {
 impl Silo {
     /// Brings `sandbox` back to `snapshot` in place (see the module docs);
     /// `Ok(Err(why))` when it cannot, with the machine left for a new one
-    /// to replace. Call with the sandbox's lease held.
+    /// to replace. Call with the sandbox's lease held. A `fork` (onto a
+    /// pool member, see `pooled`) records the snapshot as the sandbox's
+    /// origin.
     pub(super) async fn rewind_in_place(
         &self,
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,
+        fork: bool,
     ) -> Result<Result<RestoreReport, NotInPlace>, SiloError> {
         let start = Instant::now();
         let Some(strategy) = self.strategy(sandbox.backend) else {
@@ -107,7 +110,7 @@ impl Silo {
         let (applied_at_ns, in_place) = placed;
         let detail = json!({
             "snapshot": snapshot.id,
-            "reason": "rewind",
+            "reason": if fork { "fork" } else { "rewind" },
             "in_place": true,
             "restored": in_place.stats.restored,
             "removed": in_place.stats.removed,
@@ -117,15 +120,21 @@ impl Silo {
             stopped_at_ns: applied_at_ns,
         };
         let baseline = strategy.baseline_after_in_place(sandbox);
-        let sandbox =
-            self.db()
-                .rewound_in_place(sandbox, &checkpoint, baseline.as_ref(), &detail)?;
+        let origin = fork.then_some(snapshot.id.as_str());
+        let sandbox = self.db().rewound_in_place(
+            sandbox,
+            &checkpoint,
+            baseline.as_ref(),
+            origin,
+            &detail,
+        )?;
         Ok(Ok(RestoreReport {
             sandbox,
             snapshot: snapshot.id.clone(),
             image: ImageSource::InPlace(in_place),
             ms: ms_since(start),
             new_machine_because: None,
+            pool: None,
         }))
     }
 

@@ -40,6 +40,8 @@
 //!   operations that make a machine from it (rewind, fork, `up` tier 2);
 //! - `in_place`: a rewind on the same machine, its agent putting back what
 //!   changed since from the store's layers;
+//! - `pooled`: a fork onto a warm pool member, rewound in place to the
+//!   snapshot instead of a new machine;
 //! - `remembered`: what one process keeps between rewinds (container facts,
 //!   anchors' path indexes);
 //! - `baseline`: what a machine's first snapshot is measured against when
@@ -51,6 +53,7 @@ mod baseline;
 mod gc;
 mod in_place;
 mod layer;
+mod pooled;
 mod remembered;
 mod restore;
 mod strategy;
@@ -174,9 +177,12 @@ pub struct RestoreReport {
     pub image: ImageSource,
     /// Milliseconds from the start until its agent answered.
     pub ms: f64,
-    /// When a rewind made a new machine: why the machine could not be
-    /// rewound in place.
+    /// When a rewind or a fork made a new machine: why the machine could
+    /// not be rewound in place, or why no pool member could be taken.
     pub new_machine_because: Option<String>,
+    /// When a fork took a started sandbox from a pool: the pool (one
+    /// short now; see [`Silo::fill_pool`]).
+    pub pool: Option<String>,
 }
 
 /// Where a restore found the snapshot's image.

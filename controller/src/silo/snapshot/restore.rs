@@ -336,6 +336,7 @@ impl Silo {
             image: source,
             ms: ms_since(start),
             new_machine_because: None,
+            pool: None,
         })
     }
 
@@ -391,7 +392,7 @@ impl Silo {
             label: "rewinding in place",
             total: None,
         });
-        let why = match self.rewind_in_place(&sandbox, &snapshot).await? {
+        let why = match self.rewind_in_place(&sandbox, &snapshot, false).await? {
             Ok(report) => return Ok(report),
             Err(why) => why.0,
         };
@@ -431,9 +432,12 @@ impl Silo {
 
     /// Makes a new sandbox named `name` from a snapshot (`silo fork`), with
     /// the spec its source had or on another backend or image `target` asks
-    /// for (a template on a remote backend): the snapshot's layers above its
-    /// base go onto a machine whose base id is the base's, or the fork is
-    /// refused. The source is left alone.
+    /// for (a template on a remote backend): onto a started sandbox of a
+    /// pool of that spec, rewound in place to the snapshot, when one fits
+    /// (see `pooled`; the report names the pool, which is one short), else
+    /// the snapshot's layers above its base go onto a new machine whose
+    /// base id is the base's (the report says why no pool member was
+    /// taken), or the fork is refused. The source is left alone.
     pub async fn fork(
         &self,
         snapshot: &str,
@@ -462,6 +466,17 @@ impl Silo {
             }
             .into());
         };
+        progress(SnapshotProgress::Step {
+            label: "taking a pool member",
+            total: None,
+        });
+        let not_pooled = match self
+            .fork_onto_pool(&strategy, &snapshot, &spec, name)
+            .await?
+        {
+            Ok(report) => return Ok(report),
+            Err(why) => why,
+        };
         let (sandbox, source) = strategy
             .fork(self, &snapshot, spec, name, target, progress)
             .await?;
@@ -470,7 +485,25 @@ impl Silo {
             snapshot: snapshot.id,
             image: source,
             ms: ms_since(start),
-            new_machine_because: None,
+            new_machine_because: Some(not_pooled),
+            pool: None,
         })
+    }
+
+    /// Makes the forks `names` of one snapshot at once (`silo fork
+    /// --count`), each as [`Silo::fork`] makes one: its own sandbox, id and
+    /// key, from a pool member when one fits. Answers each fork's outcome,
+    /// in the order of `names`.
+    pub async fn fork_many(
+        &self,
+        snapshot: &str,
+        names: &[String],
+        target: &ForkTarget,
+    ) -> Vec<Result<RestoreReport, SiloError>> {
+        let progress = no_progress();
+        let forks = names
+            .iter()
+            .map(|name| self.fork(snapshot, name, target, &progress));
+        futures_util::future::join_all(forks).await
     }
 }
