@@ -64,20 +64,19 @@ pub async fn run(
         out.restored("made", "from", &report)?;
         return Ok(0);
     }
-    let names: Vec<String> = (1..=args.count)
-        .map(|i| format!("{}-{i}", args.name))
-        .collect();
-    let outcomes = silo.fork_many(&args.snapshot, &names, &target).await;
+    let outcomes = silo
+        .fork_many(&args.snapshot, &args.name, args.count, &target)
+        .await;
     let pools: BTreeSet<&str> = outcomes
         .iter()
-        .filter_map(|outcome| outcome.as_ref().ok()?.pool.as_deref())
+        .filter_map(|(_, outcome)| outcome.as_ref().ok()?.pool.as_deref())
         .collect();
     for pool in pools {
         fill_in_background(silo, agent, pool)?;
     }
     let mut failed = 0;
     let mut reports = Vec::new();
-    for (name, outcome) in names.iter().zip(outcomes) {
+    for (name, outcome) in outcomes {
         match outcome {
             Ok(report) => reports.push(report),
             Err(error) => {

@@ -490,20 +490,24 @@ impl Silo {
         })
     }
 
-    /// Makes the forks `names` of one snapshot at once (`silo fork
-    /// --count`), each as [`Silo::fork`] makes one: its own sandbox, id and
-    /// key, from a pool member when one fits. Answers each fork's outcome,
-    /// in the order of `names`.
+    /// Makes `count` forks of one snapshot at once (`silo fork --count`),
+    /// named `NAME-1` to `NAME-count`, each as [`Silo::fork`] makes one:
+    /// its own sandbox, id and key, from a pool member when one fits.
+    /// Answers each fork's name and outcome, in order; a failed fork leaves
+    /// the others.
     pub async fn fork_many(
         &self,
         snapshot: &str,
-        names: &[String],
+        name: &str,
+        count: u32,
         target: &ForkTarget,
-    ) -> Vec<Result<RestoreReport, SiloError>> {
+    ) -> Vec<(String, Result<RestoreReport, SiloError>)> {
         let progress = no_progress();
+        let names: Vec<String> = (1..=count).map(|i| format!("{name}-{i}")).collect();
         let forks = names
             .iter()
             .map(|name| self.fork(snapshot, name, target, &progress));
-        futures_util::future::join_all(forks).await
+        let outcomes = futures_util::future::join_all(forks).await;
+        names.into_iter().zip(outcomes).collect()
     }
 }
