@@ -201,9 +201,7 @@ impl Home {
         let backend = backend.map(bind::backend).transpose()?;
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            with_sandboxes(
-                bind::fork_many(home, &snapshot, &name, count, backend, image).await?,
-            )
+            with_sandboxes(bind::fork_many(home, &snapshot, &name, count, backend, image).await?)
         })
     }
 

@@ -93,7 +93,9 @@ async fn forks_take_warm_sandboxes_and_say_when_they_cannot() {
 
     // A pool of the snapshot's spec, one member with leftovers planted
     // behind silo's back: a file and a running process.
-    cli.ok(&["pool", "create", "warm", "--size", "3", "--image", BASE_IMAGE]);
+    cli.ok(&[
+        "pool", "create", "warm", "--size", "3", "--image", BASE_IMAGE,
+    ]);
     let waiting = members(&cli, "warm");
     assert_eq!(waiting.len(), 3);
     for id in &waiting {
@@ -108,10 +110,14 @@ async fn forks_take_warm_sandboxes_and_say_when_they_cannot() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let container = container_id(&engine, &waiting[0]).await;
     while !{
-        let top = engine.top_processes(&container, None::<bollard::query_parameters::TopOptions>).await;
-        top.ok()
-            .and_then(|top| top.processes)
-            .is_some_and(|rows| rows.iter().flatten().any(|cell| cell.contains(LEFT_RUNNING)))
+        let top = engine
+            .top_processes(&container, None::<bollard::query_parameters::TopOptions>)
+            .await;
+        top.ok().and_then(|top| top.processes).is_some_and(|rows| {
+            rows.iter()
+                .flatten()
+                .any(|cell| cell.contains(LEFT_RUNNING))
+        })
     } {
         assert!(Instant::now() < deadline, "the planted process never ran");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -147,7 +153,10 @@ async fn forks_take_warm_sandboxes_and_say_when_they_cannot() {
         .map(|report| report["sandbox"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["br-1", "br-2", "br-3"]);
-    assert!(many.iter().any(|report| report["pool"] == "warm"), "{many:?}");
+    assert!(
+        many.iter().any(|report| report["pool"] == "warm"),
+        "{many:?}"
+    );
     let keys: Vec<_> = names.iter().map(|name| key(name)).collect();
     for (i, a) in keys.iter().enumerate() {
         assert!(
@@ -179,8 +188,15 @@ async fn forks_take_warm_sandboxes_and_say_when_they_cannot() {
     let refused = json(&cli.ok(&["fork", &snap, "--name", "late", "--json"]));
     assert!(refused["pool"].is_null(), "{refused}");
     let why = refused["new_machine_because"].as_str().unwrap();
-    assert!(why.contains("no pool of the snapshot's spec has a sandbox ready"), "{why}");
-    assert_eq!(members(&cli, "other").len(), 1, "the other pool is left alone");
+    assert!(
+        why.contains("no pool of the snapshot's spec has a sandbox ready"),
+        "{why}"
+    );
+    assert_eq!(
+        members(&cli, "other").len(),
+        1,
+        "the other pool is left alone"
+    );
     assert!(differences(&want, &entries(&cli, "late")).is_empty());
 
     drop(silo);

@@ -106,7 +106,11 @@ fn rewinds_in_place_along_a_chain(
 
     // A template's file changed since: silo holds no copy of the
     // template's files, so a new VM is made, and the report says why.
-    sh(cli, name, "chmod 600 /etc/passwd && echo changed >> /etc/profile");
+    sh(
+        cli,
+        name,
+        "chmod 600 /etc/passwd && echo changed >> /etc/profile",
+    );
     let report = rewind(cli, name, &second);
     let why = report["new_machine_because"].as_str().unwrap_or_default();
     assert!(why.contains("/etc/"), "{report}");

@@ -69,7 +69,10 @@ pub(crate) fn entries(cli: &Cli, name: &str) -> BTreeMap<String, String> {
 }
 
 /// Differences between two listings, for a readable failure.
-pub(crate) fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<String> {
+pub(crate) fn differences(
+    a: &BTreeMap<String, String>,
+    b: &BTreeMap<String, String>,
+) -> Vec<String> {
     let mut out = Vec::new();
     for (path, what) in a {
         match b.get(path) {

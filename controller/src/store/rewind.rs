@@ -233,9 +233,8 @@ fn paths_to_restore(
 /// Whether the target has `path` only from a base whose files the store
 /// does not hold (the caller has looked it up in the target's layers).
 fn from_unheld_base(unheld_base: Option<&Index>, path: &[u8]) -> bool {
-    unheld_base.is_some_and(|index| {
-        std::str::from_utf8(path).is_ok_and(|path| index.contains(path))
-    })
+    unheld_base
+        .is_some_and(|index| std::str::from_utf8(path).is_ok_and(|path| index.contains(path)))
 }
 
 /// Whether `path` is an excluded root or under one.

@@ -38,9 +38,11 @@ use serde_json::json;
 use silo_protocol::http::error_chain;
 use silo_protocol::snapshot::SnapshotRequest;
 
-use super::take::CTIME_MARGIN_NS;
 use super::strategy::Strategy;
-use super::{ImageSource, RestoreReport, SnapshotError, blocking, ms_since, parse_digest, remembered};
+use super::take::CTIME_MARGIN_NS;
+use super::{
+    ImageSource, RestoreReport, SnapshotError, blocking, ms_since, parse_digest, remembered,
+};
 use crate::silo::{Silo, SiloError};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage};
 use crate::store::rewind::{Restore, RestoreError, RestoreStats, restoring_layer};
@@ -121,13 +123,9 @@ impl Silo {
         };
         let baseline = strategy.baseline_after_in_place(sandbox);
         let origin = fork.then_some(snapshot.id.as_str());
-        let sandbox = self.db().rewound_in_place(
-            sandbox,
-            &checkpoint,
-            baseline.as_ref(),
-            origin,
-            &detail,
-        )?;
+        let sandbox =
+            self.db()
+                .rewound_in_place(sandbox, &checkpoint, baseline.as_ref(), origin, &detail)?;
         Ok(Ok(RestoreReport {
             sandbox,
             snapshot: snapshot.id.clone(),
@@ -200,9 +198,9 @@ impl Silo {
                 };
                 match restoring_layer(&store, &restore) {
                     Ok(restoring) => Ok(Ok((restoring, ms_since(computing)))),
-                    Err(not_held @ RestoreError::NotHeld { .. }) => Ok(Err(NotInPlace(
-                        not_held.to_string(),
-                    ))),
+                    Err(not_held @ RestoreError::NotHeld { .. }) => {
+                        Ok(Err(NotInPlace(not_held.to_string())))
+                    }
                     Err(other) => Err(SnapshotError::Task(error_chain(&other))),
                 }
             })
@@ -251,10 +249,7 @@ impl Silo {
                 let since = stopped_at_ns.saturating_sub(CTIME_MARGIN_NS);
                 (snapshot, request(since, Some(start.started_ns)))
             }
-            (None, Some(origin)) => (
-                self.db().snapshot(origin)?,
-                request(start.started_ns, None),
-            ),
+            (None, Some(origin)) => (self.db().snapshot(origin)?, request(start.started_ns, None)),
             (None, None) => {
                 let base = self
                     .complete_image(store, &start.image_id)
