@@ -36,9 +36,12 @@ check_in controller/ controller/src controller/src/backend controller/src/silo
 
 # Backends: each one registered in the controller has its folder and is
 # named in the map, as `name/`.
-registry=controller/src/backend/mod.rs
-backends=$(awk '/^register_backends! \{/{on=1; next} on && /^\}/{on=0} on' "$registry" |
-  grep -oE '^\s+[A-Z][A-Za-z0-9]*\(' | tr -d ' (' | tr 'A-Z' 'a-z')
+# The registry is the list of `backends!` in the spec module, one line per
+# backend: `Variant = "name", Machines => field: Type, Error;`, the field
+# being the backend's folder.
+registry=controller/src/spec.rs
+backends=$(awk '/^macro_rules! backends \{/{on=1; next} on && /^\}/{on=0} on' "$registry" |
+  grep -oE '=> *[a-z0-9_]+:' | tr -d '=>: ')
 [ -n "$backends" ] || { echo "no backends registered in $registry" >&2; exit 1; }
 for backend in $backends; do
   [ -d "controller/src/backend/$backend" ] || missing "the backend folder $backend/ (registered)"

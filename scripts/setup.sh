@@ -3,7 +3,9 @@
 # target (the agent is a static musl binary), musl-tools (the C compiler that
 # crates with C parts use for musl), busybox-static (the registry-free base
 # image of the demo and the tests) and a running Docker engine. Extra Debian
-# packages may be named as arguments (.ci/run adds what the tests use).
+# packages may be named as arguments (.ci/run adds what the tests use); when
+# podman is installed, its Docker-compatible API socket is started too (the
+# Podman backend's engine), where silo looks for it.
 #
 # The README's demo command and .ci/run both start here. Where it cannot
 # install (not root, no apt-get, no rustup), it changes nothing and stops
@@ -67,6 +69,39 @@ start_engine() {
   exit 1
 }
 
+# Where silo looks for Podman's API socket (see backend/podman): the
+# variable, else root's or the user's default.
+podman_socket() {
+  if [ -n "${SILO_PODMAN_SOCKET:-}" ]; then
+    printf '%s\n' "${SILO_PODMAN_SOCKET#unix://}"
+  elif [ "$(id -u)" = 0 ] || [ -z "${XDG_RUNTIME_DIR:-}" ]; then
+    printf '%s\n' /run/podman/podman.sock
+  else
+    printf '%s\n' "$XDG_RUNTIME_DIR/podman/podman.sock"
+  fi
+}
+
+# Podman has no daemon: `podman system service` serves its API on a socket,
+# started here in the background (no timeout) unless one answers already.
+start_podman() {
+  command -v podman >/dev/null 2>&1 || return 0
+  local socket answers
+  socket=$(podman_socket)
+  answers() { podman --remote --url "unix://$socket" version >/dev/null 2>&1; }
+  answers && return 0
+  log "starting podman's API socket at $socket (log: /tmp/silo-podman.log)"
+  mkdir -p "$(dirname "$socket")"
+  rm -f "$socket"
+  (podman system service --time=0 "unix://$socket" >/tmp/silo-podman.log 2>&1 &)
+  for _ in $(seq 1 30); do
+    answers && return 0
+    sleep 1
+  done
+  cat /tmp/silo-podman.log >&2 2>/dev/null || true
+  echo "setup: podman's API socket did not answer at $socket" >&2
+  exit 1
+}
+
 if command -v rustup >/dev/null 2>&1; then
   if ! rustup target list --installed | grep -qx "$MUSL_TARGET"; then
     log "adding the Rust target $MUSL_TARGET"
@@ -77,6 +112,7 @@ else
 fi
 apt_install "${packages[@]}"
 start_engine
+start_podman
 
 if [ "${#todo[@]}" -gt 0 ]; then
   {
@@ -87,3 +123,6 @@ if [ "${#todo[@]}" -gt 0 ]; then
   exit 1
 fi
 log "ready: musl target, musl-tools, busybox-static and a Docker engine"
+if command -v podman >/dev/null 2>&1; then
+  log "and podman's API socket at $(podman_socket)"
+fi

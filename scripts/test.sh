@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: every test silo has, against the real agent, a
-# real Docker engine and real SQLite, then the providers' own SDKs against
+# real Docker engine, a real Podman engine and real SQLite, then the providers' own SDKs against
 # the mock E2B and Daytona. Under CI=true a missing engine or tool fails the
 # run instead of skipping what needs it.
 set -euo pipefail
@@ -13,9 +13,10 @@ in_ci() { [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; }
 # Ctrl-C and PTY tests type into), dash (the POSIX sh the session tests
 # compare with bash), bash-static (the bash of the SDK journeys' sandbox
 # image: E2B runs every command as `bash -l -c`) and python3-venv (the SDK
-# journeys' virtual environment). setup.sh only checks when they are there
+# journeys' virtual environment) and podman (the Podman backend's engine,
+# whose API socket setup.sh starts). setup.sh only checks when they are there
 # already.
-scripts/setup.sh tmux dash bash-static python3-venv
+scripts/setup.sh tmux dash bash-static python3-venv podman
 
 # Whether python3 can make virtual environments: 0 if so; else 1 (skip,
 # with a note) or 2 (fail, under CI=true).

@@ -25,13 +25,13 @@ pub struct Args {
     #[arg(long, value_name = "NEW")]
     name: String,
     /// Make it on another backend (a snapshot taken on docker restores on
-    /// e2b and the other way round, when the image and the template carry
-    /// the same base id) [default: the snapshot's].
+    /// podman, and on e2b when the image and the template carry the same
+    /// base id, and the other way round) [default: the snapshot's].
     #[arg(long)]
     backend: Option<BackendKind>,
-    /// The image (docker) or template (e2b) to make it from; it must carry
+    /// The image (docker, podman) or template (e2b) to make it from; it must carry
     /// the base id of the snapshot's base [default: the snapshot's on the
-    /// same backend; on another, docker finds the image by base id and e2b
+    /// same backend; on another, an engine finds the image by base id and e2b
     /// uses its default template].
     #[arg(long, visible_alias = "template")]
     image: Option<String>,

@@ -4,13 +4,17 @@
 
 use std::path::PathBuf;
 
-use silo::Silo;
+use anyhow::anyhow;
+use silo::{BackendKind, Silo};
 use silo::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, DEFAULT_LISTEN};
 
 use super::output::Output;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The backend whose engine builds it (docker or podman).
+    #[arg(long, global = true, default_value_t = BackendKind::Docker)]
+    backend: BackendKind,
     #[command(subcommand)]
     command: Command,
 }
@@ -41,7 +45,12 @@ enum Command {
 }
 
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
-    let images = silo.images();
+    let images = silo.images_on(args.backend).ok_or_else(|| {
+        anyhow!(
+            "the {} backend has no engine to build images on (use --backend docker or podman)",
+            args.backend
+        )
+    })?;
     images.engine().await?;
     let mut progress = |line: &str| out.progress(line);
     let (tag, id) = match args.command {

@@ -11,7 +11,7 @@ pub struct SpecArgs {
     /// Where the sandbox runs [default: docker when --image is given, else local].
     #[arg(long)]
     backend: Option<BackendKind>,
-    /// Image to run (docker backend; any image works, nothing is baked in),
+    /// Image to run (docker and podman backends; any image works, nothing is baked in),
     /// or the template to make the VM from (e2b backend, `base` by default;
     /// daytona backend: a Daytona snapshot, Daytona's default if none).
     #[arg(long, visible_alias = "template")]
@@ -19,7 +19,7 @@ pub struct SpecArgs {
     /// Environment for every command in the sandbox.
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = super::parse_key_value)]
     env: Vec<(String, String)>,
-    /// Mount a host directory (docker backend).
+    /// Mount a host directory (docker and podman backends).
     #[arg(long = "bind", value_name = "HOST:TARGET[:ro|:rw]")]
     binds: Vec<BindMount>,
     /// Default working directory of commands [default: the image's, or /].

@@ -1,7 +1,8 @@
 //! `silo doctor`: what this host has and lacks for silo, each finding with
 //! the command that fixes it. It checks the home (state database, key), the
 //! disk under it, the agent binary silo would run (static, musl or glibc),
-//! the Docker engine, the registry-free base image, and E2B when a key is set. It changes nothing
+//! the Docker engine, the registry-free base image, the Podman engine's API
+//! socket, and E2B when a key is set. It changes nothing
 //! beyond what any first command does (the home, the extracted agent).
 
 use std::path::{Path, PathBuf};
@@ -117,9 +118,44 @@ pub async fn diagnose(options: SiloOptions) -> Vec<Check> {
     if let Some(silo) = silo {
         checks.extend(engine(&silo).await);
     }
+    checks.push(podman().await);
     checks.push(e2b().await);
     checks.push(daytona().await);
     checks
+}
+
+/// The Podman backend's engine: its API socket, where silo looks for it,
+/// and whether an engine answers there. Podman is optional, so a missing
+/// one is a warning.
+async fn podman() -> Check {
+    use crate::backend::docker::connect_to;
+    use crate::backend::podman::{PODMAN, SOCKET_ENV, podman_host};
+    let host = podman_host();
+    match connect_to(&PODMAN).await {
+        Ok(engine) => {
+            let version = engine.version().await.unwrap_or_default();
+            Check::ok(
+                "podman",
+                format!(
+                    "engine {} (API {}) at {host}",
+                    version.version.unwrap_or_default(),
+                    version.api_version.unwrap_or_default()
+                ),
+            )
+        }
+        Err(err) => Check::bad(
+            "podman",
+            Verdict::Warn,
+            format!(
+                "no engine answers at {host} ({}); the podman backend is off",
+                silo_protocol::http::error_chain(&err)
+            ),
+            format!(
+                "to use it: apt-get install podman, then `podman system service --time=0 \
+                 {host} &` (or set {SOCKET_ENV} to the socket your service serves)"
+            ),
+        ),
+    }
 }
 
 /// The Daytona backend: off without a key (that is no failure), else

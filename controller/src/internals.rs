@@ -15,6 +15,12 @@ pub mod docker {
     };
 }
 
+/// The Podman backend's engine: its flavor and where its socket is.
+pub mod podman {
+    pub use crate::backend::docker::connect_to;
+    pub use crate::backend::podman::{PODMAN, SOCKET_ENV, podman_host};
+}
+
 /// E2B's REST API and envd clients, as the benchmarks drive them plainly.
 pub mod e2b {
     pub use crate::backend::e2b::api::NewSandbox;

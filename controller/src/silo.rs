@@ -159,6 +159,13 @@ impl Silo {
         crate::image::Images::new(self.docker_backend().clone())
     }
 
+    /// Image builds on the engine `kind`'s machines are made from (Docker's,
+    /// Podman's); `None` for a backend with no engine.
+    pub fn images_on(&self, kind: BackendKind) -> Option<crate::image::Images> {
+        let engine = self.backend(kind).snapshots()?.engine_images()?;
+        Some(crate::image::Images::new(engine.backend()))
+    }
+
     /// Creates a sandbox and starts it. Nothing is left behind on failure
     /// (the log keeps a `created` and a `removed` event saying why).
     pub async fn create(&self, request: CreateRequest) -> Result<SandboxRecord, SiloError> {

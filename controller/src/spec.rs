@@ -27,40 +27,78 @@ pub use silo_protocol::workload::RestartPolicy;
 pub use check::SpecError;
 pub use parse::{BindMount, ParseError, parse_cpus, parse_memory};
 
-/// Which kind of machine a sandbox runs on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    /// The agent as a plain host process: no isolation, for development and tests.
-    #[default]
-    Local,
-    /// A container on a Docker engine, the agent bind-mounted in as PID 1.
-    Docker,
-    /// An E2B sandbox (a VM from a template), the agent uploaded and started
-    /// beside E2B's own daemon, reached through E2B's proxy.
-    E2b,
-    /// A Daytona sandbox (from a Daytona snapshot), the agent uploaded and
-    /// started through its toolbox, reached through its preview proxy.
-    Daytona,
+/// Every backend this build has, one line each, handed to the macro `$then`:
+/// the backend's variant and name (its [`BackendKind`]), what its machines
+/// are (the [`Machines`] a spec is checked against), and its folder under
+/// `backend/` with the backend and error types in it, for the registry
+/// (`backend::register_backends!`). Adding a backend is its folder (and
+/// its `mod` line) and one line here; the backend types are only named
+/// here, for the backend layer's expansion to use.
+macro_rules! backends {
+    ($then:ident) => {
+        $then! {
+            /// The agent as a plain host process: no isolation, for development and tests.
+            Local = "local", HostProcess => local: LocalBackend, LocalError;
+            /// A container on a Docker engine, the agent bind-mounted in as PID 1.
+            Docker = "docker", Container => docker: DockerBackend, DockerError;
+            /// An E2B sandbox (a VM from a template), the agent uploaded and started
+            /// beside E2B's own daemon, reached through E2B's proxy.
+            E2b = "e2b", ProviderVm => e2b: E2bBackend, E2bError;
+            /// A Daytona sandbox (from a Daytona snapshot), the agent uploaded and
+            /// started through its toolbox, reached through its preview proxy.
+            Daytona = "daytona", ProviderVm => daytona: DaytonaBackend, DaytonaError;
+            /// A container on a Podman engine, as on Docker, through Podman's
+            /// Docker-compatible API socket.
+            Podman = "podman", Container => podman: PodmanBackend, PodmanError;
+        }
+    };
+}
+pub(crate) use backends;
+
+/// What a backend's machines are, which decides what a spec may ask of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Machines {
+    /// The agent as a host process: no image, no container settings.
+    HostProcess,
+    /// A container made from an image, with every container setting.
+    Container,
+    /// A provider's VM made from its template, with internet or none.
+    ProviderVm,
 }
 
-impl BackendKind {
-    /// Every backend this build knows, in the order `--help` lists them.
-    pub const ALL: &'static [BackendKind] = &[
-        BackendKind::Local,
-        BackendKind::Docker,
-        BackendKind::E2b,
-        BackendKind::Daytona,
-    ];
-
-    /// The name used in the CLI, the database and JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Local => "local",
-            BackendKind::Docker => "docker",
-            BackendKind::E2b => "e2b",
-            BackendKind::Daytona => "daytona",
+/// Makes [`BackendKind`] from the lines of `backends!`.
+macro_rules! backend_kind {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal, $machines:ident
+        => $field:ident: $backend:ident, $error:ident;)+) => {
+        /// Which kind of machine a sandbox runs on.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum BackendKind {
+            $($(#[$doc])* #[serde(rename = $name)] $variant,)+
         }
+
+        impl BackendKind {
+            /// Every backend this build knows, in the order `--help` lists them.
+            pub const ALL: &'static [BackendKind] = &[$(BackendKind::$variant,)+];
+
+            /// The name used in the CLI, the database and JSON.
+            pub fn as_str(self) -> &'static str {
+                match self { $(BackendKind::$variant => $name,)+ }
+            }
+
+            /// What its machines are.
+            pub fn machines(self) -> Machines {
+                match self { $(BackendKind::$variant => Machines::$machines,)+ }
+            }
+        }
+    };
+}
+
+backends!(backend_kind);
+
+impl Default for BackendKind {
+    /// The local backend: what a spec with no image runs on.
+    fn default() -> Self {
+        BackendKind::Local
     }
 }
 

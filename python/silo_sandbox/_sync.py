@@ -334,8 +334,8 @@ class _either:
 
 
 class Sandbox:
-    """One sandbox (E2B's ``Sandbox``), on the docker, local, e2b or
-    daytona backend, in the ``$SILO_HOME`` the ``silo`` command uses."""
+    """One sandbox (E2B's ``Sandbox``), on the docker, podman, local, e2b
+    or daytona backend, in the ``$SILO_HOME`` the ``silo`` command uses."""
 
     def __init__(self, native: _native.Sandbox, home: _native.Home):
         self._native = native

@@ -14,7 +14,8 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use silo::ErrorKind;
 use silo::client::ClientError;
-use silo::{BackendKind, FileError, SiloError, StateError};
+use silo::spec::Machines;
+use silo::{FileError, SiloError, StateError};
 use silo_protocol::http::error_chain;
 
 create_exception!(
@@ -75,7 +76,7 @@ create_exception!(
     _native,
     ProviderError,
     SiloException,
-    "A backend (Docker, E2B, Daytona, local) refused or failed an operation."
+    "A backend (Docker, Podman, E2B, Daytona, local) refused or failed an operation."
 );
 create_exception!(
     _native,
@@ -193,12 +194,11 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Class {
             | SiloError::Pool(_)
             | SiloError::NoPause { .. }
             | SiloError::NoPortRoute(_) => Class::InvalidArgument,
-            // The local and Docker backends fail for the host's reasons; the
-            // remote ones are a provider refusing, with its hint in the chain.
-            SiloError::Backend {
-                backend: BackendKind::E2b | BackendKind::Daytona,
-                ..
-            } => Class::Provider,
+            // Host processes and containers fail for the host's reasons; a
+            // provider's VM is a provider refusing, with its hint in the chain.
+            SiloError::Backend { backend, .. } if backend.machines() == Machines::ProviderVm => {
+                Class::Provider
+            }
             SiloError::Busy { .. } => Class::Busy,
             SiloError::Snapshot(_) => Class::Snapshot,
             // Transparent: its message is the inner error's, and so is its

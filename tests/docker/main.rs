@@ -1,4 +1,5 @@
-//! End-to-end tests on the real Docker engine (required when `CI=true`):
+//! End-to-end tests on the real Docker engine, and on Podman's for the
+//! Podman backend (each required when `CI=true`):
 //! sandboxes, their security settings, leases, images, push, file copies
 //! and snapshots, mostly driven through the real `silo` CLI. One test
 //! binary, one module per area, so the workspace links it once.
@@ -16,6 +17,7 @@ mod incremental;
 mod lease;
 mod listing;
 mod long_use;
+mod podman;
 mod pool;
 mod push;
 mod remote_rewind;

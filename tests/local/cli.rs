@@ -251,6 +251,7 @@ fn doctor_names_each_problem_with_its_fix() {
     let out = cli
         .command(&["doctor", "--json"])
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .env("SILO_PODMAN_SOCKET", "/nonexistent/podman.sock")
         .output()
         .unwrap();
     assert_eq!(
@@ -279,6 +280,24 @@ fn doctor_names_each_problem_with_its_fix() {
     assert!(
         docker["fix"].as_str().unwrap().contains("docker.io"),
         "{docker}"
+    );
+    // Podman is optional: its missing socket is a warning naming where
+    // silo looked and how to start one.
+    let podman = check("podman");
+    assert_eq!(podman["verdict"], "warn", "{podman}");
+    assert!(
+        podman["detail"]
+            .as_str()
+            .unwrap()
+            .contains("unix:///nonexistent/podman.sock"),
+        "{podman}"
+    );
+    assert!(
+        podman["fix"]
+            .as_str()
+            .unwrap()
+            .contains("podman system service"),
+        "{podman}"
     );
     assert_eq!(check("home")["verdict"], "ok", "{checks}");
     assert_ne!(check("disk")["verdict"], "fail", "{checks}");

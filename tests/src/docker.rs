@@ -52,9 +52,15 @@ pub async fn engine_with_base() -> Option<Docker> {
 pub async fn base_image(engine: &Docker) {
     static BUILT: tokio::sync::Mutex<bool> = tokio::sync::Mutex::const_new(false);
     let mut built = BUILT.lock().await;
-    if *built {
-        return;
+    if !*built {
+        build_base_unless_present(engine).await;
+        *built = true;
     }
+}
+
+/// Builds [`BASE_IMAGE`] on `engine` (Docker's, or another with its API)
+/// with silo's own image build, unless the engine has it with its base id.
+pub async fn build_base_unless_present(engine: &Docker) {
     let present = match engine.inspect_image(BASE_IMAGE).await {
         Ok(image) => image
             .config
@@ -71,7 +77,6 @@ pub async fn base_image(engine: &Docker) {
             .await
             .expect("building the base image from the host's static busybox");
     }
-    *built = true;
 }
 
 /// The engine's view of a sandbox's container, if it exists.

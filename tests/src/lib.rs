@@ -12,6 +12,8 @@
 //! - [`agent_binary`]: the real agent, extracted once.
 //! - [`docker`]: the real engine (required in CI), the base image, containers
 //!   looked at (and removed behind silo's back) through the Engine API.
+//! - [`podman`]: the real Podman engine through its API socket (required in
+//!   CI), with the same base image built on it.
 //! - [`proxy`]: a relay in front of an agent that drops every connection on demand.
 //! - [`push`]: hand-made (hostile) bundles, raw pushes and tree snapshots.
 //! - [`disk`]: a small tmpfs, for what a full disk does.
@@ -27,6 +29,7 @@
 
 pub mod disk;
 pub mod docker;
+pub mod podman;
 pub mod proxy;
 pub mod push;
 pub mod tree;

@@ -6,8 +6,8 @@
 //! processes, engines and HTTP APIs), and async trait methods are not
 //! dyn-compatible, so backends are dispatched through the [`AnyBackend`] enum
 //! rather than `Box<dyn Backend>`: no boxed futures, no allocation per call,
-//! and adding a backend (Docker, E2B, Daytona, Kubernetes) means one more
-//! variant, one more match arm per method, and the compiler pointing at each.
+//! and adding a backend is its folder and one line of `spec::backends!`, which
+//! makes its [`BackendKind`] and its registration (`register_backends!`).
 //!
 //! A backend keeps whatever it needs to find its machine again (a pid, a
 //! container id, a VM id) in an opaque JSON `backend_ref` that the state
@@ -20,6 +20,7 @@ pub mod docker;
 pub mod e2b;
 pub mod labels;
 pub mod local;
+pub mod podman;
 pub mod remote;
 
 use std::collections::HashSet;
@@ -34,13 +35,12 @@ use crate::client::Endpoint;
 use crate::home::Home;
 use crate::spec::{BackendKind, SandboxSpec};
 
-pub use daytona::{DaytonaBackend, DaytonaConfig, DaytonaError};
+pub use daytona::DaytonaConfig;
 pub use docker::{DockerBackend, DockerError};
 // What the snapshot engine holds of a backend that makes machines from
 // engine images, and the facts it reads of them.
 pub use docker::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
-pub use e2b::{E2bBackend, E2bConfig, E2bError};
-pub use local::{LocalBackend, LocalError};
+pub use e2b::E2bConfig;
 
 /// What a backend is told about the sandbox it acts on.
 #[derive(Debug, Clone, Copy)]
@@ -131,27 +131,34 @@ pub struct NoPortRoute {
     pub why: &'static str,
 }
 
-/// What a backend can do with snapshots.
+/// How a backend's machines are snapshotted and brought back: what the
+/// backend hands the snapshot engine ([`Backend::snapshots`]), which asks
+/// nothing else of it.
 ///
 /// The agent writes a snapshot's layer on every backend that has one; what
-/// differs is where the machine's base comes from and how a snapshot becomes
-/// a machine again, so the snapshot code asks this rather than the backend's
-/// name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotSupport {
-    /// No snapshots: the agent is not PID 1 of a private root file system
-    /// (the local backend's host process), so there is nothing whole to
-    /// capture.
-    None,
-    /// Machines are made from engine images: a base image's layers are
-    /// exported into the store, and a snapshot goes back onto the engine as
-    /// an image its new machine is made from (Docker).
-    EngineImages,
+/// differs is where the machine's base comes from and how a snapshot
+/// becomes a machine again.
+#[derive(Debug, Clone)]
+pub enum SnapshotWay {
+    /// Machines are made from images on this engine: a base image's layers
+    /// are exported into the store, and a snapshot goes back onto the engine
+    /// as an image its new machine is made from (Docker, Podman).
+    EngineImages(EngineImages),
     /// Machines are made from a provider's template, which silo cannot
     /// export: the template's paths are listed by a fresh machine's agent
     /// (the baseline), and a snapshot goes back as its layers applied by
-    /// the agent onto a fresh machine from the template (E2B).
+    /// the agent onto a fresh machine from the template (E2B, Daytona).
     AgentLayers,
+}
+
+impl SnapshotWay {
+    /// The engine, when machines are made from its images.
+    pub fn engine_images(self) -> Option<EngineImages> {
+        match self {
+            SnapshotWay::EngineImages(engine) => Some(engine),
+            SnapshotWay::AgentLayers => None,
+        }
+    }
 }
 
 /// The operations every backend provides.
@@ -163,8 +170,11 @@ pub trait Backend {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 
-    /// What it can do with snapshots.
-    fn snapshot_support(&self) -> SnapshotSupport;
+    /// How its machines are snapshotted and brought back; `None` when they
+    /// have no snapshots (the agent is not PID 1 of a private root file
+    /// system, as the local backend's host process, so there is nothing
+    /// whole to capture).
+    fn snapshots(&self) -> Option<SnapshotWay>;
 
     /// Whether a stopped machine keeps its memory and processes, so a start
     /// resumes them as they were (a provider's pause) rather than booting
@@ -221,12 +231,6 @@ pub trait Backend {
         machine: Machine<'_>,
     ) -> impl Future<Output = Result<Option<LastExit>, BackendError>> + Send;
 
-    /// The engine-images snapshot strategy's engine, on a backend whose
-    /// machines are made from engine images; `None` elsewhere.
-    fn engine_images(&self) -> Option<EngineImages> {
-        None
-    }
-
     /// Removes this home's machines whose sandbox id is not in `live` (only
     /// lists them when `dry_run`), and answers their names. A backend it
     /// cannot reach (no engine, no API key) has none to sweep.
@@ -276,17 +280,19 @@ pub(crate) struct BackendSetup {
     pub daytona: Option<DaytonaConfig>,
 }
 
-/// The registration of every backend this build has. One line per backend
-/// (its variant, the field that holds it, its type and its error; the type
-/// has `fn open(&BackendSetup) -> Self`) makes the
-/// dispatch enum [`AnyBackend`], the error [`BackendError`] and the registry
-/// [`Backends`]; the variant is also the backend's [`BackendKind`].
+/// The registration of every backend this build has, from the lines of
+/// `crate::spec::backends!` (each backend's variant, its folder, which is
+/// also the field that holds it, and its type and error there; the type has
+/// `fn open(&BackendSetup) -> Self`): the dispatch enum [`AnyBackend`], the error [`BackendError`] and
+/// the registry [`Backends`]; the variant is also the backend's
+/// [`BackendKind`].
 macro_rules! register_backends {
-    ($($(#[$doc:meta])* $variant:ident($field:ident: $backend:ty, $error:ty)),+ $(,)?) => {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal, $machines:ident
+        => $field:ident: $backend:ident, $error:ident;)+) => {
         /// Every backend this build has, for dispatch without trait objects.
         #[derive(Debug, Clone)]
         pub(crate) enum AnyBackend {
-            $($(#[$doc])* $variant($backend),)+
+            $($(#[$doc])* $variant($field::$backend),)+
         }
 
         impl Backend for AnyBackend {
@@ -294,8 +300,8 @@ macro_rules! register_backends {
                 match self { $(AnyBackend::$variant(b) => b.kind(),)+ }
             }
 
-            fn snapshot_support(&self) -> SnapshotSupport {
-                match self { $(AnyBackend::$variant(b) => b.snapshot_support(),)+ }
+            fn snapshots(&self) -> Option<SnapshotWay> {
+                match self { $(AnyBackend::$variant(b) => b.snapshots(),)+ }
             }
 
             fn stop_keeps_processes(&self) -> bool {
@@ -341,10 +347,6 @@ macro_rules! register_backends {
             ) -> Result<Vec<String>, BackendError> {
                 match self { $(AnyBackend::$variant(b) => b.sweep_orphans(live, dry_run).await,)+ }
             }
-
-            fn engine_images(&self) -> Option<EngineImages> {
-                match self { $(AnyBackend::$variant(b) => b.engine_images(),)+ }
-            }
         }
 
         /// Why a backend operation failed.
@@ -354,7 +356,7 @@ macro_rules! register_backends {
             $(
                 $(#[$doc])*
                 #[error(transparent)]
-                $variant(#[from] $error),
+                $variant(#[from] $field::$error),
             )+
             /// The backend gives the port asked for no route from the host.
             #[error(transparent)]
@@ -364,13 +366,13 @@ macro_rules! register_backends {
         /// The backends of one home, keyed by kind: one of each registered.
         #[derive(Debug, Clone)]
         pub(crate) struct Backends {
-            $($field: $backend,)+
+            $($field: $field::$backend,)+
         }
 
         impl Backends {
             /// Opens every backend (none reaches its engine or API yet).
             pub(crate) fn open(setup: &BackendSetup) -> Self {
-                Self { $($field: <$backend>::open(setup),)+ }
+                Self { $($field: $field::$backend::open(setup),)+ }
             }
 
             /// The backend of `kind`.
@@ -386,16 +388,7 @@ macro_rules! register_backends {
     };
 }
 
-register_backends! {
-    /// The agent as a host process.
-    Local(local: LocalBackend, LocalError),
-    /// A container on a Docker engine.
-    Docker(docker: DockerBackend, DockerError),
-    /// An E2B sandbox.
-    E2b(e2b: E2bBackend, E2bError),
-    /// A Daytona sandbox.
-    Daytona(daytona: DaytonaBackend, DaytonaError),
-}
+crate::spec::backends!(register_backends);
 
 impl Backends {
     /// The Docker backend, for building images on its engine.
@@ -408,7 +401,7 @@ impl Backends {
     pub(crate) fn engines(&self) -> Vec<EngineImages> {
         self.all()
             .iter()
-            .filter_map(Backend::engine_images)
+            .filter_map(|backend| backend.snapshots()?.engine_images())
             .collect()
     }
 }

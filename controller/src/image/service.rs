@@ -1,17 +1,17 @@
-//! [`Images`]: what a caller may build on the engine the Docker backend
-//! uses (`silo image bake`, `silo image base`) and what it may ask of that
+//! [`Images`]: what a caller may build on the engine a container backend
+//! (Docker's, Podman's) uses (`silo image bake`, `silo image base`) and what it may ask of that
 //! engine, without the engine's client type in any signature.
 
 use std::path::Path;
 
 use super::{BakeRequest, ImageError, bake, build_base, exists};
 use crate::backend::DockerBackend;
-use crate::backend::docker::engine_host;
 
 /// The engine the Docker backend uses, as [`Images::engine`] finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineInfo {
-    /// Its address (`DOCKER_HOST`, or the local socket).
+    /// Its address (`DOCKER_HOST` or the local socket for Docker, Podman's
+    /// API socket for Podman).
     pub host: String,
     /// Its version, empty when it did not say.
     pub version: String,
@@ -19,7 +19,7 @@ pub struct EngineInfo {
     pub api_version: String,
 }
 
-/// Image builds on the Docker backend's engine.
+/// Image builds on a container backend's engine.
 #[derive(Debug, Clone)]
 pub struct Images {
     docker: DockerBackend,
@@ -35,7 +35,7 @@ impl Images {
         let engine = self.docker.engine().await?;
         let version = engine.version().await.unwrap_or_default();
         Ok(EngineInfo {
-            host: engine_host(),
+            host: (self.docker.flavor().host)(),
             version: version.version.unwrap_or_default(),
             api_version: version.api_version.unwrap_or_default(),
         })
@@ -63,7 +63,7 @@ impl Images {
             agent: &agent,
             listen,
         };
-        bake(engine, &request, progress).await
+        bake(engine, self.docker.flavor(), &request, progress).await
     }
 
     /// Builds the small base image from the static busybox at `busybox` as

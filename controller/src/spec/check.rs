@@ -3,7 +3,7 @@
 //! local backend) or the engine would reject late (a relative mount target)
 //! is refused up front with a message naming the setting.
 
-use super::{BackendKind, SandboxSpec};
+use super::{BackendKind, Machines, SandboxSpec};
 
 /// Where silo mounts its own files in a container; sandbox mounts must stay out.
 pub const RESERVED_TARGET: &str = "/.silo";
@@ -19,10 +19,10 @@ impl SandboxSpec {
         if self.restart.is_some() && self.workload.is_empty() && !self.workload_from_image {
             return Err(SpecError::RestartWithoutWorkload);
         }
-        match self.backend {
-            BackendKind::Local => self.check_local(),
-            BackendKind::Docker => self.check_container(),
-            BackendKind::E2b | BackendKind::Daytona => self.check_remote(),
+        match self.backend.machines() {
+            Machines::HostProcess => self.check_local(),
+            Machines::Container => self.check_container(),
+            Machines::ProviderVm => self.check_remote(),
         }
     }
 
@@ -258,6 +258,11 @@ mod tests {
         assert_eq!(
             SandboxSpec::new(BackendKind::Docker).check(),
             Err(SpecError::NoImage(BackendKind::Docker))
+        );
+        // Podman's machines are containers too, held to the same settings.
+        assert_eq!(
+            SandboxSpec::new(BackendKind::Podman).check(),
+            Err(SpecError::NoImage(BackendKind::Podman))
         );
         assert_eq!(docker("busybox").check(), Ok(()));
         let mut spec = docker("busybox");

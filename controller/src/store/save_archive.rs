@@ -1,11 +1,12 @@
 //! Reading the engine's image export (`docker save`,
 //! `GET /images/{name}/get`) into the store, in one pass over the stream.
 //!
-//! Both layouts are read: the legacy one (`<id>/layer.tar`,
-//! `<config hex>.json`) and the OCI one (`blobs/sha256/<hex>`, where
-//! `<id>/layer.tar` may be a link to a blob). Either way `manifest.json`
-//! names the config and the layers, and it usually comes last, so nothing
-//! can wait for it: every entry named `…layer.tar` or under `blobs/` goes
+//! Every layout seen is read: the legacy one (`<id>/layer.tar`,
+//! `<config hex>.json`), the OCI one (`blobs/sha256/<hex>`, where
+//! `<id>/layer.tar` may be a link to a blob) and Podman's (`<diff id
+//! hex>.tar` at the top, `<id>/layer.tar` linking to it). Either way
+//! `manifest.json` names the config and the layers, and it usually comes
+//! last, so nothing can wait for it: every entry named `….tar` or under `blobs/` goes
 //! into the store as it streams by, and through a tee the same bytes feed a
 //! tar parser that reads the layer's headers into a [`LayerDelta`]. Entries
 //! that are not tars (OCI configs and manifests) are stored all the same.
@@ -287,7 +288,7 @@ fn read_entries(reader: impl Read, store: &Store) -> Result<Export, IngestError>
             export.links.insert(name, target);
         } else if !matches!(kind, tar::EntryType::Regular | tar::EntryType::Continuous) {
             continue;
-        } else if name.ends_with("layer.tar") || name.starts_with("blobs/") {
+        } else if name.ends_with(".tar") || name.starts_with("blobs/") {
             let want = entry.size();
             let stored = store_entry(&mut entry, &name, want, store, &mut export)?;
             export.stored.insert(name, stored);

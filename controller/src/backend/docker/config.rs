@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, ImageInspect, Mount, MountType, RestartPolicy,
-    RestartPolicyNameEnum,
+    ContainerCreateBody, HostConfig, ImageInspect, Mount, MountType, ResourcesUlimits,
+    RestartPolicy, RestartPolicyNameEnum,
 };
 
 use super::error::DockerError;
@@ -51,6 +51,9 @@ pub struct Plan<'a> {
     pub run_dir: &'a Path,
     /// This home's identity label.
     pub home_id: &'a str,
+    /// Resource limits the engine needs set explicitly (see
+    /// [`super::Flavor::ulimits`]).
+    pub ulimits: &'a [(&'static str, i64, i64)],
 }
 
 /// The create request for a sandbox's container.
@@ -191,6 +194,16 @@ fn host_config(plan: &Plan<'_>) -> HostConfig {
         // The agent is the init; the engine's would hide it from PID 1.
         init: Some(false),
         auto_remove: Some(false),
+        ulimits: (!plan.ulimits.is_empty()).then(|| {
+            plan.ulimits
+                .iter()
+                .map(|&(name, soft, hard)| ResourcesUlimits {
+                    name: Some(name.to_owned()),
+                    soft: Some(soft),
+                    hard: Some(hard),
+                })
+                .collect()
+        }),
         ..Default::default()
     };
     super::security::confine(spec, &mut host);
@@ -207,6 +220,14 @@ mod tests {
     fn plan_body(
         spec: &SandboxSpec,
         image: &ImageInspect,
+    ) -> Result<ContainerCreateBody, DockerError> {
+        plan_body_with(spec, image, &[])
+    }
+
+    fn plan_body_with(
+        spec: &SandboxSpec,
+        image: &ImageInspect,
+        ulimits: &[(&'static str, i64, i64)],
     ) -> Result<ContainerCreateBody, DockerError> {
         let key = Key::from_hex(&"11".repeat(32)).unwrap();
         let backend_ref = serde_json::json!({});
@@ -225,7 +246,35 @@ mod tests {
             agent: Path::new("/home/u/.local/share/silo/bin/silo-agent-x"),
             run_dir: Path::new("/home/u/.local/share/silo/sandboxes/sbx-00000000000a/run"),
             home_id: "h1",
+            ulimits,
         })
+    }
+
+    #[test]
+    fn an_engine_s_explicit_limits_are_set_and_docker_s_defaults_kept() {
+        let mut spec = SandboxSpec::new(BackendKind::Docker);
+        spec.image = Some("busybox".into());
+        let image = image_with(&[], &[], "");
+        let docker = plan_body(&spec, &image).unwrap().host_config.unwrap();
+        assert_eq!(docker.ulimits, None, "Docker's engine keeps its defaults");
+        let limits = [("nofile", 1024, 1024), ("nproc", 4096, 4096)];
+        let host = plan_body_with(&spec, &image, &limits)
+            .unwrap()
+            .host_config
+            .unwrap();
+        let set: Vec<_> = host
+            .ulimits
+            .unwrap()
+            .into_iter()
+            .map(|u| (u.name.unwrap(), u.soft.unwrap(), u.hard.unwrap()))
+            .collect();
+        assert_eq!(
+            set,
+            [
+                ("nofile".to_owned(), 1024, 1024),
+                ("nproc".to_owned(), 4096, 4096)
+            ]
+        );
     }
 
     fn image_with(entrypoint: &[&str], cmd: &[&str], workdir: &str) -> ImageInspect {

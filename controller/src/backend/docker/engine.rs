@@ -1,6 +1,12 @@
-//! Reaching the Docker engine: one connection setup shared by the backend,
-//! image building, tests and benchmarks, so all of them honour `DOCKER_HOST`
-//! and negotiate the API version the same way.
+//! Reaching an engine that speaks the Docker Engine API: one connection
+//! setup shared by the backends, image building, tests and benchmarks, so
+//! all of them find the engine and negotiate the API version the same way.
+//!
+//! [`Flavor`] is what tells engines apart: which backend it serves, where
+//! its socket is, what to do when nothing answers, and what its containers
+//! need that Docker's do not. Docker's flavor is [`DOCKER`]; another engine
+//! with the same API (Podman) names its own in its backend's folder and
+//! reuses everything else here.
 //!
 //! The engine may be older than the API version bollard speaks by default
 //! (this project's CI runs 20.10, API 1.41), so the client asks the engine
@@ -12,6 +18,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use super::error::{DockerError, api};
+use crate::spec::BackendKind;
 
 /// Environment variable naming the engine (`unix://…`, `tcp://…`), as the docker CLI reads it.
 pub const DOCKER_HOST_ENV: &str = "DOCKER_HOST";
@@ -30,32 +37,80 @@ const LOG_TAIL_LINES: &str = "20";
 /// Longest wait for a container's output when quoting it in an error.
 const LOG_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The engine address in use, for messages.
+/// Which engine a container backend drives through the Docker Engine API,
+/// and how it differs from Docker's.
+#[derive(Debug, Clone, Copy)]
+pub struct Flavor {
+    /// The backend whose machines it holds.
+    pub kind: BackendKind,
+    /// Its name in messages ("docker", "podman").
+    pub name: &'static str,
+    /// Its address now (`unix://PATH`, or any `DOCKER_HOST` form for
+    /// Docker), read from the environment on each call.
+    pub host: fn() -> String,
+    /// What a user does when nothing answers at that address.
+    pub start_hint: &'static str,
+    /// Resource limits every container is given explicitly, as (name,
+    /// soft, hard): for an engine whose defaults fail to start one.
+    pub ulimits: &'static [(&'static str, i64, i64)],
+    /// Why a spec's `--runtime` is refused, for an engine whose API drops
+    /// it (the container would run on its default runtime instead); `None`
+    /// where the engine honours it.
+    pub no_runtime: Option<&'static str>,
+}
+
+/// The Docker engine: `DOCKER_HOST`, else the local socket.
+pub const DOCKER: Flavor = Flavor {
+    kind: BackendKind::Docker,
+    name: "docker",
+    host: docker_host,
+    start_hint: "is dockerd running? (set DOCKER_HOST to use another engine)",
+    ulimits: &[],
+    no_runtime: None,
+};
+
+/// The Docker engine's address in use, for messages.
 pub fn engine_host() -> String {
+    docker_host()
+}
+
+fn docker_host() -> String {
     std::env::var(DOCKER_HOST_ENV)
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| DEFAULT_HOST.to_owned())
 }
 
-/// Connects to the engine named by `DOCKER_HOST` (or the local socket) and
-/// settles the API version with it.
+/// Connects to the Docker engine named by `DOCKER_HOST` (or the local
+/// socket) and settles the API version with it.
 pub async fn connect() -> Result<Docker, DockerError> {
-    let host = engine_host();
+    connect_to(&DOCKER).await
+}
+
+/// Connects to `flavor`'s engine and settles the API version with it.
+pub async fn connect_to(flavor: &Flavor) -> Result<Docker, DockerError> {
+    let host = (flavor.host)();
     let unreachable = |source| DockerError::Unreachable {
+        engine: flavor.name,
         host: host.clone(),
+        hint: flavor.start_hint,
         source: Box::new(source),
     };
-    let explicit = std::env::var(DOCKER_HOST_ENV).is_ok_and(|h| !h.is_empty());
-    let docker = if explicit {
-        Docker::connect_with_defaults()
-    } else {
-        Docker::connect_with_local_defaults()
+    // A socket path is reached directly; any other form (`tcp://`, TLS) is
+    // Docker's own, read by bollard from `DOCKER_HOST`.
+    let docker = match host.strip_prefix("unix://") {
+        Some(path) => Docker::connect_with_unix(
+            path,
+            REQUEST_TIMEOUT.as_secs(),
+            bollard::API_DEFAULT_VERSION,
+        ),
+        None => Docker::connect_with_defaults(),
     }
     .map_err(unreachable)?;
     let docker = tokio::time::timeout(CONNECT_TIMEOUT, docker.negotiate_version())
         .await
         .map_err(|_| DockerError::Unresponsive {
+            engine: flavor.name,
             host: host.clone(),
             waited: CONNECT_TIMEOUT,
         })?

@@ -10,27 +10,31 @@ use crate::agent_binary::AgentBinaryError;
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
     /// No engine answers at the configured address.
-    #[error(
-        "cannot reach the docker engine at {host}; is dockerd running? \
-         (set DOCKER_HOST to use another engine)"
-    )]
+    #[error("cannot reach the {engine} engine at {host}; {hint}")]
     Unreachable {
+        /// Which engine ("docker", "podman").
+        engine: &'static str,
         /// Where we looked.
         host: String,
+        /// What to do about it.
+        hint: &'static str,
         /// Why it failed.
         #[source]
         source: Box<bollard::errors::Error>,
     },
     /// The engine did not answer its version handshake in time.
-    #[error("the docker engine at {host} did not answer within {waited:?}")]
+    #[error("the {engine} engine at {host} did not answer within {waited:?}")]
     Unresponsive {
+        /// Which engine ("docker", "podman").
+        engine: &'static str,
         /// Where we looked.
         host: String,
         /// How long we waited.
         waited: Duration,
     },
-    /// An Engine API call failed.
-    #[error("docker engine: cannot {what}")]
+    /// An Engine API call failed (on Docker's engine or Podman's, which the
+    /// backend in the message's context names).
+    #[error("engine API: cannot {what}")]
     Api {
         /// The call, in words ("start container silo-sbx-…").
         what: String,
@@ -40,12 +44,15 @@ pub enum DockerError {
     },
     /// The image is not on the engine and could not be pulled.
     #[error(
-        "image {image:?} is not on this engine and pulling it failed; build it \
-         (`silo image base` makes a registry-free one) or load it, then try again"
+        "image {image:?} is not on the {backend} engine and pulling it failed; build it \
+         (`silo image base --backend {backend}` makes a registry-free one) or load it, \
+         then try again"
     )]
     ImageUnavailable {
         /// The image.
         image: String,
+        /// The backend whose engine lacks it ("docker", "podman").
+        backend: &'static str,
         /// Why the pull failed.
         #[source]
         source: Box<bollard::errors::Error>,

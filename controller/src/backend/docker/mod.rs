@@ -15,7 +15,11 @@
 //! deletes one. The engine is reached lazily: running a command in a
 //! sandbox talks to its agent's socket alone, never to the engine.
 //!
-//! Layout: `engine` (connection, version negotiation, logs), `config` (the
+//! The same code drives any engine that speaks the Docker Engine API: an
+//! engine [`Flavor`] (the backend's kind, its socket, its extra container
+//! settings) is all another one (Podman, in `backend/podman`) brings.
+//!
+//! Layout: `engine` (flavors, connection, version negotiation, logs), `config` (the
 //! create request), `labels` (names, labels, home identity), `image`
 //! (inspect or pull), `ready` (waiting for the agent), `sweep` (containers of this home with no sandbox),
 //! `snapshot` (container facts, image export and import for snapshots), `error`.
@@ -45,18 +49,18 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, NoPortRoute, PortUrl,
-    SnapshotSupport,
+    SnapshotWay,
 };
 use crate::agent_binary::{AgentLocator, is_static_executable};
 use crate::client::{AgentClient, Endpoint};
 use crate::fsutil::{remove_if_present, write_atomic};
 use crate::home::{Home, HomeId, create_private_dir};
-use crate::spec::BackendKind;
+use crate::spec::{BackendKind, SpecError};
 use crate::timestamp::rfc3339_to_unix_ms;
 
 pub use super::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 pub use config::STOP_TIMEOUT_SECS;
-pub use engine::{LONG_REQUEST_TIMEOUT, connect, engine_host};
+pub use engine::{DOCKER, Flavor, LONG_REQUEST_TIMEOUT, connect, connect_to, engine_host};
 pub use error::DockerError;
 pub use image::ensure_image;
 pub use labels::container_name;
@@ -74,7 +78,8 @@ const RUN_DIR_MODE: u32 = 0o777;
 /// Mode of the key file, for the same reason; it exists only while the agent starts.
 const KEY_MODE: u32 = 0o644;
 
-/// Runs sandboxes as containers on the Docker engine named by `DOCKER_HOST`.
+/// Runs sandboxes as containers on the Docker engine named by `DOCKER_HOST`
+/// (or, with another [`Flavor`], on another engine with the same API).
 #[derive(Debug, Clone)]
 pub struct DockerBackend {
     inner: Arc<Inner>,
@@ -84,6 +89,8 @@ pub struct DockerBackend {
 struct Inner {
     home: Home,
     agent: Arc<AgentLocator>,
+    /// Which engine this is.
+    flavor: Flavor,
     /// Connected on first use, so commands that never need the engine
     /// (`silo exec` on a running sandbox) never pay for it.
     engine: tokio::sync::OnceCell<Docker>,
@@ -132,11 +139,17 @@ impl Paths {
 impl DockerBackend {
     /// A Docker backend keeping sandbox directories under `home`, mounting the agent `agent` finds.
     pub fn new(home: Home, agent: Arc<AgentLocator>) -> Self {
+        Self::with_flavor(home, agent, DOCKER)
+    }
+
+    /// The same on the engine `flavor` names.
+    pub fn with_flavor(home: Home, agent: Arc<AgentLocator>, flavor: Flavor) -> Self {
         Self {
             inner: Arc::new(Inner {
                 home_id: HomeId::of(&home),
                 home,
                 agent,
+                flavor,
                 engine: tokio::sync::OnceCell::new(),
                 agent_path: OnceLock::new(),
             }),
@@ -150,7 +163,16 @@ impl DockerBackend {
 
     /// The engine, connected (and its API version negotiated) on first use.
     pub async fn engine(&self) -> Result<&Docker, DockerError> {
-        self.inner.engine.get_or_try_init(connect).await
+        let flavor = &self.inner.flavor;
+        self.inner
+            .engine
+            .get_or_try_init(|| connect_to(flavor))
+            .await
+    }
+
+    /// Which engine this backend drives.
+    pub fn flavor(&self) -> &Flavor {
+        &self.inner.flavor
     }
 
     /// This home's identity, as its containers' [`LABEL_HOME`] carries it.
@@ -265,11 +287,18 @@ impl DockerBackend {
         machine: &Machine<'_>,
     ) -> Result<String, DockerError> {
         machine.spec.check()?;
+        if let (Some(runtime), Some(why)) = (&machine.spec.runtime, self.inner.flavor.no_runtime) {
+            return Err(SpecError::Invalid {
+                setting: "runtime",
+                reason: format!("{runtime:?}: {why}"),
+            }
+            .into());
+        }
         let image_name = config::image_ref(machine).to_owned();
         // The image's config matters only for `--workload image`; otherwise
         // a missing image shows up as the create's 404, saving a round trip.
         let image = if machine.spec.workload_from_image {
-            Some(image::ensure_image(engine, &image_name).await?)
+            Some(image::ensure_image(engine, &self.inner.flavor, &image_name).await?)
         } else {
             None
         };
@@ -289,6 +318,7 @@ impl DockerBackend {
             agent: &agent,
             run_dir: &paths.run,
             home_id: &home_id,
+            ulimits: self.inner.flavor.ulimits,
         })?;
         let name = container_name(machine.id);
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
@@ -298,7 +328,7 @@ impl DockerBackend {
         {
             Ok(created) => return Ok(created.id),
             Err(error) if is_missing_image(&error) => {
-                image::ensure_image(engine, &image_name).await?;
+                image::ensure_image(engine, &self.inner.flavor, &image_name).await?;
                 return engine
                     .create_container(Some(options), body)
                     .await
@@ -383,11 +413,11 @@ impl DockerBackend {
 
 impl Backend for DockerBackend {
     fn kind(&self) -> BackendKind {
-        BackendKind::Docker
+        self.inner.flavor.kind
     }
 
-    fn engine_images(&self) -> Option<EngineImages> {
-        Some(EngineImages(self.clone()))
+    fn snapshots(&self) -> Option<SnapshotWay> {
+        Some(SnapshotWay::EngineImages(EngineImages(self.clone())))
     }
 
     async fn sweep_orphans(
@@ -403,10 +433,6 @@ impl Backend for DockerBackend {
             }
             Err(error) => Err(error.into()),
         }
-    }
-
-    fn snapshot_support(&self) -> SnapshotSupport {
-        SnapshotSupport::EngineImages
     }
 
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {

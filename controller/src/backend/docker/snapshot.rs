@@ -68,6 +68,16 @@ impl EngineImages {
         self.0.home_id()
     }
 
+    /// The container backend on this engine, for image builds on it.
+    pub(crate) fn backend(&self) -> DockerBackend {
+        self.0.clone()
+    }
+
+    /// The backend whose machines this engine holds.
+    pub fn kind(&self) -> crate::spec::BackendKind {
+        self.0.flavor().kind
+    }
+
     /// The tag a snapshot's image is loaded under.
     pub fn snapshot_tag(&self, snapshot: &str) -> String {
         snapshot_tag(snapshot)

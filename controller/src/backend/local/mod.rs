@@ -36,8 +36,7 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, PortUrl,
-    SnapshotSupport,
+    Backend, BackendError, LastExit, Machine, MachineStarted, MachineState, PortUrl, SnapshotWay,
 };
 use crate::agent_binary::{AgentBinaryError, AgentLocator};
 use crate::client::{AgentClient, Endpoint};
@@ -249,8 +248,8 @@ impl Backend for LocalBackend {
         BackendKind::Local
     }
 
-    fn snapshot_support(&self) -> SnapshotSupport {
-        SnapshotSupport::None
+    fn snapshots(&self) -> Option<SnapshotWay> {
+        None
     }
 
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {

@@ -23,7 +23,7 @@ use crate::agent_binary::AgentLocator;
 use crate::backend::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use crate::backend::{
     Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted, MachineState, PortUrl,
-    SnapshotSupport,
+    SnapshotWay,
 };
 use crate::client::{AgentClient, Endpoint};
 use crate::home::HomeId;
@@ -374,8 +374,8 @@ impl<P: Provider> Backend for RemoteBackend<P> {
         P::KIND
     }
 
-    fn snapshot_support(&self) -> SnapshotSupport {
-        SnapshotSupport::AgentLayers
+    fn snapshots(&self) -> Option<SnapshotWay> {
+        Some(SnapshotWay::AgentLayers)
     }
 
     fn stop_keeps_processes(&self) -> bool {

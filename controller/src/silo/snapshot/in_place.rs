@@ -18,7 +18,7 @@
 //! changed after.
 //!
 //! Where the machine started is its strategy's to say
-//! ([`Strategy::machine_start`]): a container's creation and image, from
+//! ([`SnapshotWay::machine_start`]): a container's creation and image, from
 //! the engine; a VM's recorded baseline (its template's listing, or the
 //! base of the snapshot it was made from, and the moment on its own clock
 //! from which a change is the sandbox's). Past that the two are one path:
@@ -38,11 +38,11 @@ use serde_json::json;
 use silo_protocol::http::error_chain;
 use silo_protocol::snapshot::SnapshotRequest;
 
-use super::strategy::Strategy;
 use super::take::CTIME_MARGIN_NS;
 use super::{
     ImageSource, RestoreReport, SnapshotError, blocking, ms_since, parse_digest, remembered,
 };
+use crate::backend::SnapshotWay;
 use crate::silo::{Silo, SiloError};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage};
 use crate::store::rewind::{Restore, RestoreError, RestoreStats, restoring_layer};
@@ -140,7 +140,7 @@ impl Silo {
     /// layer, its apply. Answers the moment it was in place.
     async fn place_back(
         &self,
-        strategy: &Strategy,
+        strategy: &SnapshotWay,
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,
     ) -> Result<(i64, InPlace), NotInPlace> {
@@ -232,7 +232,7 @@ impl Silo {
     /// that measures what changed since (the baseline left to fill).
     async fn anchor(
         &self,
-        strategy: &Strategy,
+        strategy: &SnapshotWay,
         sandbox: &SandboxRecord,
         store: &Store,
     ) -> Result<Anchor, NotInPlace> {

@@ -71,7 +71,7 @@ use serde::Serialize;
 
 use super::Silo;
 use super::SiloError;
-use crate::backend::{Backend, DockerError, EngineImages};
+use crate::backend::{Backend, DockerError, EngineImages, SnapshotWay};
 use crate::client::ClientError;
 use crate::home::HomeId;
 use crate::spec::BackendKind;
@@ -430,7 +430,8 @@ impl Silo {
     /// goes onto it as an image.
     fn engine_images(&self, kind: BackendKind) -> Result<EngineImages, SnapshotError> {
         self.backend(kind)
-            .engine_images()
+            .snapshots()
+            .and_then(SnapshotWay::engine_images)
             .ok_or_else(|| SnapshotError::Inconsistent(format!("the {kind} backend has no engine")))
     }
 

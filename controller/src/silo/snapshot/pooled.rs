@@ -25,8 +25,8 @@
 use std::time::Instant;
 
 use super::in_place::NotInPlace;
-use super::strategy::Strategy;
 use super::{RestoreReport, ms_since};
+use crate::backend::SnapshotWay;
 use crate::silo::{Silo, SiloError};
 use crate::spec::SandboxSpec;
 use crate::state::{SandboxRecord, Snapshot};
@@ -37,7 +37,7 @@ impl Silo {
     /// the lease of `name` held.
     pub(super) async fn fork_onto_pool(
         &self,
-        strategy: &Strategy,
+        strategy: &SnapshotWay,
         snapshot: &Snapshot,
         spec: &SandboxSpec,
         name: &str,
@@ -89,7 +89,7 @@ impl Silo {
     /// Whether `member` may become a fork of `snapshot`, or why not.
     async fn fits(
         &self,
-        strategy: &Strategy,
+        strategy: &SnapshotWay,
         member: &SandboxRecord,
         snapshot: &Snapshot,
     ) -> Result<(), String> {

@@ -185,7 +185,9 @@ impl Silo {
                     snapshot: snapshot.id.clone(),
                     base_id: base_id.clone(),
                 })?,
-            (None, None) => return Err(mismatch("the Docker engine".into(), None)),
+            (None, None) => {
+                return Err(mismatch(format!("the {} engine", images.kind()), None));
+            }
         };
         let (engine_base, _) = self
             .store_base_image(images, store, &target, progress)
@@ -205,7 +207,7 @@ impl Silo {
                 .map_err(engine("read this home's identity"))?,
         )?;
         let mut spec = snapshot.spec.clone();
-        spec.backend = crate::spec::BackendKind::Docker;
+        spec.backend = images.kind();
         spec.image = Some(name);
         Ok(Some(Snapshot {
             base_image: engine_base.image_id,

@@ -1,13 +1,14 @@
-//! [`Strategy`]: how the snapshot engine captures and brings back one
-//! backend's machines, made from what the backend hands out. Engine images
-//! (the backend's [`EngineImages`]: a snapshot goes back onto the engine as
+//! What the snapshot engine does with each [`SnapshotWay`] a backend hands
+//! out (`Backend::snapshots`): engine images (the backend's
+//! [`crate::backend::EngineImages`]: a snapshot goes back onto the engine as
 //! an image its new machine is made from) or agent layers (a provider's
 //! template silo cannot export: its paths are listed by a fresh machine's
 //! agent, and a snapshot goes back as layers the agent applies onto a fresh
 //! machine from the template).
 //!
 //! This is the one place the snapshot engine tells the two apart: the rest
-//! of it asks its strategy, never a backend's kind or capabilities.
+//! of it asks the sandbox's way (`Silo::strategy`), never a backend's kind
+//! or capabilities, and no backend is asked anything but its way.
 
 use serde_json::{Value, json};
 use silo_protocol::auth::Key;
@@ -19,7 +20,7 @@ use super::take::{CTIME_MARGIN_NS, StartBase, StartPoint};
 use super::{ForkTarget, ImageSource, SnapshotError, SnapshotProgress, SnapshotProgressFn};
 use crate::CreateRequest;
 use crate::backend::remote::SILO_DIR;
-use crate::backend::{Backend, BackendError, EngineImages, Machine, SnapshotSupport};
+use crate::backend::{Backend, BackendError, Machine, SnapshotWay};
 use crate::silo::{Silo, SiloError, backend_error, machine};
 use crate::spec::{BackendKind, SandboxSpec};
 use crate::state::{Baseline, EventKind, SandboxRecord, Snapshot};
@@ -38,31 +39,19 @@ pub(super) struct MachineStart {
     pub image_id: String,
 }
 
-/// How one backend's machines are captured and brought back.
-#[derive(Debug, Clone)]
-pub(in crate::silo) enum Strategy {
-    /// Machines are made from images on this engine.
-    EngineImages(EngineImages),
-    /// Machines are made from a provider's template; the agent applies a
-    /// snapshot's layers.
-    AgentLayers,
-}
-
 impl Silo {
     /// The strategy for `kind`'s machines, from what its backend hands
     /// out; `None` when they have no snapshots (the agent is not PID 1 of a
     /// private root file system, so there is nothing whole to capture).
-    pub(in crate::silo) fn strategy(&self, kind: BackendKind) -> Option<Strategy> {
-        let backend = self.backend(kind);
-        match backend.snapshot_support() {
-            SnapshotSupport::EngineImages => backend.engine_images().map(Strategy::EngineImages),
-            SnapshotSupport::AgentLayers => Some(Strategy::AgentLayers),
-            SnapshotSupport::None => None,
-        }
+    pub(in crate::silo) fn strategy(&self, kind: BackendKind) -> Option<SnapshotWay> {
+        self.backend(kind).snapshots()
     }
 
     /// The strategy for the sandbox's machines, or why it has none.
-    pub(super) fn strategy_of(&self, sandbox: &SandboxRecord) -> Result<Strategy, SnapshotError> {
+    pub(super) fn strategy_of(
+        &self,
+        sandbox: &SandboxRecord,
+    ) -> Result<SnapshotWay, SnapshotError> {
         self.strategy(sandbox.backend)
             .ok_or_else(|| SnapshotError::Unsupported {
                 name: sandbox.name.clone(),
@@ -88,7 +77,7 @@ fn rewound(
     )?)
 }
 
-impl Strategy {
+impl SnapshotWay {
     /// Records what a fresh machine's first snapshot will be measured
     /// against: a remote VM's baseline, a container's own listing.
     pub(in crate::silo) async fn record_start(
@@ -97,8 +86,8 @@ impl Strategy {
         sandbox: &SandboxRecord,
     ) -> Result<SandboxRecord, SiloError> {
         match self {
-            Strategy::AgentLayers => silo.record_fresh_baseline(sandbox).await,
-            Strategy::EngineImages(_) => silo.record_listing(sandbox).await,
+            SnapshotWay::AgentLayers => silo.record_fresh_baseline(sandbox).await,
+            SnapshotWay::EngineImages(_) => silo.record_listing(sandbox).await,
         }
     }
 
@@ -111,7 +100,7 @@ impl Strategy {
         sandbox: &SandboxRecord,
     ) -> Result<MachineStart, NotInPlace> {
         match self {
-            Strategy::EngineImages(_) => {
+            SnapshotWay::EngineImages(_) => {
                 let facts = match remembered::facts(sandbox) {
                     Some(facts) => facts,
                     None => {
@@ -126,7 +115,7 @@ impl Strategy {
                     image_id: facts.image_id.clone(),
                 })
             }
-            Strategy::AgentLayers => {
+            SnapshotWay::AgentLayers => {
                 let baseline = sandbox.baseline.as_ref().ok_or_else(|| {
                     NotInPlace(format!(
                         "sandbox {} has no record of the files its machine started with",
@@ -152,8 +141,8 @@ impl Strategy {
     /// measures from.
     pub(super) fn baseline_after_in_place(&self, sandbox: &SandboxRecord) -> Option<Baseline> {
         match self {
-            Strategy::EngineImages(_) => None,
-            Strategy::AgentLayers => sandbox.baseline.clone(),
+            SnapshotWay::EngineImages(_) => None,
+            SnapshotWay::AgentLayers => sandbox.baseline.clone(),
         }
     }
 
@@ -170,7 +159,7 @@ impl Strategy {
         progress: &SnapshotProgressFn,
     ) -> Result<StartPoint, SiloError> {
         match self {
-            Strategy::EngineImages(_) => {
+            SnapshotWay::EngineImages(_) => {
                 let facts = silo.container_facts(sandbox, "snapshot").await?;
                 let base = match on_base {
                     true => Some(
@@ -188,7 +177,7 @@ impl Strategy {
                 };
                 Ok(StartPoint { base, request })
             }
-            Strategy::AgentLayers => {
+            SnapshotWay::AgentLayers => {
                 let baseline =
                     sandbox
                         .baseline
@@ -230,7 +219,7 @@ impl Strategy {
         progress: &SnapshotProgressFn,
     ) -> Result<(SandboxRecord, ImageSource), SiloError> {
         match self {
-            Strategy::AgentLayers => {
+            SnapshotWay::AgentLayers => {
                 progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
@@ -248,7 +237,7 @@ impl Strategy {
                 let sandbox = silo.record_made(&sandbox, made).await?;
                 silo.apply_or_remove(sandbox, snapshot, progress).await
             }
-            Strategy::EngineImages(images) => {
+            SnapshotWay::EngineImages(images) => {
                 let store = silo.store()?;
                 let (image_id, source) = silo
                     .load_snapshot_image(images, &store, snapshot, None, progress)
@@ -284,7 +273,7 @@ impl Strategy {
             spec,
         };
         match self {
-            Strategy::EngineImages(images) => {
+            SnapshotWay::EngineImages(images) => {
                 let store = silo.store()?;
                 // A snapshot taken on a template, or asked onto another
                 // image, goes onto the engine image with its base id.
@@ -311,7 +300,7 @@ impl Strategy {
                 let sandbox = silo.reserve(request(spec), Some(snapshot.id.clone()))?;
                 Ok((silo.launch(sandbox, Some(&image_id)).await?, source))
             }
-            Strategy::AgentLayers => {
+            SnapshotWay::AgentLayers => {
                 spec.check()?;
                 progress(SnapshotProgress::Step {
                     label: "starting",
