@@ -56,7 +56,13 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         agent: silo_tests::agent_binary(),
         listen: silo::DEFAULT_LISTEN,
     };
-    silo::internals::image::bake(&engine, &baked, &mut |_| {}).await?;
+    silo::internals::image::bake(
+        &engine,
+        &silo::internals::docker::DOCKER,
+        &baked,
+        &mut |_| {},
+    )
+    .await?;
     let mut mock_config = MockE2bConfig::default();
     mock_config
         .templates
