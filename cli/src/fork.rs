@@ -13,9 +13,6 @@ use silo::{BackendKind, ForkTarget, Silo};
 use super::output::Output;
 use super::pool::fill_in_background;
 
-/// Most forks one call makes.
-const MAX_COUNT: u32 = 64;
-
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The snapshot (id or unique prefix).
@@ -37,7 +34,7 @@ pub struct Args {
     image: Option<String>,
     /// Make this many forks at once, named NEW-1 to NEW-N.
     #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_COUNT)))]
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(silo::MAX_FORKS)))]
     count: u32,
 }
 
@@ -66,7 +63,8 @@ pub async fn run(
     }
     let outcomes = silo
         .fork_many(&args.snapshot, &args.name, args.count, &target)
-        .await;
+        .await
+        .with_context(|| format!("forking {}", args.snapshot))?;
     let pools: BTreeSet<&str> = outcomes
         .iter()
         .filter_map(|(_, outcome)| outcome.as_ref().ok()?.pool.as_deref())

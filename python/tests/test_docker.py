@@ -74,6 +74,8 @@ def test_forks_take_warm_sandboxes_of_the_snapshot_spec(docker, base_image):
     pool = unique("py-forks")
     silo_sandbox.Pools.create(pool, 2, base_image)
     name = unique("py-branch")
+    with pytest.raises(silo_sandbox.SnapshotError, match="1 to 64"):
+        docker.snapshots.fork_many(snap, name, 0)
     branches = docker.snapshots.fork_many(snap, name, 3)
     try:
         assert [b.sandbox_id for b in branches] != [docker.sandbox_id] * 3

@@ -174,6 +174,17 @@ async fn forks_take_warm_sandboxes_and_say_when_they_cannot() {
         assert_eq!(sh(&cli, name, "cat /work/mine"), format!("{name}\n"));
     }
 
+    // Bad counts are refused before anything is made.
+    let target = silo::ForkTarget::default();
+    for count in [0, silo::MAX_FORKS + 1] {
+        let refused = silo.fork_many(&snap, "none", count, &target).await;
+        let error = refused.err().unwrap().to_string();
+        assert!(error.contains("1 to 64"), "{error}");
+    }
+    let err = cli.fails(&["fork", &snap, "--name", "none", "--count", "65"]);
+    assert!(err.contains("--count"), "{err}");
+    assert!(silo.get("none-1").is_err());
+
     // A pool of another spec, or an empty one, is not taken from.
     cli.ok(&["pool", "rm", "warm"]);
     let other = silo::SandboxSpec {

@@ -2,8 +2,9 @@
 //! in real containers): the VM's own agent brings its file system back to
 //! each snapshot of a chain, entry by entry as it was when the snapshot
 //! was taken, ends every process started before, and the provider is never
-//! asked for a new VM; and a template's file changed since, which silo has
-//! no copy of, makes a new VM, and the report says why.
+//! asked for a new VM; a template's file changed since, which silo has no
+//! copy of, makes a new VM, and the report says why; and a fork takes a VM
+//! waiting in a pool of the template and rewinds it in place.
 
 #![allow(
     clippy::unwrap_used,
@@ -143,7 +144,37 @@ async fn an_e2b_vm_rewinds_in_place_to_each_snapshot_of_a_chain() {
         || crate::e2b::vm_of(&cli, "vm"),
         || creates(&mock.requests()),
     );
-    cli.ok(&["rm", "vm"]);
+
+    // A fork onto a VM waiting in a pool of the template: no create asked
+    // for it, the snapshot's files, its own key.
+    sh(&cli, "vm", "echo forked > /work/forked");
+    let snap = snapshot(&cli, "vm");
+    let want = entries(&cli, "vm");
+    cli.ok(&[
+        "pool",
+        "create",
+        "vms",
+        "--size",
+        "1",
+        "--backend",
+        "e2b",
+        "--template",
+        "base",
+    ]);
+    let before = creates(&mock.requests());
+    let fork = json(&cli.ok(&["fork", &snap, "--name", "branch", "--json"]));
+    assert_eq!(fork["pool"], "vms", "{fork}");
+    assert!(fork["image"]["in_place"].is_object(), "{fork}");
+    // The refill behind the claim may create one VM, never two.
+    assert!(creates(&mock.requests()) <= before + 1);
+    let differ = differences(&want, &entries(&cli, "branch"));
+    assert!(differ.is_empty(), "not the snapshot's tree: {differ:#?}");
+    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let key = |name: &str| silo.sandbox_key(&silo.get(name).unwrap());
+    assert!(key("branch") != key("vm"), "the fork has its own key");
+    drop(silo);
+    cli.ok(&["pool", "rm", "vms"]);
+    cli.ok(&["rm", "vm", "branch"]);
     drop(cli);
     mock.shutdown().await.unwrap();
 }

@@ -268,7 +268,11 @@ pub async fn fork_many(
     let silo = home.silo()?;
     let target = ForkTarget { backend, image };
     let mut made = Vec::new();
-    for (_, outcome) in silo.fork_many(snapshot, name, count, &target).await {
+    let outcomes = silo
+        .fork_many(snapshot, name, count, &target)
+        .await
+        .map_err(|e| to_py(&e))?;
+    for (_, outcome) in outcomes {
         let report = outcome.map_err(|e| to_py(&e))?;
         let json = serde_json::to_value(&report).map_err(|e| invalid(e.to_string()))?;
         let sandbox = silo

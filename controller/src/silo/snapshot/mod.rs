@@ -60,7 +60,7 @@ mod strategy;
 mod take;
 
 pub use in_place::InPlace;
-pub use restore::ForkTarget;
+pub use restore::{ForkTarget, MAX_FORKS};
 
 use std::collections::HashSet;
 use std::io;
@@ -315,6 +315,9 @@ pub enum SnapshotError {
         /// The base id wanted.
         base_id: String,
     },
+    /// More forks, or none, were asked of one call than it makes.
+    #[error("forks are made 1 to {MAX_FORKS} at once, not {0}")]
+    ForkCount(u32),
     /// A snapshot to delete is what live sandboxes run from.
     #[error(
         "snapshot {snapshot} is what {} run{} from; rewind or remove {} first",

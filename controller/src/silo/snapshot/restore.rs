@@ -30,6 +30,10 @@ use crate::spec::BackendKind;
 use crate::state::{SandboxRecord, Snapshot};
 use crate::store::{LoadPlan, Store, load_archive};
 
+/// Most forks [`Silo::fork_many`] makes at once: each is a sandbox whose
+/// machine is claimed or started while the others are.
+pub const MAX_FORKS: u32 = 64;
+
 /// Longest parent chain followed when looking for layers the engine has.
 const MAX_CHAIN: usize = 256;
 
@@ -496,20 +500,24 @@ impl Silo {
     /// named `NAME-1` to `NAME-count`, each as [`Silo::fork`] makes one:
     /// its own sandbox, id and key, from a pool member when one fits.
     /// Answers each fork's name and outcome, in order; a failed fork leaves
-    /// the others.
+    /// the others. A `count` of 0 or over [`MAX_FORKS`] is refused before
+    /// anything is made.
     pub async fn fork_many(
         &self,
         snapshot: &str,
         name: &str,
         count: u32,
         target: &ForkTarget,
-    ) -> Vec<(String, Result<RestoreReport, SiloError>)> {
+    ) -> Result<Vec<(String, Result<RestoreReport, SiloError>)>, SiloError> {
+        if count == 0 || count > MAX_FORKS {
+            return Err(SnapshotError::ForkCount(count).into());
+        }
         let progress = no_progress();
         let names: Vec<String> = (1..=count).map(|i| format!("{name}-{i}")).collect();
         let forks = names
             .iter()
             .map(|name| self.fork(snapshot, name, target, &progress));
         let outcomes = futures_util::future::join_all(forks).await;
-        names.into_iter().zip(outcomes).collect()
+        Ok(names.into_iter().zip(outcomes).collect())
     }
 }
