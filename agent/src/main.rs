@@ -84,8 +84,12 @@ fn init_logging() {
         .ok()
         .and_then(|level| level.parse().ok())
         .unwrap_or(tracing::Level::INFO);
+    // Whatever reads the agent's stderr may go (a provider's session
+    // relays it through processes a rewind ends): a lost line is dropped,
+    // never reported with a print that would panic the request logging it.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .with_ansi(false)
         .with_target(false)
         .with_max_level(level)

@@ -10,9 +10,9 @@
 //!   `true` through the same proxy;
 //! - resume: a paused sandbox to its first output, beside E2B's connect
 //!   plus envd's Start;
-//! - rewind: back to a snapshot of a 1 KiB change, to the first output (a
-//!   fresh VM from the template with the layer applied), beside E2B's
-//!   create plus first output, the floor of any fresh VM;
+//! - rewind: back to a snapshot of a 1 KiB change, to the first output (in
+//!   place: the VM's agent puts back what changed), beside E2B's create
+//!   plus first output, the floor of any fresh VM;
 //! - forks across backends: an E2B snapshot onto Docker and a Docker
 //!   snapshot onto E2B, to the first output;
 //! - the agent's upload and start, alone.
@@ -56,7 +56,13 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         agent: silo_tests::agent_binary(),
         listen: silo::DEFAULT_LISTEN,
     };
-    silo::internals::image::bake(&engine, &baked, &mut |_| {}).await?;
+    silo::internals::image::bake(
+        &engine,
+        &silo::internals::docker::DOCKER,
+        &baked,
+        &mut |_| {},
+    )
+    .await?;
     let mut mock_config = MockE2bConfig::default();
     mock_config
         .templates

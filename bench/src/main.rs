@@ -26,6 +26,7 @@ mod exec_memory;
 mod exec_rtt;
 mod files;
 mod footprint;
+mod fork_pool;
 mod interrupt;
 mod long_use;
 mod nonce_window;
@@ -66,6 +67,7 @@ const SCENARIOS: &[&str] = &[
     "snapshot-chain",
     "rewind",
     "pool",
+    "fork-pool",
     "scale",
     "files",
     "soak",
@@ -181,6 +183,7 @@ async fn run(scenario: &str, quick: bool) -> anyhow::Result<Vec<report::Row>> {
         "snapshot-chain" => snapshot_chain::run(quick).await?,
         "rewind" => rewind::run(quick).await?,
         "pool" => pool::run(quick).await?,
+        "fork-pool" => fork_pool::run(quick).await?,
         "scale" => scale::run(quick).await?,
         "files" => files::run(quick).await?,
         "soak" => long_use::soak(quick).await?,

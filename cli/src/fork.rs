@@ -1,11 +1,17 @@
-//! `silo fork SNAPSHOT --name NEW [--backend B] [--image I]`: a new sandbox
-//! from a snapshot, with the spec its source had (on another backend or
-//! image when asked); the source is left alone.
+//! `silo fork SNAPSHOT --name NEW [--count N] [--backend B] [--image I]`:
+//! new sandboxes from a snapshot, with the spec its source had (on another
+//! backend or image when asked), each onto a started sandbox of a pool of
+//! that spec when one fits, else a new machine; the source is left alone.
+//! A pool a fork took from is refilled behind it, as after `up --pool`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
 
 use anyhow::Context;
 use silo::{BackendKind, ForkTarget, Silo};
 
 use super::output::Output;
+use super::pool::fill_in_background;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,19 +32,59 @@ pub struct Args {
     /// uses its default template].
     #[arg(long, visible_alias = "template")]
     image: Option<String>,
+    /// Make this many forks at once, named NEW-1 to NEW-N.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(silo::MAX_FORKS)))]
+    count: u32,
 }
 
-pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
-    let progress = out.snapshot_progress();
+pub async fn run(
+    silo: &Silo,
+    out: &Output,
+    agent: Option<&Path>,
+    args: Args,
+) -> anyhow::Result<i32> {
     let target = ForkTarget {
         backend: args.backend,
         image: args.image,
     };
-    let report = silo
-        .fork(&args.snapshot, &args.name, &target, &progress.callback())
-        .await;
-    progress.finish();
-    let report = report.with_context(|| format!("forking {}", args.snapshot))?;
-    out.restored("made", "from", &report)?;
-    Ok(0)
+    if args.count == 1 {
+        let progress = out.snapshot_progress();
+        let report = silo
+            .fork(&args.snapshot, &args.name, &target, &progress.callback())
+            .await;
+        progress.finish();
+        let report = report.with_context(|| format!("forking {}", args.snapshot))?;
+        if let Some(pool) = &report.pool {
+            fill_in_background(silo, agent, pool)?;
+        }
+        out.restored("made", "from", &report)?;
+        return Ok(0);
+    }
+    let outcomes = silo
+        .fork_many(&args.snapshot, &args.name, args.count, &target)
+        .await
+        .with_context(|| format!("forking {}", args.snapshot))?;
+    let pools: BTreeSet<&str> = outcomes
+        .iter()
+        .filter_map(|(_, outcome)| outcome.as_ref().ok()?.pool.as_deref())
+        .collect();
+    for pool in pools {
+        fill_in_background(silo, agent, pool)?;
+    }
+    let mut failed = 0;
+    let mut reports = Vec::new();
+    for (name, outcome) in outcomes {
+        match outcome {
+            Ok(report) => reports.push(report),
+            Err(error) => {
+                failed += 1;
+                let error = anyhow::Error::from(error)
+                    .context(format!("forking {} as {name}", args.snapshot));
+                eprintln!("silo: {error:#}");
+            }
+        }
+    }
+    out.forks(&reports)?;
+    Ok(if failed == 0 { 0 } else { 1 })
 }

@@ -172,7 +172,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Create(args) => create::run(&silo, &out, args).await,
         Command::Demo(args) => demo::run(&silo, &out, args).await,
         Command::Exec(args) => exec::run(&silo, args).await,
-        Command::Fork(args) => fork::run(&silo, &out, args).await,
+        Command::Fork(args) => fork::run(&silo, &out, agent.as_deref(), args).await,
         Command::Gc(args) => gc::run(&silo, &out, args).await,
         Command::Image(args) => image::run(&silo, &out, args).await,
         Command::Ls(args) => ls::run(&silo, &out, args).await,

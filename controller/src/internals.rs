@@ -10,7 +10,7 @@ pub use crate::silo::Lease;
 /// The Docker backend's engine connection, names and labels.
 pub mod docker {
     pub use crate::backend::docker::{
-        DockerError, LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH,
+        DOCKER, DockerError, LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH,
         LONG_REQUEST_TIMEOUT, connect, container_name, engine_host,
     };
 }

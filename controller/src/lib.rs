@@ -119,9 +119,10 @@ pub use sandbox::{
 };
 pub use silo::{
     BaseStored, COMPACT_AT, Collected, Compacted, CreateRequest, FillReport, ForkTarget, GcReport,
-    ImageSource, InPlace, MAX_POOL_SIZE, PoolError, PoolStatus, RestoreReport, STATUS_CONCURRENCY,
-    Silo, SiloError, SiloOptions, SnapshotError, SnapshotProgress, SnapshotProgressFn,
-    SnapshotReport, Started, StoreGc, UpAction, UpOutcome, UpRequest, no_progress,
+    ImageSource, InPlace, MAX_FORKS, MAX_POOL_SIZE, PoolError, PoolStatus, RestoreReport,
+    STATUS_CONCURRENCY, Silo, SiloError, SiloOptions, SnapshotError, SnapshotProgress,
+    SnapshotProgressFn, SnapshotReport, Started, StoreGc, UpAction, UpOutcome, UpRequest,
+    no_progress,
 };
 pub use spec::{BackendKind, SandboxSpec};
 pub use state::{EventRecord, MasterKeyError, SandboxRecord, Snapshot, StateError};

@@ -110,7 +110,9 @@ mod tests {
         }
         assert!(deadline.passed());
         assert!(started.elapsed() >= Duration::from_millis(30));
-        assert!((3..=4).contains(&pauses), "{pauses} pauses");
+        // Each pause is at least 10 ms, so no more than four fit; a loaded
+        // machine may oversleep, so fewer may.
+        assert!((1..=4).contains(&pauses), "{pauses} pauses");
         assert!(!Deadline::after(Duration::ZERO, Duration::from_secs(60)).pause_blocking());
     }
 }

@@ -41,7 +41,7 @@ pub use lease::Lease;
 pub use open::{UpAction, UpOutcome, UpRequest};
 pub use pool::{FillReport, MAX_POOL_SIZE, PoolError, PoolStatus};
 pub use snapshot::{
-    BaseStored, COMPACT_AT, Compacted, ForkTarget, ImageSource, InPlace, RestoreReport,
+    BaseStored, COMPACT_AT, Compacted, ForkTarget, ImageSource, InPlace, MAX_FORKS, RestoreReport,
     SnapshotError, SnapshotProgress, SnapshotProgressFn, SnapshotReport, StoreGc, no_progress,
 };
 

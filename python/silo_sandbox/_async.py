@@ -262,6 +262,20 @@ class AsyncSnapshots:
         native, _ = await aio(home.fork, _snapshot_id(snapshot), name, backend, template)
         return AsyncSandbox(native, home)
 
+    async def fork_many(
+        self,
+        snapshot: Snapshot | str,
+        name: str,
+        count: int,
+        *,
+        backend: str | None = None,
+        template: str | None = None,
+    ) -> list[AsyncSandbox]:
+        """``count`` new sandboxes ``name-1`` .. ``name-count`` from ``snapshot``, made at once."""
+        home = self._sandbox._home
+        made = await aio(home.fork_many, _snapshot_id(snapshot), name, count, backend, template)
+        return [AsyncSandbox(native, home) for native, _ in made]
+
     async def remove(self, snapshot: Snapshot | str) -> None:
         """Removes a snapshot."""
         await aio(self._sandbox._home.remove_snapshot, _snapshot_id(snapshot))

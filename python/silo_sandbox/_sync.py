@@ -294,6 +294,22 @@ class Snapshots:
         native, _ = self._sandbox._home.fork(_snapshot_id(snapshot), name, backend, template)
         return Sandbox(native, self._sandbox._home)
 
+    def fork_many(
+        self,
+        snapshot: Snapshot | str,
+        name: str,
+        count: int,
+        *,
+        backend: str | None = None,
+        template: str | None = None,
+    ) -> list[Sandbox]:
+        """``count`` new sandboxes ``name-1`` .. ``name-count`` from ``snapshot``, made at
+        once, each onto a started sandbox of a pool of the snapshot's spec when one fits.
+        The first failure is raised; the sandboxes made are left."""
+        home = self._sandbox._home
+        made = home.fork_many(_snapshot_id(snapshot), name, count, backend, template)
+        return [Sandbox(native, home) for native, _ in made]
+
     def remove(self, snapshot: Snapshot | str) -> None:
         """Removes a snapshot (refused while another builds on it)."""
         self._sandbox._home.remove_snapshot(_snapshot_id(snapshot))

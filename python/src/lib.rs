@@ -51,6 +51,24 @@ fn with_sandbox(made: (Arc<bind::SandboxRef>, serde_json::Value)) -> PyResult<An
     }))
 }
 
+/// Sandbox handles with their JSON data, as a list of pairs.
+fn with_sandboxes(made: Vec<(Arc<bind::SandboxRef>, serde_json::Value)>) -> PyResult<Answer> {
+    let made = made
+        .into_iter()
+        .map(|(inner, data)| Ok((inner, runtime::json(&data)?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(Box::new(move |py| {
+        let pairs = made
+            .into_iter()
+            .map(|(inner, data)| {
+                let sandbox = Py::new(py, Sandbox { inner })?;
+                Ok((sandbox, data(py)?).into_pyobject(py)?.into_any().unbind())
+            })
+            .collect::<PyResult<Vec<Py<PyAny>>>>()?;
+        Ok(pairs.into_pyobject(py)?.into_any().unbind())
+    }))
+}
+
 fn spec(spec_json: Option<&str>) -> PyResult<Option<silo::SandboxSpec>> {
     spec_json.map(bind::spec_from_json).transpose()
 }
@@ -163,6 +181,27 @@ impl Home {
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
             with_sandbox(bind::fork(home, &snapshot, &name, backend, image).await?)
+        })
+    }
+
+    /// Makes `count` sandboxes `name-1`.. from `snapshot` at once, on
+    /// `backend`/`image` when given; answers `[(Sandbox, report)]`.
+    #[pyo3(signature = (snapshot, name, count, backend=None, image=None, aio=None))]
+    #[allow(clippy::too_many_arguments, reason = "Python's keyword arguments")]
+    fn fork_many(
+        &self,
+        py: Python<'_>,
+        snapshot: String,
+        name: String,
+        count: u32,
+        backend: Option<&str>,
+        image: Option<String>,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let backend = backend.map(bind::backend).transpose()?;
+        let home = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            with_sandboxes(bind::fork_many(home, &snapshot, &name, count, backend, image).await?)
         })
     }
 

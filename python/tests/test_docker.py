@@ -68,6 +68,34 @@ def test_a_warm_pool_hands_out_started_sandboxes(base_image):
         silo_sandbox.Pools.create(unique("py-pool"), 0, base_image)
 
 
+def test_forks_take_warm_sandboxes_of_the_snapshot_spec(docker, base_image):
+    docker.files.write("/work/branch.txt", "the parent's")
+    snap = docker.snapshots.take()
+    pool = unique("py-forks")
+    silo_sandbox.Pools.create(pool, 2, base_image)
+    name = unique("py-branch")
+    with pytest.raises(silo_sandbox.SnapshotError, match="1 to 64"):
+        docker.snapshots.fork_many(snap, name, 0)
+    branches = docker.snapshots.fork_many(snap, name, 3)
+    try:
+        assert [b.sandbox_id for b in branches] != [docker.sandbox_id] * 3
+        assert len({b.sandbox_id for b in branches}) == 3
+        for i, branch in enumerate(branches, start=1):
+            assert branch.files.read("/work/branch.txt") == "the parent's"
+            branch.files.write("/work/branch.txt", f"branch {i}")
+        assert [b.files.read("/work/branch.txt") for b in branches] == [
+            "branch 1",
+            "branch 2",
+            "branch 3",
+        ]
+        # Two came from the pool (its whole size), one from a new machine.
+        assert next(p for p in silo_sandbox.Pools.list() if p["name"] == pool)["ready"] == 0
+    finally:
+        for branch in branches:
+            branch.kill()
+        silo_sandbox.Pools.remove(pool)
+
+
 def test_push_fans_out_with_a_report_per_sandbox(docker, base_image, tmp_path):
     second = silo_sandbox.Sandbox.create(base_image, name=unique("py-push"))
     stopped = silo_sandbox.Sandbox.create(base_image, name=unique("py-stopped"))

@@ -23,7 +23,7 @@ use crate::e2b::{NO_ROOM_IMAGE, no_room_image};
 use silo_tests::json;
 
 /// The Daytona id of a silo sandbox, from `silo ls --json`.
-fn daytona_id(cli: &silo_tests::Cli, name: &str) -> String {
+pub(crate) fn daytona_id(cli: &silo_tests::Cli, name: &str) -> String {
     let listed = json(&cli.ok(&["ls", "--json"]));
     let row = listed
         .as_array()

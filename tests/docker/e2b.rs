@@ -274,9 +274,14 @@ async fn a_template_that_carries_the_agent_runs_its_own() {
         agent: silo_tests::agent_binary(),
         listen: silo::DEFAULT_LISTEN,
     };
-    silo::internals::image::bake(&engine, &request, &mut |_| {})
-        .await
-        .unwrap();
+    silo::internals::image::bake(
+        &engine,
+        &silo::internals::docker::DOCKER,
+        &request,
+        &mut |_| {},
+    )
+    .await
+    .unwrap();
     let mut config = MockE2bConfig::default();
     config.templates.insert("baked".into(), BAKED.into());
     let mock = MockE2b::start(config).await.unwrap();

@@ -86,7 +86,9 @@ async fn snapshots_rewind_restore_and_move_between_e2b_and_docker() {
     );
     assert!(taken.contains("/etc/group -"), "{taken}");
 
-    // Rewind: a fresh VM from the template with the snapshot applied.
+    // Rewind of a stopped VM (a running one rewinds in place, see
+    // `remote_rewind`): a fresh VM from the template with the snapshot
+    // applied.
     let vm = vm_of(&cli, "box");
     cli.ok(&[
         "exec",
@@ -96,8 +98,10 @@ async fn snapshots_rewind_restore_and_move_between_e2b_and_docker() {
         "-c",
         "echo broken > /root/a && rm -r /srv/x",
     ]);
+    cli.ok(&["stop", "box"]);
     let rewound = json(&cli.ok(&["rewind", "box", &first, "--json"]));
     assert_eq!(rewound["image"]["applied"]["layers"], 1, "{rewound}");
+    assert!(rewound["new_machine_because"].is_string(), "{rewound}");
     assert_eq!(files(&cli, "box"), taken);
     assert_ne!(vm_of(&cli, "box"), vm, "a rewind makes a fresh VM");
     assert_eq!(

@@ -31,7 +31,7 @@ const NOT_THE_SANDBOX_S: &str = "\\( -path /proc -o -path /sys -o -path /dev -o 
 
 /// Every entry of the sandbox's file system: path → kind, mode, owner,
 /// group, size, and a file's content hash or a link's target.
-fn entries(cli: &Cli, name: &str) -> BTreeMap<String, String> {
+pub(crate) fn entries(cli: &Cli, name: &str) -> BTreeMap<String, String> {
     let find = |test: &str, action: &str| {
         sh(
             cli,
@@ -69,7 +69,10 @@ fn entries(cli: &Cli, name: &str) -> BTreeMap<String, String> {
 }
 
 /// Differences between two listings, for a readable failure.
-fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<String> {
+pub(crate) fn differences(
+    a: &BTreeMap<String, String>,
+    b: &BTreeMap<String, String>,
+) -> Vec<String> {
     let mut out = Vec::new();
     for (path, what) in a {
         match b.get(path) {
@@ -86,12 +89,12 @@ fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Ve
     out
 }
 
-fn snapshot(cli: &Cli, name: &str) -> String {
+pub(crate) fn snapshot(cli: &Cli, name: &str) -> String {
     let report = json(&cli.ok(&["snapshot", name, "--json"]));
     report["snapshot"]["id"].as_str().unwrap().to_owned()
 }
 
-fn rewind(cli: &Cli, name: &str, snapshot: &str) -> serde_json::Value {
+pub(crate) fn rewind(cli: &Cli, name: &str, snapshot: &str) -> serde_json::Value {
     json(&cli.ok(&["rewind", name, snapshot, "--json"]))
 }
 

@@ -125,33 +125,52 @@ impl Output {
         if self.json {
             return print_json(report);
         }
-        let source = match &report.image {
-            ImageSource::Engine => "image on the engine".to_owned(),
-            ImageSource::Store { layers_sent, bytes } => format!(
-                "loaded from the store: {layers_sent} layers, {}",
-                human_bytes(*bytes)
-            ),
-            ImageSource::Applied { layers, bytes } => format!(
-                "fresh from the template, {layers} layers applied, {}",
-                human_bytes(*bytes)
-            ),
-            ImageSource::InPlace(done) => format!(
-                "in place: {} paths changed, {} put back, {} removed, {}",
-                done.stats.changed,
-                done.stats.restored,
-                done.stats.removed,
-                human_bytes(done.layer_bytes)
-            ),
-        };
-        let source = match &report.new_machine_because {
-            Some(why) => format!("{source}; a new machine, since {why}"),
-            None => source,
-        };
-        print_lines(&format!(
-            "{what} {} ({}) {preposition} snapshot {} in {:.0} ms ({source})",
-            report.sandbox.name, report.sandbox.id, report.snapshot, report.ms
-        ))
+        print_lines(&restored_line(what, preposition, report))
     }
+
+    /// Forks made at once (`silo fork --count`), one line each.
+    pub fn forks(&self, reports: &[RestoreReport]) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(&reports);
+        }
+        let lines: Vec<String> = reports
+            .iter()
+            .map(|report| restored_line("made", "from", report))
+            .collect();
+        print_lines(&lines.join("\n"))
+    }
+}
+
+/// One line of [`Output::restored`]: the sandbox, the snapshot, how long,
+/// and how the machine got the snapshot's files.
+fn restored_line(what: &str, preposition: &str, report: &RestoreReport) -> String {
+    let source = match &report.image {
+        ImageSource::Engine => "image on the engine".to_owned(),
+        ImageSource::Store { layers_sent, bytes } => format!(
+            "loaded from the store: {layers_sent} layers, {}",
+            human_bytes(*bytes)
+        ),
+        ImageSource::Applied { layers, bytes } => format!(
+            "fresh from the template, {layers} layers applied, {}",
+            human_bytes(*bytes)
+        ),
+        ImageSource::InPlace(done) => format!(
+            "in place: {} paths changed, {} put back, {} removed, {}",
+            done.stats.changed,
+            done.stats.restored,
+            done.stats.removed,
+            human_bytes(done.layer_bytes)
+        ),
+    };
+    let source = match (&report.pool, &report.new_machine_because) {
+        (Some(pool), _) => format!("taken from pool {pool}, {source}"),
+        (None, Some(why)) => format!("{source}; a new machine, since {why}"),
+        (None, None) => source,
+    };
+    format!(
+        "{what} {} ({}) {preposition} snapshot {} in {:.0} ms ({source})",
+        report.sandbox.name, report.sandbox.id, report.snapshot, report.ms
+    )
 }
 
 /// The progress bar of one snapshot, rewind or fork.

@@ -10,6 +10,7 @@ use bollard::Docker;
 use super::{Context, ImageError, base_id, build};
 use crate::agent_binary::is_static_executable;
 use crate::backend::DockerError;
+use crate::backend::docker::Flavor;
 
 /// The Dockerfile template (see `image/Dockerfile.bake`).
 const TEMPLATE: &str = include_str!("../../../image/Dockerfile.bake");
@@ -36,6 +37,7 @@ pub struct BakeRequest<'a> {
 /// Bakes the agent into `request.base`; returns the new image's id.
 pub async fn bake(
     engine: &Docker,
+    flavor: &Flavor,
     request: &BakeRequest<'_>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<String, ImageError> {
@@ -65,7 +67,7 @@ pub async fn bake(
         }
         .into());
     }
-    let base = crate::backend::docker::ensure_image(engine, request.base).await?;
+    let base = crate::backend::docker::ensure_image(engine, flavor, request.base).await?;
     let base_image_id = base.id.clone().unwrap_or_default();
     // The base's layers and one per COPY of the template.
     let layers = base

@@ -63,7 +63,7 @@ impl Images {
             agent: &agent,
             listen,
         };
-        bake(engine, &request, progress).await
+        bake(engine, self.docker.flavor(), &request, progress).await
     }
 
     /// Builds the small base image from the static busybox at `busybox` as

@@ -212,7 +212,10 @@ impl Silo {
     }
 
     /// Removes a member's machine (if any) and its row.
-    async fn remove_member(&self, member: &SandboxRecord) -> Result<(), SiloError> {
+    pub(in crate::silo) async fn remove_member(
+        &self,
+        member: &SandboxRecord,
+    ) -> Result<(), SiloError> {
         let key = self.sandbox_key(member);
         self.backend(member.backend)
             .remove(machine(member, &key))

@@ -307,12 +307,14 @@ impl StateDb {
     /// moment its tree was in place) is what its next snapshot builds on,
     /// and `baseline` what its files started from (`None` when nothing
     /// needs to be known of it any more); `rewound` is logged with
-    /// `detail` in the same transaction.
+    /// `detail` in the same transaction. A fork onto a pool member gives
+    /// the snapshot it was made from as `origin`.
     pub fn rewound_in_place(
         &mut self,
         sandbox: &SandboxRecord,
         checkpoint: &Checkpoint,
         baseline: Option<&Baseline>,
+        origin: Option<&str>,
         detail: &serde_json::Value,
     ) -> Result<SandboxRecord, StateError> {
         let text = to_json(&sandbox.id, checkpoint)?;
@@ -321,9 +323,9 @@ impl StateDb {
         self.write("recording an in-place rewind", |tx| {
             let changed = tx
                 .execute(
-                    "UPDATE sandboxes SET checkpoint = ?2, baseline = ?3, updated_at = ?4 \
-                     WHERE id = ?1",
-                    params![sandbox.id, text, baseline_text, now],
+                    "UPDATE sandboxes SET checkpoint = ?2, baseline = ?3, updated_at = ?4, \
+                     origin_snapshot = COALESCE(?5, origin_snapshot) WHERE id = ?1",
+                    params![sandbox.id, text, baseline_text, now, origin],
                 )
                 .map_err(db("recording an in-place rewind"))?;
             if changed == 0 {
@@ -341,6 +343,9 @@ impl StateDb {
         Ok(SandboxRecord {
             checkpoint: Some(checkpoint.clone()),
             baseline: baseline.cloned(),
+            origin_snapshot: origin
+                .map(str::to_owned)
+                .or_else(|| sandbox.origin_snapshot.clone()),
             updated_at_ms: now,
             ..sandbox.clone()
         })

@@ -27,6 +27,15 @@
 //! agent links only within one layer). Devices and FIFOs cannot be made by
 //! the agent: a path the target has as one is removed, and counted.
 //!
+//! A target whose bottom is a listing of paths the store holds no files
+//! of (a provider's template, see [`Restore::unheld_base`]) can only be
+//! reached where the live tree still has the template's own: a directory
+//! the target has from the template alone is left as the live tree has it
+//! (what changed below it is looked at path by path), and any other path
+//! the target has from there that changed since the anchor, or that the
+//! anchor had otherwise, cannot be put back ([`RestoreError::NotHeld`]);
+//! the caller makes a new machine instead.
+//!
 //! The layer is built in memory: it holds what changed, and the agent's
 //! change list that bounds it is itself capped.
 
@@ -42,7 +51,7 @@ use tar::{EntryType, Header};
 
 use super::squash::{append_marker, as_path, join, split_parent};
 use super::table::{Entry, LayerTable, TableError, Tree, ancestors};
-use super::{Digest, Store, StoreError};
+use super::{Digest, Index, Store, StoreError};
 
 /// What to bring back, and from what.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +66,10 @@ pub struct Restore<'a> {
     /// Paths relative to `/` the layer must never name, with everything
     /// under them (the machine's mounts, the agent's own directory).
     pub excluded: &'a [Vec<u8>],
+    /// The target's paths, when its bottom is a listing whose files the
+    /// store does not hold (see the module docs); `None` when every file
+    /// of the target is in its layers.
+    pub unheld_base: Option<&'a Index>,
 }
 
 /// The restoring layer and what it holds.
@@ -108,6 +121,16 @@ pub enum RestoreError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The target has a path from a base whose files the store does not
+    /// hold, and the live tree no longer has it as the base did.
+    #[error(
+        "/{path} comes from a base whose files are not stored (a provider's template), \
+         and it changed since"
+    )]
+    NotHeld {
+        /// The path, relative to `/`.
+        path: String,
+    },
 }
 
 /// Computes and writes the restoring layer (blocking).
@@ -133,12 +156,30 @@ pub fn restoring_layer(store: &Store, restore: &Restore<'_>) -> Result<Restoring
         builder: tar::Builder::new(Vec::new()),
         written: HashSet::new(),
     };
+    let changed: HashMap<&[u8], Change> = restore
+        .changes
+        .iter()
+        .map(|(change, path)| (*path, *change))
+        .collect();
     let mut covered: HashSet<&[u8]> = HashSet::new();
     for path in &paths {
         if ancestors(path).any(|dir| covered.contains(dir)) {
             continue;
         }
         match target.lookup(path) {
+            None if from_unheld_base(restore.unheld_base, path) => {
+                let live_dir = match changed.get(path.as_slice()) {
+                    Some(change) => *change == Change::Dir,
+                    None => anchor_only
+                        .lookup(path)
+                        .is_some_and(|(_, entry)| entry.is_dir()),
+                };
+                if !live_dir {
+                    return Err(RestoreError::NotHeld {
+                        path: String::from_utf8_lossy(path).into_owned(),
+                    });
+                }
+            }
             Some((layer, entry)) if is_made_by_agent(entry.kind) => {
                 if !entry.is_dir() {
                     covered.insert(path);
@@ -187,6 +228,13 @@ fn paths_to_restore(
     }
     paths.retain(|path| !is_excluded(path, restore.excluded));
     paths
+}
+
+/// Whether the target has `path` only from a base whose files the store
+/// does not hold (the caller has looked it up in the target's layers).
+fn from_unheld_base(unheld_base: Option<&Index>, path: &[u8]) -> bool {
+    unheld_base
+        .is_some_and(|index| std::str::from_utf8(path).is_ok_and(|path| index.contains(path)))
 }
 
 /// Whether `path` is an excluded root or under one.

@@ -255,6 +255,35 @@ pub async fn fork(
     Ok((SandboxRef::new(home, sandbox), json))
 }
 
+/// Makes `count` sandboxes `name-1`.. from `snapshot` at once (see
+/// `Silo::fork_many`); the first failure is raised, the forks made are left.
+pub async fn fork_many(
+    home: Arc<Home>,
+    snapshot: &str,
+    name: &str,
+    count: u32,
+    backend: Option<BackendKind>,
+    image: Option<String>,
+) -> PyResult<Vec<(Arc<SandboxRef>, serde_json::Value)>> {
+    let silo = home.silo()?;
+    let target = ForkTarget { backend, image };
+    let mut made = Vec::new();
+    let outcomes = silo
+        .fork_many(snapshot, name, count, &target)
+        .await
+        .map_err(|e| to_py(&e))?;
+    for (_, outcome) in outcomes {
+        let report = outcome.map_err(|e| to_py(&e))?;
+        let json = serde_json::to_value(&report).map_err(|e| invalid(e.to_string()))?;
+        let sandbox = silo
+            .running_sandbox(&report.sandbox.id)
+            .await
+            .map_err(|e| to_py(&e))?;
+        made.push((SandboxRef::new(Arc::clone(&home), sandbox), json));
+    }
+    Ok(made)
+}
+
 /// Removes a snapshot (refused while another builds on it).
 pub async fn remove_snapshot(home: &Home, id: &str) -> PyResult<serde_json::Value> {
     let removed = home

@@ -44,12 +44,15 @@ pub enum DockerError {
     },
     /// The image is not on the engine and could not be pulled.
     #[error(
-        "image {image:?} is not on this engine and pulling it failed; build it \
-         (`silo image base` makes a registry-free one) or load it, then try again"
+        "image {image:?} is not on the {backend} engine and pulling it failed; build it \
+         (`silo image base --backend {backend}` makes a registry-free one) or load it, \
+         then try again"
     )]
     ImageUnavailable {
         /// The image.
         image: String,
+        /// The backend whose engine lacks it ("docker", "podman").
+        backend: &'static str,
         /// Why the pull failed.
         #[source]
         source: Box<bollard::errors::Error>,

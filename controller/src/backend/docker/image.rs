@@ -7,27 +7,32 @@ use bollard::models::ImageInspect;
 use bollard::query_parameters::CreateImageOptions;
 use futures_util::StreamExt;
 
-use super::engine::LONG_REQUEST_TIMEOUT;
+use super::engine::{Flavor, LONG_REQUEST_TIMEOUT};
 use super::error::{DockerError, api, is_not_found};
 
-/// The image as the engine describes it, pulled first if absent.
-pub async fn ensure_image(engine: &Docker, image: &str) -> Result<ImageInspect, DockerError> {
+/// The image as `flavor`'s engine describes it, pulled first if absent.
+pub async fn ensure_image(
+    engine: &Docker,
+    flavor: &Flavor,
+    image: &str,
+) -> Result<ImageInspect, DockerError> {
     match engine.inspect_image(image).await {
         Ok(found) => return Ok(found),
         Err(error) if is_not_found(&error) => {}
         Err(error) => return Err(api(format!("inspect image {image}"))(error)),
     }
     tracing::info!(image, "image not present; pulling it");
-    pull(engine, image).await?;
+    pull(engine, flavor, image).await?;
     engine
         .inspect_image(image)
         .await
         .map_err(api(format!("inspect image {image}")))
 }
 
-async fn pull(engine: &Docker, image: &str) -> Result<(), DockerError> {
+async fn pull(engine: &Docker, flavor: &Flavor, image: &str) -> Result<(), DockerError> {
     let unavailable = |source| DockerError::ImageUnavailable {
         image: image.to_owned(),
+        backend: flavor.name,
         source: Box::new(source),
     };
     // A pull answers slowly on a cold registry; the normal request timeout

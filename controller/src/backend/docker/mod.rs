@@ -298,7 +298,7 @@ impl DockerBackend {
         // The image's config matters only for `--workload image`; otherwise
         // a missing image shows up as the create's 404, saving a round trip.
         let image = if machine.spec.workload_from_image {
-            Some(image::ensure_image(engine, &image_name).await?)
+            Some(image::ensure_image(engine, &self.inner.flavor, &image_name).await?)
         } else {
             None
         };
@@ -328,7 +328,7 @@ impl DockerBackend {
         {
             Ok(created) => return Ok(created.id),
             Err(error) if is_missing_image(&error) => {
-                image::ensure_image(engine, &image_name).await?;
+                image::ensure_image(engine, &self.inner.flavor, &image_name).await?;
                 return engine
                     .create_container(Some(options), body)
                     .await

@@ -237,7 +237,9 @@ impl Rest {
                             body: reply.text(),
                         });
                     }
-                    retry_after(&reply.headers).unwrap_or(BACKOFF.pause(tries))
+                    // The provider's Retry-After is the least it asks for:
+                    // waited in full, never shortened by jitter.
+                    retry_after(&reply.headers).unwrap_or_else(|| jitter(BACKOFF.pause(tries)))
                 }
                 Err(error) => {
                     if Instant::now() >= deadline {
@@ -246,11 +248,11 @@ impl Rest {
                             reason: unreachable_reason(&error),
                         });
                     }
-                    BACKOFF.pause(tries)
+                    jitter(BACKOFF.pause(tries))
                 }
             };
             let pause = pause.min(deadline.saturating_duration_since(Instant::now()));
-            tokio::time::sleep(jitter(pause)).await;
+            tokio::time::sleep(pause).await;
             tries = tries.saturating_add(1);
         }
     }

@@ -17,6 +17,14 @@
 //! place, so its next snapshot builds on the target and stores only what
 //! changed after.
 //!
+//! Where the machine started is its strategy's to say
+//! ([`SnapshotWay::machine_start`]): a container's creation and image, from
+//! the engine; a VM's recorded baseline (its template's listing, or the
+//! base of the snapshot it was made from, and the moment on its own clock
+//! from which a change is the sandbox's). Past that the two are one path:
+//! on E2B and Daytona, where the agent is the only way in, a rewind in
+//! place saves a new VM.
+//!
 //! When the machine cannot be rewound in place (a backend whose machines
 //! this cannot reach, a machine that is not running, an agent too old, a
 //! snapshot on another image, or anything failing on the way) the caller
@@ -34,9 +42,10 @@ use super::take::CTIME_MARGIN_NS;
 use super::{
     ImageSource, RestoreReport, SnapshotError, blocking, ms_since, parse_digest, remembered,
 };
+use crate::backend::SnapshotWay;
 use crate::silo::{Silo, SiloError};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage};
-use crate::store::rewind::{Restore, RestoreStats, restoring_layer};
+use crate::store::rewind::{Restore, RestoreError, RestoreStats, restoring_layer};
 use crate::store::{Digest, Store};
 
 /// What an in-place rewind did.
@@ -80,21 +89,30 @@ struct Anchor {
 impl Silo {
     /// Brings `sandbox` back to `snapshot` in place (see the module docs);
     /// `Ok(Err(why))` when it cannot, with the machine left for a new one
-    /// to replace. Call with the sandbox's lease held.
+    /// to replace. Call with the sandbox's lease held. A `fork` (onto a
+    /// pool member, see `pooled`) records the snapshot as the sandbox's
+    /// origin.
     pub(super) async fn rewind_in_place(
         &self,
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,
+        fork: bool,
     ) -> Result<Result<RestoreReport, NotInPlace>, SiloError> {
         let start = Instant::now();
-        let placed = match self.place_back(sandbox, snapshot).await {
+        let Some(strategy) = self.strategy(sandbox.backend) else {
+            return Ok(Err(NotInPlace(format!(
+                "the {} backend's machines have no snapshots",
+                sandbox.backend
+            ))));
+        };
+        let placed = match self.place_back(&strategy, sandbox, snapshot).await {
             Ok(placed) => placed,
             Err(why) => return Ok(Err(why)),
         };
         let (applied_at_ns, in_place) = placed;
         let detail = json!({
             "snapshot": snapshot.id,
-            "reason": "rewind",
+            "reason": if fork { "fork" } else { "rewind" },
             "in_place": true,
             "restored": in_place.stats.restored,
             "removed": in_place.stats.removed,
@@ -103,17 +121,18 @@ impl Silo {
             snapshot: snapshot.id.clone(),
             stopped_at_ns: applied_at_ns,
         };
-        // A container's files are now the snapshot's, on a stored image:
-        // the listing it may have started from is needed no more.
-        let sandbox = self
-            .db()
-            .rewound_in_place(sandbox, &checkpoint, None, &detail)?;
+        let baseline = strategy.baseline_after_in_place(sandbox);
+        let origin = fork.then_some(snapshot.id.as_str());
+        let sandbox =
+            self.db()
+                .rewound_in_place(sandbox, &checkpoint, baseline.as_ref(), origin, &detail)?;
         Ok(Ok(RestoreReport {
             sandbox,
             snapshot: snapshot.id.clone(),
             image: ImageSource::InPlace(in_place),
             ms: ms_since(start),
             new_machine_because: None,
+            pool: None,
         }))
     }
 
@@ -121,19 +140,11 @@ impl Silo {
     /// layer, its apply. Answers the moment it was in place.
     async fn place_back(
         &self,
+        strategy: &SnapshotWay,
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,
     ) -> Result<(i64, InPlace), NotInPlace> {
         let start = Instant::now();
-        if !self
-            .strategy(sandbox.backend)
-            .is_some_and(|strategy| strategy.rewinds_in_place())
-        {
-            return Err(NotInPlace(format!(
-                "the {} backend's machines are rewound by making them again",
-                sandbox.backend
-            )));
-        }
         // The agent first: a stopped machine or an old agent says so at once.
         let client = self.client(sandbox)?;
         client
@@ -141,7 +152,7 @@ impl Silo {
             .await?
             .require(silo_protocol::Feature::Rewind)?;
         let store = self.store()?;
-        let anchor = self.anchor(sandbox, &store).await?;
+        let anchor = self.anchor(strategy, sandbox, &store).await?;
         if anchor.base.image_id != snapshot.base_image {
             return Err(NotInPlace(format!(
                 "snapshot {} stands on image {}, and the machine on {}",
@@ -158,7 +169,17 @@ impl Silo {
             .map(|path| path.trim_start_matches('/').as_bytes().to_vec())
             .collect();
 
-        let begun = client.begin_rewind(&request).await?;
+        // A base of paths alone (a provider's template): what the target
+        // has from it can be reached only where the live tree kept it.
+        let unheld_base = match anchor.base.layers.is_empty() {
+            true => Some(remembered::index(&store, &anchor.base, &snapshot.layers).await?),
+            false => None,
+        };
+
+        let begun = client
+            .begin_rewind(&request)
+            .await
+            .map_err(|e| NotInPlace(format!("listing what changed: {}", error_chain(&e))))?;
         let listed_ms = ms_since(start);
         let from = digests(&anchor.layers)?;
         let to = digests(&snapshot.layers)?;
@@ -173,18 +194,24 @@ impl Silo {
                     to: &to,
                     changes: &changes,
                     excluded: &excluded,
+                    unheld_base: unheld_base.as_deref(),
                 };
-                let restoring = restoring_layer(&store, &restore)
-                    .map_err(|e| SnapshotError::Task(error_chain(&e)))?;
-                Ok((restoring, ms_since(computing)))
+                match restoring_layer(&store, &restore) {
+                    Ok(restoring) => Ok(Ok((restoring, ms_since(computing)))),
+                    Err(not_held @ RestoreError::NotHeld { .. }) => {
+                        Ok(Err(NotInPlace(not_held.to_string())))
+                    }
+                    Err(other) => Err(SnapshotError::Task(error_chain(&other))),
+                }
             })
-            .await?
+            .await??
         };
         let applying = Instant::now();
         let layer_bytes = restoring.layer.len() as u64;
         let applied = client
             .finish_rewind(&begun.token, Bytes::from(restoring.layer))
-            .await?;
+            .await
+            .map_err(|e| NotInPlace(format!("placing the layer: {}", error_chain(&e))))?;
         let applied_at_ns = applied.applied_at_ns.ok_or_else(|| {
             NotInPlace("the agent did not say when the layer was in place".into())
         })?;
@@ -203,42 +230,40 @@ impl Silo {
 
     /// What the machine's next snapshot would build on, and the request
     /// that measures what changed since (the baseline left to fill).
-    async fn anchor(&self, sandbox: &SandboxRecord, store: &Store) -> Result<Anchor, NotInPlace> {
-        let facts = match remembered::facts(sandbox) {
-            Some(facts) => facts,
-            None => {
-                let facts = self.container_facts(sandbox, "rewind").await?;
-                remembered::remember_facts(sandbox, facts)
-            }
-        };
-        let started_ns = facts.created_ns.saturating_sub(CTIME_MARGIN_NS);
+    async fn anchor(
+        &self,
+        strategy: &SnapshotWay,
+        sandbox: &SandboxRecord,
+        store: &Store,
+    ) -> Result<Anchor, NotInPlace> {
+        let start = strategy.machine_start(self, sandbox).await?;
         let request = |changed_since_ns, descend_since_ns| SnapshotRequest {
             changed_since_ns,
-            prune_unchanged_dirs: facts.overlay,
+            prune_unchanged_dirs: start.prune_unchanged_dirs,
             descend_since_ns,
-            exclude: facts.exclude.clone(),
+            exclude: start.exclude.clone(),
             baseline: Vec::new(),
         };
         let (snapshot, request) = match (self.checkpoint_of(sandbox)?, &sandbox.origin_snapshot) {
             (Some((stopped_at_ns, snapshot)), _) => {
                 let since = stopped_at_ns.saturating_sub(CTIME_MARGIN_NS);
-                (snapshot, request(since, Some(started_ns)))
+                (snapshot, request(since, Some(start.started_ns)))
             }
-            (None, Some(origin)) => (self.db().snapshot(origin)?, request(started_ns, None)),
+            (None, Some(origin)) => (self.db().snapshot(origin)?, request(start.started_ns, None)),
             (None, None) => {
                 let base = self
-                    .complete_image(store, &facts.image_id)
+                    .complete_image(store, &start.image_id)
                     .await?
                     .ok_or_else(|| {
                         NotInPlace(format!(
                             "the image the machine was made from ({}) is not stored yet",
-                            facts.image_id
+                            start.image_id
                         ))
                     })?;
                 return Ok(Anchor {
                     layers: base.layers.clone(),
                     base,
-                    request: request(started_ns, None),
+                    request: request(start.started_ns, None),
                 });
             }
         };

@@ -40,6 +40,8 @@
 //!   operations that make a machine from it (rewind, fork, `up` tier 2);
 //! - `in_place`: a rewind on the same machine, its agent putting back what
 //!   changed since from the store's layers;
+//! - `pooled`: a fork onto a warm pool member, rewound in place to the
+//!   snapshot instead of a new machine;
 //! - `remembered`: what one process keeps between rewinds (container facts,
 //!   anchors' path indexes);
 //! - `baseline`: what a machine's first snapshot is measured against when
@@ -51,13 +53,14 @@ mod baseline;
 mod gc;
 mod in_place;
 mod layer;
+mod pooled;
 mod remembered;
 mod restore;
 mod strategy;
 mod take;
 
 pub use in_place::InPlace;
-pub use restore::ForkTarget;
+pub use restore::{ForkTarget, MAX_FORKS};
 
 use std::collections::HashSet;
 use std::io;
@@ -174,9 +177,12 @@ pub struct RestoreReport {
     pub image: ImageSource,
     /// Milliseconds from the start until its agent answered.
     pub ms: f64,
-    /// When a rewind made a new machine: why the machine could not be
-    /// rewound in place.
+    /// When a rewind or a fork made a new machine: why the machine could
+    /// not be rewound in place, or why no pool member could be taken.
     pub new_machine_because: Option<String>,
+    /// When a fork took a started sandbox from a pool: the pool (one
+    /// short now; see [`Silo::fill_pool`]).
+    pub pool: Option<String>,
 }
 
 /// Where a restore found the snapshot's image.
@@ -309,6 +315,9 @@ pub enum SnapshotError {
         /// The base id wanted.
         base_id: String,
     },
+    /// More forks, or none, were asked of one call than it makes.
+    #[error("forks are made 1 to {MAX_FORKS} at once, not {0}")]
+    ForkCount(u32),
     /// A snapshot to delete is what live sandboxes run from.
     #[error(
         "snapshot {snapshot} is what {} run{} from; rewind or remove {} first",

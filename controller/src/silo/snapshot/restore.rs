@@ -30,6 +30,10 @@ use crate::spec::BackendKind;
 use crate::state::{SandboxRecord, Snapshot};
 use crate::store::{LoadPlan, Store, load_archive};
 
+/// Most forks [`Silo::fork_many`] makes at once: each is a sandbox whose
+/// machine is claimed or started while the others are.
+pub const MAX_FORKS: u32 = 64;
+
 /// Longest parent chain followed when looking for layers the engine has.
 const MAX_CHAIN: usize = 256;
 
@@ -338,6 +342,7 @@ impl Silo {
             image: source,
             ms: ms_since(start),
             new_machine_because: None,
+            pool: None,
         })
     }
 
@@ -393,7 +398,7 @@ impl Silo {
             label: "rewinding in place",
             total: None,
         });
-        let why = match self.rewind_in_place(&sandbox, &snapshot).await? {
+        let why = match self.rewind_in_place(&sandbox, &snapshot, false).await? {
             Ok(report) => return Ok(report),
             Err(why) => why.0,
         };
@@ -433,9 +438,12 @@ impl Silo {
 
     /// Makes a new sandbox named `name` from a snapshot (`silo fork`), with
     /// the spec its source had or on another backend or image `target` asks
-    /// for (a template on a remote backend): the snapshot's layers above its
-    /// base go onto a machine whose base id is the base's, or the fork is
-    /// refused. The source is left alone.
+    /// for (a template on a remote backend): onto a started sandbox of a
+    /// pool of that spec, rewound in place to the snapshot, when one fits
+    /// (see `pooled`; the report names the pool, which is one short), else
+    /// the snapshot's layers above its base go onto a new machine whose
+    /// base id is the base's (the report says why no pool member was
+    /// taken), or the fork is refused. The source is left alone.
     pub async fn fork(
         &self,
         snapshot: &str,
@@ -464,6 +472,17 @@ impl Silo {
             }
             .into());
         };
+        progress(SnapshotProgress::Step {
+            label: "taking a pool member",
+            total: None,
+        });
+        let not_pooled = match self
+            .fork_onto_pool(&strategy, &snapshot, &spec, name)
+            .await?
+        {
+            Ok(report) => return Ok(report),
+            Err(why) => why,
+        };
         let (sandbox, source) = strategy
             .fork(self, &snapshot, spec, name, target, progress)
             .await?;
@@ -472,7 +491,33 @@ impl Silo {
             snapshot: snapshot.id,
             image: source,
             ms: ms_since(start),
-            new_machine_because: None,
+            new_machine_because: Some(not_pooled),
+            pool: None,
         })
+    }
+
+    /// Makes `count` forks of one snapshot at once (`silo fork --count`),
+    /// named `NAME-1` to `NAME-count`, each as [`Silo::fork`] makes one:
+    /// its own sandbox, id and key, from a pool member when one fits.
+    /// Answers each fork's name and outcome, in order; a failed fork leaves
+    /// the others. A `count` of 0 or over [`MAX_FORKS`] is refused before
+    /// anything is made.
+    pub async fn fork_many(
+        &self,
+        snapshot: &str,
+        name: &str,
+        count: u32,
+        target: &ForkTarget,
+    ) -> Result<Vec<(String, Result<RestoreReport, SiloError>)>, SiloError> {
+        if count == 0 || count > MAX_FORKS {
+            return Err(SnapshotError::ForkCount(count).into());
+        }
+        let progress = no_progress();
+        let names: Vec<String> = (1..=count).map(|i| format!("{name}-{i}")).collect();
+        let forks = names
+            .iter()
+            .map(|name| self.fork(snapshot, name, target, &progress));
+        let outcomes = futures_util::future::join_all(forks).await;
+        Ok(names.into_iter().zip(outcomes).collect())
     }
 }

@@ -14,6 +14,8 @@ use serde_json::{Value, json};
 use silo_protocol::auth::Key;
 use silo_protocol::snapshot::SnapshotRequest;
 
+use super::in_place::NotInPlace;
+use super::remembered;
 use super::take::{CTIME_MARGIN_NS, StartBase, StartPoint};
 use super::{ForkTarget, ImageSource, SnapshotError, SnapshotProgress, SnapshotProgressFn};
 use crate::CreateRequest;
@@ -21,8 +23,21 @@ use crate::backend::remote::SILO_DIR;
 use crate::backend::{Backend, BackendError, Machine, SnapshotWay};
 use crate::silo::{Silo, SiloError, backend_error, machine};
 use crate::spec::{BackendKind, SandboxSpec};
-use crate::state::{EventKind, SandboxRecord, Snapshot};
+use crate::state::{Baseline, EventKind, SandboxRecord, Snapshot};
 use crate::store::Store;
+
+/// Where a machine started, for a rewind in place (see `in_place`).
+pub(super) struct MachineStart {
+    /// Unix ns on the machine's clock from which a changed path is the
+    /// sandbox's.
+    pub started_ns: i64,
+    /// Whether a directory older than that may be left unwalked.
+    pub prune_unchanged_dirs: bool,
+    /// Paths a snapshot leaves out.
+    pub exclude: Vec<String>,
+    /// The stored image its files came from.
+    pub image_id: String,
+}
 
 impl Silo {
     /// The strategy for `kind`'s machines, from what its backend hands
@@ -76,10 +91,59 @@ impl SnapshotWay {
         }
     }
 
-    /// Whether a machine can be rewound in place: its agent puts back what
-    /// changed, measured against the engine image it was made from.
-    pub(super) fn rewinds_in_place(&self) -> bool {
-        matches!(self, SnapshotWay::EngineImages(_))
+    /// Where the sandbox's machine started, as a rewind in place measures
+    /// it: a container's facts from the engine (remembered), a VM's
+    /// recorded baseline.
+    pub(super) async fn machine_start(
+        &self,
+        silo: &Silo,
+        sandbox: &SandboxRecord,
+    ) -> Result<MachineStart, NotInPlace> {
+        match self {
+            SnapshotWay::EngineImages(_) => {
+                let facts = match remembered::facts(sandbox) {
+                    Some(facts) => facts,
+                    None => {
+                        let facts = silo.container_facts(sandbox, "rewind").await?;
+                        remembered::remember_facts(sandbox, facts)
+                    }
+                };
+                Ok(MachineStart {
+                    started_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
+                    prune_unchanged_dirs: facts.overlay,
+                    exclude: facts.exclude.clone(),
+                    image_id: facts.image_id.clone(),
+                })
+            }
+            SnapshotWay::AgentLayers => {
+                let baseline = sandbox.baseline.as_ref().ok_or_else(|| {
+                    NotInPlace(format!(
+                        "sandbox {} has no record of the files its machine started with",
+                        sandbox.name
+                    ))
+                })?;
+                Ok(MachineStart {
+                    // Read from the machine's clock, the margin already off.
+                    started_ns: baseline.changed_since_ns,
+                    // A VM's root is no overlay: every directory is walked.
+                    prune_unchanged_dirs: false,
+                    exclude: vec![SILO_DIR.to_owned()],
+                    image_id: baseline.image.clone(),
+                })
+            }
+        }
+    }
+
+    /// The baseline a sandbox keeps after a rewind in place: a container's
+    /// files are then the snapshot's, on a stored image, so the listing it
+    /// may have started from is needed no more; a VM's baseline still says
+    /// when its machine started and on what, which every later snapshot
+    /// measures from.
+    pub(super) fn baseline_after_in_place(&self, sandbox: &SandboxRecord) -> Option<Baseline> {
+        match self {
+            SnapshotWay::EngineImages(_) => None,
+            SnapshotWay::AgentLayers => sandbox.baseline.clone(),
+        }
     }
 
     /// Where the sandbox's machine started, for a snapshot of it: the

@@ -80,6 +80,7 @@ fn rewind(store: &Store, from: &[Digest], to: &[Digest], live: &Model) -> (Model
             to,
             changes: &borrowed,
             excluded: &[b"proc".to_vec()],
+            unheld_base: None,
         },
     )
     .unwrap();
@@ -210,4 +211,69 @@ fn a_rewind_from_an_older_anchor_sees_what_the_chain_changed_since() {
     assert_eq!(restored, model(&store, &[base, right]));
     assert_eq!(restored["a/kept"], Seen::File(0o644, b"k".to_vec()));
     assert!(stats.restored >= 3, "{stats:?}");
+}
+
+#[test]
+fn a_template_held_only_as_a_listing_is_left_where_the_machine_kept_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // The template's files are on the machine, not in the store: its
+    // listing is all silo has.
+    let file = |mode, text: &str| Seen::File(mode, text.as_bytes().to_vec());
+    let mut template = Model::new();
+    template.insert("etc".into(), Seen::Dir(0o755));
+    template.insert("etc/passwd".into(), file(0o644, "root:x:0:0"));
+    template.insert("usr".into(), Seen::Dir(0o755));
+    template.insert("usr/bin".into(), Seen::Dir(0o755));
+    let snapshot = stored_layer(&store, &[E::Dir("work"), E::File("work/a", "a")]);
+    let listing: Vec<u8> = ["etc", "etc/passwd", "usr", "usr/bin", "work", "work/a"]
+        .iter()
+        .flat_map(|path| [path.as_bytes(), b"\0"].concat())
+        .collect();
+    let target_paths = Index::from_paths(&listing).unwrap();
+    let mut anchor = template.clone();
+    engine_apply(&mut anchor, &store, &snapshot);
+    let layers = [snapshot];
+    let restore = |live: &Model| {
+        let changes = change_list(&anchor, live);
+        let borrowed: Vec<(Change, &[u8])> =
+            changes.iter().map(|(k, p)| (*k, p.as_slice())).collect();
+        restoring_layer(
+            &store,
+            &Restore {
+                from: &layers,
+                to: &layers,
+                changes: &borrowed,
+                excluded: &[],
+                unheld_base: Some(&target_paths),
+            },
+        )
+        .map(|restoring| {
+            let mut tree = live.clone();
+            engine_apply(&mut tree, &store, &put(&store, &restoring.layer).digest);
+            tree
+        })
+    };
+
+    // New paths under the template's directories and the snapshot's go;
+    // the template's directories stay, with everything of theirs.
+    let mut live = anchor.clone();
+    live.insert("usr/bin/new".into(), file(0o755, "made since"));
+    live.insert("etc/new".into(), file(0o644, "made since"));
+    live.insert("work/b".into(), file(0o644, "made since"));
+    live.insert("work/a".into(), file(0o644, "changed"));
+    assert_eq!(restore(&live).unwrap(), anchor);
+
+    // A template file changed or gone since cannot be put back.
+    for path in ["etc/passwd", "usr/bin"] {
+        let mut live = anchor.clone();
+        match path {
+            "etc/passwd" => live.insert(path.into(), file(0o600, "changed")),
+            _ => live.remove(path),
+        };
+        match restore(&live) {
+            Err(RestoreError::NotHeld { path: named }) => assert_eq!(named, path),
+            other => panic!("{path}: {other:?}"),
+        }
+    }
 }
