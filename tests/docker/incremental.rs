@@ -210,20 +210,26 @@ async fn checkpoints_in_one_process_each_hold_their_own_step_only() {
             String::from_utf8_lossy(&out.stdout).into_owned()
         }
     };
-    run("mkdir /work && echo a > /work/a && echo keep > /work/keep").await;
+    run("mkdir /project && echo a > /project/a && echo keep > /project/keep").await;
     let first = snapshots.take(None).await.unwrap();
-    run("rm /work/a && echo b > /work/b").await;
+    run("rm /project/a && echo b > /project/b").await;
     let second = snapshots.take(None).await.unwrap();
-    assert_eq!(second.deletions, 1, "the deletion of /work/a: {second:?}");
-    run("echo c > /work/c").await;
+    assert_eq!(
+        second.deletions, 1,
+        "the deletion of /project/a: {second:?}"
+    );
+    run("echo c > /project/c").await;
     let third = snapshots.take(None).await.unwrap();
     assert_eq!(
         third.deletions, 0,
-        "/work/a was deleted before the last snapshot: {third:?}"
+        "/project/a was deleted before the last snapshot: {third:?}"
     );
-    run("echo d > /work/d && rm /work/b").await;
+    run("echo d > /project/d && rm /project/b").await;
     let fourth = snapshots.take(None).await.unwrap();
-    assert_eq!(fourth.deletions, 1, "the deletion of /work/b: {fourth:?}");
+    assert_eq!(
+        fourth.deletions, 1,
+        "the deletion of /project/b: {fourth:?}"
+    );
 
     for (snapshot, listing) in [
         (&third, "b c keep"),
@@ -232,7 +238,7 @@ async fn checkpoints_in_one_process_each_hold_their_own_step_only() {
         (&second, "b keep"),
     ] {
         snapshots.rewind(&snapshot.snapshot.id).await.unwrap();
-        let found = run("ls /work | tr '\\n' ' '").await;
+        let found = run("ls /project | tr '\\n' ' '").await;
         assert_eq!(found.trim_end(), listing, "after a rewind to {snapshot:?}");
     }
     silo.remove(name).await.unwrap();
