@@ -1,6 +1,10 @@
 //! `silo fork SNAPSHOT --name NEW [--backend B] [--image I]`: a new sandbox
 //! from a snapshot, with the spec its source had (on another backend or
 //! image when asked); the source is left alone.
+//!
+//! `silo fork SANDBOX --memory --name NEW`: a new sandbox from the
+//! provider's capture of a running sandbox with its memory (E2B), on the
+//! same backend; refused, saying so, where the backend cannot.
 
 use anyhow::Context;
 use silo::{BackendKind, ForkTarget, Silo};
@@ -9,9 +13,15 @@ use super::output::Output;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The snapshot (id or unique prefix).
+    /// The snapshot (id or unique prefix); with `--memory`, the running
+    /// sandbox (name or id).
     #[arg(value_name = "SNAPSHOT")]
     snapshot: String,
+    /// Fork the running sandbox SNAPSHOT names with its memory and
+    /// processes, through its provider's own capture (e2b only); silo's
+    /// snapshots copy files, and are the way across backends.
+    #[arg(long, conflicts_with_all = ["backend", "image"])]
+    memory: bool,
     /// The new sandbox's name.
     #[arg(long, value_name = "NEW")]
     name: String,
@@ -29,6 +39,14 @@ pub struct Args {
 }
 
 pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
+    if args.memory {
+        let sandbox = silo
+            .fork_with_memory(&args.snapshot, &args.name)
+            .await
+            .with_context(|| format!("forking {} with its memory", args.snapshot))?;
+        out.created(&sandbox)?;
+        return Ok(0);
+    }
     let progress = out.snapshot_progress();
     let target = ForkTarget {
         backend: args.backend,

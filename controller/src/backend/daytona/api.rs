@@ -82,7 +82,7 @@ pub struct Sandbox {
 }
 
 /// The class of sandbox Daytona can pause, memory and processes kept.
-const PAUSABLE_CLASS: &str = "linux-vm";
+pub const PAUSABLE_CLASS: &str = "linux-vm";
 
 impl Sandbox {
     /// Whether Daytona can pause it (a VM) rather than only stop it.

@@ -75,6 +75,10 @@ pub struct DaytonaRef {
     pub preview_host: String,
     /// The preview proxy's token since the sandbox last started.
     pub preview_token: String,
+    /// Its `sandboxClass` (`container`, `linux-vm`), when Daytona named
+    /// it: a VM's stop is a pause, which keeps its processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_class: Option<String>,
 }
 
 impl Daytona {
@@ -113,6 +117,7 @@ impl Daytona {
         let (preview_host, preview_token) = self.preview(api, &id).await?;
         Ok(DaytonaRef {
             sandbox_id: id,
+            sandbox_class: started.sandbox_class.clone().or(created.sandbox_class),
             template: started.snapshot.clone().unwrap_or_default(),
             toolbox_url,
             preview_host,
@@ -126,7 +131,10 @@ impl Provider for Daytona {
     type Error = DaytonaError;
     const NAME: &'static str = "Daytona";
     const KIND: BackendKind = BackendKind::Daytona;
-    const STOP_KEEPS_PROCESSES: bool = false;
+    /// A VM sandbox's stop is Daytona's pause ([`Provider::pause`]).
+    fn stop_keeps_processes(daytona: &DaytonaRef) -> bool {
+        daytona.sandbox_class.as_deref() == Some(api::PAUSABLE_CLASS)
+    }
 
     fn open(setup: &BackendSetup) -> Self {
         Self {
@@ -198,6 +206,9 @@ impl Provider for Daytona {
             .get(&daytona.sandbox_id)
             .await?
             .ok_or_else(|| DaytonaError::Gone(daytona.sandbox_id.clone()))?;
+        if found.sandbox_class.is_some() {
+            daytona.sandbox_class.clone_from(&found.sandbox_class);
+        }
         let woke = match found.state() {
             "started" => return Ok(Woke::AlreadyUp),
             // A start resumes a pause (`resuming`, then `started`).
@@ -385,6 +396,7 @@ mod tests {
             key: &key,
             image: None,
             agent_in_image: false,
+            from_memory: false,
         };
         let line = start_line(&machine);
         assert!(
