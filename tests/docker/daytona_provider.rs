@@ -34,7 +34,11 @@ async fn a_vm_sandbox_pauses_with_its_processes() {
     };
     cli.ok(&["up", "box", "--backend", "daytona", "--image", "vm"]);
     let agent = crate::sh(&cli, "box", "pidof silo-agent");
-    cli.ok(&["stop", "box"]);
+    // A process started before the pause runs on after it.
+    crate::sh(&cli, "box", "setsid sleep 1003 >/dev/null 2>&1 &");
+    let paused = silo_tests::json(&cli.ok(&["pause", "box", "--json"]));
+    assert_eq!(paused["paused"], true, "{paused}");
+    assert_eq!(paused["was_running"], true, "{paused}");
     let paused: Vec<_> = mock
         .requests()
         .into_iter()
@@ -49,9 +53,25 @@ async fn a_vm_sandbox_pauses_with_its_processes() {
         "a VM sandbox was stopped, not paused"
     );
     cli.ok(&["up", "box"]);
-    // The same agent answers: the pause kept it.
+    // The same agent answers: the pause kept it, and the process.
     assert_eq!(crate::sh(&cli, "box", "pidof silo-agent"), agent);
+    assert_eq!(
+        crate::sh(&cli, "box", "ps | grep -c '[s]leep 1003'").trim(),
+        "1",
+        "the process did not survive the pause"
+    );
+    // `silo stop` says it paused as well.
+    let stopped = silo_tests::json(&cli.ok(&["stop", "box", "--json"]));
+    assert_eq!(stopped["paused"], true, "{stopped}");
     cli.ok(&["rm", "box"]);
+
+    // A container sandbox's stop ends its processes: pause is refused,
+    // saying why, and the sandbox runs on.
+    cli.ok(&["up", "tub", "--backend", "daytona", "--image", "base"]);
+    let refused = cli.fails(&["pause", "tub"]);
+    assert!(refused.contains("a stop ends its processes"), "{refused}");
+    assert_eq!(crate::sh(&cli, "tub", "echo on"), "on\n");
+    cli.ok(&["rm", "tub"]);
     drop(cli);
     mock.shutdown().await.unwrap();
 }
