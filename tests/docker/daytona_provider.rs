@@ -140,3 +140,52 @@ async fn rate_limits_are_waited_out_and_no_network_reaches_the_create() {
     drop(cli);
     mock.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_allow_list_reaches_the_create_as_daytonas_network_rules() {
+    let Some((mock, cli)) = mock(MockDaytonaConfig::default()).await else {
+        return;
+    };
+    cli.ok(&[
+        "up",
+        "box",
+        "--backend",
+        "daytona",
+        "--image",
+        "base",
+        "--allow-out",
+        "1.1.1.1",
+        "--allow-out",
+        "*.pypi.org",
+        "--allow-out",
+        "10.1.0.0/16",
+    ]);
+    let creates = |mock: &MockDaytona| -> Vec<serde_json::Value> {
+        mock.requests()
+            .into_iter()
+            .filter(|asked| {
+                asked.method == "POST" && asked.path.trim_end_matches('/').ends_with("/sandbox")
+            })
+            .map(|asked| asked.body)
+            .collect()
+    };
+    let body = creates(&mock).pop().unwrap();
+    assert_eq!(body["networkAllowList"], "1.1.1.1/32,10.1.0.0/16", "{body}");
+    assert_eq!(body["domainAllowList"], "*.pypi.org", "{body}");
+    assert_eq!(body["networkBlockAll"], false, "{body}");
+    assert_eq!(crate::sh(&cli, "box", "echo on"), "on\n");
+    cli.ok(&["rm", "box"]);
+
+    // More than Daytona takes is refused before anything is made.
+    let made = creates(&mock).len();
+    let mut argv = vec!["up", "wide", "--backend", "daytona"];
+    let blocks: Vec<String> = (1..=11).map(|i| format!("10.0.{i}.0/24")).collect();
+    for block in &blocks {
+        argv.extend(["--allow-out", block.as_str()]);
+    }
+    let refused = cli.fails(&argv);
+    assert!(refused.contains("Daytona allows at most 10"), "{refused}");
+    assert_eq!(creates(&mock).len(), made);
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}

@@ -358,3 +358,91 @@ async fn a_memory_fork_is_refused_where_the_backend_cannot_capture_memory() {
     assert!(!cli.ok(&["ls"]).contains("twin"));
     cli.ok(&["rm", "dock"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_allow_list_reaches_the_create_as_e2bs_egress_rules() {
+    let Some(mock) = serving(Generations::default()).await else {
+        return;
+    };
+    let e2b = crate::cli().with_env(mock.env());
+    e2b.ok(&[
+        "up",
+        "open",
+        "--backend",
+        "e2b",
+        "--allow-out",
+        "1.1.1.1",
+        "--allow-out",
+        "*.PyPI.org",
+        "--allow-out",
+        "8.8.8.0/24",
+    ]);
+    let create = bodies(&mock, "POST /v2/sandboxes").pop().unwrap();
+    assert_eq!(
+        create["network"]["allowOut"],
+        serde_json::json!(["*.pypi.org", "1.1.1.1/32", "8.8.8.0/24"]),
+        "{create}"
+    );
+    assert_eq!(
+        create["network"]["denyOut"],
+        serde_json::json!(["0.0.0.0/0"])
+    );
+    assert_eq!(create["allow_internet_access"], true, "{create}");
+    // The mock took the rules as E2B's checks take them, and reports them.
+    let vm = crate::e2b::vm_of(&e2b, "open");
+    let (status, detail) = crate::e2b::api(&mock, "GET", &format!("/sandboxes/{vm}")).await;
+    assert_eq!(status, 200, "{detail}");
+    let detail = silo_tests::json(&detail);
+    assert_eq!(
+        detail["network"]["allowOut"],
+        serde_json::json!(["*.pypi.org", "1.1.1.1/32", "8.8.8.0/24"]),
+        "{detail}"
+    );
+    e2b.ok(&["rm", "open"]);
+
+    // Bad entries and contradictions are named, and nothing is made.
+    let creates = bodies(&mock, "POST /v2/sandboxes").len();
+    for (args, says) in [
+        (&["--allow-out", "10.0.0.1/8"][..], "past the /8"),
+        (&["--allow-out", "::1"][..], "IPv6"),
+        (&["--allow-out", "no_such"][..], "not a host name"),
+        (
+            &["--allow-out", "1.1.1.1", "--network", "none"][..],
+            "--network none blocks every destination",
+        ),
+    ] {
+        let mut argv = vec!["up", "bad", "--backend", "e2b"];
+        argv.extend_from_slice(args);
+        let refused = e2b.fails(&argv);
+        assert!(
+            refused.contains("bad allow-out") && refused.contains(says),
+            "{refused}"
+        );
+    }
+    assert_eq!(bodies(&mock, "POST /v2/sandboxes").len(), creates);
+    assert!(!e2b.ok(&["ls"]).contains("bad"));
+    drop(e2b);
+    mock.shutdown().await.unwrap();
+
+    // Docker and local cannot enforce one, and say so.
+    let cli = crate::cli();
+    let refused = cli.fails(&[
+        "up",
+        "dock",
+        "--backend",
+        "docker",
+        "--image",
+        BASE_IMAGE,
+        "--allow-out",
+        "1.1.1.1",
+    ]);
+    assert!(
+        refused.contains("cannot enforce an allow-list"),
+        "{refused}"
+    );
+    let refused = cli.fails(&["up", "here", "--backend", "local", "--allow-out", "1.1.1.1"]);
+    assert!(
+        refused.contains("cannot enforce an allow-list"),
+        "{refused}"
+    );
+}

@@ -37,12 +37,17 @@ use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
 use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, tls_route};
 use super::{BackendSetup, Machine, PortUrl};
 use crate::client::Endpoint;
-use crate::spec::BackendKind;
+use crate::spec::{BackendKind, egress};
 
 pub use api::Api;
 pub use config::{DaytonaConfig, DaytonaConfigError};
 pub use error::DaytonaError;
 pub use toolbox::Toolbox;
+
+/// An allow-list as Daytona takes it: comma-separated, absent when empty.
+fn listed(entries: &[String]) -> Option<String> {
+    (!entries.is_empty()).then(|| entries.join(","))
+}
 
 /// Runs sandboxes as Daytona sandboxes.
 pub type DaytonaBackend = RemoteBackend<Daytona>;
@@ -164,6 +169,7 @@ impl Provider for Daytona {
     ) -> Result<DaytonaRef, DaytonaError> {
         let api = self.api()?;
         let config = self.config()?;
+        let (cidrs, hosts) = egress::split(&machine.spec.allow_out);
         let created = api
             .create(&api::NewSandbox {
                 snapshot: machine
@@ -174,6 +180,8 @@ impl Provider for Daytona {
                 labels,
                 public: false,
                 network_block_all: machine.spec.network.as_deref() == Some("none"),
+                network_allow_list: listed(&cidrs),
+                domain_allow_list: listed(&hosts),
                 auto_stop_interval: config.auto_stop_minutes,
                 target: config.target.clone(),
             })

@@ -71,6 +71,14 @@ pub fn deny_all_egress() -> serde_json::Value {
     json!({ "denyOut": ["0.0.0.0/0"] })
 }
 
+/// The egress rules of an allow-list (`--allow-out`): every IPv4
+/// destination denied but those allowed (E2B's `allowOut` wins over
+/// `denyOut`, and a host name may only be allowed over `0.0.0.0/0`
+/// denied); `None` for no list.
+pub fn allow_only(allowed: &[String]) -> Option<serde_json::Value> {
+    (!allowed.is_empty()).then(|| json!({ "allowOut": allowed, "denyOut": ["0.0.0.0/0"] }))
+}
+
 /// A generation of E2B's create and connect routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

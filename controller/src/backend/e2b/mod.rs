@@ -181,6 +181,11 @@ impl Provider for E2b {
             .unwrap_or(config::DEFAULT_TEMPLATE)
             .to_owned();
         let offline = machine.spec.network.as_deref() == Some("none");
+        let network = if offline {
+            Some(api::deny_all_egress())
+        } else {
+            api::allow_only(&machine.spec.allow_out)
+        };
         let created = self
             .api()?
             .create(&api::NewSandbox {
@@ -188,7 +193,7 @@ impl Provider for E2b {
                 timeout: self.timeout_secs()?,
                 auto_pause: true,
                 allow_internet_access: !offline,
-                network: offline.then(api::deny_all_egress),
+                network,
                 metadata,
             })
             .await?;
