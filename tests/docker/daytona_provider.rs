@@ -84,6 +84,21 @@ async fn a_lapsed_preview_token_is_fetched_again_once() {
     // Uploads go through the toolbox's bulk route; the agent then runs.
     cli.ok(&["up", "box", "--backend", "daytona", "--image", "base"]);
     assert_eq!(crate::sh(&cli, "box", "echo before"), "before\n");
+    // The preview URL is kept whole: its port (the mock's proxy is not on
+    // 443) goes in the Host header the proxy routes on.
+    let listed = silo_tests::json(&cli.ok(&["ls", "--json"]));
+    let row = &listed[0];
+    let backend_ref = if row["backend_ref"].is_object() {
+        &row["backend_ref"]
+    } else {
+        &row["sandbox"]["backend_ref"]
+    };
+    let url = backend_ref["preview_url"].as_str().unwrap_or_default();
+    assert!(
+        url.starts_with("https://49999-")
+            && url.ends_with(&format!(":{}", mock.proxy_addr().port())),
+        "{backend_ref}"
+    );
 
     mock.lapse_preview_tokens().unwrap();
     let out = cli.run(&["exec", "box", "--", "echo", "lapsed"]);
