@@ -204,3 +204,22 @@ async fn an_allow_list_reaches_the_create_as_daytonas_network_rules() {
     drop(cli);
     mock.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_toolbox_without_bulk_upload_gets_the_agent_through_files_upload() {
+    let Some((mock, cli)) = mock(MockDaytonaConfig::default()).await else {
+        return;
+    };
+    // A daemon from before `files/bulk-upload`: the agent and its key can
+    // only go through `files/upload`, and the sandbox works all the same.
+    mock.faults().set_no_bulk_upload(true);
+    cli.ok(&["up", "old", "--backend", "daytona", "--image", "base"]);
+    assert_eq!(crate::sh(&cli, "old", "echo fell back"), "fell back\n");
+    // A stop ends the agent; the start hands over a fresh key the same way.
+    cli.ok(&["stop", "old"]);
+    cli.ok(&["up", "old"]);
+    assert_eq!(crate::sh(&cli, "old", "echo again"), "again\n");
+    cli.ok(&["rm", "old"]);
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}
