@@ -173,6 +173,8 @@ async fn plain_sandbox(api: &Api, config: &DaytonaConfig) -> anyhow::Result<(Str
             labels: BTreeMap::new(),
             public: false,
             network_block_all: false,
+            network_allow_list: None,
+            domain_allow_list: None,
             auto_stop_interval: 0,
             target: config.target.clone(),
         })

@@ -15,6 +15,9 @@
 //!   plus first output, the floor of any fresh VM;
 //! - forks across backends: an E2B snapshot onto Docker and a Docker
 //!   snapshot onto E2B, to the first output;
+//! - a memory fork (`silo fork --memory`): E2B's snapshot with memory and
+//!   a new sandbox from it with its own agent, to the first output, beside
+//!   E2B's snapshot, create from it and envd's Start of `echo ready`;
 //! - the agent's upload and start, alone.
 //!
 //! The mock answers what E2B would and starts processes with `docker exec`,
@@ -225,6 +228,40 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         silo.remove(&docker_name).await?;
         silo.remove(&e2b_name).await?;
     }
+    // Memory forks of the running sandbox, beside E2B's own snapshot and
+    // create from it of a plain sandbox.
+    let (mut memory_fork, mut e2b_memory_fork) = (Samples::default(), Samples::default());
+    let created = api.create(&plain_sandbox()).await?;
+    let source = E2bRef::new(created, "base".into());
+    for round in 0..rounds {
+        let fork_name = format!("bench-e2b-memory-{round}");
+        let t = Instant::now();
+        let forked = silo.fork_with_memory(&name, &fork_name).await?;
+        let conn = silo.connect(&forked).await?;
+        first_output(&conn, &["echo", "ready"]).await?;
+        memory_fork.push(t.elapsed());
+        drop(conn);
+        silo.remove(&fork_name).await?;
+
+        let t = Instant::now();
+        let snapshot_id = api
+            .snapshot(&source.sandbox_id, &format!("bench-{round}"))
+            .await?;
+        let created = api
+            .create(&NewSandbox {
+                template_id: snapshot_id.clone(),
+                ..plain_sandbox()
+            })
+            .await?;
+        let copy = E2bRef::new(created, snapshot_id.clone());
+        Envd::of(&config, &copy)
+            .run(&argv(&["echo", "ready"]))
+            .await?;
+        e2b_memory_fork.push(t.elapsed());
+        api.kill(&copy.sandbox_id).await?;
+        api.delete_template(&snapshot_id).await?;
+    }
+    api.kill(&source.sandbox_id).await?;
     silo.remove(&name).await?;
     mock.shutdown().await?;
 
@@ -297,6 +334,16 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             "ms",
             ms(&to_e2b),
             Some((ms(&e2b_tti), "E2B create + envd Start echo")),
+        ),
+        Row::untargeted(
+            "e2b",
+            format!("memory fork (silo fork --memory) to first output p50 of {rounds}"),
+            "ms",
+            ms(&memory_fork),
+            Some((
+                ms(&e2b_memory_fork),
+                "E2B snapshot + create from it + envd Start echo",
+            )),
         ),
         Row::untargeted(
             "e2b",

@@ -3,6 +3,10 @@
 //! backend or image when asked), each onto a started sandbox of a pool of
 //! that spec when one fits, else a new machine; the source is left alone.
 //! A pool a fork took from is refilled behind it, as after `up --pool`.
+//!
+//! `silo fork SANDBOX --memory --name NEW`: a new sandbox from the
+//! provider's capture of a running sandbox with its memory (E2B), on the
+//! same backend; refused, saying so, where the backend cannot.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -15,9 +19,15 @@ use super::pool::fill_in_background;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The snapshot (id or unique prefix).
+    /// The snapshot (id or unique prefix); with `--memory`, the running
+    /// sandbox (name or id).
     #[arg(value_name = "SNAPSHOT")]
     snapshot: String,
+    /// Fork the running sandbox SNAPSHOT names with its memory and
+    /// processes, through its provider's own capture (e2b only); silo's
+    /// snapshots copy files, and are the way across backends.
+    #[arg(long, conflicts_with_all = ["backend", "image", "count"])]
+    memory: bool,
     /// The new sandbox's name.
     #[arg(long, value_name = "NEW")]
     name: String,
@@ -44,6 +54,14 @@ pub async fn run(
     agent: Option<&Path>,
     args: Args,
 ) -> anyhow::Result<i32> {
+    if args.memory {
+        let sandbox = silo
+            .fork_with_memory(&args.snapshot, &args.name)
+            .await
+            .with_context(|| format!("forking {} with its memory", args.snapshot))?;
+        out.created(&sandbox)?;
+        return Ok(0);
+    }
     let target = ForkTarget {
         backend: args.backend,
         image: args.image,

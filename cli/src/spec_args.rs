@@ -28,6 +28,12 @@ pub struct SpecArgs {
     /// Network: none, bridge or an engine network's name [default: bridge].
     #[arg(long, value_name = "NET")]
     network: Option<String>,
+    /// Let outbound traffic reach only this destination (repeatable): an
+    /// IPv4 address, a CIDR block or a host name (`*.example.com` for its
+    /// subdomains); everything else is blocked, by the provider's firewall
+    /// (e2b, daytona; docker and local cannot enforce it).
+    #[arg(long = "allow-out", value_name = "DEST")]
+    allow_out: Vec<String>,
     /// CPU limit, e.g. 1.5.
     #[arg(long, value_name = "N", value_parser = parse_cpus)]
     cpus: Option<u64>,
@@ -81,6 +87,7 @@ impl SpecArgs {
             || !self.binds.is_empty()
             || self.workdir.is_some()
             || self.network.is_some()
+            || !self.allow_out.is_empty()
             || self.cpus.is_some()
             || self.memory.is_some()
             || self.pids_limit.is_some()
@@ -118,6 +125,9 @@ impl SpecArgs {
         spec.binds = self.binds;
         spec.workdir = self.workdir;
         spec.network = self.network;
+        // One form, sorted: the same destinations make the same spec.
+        spec.allow_out = silo::spec::egress::canonical(&self.allow_out)
+            .map_err(|reason| anyhow::anyhow!("bad allow-out: {reason}"))?;
         spec.milli_cpus = self.cpus;
         spec.memory_bytes = self.memory;
         spec.pids_limit = self.pids_limit;

@@ -18,7 +18,7 @@ use silo_protocol::auth::{Key, derive_sandbox_key};
 use crate::agent_binary::AgentLocator;
 use crate::backend::{
     AnyBackend, Backend, BackendError, BackendSetup, Backends, DaytonaConfig, E2bConfig, Machine,
-    MachineState, NoPortRoute, PortUrl,
+    MachineState, NoMemoryFork, NoPortRoute, PortUrl,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -31,6 +31,7 @@ use crate::state::{
 
 mod gc;
 mod lease;
+mod memory_fork;
 mod open;
 mod pool;
 mod push;
@@ -193,10 +194,22 @@ impl Silo {
         sandbox: SandboxRecord,
         image: Option<&str>,
     ) -> Result<SandboxRecord, SiloError> {
+        self.launch_from(sandbox, image, false).await
+    }
+
+    /// [`Silo::launch`], `from_memory` when `image` is another machine's
+    /// capture with its memory ([`Machine::from_memory`]).
+    async fn launch_from(
+        &self,
+        sandbox: SandboxRecord,
+        image: Option<&str>,
+        from_memory: bool,
+    ) -> Result<SandboxRecord, SiloError> {
         let key = self.sandbox_key(&sandbox);
         let backend = self.backend(sandbox.backend);
         let made = Machine {
             image,
+            from_memory,
             ..self.machine_to_make(&sandbox, &key)
         };
         let made = backend.create(made).await;
@@ -326,12 +339,13 @@ impl Silo {
         Ok(was_running)
     }
 
-    /// Pauses a sandbox whose backend keeps memory and processes across a
-    /// stop (E2B), so [`Silo::start`] resumes them as they were; refused
-    /// where a stop loses them. Answers whether it was running.
+    /// Pauses a sandbox whose machine keeps memory and processes across a
+    /// stop (E2B, a Daytona VM), so [`Silo::start`] resumes them as they
+    /// were; refused where a stop loses them. Answers whether it was
+    /// running.
     pub async fn pause(&self, name_or_id: &str) -> Result<bool, SiloError> {
         let sandbox = self.get(name_or_id)?;
-        if !self.backend(sandbox.backend).stop_keeps_processes() {
+        if !self.stop_keeps_processes(&sandbox) {
             return Err(SiloError::NoPause {
                 name: sandbox.name,
                 backend: sandbox.backend,
@@ -342,7 +356,9 @@ impl Silo {
 
     /// Whether stopping this sandbox keeps its processes (a pause).
     pub fn stop_keeps_processes(&self, sandbox: &SandboxRecord) -> bool {
-        self.backend(sandbox.backend).stop_keeps_processes()
+        let key = self.sandbox_key(sandbox);
+        self.backend(sandbox.backend)
+            .stop_keeps_processes(&machine(sandbox, &key))
     }
 
     /// Stops and deletes a sandbox. Its events stay in the log.
@@ -554,6 +570,7 @@ fn machine<'a>(sandbox: &'a SandboxRecord, key: &'a Key) -> Machine<'a> {
         key,
         image: None,
         agent_in_image: false,
+        from_memory: false,
     }
 }
 
@@ -598,10 +615,14 @@ pub enum SiloError {
         #[source]
         source: Box<BackendError>,
     },
+    /// A memory fork was asked of a backend that cannot make one.
+    #[error(transparent)]
+    NoMemoryFork(#[from] NoMemoryFork),
     /// Pause was asked of a backend whose stop loses processes.
     #[error(
         "sandbox {name:?} runs on the {backend} backend, where a stop ends its processes; \
-         `silo stop {name}` stops it anyway (files kept), and only e2b pauses with memory"
+         `silo stop {name}` stops it anyway (files kept); e2b and Daytona VM sandboxes \
+         (linux-vm) pause with memory"
     )]
     NoPause {
         /// The sandbox.

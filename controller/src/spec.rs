@@ -14,6 +14,7 @@
 
 mod check;
 mod diff;
+pub mod egress;
 mod parse;
 
 use std::collections::BTreeMap;
@@ -165,6 +166,11 @@ pub struct SandboxSpec {
     /// `none`, `bridge` or the name of an engine network; `bridge` when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
+    /// The only destinations outbound traffic may reach (IPv4 addresses,
+    /// CIDR blocks, host names; [`egress`]), enforced by the provider; no
+    /// rule when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_out: Vec<String>,
     /// Host directories mounted into the sandbox.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub binds: Vec<BindMount>,

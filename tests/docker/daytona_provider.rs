@@ -34,7 +34,11 @@ async fn a_vm_sandbox_pauses_with_its_processes() {
     };
     cli.ok(&["up", "box", "--backend", "daytona", "--image", "vm"]);
     let agent = crate::sh(&cli, "box", "pidof silo-agent");
-    cli.ok(&["stop", "box"]);
+    // A process started before the pause runs on after it.
+    crate::sh(&cli, "box", "setsid sleep 1003 >/dev/null 2>&1 &");
+    let paused = silo_tests::json(&cli.ok(&["pause", "box", "--json"]));
+    assert_eq!(paused["paused"], true, "{paused}");
+    assert_eq!(paused["was_running"], true, "{paused}");
     let paused: Vec<_> = mock
         .requests()
         .into_iter()
@@ -49,9 +53,25 @@ async fn a_vm_sandbox_pauses_with_its_processes() {
         "a VM sandbox was stopped, not paused"
     );
     cli.ok(&["up", "box"]);
-    // The same agent answers: the pause kept it.
+    // The same agent answers: the pause kept it, and the process.
     assert_eq!(crate::sh(&cli, "box", "pidof silo-agent"), agent);
+    assert_eq!(
+        crate::sh(&cli, "box", "ps | grep -c '[s]leep 1003'").trim(),
+        "1",
+        "the process did not survive the pause"
+    );
+    // `silo stop` says it paused as well.
+    let stopped = silo_tests::json(&cli.ok(&["stop", "box", "--json"]));
+    assert_eq!(stopped["paused"], true, "{stopped}");
     cli.ok(&["rm", "box"]);
+
+    // A container sandbox's stop ends its processes: pause is refused,
+    // saying why, and the sandbox runs on.
+    cli.ok(&["up", "tub", "--backend", "daytona", "--image", "base"]);
+    let refused = cli.fails(&["pause", "tub"]);
+    assert!(refused.contains("a stop ends its processes"), "{refused}");
+    assert_eq!(crate::sh(&cli, "tub", "echo on"), "on\n");
+    cli.ok(&["rm", "tub"]);
     drop(cli);
     mock.shutdown().await.unwrap();
 }
@@ -64,6 +84,21 @@ async fn a_lapsed_preview_token_is_fetched_again_once() {
     // Uploads go through the toolbox's bulk route; the agent then runs.
     cli.ok(&["up", "box", "--backend", "daytona", "--image", "base"]);
     assert_eq!(crate::sh(&cli, "box", "echo before"), "before\n");
+    // The preview URL is kept whole: its port (the mock's proxy is not on
+    // 443) goes in the Host header the proxy routes on.
+    let listed = silo_tests::json(&cli.ok(&["ls", "--json"]));
+    let row = &listed[0];
+    let backend_ref = if row["backend_ref"].is_object() {
+        &row["backend_ref"]
+    } else {
+        &row["sandbox"]["backend_ref"]
+    };
+    let url = backend_ref["preview_url"].as_str().unwrap_or_default();
+    assert!(
+        url.starts_with("https://49999-")
+            && url.ends_with(&format!(":{}", mock.proxy_addr().port())),
+        "{backend_ref}"
+    );
 
     mock.lapse_preview_tokens().unwrap();
     let out = cli.run(&["exec", "box", "--", "echo", "lapsed"]);
@@ -117,6 +152,74 @@ async fn rate_limits_are_waited_out_and_no_network_reaches_the_create() {
     let body = &creates.last().unwrap().body;
     assert_eq!(body["networkBlockAll"], true, "{body}");
     cli.ok(&["rm", "box"]);
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_allow_list_reaches_the_create_as_daytonas_network_rules() {
+    let Some((mock, cli)) = mock(MockDaytonaConfig::default()).await else {
+        return;
+    };
+    cli.ok(&[
+        "up",
+        "box",
+        "--backend",
+        "daytona",
+        "--image",
+        "base",
+        "--allow-out",
+        "1.1.1.1",
+        "--allow-out",
+        "*.pypi.org",
+        "--allow-out",
+        "10.1.0.0/16",
+    ]);
+    let creates = |mock: &MockDaytona| -> Vec<serde_json::Value> {
+        mock.requests()
+            .into_iter()
+            .filter(|asked| {
+                asked.method == "POST" && asked.path.trim_end_matches('/').ends_with("/sandbox")
+            })
+            .map(|asked| asked.body)
+            .collect()
+    };
+    let body = creates(&mock).pop().unwrap();
+    assert_eq!(body["networkAllowList"], "1.1.1.1/32,10.1.0.0/16", "{body}");
+    assert_eq!(body["domainAllowList"], "*.pypi.org", "{body}");
+    assert_eq!(body["networkBlockAll"], false, "{body}");
+    assert_eq!(crate::sh(&cli, "box", "echo on"), "on\n");
+    cli.ok(&["rm", "box"]);
+
+    // More than Daytona takes is refused before anything is made.
+    let made = creates(&mock).len();
+    let mut argv = vec!["up", "wide", "--backend", "daytona"];
+    let blocks: Vec<String> = (1..=11).map(|i| format!("10.0.{i}.0/24")).collect();
+    for block in &blocks {
+        argv.extend(["--allow-out", block.as_str()]);
+    }
+    let refused = cli.fails(&argv);
+    assert!(refused.contains("Daytona allows at most 10"), "{refused}");
+    assert_eq!(creates(&mock).len(), made);
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_toolbox_without_bulk_upload_gets_the_agent_through_files_upload() {
+    let Some((mock, cli)) = mock(MockDaytonaConfig::default()).await else {
+        return;
+    };
+    // A daemon from before `files/bulk-upload`: the agent and its key can
+    // only go through `files/upload`, and the sandbox works all the same.
+    mock.faults().set_no_bulk_upload(true);
+    cli.ok(&["up", "old", "--backend", "daytona", "--image", "base"]);
+    assert_eq!(crate::sh(&cli, "old", "echo fell back"), "fell back\n");
+    // A stop ends the agent; the start hands over a fresh key the same way.
+    cli.ok(&["stop", "old"]);
+    cli.ok(&["up", "old"]);
+    assert_eq!(crate::sh(&cli, "old", "echo again"), "again\n");
+    cli.ok(&["rm", "old"]);
     drop(cli);
     mock.shutdown().await.unwrap();
 }

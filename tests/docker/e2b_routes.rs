@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use silo_mocks::e2b::Generations;
 use silo_mocks::{MockE2b, MockE2bConfig};
-use silo_tests::docker::engine_with_base;
+use silo_tests::docker::{BASE_IMAGE, engine_with_base};
 
 /// A mock serving `routes`, when the engine is there.
 async fn serving(routes: Generations) -> Option<MockE2b> {
@@ -259,4 +259,190 @@ async fn a_command_cut_by_a_pause_reattaches_after_the_resume() {
     e2b.ok(&["rm", "box"]);
     drop(e2b);
     mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_memory_fork_goes_through_e2bs_snapshot_and_gets_its_own_identity() {
+    let Some(mock) = serving(Generations::default()).await else {
+        return;
+    };
+    let e2b = crate::cli().with_env(mock.env());
+    let made = silo_tests::json(&e2b.ok(&[
+        "up",
+        "box",
+        "--backend",
+        "e2b",
+        "--template",
+        "base",
+        "--json",
+    ]));
+    let box_id = made["sandbox"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    e2b.ok(&["exec", "box", "--", "sh", "-c", "echo kept > /root/marker"]);
+
+    let twin = silo_tests::json(&e2b.ok(&["fork", "box", "--memory", "--name", "twin", "--json"]));
+    let twin_id = twin["id"].as_str().unwrap().to_owned();
+    assert_ne!(twin_id, box_id);
+
+    // E2B's snapshot with memory, named for the new sandbox, then a create
+    // from it carrying the new sandbox's own metadata.
+    let snapshot = bodies(&mock, "POST /sandboxes/{id}/snapshots");
+    assert_eq!(snapshot.len(), 1, "{:?}", asked(&mock));
+    assert_eq!(snapshot[0]["memory"], true, "{}", snapshot[0]);
+    assert_eq!(snapshot[0]["name"], format!("silo-fork-{twin_id}"));
+    let create = bodies(&mock, "POST /v2/sandboxes").pop().unwrap();
+    let template = create["templateID"].as_str().unwrap().to_owned();
+    assert!(
+        template.contains(&format!("silo-fork-{twin_id}")),
+        "{create}"
+    );
+    assert_eq!(create["metadata"]["silo.sandbox.id"], twin_id.as_str());
+
+    // The original's files, an agent of its own (answering the new key),
+    // and the original untouched.
+    assert_eq!(
+        e2b.ok(&["exec", "twin", "--", "cat", "/root/marker"]),
+        "kept\n"
+    );
+    assert_eq!(
+        e2b.ok(&[
+            "exec",
+            "twin",
+            "--",
+            "sh",
+            "-c",
+            "test -e /.silo/key || echo gone"
+        ]),
+        "gone\n"
+    );
+    e2b.ok(&["exec", "twin", "--", "sh", "-c", "echo twin > /root/marker"]);
+    assert_eq!(
+        e2b.ok(&["exec", "box", "--", "cat", "/root/marker"]),
+        "kept\n"
+    );
+
+    // Removing the fork removes its snapshot's template; the original lives on.
+    e2b.ok(&["rm", "twin"]);
+    let deleted = asked(&mock);
+    assert!(
+        deleted.iter().any(|a| a.starts_with("DELETE /templates/")),
+        "{deleted:?}"
+    );
+    assert_eq!(e2b.ok(&["exec", "box", "--", "echo", "alive"]), "alive\n");
+
+    // A paused sandbox cannot be captured: the error says so, and no
+    // sandbox is left half made.
+    e2b.ok(&["stop", "box"]);
+    let refused = e2b.fails(&["fork", "box", "--memory", "--name", "late"]);
+    assert!(refused.contains("not running"), "{refused}");
+    assert!(!e2b.ok(&["ls"]).contains("late"));
+    e2b.ok(&["rm", "box"]);
+    drop(e2b);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_memory_fork_is_refused_where_the_backend_cannot_capture_memory() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "dock", "--backend", "docker", "--image", BASE_IMAGE]);
+    let refused = cli.fails(&["fork", "dock", "--memory", "--name", "twin"]);
+    assert!(
+        refused.contains("cannot fork a sandbox with its memory"),
+        "{refused}"
+    );
+    assert!(!cli.ok(&["ls"]).contains("twin"));
+    cli.ok(&["rm", "dock"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_allow_list_reaches_the_create_as_e2bs_egress_rules() {
+    let Some(mock) = serving(Generations::default()).await else {
+        return;
+    };
+    let e2b = crate::cli().with_env(mock.env());
+    e2b.ok(&[
+        "up",
+        "open",
+        "--backend",
+        "e2b",
+        "--allow-out",
+        "1.1.1.1",
+        "--allow-out",
+        "*.PyPI.org",
+        "--allow-out",
+        "8.8.8.0/24",
+    ]);
+    let create = bodies(&mock, "POST /v2/sandboxes").pop().unwrap();
+    assert_eq!(
+        create["network"]["allowOut"],
+        serde_json::json!(["*.pypi.org", "1.1.1.1/32", "8.8.8.0/24"]),
+        "{create}"
+    );
+    assert_eq!(
+        create["network"]["denyOut"],
+        serde_json::json!(["0.0.0.0/0"])
+    );
+    assert_eq!(create["allow_internet_access"], true, "{create}");
+    // The mock took the rules as E2B's checks take them, and reports them.
+    let vm = crate::e2b::vm_of(&e2b, "open");
+    let (status, detail) = crate::e2b::api(&mock, "GET", &format!("/sandboxes/{vm}")).await;
+    assert_eq!(status, 200, "{detail}");
+    let detail = silo_tests::json(&detail);
+    assert_eq!(
+        detail["network"]["allowOut"],
+        serde_json::json!(["*.pypi.org", "1.1.1.1/32", "8.8.8.0/24"]),
+        "{detail}"
+    );
+    e2b.ok(&["rm", "open"]);
+
+    // Bad entries and contradictions are named, and nothing is made.
+    let creates = bodies(&mock, "POST /v2/sandboxes").len();
+    for (args, says) in [
+        (&["--allow-out", "10.0.0.1/8"][..], "past the /8"),
+        (&["--allow-out", "::1"][..], "IPv6"),
+        (&["--allow-out", "no_such"][..], "not a host name"),
+        (
+            &["--allow-out", "1.1.1.1", "--network", "none"][..],
+            "--network none blocks every destination",
+        ),
+    ] {
+        let mut argv = vec!["up", "bad", "--backend", "e2b"];
+        argv.extend_from_slice(args);
+        let refused = e2b.fails(&argv);
+        assert!(
+            refused.contains("bad allow-out") && refused.contains(says),
+            "{refused}"
+        );
+    }
+    assert_eq!(bodies(&mock, "POST /v2/sandboxes").len(), creates);
+    assert!(!e2b.ok(&["ls"]).contains("bad"));
+    drop(e2b);
+    mock.shutdown().await.unwrap();
+
+    // Docker and local cannot enforce one, and say so.
+    let cli = crate::cli();
+    let refused = cli.fails(&[
+        "up",
+        "dock",
+        "--backend",
+        "docker",
+        "--image",
+        BASE_IMAGE,
+        "--allow-out",
+        "1.1.1.1",
+    ]);
+    assert!(
+        refused.contains("cannot enforce an allow-list"),
+        "{refused}"
+    );
+    let refused = cli.fails(&["up", "here", "--backend", "local", "--allow-out", "1.1.1.1"]);
+    assert!(
+        refused.contains("cannot enforce an allow-list"),
+        "{refused}"
+    );
 }

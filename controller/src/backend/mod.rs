@@ -62,6 +62,10 @@ pub struct Machine<'a> {
     /// image made by `silo image bake`), so a remote backend may start that
     /// one rather than upload its own (and falls back if it cannot).
     pub agent_in_image: bool,
+    /// `image` is another machine's capture with its memory
+    /// ([`Backend::capture_memory`]): the machine may wake with that one's
+    /// processes running, its agent (and that one's key) among them.
+    pub from_memory: bool,
 }
 
 /// Where a sandbox's machine is in its life, as its backend sees it now.
@@ -131,6 +135,21 @@ pub struct NoPortRoute {
     pub why: &'static str,
 }
 
+/// A memory fork asked of a backend that cannot capture a machine's
+/// memory.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "sandbox {name:?} is on {backend}, which cannot fork a sandbox with its memory \
+     (only e2b can); `silo snapshot {name}` then `silo fork SNAPSHOT` copies its files \
+     to any backend"
+)]
+pub struct NoMemoryFork {
+    /// The sandbox asked to be forked.
+    pub name: String,
+    /// Its backend.
+    pub backend: BackendKind,
+}
+
 /// How a backend's machines are snapshotted and brought back: what the
 /// backend hands the snapshot engine ([`Backend::snapshots`]), which asks
 /// nothing else of it.
@@ -179,8 +198,33 @@ pub trait Backend {
     /// Whether a stopped machine keeps its memory and processes, so a start
     /// resumes them as they were (a provider's pause) rather than booting
     /// afresh.
-    fn stop_keeps_processes(&self) -> bool {
+    fn stop_keeps_processes(&self, machine: &Machine<'_>) -> bool {
+        let _ = machine;
         false
+    }
+
+    /// Whether a running machine can be captured whole, memory and
+    /// processes with its files, for a new machine to start from
+    /// ([`Backend::capture_memory`]).
+    fn forks_memory(&self) -> bool {
+        false
+    }
+
+    /// Captures the running machine `source` whole as `name` and answers
+    /// the image a new machine is made from (with
+    /// [`Machine::from_memory`]); the capture goes when that machine is
+    /// removed. Refused where [`Backend::forks_memory`] is false.
+    fn capture_memory(
+        &self,
+        source: Machine<'_>,
+        name: &str,
+    ) -> impl Future<Output = Result<String, BackendError>> + Send {
+        let _ = name;
+        let refused = NoMemoryFork {
+            name: source.name.to_owned(),
+            backend: self.kind(),
+        };
+        async move { Err(refused.into()) }
     }
 
     /// Makes the machine and starts its agent; returns the new `backend_ref`.
@@ -304,8 +348,16 @@ macro_rules! register_backends {
                 match self { $(AnyBackend::$variant(b) => b.snapshots(),)+ }
             }
 
-            fn stop_keeps_processes(&self) -> bool {
-                match self { $(AnyBackend::$variant(b) => b.stop_keeps_processes(),)+ }
+            fn stop_keeps_processes(&self, machine: &Machine<'_>) -> bool {
+                match self { $(AnyBackend::$variant(b) => b.stop_keeps_processes(machine),)+ }
+            }
+
+            fn forks_memory(&self) -> bool {
+                match self { $(AnyBackend::$variant(b) => b.forks_memory(),)+ }
+            }
+
+            async fn capture_memory(&self, source: Machine<'_>, name: &str) -> Result<String, BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.capture_memory(source, name).await,)+ }
             }
 
             async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
@@ -361,6 +413,9 @@ macro_rules! register_backends {
             /// The backend gives the port asked for no route from the host.
             #[error(transparent)]
             NoPortRoute(#[from] NoPortRoute),
+            /// The backend cannot fork a sandbox with its memory.
+            #[error(transparent)]
+            NoMemoryFork(#[from] NoMemoryFork),
         }
 
         /// The backends of one home, keyed by kind: one of each registered.

@@ -52,6 +52,23 @@ pub enum Endpoint {
         /// Headers every request carries besides silo's own, such as a
         /// proxy's access token.
         headers: Vec<(String, String)>,
+        /// The `Host` header when it is not `server_name` alone: a
+        /// provider's URL that names its port (`host:8443`).
+        host_header: Option<String>,
+    },
+    /// Plain HTTP through a provider's proxy that routes on the `Host`
+    /// header (a self-hosted provider's `http://` preview URL).
+    Http {
+        /// Host name or address to connect to.
+        host: String,
+        /// Port.
+        port: u16,
+        /// The `Host` header every request carries (`host[:port]` of the
+        /// provider's URL).
+        host_header: String,
+        /// Headers every request carries besides silo's own, such as a
+        /// proxy's access token.
+        headers: Vec<(String, String)>,
     },
 }
 
@@ -60,7 +77,12 @@ impl Endpoint {
     /// agent ignores it.
     pub fn host_header(&self) -> &str {
         match self {
-            Endpoint::Tls { server_name, .. } => server_name,
+            Endpoint::Tls {
+                server_name,
+                host_header,
+                ..
+            } => host_header.as_deref().unwrap_or(server_name),
+            Endpoint::Http { host_header, .. } => host_header,
             Endpoint::Unix(_) | Endpoint::Tcp { .. } => "agent",
         }
     }
@@ -68,7 +90,7 @@ impl Endpoint {
     /// Headers every request to it carries besides silo's own.
     pub fn extra_headers(&self) -> &[(String, String)] {
         match self {
-            Endpoint::Tls { headers, .. } => headers,
+            Endpoint::Tls { headers, .. } | Endpoint::Http { headers, .. } => headers,
             Endpoint::Unix(_) | Endpoint::Tcp { .. } => &[],
         }
     }
@@ -80,6 +102,7 @@ impl std::fmt::Display for Endpoint {
             Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
             Endpoint::Tcp { host, port } => write!(f, "tcp:{host}:{port}"),
             Endpoint::Tls { host, port, .. } => write!(f, "tls:{host}:{port}"),
+            Endpoint::Http { host, port, .. } => write!(f, "http:{host}:{port}"),
         }
     }
 }
@@ -93,7 +116,7 @@ pub async fn open(endpoint: &Endpoint) -> Result<Box<dyn Stream>, ClientError> {
     let connect = async {
         let stream: Box<dyn Stream> = match endpoint {
             Endpoint::Unix(path) => Box::new(UnixStream::connect(path).await?),
-            Endpoint::Tcp { host, port } => {
+            Endpoint::Tcp { host, port } | Endpoint::Http { host, port, .. } => {
                 let tcp = TcpStream::connect((host.as_str(), *port)).await?;
                 tcp.set_nodelay(true)?;
                 Box::new(tcp)

@@ -12,7 +12,7 @@ use crate::client::Endpoint;
 pub struct AgentAddress {
     /// The sandbox's id.
     pub sandbox_id: String,
-    /// `unix`, `tcp` or `tls`.
+    /// `unix`, `tcp` (plain HTTP, perhaps through a proxy) or `tls`.
     pub transport: &'static str,
     /// The Unix socket's path (`unix` only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,15 +66,22 @@ impl AgentAddress {
                 address.host = Some(host.clone());
                 address.port = Some(*port);
             }
-            Endpoint::Tls {
+            Endpoint::Http {
                 host,
                 port,
-                server_name,
-                ca_pem,
+                host_header,
                 ..
             } => {
+                address.transport = "tcp";
+                address.url = format!("http://{host_header}");
+                address.host = Some(host.clone());
+                address.port = Some(*port);
+            }
+            Endpoint::Tls {
+                host, port, ca_pem, ..
+            } => {
                 address.transport = "tls";
-                address.url = format!("https://{server_name}");
+                address.url = format!("https://{}", endpoint.host_header());
                 address.host = Some(host.clone());
                 address.port = Some(*port);
                 address.ca_pem = ca_pem.as_ref().map(|p| p.display().to_string());
@@ -115,6 +122,7 @@ mod tests {
             server_name: "49999-abc.e2b.test".into(),
             ca_pem: Some(PathBuf::from("/ca.pem")),
             headers: vec![("e2b-traffic-access-token".into(), "t".into())],
+            host_header: None,
         };
         let address = AgentAddress::new("sbx-2", &endpoint, "cd".repeat(32));
         assert_eq!(address.transport, "tls");

@@ -30,7 +30,7 @@ impl SandboxSpec {
     /// without internet; the template fixes its size, and there is no host
     /// file system to mount.
     fn check_remote(&self) -> Result<(), SpecError> {
-        let honoured = ["image", "workdir", "network"];
+        let honoured = ["image", "workdir", "network", "allow-out"];
         let unsupported: Vec<&str> = self
             .container_settings()
             .into_iter()
@@ -59,6 +59,35 @@ impl SandboxSpec {
                 reason: "the template name is empty".into(),
             });
         }
+        self.check_allow_out()
+    }
+
+    /// An allow-list: each destination readable, not beside `--network
+    /// none`, and within what the provider takes.
+    fn check_allow_out(&self) -> Result<(), SpecError> {
+        if self.allow_out.is_empty() {
+            return Ok(());
+        }
+        let invalid = |reason: String| SpecError::Invalid {
+            setting: "allow-out",
+            reason,
+        };
+        super::egress::canonical(&self.allow_out).map_err(invalid)?;
+        if self.network.as_deref() == Some("none") {
+            return Err(invalid(
+                "--network none blocks every destination; give one or the other".into(),
+            ));
+        }
+        if self.backend == BackendKind::Daytona {
+            let (cidrs, hosts) = super::egress::split(&self.allow_out);
+            for (count, what) in [(cidrs.len(), "IPv4 blocks"), (hosts.len(), "host names")] {
+                if count > DAYTONA_MAX_ALLOWED {
+                    return Err(invalid(format!(
+                        "{count} {what}: Daytona allows at most {DAYTONA_MAX_ALLOWED}"
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -70,6 +99,7 @@ impl SandboxSpec {
             ("workdir", self.workdir.is_some()),
             ("user", self.user.is_some()),
             ("network", self.network.is_some()),
+            ("allow-out", !self.allow_out.is_empty()),
             ("bind", !self.binds.is_empty()),
             ("cpus", self.milli_cpus.is_some()),
             ("memory", self.memory_bytes.is_some()),
@@ -86,6 +116,14 @@ impl SandboxSpec {
     }
 
     fn check_local(&self) -> Result<(), SpecError> {
+        if !self.allow_out.is_empty() {
+            return Err(SpecError::Invalid {
+                setting: "allow-out",
+                reason: "the local backend cannot enforce an allow-list (its commands run \
+                         on the host's network); e2b and daytona enforce one"
+                    .into(),
+            });
+        }
         let unsupported = self.container_settings();
         if unsupported.is_empty() {
             return Ok(());
@@ -116,6 +154,16 @@ impl SandboxSpec {
         }
         if self.network.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("network", "it is empty".into()));
+        }
+        if !self.allow_out.is_empty() {
+            return Err(invalid(
+                "allow-out",
+                format!(
+                    "the {} backend cannot enforce an allow-list (its network is all or \
+                     --network none); e2b and daytona enforce one",
+                    self.backend
+                ),
+            ));
         }
         if self.user.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("user", "it is empty".into()));
@@ -176,6 +224,9 @@ impl SandboxSpec {
         Ok(())
     }
 }
+
+/// Most IPv4 blocks, and most host names, a Daytona sandbox may allow.
+const DAYTONA_MAX_ALLOWED: usize = 10;
 
 /// The engine's name for the whole capability set.
 const EVERY_CAPABILITY: &str = "ALL";

@@ -2,7 +2,8 @@
 //! never show, as switches a test turns on: connections cut when an E2B
 //! sandbox pauses, a proxy answering `502` for a while after a sandbox
 //! resumes or starts, rate limits (`429` with `Retry-After`), and preview
-//! tokens that lapse (Daytona). All are off unless a test turns them on.
+//! tokens that lapse, and a toolbox older than `files/bulk-upload`
+//! (Daytona). All are off unless a test turns them on.
 //!
 //! A test holding the in-process mock calls [`Faults`]'s setters through
 //! `MockE2b::faults` or `MockDaytona::faults`; a test driving the mock
@@ -45,6 +46,10 @@ pub struct Switches {
     /// new one comes with the next preview URL). Not kept: an action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lapse_preview_tokens: Option<bool>,
+    /// Daytona: the toolbox does not serve `POST /files/bulk-upload`, as a
+    /// daemon from before it did not (`404`, as an unknown route).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_bulk_upload: Option<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -53,6 +58,7 @@ struct State {
     unready: Duration,
     rate_limited: u32,
     retry_after_secs: u64,
+    no_bulk_upload: bool,
 }
 
 /// The switches of one running mock.
@@ -109,6 +115,16 @@ impl Faults {
         state.retry_after_secs = retry_after.min(MAX_FAULT_DURATION).as_secs();
     }
 
+    /// Daytona: whether the toolbox leaves `files/bulk-upload` unserved.
+    pub fn set_no_bulk_upload(&self, on: bool) {
+        self.state().no_bulk_upload = on;
+    }
+
+    /// Whether `files/bulk-upload` is unserved now.
+    pub fn no_bulk_upload(&self) -> bool {
+        self.state().no_bulk_upload
+    }
+
     /// Takes one rate-limited answer if any is left: its `Retry-After`.
     pub fn take_rate_limit(&self) -> Option<u64> {
         let mut state = self.state();
@@ -128,6 +144,7 @@ impl Faults {
             rate_limited_requests: Some(state.rate_limited),
             retry_after_secs: Some(state.retry_after_secs),
             lapse_preview_tokens: None,
+            no_bulk_upload: Some(state.no_bulk_upload),
         }
     }
 
@@ -156,6 +173,9 @@ impl Faults {
         }
         if let Some(secs) = switches.retry_after_secs {
             state.retry_after_secs = secs.min(MAX_FAULT_DURATION.as_secs());
+        }
+        if let Some(on) = switches.no_bulk_upload {
+            state.no_bulk_upload = on;
         }
         Ok(())
     }

@@ -47,6 +47,13 @@ pub struct NewSandbox {
     pub public: bool,
     /// Block all network access.
     pub network_block_all: bool,
+    /// The only IPv4 blocks outbound traffic may reach, comma-separated
+    /// (`--allow-out`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_allow_list: Option<String>,
+    /// The only host names outbound traffic may reach, comma-separated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain_allow_list: Option<String>,
     /// Minutes of inactivity before Daytona stops it (0: never).
     pub auto_stop_interval: u32,
     /// The target (region).
@@ -82,7 +89,7 @@ pub struct Sandbox {
 }
 
 /// The class of sandbox Daytona can pause, memory and processes kept.
-const PAUSABLE_CLASS: &str = "linux-vm";
+pub const PAUSABLE_CLASS: &str = "linux-vm";
 
 impl Sandbox {
     /// Whether Daytona can pause it (a VM) rather than only stop it.
@@ -383,6 +390,8 @@ mod tests {
             labels: BTreeMap::from([("silo.sandbox".into(), "sbx-1".into())]),
             public: false,
             network_block_all: false,
+            network_allow_list: None,
+            domain_allow_list: None,
             auto_stop_interval: 60,
             target: None,
         })

@@ -34,15 +34,22 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
-use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, tls_route};
+use super::remote::{
+    AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, tls_route, url_route,
+};
 use super::{BackendSetup, Machine, PortUrl};
 use crate::client::Endpoint;
-use crate::spec::BackendKind;
+use crate::spec::{BackendKind, egress};
 
 pub use api::Api;
 pub use config::{DaytonaConfig, DaytonaConfigError};
 pub use error::DaytonaError;
 pub use toolbox::Toolbox;
+
+/// An allow-list as Daytona takes it: comma-separated, absent when empty.
+fn listed(entries: &[String]) -> Option<String> {
+    (!entries.is_empty()).then(|| entries.join(","))
+}
 
 /// Runs sandboxes as Daytona sandboxes.
 pub type DaytonaBackend = RemoteBackend<Daytona>;
@@ -73,8 +80,16 @@ pub struct DaytonaRef {
     pub toolbox_url: String,
     /// The agent port's preview host (`{port}-{id}.{proxyDomain}`).
     pub preview_host: String,
+    /// The agent port's whole preview URL, whose scheme and port the
+    /// agent is reached with (`https://` and 443 when not recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_url: Option<String>,
     /// The preview proxy's token since the sandbox last started.
     pub preview_token: String,
+    /// Its `sandboxClass` (`container`, `linux-vm`), when Daytona named
+    /// it: a VM's stop is a pause, which keeps its processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_class: Option<String>,
 }
 
 impl Daytona {
@@ -90,12 +105,15 @@ impl Daytona {
         Toolbox::new(self.config()?, &daytona.toolbox_url, &daytona.sandbox_id)
     }
 
-    /// The agent port's preview host and token now.
-    async fn preview(&self, api: &Api, id: &str) -> Result<(String, String), DaytonaError> {
+    /// The agent port's preview URL, host and token now.
+    async fn preview(&self, api: &Api, id: &str) -> Result<Preview, DaytonaError> {
         let preview = api.preview_url(id, AGENT_PORT).await?;
         let uri = preview_uri(&preview.url)?;
-        let host = uri.host().unwrap_or_default().to_owned();
-        Ok((host, preview.token))
+        Ok(Preview {
+            host: uri.host().unwrap_or_default().to_owned(),
+            url: preview.url,
+            token: preview.token,
+        })
     }
 
     /// What to keep of sandbox `id` once it has started.
@@ -110,13 +128,15 @@ impl Daytona {
                 what: "a sandbox",
                 why: "it has no toolboxProxyUrl".into(),
             })?;
-        let (preview_host, preview_token) = self.preview(api, &id).await?;
+        let preview = self.preview(api, &id).await?;
         Ok(DaytonaRef {
             sandbox_id: id,
+            sandbox_class: started.sandbox_class.clone().or(created.sandbox_class),
             template: started.snapshot.clone().unwrap_or_default(),
             toolbox_url,
-            preview_host,
-            preview_token,
+            preview_host: preview.host,
+            preview_url: Some(preview.url),
+            preview_token: preview.token,
         })
     }
 }
@@ -126,7 +146,10 @@ impl Provider for Daytona {
     type Error = DaytonaError;
     const NAME: &'static str = "Daytona";
     const KIND: BackendKind = BackendKind::Daytona;
-    const STOP_KEEPS_PROCESSES: bool = false;
+    /// A VM sandbox's stop is Daytona's pause ([`Provider::pause`]).
+    fn stop_keeps_processes(daytona: &DaytonaRef) -> bool {
+        daytona.sandbox_class.as_deref() == Some(api::PAUSABLE_CLASS)
+    }
 
     fn open(setup: &BackendSetup) -> Self {
         Self {
@@ -156,6 +179,7 @@ impl Provider for Daytona {
     ) -> Result<DaytonaRef, DaytonaError> {
         let api = self.api()?;
         let config = self.config()?;
+        let (cidrs, hosts) = egress::split(&machine.spec.allow_out);
         let created = api
             .create(&api::NewSandbox {
                 snapshot: machine
@@ -166,6 +190,8 @@ impl Provider for Daytona {
                 labels,
                 public: false,
                 network_block_all: machine.spec.network.as_deref() == Some("none"),
+                network_allow_list: listed(&cidrs),
+                domain_allow_list: listed(&hosts),
                 auto_stop_interval: config.auto_stop_minutes,
                 target: config.target.clone(),
             })
@@ -198,6 +224,9 @@ impl Provider for Daytona {
             .get(&daytona.sandbox_id)
             .await?
             .ok_or_else(|| DaytonaError::Gone(daytona.sandbox_id.clone()))?;
+        if found.sandbox_class.is_some() {
+            daytona.sandbox_class.clone_from(&found.sandbox_class);
+        }
         let woke = match found.state() {
             "started" => return Ok(Woke::AlreadyUp),
             // A start resumes a pause (`resuming`, then `started`).
@@ -210,9 +239,8 @@ impl Provider for Daytona {
         api.start(&daytona.sandbox_id).await?;
         api.wait_for(&daytona.sandbox_id, "started").await?;
         // A start hands out a new preview token.
-        let (host, token) = self.preview(&api, &daytona.sandbox_id).await?;
-        daytona.preview_host = host;
-        daytona.preview_token = token;
+        let preview = self.preview(&api, &daytona.sandbox_id).await?;
+        daytona.keep(preview);
         Ok(woke)
     }
 
@@ -292,9 +320,8 @@ impl Provider for Daytona {
     /// A preview token lapses (a restart of Daytona's proxy, a token
     /// revoked): `/ports/{port}/preview-url` hands out the current one.
     async fn refresh_access(&self, daytona: &mut DaytonaRef) -> Result<bool, DaytonaError> {
-        let (host, token) = self.preview(&self.api()?, &daytona.sandbox_id).await?;
-        daytona.preview_host = host;
-        daytona.preview_token = token;
+        let preview = self.preview(&self.api()?, &daytona.sandbox_id).await?;
+        daytona.keep(preview);
         Ok(true)
     }
 
@@ -314,17 +341,49 @@ impl Provider for Daytona {
         })
     }
 
+    /// The agent port's preview URL as Daytona gave it: its scheme, host
+    /// and port (in the `Host` header too), with the token.
     fn agent_endpoint(&self, daytona: &DaytonaRef) -> Result<Endpoint, DaytonaError> {
         let config = self.config()?;
-        Ok(tls_route(
-            daytona.preview_host.clone(),
-            config.proxy.as_ref(),
-            config.ca_pem.clone(),
-            vec![(
-                PREVIEW_TOKEN_HEADER.to_owned(),
-                daytona.preview_token.clone(),
-            )],
-        ))
+        let headers = vec![(
+            PREVIEW_TOKEN_HEADER.to_owned(),
+            daytona.preview_token.clone(),
+        )];
+        let Some(url) = &daytona.preview_url else {
+            // Recorded before the whole URL was kept: the host on 443.
+            return Ok(tls_route(
+                daytona.preview_host.clone(),
+                config.proxy.as_ref(),
+                config.ca_pem.clone(),
+                headers,
+            ));
+        };
+        let uri = preview_uri(url)?;
+        url_route(&uri, config.proxy.as_ref(), config.ca_pem.clone(), headers).ok_or_else(|| {
+            DaytonaError::Unexpected {
+                what: "a preview URL",
+                why: format!("{url:?} is neither http nor https"),
+            }
+        })
+    }
+}
+
+/// A port's preview as Daytona hands it out.
+struct Preview {
+    /// The URL, as given.
+    url: String,
+    /// Its host alone.
+    host: String,
+    /// The token its proxy wants.
+    token: String,
+}
+
+impl DaytonaRef {
+    /// Keeps the agent port's preview (a start or a lapsed token changed it).
+    fn keep(&mut self, preview: Preview) {
+        self.preview_host = preview.host;
+        self.preview_url = Some(preview.url);
+        self.preview_token = preview.token;
     }
 }
 
@@ -385,6 +444,7 @@ mod tests {
             key: &key,
             image: None,
             agent_in_image: false,
+            from_memory: false,
         };
         let line = start_line(&machine);
         assert!(

@@ -239,6 +239,7 @@ mod tests {
             key: &key,
             image: None,
             agent_in_image: false,
+            from_memory: false,
         };
         create_body(&Plan {
             machine: &machine,

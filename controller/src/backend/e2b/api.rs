@@ -1,5 +1,6 @@
 //! E2B's control plane (`X-API-Key`): create, find by metadata, look at,
-//! pause, connect (resume), fork and kill sandboxes. Routes, fields,
+//! pause, connect (resume), snapshot (memory included) and kill sandboxes,
+//! and delete a snapshot's template. Routes, fields,
 //! statuses and the error body follow the generated client of the `e2b`
 //! SDK named in `docs/providers.md`.
 //!
@@ -68,6 +69,14 @@ pub struct NewSandbox {
 /// `allow_internet_access: false`.
 pub fn deny_all_egress() -> serde_json::Value {
     json!({ "denyOut": ["0.0.0.0/0"] })
+}
+
+/// The egress rules of an allow-list (`--allow-out`): every IPv4
+/// destination denied but those allowed (E2B's `allowOut` wins over
+/// `denyOut`, and a host name may only be allowed over `0.0.0.0/0`
+/// denied); `None` for no list.
+pub fn allow_only(allowed: &[String]) -> Option<serde_json::Value> {
+    (!allowed.is_empty()).then(|| json!({ "allowOut": allowed, "denyOut": ["0.0.0.0/0"] }))
 }
 
 /// A generation of E2B's create and connect routes.
@@ -382,6 +391,41 @@ impl Api {
             return Ok((connected, resumed));
         }
         Err(no_route("resume a sandbox", missed))
+    }
+
+    /// Snapshots a running sandbox, memory and processes included, as a
+    /// snapshot template named `name` (`POST /sandboxes/{id}/snapshots`,
+    /// `SandboxSnapshotRequest`); answers the snapshot's id, which a
+    /// create takes as its `templateID`.
+    pub async fn snapshot(&self, id: &str, name: &str) -> Result<String, E2bError> {
+        #[derive(Deserialize)]
+        struct SnapshotInfo {
+            #[serde(rename = "snapshotID")]
+            snapshot_id: String,
+        }
+        let path = format!("/sandboxes/{}/snapshots", path_part(id));
+        let body = json!({ "name": name, "memory": true });
+        let reply = self.rest.json(Method::POST, &path, Some(&body)).await?;
+        match reply.status {
+            StatusCode::CREATED | StatusCode::OK => {
+                let info: SnapshotInfo = reply.json("the snapshot")?;
+                Ok(info.snapshot_id)
+            }
+            // A paused sandbox is not among the running ones E2B snapshots.
+            StatusCode::NOT_FOUND => Err(E2bError::NotRunning(id.to_owned())),
+            _ => Err(refused("snapshot a sandbox", &reply)),
+        }
+    }
+
+    /// Deletes a snapshot's template (`DELETE /templates/{id}`); one E2B
+    /// no longer knows is not an error.
+    pub async fn delete_template(&self, snapshot_id: &str) -> Result<(), E2bError> {
+        let path = format!("/templates/{}", encode(snapshot_id));
+        let reply = self.rest.json(Method::DELETE, &path, None).await?;
+        match reply.status {
+            StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::NOT_FOUND => Ok(()),
+            _ => Err(refused("delete a snapshot's template", &reply)),
+        }
     }
 
     /// Kills a sandbox (a paused one's saved state goes too). One E2B no

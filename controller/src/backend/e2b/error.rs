@@ -40,6 +40,9 @@ pub enum E2bError {
     /// E2B no longer knows the sandbox (killed, or its timeout passed).
     #[error("E2B has no sandbox {0} any more (killed, or its timeout passed)")]
     Gone(String),
+    /// The sandbox is not running (paused), so E2B cannot snapshot it.
+    #[error("E2B sandbox {0} is not running, so it cannot be snapshotted; resume it first")]
+    NotRunning(String),
     /// envd did something silo did not expect.
     #[error("envd: {0}")]
     Envd(String),

@@ -92,6 +92,10 @@ pub struct E2bRef {
     /// the newest first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api: Option<api::Version>,
+    /// The memory snapshot it was made from (`silo fork --memory`), whose
+    /// template goes with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_snapshot: Option<String>,
 }
 
 impl E2bRef {
@@ -104,6 +108,7 @@ impl E2bRef {
             traffic_token: created.traffic_access_token,
             domain: created.domain.filter(|d| !d.is_empty()),
             api: created.version,
+            memory_snapshot: None,
         }
     }
 }
@@ -140,7 +145,11 @@ impl Provider for E2b {
     type Error = E2bError;
     const NAME: &'static str = "E2B";
     const KIND: BackendKind = BackendKind::E2b;
-    const STOP_KEEPS_PROCESSES: bool = true;
+    const FORKS_MEMORY: bool = true;
+
+    fn stop_keeps_processes(_: &E2bRef) -> bool {
+        true
+    }
 
     fn open(setup: &BackendSetup) -> Self {
         Self {
@@ -172,6 +181,11 @@ impl Provider for E2b {
             .unwrap_or(config::DEFAULT_TEMPLATE)
             .to_owned();
         let offline = machine.spec.network.as_deref() == Some("none");
+        let network = if offline {
+            Some(api::deny_all_egress())
+        } else {
+            api::allow_only(&machine.spec.allow_out)
+        };
         let created = self
             .api()?
             .create(&api::NewSandbox {
@@ -179,11 +193,13 @@ impl Provider for E2b {
                 timeout: self.timeout_secs()?,
                 auto_pause: true,
                 allow_internet_access: !offline,
-                network: offline.then(api::deny_all_egress),
+                network,
                 metadata,
             })
             .await?;
-        Ok(E2bRef::new(created, template))
+        let mut e2b = E2bRef::new(created, template.clone());
+        e2b.memory_snapshot = machine.from_memory.then_some(template);
+        Ok(e2b)
     }
 
     async fn power(&self, id: &str) -> Result<Option<Power>, E2bError> {
@@ -220,6 +236,22 @@ impl Provider for E2b {
 
     async fn delete(&self, id: &str) -> Result<(), E2bError> {
         self.api()?.kill(id).await
+    }
+
+    async fn release(&self, e2b: &E2bRef) -> Result<(), E2bError> {
+        match &e2b.memory_snapshot {
+            Some(snapshot) => self.api()?.delete_template(snapshot).await,
+            None => Ok(()),
+        }
+    }
+
+    /// E2B's snapshot with memory (`POST /sandboxes/{id}/snapshots`), which
+    /// a create then resumes as a new sandbox with silo's own metadata.
+    /// E2B's fork route would copy the original's metadata, which names
+    /// the original sandbox as the machine's owner, and E2B has no route to
+    /// change it.
+    async fn capture_memory(&self, e2b: &E2bRef, name: &str) -> Result<String, E2bError> {
+        self.api()?.snapshot(&e2b.sandbox_id, name).await
     }
 
     async fn find(
@@ -288,6 +320,9 @@ impl Provider for E2b {
         e2b: &E2bRef,
         machine: &Machine<'_>,
     ) -> Result<(), E2bError> {
+        if e2b.memory_snapshot.is_some() {
+            end_inherited_agent(backend, e2b).await?;
+        }
         if !machine.agent_in_image {
             return backend.upload_and_start(e2b, machine).await;
         }
@@ -317,6 +352,30 @@ impl Provider for E2b {
         }
         backend.launch(e2b, machine).await
     }
+}
+
+/// Ends the agent a sandbox resumed from another's memory brought along:
+/// it holds the agent's port and answers only the other sandbox's key,
+/// and the new agent takes its place. The processes it started run on.
+async fn end_inherited_agent(backend: &E2bBackend, e2b: &E2bRef) -> Result<(), E2bError> {
+    let argv = [
+        "/bin/sh",
+        "-c",
+        "for p in /proc/[0-9]*; do \
+           [ \"$(readlink \"$p/exe\")\" = \"$1\" ] && kill -9 \"${p#/proc/}\"; \
+         done; true",
+        "sh",
+        AGENT_PATH,
+    ]
+    .map(str::to_owned);
+    let ended = backend.provider().envd(e2b)?.run(&argv).await?;
+    if ended.exit_code != 0 {
+        return Err(E2bError::Envd(format!(
+            "ending the agent the memory snapshot brought along exited {}: {}",
+            ended.exit_code, ended.output
+        )));
+    }
+    Ok(())
 }
 
 /// Hands over the key and starts the template's own agent, if it has one:

@@ -22,8 +22,8 @@ use super::{AGENT_PATH, KEY_PATH, access_refused, healthy, probe, sweep, wait_fo
 use crate::agent_binary::AgentLocator;
 use crate::backend::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use crate::backend::{
-    Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted, MachineState, PortUrl,
-    SnapshotWay,
+    Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted, MachineState,
+    NoMemoryFork, PortUrl, SnapshotWay,
 };
 use crate::client::{AgentClient, Endpoint};
 use crate::home::HomeId;
@@ -63,9 +63,13 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
     const KIND: BackendKind;
     /// The provider as people know it, for messages.
     const NAME: &'static str;
-    /// Whether a stop keeps memory and processes (a pause), so a start
-    /// resumes them as they were.
-    const STOP_KEEPS_PROCESSES: bool;
+    /// Whether the provider can capture a running machine with its memory
+    /// for another to start from ([`Provider::capture_memory`]).
+    const FORKS_MEMORY: bool = false;
+
+    /// Whether a stop of the machine `reference` names keeps memory and
+    /// processes (a pause), so a start resumes them as they were.
+    fn stop_keeps_processes(reference: &Self::Ref) -> bool;
 
     /// The provider of a home, configured as `setup` says or from the
     /// environment; a bad configuration is told on use, not here.
@@ -105,6 +109,33 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
 
     /// Deletes the machine; succeeds if it is already gone.
     fn delete(&self, id: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Frees what the machine held besides itself once it is deleted (the
+    /// memory capture it was made from); succeeds if that is gone.
+    fn release(
+        &self,
+        reference: &Self::Ref,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = reference;
+        async { Ok(()) }
+    }
+
+    /// Captures the running machine `reference` names, memory and
+    /// processes with its files, as `name`; answers what a create takes as
+    /// its image. Only a provider with [`Provider::FORKS_MEMORY`] is asked.
+    fn capture_memory(
+        &self,
+        reference: &Self::Ref,
+        name: &str,
+    ) -> impl Future<Output = Result<String, Self::Error>> + Send {
+        let _ = (reference, name);
+        async {
+            Err(RemoteError::NoMemoryCapture {
+                provider: Self::NAME,
+            }
+            .into())
+        }
+    }
 
     /// This home's machines carrying every label of `labels`, each with the
     /// silo sandbox id it is labelled with; `sweeping` gives up sooner on a
@@ -378,8 +409,32 @@ impl<P: Provider> Backend for RemoteBackend<P> {
         Some(SnapshotWay::AgentLayers)
     }
 
-    fn stop_keeps_processes(&self) -> bool {
-        P::STOP_KEEPS_PROCESSES
+    fn stop_keeps_processes(&self, machine: &Machine<'_>) -> bool {
+        parse_ref::<P>(machine).is_some_and(|reference| P::stop_keeps_processes(&reference))
+    }
+
+    fn forks_memory(&self) -> bool {
+        P::FORKS_MEMORY
+    }
+
+    async fn capture_memory(
+        &self,
+        source: Machine<'_>,
+        name: &str,
+    ) -> Result<String, BackendError> {
+        if !P::FORKS_MEMORY {
+            return Err(NoMemoryFork {
+                name: source.name.to_owned(),
+                backend: P::KIND,
+            }
+            .into());
+        }
+        let reference =
+            parse_ref::<P>(&source).ok_or_else(|| P::gone(source.name.to_owned()).into())?;
+        self.provider()
+            .capture_memory(&reference, name)
+            .await
+            .map_err(Into::into)
     }
 
     async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
@@ -396,6 +451,9 @@ impl<P: Provider> Backend for RemoteBackend<P> {
             let id = P::machine_id(&reference);
             if let Err(delete) = self.provider().delete(id).await {
                 tracing::warn!(backend = %P::KIND, vm = id, "deleting a half-made machine: {delete}");
+            }
+            if let Err(release) = self.provider().release(&reference).await {
+                tracing::warn!(backend = %P::KIND, vm = id, "freeing what a half-made machine held: {release}");
             }
             return Err(error.into());
         }
@@ -481,6 +539,10 @@ impl<P: Provider> Backend for RemoteBackend<P> {
         if let Some(reference) = parse_ref::<P>(&machine) {
             self.provider()
                 .delete(P::machine_id(&reference))
+                .await
+                .map_err(Into::into)?;
+            self.provider()
+                .release(&reference)
                 .await
                 .map_err(Into::into)?;
         }

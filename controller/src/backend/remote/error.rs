@@ -56,4 +56,10 @@ pub enum RemoteError {
         /// What the last probe saw.
         why: String,
     },
+    /// A memory capture was asked of a provider that has none.
+    #[error("{provider} cannot capture a sandbox with its memory")]
+    NoMemoryCapture {
+        /// The provider, as people know it.
+        provider: &'static str,
+    },
 }

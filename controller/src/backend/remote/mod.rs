@@ -106,7 +106,48 @@ pub fn tls_route(
         server_name,
         ca_pem,
         headers,
+        host_header: None,
     }
+}
+
+/// The route to a provider's URL for a port (a Daytona preview URL) as it
+/// names it: its scheme (`https`, or `http` on a self-hosted provider), its
+/// host (the TLS name), and its port, which then goes in the `Host` header
+/// too; through `proxy` when set. `None` when the URL names no host or
+/// another scheme.
+pub fn url_route(
+    url: &http::Uri,
+    proxy: Option<&(String, u16)>,
+    ca_pem: Option<PathBuf>,
+    headers: Vec<(String, String)>,
+) -> Option<Endpoint> {
+    let host = url.host().filter(|host| !host.is_empty())?.to_owned();
+    let tls = match url.scheme_str() {
+        Some("https") | None => true,
+        Some("http") => false,
+        Some(_) => return None,
+    };
+    let default_port = if tls { 443 } else { 80 };
+    let port = url.port_u16().unwrap_or(default_port);
+    let authority = (port != default_port).then(|| format!("{host}:{port}"));
+    let (to, to_port) = proxy.cloned().unwrap_or_else(|| (host.clone(), port));
+    Some(if tls {
+        Endpoint::Tls {
+            host: to,
+            port: to_port,
+            server_name: host,
+            ca_pem,
+            headers,
+            host_header: authority,
+        }
+    } else {
+        Endpoint::Http {
+            host: to,
+            port: to_port,
+            host_header: authority.unwrap_or(host),
+            headers,
+        }
+    })
 }
 
 /// Removes the VMs among `found` (each a provider id and the silo sandbox
@@ -204,6 +245,7 @@ pub async fn wait_for_agent(client: &AgentClient) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
     use crate::spec::BackendKind;
 
@@ -232,6 +274,34 @@ mod tests {
         let swept = sweep("p", found, &live, false, &remove).await;
         assert_eq!(swept.map(|s| s.len()), Ok(2));
         assert!(removed.lock().is_ok_and(|r| *r == ["vm-2", "vm-3"]));
+    }
+
+    #[test]
+    fn a_url_route_keeps_the_urls_scheme_port_and_host() {
+        let token = vec![("x-token".to_owned(), "t".to_owned())];
+        let route = |url: &str, proxy: Option<&(String, u16)>| {
+            url_route(&url.parse().unwrap(), proxy, None, token.clone())
+        };
+        // A port other than the scheme's goes to the connection and the Host.
+        let endpoint = route("https://49999-a.proxy.example:8443", None).unwrap();
+        assert_eq!(endpoint.to_string(), "tls:49999-a.proxy.example:8443");
+        assert_eq!(endpoint.host_header(), "49999-a.proxy.example:8443");
+        assert_eq!(endpoint.extra_headers(), token.as_slice());
+        // The default port stays out of the Host, as browsers send it.
+        let endpoint = route("https://49999-a.proxy.example/", None).unwrap();
+        assert_eq!(endpoint.to_string(), "tls:49999-a.proxy.example:443");
+        assert_eq!(endpoint.host_header(), "49999-a.proxy.example");
+        // Plain HTTP (a self-hosted proxy) is HTTP, the token still sent.
+        let endpoint = route("http://49999-a.local:4000", None).unwrap();
+        assert_eq!(endpoint.to_string(), "http:49999-a.local:4000");
+        assert_eq!(endpoint.host_header(), "49999-a.local:4000");
+        assert_eq!(endpoint.extra_headers(), token.as_slice());
+        // A test proxy takes the connection; the name and Host stay the URL's.
+        let proxy = ("127.0.0.1".to_owned(), 5555);
+        let endpoint = route("https://49999-a.proxy.example:8443", Some(&proxy)).unwrap();
+        assert_eq!(endpoint.to_string(), "tls:127.0.0.1:5555");
+        assert_eq!(endpoint.host_header(), "49999-a.proxy.example:8443");
+        assert!(route("ftp://49999-a.proxy.example", None).is_none());
     }
 
     #[test]

@@ -136,6 +136,7 @@ impl Rest {
                 host,
                 ca_pem,
                 headers: Vec::new(),
+                host_header: None,
             },
             Some("http") => Endpoint::Tcp {
                 port: uri.port_u16().unwrap_or(80),

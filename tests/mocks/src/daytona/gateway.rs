@@ -37,6 +37,7 @@ use super::Settings;
 use super::reply::{GoError, go_error};
 use super::store::{ActivityHold, Desired, Record, State, Store};
 use super::toolbox;
+use crate::faults::Faults;
 use crate::http::{Body, Handler, full, header, hostname, request_host, status, with_body};
 use crate::proxy::forward;
 use crate::secret::{HEX, random_text, same_secret};
@@ -63,6 +64,8 @@ pub struct Gateway {
     pub store: Arc<Store>,
     /// Domain, key, ports.
     pub settings: Arc<Settings>,
+    /// The fault switches (an older toolbox among them).
+    pub faults: Arc<Faults>,
     /// Ends spliced connections and session pumps at shutdown.
     pub cancel: CancellationToken,
 }
@@ -107,7 +110,8 @@ impl Gateway {
         if let Some(refusal) = not_running(&record, &runner_path, &method) {
             return refusal;
         }
-        toolbox::handle(&record, &daemon_path, request, &self.cancel).await
+        let older = self.faults.no_bulk_upload();
+        toolbox::handle(&record, &daemon_path, request, &self.cancel, older).await
     }
 
     /// A request to `{port}-{sandboxId}.{domain}`.
@@ -138,7 +142,8 @@ impl Gateway {
             if let Some(refusal) = not_running(&record, &runner_path, &method) {
                 return refusal;
             }
-            return toolbox::handle(&record, &path, request, &self.cancel).await;
+            let older = self.faults.no_bulk_upload();
+            return toolbox::handle(&record, &path, request, &self.cancel, older).await;
         }
         let runner_path = format!(
             "/sandboxes/{}/toolbox/proxy/{port}{}",

@@ -293,6 +293,7 @@ impl MockDaytona {
         let gateway = Arc::new(Gateway {
             store: store.clone(),
             settings: settings.clone(),
+            faults: faults.clone(),
             cancel: instance.cancel_token(),
         });
         instance.serve(api_listener, None, api);

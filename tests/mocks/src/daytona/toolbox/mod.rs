@@ -100,12 +100,15 @@ impl Call<'_> {
     }
 }
 
-/// Serves one toolbox request for `record` at the daemon path `path`.
+/// Serves one toolbox request for `record` at the daemon path `path`;
+/// `without_bulk_upload` answers `files/bulk-upload` as a daemon from
+/// before it did (the unknown route's `404`).
 pub async fn handle(
     record: &Record,
     path: &str,
     request: Request<Incoming>,
     cancel: &CancellationToken,
+    without_bulk_upload: bool,
 ) -> Response<Body> {
     let call = Call {
         record,
@@ -117,6 +120,7 @@ pub async fn handle(
     match (&call.method, segments.as_slice()) {
         (&Method::GET, ["files"]) => bulk::list(&call, request).await,
         (&Method::POST, ["files", "upload"]) => files::upload(&call, request).await,
+        (&Method::POST, ["files", "bulk-upload"]) if without_bulk_upload => not_found(),
         (&Method::POST, ["files", "bulk-upload"]) => bulk::upload(&call, request).await,
         (&Method::POST, ["files", "bulk-download"]) => bulk::download(&call, request).await,
         (&Method::GET, ["user-home-dir" | "work-dir"]) => json_as(
@@ -146,10 +150,15 @@ pub async fn handle(
         {
             unmodelled(path, &call.method)
         }
-        _ => with_body(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            full("404 page not found"),
-        ),
+        _ => not_found(),
     }
+}
+
+/// The daemon's answer to a route it does not have.
+fn not_found() -> Response<Body> {
+    with_body(
+        StatusCode::NOT_FOUND,
+        "text/plain",
+        full("404 page not found"),
+    )
 }
