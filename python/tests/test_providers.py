@@ -83,7 +83,9 @@ def test_a_remote_sandbox_runs_commands_files_and_snapshots(provider):
         else:
             assert [name for name, _ in address["headers"]] == ["x-daytona-preview-token"]
             # The preview host and token come from Daytona's preview-url route.
-            assert host.partition(":")[0] == "8080-" + address["host_header"].partition("-")[2]
+            # The Host header keeps a preview URL's port, as the URL gave it.
+            preview_host = address["host_header"].partition("-")[2].partition(":")[0]
+            assert host.partition(":")[0] == "8080-" + preview_host
             assert [tuple(h) for h in port["headers"]] == [tuple(h) for h in address["headers"]]
         snap = sandbox.snapshots.take("remote")
         sandbox.files.write("/tmp/remote.txt", "changed")
