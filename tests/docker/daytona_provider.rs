@@ -200,7 +200,23 @@ async fn an_allow_list_reaches_the_create_as_daytonas_network_rules() {
     }
     let refused = cli.fails(&argv);
     assert!(refused.contains("Daytona allows at most 10"), "{refused}");
+    // Daytona has no deny list: one is refused by name, before any call.
+    let asked = mock.requests().len();
+    let refused = cli.fails(&[
+        "up",
+        "denied",
+        "--backend",
+        "daytona",
+        "--deny-out",
+        "10.0.0.0/8",
+    ]);
+    assert!(
+        refused.contains("bad deny-out") && refused.contains("daytona backend has no deny list"),
+        "{refused}"
+    );
+    assert_eq!(mock.requests().len(), asked);
     assert_eq!(creates(&mock).len(), made);
+    assert!(!cli.ok(&["ls"]).contains("denied"));
     drop(cli);
     mock.shutdown().await.unwrap();
 }

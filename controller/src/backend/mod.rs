@@ -227,6 +227,15 @@ pub trait Backend {
         async move { Err(refused.into()) }
     }
 
+    /// Deletes the capture `image` ([`Backend::capture_memory`]'s answer)
+    /// that no machine was made from (the create from it failed); one
+    /// already gone is not an error. A backend without captures has
+    /// nothing to delete.
+    fn drop_capture(&self, image: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let _ = image;
+        async { Ok(()) }
+    }
+
     /// Makes the machine and starts its agent; returns the new `backend_ref`.
     /// On failure the caller calls [`Backend::remove`] to clean up.
     fn create(
@@ -358,6 +367,10 @@ macro_rules! register_backends {
 
             async fn capture_memory(&self, source: Machine<'_>, name: &str) -> Result<String, BackendError> {
                 match self { $(AnyBackend::$variant(b) => b.capture_memory(source, name).await,)+ }
+            }
+
+            async fn drop_capture(&self, image: &str) -> Result<(), BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.drop_capture(image).await,)+ }
             }
 
             async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {

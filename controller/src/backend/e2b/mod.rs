@@ -184,7 +184,7 @@ impl Provider for E2b {
         let network = if offline {
             Some(api::deny_all_egress())
         } else {
-            api::allow_only(&machine.spec.allow_out)
+            api::egress_rules(&machine.spec.allow_out, &machine.spec.deny_out)
         };
         let created = self
             .api()?
@@ -240,9 +240,15 @@ impl Provider for E2b {
 
     async fn release(&self, e2b: &E2bRef) -> Result<(), E2bError> {
         match &e2b.memory_snapshot {
-            Some(snapshot) => self.api()?.delete_template(snapshot).await,
+            Some(snapshot) => self.drop_capture(snapshot).await,
             None => Ok(()),
         }
+    }
+
+    /// The snapshot's template goes as E2B's client deletes a snapshot
+    /// (`DELETE /templates/{id}`).
+    async fn drop_capture(&self, snapshot: &str) -> Result<(), E2bError> {
+        self.api()?.delete_template(snapshot).await
     }
 
     /// E2B's snapshot with memory (`POST /sandboxes/{id}/snapshots`), which

@@ -137,6 +137,13 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
         }
     }
 
+    /// Deletes the capture `image` ([`Provider::capture_memory`]'s answer);
+    /// succeeds if it is already gone.
+    fn drop_capture(&self, image: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = image;
+        async { Ok(()) }
+    }
+
     /// This home's machines carrying every label of `labels`, each with the
     /// silo sandbox id it is labelled with; `sweeping` gives up sooner on a
     /// provider that keeps saying "later".
@@ -433,6 +440,13 @@ impl<P: Provider> Backend for RemoteBackend<P> {
             parse_ref::<P>(&source).ok_or_else(|| P::gone(source.name.to_owned()).into())?;
         self.provider()
             .capture_memory(&reference, name)
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn drop_capture(&self, image: &str) -> Result<(), BackendError> {
+        self.provider()
+            .drop_capture(image)
             .await
             .map_err(Into::into)
     }
