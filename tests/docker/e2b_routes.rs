@@ -467,6 +467,40 @@ async fn an_allow_list_reaches_the_create_as_e2bs_egress_rules() {
         serde_json::json!(["10.0.0.0/8", "192.168.1.1/32"]),
         "{made}"
     );
+
+    // The rules change in place through E2B's network update, which
+    // replaces them whole, and the sandbox's spec says so.
+    let changed =
+        silo_tests::json(&e2b.ok(&["network", "closed", "--allow-out", "1.1.1.1", "--json"]));
+    let update = bodies(&mock, "PUT /sandboxes/{id}/network").pop().unwrap();
+    assert_eq!(
+        update,
+        serde_json::json!({"allowOut": ["1.1.1.1/32"], "denyOut": ["0.0.0.0/0"]})
+    );
+    assert_eq!(
+        changed["spec"]["allow_out"],
+        serde_json::json!(["1.1.1.1/32"])
+    );
+    assert!(changed["spec"].get("deny_out").is_none(), "{changed}");
+    let vm = crate::e2b::vm_of(&e2b, "closed");
+    let (_, detail) = crate::e2b::api(&mock, "GET", &format!("/sandboxes/{vm}")).await;
+    let detail = silo_tests::json(&detail);
+    assert_eq!(
+        detail["network"]["allowOut"],
+        serde_json::json!(["1.1.1.1/32"]),
+        "{detail}"
+    );
+    let shown = e2b.ok(&["network", "closed"]);
+    assert!(shown.contains("allow-out: 1.1.1.1/32"), "{shown}");
+    assert!(e2b.ok(&["events", "closed"]).contains("network_changed"));
+    // --open clears every rule; the sandbox is the one made before.
+    e2b.ok(&["network", "closed", "--open"]);
+    let update = bodies(&mock, "PUT /sandboxes/{id}/network").pop().unwrap();
+    assert_eq!(update, serde_json::json!({}));
+    assert_eq!(crate::e2b::vm_of(&e2b, "closed"), vm);
+    let refused = e2b.fails(&["network", "closed", "--deny-out", "example.com"]);
+    assert!(refused.contains("bad deny-out"), "{refused}");
+    assert_eq!(bodies(&mock, "PUT /sandboxes/{id}/network").len(), 2);
     e2b.ok(&["rm", "closed"]);
     let creates = bodies(&mock, "POST /v2/sandboxes").len();
     for (args, says) in [
@@ -515,4 +549,14 @@ async fn an_allow_list_reaches_the_create_as_e2bs_egress_rules() {
     );
     let refused = cli.fails(&["up", "here", "--backend", "local", "--deny-out", "1.1.1.1"]);
     assert!(refused.contains("cannot enforce a deny list"), "{refused}");
+    // Nor take one after create; having none, they have nothing to clear.
+    cli.ok(&["up", "here", "--backend", "local"]);
+    let refused = cli.fails(&["network", "here", "--allow-out", "1.1.1.1"]);
+    assert!(
+        refused.contains("cannot enforce an allow-list"),
+        "{refused}"
+    );
+    let shown = cli.ok(&["network", "here", "--open"]);
+    assert!(shown.contains("allow-out: none"), "{shown}");
+    cli.ok(&["rm", "here"]);
 }

@@ -424,6 +424,23 @@ impl Api {
         }
     }
 
+    /// Replaces a sandbox's egress rules whole (`PUT
+    /// /sandboxes/{id}/network`, `SandboxNetworkUpdateConfig`: what `rules`
+    /// leaves out is cleared).
+    pub async fn update_network(
+        &self,
+        id: &str,
+        rules: &serde_json::Value,
+    ) -> Result<(), E2bError> {
+        let path = format!("/sandboxes/{}/network", path_part(id));
+        let reply = self.rest.json(Method::PUT, &path, Some(rules)).await?;
+        match reply.status {
+            StatusCode::NO_CONTENT | StatusCode::OK => Ok(()),
+            StatusCode::NOT_FOUND => Err(E2bError::Gone(id.to_owned())),
+            _ => Err(refused("change a sandbox's network rules", &reply)),
+        }
+    }
+
     /// Deletes a snapshot's template (`DELETE /templates/{id}`); one E2B
     /// no longer knows is not an error.
     pub async fn delete_template(&self, snapshot_id: &str) -> Result<(), E2bError> {

@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::BackendSetup;
 use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
@@ -37,7 +38,7 @@ use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, w
 use super::{Machine, PortUrl};
 use crate::client::Endpoint;
 use crate::image::BAKED_AGENT_PATH;
-use crate::spec::BackendKind;
+use crate::spec::{BackendKind, SandboxSpec};
 
 pub use api::Api;
 pub use config::{E2bConfig, E2bConfigError};
@@ -168,6 +169,19 @@ impl Provider for E2b {
 
     fn configured(&self) -> bool {
         self.config().is_ok_and(|config| config.api_key.is_some())
+    }
+
+    /// `PUT /sandboxes/{id}/network` with the rules a create from `spec`
+    /// would carry (none: every egress rule cleared).
+    async fn set_egress(&self, e2b: &E2bRef, spec: &SandboxSpec) -> Result<(), E2bError> {
+        let rules = if spec.network.as_deref() == Some("none") {
+            let mut rules = api::deny_all_egress();
+            rules["allow_internet_access"] = false.into();
+            rules
+        } else {
+            api::egress_rules(&spec.allow_out, &spec.deny_out).unwrap_or_else(|| json!({}))
+        };
+        self.api()?.update_network(&e2b.sandbox_id, &rules).await
     }
 
     async fn create(
