@@ -20,6 +20,7 @@ mod gc;
 mod image;
 mod ls;
 mod ls_files;
+mod network;
 mod output;
 mod pause;
 mod pool;
@@ -107,6 +108,8 @@ enum Command {
     Ls(ls::Args),
     /// List a directory in a sandbox: name, kind, size, mode, modification time.
     LsFiles(ls_files::Args),
+    /// Show a sandbox's outbound rules, or change them in place (e2b, daytona).
+    Network(network::Args),
     /// Push a directory's files to a mount path in sandboxes, atomically.
     Push(push::Args),
     /// Keep started sandboxes of a spec ready for `silo up NAME --pool POOL`.
@@ -185,6 +188,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Shell(args) => shell::run(&silo, args).await,
         Command::Snapshot(args) => snapshot::run(&silo, &out, args).await,
         Command::Snapshots(args) => snapshots::run(&silo, &out, args).await,
+        Command::Network(args) => network::run(&silo, &out, args).await,
         Command::Pause(args) => pause::pause(&silo, &out, args).await,
         Command::Resume(args) => pause::resume(&silo, &out, args).await,
         Command::Start(args) => start::run(&silo, &out, args).await,

@@ -34,6 +34,11 @@ pub struct SpecArgs {
     /// (e2b, daytona; docker and local cannot enforce it).
     #[arg(long = "allow-out", value_name = "DEST")]
     allow_out: Vec<String>,
+    /// Keep outbound traffic from this IPv4 address or CIDR block
+    /// (repeatable; 0.0.0.0/0 for every one), the rest open; beside it,
+    /// --allow-out names exceptions (e2b only).
+    #[arg(long = "deny-out", value_name = "DEST")]
+    deny_out: Vec<String>,
     /// CPU limit, e.g. 1.5.
     #[arg(long, value_name = "N", value_parser = parse_cpus)]
     cpus: Option<u64>,
@@ -88,6 +93,7 @@ impl SpecArgs {
             || self.workdir.is_some()
             || self.network.is_some()
             || !self.allow_out.is_empty()
+            || !self.deny_out.is_empty()
             || self.cpus.is_some()
             || self.memory.is_some()
             || self.pids_limit.is_some()
@@ -128,6 +134,8 @@ impl SpecArgs {
         // One form, sorted: the same destinations make the same spec.
         spec.allow_out = silo::spec::egress::canonical(&self.allow_out)
             .map_err(|reason| anyhow::anyhow!("bad allow-out: {reason}"))?;
+        spec.deny_out = silo::spec::egress::canonical_denied(&self.deny_out)
+            .map_err(|reason| anyhow::anyhow!("bad deny-out: {reason}"))?;
         spec.milli_cpus = self.cpus;
         spec.memory_bytes = self.memory;
         spec.pids_limit = self.pids_limit;

@@ -32,6 +32,7 @@ use crate::state::{
 mod gc;
 mod lease;
 mod memory_fork;
+mod network;
 mod open;
 mod pool;
 mod push;

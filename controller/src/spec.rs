@@ -171,6 +171,11 @@ pub struct SandboxSpec {
     /// rule when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_out: Vec<String>,
+    /// The IPv4 addresses and blocks outbound traffic may not reach
+    /// ([`egress`]; E2B only), `allow_out` naming exceptions; no rule
+    /// when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_out: Vec<String>,
     /// Host directories mounted into the sandbox.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub binds: Vec<BindMount>,

@@ -189,6 +189,37 @@ async fn an_allow_list_reaches_the_create_as_daytonas_network_rules() {
     assert_eq!(body["domainAllowList"], "*.pypi.org", "{body}");
     assert_eq!(body["networkBlockAll"], false, "{body}");
     assert_eq!(crate::sh(&cli, "box", "echo on"), "on\n");
+
+    // The lists change in place through `network-settings`, every field
+    // sent (a blank one clears its rule); a deny list is refused unsent.
+    let changed =
+        silo_tests::json(&cli.ok(&["network", "box", "--allow-out", "8.8.8.8", "--json"]));
+    assert_eq!(
+        changed["spec"]["allow_out"],
+        serde_json::json!(["8.8.8.8/32"])
+    );
+    let settings: Vec<serde_json::Value> = mock
+        .requests()
+        .into_iter()
+        .filter(|asked| asked.method == "POST" && asked.path.ends_with("/network-settings"))
+        .map(|asked| asked.body)
+        .collect();
+    assert_eq!(
+        settings,
+        [serde_json::json!({
+            "networkBlockAll": false,
+            "networkAllowList": "8.8.8.8/32",
+            "domainAllowList": ""
+        })]
+    );
+    let asked = mock.requests().len();
+    let refused = cli.fails(&["network", "box", "--deny-out", "10.0.0.0/8"]);
+    assert!(
+        refused.contains("daytona backend has no deny list"),
+        "{refused}"
+    );
+    assert_eq!(mock.requests().len(), asked);
+    assert_eq!(crate::sh(&cli, "box", "echo still"), "still\n");
     cli.ok(&["rm", "box"]);
 
     // More than Daytona takes is refused before anything is made.
@@ -200,7 +231,23 @@ async fn an_allow_list_reaches_the_create_as_daytonas_network_rules() {
     }
     let refused = cli.fails(&argv);
     assert!(refused.contains("Daytona allows at most 10"), "{refused}");
+    // Daytona has no deny list: one is refused by name, before any call.
+    let asked = mock.requests().len();
+    let refused = cli.fails(&[
+        "up",
+        "denied",
+        "--backend",
+        "daytona",
+        "--deny-out",
+        "10.0.0.0/8",
+    ]);
+    assert!(
+        refused.contains("bad deny-out") && refused.contains("daytona backend has no deny list"),
+        "{refused}"
+    );
+    assert_eq!(mock.requests().len(), asked);
     assert_eq!(creates(&mock).len(), made);
+    assert!(!cli.ok(&["ls"]).contains("denied"));
     drop(cli);
     mock.shutdown().await.unwrap();
 }

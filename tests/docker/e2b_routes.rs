@@ -323,14 +323,26 @@ async fn a_memory_fork_goes_through_e2bs_snapshot_and_gets_its_own_identity() {
         "kept\n"
     );
 
-    // Removing the fork removes its snapshot's template; the original lives on.
+    // The capture lives as long as the fork; removing the fork removes
+    // its snapshot's template, and the original lives on.
+    assert_eq!(captures(&mock).await.len(), 1);
     e2b.ok(&["rm", "twin"]);
     let deleted = asked(&mock);
     assert!(
         deleted.iter().any(|a| a.starts_with("DELETE /templates/")),
         "{deleted:?}"
     );
+    assert_eq!(captures(&mock).await, Vec::<serde_json::Value>::new());
     assert_eq!(e2b.ok(&["exec", "box", "--", "echo", "alive"]), "alive\n");
+
+    // A create from the capture that fails leaves neither a sandbox nor
+    // the capture behind.
+    mock.faults().fail_creates(1);
+    let refused = e2b.fails(&["fork", "box", "--memory", "--name", "broken"]);
+    assert!(refused.contains("Failed to place sandbox"), "{refused}");
+    assert_eq!(bodies(&mock, "POST /sandboxes/{id}/snapshots").len(), 2);
+    assert_eq!(captures(&mock).await, Vec::<serde_json::Value>::new());
+    assert!(!e2b.ok(&["ls"]).contains("broken"));
 
     // A paused sandbox cannot be captured: the error says so, and no
     // sandbox is left half made.
@@ -341,6 +353,13 @@ async fn a_memory_fork_goes_through_e2bs_snapshot_and_gets_its_own_identity() {
     e2b.ok(&["rm", "box"]);
     drop(e2b);
     mock.shutdown().await.unwrap();
+}
+
+/// The snapshots the mock's E2B holds (`GET /snapshots`).
+async fn captures(mock: &MockE2b) -> Vec<serde_json::Value> {
+    let (status, listed) = crate::e2b::api(mock, "GET", "/snapshots").await;
+    assert_eq!(status, 200, "{listed}");
+    serde_json::from_str(&listed).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -421,6 +440,89 @@ async fn an_allow_list_reaches_the_create_as_e2bs_egress_rules() {
     }
     assert_eq!(bodies(&mock, "POST /v2/sandboxes").len(), creates);
     assert!(!e2b.ok(&["ls"]).contains("bad"));
+
+    // A deny list is E2B's `denyOut` as given, with --allow-out naming
+    // exceptions to it (E2B's allowed entries win over denied ones).
+    let made = silo_tests::json(&e2b.ok(&[
+        "up",
+        "closed",
+        "--backend",
+        "e2b",
+        "--deny-out",
+        "10.0.0.0/8",
+        "--deny-out",
+        "192.168.1.1",
+        "--allow-out",
+        "10.1.0.0/16",
+        "--json",
+    ]));
+    let create = bodies(&mock, "POST /v2/sandboxes").pop().unwrap();
+    assert_eq!(
+        create["network"],
+        serde_json::json!({"allowOut": ["10.1.0.0/16"], "denyOut": ["10.0.0.0/8", "192.168.1.1/32"]}),
+        "{create}"
+    );
+    assert_eq!(
+        made["sandbox"]["spec"]["deny_out"],
+        serde_json::json!(["10.0.0.0/8", "192.168.1.1/32"]),
+        "{made}"
+    );
+
+    // The rules change in place through E2B's network update, which
+    // replaces them whole, and the sandbox's spec says so.
+    let changed =
+        silo_tests::json(&e2b.ok(&["network", "closed", "--allow-out", "1.1.1.1", "--json"]));
+    let update = bodies(&mock, "PUT /sandboxes/{id}/network").pop().unwrap();
+    assert_eq!(
+        update,
+        serde_json::json!({"allowOut": ["1.1.1.1/32"], "denyOut": ["0.0.0.0/0"]})
+    );
+    assert_eq!(
+        changed["spec"]["allow_out"],
+        serde_json::json!(["1.1.1.1/32"])
+    );
+    assert!(changed["spec"].get("deny_out").is_none(), "{changed}");
+    let vm = crate::e2b::vm_of(&e2b, "closed");
+    let (_, detail) = crate::e2b::api(&mock, "GET", &format!("/sandboxes/{vm}")).await;
+    let detail = silo_tests::json(&detail);
+    assert_eq!(
+        detail["network"]["allowOut"],
+        serde_json::json!(["1.1.1.1/32"]),
+        "{detail}"
+    );
+    let shown = e2b.ok(&["network", "closed"]);
+    assert!(shown.contains("allow-out: 1.1.1.1/32"), "{shown}");
+    assert!(e2b.ok(&["events", "closed"]).contains("network_changed"));
+    // --open clears every rule; the sandbox is the one made before.
+    e2b.ok(&["network", "closed", "--open"]);
+    let update = bodies(&mock, "PUT /sandboxes/{id}/network").pop().unwrap();
+    assert_eq!(update, serde_json::json!({}));
+    assert_eq!(crate::e2b::vm_of(&e2b, "closed"), vm);
+    let refused = e2b.fails(&["network", "closed", "--deny-out", "example.com"]);
+    assert!(refused.contains("bad deny-out"), "{refused}");
+    assert_eq!(bodies(&mock, "PUT /sandboxes/{id}/network").len(), 2);
+    e2b.ok(&["rm", "closed"]);
+    let creates = bodies(&mock, "POST /v2/sandboxes").len();
+    for (args, says) in [
+        (
+            &["--deny-out", "example.com"][..],
+            "host name cannot be denied",
+        ),
+        (
+            &["--deny-out", "10.0.0.0/8", "--allow-out", "pypi.org"][..],
+            "allowed only over --deny-out 0.0.0.0/0",
+        ),
+        (
+            &["--deny-out", "10.0.0.0/8", "--network", "none"][..],
+            "--network none blocks every destination",
+        ),
+    ] {
+        let mut argv = vec!["up", "bad", "--backend", "e2b"];
+        argv.extend_from_slice(args);
+        let refused = e2b.fails(&argv);
+        assert!(refused.contains(says), "{refused}");
+    }
+    assert_eq!(bodies(&mock, "POST /v2/sandboxes").len(), creates);
     drop(e2b);
     mock.shutdown().await.unwrap();
 
@@ -445,4 +547,16 @@ async fn an_allow_list_reaches_the_create_as_e2bs_egress_rules() {
         refused.contains("cannot enforce an allow-list"),
         "{refused}"
     );
+    let refused = cli.fails(&["up", "here", "--backend", "local", "--deny-out", "1.1.1.1"]);
+    assert!(refused.contains("cannot enforce a deny list"), "{refused}");
+    // Nor take one after create; having none, they have nothing to clear.
+    cli.ok(&["up", "here", "--backend", "local"]);
+    let refused = cli.fails(&["network", "here", "--allow-out", "1.1.1.1"]);
+    assert!(
+        refused.contains("cannot enforce an allow-list"),
+        "{refused}"
+    );
+    let shown = cli.ok(&["network", "here", "--open"]);
+    assert!(shown.contains("allow-out: none"), "{shown}");
+    cli.ok(&["rm", "here"]);
 }

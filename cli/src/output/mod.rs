@@ -61,6 +61,25 @@ impl Output {
         print_lines(&format!("created {} ({})", sandbox.name, sandbox.id))
     }
 
+    /// A sandbox's outbound rules (`silo network`); JSON: the sandbox.
+    pub fn network(&self, sandbox: &SandboxRecord) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(sandbox);
+        }
+        let list = |entries: &[String]| match entries {
+            [] => "none".to_owned(),
+            entries => entries.join(" "),
+        };
+        let spec = &sandbox.spec;
+        print_lines(&format!(
+            "{}: network {}\nallow-out: {}\ndeny-out: {}",
+            sandbox.name,
+            spec.network.as_deref().unwrap_or("bridge"),
+            list(&spec.allow_out),
+            list(&spec.deny_out)
+        ))
+    }
+
     pub fn started(&self, started: &Started) -> anyhow::Result<()> {
         if self.json {
             return print_json(started);

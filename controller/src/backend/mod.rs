@@ -150,6 +150,20 @@ pub struct NoMemoryFork {
     pub backend: BackendKind,
 }
 
+/// A change of outbound rules asked of a backend whose machines keep the
+/// ones they were made with.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "sandbox {name:?} is on {backend}, whose network rules cannot change after create \
+     (only e2b and daytona can); `silo up {name} --recreate` with the new flags makes it again"
+)]
+pub struct NoNetworkChange {
+    /// The sandbox.
+    pub name: String,
+    /// Its backend.
+    pub backend: BackendKind,
+}
+
 /// How a backend's machines are snapshotted and brought back: what the
 /// backend hands the snapshot engine ([`Backend::snapshots`]), which asks
 /// nothing else of it.
@@ -222,6 +236,29 @@ pub trait Backend {
         let _ = name;
         let refused = NoMemoryFork {
             name: source.name.to_owned(),
+            backend: self.kind(),
+        };
+        async move { Err(refused.into()) }
+    }
+
+    /// Deletes the capture `image` ([`Backend::capture_memory`]'s answer)
+    /// that no machine was made from (the create from it failed); one
+    /// already gone is not an error. A backend without captures has
+    /// nothing to delete.
+    fn drop_capture(&self, image: &str) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let _ = image;
+        async { Ok(()) }
+    }
+
+    /// Replaces the outbound rules of the made machine with those of
+    /// `machine.spec` (its network, `allow_out` and `deny_out`), in place;
+    /// refused with [`NoNetworkChange`] where they are fixed at create.
+    fn set_egress(
+        &self,
+        machine: Machine<'_>,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let refused = NoNetworkChange {
+            name: machine.name.to_owned(),
             backend: self.kind(),
         };
         async move { Err(refused.into()) }
@@ -360,6 +397,14 @@ macro_rules! register_backends {
                 match self { $(AnyBackend::$variant(b) => b.capture_memory(source, name).await,)+ }
             }
 
+            async fn set_egress(&self, machine: Machine<'_>) -> Result<(), BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.set_egress(machine).await,)+ }
+            }
+
+            async fn drop_capture(&self, image: &str) -> Result<(), BackendError> {
+                match self { $(AnyBackend::$variant(b) => b.drop_capture(image).await,)+ }
+            }
+
             async fn create(&self, machine: Machine<'_>) -> Result<serde_json::Value, BackendError> {
                 match self { $(AnyBackend::$variant(b) => b.create(machine).await,)+ }
             }
@@ -416,6 +461,9 @@ macro_rules! register_backends {
             /// The backend cannot fork a sandbox with its memory.
             #[error(transparent)]
             NoMemoryFork(#[from] NoMemoryFork),
+            /// The backend cannot change a made machine's outbound rules.
+            #[error(transparent)]
+            NoNetworkChange(#[from] NoNetworkChange),
         }
 
         /// The backends of one home, keyed by kind: one of each registered.

@@ -7,6 +7,13 @@
 //! The new sandbox has its own id and so its own key: whatever agent the
 //! capture brings along answers only the original's key, so the backend
 //! ends it and starts this sandbox's own.
+//!
+//! The capture lives as long as the fork: the provider keeps the machine's
+//! state there (E2B refuses to delete a snapshot's template while a sandbox
+//! made from it lives), so it is deleted when the fork is removed
+//! (`silo rm`, or gc's removal), never by the fork itself. A capture no
+//! machine was made from (the create from it failed) is deleted at once,
+//! so a failed fork leaves nothing at the provider.
 
 use serde_json::json;
 
@@ -64,6 +71,16 @@ impl Silo {
                 return Err(error);
             }
         };
-        self.launch_from(sandbox, Some(&image), true).await
+        let launched = self.launch_from(sandbox, Some(&image), true).await;
+        if launched.is_err()
+            && let Err(error) = backend.drop_capture(&image).await
+        {
+            tracing::warn!(
+                sandbox = name,
+                capture = image,
+                "deleting the capture of a failed fork: {error}"
+            );
+        }
+        launched
     }
 }

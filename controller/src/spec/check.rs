@@ -30,7 +30,7 @@ impl SandboxSpec {
     /// without internet; the template fixes its size, and there is no host
     /// file system to mount.
     fn check_remote(&self) -> Result<(), SpecError> {
-        let honoured = ["image", "workdir", "network", "allow-out"];
+        let honoured = ["image", "workdir", "network", "allow-out", "deny-out"];
         let unsupported: Vec<&str> = self
             .container_settings()
             .into_iter()
@@ -59,7 +59,35 @@ impl SandboxSpec {
                 reason: "the template name is empty".into(),
             });
         }
+        self.check_deny_out()?;
         self.check_allow_out()
+    }
+
+    /// A deny list: each entry an address or a block, not beside
+    /// `--network none`, on a provider that has deny rules (E2B; Daytona's
+    /// rules are allow-lists only).
+    fn check_deny_out(&self) -> Result<(), SpecError> {
+        if self.deny_out.is_empty() {
+            return Ok(());
+        }
+        let invalid = |reason: String| SpecError::Invalid {
+            setting: "deny-out",
+            reason,
+        };
+        if self.backend == BackendKind::Daytona {
+            return Err(invalid(
+                "the daytona backend has no deny list (Daytona's rules only allow; \
+                 --allow-out is the way to limit its outbound traffic)"
+                    .into(),
+            ));
+        }
+        super::egress::canonical_denied(&self.deny_out).map_err(invalid)?;
+        if self.network.as_deref() == Some("none") {
+            return Err(invalid(
+                "--network none blocks every destination; give one or the other".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// An allow-list: each destination readable, not beside `--network
@@ -77,6 +105,20 @@ impl SandboxSpec {
             return Err(invalid(
                 "--network none blocks every destination; give one or the other".into(),
             ));
+        }
+        let (_, hosts) = super::egress::split(&self.allow_out);
+        let denied = super::egress::canonical_denied(&self.deny_out).unwrap_or_default();
+        if !hosts.is_empty()
+            && !self.deny_out.is_empty()
+            && !denied.iter().any(|d| d == super::egress::ALL_TRAFFIC)
+        {
+            // E2B lets a host name through only when every other
+            // destination is denied.
+            return Err(invalid(format!(
+                "a host name ({}) is allowed only over --deny-out {}",
+                hosts[0],
+                super::egress::ALL_TRAFFIC
+            )));
         }
         if self.backend == BackendKind::Daytona {
             let (cidrs, hosts) = super::egress::split(&self.allow_out);
@@ -100,6 +142,7 @@ impl SandboxSpec {
             ("user", self.user.is_some()),
             ("network", self.network.is_some()),
             ("allow-out", !self.allow_out.is_empty()),
+            ("deny-out", !self.deny_out.is_empty()),
             ("bind", !self.binds.is_empty()),
             ("cpus", self.milli_cpus.is_some()),
             ("memory", self.memory_bytes.is_some()),
@@ -121,6 +164,14 @@ impl SandboxSpec {
                 setting: "allow-out",
                 reason: "the local backend cannot enforce an allow-list (its commands run \
                          on the host's network); e2b and daytona enforce one"
+                    .into(),
+            });
+        }
+        if !self.deny_out.is_empty() {
+            return Err(SpecError::Invalid {
+                setting: "deny-out",
+                reason: "the local backend cannot enforce a deny list (its commands run \
+                         on the host's network); e2b enforces one"
                     .into(),
             });
         }
@@ -161,6 +212,16 @@ impl SandboxSpec {
                 format!(
                     "the {} backend cannot enforce an allow-list (its network is all or \
                      --network none); e2b and daytona enforce one",
+                    self.backend
+                ),
+            ));
+        }
+        if !self.deny_out.is_empty() {
+            return Err(invalid(
+                "deny-out",
+                format!(
+                    "the {} backend cannot enforce a deny list (its network is all or \
+                     --network none); e2b enforces one",
                     self.backend
                 ),
             ));
@@ -348,5 +409,38 @@ mod tests {
         spec.restart = Some(RestartPolicy::Never);
         spec.workload = vec!["sleep".into(), "1".into()];
         assert_eq!(spec.check(), Ok(()));
+    }
+
+    #[test]
+    fn a_deny_list_is_e2bs_alone_and_takes_host_exceptions_only_over_everything() {
+        let mut spec = SandboxSpec::new(BackendKind::E2b);
+        spec.deny_out = vec!["10.0.0.0/8".into()];
+        spec.allow_out = vec!["10.1.0.0/16".into()];
+        assert_eq!(spec.check(), Ok(()));
+        spec.allow_out = vec!["pypi.org".into()];
+        let err = spec.check().unwrap_err().to_string();
+        assert!(err.contains("only over --deny-out 0.0.0.0/0"), "{err}");
+        spec.deny_out = vec!["0.0.0.0/0".into()];
+        assert_eq!(spec.check(), Ok(()));
+        spec.deny_out = vec!["example.com".into()];
+        let err = spec.check().unwrap_err().to_string();
+        assert!(
+            err.starts_with("bad deny-out") && err.contains("host name"),
+            "{err}"
+        );
+        for backend in [
+            BackendKind::Daytona,
+            BackendKind::Local,
+            BackendKind::Docker,
+        ] {
+            let mut spec = SandboxSpec::new(backend);
+            spec.image = (backend == BackendKind::Docker).then(|| "busybox".into());
+            spec.deny_out = vec!["10.0.0.0/8".into()];
+            let err = spec.check().unwrap_err().to_string();
+            assert!(
+                err.starts_with("bad deny-out") && err.contains(backend.as_str()),
+                "{err}"
+            );
+        }
     }
 }

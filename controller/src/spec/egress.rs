@@ -1,15 +1,21 @@
-//! Outbound allow-lists (`--allow-out`): the destinations a sandbox's
-//! outbound traffic may reach, everything else blocked, enforced by the
-//! provider's own firewall (E2B's `allowOut` over `denyOut: 0.0.0.0/0`,
-//! Daytona's `networkAllowList` and `domainAllowList`). A destination is
-//! an IPv4 address, an IPv4 CIDR block or a host name (`*.` for its
-//! subdomains), as both providers take them; the checks here are the ones
-//! both apply, so a bad entry is refused before anything is made.
+//! Outbound rules, enforced by the provider's own firewall. An allow-list
+//! (`--allow-out`): the destinations a sandbox's outbound traffic may
+//! reach, everything else blocked (E2B's `allowOut` over `denyOut:
+//! 0.0.0.0/0`, Daytona's `networkAllowList` and `domainAllowList`). A deny
+//! list (`--deny-out`, E2B only): the blocks it may not reach, everything
+//! else open; beside a deny list, `--allow-out` names the exceptions to it,
+//! as E2B's allowed entries win over denied ones. An allowed destination
+//! is an IPv4 address, an IPv4 CIDR block or a host name (`*.` for its
+//! subdomains), as both providers take them; a denied one an address or a
+//! block, as E2B takes them. The checks here are the ones the providers
+//! apply, so a bad entry is refused before anything is made.
 
 /// Most characters of a host name (DNS's limit).
 const MAX_HOST_LEN: usize = 253;
 /// Most characters of one label of a host name.
 const MAX_LABEL_LEN: usize = 63;
+/// Every IPv4 destination, as a block.
+pub const ALL_TRAFFIC: &str = "0.0.0.0/0";
 
 /// One destination of an allow-list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,13 +29,36 @@ pub enum Destination {
 impl Destination {
     /// Reads one `--allow-out` entry; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Self, String> {
+        match Self::read(text)? {
+            Self::Cidr(all) if all == ALL_TRAFFIC => Err(format!(
+                "{:?} allows every address; leave --allow-out out instead",
+                text.trim()
+            )),
+            destination => Ok(destination),
+        }
+    }
+
+    /// Reads one `--deny-out` entry, an address or a block (`0.0.0.0/0`
+    /// for every one): the providers deny no host names.
+    pub fn parse_denied(text: &str) -> Result<String, String> {
+        match Self::read(text)? {
+            Self::Cidr(block) => Ok(block),
+            Self::Host(_) => Err(format!(
+                "{:?}: a host name cannot be denied; deny rules are IPv4 addresses and blocks",
+                text.trim()
+            )),
+        }
+    }
+
+    /// An address, a block (any prefix) or a host name.
+    fn read(text: &str) -> Result<Self, String> {
         let text = text.trim();
         if text.is_empty() {
             return Err("an empty destination".into());
         }
         if text.contains(':') {
             return Err(format!(
-                "{text:?}: IPv6 (and ports) cannot be allowed; the providers' rules are \
+                "{text:?}: IPv6 (and ports) cannot be given; the providers' rules are \
                  IPv4 addresses, CIDR blocks and host names"
             ));
         }
@@ -46,12 +75,13 @@ impl Destination {
                     .filter(|bits| *bits <= 32)
                     .ok_or_else(|| format!("{text:?}: the prefix length must be 0 to 32"))?,
             };
-            if bits == 0 {
+            if ip.is_unspecified() && bits != 0 {
+                // E2B refuses it: only 0.0.0.0/0 may name that address.
                 return Err(format!(
-                    "{text:?} allows every address; leave --allow-out out instead"
+                    "{text:?}: 0.0.0.0 names no destination (0.0.0.0/0 is every one)"
                 ));
             }
-            let mask = u32::MAX << (32 - u32::from(bits));
+            let mask = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
             if u32::from(ip) & !mask != 0 {
                 return Err(format!(
                     "{text:?}: address bits are set past the /{bits} prefix"
@@ -115,6 +145,17 @@ pub fn canonical(entries: &[String]) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// A deny list read whole, as [`canonical`] reads an allow-list.
+pub fn canonical_denied(entries: &[String]) -> Result<Vec<String>, String> {
+    let mut out = entries
+        .iter()
+        .map(|entry| Destination::parse_denied(entry))
+        .collect::<Result<Vec<_>, _>>()?;
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// The list split into IPv4 blocks and host names, in their one form.
 pub fn split(entries: &[String]) -> (Vec<String>, Vec<String>) {
     let mut cidrs = Vec::new();
@@ -159,6 +200,26 @@ mod tests {
     }
 
     #[test]
+    fn deny_lists_take_blocks_and_every_address_but_no_hosts() {
+        assert_eq!(
+            canonical_denied(&["10.0.0.0/8".into(), "0.0.0.0/0".into(), "1.1.1.1".into()]),
+            Ok(vec![
+                "0.0.0.0/0".into(),
+                "1.1.1.1/32".into(),
+                "10.0.0.0/8".into()
+            ])
+        );
+        for (bad, says) in [
+            ("example.com", "host name cannot be denied"),
+            ("10.0.0.1/8", "past the /8"),
+            ("::1", "IPv6"),
+        ] {
+            let error = Destination::parse_denied(bad).unwrap_err();
+            assert!(error.contains(says), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
     fn bad_destinations_are_named() {
         for (bad, says) in [
             ("", "empty"),
@@ -171,6 +232,7 @@ mod tests {
             ("bad_name.com", "only letters"),
             ("-a.com", "start or end"),
             ("999.1.1.1", "neither"),
+            ("0.0.0.0/8", "names no destination"),
         ] {
             let error = Destination::parse(bad).unwrap_err();
             assert!(error.contains(says), "{bad:?}: {error}");

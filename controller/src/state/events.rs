@@ -42,6 +42,9 @@ pub enum EventKind {
     Rewound,
     /// It was taken from a warm pool and given its name (`silo up --pool`).
     Claimed,
+    /// Its machine's outbound rules were changed in place (`silo
+    /// network`); detail: the rules before and after.
+    NetworkChanged,
 }
 
 impl EventKind {
@@ -60,6 +63,7 @@ impl EventKind {
             EventKind::Rewound => "rewound",
             EventKind::Reclaimed => "reclaimed",
             EventKind::Claimed => "claimed",
+            EventKind::NetworkChanged => "network_changed",
         }
     }
 }

@@ -277,6 +277,39 @@ impl StateDb {
         })
     }
 
+    /// Records a change to the sandbox's spec its running machine took in
+    /// place (a new spec hash, the same machine), logging `event` in the
+    /// same transaction.
+    pub fn update_spec(
+        &mut self,
+        sandbox: &SandboxRecord,
+        spec: &SandboxSpec,
+        event: (EventKind, serde_json::Value),
+    ) -> Result<SandboxRecord, StateError> {
+        let spec_json = to_json(&sandbox.id, spec)?;
+        let spec_hash = spec.hash();
+        let now = now_ms();
+        self.write("updating a sandbox's spec", |tx| {
+            let changed = tx
+                .execute(
+                    "UPDATE sandboxes SET spec = ?2, spec_hash = ?3, updated_at = ?4 WHERE id = ?1",
+                    params![sandbox.id, spec_json, spec_hash, now],
+                )
+                .map_err(db("updating a sandbox's spec"))?;
+            if changed == 0 {
+                return Err(StateError::UnknownSandbox(sandbox.name.clone()));
+            }
+            let (kind, detail) = &event;
+            insert_event(tx, &sandbox.id, &sandbox.name, now, *kind, detail)
+        })?;
+        Ok(SandboxRecord {
+            spec: spec.clone(),
+            spec_hash,
+            updated_at_ms: now,
+            ..sandbox.clone()
+        })
+    }
+
     /// Records where the sandbox's current machine's files started.
     pub fn set_baseline(
         &mut self,

@@ -2,8 +2,9 @@
 //! never show, as switches a test turns on: connections cut when an E2B
 //! sandbox pauses, a proxy answering `502` for a while after a sandbox
 //! resumes or starts, rate limits (`429` with `Retry-After`), and preview
-//! tokens that lapse, and a toolbox older than `files/bulk-upload`
-//! (Daytona). All are off unless a test turns them on.
+//! tokens that lapse, a toolbox older than `files/bulk-upload`
+//! (Daytona), and creates that fail inside the provider (E2B's `500`). All are
+//! off unless a test turns them on.
 //!
 //! A test holding the in-process mock calls [`Faults`]'s setters through
 //! `MockE2b::faults` or `MockDaytona::faults`; a test driving the mock
@@ -50,6 +51,10 @@ pub struct Switches {
     /// daemon from before it did not (`404`, as an unknown route).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_bulk_upload: Option<bool>,
+    /// E2B: the next this many sandbox creates answer `500`, as E2B
+    /// failing to place a VM does; other routes are served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_creates: Option<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -59,6 +64,7 @@ struct State {
     rate_limited: u32,
     retry_after_secs: u64,
     no_bulk_upload: bool,
+    failed_creates: u32,
 }
 
 /// The switches of one running mock.
@@ -125,6 +131,19 @@ impl Faults {
         self.state().no_bulk_upload
     }
 
+    /// The next `creates` sandbox creates fail inside the provider.
+    pub fn fail_creates(&self, creates: u32) {
+        self.state().failed_creates = creates;
+    }
+
+    /// Takes one failed create if any is left: whether this create fails.
+    pub fn take_failed_create(&self) -> bool {
+        let mut state = self.state();
+        let fails = state.failed_creates > 0;
+        state.failed_creates = state.failed_creates.saturating_sub(1);
+        fails
+    }
+
     /// Takes one rate-limited answer if any is left: its `Retry-After`.
     pub fn take_rate_limit(&self) -> Option<u64> {
         let mut state = self.state();
@@ -145,6 +164,7 @@ impl Faults {
             retry_after_secs: Some(state.retry_after_secs),
             lapse_preview_tokens: None,
             no_bulk_upload: Some(state.no_bulk_upload),
+            failed_creates: Some(state.failed_creates),
         }
     }
 
@@ -177,6 +197,9 @@ impl Faults {
         if let Some(on) = switches.no_bulk_upload {
             state.no_bulk_upload = on;
         }
+        if let Some(creates) = switches.failed_creates {
+            state.failed_creates = creates;
+        }
         Ok(())
     }
 }
@@ -193,6 +216,15 @@ mod tests {
         assert_eq!(faults.take_rate_limit(), Some(3));
         assert_eq!(faults.take_rate_limit(), Some(3));
         assert_eq!(faults.take_rate_limit(), None);
+    }
+
+    #[test]
+    fn failed_creates_run_out_after_the_count() {
+        let faults = Faults::default();
+        assert!(!faults.take_failed_create());
+        faults.fail_creates(1);
+        assert!(faults.take_failed_create());
+        assert!(!faults.take_failed_create());
     }
 
     #[test]

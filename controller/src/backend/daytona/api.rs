@@ -61,6 +61,20 @@ pub struct NewSandbox {
     pub target: Option<String>,
 }
 
+/// `POST /sandbox/{id}/network-settings`'s body
+/// (`UpdateSandboxNetworkSettings`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSettings {
+    /// Block all network access.
+    pub network_block_all: bool,
+    /// The only IPv4 blocks outbound traffic may reach, comma-separated;
+    /// empty for none.
+    pub network_allow_list: String,
+    /// The only host names it may reach, comma-separated; empty for none.
+    pub domain_allow_list: String,
+}
+
 /// A sandbox as the API shows it (`Sandbox`, `SandboxListItem`): the fields
 /// silo reads.
 #[derive(Debug, Clone, Deserialize)]
@@ -271,6 +285,24 @@ impl Api {
             StatusCode::OK | StatusCode::CREATED | StatusCode::NO_CONTENT => Ok(()),
             StatusCode::NOT_FOUND => Err(DaytonaError::Gone(id.to_owned())),
             _ => Err(refused(what, &reply)),
+        }
+    }
+
+    /// Replaces a sandbox's outbound rules
+    /// (`POST /sandbox/{id}/network-settings`, `UpdateSandboxNetworkSettings`):
+    /// every field is sent, a blank list clearing its rule.
+    pub async fn update_network(
+        &self,
+        id: &str,
+        settings: &NetworkSettings,
+    ) -> Result<(), DaytonaError> {
+        let path = format!("/sandbox/{}/network-settings", encode(id));
+        let body = serde_json::to_value(settings).unwrap_or_default();
+        let reply = self.rest.json(Method::POST, &path, Some(&body)).await?;
+        match reply.status {
+            StatusCode::OK | StatusCode::CREATED | StatusCode::NO_CONTENT => Ok(()),
+            StatusCode::NOT_FOUND => Err(DaytonaError::Gone(id.to_owned())),
+            _ => Err(refused("change a sandbox's network rules", &reply)),
         }
     }
 

@@ -39,7 +39,7 @@ use super::remote::{
 };
 use super::{BackendSetup, Machine, PortUrl};
 use crate::client::Endpoint;
-use crate::spec::{BackendKind, egress};
+use crate::spec::{BackendKind, SandboxSpec, egress};
 
 pub use api::Api;
 pub use config::{DaytonaConfig, DaytonaConfigError};
@@ -170,6 +170,24 @@ impl Provider for Daytona {
 
     fn configured(&self) -> bool {
         self.config().is_ok_and(|config| config.api_key.is_some())
+    }
+
+    /// `network-settings` with the spec's allow-lists whole (a blank list
+    /// clears Daytona's rule).
+    async fn set_egress(
+        &self,
+        daytona: &DaytonaRef,
+        spec: &SandboxSpec,
+    ) -> Result<(), DaytonaError> {
+        let (cidrs, hosts) = egress::split(&spec.allow_out);
+        let settings = api::NetworkSettings {
+            network_block_all: spec.network.as_deref() == Some("none"),
+            network_allow_list: cidrs.join(","),
+            domain_allow_list: hosts.join(","),
+        };
+        self.api()?
+            .update_network(Self::machine_id(daytona), &settings)
+            .await
     }
 
     async fn create(

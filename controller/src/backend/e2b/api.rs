@@ -25,6 +25,7 @@ use serde_json::json;
 use super::config::E2bConfig;
 use super::error::E2bError;
 use crate::backend::remote::rest::{Reply, Rest};
+use crate::spec::egress::ALL_TRAFFIC;
 
 /// How long `silo doctor`'s check of the key may retry.
 const CHECK_BUDGET: std::time::Duration = std::time::Duration::from_secs(3);
@@ -68,15 +69,21 @@ pub struct NewSandbox {
 /// every IPv4 destination denied, enforced by E2B's firewall besides
 /// `allow_internet_access: false`.
 pub fn deny_all_egress() -> serde_json::Value {
-    json!({ "denyOut": ["0.0.0.0/0"] })
+    json!({ "denyOut": [ALL_TRAFFIC] })
 }
 
-/// The egress rules of an allow-list (`--allow-out`): every IPv4
-/// destination denied but those allowed (E2B's `allowOut` wins over
-/// `denyOut`, and a host name may only be allowed over `0.0.0.0/0`
-/// denied); `None` for no list.
-pub fn allow_only(allowed: &[String]) -> Option<serde_json::Value> {
-    (!allowed.is_empty()).then(|| json!({ "allowOut": allowed, "denyOut": ["0.0.0.0/0"] }))
+/// The egress rules of `--allow-out` and `--deny-out` (E2B's `allowOut`
+/// wins over `denyOut`, and a host name may only be allowed over
+/// `0.0.0.0/0` denied): an allow-list alone denies every other IPv4
+/// destination; a deny list denies its blocks, but for those allowed;
+/// `None` for neither.
+pub fn egress_rules(allowed: &[String], denied: &[String]) -> Option<serde_json::Value> {
+    match (allowed.is_empty(), denied.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(json!({ "allowOut": allowed, "denyOut": [ALL_TRAFFIC] })),
+        (true, false) => Some(json!({ "denyOut": denied })),
+        (false, false) => Some(json!({ "allowOut": allowed, "denyOut": denied })),
+    }
 }
 
 /// A generation of E2B's create and connect routes.
@@ -414,6 +421,23 @@ impl Api {
             // A paused sandbox is not among the running ones E2B snapshots.
             StatusCode::NOT_FOUND => Err(E2bError::NotRunning(id.to_owned())),
             _ => Err(refused("snapshot a sandbox", &reply)),
+        }
+    }
+
+    /// Replaces a sandbox's egress rules whole (`PUT
+    /// /sandboxes/{id}/network`, `SandboxNetworkUpdateConfig`: what `rules`
+    /// leaves out is cleared).
+    pub async fn update_network(
+        &self,
+        id: &str,
+        rules: &serde_json::Value,
+    ) -> Result<(), E2bError> {
+        let path = format!("/sandboxes/{}/network", path_part(id));
+        let reply = self.rest.json(Method::PUT, &path, Some(rules)).await?;
+        match reply.status {
+            StatusCode::NO_CONTENT | StatusCode::OK => Ok(()),
+            StatusCode::NOT_FOUND => Err(E2bError::Gone(id.to_owned())),
+            _ => Err(refused("change a sandbox's network rules", &reply)),
         }
     }
 

@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::BackendSetup;
 use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
@@ -37,7 +38,7 @@ use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, w
 use super::{Machine, PortUrl};
 use crate::client::Endpoint;
 use crate::image::BAKED_AGENT_PATH;
-use crate::spec::BackendKind;
+use crate::spec::{BackendKind, SandboxSpec};
 
 pub use api::Api;
 pub use config::{E2bConfig, E2bConfigError};
@@ -170,6 +171,19 @@ impl Provider for E2b {
         self.config().is_ok_and(|config| config.api_key.is_some())
     }
 
+    /// `PUT /sandboxes/{id}/network` with the rules a create from `spec`
+    /// would carry (none: every egress rule cleared).
+    async fn set_egress(&self, e2b: &E2bRef, spec: &SandboxSpec) -> Result<(), E2bError> {
+        let rules = if spec.network.as_deref() == Some("none") {
+            let mut rules = api::deny_all_egress();
+            rules["allow_internet_access"] = false.into();
+            rules
+        } else {
+            api::egress_rules(&spec.allow_out, &spec.deny_out).unwrap_or_else(|| json!({}))
+        };
+        self.api()?.update_network(&e2b.sandbox_id, &rules).await
+    }
+
     async fn create(
         &self,
         machine: &Machine<'_>,
@@ -184,7 +198,7 @@ impl Provider for E2b {
         let network = if offline {
             Some(api::deny_all_egress())
         } else {
-            api::allow_only(&machine.spec.allow_out)
+            api::egress_rules(&machine.spec.allow_out, &machine.spec.deny_out)
         };
         let created = self
             .api()?
@@ -240,9 +254,15 @@ impl Provider for E2b {
 
     async fn release(&self, e2b: &E2bRef) -> Result<(), E2bError> {
         match &e2b.memory_snapshot {
-            Some(snapshot) => self.api()?.delete_template(snapshot).await,
+            Some(snapshot) => self.drop_capture(snapshot).await,
             None => Ok(()),
         }
+    }
+
+    /// The snapshot's template goes as E2B's client deletes a snapshot
+    /// (`DELETE /templates/{id}`).
+    async fn drop_capture(&self, snapshot: &str) -> Result<(), E2bError> {
+        self.api()?.delete_template(snapshot).await
     }
 
     /// E2B's snapshot with memory (`POST /sandboxes/{id}/snapshots`), which

@@ -27,7 +27,7 @@ use crate::backend::{
 };
 use crate::client::{AgentClient, Endpoint};
 use crate::home::HomeId;
-use crate::spec::BackendKind;
+use crate::spec::{BackendKind, SandboxSpec};
 
 /// Where a provider's machine is, as its API says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +136,22 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
             .into())
         }
     }
+
+    /// Deletes the capture `image` ([`Provider::capture_memory`]'s answer);
+    /// succeeds if it is already gone.
+    fn drop_capture(&self, image: &str) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        let _ = image;
+        async { Ok(()) }
+    }
+
+    /// Replaces the outbound rules of the machine `reference` names with
+    /// those of `spec` (its `network`, `allow_out` and `deny_out`), in
+    /// place.
+    fn set_egress(
+        &self,
+        reference: &Self::Ref,
+        spec: &SandboxSpec,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// This home's machines carrying every label of `labels`, each with the
     /// silo sandbox id it is labelled with; `sweeping` gives up sooner on a
@@ -433,6 +449,22 @@ impl<P: Provider> Backend for RemoteBackend<P> {
             parse_ref::<P>(&source).ok_or_else(|| P::gone(source.name.to_owned()).into())?;
         self.provider()
             .capture_memory(&reference, name)
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn set_egress(&self, machine: Machine<'_>) -> Result<(), BackendError> {
+        let reference =
+            parse_ref::<P>(&machine).ok_or_else(|| P::gone(machine.name.to_owned()).into())?;
+        self.provider()
+            .set_egress(&reference, machine.spec)
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn drop_capture(&self, image: &str) -> Result<(), BackendError> {
+        self.provider()
+            .drop_capture(image)
             .await
             .map_err(Into::into)
     }

@@ -14,7 +14,8 @@
 //! request is recorded in the mock's [`Journal`] (the test-only
 //! [`JOURNAL_PATH`] answers it); the test-only [`ADMIN_PATH`] sets the
 //! mock's [`Faults`]; while a rate limit is on, every route but
-//! `GET /health` and those two answers `429`.
+//! `GET /health` and those two answers `429`, and while failed creates
+//! are on, the next creates answer `500`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -255,6 +256,12 @@ impl Api {
             Version::V1 => None,
         };
         let new: NewSandbox = parse_body(body)?;
+        if self.faults.take_failed_create() {
+            return Err(Refusal::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Failed to place sandbox",
+            ));
+        }
         if let Some(record) = key
             .as_deref()
             .and_then(|k| self.idempotency.get(k))

@@ -1,6 +1,6 @@
 //! The switches for what a real E2B does that the mock otherwise does not
 //! show: rate limits (`429` with `Retry-After`, set in process and through
-//! the test-only route), connections cut when a sandbox pauses, and a proxy
+//! the test-only route), creates failing inside E2B (`500`), connections cut when a sandbox pauses, and a proxy
 //! that answers `502` for a while after a resume.
 
 use std::time::{Duration, Instant};
@@ -56,6 +56,34 @@ async fn rate_limits_answer_429_with_retry_after_until_they_run_out() {
         )
         .await;
     assert_eq!(typo.status, StatusCode::BAD_REQUEST);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_create_answers_500_once_and_the_next_is_served() {
+    let Some((mock, client, _engine)) = mock().await else {
+        return;
+    };
+    let set = client
+        .api(
+            Method::POST,
+            "/_mock/faults",
+            Some(json!({"failedCreates": 1})),
+        )
+        .await;
+    assert_eq!(set.json()["failedCreates"], 1, "{}", set.text());
+    let create = || {
+        client.api(
+            Method::POST,
+            "/v2/sandboxes",
+            Some(json!({"templateID": "base"})),
+        )
+    };
+    let failed = create().await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(failed.json()["message"], "Failed to place sandbox");
+    let made = create().await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.text());
     mock.shutdown().await.unwrap();
 }
 
