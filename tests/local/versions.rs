@@ -148,6 +148,7 @@ async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks()
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_digest: None,
     };
     let err = client.snapshot(&request).await.err().unwrap();
     assert!(
@@ -308,6 +309,7 @@ async fn incremental_snapshots_need_protocol_4_and_are_refused_before_anything_s
         descend_since_ns: Some(0),
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_digest: None,
     };
     let refused = |err: ClientError| {
         assert!(

@@ -70,7 +70,7 @@ fn ctime_ns(meta: &Metadata) -> i128 {
 }
 
 /// The image's paths as directory → the names in it, each list sorted.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Baseline {
     children: HashMap<PathBuf, Vec<OsString>>,
 }
@@ -101,6 +101,32 @@ impl Baseline {
         Self { children }
     }
 
+    /// Adds one path in normal form (`etc/passwd`); its parent is the
+    /// caller's to add.
+    pub fn insert(&mut self, path: &str) {
+        let (dir, name) = split(path);
+        let names = self.children.entry(PathBuf::from(dir)).or_default();
+        if let Err(at) = names.binary_search(&name) {
+            names.insert(at, name);
+        }
+    }
+
+    /// Removes one path in normal form; what is under it is the caller's
+    /// to remove.
+    pub fn remove(&mut self, path: &str) {
+        let (dir, name) = split(path);
+        let dir = Path::new(dir);
+        let Some(names) = self.children.get_mut(dir) else {
+            return;
+        };
+        if let Ok(at) = names.binary_search(&name) {
+            names.remove(at);
+        }
+        if names.is_empty() {
+            self.children.remove(dir);
+        }
+    }
+
     fn children(&self, dir: &Path) -> &[OsString] {
         self.children.get(dir).map_or(&[], Vec::as_slice)
     }
@@ -109,6 +135,12 @@ impl Baseline {
     fn has(&self, dir: &Path, name: &OsString) -> bool {
         self.children(dir).binary_search(name).is_ok()
     }
+}
+
+/// A normal-form path as its directory and its name.
+fn split(path: &str) -> (&str, OsString) {
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    (dir, OsString::from(name))
 }
 
 /// `path` as plain names only (`.` dropped, one leading `/` allowed and

@@ -243,6 +243,7 @@ impl Silo {
             descend_since_ns,
             exclude: start.exclude.clone(),
             baseline: Vec::new(),
+            baseline_digest: None,
         };
         let (snapshot, request) = match (self.checkpoint_of(sandbox)?, &sandbox.origin_snapshot) {
             (Some((stopped_at_ns, snapshot)), _) => {
