@@ -241,7 +241,12 @@ trait Placing: Send + 'static {
     fn placed(&mut self, changes: &Changes);
 }
 
-impl Placing for (tokio::sync::OwnedSemaphorePermit, tokio::sync::OwnedSemaphorePermit) {
+impl Placing
+    for (
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedSemaphorePermit,
+    )
+{
     fn placed(&mut self, _changes: &Changes) {}
 }
 

@@ -36,10 +36,10 @@ use tar::EntryType;
 
 use crate::fs_error::FsError;
 use crate::push::archive::{Meter, Unpack};
-use crate::snapshot::tree::Changes;
 use crate::push::extract::{
     ExtractError, Reject, copy_buffer, normalize, reject, write_error, write_new_file,
 };
+use crate::snapshot::tree::Changes;
 
 /// Names starting with this (but [`OPAQUE_WHITEOUT`]) are the engine's
 /// AUFS bookkeeping, never file system content.

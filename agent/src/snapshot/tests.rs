@@ -349,8 +349,21 @@ fn a_kept_tree_walks_as_the_paths_it_stands_for() {
     // the deleted paths are gone, the new ones there with their parents.
     let listed: Vec<String> = {
         let mut all = vec![
-            "a", "fifo", "hl1", "hl2", "keep.txt", "link", "mnt", "quiet", "quiet/inner",
-            "quiet/inner/same", "skip", "skip/new", "skip/old", "tmp", "tmp/edit.txt",
+            "a",
+            "fifo",
+            "hl1",
+            "hl2",
+            "keep.txt",
+            "link",
+            "mnt",
+            "quiet",
+            "quiet/inner",
+            "quiet/inner/same",
+            "skip",
+            "skip/new",
+            "skip/old",
+            "tmp",
+            "tmp/edit.txt",
         ]
         .into_iter()
         .map(String::from)
@@ -379,7 +392,11 @@ fn a_kept_tree_walks_as_the_paths_it_stands_for() {
     let by_paths = spec(again, false, &listed, &["mnt"]);
     let layer = layer_of(root, &by_kept);
     assert_eq!(layer, layer_of(root, &by_paths));
-    assert!(names(&layer).contains(&"skip/.wh.old"), "{:?}", names(&layer));
+    assert!(
+        names(&layer).contains(&"skip/.wh.old"),
+        "{:?}",
+        names(&layer)
+    );
 }
 
 #[tokio::test]

@@ -21,7 +21,8 @@
 //! it out for its walk (the snapshot slot makes requests one at a time) and
 //! puts back either the tree it made or, on failure, the one it took.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ffi::OsString;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,9 +31,11 @@ use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, tree_digest};
 
 use super::walk::{Baseline, Sink};
 
-/// Largest tree kept, in bytes of path text (about 800,000 paths of 40
-/// bytes); a larger baseline is walked against and forgotten.
-pub const MAX_KEPT_TREE_BYTES: usize = 32 * 1024 * 1024;
+/// Largest tree kept, in bytes of path text (about 200,000 paths of 40
+/// bytes, some 35 MiB held with the walk's index of it; the Debian image's
+/// 6,800 paths are 230 KB); a larger baseline is walked against and
+/// forgotten, and the next request carries its paths again.
+pub const MAX_KEPT_TREE_BYTES: usize = 8 * 1024 * 1024;
 
 /// A tree's paths in byte order (the order of its digest), with its digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,23 +77,38 @@ impl Tree {
 
     /// Applies a layer's `changes` to the tree and to `baseline`, the walk's
     /// index of the same paths; `None` (the tree is forgotten) if the
-    /// changes cannot be followed or the tree outgrows its bound.
+    /// changes cannot be followed or the tree outgrows its bound. Names
+    /// change in the index a directory at a time, so a layer that adds or
+    /// removes many names in one directory costs its size, not its square.
     pub fn apply(mut self, changes: &Changes, baseline: &mut Baseline) -> Option<Self> {
         if changes.unfollowable {
             return None;
         }
+        let mut gone: HashMap<&str, HashSet<OsString>> = HashMap::new();
         for path in &changes.hidden {
-            self.remove(path, baseline);
+            if self.paths.remove(path.as_str()) {
+                self.bytes = self.bytes.saturating_sub(path.len());
+                let (dir, name) = split(path);
+                gone.entry(dir).or_default().insert(OsString::from(name));
+            }
             self.remove_under(path, baseline);
         }
         for dir in &changes.opaque {
             self.remove_under(dir, baseline);
         }
+        for (dir, names) in &gone {
+            baseline.remove_names(dir, names);
+        }
+        let mut made: HashMap<&str, Vec<OsString>> = HashMap::new();
         for path in &changes.added {
             if self.paths.insert(path.clone()) {
                 self.bytes = self.bytes.saturating_add(path.len());
-                baseline.insert(path);
+                let (dir, name) = split(path);
+                made.entry(dir).or_default().push(OsString::from(name));
             }
+        }
+        for (dir, names) in made {
+            baseline.add_names(dir, names);
         }
         if self.bytes > MAX_KEPT_TREE_BYTES {
             return None;
@@ -99,27 +117,34 @@ impl Tree {
         Some(self)
     }
 
-    fn remove(&mut self, path: &str, baseline: &mut Baseline) {
-        if self.paths.remove(path) {
-            self.bytes = self.bytes.saturating_sub(path.len());
-            baseline.remove(path);
-        }
-    }
-
-    /// Removes every path strictly under `dir` (`""`: every path).
+    /// Removes every path strictly under `dir` (`""`: every path). Whole
+    /// directories of the walk's index go at once: a name at a time would
+    /// cost the square of a large directory's size.
     fn remove_under(&mut self, dir: &str, baseline: &mut Baseline) {
-        let doomed: Vec<String> = if dir.is_empty() {
-            self.paths.iter().cloned().collect()
-        } else {
-            // Descendants sort between `dir/` and `dir0` ('0' follows '/').
-            let (low, high) = (format!("{dir}/"), format!("{dir}0"));
-            self.paths
-                .range::<str, _>((Bound::Included(low.as_str()), Bound::Excluded(high.as_str())))
-                .cloned()
-                .collect()
-        };
+        if dir.is_empty() {
+            self.paths.clear();
+            self.bytes = 0;
+            *baseline = Baseline::default();
+            return;
+        }
+        // Descendants sort between `dir/` and `dir0` ('0' follows '/').
+        let (low, high) = (format!("{dir}/"), format!("{dir}0"));
+        let doomed: Vec<String> = self
+            .paths
+            .range::<str, _>((
+                Bound::Included(low.as_str()),
+                Bound::Excluded(high.as_str()),
+            ))
+            .cloned()
+            .collect();
+        baseline.forget_dir(dir);
         for path in doomed {
-            self.remove(&path, baseline);
+            self.paths.remove(&path);
+            self.bytes = self.bytes.saturating_sub(path.len());
+            // Its directory is `dir` or under it: gone whole as well (the
+            // tree need not hold every parent of its paths).
+            baseline.forget_dir(parent(&path));
+            baseline.forget_dir(&path);
         }
     }
 }
@@ -129,9 +154,7 @@ impl Tree {
 fn is_normal(path: &str) -> bool {
     !path.is_empty()
         && !path.contains('\0')
-        && path
-            .split('/')
-            .all(|part| !matches!(part, "" | "." | ".."))
+        && path.split('/').all(|part| !matches!(part, "" | "." | ".."))
 }
 
 /// What one layer does to a tree: its removals, then its additions.
@@ -199,7 +222,12 @@ impl Changes {
 
 /// `a/b/c` → `a/b`; `c` → ``.
 fn parent(path: &str) -> &str {
-    path.rsplit_once('/').map_or("", |(dir, _)| dir)
+    split(path).0
+}
+
+/// `a/b/c` → (`a/b`, `c`); `c` → (``, `c`).
+fn split(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap_or(("", path))
 }
 
 /// A sink that passes everything on to `inner` and notes it in `changes`.
@@ -364,6 +392,23 @@ mod tests {
         let tree = tree.apply(&changes, &mut baseline).unwrap();
         assert_eq!(paths(&tree), ["fresh"]);
         assert_eq!(baseline, Baseline::new(&list(&["fresh"])));
+    }
+
+    #[test]
+    fn a_removed_subtree_leaves_the_index_as_its_paths_would() {
+        // A tree need not list every parent (`a/b` is missing), and a big
+        // directory goes at once.
+        let mut start = list(&["a", "a/b/c", "a/b/c/d", "a/e", "z"]);
+        start.extend((0..20_000).map(|i| format!("a/e/f{i:05}")));
+        let mut baseline = Baseline::new(&start);
+        let tree = Tree::of_list(start).unwrap();
+        let mut changes = Changes::default();
+        changes.hide("a/b/c");
+        changes.hide("a/e");
+        let tree = tree.apply(&changes, &mut baseline).unwrap();
+        // A whiteout brings its directory, as the index has it.
+        assert_eq!(paths(&tree), ["a", "a/b", "z"]);
+        assert_eq!(baseline, Baseline::new(&list(&["a", "a/b", "z"])));
     }
 
     #[test]

@@ -101,30 +101,31 @@ impl Baseline {
         Self { children }
     }
 
-    /// Adds one path in normal form (`etc/passwd`); its parent is the
-    /// caller's to add.
-    pub fn insert(&mut self, path: &str) {
-        let (dir, name) = split(path);
-        let names = self.children.entry(PathBuf::from(dir)).or_default();
-        if let Err(at) = names.binary_search(&name) {
-            names.insert(at, name);
+    /// Adds `names` to directory `dir` (normal form, `""` the root).
+    pub fn add_names(&mut self, dir: &str, names: Vec<OsString>) {
+        let list = self.children.entry(PathBuf::from(dir)).or_default();
+        list.extend(names);
+        list.sort();
+        list.dedup();
+    }
+
+    /// Removes `names` from directory `dir`; what is under them is the
+    /// caller's to remove.
+    pub fn remove_names(&mut self, dir: &str, names: &HashSet<OsString>) {
+        let dir = Path::new(dir);
+        let Some(list) = self.children.get_mut(dir) else {
+            return;
+        };
+        list.retain(|name| !names.contains(name));
+        if list.is_empty() {
+            self.children.remove(dir);
         }
     }
 
-    /// Removes one path in normal form; what is under it is the caller's
-    /// to remove.
-    pub fn remove(&mut self, path: &str) {
-        let (dir, name) = split(path);
-        let dir = Path::new(dir);
-        let Some(names) = self.children.get_mut(dir) else {
-            return;
-        };
-        if let Ok(at) = names.binary_search(&name) {
-            names.remove(at);
-        }
-        if names.is_empty() {
-            self.children.remove(dir);
-        }
+    /// Forgets every name in directory `dir` (normal form, `""` the root),
+    /// all of which are gone with it.
+    pub fn forget_dir(&mut self, dir: &str) {
+        self.children.remove(Path::new(dir));
     }
 
     fn children(&self, dir: &Path) -> &[OsString] {
@@ -135,12 +136,6 @@ impl Baseline {
     fn has(&self, dir: &Path, name: &OsString) -> bool {
         self.children(dir).binary_search(name).is_ok()
     }
-}
-
-/// A normal-form path as its directory and its name.
-fn split(path: &str) -> (&str, OsString) {
-    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-    (dir, OsString::from(name))
 }
 
 /// `path` as plain names only (`.` dropped, one leading `/` allowed and
