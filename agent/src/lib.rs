@@ -22,7 +22,8 @@
 //! - `workload_handle`: the workload shared: signalled, stopped and started again around a rewind.
 //! - `push`: signed bundle push: safe streaming extract, atomic swap, version cleanup.
 //! - `files`: the file API's work: read, write, stat, list, mkdir, remove, tar trees in and out.
-//! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped;
+//! - `snapshot`: the sandbox's changes as an image layer, read while its processes are stopped,
+//!   and the tree kept from the last snapshot or rewind, which a request may name by digest;
 //!   the path index of the whole machine.
 //! - `layers`: an image layer applied onto the machine (remote restores, rewinds), staged and
 //!   checked first, journaled while placed.

@@ -146,6 +146,7 @@ async fn a_snapshot_layer_applies_onto_another_machine() {
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_digest: None,
     };
     let body = serde_json::to_vec(&request).unwrap();
     let sha = body_sha256(&body);
@@ -247,6 +248,7 @@ async fn whiteouts_apply_and_hostile_layers_are_refused_over_the_wire() {
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_digest: None,
     })
     .unwrap();
     let (status, bytes) = agent.call("POST", PATH_SNAPSHOT, &body, true).await;

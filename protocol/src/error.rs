@@ -62,6 +62,10 @@ pub enum ErrorKind {
     /// 409: another snapshot is being taken. Exec channel: the session runs
     /// another command and the request asked not to wait.
     Busy,
+    /// 412: a snapshot or rewind named its baseline by a digest the agent
+    /// holds no tree for (it restarted, or its last snapshot or rewind left
+    /// another tree); send the request again with the whole baseline.
+    UnknownBaseline,
     /// 413: the body, a file, an unpacked total or an entry count is over a limit.
     TooLarge,
     /// 422: the body does not match its signed SHA-256; nothing was written.
@@ -97,7 +101,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every known kind, in the order the protocol document lists them.
-    pub const ALL: [Self; 28] = [
+    pub const ALL: [Self; 29] = [
         Self::Malformed,
         Self::BadRequest,
         Self::VersionMismatch,
@@ -114,6 +118,7 @@ impl ErrorKind {
         Self::NotADirectory,
         Self::NotEmpty,
         Self::Busy,
+        Self::UnknownBaseline,
         Self::TooLarge,
         Self::HashMismatch,
         Self::Internal,
@@ -147,6 +152,7 @@ impl ErrorKind {
             Self::NotADirectory => "not_a_directory",
             Self::NotEmpty => "not_empty",
             Self::Busy => "busy",
+            Self::UnknownBaseline => "unknown_baseline",
             Self::TooLarge => "too_large",
             Self::HashMismatch => "hash_mismatch",
             Self::Internal => "internal",
@@ -177,6 +183,7 @@ impl ErrorKind {
             | Self::NotADirectory
             | Self::NotEmpty
             | Self::Busy => 409,
+            Self::UnknownBaseline => 412,
             Self::TooLarge => 413,
             Self::HashMismatch => 422,
             Self::Internal => 500,

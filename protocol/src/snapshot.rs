@@ -10,7 +10,16 @@
 //! [`SnapshotRequest::baseline`] that is gone from a changed directory was
 //! deleted. A snapshot that builds on an earlier one of the same machine
 //! asks for what changed since that one's [`HEADER_STOPPED_AT`], with the
-//! earlier snapshot's whole tree as the baseline, and stays small. The layer uses the image-layer conventions every engine applies:
+//! earlier snapshot's whole tree as the baseline, and stays small.
+//!
+//! The agent keeps the tree of its last snapshot or rewind (the baseline it
+//! used, with the layer's changes applied). A request may name that tree
+//! by its [`tree_digest`] in [`SnapshotRequest::baseline_digest`] instead
+//! of carrying its paths (protocol 5, [`crate::Feature::BaselineDigest`]):
+//! the agent walks against it only if its own tree has exactly that digest,
+//! and otherwise refuses with [`crate::ErrorKind::UnknownBaseline`], and
+//! the client sends the paths. A digest covers every path, so the layer is
+//! the one the paths would have given. The layer uses the image-layer conventions every engine applies:
 //! paths relative to `/`, directories before their entries, hard links to
 //! earlier entries, and a deletion as an empty `.wh.<name>` entry
 //! ([`WHITEOUT_PREFIX`]) in its parent directory.
@@ -24,6 +33,7 @@
 //! a body without it was cut short and must be discarded.
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 
 use crate::http::PATH_SNAPSHOT;
 
@@ -72,8 +82,27 @@ pub struct SnapshotRequest {
     pub exclude: Vec<String>,
     /// Every path of the image the sandbox was made from, relative to `/`
     /// and without a trailing slash: what the agent compares a changed
-    /// directory against to find deletions.
+    /// directory against to find deletions. Empty when `baseline_digest`
+    /// names it.
     pub baseline: Vec<String>,
+    /// The [`tree_digest`] of the baseline, sent instead of its paths to
+    /// an agent that may hold it (protocol 5): the agent uses the tree it
+    /// kept if that tree has this digest, else it refuses with
+    /// `unknown_baseline`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_digest: Option<String>,
+}
+
+/// The digest a baseline is named by: lowercase hex SHA-256 of its paths in
+/// byte order, each followed by a NUL byte (the path index's encoding,
+/// uncompressed). Both sides hash the same sorted, duplicate-free list.
+pub fn tree_digest<'a>(sorted_paths: impl IntoIterator<Item = &'a str>) -> String {
+    let mut hasher = Sha256::new();
+    for path in sorted_paths {
+        hasher.update(path.as_bytes());
+        hasher.update([0u8]);
+    }
+    hex::encode(hasher.finalize())
 }
 
 /// The request path (the snapshot takes no query).
@@ -93,6 +122,7 @@ mod tests {
             descend_since_ns: Some(1_600_000_000_000_000_000),
             exclude: vec!["/.silo".into()],
             baseline: vec!["etc".into(), "etc/passwd".into()],
+            baseline_digest: Some(tree_digest(["etc", "etc/passwd"])),
         };
         let text = serde_json::to_string(&request).unwrap();
         assert_eq!(
@@ -108,5 +138,20 @@ mod tests {
             r#"{"changed_since_ns":5,"prune_unchanged_dirs":true,"exclude":[],"baseline":[]}"#;
         let request: SnapshotRequest = serde_json::from_str(text).unwrap();
         assert_eq!(request.descend_since_ns, None);
+        assert_eq!(request.baseline_digest, None);
+    }
+
+    #[test]
+    fn a_tree_digest_covers_every_path_and_its_end() {
+        let digest = tree_digest(["etc", "etc/passwd"]);
+        assert_eq!(digest.len(), 64);
+        assert_eq!(digest, tree_digest(["etc", "etc/passwd"]));
+        // The NUL after each path keeps `ab` apart from `a` then `b`.
+        assert_ne!(tree_digest(["ab"]), tree_digest(["a", "b"]));
+        assert_ne!(digest, tree_digest(["etc"]));
+        assert_eq!(
+            tree_digest([]),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
     }
 }

@@ -20,7 +20,7 @@ use std::fmt;
 use crate::{files, http};
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
@@ -54,11 +54,16 @@ pub enum Feature {
     /// ([`crate::snapshot`]), so a later snapshot of the same machine walks
     /// only what changed since an earlier one stopped its processes.
     IncrementalSnapshot,
+    /// Baselines named by their digest: a snapshot or rewind request's
+    /// `baseline_digest` ([`crate::snapshot`]) stands for the tree the
+    /// agent kept from its last snapshot or rewind, and an agent without
+    /// that tree answers [`crate::ErrorKind::UnknownBaseline`].
+    BaselineDigest,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -69,6 +74,7 @@ impl Feature {
         Self::Index,
         Self::Rewind,
         Self::IncrementalSnapshot,
+        Self::BaselineDigest,
     ];
 
     /// The first protocol version that has this feature.
@@ -83,6 +89,7 @@ impl Feature {
             | Self::Index => 2,
             Self::Rewind => 3,
             Self::IncrementalSnapshot => 4,
+            Self::BaselineDigest => 5,
         }
     }
 
@@ -127,6 +134,7 @@ impl Feature {
             Self::Index => "path index",
             Self::Rewind => "in-place rewind",
             Self::IncrementalSnapshot => "incremental snapshots",
+            Self::BaselineDigest => "baselines named by digest",
         }
     }
 }
@@ -346,5 +354,6 @@ mod tests {
             !Feature::IncrementalSnapshot.in_version(3)
                 && Feature::IncrementalSnapshot.in_version(4)
         );
+        assert!(!Feature::BaselineDigest.in_version(4) && Feature::BaselineDigest.in_version(5));
     }
 }

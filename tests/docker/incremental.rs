@@ -2,7 +2,9 @@
 //! snapshot after the first stores only what changed since the one before
 //! (edits to files copied up earlier, deletions and moved directories
 //! included), and rewinding to any of them gives back the tree the sandbox
-//! had when it was taken.
+//! had when it was taken. Each names its baseline by digest when the agent
+//! kept that tree, and an agent restarted between two of them is sent the
+//! paths instead.
 
 #![allow(
     clippy::unwrap_used,
@@ -242,4 +244,61 @@ async fn checkpoints_in_one_process_each_hold_their_own_step_only() {
         assert_eq!(found.trim_end(), listing, "after a rewind to {snapshot:?}");
     }
     silo.remove(name).await.unwrap();
+}
+
+#[tokio::test]
+async fn checkpoints_name_their_baseline_by_digest_and_a_restarted_agent_gets_the_paths() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "named", "--image", BASE_IMAGE]);
+    let mut taken = Vec::new();
+    for step in 0..5 {
+        if step == 3 {
+            // A new agent: the container stops and starts again, its files
+            // and the controller's checkpoint kept.
+            cli.ok(&["stop", "named"]);
+            cli.ok(&["up", "named"]);
+        }
+        // Each step removes what the one before made (and, once, a file of
+        // the image): a checkpoint measured against the wrong tree would
+        // miss the deletion, and the file would come back with it.
+        sh(
+            &cli,
+            "named",
+            &format!(
+                "mkdir -p /work && echo {step} > /work/step && rm -f /work/made* && \
+                 echo {step} > /work/made{step} && rm -f /etc/group"
+            ),
+        );
+        let report = json(&cli.ok(&["snapshot", "named", "--json"]));
+        let id = report["snapshot"]["id"].as_str().unwrap().to_owned();
+        taken.push((id, report["baseline_sent"].as_str().unwrap().to_owned()));
+    }
+    let sent: Vec<&str> = taken.iter().map(|(_, sent)| sent.as_str()).collect();
+    assert_eq!(
+        sent,
+        [
+            // No tree kept yet, then each checkpoint's, then none again
+            // after the restart.
+            "digest_then_paths",
+            "digest",
+            "digest",
+            "digest_then_paths",
+            "digest",
+        ]
+    );
+    for (step, (id, _)) in taken.iter().enumerate().rev() {
+        json(&cli.ok(&["rewind", "named", id, "--json"]));
+        assert_eq!(
+            sh(
+                &cli,
+                "named",
+                "ls /work; cat /work/step; [ -e /etc/group ] && echo has /etc/group; true"
+            ),
+            format!("made{step}\nstep\n{step}\n"),
+            "checkpoint {step} comes back as it was taken"
+        );
+    }
 }

@@ -4,6 +4,10 @@
 //! the same snapshot has; no process started before the rewind is left;
 //! and an agent killed half way through placing the restoring layer leaves
 //! a sandbox that `silo up` brings back to the snapshot's tree whole.
+//! Along the way, each snapshot and rewind names its baseline by digest:
+//! the tree the agent kept after its last snapshot or rewind is the tree
+//! the controller measures against, and an agent that restarted is sent
+//! the paths instead.
 
 #![allow(
     clippy::unwrap_used,
@@ -90,8 +94,15 @@ pub(crate) fn differences(
 }
 
 pub(crate) fn snapshot(cli: &Cli, name: &str) -> String {
+    snapshot_sent(cli, name).0
+}
+
+/// Takes a snapshot; its id, and how its baseline reached the agent.
+pub(crate) fn snapshot_sent(cli: &Cli, name: &str) -> (String, String) {
     let report = json(&cli.ok(&["snapshot", name, "--json"]));
-    report["snapshot"]["id"].as_str().unwrap().to_owned()
+    let id = report["snapshot"]["id"].as_str().unwrap().to_owned();
+    let sent = report["baseline_sent"].as_str().unwrap().to_owned();
+    (id, sent)
 }
 
 pub(crate) fn rewind(cli: &Cli, name: &str, snapshot: &str) -> serde_json::Value {
@@ -124,14 +135,17 @@ async fn every_snapshot_of_a_chain_comes_back_in_place_as_a_new_machine_would_ha
          rm /work/ln && echo 'no longer a link' > /work/ln && chmod 700 /work/keep && \
          chown 12:34 /work/keep/k && rm /bin/cat",
     );
-    let second = snapshot(&cli, "inplace");
+    let (second, sent) = snapshot_sent(&cli, "inplace");
+    // The agent kept the first snapshot's tree, and it is the controller's.
+    assert_eq!(sent, "digest");
     sh(
         &cli,
         "inplace",
         "rm -r /work/keep && ln -s /tmp /work/sub2 && chmod 4755 /work/file && \
          mkdir -p /root/deep/er && echo d > /root/deep/er/d",
     );
-    let third = snapshot(&cli, "inplace");
+    let (third, sent) = snapshot_sent(&cli, "inplace");
+    assert_eq!(sent, "digest");
     let container_before = container_id(&engine, &id).await;
 
     // Back and forth along the chain, with a step made before each rewind
@@ -152,6 +166,12 @@ async fn every_snapshot_of_a_chain_comes_back_in_place_as_a_new_machine_would_ha
         let report = rewind(&cli, "inplace", target);
         assert!(report["image"]["in_place"].is_object(), "{report}");
         assert!(report["new_machine_because"].is_null(), "{report}");
+        // The tree the agent kept after the last snapshot or rewind is the
+        // controller's anchor, every time.
+        assert_eq!(
+            report["image"]["in_place"]["baseline_sent"], "digest",
+            "{report}"
+        );
         let left = sh(&cli, "inplace", "ps -o comm | grep -c '^sleep' ; true");
         assert_eq!(
             left.trim(),
@@ -165,6 +185,16 @@ async fn every_snapshot_of_a_chain_comes_back_in_place_as_a_new_machine_would_ha
         container_before,
         "rewound on the same machine"
     );
+    // A checkpoint after a rewind builds on the rewind's tree, by digest,
+    // and comes back as it was taken.
+    sh(&cli, "inplace", "echo after > /work/after && rm /work/file");
+    let (after, sent) = snapshot_sent(&cli, "inplace");
+    assert_eq!(sent, "digest");
+    let taken = entries(&cli, "inplace");
+    rewind(&cli, "inplace", &first);
+    rewind(&cli, "inplace", &after);
+    let differ = differences(&taken, &entries(&cli, "inplace"));
+    assert!(differ.is_empty(), "not the checkpoint's tree: {differ:#?}");
 
     // The same snapshots on new machines: a stopped sandbox is rewound by
     // making its machine again.
@@ -249,9 +279,14 @@ async fn an_agent_killed_half_way_through_a_rewind_leaves_a_sandbox_up_makes_who
         log.contains("finished placing a layer an earlier agent had begun"),
         "{log}"
     );
-    // And it rewinds in place again from there.
+    // And it rewinds in place again from there; the new agent keeps no
+    // tree, so the controller sends the anchor's paths after its digest.
     sh(&cli, "cut", "rm /data/f00007");
     let report = rewind(&cli, "cut", &full);
     assert!(report["image"]["in_place"].is_object(), "{report}");
+    assert_eq!(
+        report["image"]["in_place"]["baseline_sent"], "digest_then_paths",
+        "{report}"
+    );
     assert_eq!(sh(&cli, "cut", "cat /data/f00007"), "7\n");
 }

@@ -148,6 +148,7 @@ async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks()
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_digest: None,
     };
     let err = client.snapshot(&request).await.err().unwrap();
     assert!(
@@ -308,6 +309,7 @@ async fn incremental_snapshots_need_protocol_4_and_are_refused_before_anything_s
         descend_since_ns: Some(0),
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_digest: None,
     };
     let refused = |err: ClientError| {
         assert!(
@@ -369,4 +371,121 @@ async fn incremental_snapshots_need_protocol_4_and_are_refused_before_anything_s
         .await
         .unwrap();
     assert_eq!(text(&out.stdout), "served\n");
+}
+
+/// A baseline as a controller would hand it: sorted paths and their digest.
+struct Listed(Vec<String>, String);
+
+impl Listed {
+    fn of(paths: &[&str]) -> Self {
+        let mut paths: Vec<String> = paths.iter().map(|p| (*p).to_owned()).collect();
+        paths.sort();
+        let digest = silo_protocol::snapshot::tree_digest(paths.iter().map(String::as_str));
+        Self(paths, digest)
+    }
+}
+
+impl silo::client::BaselinePaths for Listed {
+    fn digest(&self) -> &str {
+        &self.1
+    }
+
+    fn paths(&self) -> Vec<String> {
+        self.0.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_baseline_goes_by_digest_only_to_an_agent_of_5_and_its_paths_follow_an_unknown_one() {
+    use silo::client::BaselineSent;
+
+    let root = tempfile::tempdir().unwrap();
+    for file in ["keep", "gone"] {
+        std::fs::write(root.path().join(file), file).unwrap();
+    }
+    std::fs::create_dir(root.path().join("dir")).unwrap();
+    // File times come from a coarse clock: a pause on each side.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let since = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    std::fs::remove_file(root.path().join("gone")).unwrap();
+    std::fs::write(root.path().join("made"), "made").unwrap();
+    let request = SnapshotRequest {
+        changed_since_ns: since,
+        prune_unchanged_dirs: false,
+        descend_since_ns: None,
+        exclude: Vec::new(),
+        baseline: Vec::new(),
+        baseline_digest: None,
+    };
+    let flags = |max: &str| {
+        [
+            "--machine-agent",
+            "--apply-root",
+            root.path().to_str().unwrap(),
+            "--max-protocol",
+            max,
+        ]
+        .map(str::to_owned)
+    };
+    let changes = |begun: &silo::client::RewindBegun| -> Vec<String> {
+        let mut listed: Vec<String> = begun
+            .changes()
+            .into_iter()
+            .map(|(kind, path)| format!("{kind:?} {}", String::from_utf8_lossy(path)))
+            .collect();
+        listed.sort();
+        listed
+    };
+    // An empty layer ends each rewind, so the tree the agent keeps is the
+    // one it measured against.
+    let empty = || bytes::Bytes::from(vec![0u8; 1024]);
+    let first = Listed::of(&["dir", "gone", "keep"]);
+
+    // An agent of protocol 4 never sees a digest.
+    let old = flags("4");
+    let old: Vec<&str> = old.iter().map(String::as_str).collect();
+    let agent = TestAgent::start_with(&old, &[]).await;
+    let client = agent.client().for_sandbox("before-5");
+    let (begun, sent) = client
+        .begin_rewind_against(request.clone(), &first)
+        .await
+        .unwrap();
+    assert_eq!(sent, BaselineSent::Paths);
+    let by_paths = changes(&begun);
+    assert_eq!(by_paths, ["File made", "Gone gone"]);
+    client.finish_rewind(&begun.token, empty()).await.unwrap();
+    drop(agent);
+
+    // An agent of 5 keeps no tree at first: the digest, then the paths;
+    // then the digest of the tree it kept, and the same answer.
+    let new = flags("5");
+    let new: Vec<&str> = new.iter().map(String::as_str).collect();
+    let agent = TestAgent::start_with(&new, &[]).await;
+    let client = agent.client().for_sandbox("keeps");
+    for want in [BaselineSent::DigestThenPaths, BaselineSent::Digest] {
+        let (begun, sent) = client
+            .begin_rewind_against(request.clone(), &first)
+            .await
+            .unwrap();
+        assert_eq!(sent, want);
+        assert_eq!(changes(&begun), by_paths, "{want:?}");
+        client.finish_rewind(&begun.token, empty()).await.unwrap();
+    }
+    // Another tree than the one kept: its paths go after the digest, and
+    // the deletion it cannot know of is not reported.
+    let other = Listed::of(&["dir", "keep"]);
+    let (begun, sent) = client
+        .begin_rewind_against(request.clone(), &other)
+        .await
+        .unwrap();
+    assert_eq!(sent, BaselineSent::DigestThenPaths);
+    assert_eq!(changes(&begun), ["File made"]);
+    client.finish_rewind(&begun.token, empty()).await.unwrap();
 }

@@ -52,7 +52,9 @@ use crate::push::archive::{Packing, read_archive};
 use crate::push::body::{self, BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use crate::push::extract::ExtractError;
 use crate::push::{BODY_IDLE_TIMEOUT, CancelOnDrop, Pusher, is_disk_full};
+use crate::rewind::Hold;
 use crate::snapshot::Snapshotter;
+use crate::snapshot::tree::Changes;
 use crate::snapshot::walk::{SYSTEM_DIRS, mount_points};
 use place::{Placed, Resume, Target};
 use stage::{Plan, Stager};
@@ -140,19 +142,20 @@ impl Applier {
         self.place_staged(staged, (slot, pushes), started).await
     }
 
-    /// [`Applier::apply`] for a caller that holds the snapshot slot and
-    /// the pushes already (a rewind's hold): `held` lasts until the layer
-    /// is placed or refused, even if the client goes away meanwhile.
-    pub async fn apply_held<H: Send + 'static>(
+    /// [`Applier::apply`] for a rewind, whose hold has the snapshot slot
+    /// and the pushes already: the hold lasts until the layer is placed or
+    /// refused, even if the client goes away meanwhile, and once the layer
+    /// is placed it keeps the tree the layer made.
+    pub async fn apply_held(
         &self,
         request: ApplyRequest,
         body: Incoming,
-        held: H,
+        held: Hold,
     ) -> Result<ApplyResponse, ApplyError> {
         let started = Instant::now();
         check_declared(&request)?;
         let (held, staged) = self.stage_body(request, body, held).await?;
-        self.place_staged(staged, held, started).await
+        self.place_staged(staged, KeepAfter(held), started).await
     }
 
     /// Streams `body` into a fresh staging directory and checks it, with
@@ -202,7 +205,7 @@ impl Applier {
     }
 
     /// Places a staged layer with `held` kept until it is done.
-    async fn place_staged<H: Send + 'static>(
+    async fn place_staged<H: Placing>(
         &self,
         staged: Staged,
         held: H,
@@ -212,8 +215,10 @@ impl Applier {
         // even if the client goes away meanwhile.
         let root = self.root.clone();
         let placed = tokio::task::spawn_blocking(move || {
-            let _held = held;
-            staged.place(&root)
+            let mut held = held;
+            let placed = staged.place(&root)?;
+            held.placed(&placed.changes);
+            Ok::<_, ApplyError>(placed)
         })
         .await
         .map_err(|e| ApplyError::Internal(format!("placing task failed: {e}")))??;
@@ -227,6 +232,30 @@ impl Applier {
             "layer applied"
         );
         Ok(placed.answer(ms))
+    }
+}
+
+/// What an apply holds while it places, told what the placed layer did.
+trait Placing: Send + 'static {
+    /// The layer is in place, with these changes to the tree.
+    fn placed(&mut self, changes: &Changes);
+}
+
+impl Placing
+    for (
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedSemaphorePermit,
+    )
+{
+    fn placed(&mut self, _changes: &Changes) {}
+}
+
+/// A rewind's hold, which keeps the tree after its layer.
+struct KeepAfter(Hold);
+
+impl Placing for KeepAfter {
+    fn placed(&mut self, changes: &Changes) {
+        self.0.keep_after(changes);
     }
 }
 
@@ -258,6 +287,8 @@ struct Applied {
     skipped_count: u64,
     skipped: Vec<silo_protocol::layers::Skipped>,
     owners: bool,
+    /// What the layer did to the tree, by the index's rules.
+    changes: Changes,
 }
 
 impl Staged {
@@ -279,7 +310,9 @@ impl Staged {
         })
         .map_err(ApplyError::Incomplete)?;
         remove_staging(&self.staging);
+        let changes = self.plan.changes();
         Ok(Applied {
+            changes,
             placed,
             sha256: self.sha256,
             skipped_count: self.plan.skipped_count,

@@ -39,6 +39,7 @@ use crate::push::archive::{Meter, Unpack};
 use crate::push::extract::{
     ExtractError, Reject, copy_buffer, normalize, reject, write_error, write_new_file,
 };
+use crate::snapshot::tree::Changes;
 
 /// Names starting with this (but [`OPAQUE_WHITEOUT`]) are the engine's
 /// AUFS bookkeeping, never file system content.
@@ -120,6 +121,33 @@ pub struct Plan {
     pub skipped_count: u64,
     /// Owners were set on what was staged (and will be on directories).
     pub owners: bool,
+}
+
+impl Plan {
+    /// What the layer does to a tree of paths: its removals, then every
+    /// entry placed. An entry left out (a device, a FIFO) is in the layer
+    /// but not on the machine, which the tree cannot follow.
+    pub fn changes(&self) -> Changes {
+        let mut changes = Changes::default();
+        for removal in &self.removals {
+            match removal {
+                Removal::Whiteout(path) => changes.hide(path),
+                Removal::Opaque(dir) => changes.make_opaque(dir),
+            }
+        }
+        for step in &self.steps {
+            match step {
+                Step::Dir { path, .. }
+                | Step::File { path, .. }
+                | Step::Symlink { path, .. }
+                | Step::HardLink { path, .. } => changes.entry(path),
+            }
+        }
+        if self.skipped_count > 0 {
+            changes.unfollowable();
+        }
+        changes
+    }
 }
 
 /// What a path is, as far as the layer's checks know.

@@ -7,6 +7,11 @@
 //! and closes every session through their owners, then ends whatever else
 //! runs in the agent's scope (`end`). With nothing left to write, it walks
 //! the file system as a snapshot would and lists what changed (`changes`).
+//! The walk's baseline is the request's paths, or the tree the agent kept
+//! from its last snapshot or rewind when the request names it by digest; a
+//! digest of no kept tree is refused before anything is ended. That
+//! baseline rides in the hold, and the layer that finishes the rewind,
+//! once placed, is applied to it to make the tree kept next.
 //! Everything it took stays taken in a [`Hold`] under a fresh token, which
 //! the layer apply that finishes the rewind takes over
 //! ([`Rewinder::take`]). Dropping a hold, wherever that happens (the apply
@@ -34,7 +39,9 @@ use tokio::task::AbortHandle;
 use crate::commands::Commands;
 use crate::process::ProcessOps;
 use crate::push::Pusher;
-use crate::snapshot::{FreezeScope, SnapshotError, Snapshotter, excluded, walk_spec};
+use crate::snapshot::tree::{Changes, Kept, Source, Tree};
+use crate::snapshot::walk::Baseline;
+use crate::snapshot::{FreezeScope, SnapshotError, Snapshotter, excluded, give_back, walk_spec};
 use crate::workload_handle::WorkloadHandle;
 pub use end::{END_WITHIN, Ended};
 
@@ -63,13 +70,32 @@ pub struct Hold {
     /// The timer that lets the sandbox go if no layer comes; stopped when
     /// the layer's apply takes the hold.
     expiry: Option<AbortHandle>,
+    /// The tree the change list was measured against, and where the tree
+    /// after the layer is kept.
+    base: Option<(Source, Baseline)>,
+    kept: Kept,
     _slot: OwnedSemaphorePermit,
     _pushes: OwnedSemaphorePermit,
     _starts: OwnedRwLockWriteGuard<()>,
 }
 
+impl Hold {
+    /// The tree after the rewind's layer made `changes`, to be kept (none
+    /// if it cannot be followed). Call once the layer is placed.
+    pub fn keep_after(&mut self, changes: &Changes) {
+        if let Some((source, mut baseline)) = self.base.take() {
+            let after: Option<(Tree, Baseline)> = source.after(changes, &mut baseline);
+            self.kept.put(after);
+        }
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
+        // A rewind that ends without its layer gives back the tree it took.
+        if let Some((source, baseline)) = self.base.take() {
+            give_back(&self.kept, source, baseline);
+        }
         self.workload.resume();
     }
 }
@@ -113,7 +139,7 @@ impl Rewinder {
     /// expires).
     pub async fn begin(
         &self,
-        request: SnapshotRequest,
+        mut request: SnapshotRequest,
         snapshots: &Snapshotter,
     ) -> Result<Begun, RewindError> {
         let started = Instant::now();
@@ -122,16 +148,28 @@ impl Rewinder {
         };
         let excluded = excluded(&request.exclude).map_err(RewindError::Malformed)?;
         let slot = snapshots.try_hold().map_err(|_| RewindError::Busy)?;
-        let pushes = self
-            .pusher
-            .hold_off()
-            .await
-            .map_err(|err| RewindError::Internal(error_chain(&err)))?;
-        let hold = Hold {
-            token: crate::random_hex::<16>()
-                .map_err(|err| RewindError::Internal(err.to_string()))?,
+        let token =
+            crate::random_hex::<16>().map_err(|err| RewindError::Internal(err.to_string()))?;
+        // Refused before anything is ended: the client sends the paths.
+        let list = std::mem::take(&mut request.baseline);
+        let kept = snapshots.kept().clone();
+        let (baseline, source) = kept
+            .against(request.baseline_digest.as_deref(), list)
+            .map_err(RewindError::UnknownBaseline)?
+            .split();
+        let pushes = match self.pusher.hold_off().await {
+            Ok(pushes) => pushes,
+            Err(err) => {
+                give_back(&kept, source, baseline);
+                return Err(RewindError::Internal(error_chain(&err)));
+            }
+        };
+        let mut hold = Hold {
+            token,
             workload: Arc::clone(&self.workload),
             expiry: None,
+            base: None,
+            kept,
             _slot: slot,
             _pushes: pushes,
             _starts: snapshots.start_gate().close().await,
@@ -143,16 +181,22 @@ impl Rewinder {
         );
         let (root, ops) = (self.root.clone(), Arc::clone(&self.ops));
         let listed = tokio::task::spawn_blocking(move || {
-            let spec = walk_spec(&root, request, excluded)?;
-            let ended = end::end_all(&*ops, scope, END_WITHIN)
-                .map_err(|err| RewindError::Internal(error_chain(&err)))?;
-            let listed = changes::list(&root, &spec)?;
-            Ok::<_, RewindError>((ended, listed))
+            let mut spec = match walk_spec(&root, request, excluded) {
+                Ok(spec) => spec,
+                Err(err) => return ((source, baseline), Err(err.into())),
+            };
+            spec.baseline = baseline;
+            let listed = end::end_all(&*ops, scope, END_WITHIN)
+                .map_err(|err| RewindError::Internal(error_chain(&err)))
+                .and_then(|ended| Ok((ended, changes::list(&root, &spec)?)));
+            ((source, spec.baseline), listed)
         })
         .await
         .map_err(|err| RewindError::Internal(format!("rewind task failed: {err}")))?;
-        // On an error the hold is dropped here: nothing changed, and the
-        // workload starts again.
+        let (base, listed) = listed;
+        hold.base = Some(base);
+        // On an error the hold is dropped here: nothing changed, the tree
+        // taken is given back, and the workload starts again.
         let (ended, listed) = listed?;
         if ended.left > 0 {
             tracing::warn!(
@@ -160,7 +204,6 @@ impl Rewinder {
                 "some processes were still alive after {END_WITHIN:?}; rewinding anyway"
             );
         }
-        let mut hold = hold;
         let token = hold.token.clone();
         hold.expiry = Some(self.expire_later(token.clone()));
         tracing::info!(
@@ -233,6 +276,9 @@ pub enum RewindError {
     /// The request cannot be read.
     #[error("{0}")]
     Malformed(String),
+    /// The request named its baseline by a digest of no tree kept here.
+    #[error("{0}")]
+    UnknownBaseline(String),
     /// The request body is over the cap.
     #[error("request body is over the limit of {limit} bytes")]
     TooLarge {
@@ -268,6 +314,7 @@ impl RewindError {
             Self::Unsupported => ErrorKind::Unsupported,
             Self::Busy => ErrorKind::Busy,
             Self::Malformed(_) => ErrorKind::Malformed,
+            Self::UnknownBaseline(_) => ErrorKind::UnknownBaseline,
             Self::TooLarge { .. } | Self::TooManyChanges(_) => ErrorKind::TooLarge,
             Self::Walk(err) => err.kind(),
             Self::Internal(_) => ErrorKind::Internal,

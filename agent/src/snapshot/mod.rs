@@ -8,7 +8,10 @@
 //! request, or a layer apply, is told the agent is busy), and hands
 //! a blocking thread the rest: index the baseline, read the mount table,
 //! stop the sandbox's processes, then walk and write the layer into a
-//! bounded channel whose other end is the response body. Errors before the
+//! bounded channel whose other end is the response body. The baseline is
+//! the request's paths, or the tree kept from the last snapshot or rewind
+//! when the request names it by digest (`tree`); either way the tree after
+//! the layer is kept for the next request, once the processes run again. Errors before the
 //! layer starts are answered with their own status; after, the body is cut
 //! off without the tar end marker. The processes are continued as soon as
 //! the last file is read, on every path, by the freeze's guard.
@@ -30,11 +33,13 @@
 //! - `index`: every path of the machine, sorted, NUL-terminated.
 //! - `layer`: the tar writer (hard links, devices, whiteouts, the end marker).
 //! - `stream`: the bounded bridge from the blocking writer to the response body.
+//! - `tree`: the tree kept from the last snapshot or rewind, named by digest.
 
 pub(crate) mod freeze;
 mod index;
 mod layer;
 pub mod stream;
+pub mod tree;
 pub mod walk;
 
 use std::collections::HashSet;
@@ -56,6 +61,7 @@ use crate::process::ProcessOps;
 pub use freeze::FreezeScope;
 pub use index::IndexError;
 pub use stream::LayerStream;
+use tree::{Against, Changes, Kept, Recording, Source};
 use walk::{Baseline, WalkSpec};
 
 /// Snapshots taken at once: one, since each stops the whole sandbox.
@@ -73,6 +79,8 @@ pub struct Snapshotter {
     active: Arc<Semaphore>,
     indexes: Arc<Semaphore>,
     starts: StartGate,
+    /// The tree of the last snapshot or rewind, shared with the rewinds.
+    kept: Kept,
 }
 
 /// Where requests that start processes (execs, session shells) wait while
@@ -112,7 +120,13 @@ impl Snapshotter {
             active: Arc::new(Semaphore::new(MAX_ACTIVE_SNAPSHOTS)),
             indexes: Arc::new(Semaphore::new(MAX_ACTIVE_INDEXES)),
             starts: StartGate::default(),
+            kept: Kept::default(),
         }
+    }
+
+    /// The tree kept from the last snapshot or rewind.
+    pub fn kept(&self) -> &Kept {
+        &self.kept
     }
 
     /// The snapshot slot, for work that must never overlap a snapshot (a
@@ -135,7 +149,7 @@ impl Snapshotter {
     /// commands wait likewise at the [`StartGate`].
     pub async fn start<H>(
         &self,
-        request: SnapshotRequest,
+        mut request: SnapshotRequest,
         hold_pushes: H,
     ) -> Result<(LayerStream, StopCounts), SnapshotError>
     where
@@ -151,15 +165,27 @@ impl Snapshotter {
             _pushes: hold_pushes.await?,
             _starts: self.starts.close().await,
         };
+        // Refused before anything is stopped: the client sends the paths.
+        let list = std::mem::take(&mut request.baseline);
+        let against = self
+            .kept
+            .against(request.baseline_digest.as_deref(), list)
+            .map_err(SnapshotError::UnknownBaseline)?;
         let (writer, layer) = stream::channel(Handle::current());
         let (ready_tx, ready_rx) = oneshot::channel();
         let machine = Machine {
             root: self.root.clone(),
             scope,
             ops: Arc::clone(&self.ops),
+            kept: self.kept.clone(),
         };
         tokio::task::spawn_blocking(move || {
-            take(held, &machine, request, excluded, writer, ready_tx);
+            let request = Measure {
+                request,
+                against,
+                excluded,
+            };
+            take(held, &machine, request, writer, ready_tx);
         });
         match ready_rx.await {
             Ok(Ok(stopped)) => Ok((layer, stopped)),
@@ -198,11 +224,20 @@ pub(crate) fn excluded(paths: &[String]) -> Result<HashSet<PathBuf>, String> {
         .collect()
 }
 
-/// The machine a snapshot reads and the processes it stops.
+/// The machine a snapshot reads, the processes it stops, and where the
+/// tree after the layer is kept.
 struct Machine {
     root: PathBuf,
     scope: FreezeScope,
     ops: Arc<dyn ProcessOps>,
+    kept: Kept,
+}
+
+/// What one snapshot measures: the request, its baseline, its exclusions.
+struct Measure {
+    request: SnapshotRequest,
+    against: Against,
+    excluded: HashSet<PathBuf>,
 }
 
 /// The blocking part of one snapshot. `ready` hears whether the layer
@@ -210,29 +245,33 @@ struct Machine {
 fn take(
     held: Held,
     machine: &Machine,
-    request: SnapshotRequest,
-    excluded: HashSet<PathBuf>,
+    measure: Measure,
     mut out: stream::ChannelWriter,
     ready: oneshot::Sender<Result<StopCounts, SnapshotError>>,
 ) {
     // `held` is released after the thaw and before the layer's end goes
     // out (below); on an earlier return, after `frozen`'s own thaw.
     let started = Instant::now();
-    let spec = match walk_spec(&machine.root, request, excluded) {
+    let (baseline, source) = measure.against.split();
+    let mut spec = match walk_spec(&machine.root, measure.request, measure.excluded) {
         Ok(spec) => spec,
         Err(err) => {
+            give_back(&machine.kept, source, baseline);
             let _ = ready.send(Err(err));
             return;
         }
     };
+    spec.baseline = baseline;
     let mut frozen = match freeze::freeze(&*machine.ops, machine.scope) {
         Ok(frozen) => frozen,
-        Err(freeze::FreezeError::NotPid1) => {
-            let _ = ready.send(Err(SnapshotError::Unsupported));
-            return;
-        }
-        Err(freeze::FreezeError::Proc(source)) => {
-            let _ = ready.send(Err(FsError::new("list", Path::new("/proc"), source).into()));
+        Err(err) => {
+            give_back(&machine.kept, source, spec.baseline);
+            let _ = ready.send(Err(match err {
+                freeze::FreezeError::NotPid1 => SnapshotError::Unsupported,
+                freeze::FreezeError::Proc(source) => {
+                    FsError::new("list", Path::new("/proc"), source).into()
+                }
+            }));
             return;
         }
     };
@@ -249,11 +288,25 @@ fn take(
     };
     if ready.send(Ok(stopped)).is_err() {
         tracing::info!("snapshot abandoned: the client went away");
+        give_back(&machine.kept, source, spec.baseline);
         return;
     }
     let written = write_layer(&machine.root, &spec, &mut out);
     // Every file is read: the sandbox may go on while the last chunks go out.
     frozen.thaw();
+    // The tree after this layer is kept before the layer's end goes out, so
+    // the request that follows it finds the tree.
+    let written = match written {
+        Ok((stats, changes)) => {
+            let after = source.after(&changes, &mut spec.baseline);
+            machine.kept.put(after);
+            Ok(stats)
+        }
+        Err(err) => {
+            give_back(&machine.kept, source, spec.baseline);
+            Err(err)
+        }
+    };
     // A client that has read the whole layer may ask for the next snapshot
     // or a rewind at once; were the slot still held when the end marker
     // reached it, that request would be told the agent is busy.
@@ -278,9 +331,18 @@ fn take(
     }
 }
 
+/// Puts back the kept tree a failed request took out (one that carried its
+/// paths took none).
+pub(crate) fn give_back(kept: &Kept, source: Source, baseline: Baseline) {
+    if let Source::Tree(tree) = source {
+        kept.put(Some((tree, baseline)));
+    }
+}
+
 /// The walk a request asks for on the machine at `root` (blocking: it reads
 /// the mount table, whose mount points are left out besides `excluded`, as
-/// is the agent's own directory, which no layer may carry).
+/// is the agent's own directory, which no layer may carry). Its baseline is
+/// left empty, for the caller to set.
 pub(crate) fn walk_spec(
     root: &Path,
     request: SnapshotRequest,
@@ -293,21 +355,28 @@ pub(crate) fn walk_spec(
         prune_unchanged_dirs: request.prune_unchanged_dirs,
         descend_since_ns: request.descend_since_ns,
         excluded,
-        baseline: Baseline::new(&request.baseline),
+        baseline: Baseline::default(),
     })
 }
 
-/// Walks `root` and writes its layer (with the end marker) to `out`.
+/// Walks `root` and writes its layer (with the end marker) to `out`; what
+/// the layer does to the baseline's tree.
 fn write_layer(
     root: &Path,
     spec: &WalkSpec,
     out: &mut impl io::Write,
-) -> Result<layer::LayerStats, SnapshotError> {
+) -> Result<(layer::LayerStats, Changes), SnapshotError> {
     let mut layer = layer::Layer::new(root, out);
-    walk::walk(root, spec, &mut layer)?;
-    layer
+    let mut recording = Recording {
+        inner: &mut layer,
+        changes: Changes::default(),
+    };
+    walk::walk(root, spec, &mut recording)?;
+    let changes = recording.changes;
+    let stats = layer
         .finish()
-        .map_err(|e| FsError::new("finish the layer of", root, e).into())
+        .map_err(|e| FsError::new("finish the layer of", root, e))?;
+    Ok((stats, changes))
 }
 
 /// Why a snapshot failed; [`SnapshotError::kind`] makes the answer.
@@ -325,6 +394,9 @@ pub enum SnapshotError {
     /// The request cannot be read.
     #[error("{0}")]
     Malformed(String),
+    /// The request named its baseline by a digest of no tree kept here.
+    #[error("{0}")]
+    UnknownBaseline(String),
     /// The request body is over the cap.
     #[error("request body is over the limit of {limit} bytes")]
     TooLarge {
@@ -346,6 +418,7 @@ impl SnapshotError {
             Self::Unsupported => ErrorKind::Unsupported,
             Self::Busy => ErrorKind::Busy,
             Self::Malformed(_) => ErrorKind::Malformed,
+            Self::UnknownBaseline(_) => ErrorKind::UnknownBaseline,
             Self::TooLarge { .. } => ErrorKind::TooLarge,
             Self::Io(_) | Self::Internal(_) => ErrorKind::Internal,
         }

@@ -319,10 +319,110 @@ async fn outside_pid_1_a_snapshot_is_unsupported() {
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_digest: None,
     };
     let unused = async { Err(SnapshotError::Internal("not reached".into())) };
     let ops = Arc::new(crate::process::System);
     let snapshots = Snapshotter::new(PathBuf::from("/"), None, ops);
     let refused = snapshots.start(request, unused).await;
     assert!(matches!(refused, Err(SnapshotError::Unsupported)));
+}
+
+#[test]
+fn a_kept_tree_walks_as_the_paths_it_stands_for() {
+    let (dir, since, baseline) = sandbox();
+    let root = dir.path();
+    let mut first = spec(since, false, &baseline, &["mnt"]);
+    let mut out = Vec::new();
+    let (_, changes) = write_layer(root, &first, &mut out).unwrap();
+    let (tree, kept) = Source::List(baseline)
+        .after(&changes, &mut first.baseline)
+        .unwrap();
+    let paths: Vec<String> = read_layer(&out)
+        .iter()
+        .map(|seen| seen.path.trim_end_matches('/').to_owned())
+        .collect();
+    assert!(paths.contains(&".wh.gone.txt".to_owned()), "{paths:?}");
+    assert!(paths.contains(&"skip/new".to_owned()), "{paths:?}");
+
+    // What the tree holds, rebuilt from the layer by the index's rules:
+    // the deleted paths are gone, the new ones there with their parents.
+    let listed: Vec<String> = {
+        let mut all = vec![
+            "a",
+            "fifo",
+            "hl1",
+            "hl2",
+            "keep.txt",
+            "link",
+            "mnt",
+            "quiet",
+            "quiet/inner",
+            "quiet/inner/same",
+            "skip",
+            "skip/new",
+            "skip/old",
+            "tmp",
+            "tmp/edit.txt",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        all.push(format!("a/{}", "n".repeat(150)));
+        all.sort();
+        all
+    };
+    assert_eq!(
+        tree.digest(),
+        silo_protocol::snapshot::tree_digest(listed.iter().map(String::as_str))
+    );
+    assert_eq!(kept, Baseline::new(&listed));
+
+    // A second round of changes walks the same against the kept index as
+    // against the paths a request would carry.
+    std::thread::sleep(TICK);
+    let again = now_ns();
+    std::thread::sleep(TICK);
+    fs::remove_file(root.join("skip/old")).unwrap();
+    fs::write(root.join("quiet/inner/new"), "n").unwrap();
+    let by_kept = WalkSpec {
+        baseline: kept,
+        ..spec(again, false, &[], &["mnt"])
+    };
+    let by_paths = spec(again, false, &listed, &["mnt"]);
+    let layer = layer_of(root, &by_kept);
+    assert_eq!(layer, layer_of(root, &by_paths));
+    assert!(
+        names(&layer).contains(&"skip/.wh.old"),
+        "{:?}",
+        names(&layer)
+    );
+}
+
+#[tokio::test]
+async fn a_digest_of_no_kept_tree_is_refused_before_anything_stops() {
+    let request = SnapshotRequest {
+        changed_since_ns: 0,
+        prune_unchanged_dirs: true,
+        descend_since_ns: None,
+        exclude: Vec::new(),
+        baseline: Vec::new(),
+        baseline_digest: Some(silo_protocol::snapshot::tree_digest(["etc"])),
+    };
+    let pushes = Arc::new(Semaphore::new(1));
+    let hold = async move {
+        pushes
+            .try_acquire_owned()
+            .map_err(|e| SnapshotError::Internal(e.to_string()))
+    };
+    // A scope whose freeze would stop nothing of this test's: refused first.
+    let ops = Arc::new(crate::process::System);
+    let snapshots = Snapshotter::new(PathBuf::from("/"), Some(FreezeScope::Descendants), ops);
+    let refused = snapshots.start(request, hold).await;
+    let Err(err) = refused else {
+        panic!("a digest of no kept tree was walked against");
+    };
+    assert_eq!(err.kind(), ErrorKind::UnknownBaseline);
+    assert_eq!(err.kind().status(), Some(412));
+    assert!(err.to_string().contains("keeps no tree"), "{err}");
 }

@@ -70,7 +70,7 @@ fn ctime_ns(meta: &Metadata) -> i128 {
 }
 
 /// The image's paths as directory → the names in it, each list sorted.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Baseline {
     children: HashMap<PathBuf, Vec<OsString>>,
 }
@@ -99,6 +99,33 @@ impl Baseline {
             names.dedup();
         }
         Self { children }
+    }
+
+    /// Adds `names` to directory `dir` (normal form, `""` the root).
+    pub fn add_names(&mut self, dir: &str, names: Vec<OsString>) {
+        let list = self.children.entry(PathBuf::from(dir)).or_default();
+        list.extend(names);
+        list.sort();
+        list.dedup();
+    }
+
+    /// Removes `names` from directory `dir`; what is under them is the
+    /// caller's to remove.
+    pub fn remove_names(&mut self, dir: &str, names: &HashSet<OsString>) {
+        let dir = Path::new(dir);
+        let Some(list) = self.children.get_mut(dir) else {
+            return;
+        };
+        list.retain(|name| !names.contains(name));
+        if list.is_empty() {
+            self.children.remove(dir);
+        }
+    }
+
+    /// Forgets every name in directory `dir` (normal form, `""` the root),
+    /// all of which are gone with it.
+    pub fn forget_dir(&mut self, dir: &str) {
+        self.children.remove(Path::new(dir));
     }
 
     fn children(&self, dir: &Path) -> &[OsString] {

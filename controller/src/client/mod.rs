@@ -17,8 +17,10 @@
 //! shell-session requests to it; `snapshot` asks for a snapshot and hands
 //! back the layer as it streams; `layers` lists a machine's paths and
 //! applies layers onto it; `rewind` begins an in-place rewind and finishes
-//! it with the restoring layer.
+//! it with the restoring layer; `baseline` sends the baseline of either by
+//! digest, and by its paths to an agent that does not keep it.
 
+mod baseline;
 mod connection;
 mod layers;
 mod negotiate;
@@ -42,6 +44,7 @@ use tokio_tungstenite::{WebSocketStream, tungstenite};
 
 use transport::Stream;
 
+pub use baseline::{BaselinePaths, BaselineSent};
 pub use connection::{ExecConnection, ExecEvent, ExecHandle, ExecOutput};
 pub use negotiate::{REBAKE_HINT, Spoken};
 pub use rewind::RewindBegun;
@@ -332,6 +335,7 @@ fn rejection(status: u16, body: Option<&[u8]>) -> ClientError {
         ErrorKind::VersionMismatch => ClientError::VersionMismatch(body.message),
         ErrorKind::Unauthorized => ClientError::Unauthorized(body.message),
         ErrorKind::ClockSkew => ClientError::ClockSkew(body.message),
+        ErrorKind::UnknownBaseline => ClientError::UnknownBaseline(body.message),
         _ => ClientError::Rejected {
             status,
             message: body.message,
@@ -424,6 +428,10 @@ pub enum ClientError {
          ({0}); set both clocks right (NTP)"
     )]
     ClockSkew(String),
+    /// The agent keeps no tree with the digest a request named its
+    /// baseline by; the request can be sent again with the paths.
+    #[error("the agent does not keep the baseline named: {0}")]
+    UnknownBaseline(String),
     /// The agent answered with another error status.
     #[error("agent answered HTTP {status}: {message}")]
     Rejected {

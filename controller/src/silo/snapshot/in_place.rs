@@ -8,7 +8,7 @@
 //! with a known tree; else the snapshot the machine was made from, or its
 //! image, at the machine's start). It asks the agent what changed since
 //! then, measured as a snapshot would measure it (the anchor's paths as
-//! the baseline), and the agent ends every process and answers the change
+//! the baseline, named by digest when the agent kept that tree), and the agent ends every process and answers the change
 //! list, holding the sandbox. From the list and the store alone,
 //! [`crate::store::rewind`] makes the layer that turns the live tree into
 //! the target's, and the agent applies it (journaled, so an agent killed
@@ -43,6 +43,7 @@ use super::{
     ImageSource, RestoreReport, SnapshotError, blocking, ms_since, parse_digest, remembered,
 };
 use crate::backend::SnapshotWay;
+use crate::client::BaselineSent;
 use crate::silo::{Silo, SiloError};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage};
 use crate::store::rewind::{Restore, RestoreError, RestoreStats, restoring_layer};
@@ -66,6 +67,9 @@ pub struct InPlace {
     pub computed_ms: f64,
     /// Milliseconds the agent took to place it.
     pub applied_ms: f64,
+    /// How the anchor's tree reached the agent: by digest when the agent
+    /// kept it from the last snapshot or rewind.
+    pub baseline_sent: BaselineSent,
 }
 
 /// Why a rewind could not happen in place; the caller makes a new machine.
@@ -159,10 +163,8 @@ impl Silo {
                 snapshot.id, snapshot.base_image, anchor.base.image_id
             )));
         }
-        let mut request = anchor.request;
-        request.baseline = remembered::index(&store, &anchor.base, &anchor.layers)
-            .await?
-            .to_vec();
+        let request = anchor.request;
+        let baseline = remembered::index(&store, &anchor.base, &anchor.layers).await?;
         let excluded: Vec<Vec<u8>> = request
             .exclude
             .iter()
@@ -176,8 +178,8 @@ impl Silo {
             false => None,
         };
 
-        let begun = client
-            .begin_rewind(&request)
+        let (begun, baseline_sent) = client
+            .begin_rewind_against(request, &*baseline)
             .await
             .map_err(|e| NotInPlace(format!("listing what changed: {}", error_chain(&e))))?;
         let listed_ms = ms_since(start);
@@ -194,7 +196,7 @@ impl Silo {
                     to: &to,
                     changes: &changes,
                     excluded: &excluded,
-                    unheld_base: unheld_base.as_deref(),
+                    unheld_base: unheld_base.as_ref().map(|tree| &tree.index),
                 };
                 match restoring_layer(&store, &restore) {
                     Ok(restoring) => Ok(Ok((restoring, ms_since(computing)))),
@@ -224,6 +226,7 @@ impl Silo {
                 listed_ms,
                 computed_ms,
                 applied_ms: ms_since(applying),
+                baseline_sent,
             },
         ))
     }
@@ -243,6 +246,7 @@ impl Silo {
             descend_since_ns,
             exclude: start.exclude.clone(),
             baseline: Vec::new(),
+            baseline_digest: None,
         };
         let (snapshot, request) = match (self.checkpoint_of(sandbox)?, &sandbox.origin_snapshot) {
             (Some((stopped_at_ns, snapshot)), _) => {

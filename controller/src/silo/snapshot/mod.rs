@@ -43,7 +43,8 @@
 //! - `pooled`: a fork onto a warm pool member, rewound in place to the
 //!   snapshot instead of a new machine;
 //! - `remembered`: what one process keeps between rewinds (container facts,
-//!   anchors' path indexes);
+//!   anchors' path indexes with their digests, by which a snapshot or rewind
+//!   names its baseline to an agent that kept the same tree);
 //! - `baseline`: what a machine's first snapshot is measured against when
 //!   the store has no index of its image (an image's listing, a template
 //!   baseline), base ids, and applying a snapshot's layers onto remote VMs;
@@ -72,7 +73,7 @@ use serde::Serialize;
 use super::Silo;
 use super::SiloError;
 use crate::backend::{Backend, DockerError, EngineImages, SnapshotWay};
-use crate::client::ClientError;
+use crate::client::{BaselineSent, ClientError};
 use crate::home::HomeId;
 use crate::spec::BackendKind;
 use crate::state::{SandboxRecord, Snapshot, StateError, StoredImage};
@@ -128,6 +129,9 @@ pub struct SnapshotReport {
     /// Its chain, squashed after it was durable, when the chain had grown
     /// to [`COMPACT_AT`] layers.
     pub compacted: Option<Compacted>,
+    /// How the tree it was measured against reached the agent: by digest
+    /// when the agent kept it from the last snapshot or rewind.
+    pub baseline_sent: BaselineSent,
 }
 
 /// How many layers a snapshot may have above its base before they are

@@ -5,15 +5,20 @@
 //! anchors. An anchor's index is built from the longest remembered index
 //! whose layers begin its own, with only the layers above applied: a
 //! checkpoint taken after the last rewind costs one small layer, not the
-//! base image's index again.
+//! base image's index again. Each index is kept with its digest, by which a
+//! snapshot or rewind names it to an agent that keeps the same tree
+//! ([`crate::client::BaselinePaths`]).
 
 use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use silo_protocol::snapshot::tree_digest;
+
 use super::take::image_index;
 use super::{SnapshotError, blocking, parse_digest};
 use crate::backend::ContainerFacts;
+use crate::client::BaselinePaths;
 use crate::state::{SandboxRecord, StoredImage};
 use crate::store::{Index, Store};
 
@@ -67,7 +72,33 @@ impl<K: PartialEq, V> Recent<K, V> {
 }
 
 static FACTS: Recent<String, ContainerFacts> = Recent::new(REMEMBERED_FACTS);
-static INDEXES: Recent<(String, Vec<String>), Index> = Recent::new(REMEMBERED_INDEXES);
+static INDEXES: Recent<(String, Vec<String>), KnownTree> = Recent::new(REMEMBERED_INDEXES);
+
+/// A tree's paths with their digest.
+#[derive(Debug)]
+pub(super) struct KnownTree {
+    /// The paths.
+    pub(super) index: Index,
+    digest: String,
+}
+
+impl KnownTree {
+    /// `index` with its digest (blocking: it hashes every path).
+    pub(super) fn new(index: Index) -> Self {
+        let digest = tree_digest(index.paths());
+        Self { index, digest }
+    }
+}
+
+impl BaselinePaths for KnownTree {
+    fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    fn paths(&self) -> Vec<String> {
+        self.index.to_vec()
+    }
+}
 
 /// The facts of `sandbox`'s current machine, if remembered.
 pub(super) fn facts(sandbox: &SandboxRecord) -> Option<Arc<ContainerFacts>> {
@@ -93,7 +124,7 @@ pub(super) async fn index(
     store: &Store,
     base: &StoredImage,
     layers: &[String],
-) -> Result<Arc<Index>, SnapshotError> {
+) -> Result<Arc<KnownTree>, SnapshotError> {
     let key = (base.index_blob.clone(), layers.to_vec());
     if let Some(index) = INDEXES.get(&key) {
         return Ok(index);
@@ -104,15 +135,15 @@ pub(super) async fn index(
     });
     let (store, base, layers) = (store.clone(), base.clone(), layers.to_vec());
     let index = blocking(move || match below {
-        Some((known, index)) => {
-            let mut index = Index::clone(&index);
+        Some((known, tree)) => {
+            let mut index = tree.index.clone();
             for layer in &layers[known..] {
                 let file = store.open_blob(&parse_digest(layer)?)?;
                 index.apply_layer(io::BufReader::new(file))?;
             }
-            Ok(index)
+            Ok(KnownTree::new(index))
         }
-        None => image_index(&store, &base, &layers),
+        None => Ok(KnownTree::new(image_index(&store, &base, &layers)?)),
     })
     .await?;
     let index = Arc::new(index);

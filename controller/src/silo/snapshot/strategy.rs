@@ -174,6 +174,7 @@ impl SnapshotWay {
                     descend_since_ns: None,
                     exclude: facts.exclude,
                     baseline: Vec::new(),
+                    baseline_digest: None,
                 };
                 Ok(StartPoint { base, request })
             }
@@ -198,6 +199,7 @@ impl SnapshotWay {
                     descend_since_ns: None,
                     exclude: vec![SILO_DIR.to_owned()],
                     baseline: Vec::new(),
+                    baseline_digest: None,
                 };
                 Ok(StartPoint {
                     base: Some(StartBase::Stored(base, None)),

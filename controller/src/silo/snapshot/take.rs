@@ -3,7 +3,9 @@
 //! names them all. The layer is captured first whenever the store has
 //! something to measure it against (the chain's tree, the image's index,
 //! or the image's listing); a base image the store lacks is stored after
-//! the capture, while the sandbox runs. A snapshot is durable once its
+//! the capture, while the sandbox runs. That tree goes to the agent by its
+//! digest, and by its paths only to an agent that did not keep it
+//! ([`crate::client::BaselineSent`]). A snapshot is durable once its
 //! blobs are fsynced in the store and the row is recorded, and it returns
 //! then: the engine image only a restore onto a new container needs is
 //! made by that restore (or ahead of it, on request).
@@ -18,7 +20,7 @@ use silo_protocol::snapshot::SnapshotRequest;
 
 use super::baseline::listing_image_id;
 use super::layer::{CountingReader, Received, receive_layer};
-use super::remembered;
+use super::remembered::{self, KnownTree};
 use super::{
     BaseStored, COMPACT_AT, Compacted, SnapshotError, SnapshotProgress, SnapshotProgressFn,
     SnapshotReport, blocking, engine, ms_since, parse_digest, shared_lock,
@@ -96,9 +98,8 @@ impl Silo {
                         let (store, listing) = (store.clone(), listing.clone());
                         Arc::new(
                             blocking(move || {
-                                Ok(Index::read_from(
-                                    store.open_blob(&parse_digest(&listing)?)?,
-                                )?)
+                                let blob = store.open_blob(&parse_digest(&listing)?)?;
+                                Ok(KnownTree::new(Index::read_from(blob)?))
                             })
                             .await?,
                         )
@@ -120,7 +121,6 @@ impl Silo {
             request.descend_since_ns = Some(request.changed_since_ns);
             request.changed_since_ns = stopped_at_ns.saturating_sub(CTIME_MARGIN_NS);
         }
-        request.baseline = baseline.to_vec();
 
         progress(SnapshotProgress::Step {
             label: "capturing",
@@ -131,8 +131,12 @@ impl Silo {
             name: sandbox.name.clone(),
             source: Box::new(source),
         };
-        let answer = client.snapshot(&request).await.map_err(agent_error)?;
-        if request.descend_since_ns.is_some() && answer.stopped_at_ns.is_none() {
+        let incremental = request.descend_since_ns.is_some();
+        let (answer, baseline_sent) = client
+            .snapshot_against(request, &*baseline)
+            .await
+            .map_err(agent_error)?;
+        if incremental && answer.stopped_at_ns.is_none() {
             // Only an agent that stamps its snapshots knows the field; one
             // that does not may have pruned away changes. The machine's
             // agent was replaced by an older one since the last snapshot.
@@ -271,6 +275,7 @@ impl Silo {
             processes_stopped,
             processes_unsettled,
             compacted,
+            baseline_sent,
         })
     }
 
@@ -473,14 +478,14 @@ fn on_image(
     (base, layers, config, None, stored)
 }
 
-/// [`image_index`], off the async threads.
+/// [`image_index`] with its digest, off the async threads.
 async fn chain_index(
     store: &Store,
     base: &StoredImage,
     layers: &[String],
-) -> Result<Index, SnapshotError> {
+) -> Result<KnownTree, SnapshotError> {
     let (store, base, layers) = (store.clone(), base.clone(), layers.to_vec());
-    blocking(move || image_index(&store, &base, &layers)).await
+    blocking(move || Ok(KnownTree::new(image_index(&store, &base, &layers)?))).await
 }
 
 /// The paths of an image made of `layers`: the base image's stored index,

@@ -1,0 +1,450 @@
+//! The tree the agent keeps from its last snapshot or rewind, so the next
+//! request can name its baseline by digest instead of carrying every path
+//! (see [`silo_protocol::snapshot`]).
+//!
+//! After a snapshot, the kept tree is the baseline the walk used with the
+//! layer's changes applied; after a rewind, the baseline of its change list
+//! with the restoring layer applied. Changes apply by the rules the
+//! controller's path index applies a layer with: a whiteout removes its
+//! path and everything under it, an opaque marker everything under its
+//! directory, an entry adds itself and its parent directories, and a
+//! layer's removals go before its additions. Paths that are not UTF-8 are
+//! left out, as a baseline (JSON strings) cannot carry them.
+//!
+//! Correctness does not rest on those rules matching the controller's: the
+//! tree is used only for a request naming its exact digest, which covers
+//! every path, so the walk measures against the very paths the request
+//! would have carried. A mismatch only costs a resend.
+//!
+//! One tree is kept, at most [`MAX_KEPT_TREE_BYTES`] of path text. It lives
+//! in [`Kept`], shared by the snapshot and rewind services; a request takes
+//! it out for its walk (the snapshot slot makes requests one at a time) and
+//! puts back either the tree it made or, on failure, the one it took.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ffi::OsString;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, tree_digest};
+
+use super::walk::{Baseline, Sink};
+
+/// Largest tree kept, in bytes of path text (about 200,000 paths of 40
+/// bytes, some 35 MiB held with the walk's index of it; the Debian image's
+/// 6,800 paths are 230 KB); a larger baseline is walked against and
+/// forgotten, and the next request carries its paths again.
+pub const MAX_KEPT_TREE_BYTES: usize = 8 * 1024 * 1024;
+
+/// A tree's paths in byte order (the order of its digest), with its digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tree {
+    paths: BTreeSet<String>,
+    bytes: usize,
+    digest: String,
+}
+
+impl Tree {
+    /// The tree of a request's baseline, or `None` if a path is not in the
+    /// normal form the controller's index holds (then no later request can
+    /// name it) or the tree is over [`MAX_KEPT_TREE_BYTES`].
+    pub fn of_list(list: Vec<String>) -> Option<Self> {
+        let mut bytes = 0usize;
+        let mut paths = BTreeSet::new();
+        for path in list {
+            if !is_normal(&path) {
+                return None;
+            }
+            bytes = bytes.saturating_add(path.len());
+            if bytes > MAX_KEPT_TREE_BYTES {
+                return None;
+            }
+            paths.insert(path);
+        }
+        let digest = tree_digest(paths.iter().map(String::as_str));
+        Some(Self {
+            paths,
+            bytes,
+            digest,
+        })
+    }
+
+    /// The digest a request names this tree by.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Applies a layer's `changes` to the tree and to `baseline`, the walk's
+    /// index of the same paths; `None` (the tree is forgotten) if the
+    /// changes cannot be followed or the tree outgrows its bound. Names
+    /// change in the index a directory at a time, so a layer that adds or
+    /// removes many names in one directory costs its size, not its square.
+    pub fn apply(mut self, changes: &Changes, baseline: &mut Baseline) -> Option<Self> {
+        if changes.unfollowable {
+            return None;
+        }
+        let mut gone: HashMap<&str, HashSet<OsString>> = HashMap::new();
+        for path in &changes.hidden {
+            if self.paths.remove(path.as_str()) {
+                self.bytes = self.bytes.saturating_sub(path.len());
+                let (dir, name) = split(path);
+                gone.entry(dir).or_default().insert(OsString::from(name));
+            }
+            self.remove_under(path, baseline);
+        }
+        for dir in &changes.opaque {
+            self.remove_under(dir, baseline);
+        }
+        for (dir, names) in &gone {
+            baseline.remove_names(dir, names);
+        }
+        let mut made: HashMap<&str, Vec<OsString>> = HashMap::new();
+        for path in &changes.added {
+            if self.paths.insert(path.clone()) {
+                self.bytes = self.bytes.saturating_add(path.len());
+                let (dir, name) = split(path);
+                made.entry(dir).or_default().push(OsString::from(name));
+            }
+        }
+        for (dir, names) in made {
+            baseline.add_names(dir, names);
+        }
+        if self.bytes > MAX_KEPT_TREE_BYTES {
+            return None;
+        }
+        self.digest = tree_digest(self.paths.iter().map(String::as_str));
+        Some(self)
+    }
+
+    /// Removes every path strictly under `dir` (`""`: every path). Whole
+    /// directories of the walk's index go at once: a name at a time would
+    /// cost the square of a large directory's size.
+    fn remove_under(&mut self, dir: &str, baseline: &mut Baseline) {
+        if dir.is_empty() {
+            self.paths.clear();
+            self.bytes = 0;
+            *baseline = Baseline::default();
+            return;
+        }
+        // Descendants sort between `dir/` and `dir0` ('0' follows '/').
+        let (low, high) = (format!("{dir}/"), format!("{dir}0"));
+        let doomed: Vec<String> = self
+            .paths
+            .range::<str, _>((
+                Bound::Included(low.as_str()),
+                Bound::Excluded(high.as_str()),
+            ))
+            .cloned()
+            .collect();
+        baseline.forget_dir(dir);
+        for path in doomed {
+            self.paths.remove(&path);
+            self.bytes = self.bytes.saturating_sub(path.len());
+            // Its directory is `dir` or under it: gone whole as well (the
+            // tree need not hold every parent of its paths).
+            baseline.forget_dir(parent(&path));
+            baseline.forget_dir(&path);
+        }
+    }
+}
+
+/// Whether `path` is as the controller's index holds paths: relative,
+/// plain names joined by one `/`, no `.` or `..`, no NUL.
+fn is_normal(path: &str) -> bool {
+    !path.is_empty()
+        && !path.contains('\0')
+        && path.split('/').all(|part| !matches!(part, "" | "." | ".."))
+}
+
+/// What one layer does to a tree: its removals, then its additions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Paths removed with everything under them (`.wh.NAME`).
+    hidden: Vec<String>,
+    /// Directories emptied of what was below (`.wh..wh..opq`); `""` is the root.
+    opaque: Vec<String>,
+    /// Paths added, with their parent directories.
+    added: BTreeSet<String>,
+    /// A path could not be followed; the tree is forgotten.
+    unfollowable: bool,
+}
+
+impl Changes {
+    /// An entry of the layer at `path` (relative to the root).
+    pub fn entry(&mut self, path: &str) {
+        let mut path = path;
+        while !path.is_empty() && self.added.insert(path.to_owned()) {
+            path = parent(path);
+        }
+    }
+
+    /// A whiteout of `path` (without the marker prefix).
+    pub fn hide(&mut self, path: &str) {
+        self.entry(parent(path));
+        self.hidden.push(path.to_owned());
+    }
+
+    /// An opaque marker in `dir`.
+    pub fn make_opaque(&mut self, dir: &str) {
+        self.entry(dir);
+        self.opaque.push(dir.to_owned());
+    }
+
+    /// Something in the layer the tree cannot follow (an entry left out of
+    /// what was placed).
+    pub fn unfollowable(&mut self) {
+        self.unfollowable = true;
+    }
+
+    /// A layer entry as the walk hands it to its sink: a path, or a
+    /// whiteout marker in its parent directory.
+    fn record(&mut self, rel: &Path, whiteout: bool) {
+        // Not UTF-8: the controller's index leaves it out too.
+        let Some(text) = rel.to_str() else {
+            return;
+        };
+        if !whiteout {
+            self.entry(text);
+            return;
+        }
+        let (dir, name) = text.rsplit_once('/').unwrap_or(("", text));
+        if name == OPAQUE_WHITEOUT {
+            self.make_opaque(dir);
+        } else if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
+            match dir {
+                "" => self.hide(hidden),
+                _ => self.hide(&format!("{dir}/{hidden}")),
+            }
+        }
+    }
+}
+
+/// `a/b/c` → `a/b`; `c` → ``.
+fn parent(path: &str) -> &str {
+    split(path).0
+}
+
+/// `a/b/c` → (`a/b`, `c`); `c` → (``, `c`).
+fn split(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap_or(("", path))
+}
+
+/// A sink that passes everything on to `inner` and notes it in `changes`.
+pub struct Recording<'a, S> {
+    /// Where the layer goes.
+    pub inner: &'a mut S,
+    /// What it did to the tree.
+    pub changes: Changes,
+}
+
+impl<S: Sink> Sink for Recording<'_, S> {
+    fn entry(&mut self, rel: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+        self.inner.entry(rel, meta)?;
+        self.changes.record(rel, false);
+        Ok(())
+    }
+
+    fn whiteout(&mut self, rel: &Path) -> std::io::Result<()> {
+        self.inner.whiteout(rel)?;
+        self.changes.record(rel, true);
+        Ok(())
+    }
+}
+
+/// The kept tree with the walk's index of it, or nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Kept(Arc<Mutex<Option<(Tree, Baseline)>>>);
+
+/// What a request walks against.
+#[derive(Debug)]
+pub enum Against {
+    /// The kept tree it named, taken out for the walk.
+    Kept(Tree, Baseline),
+    /// The paths it carried.
+    List(Vec<String>),
+}
+
+impl Against {
+    /// The walk's index of the paths, and what makes the kept tree after
+    /// the walk: the tree taken, or the list (made a tree only once the
+    /// walk is done, so the freeze does not wait for it).
+    pub fn split(self) -> (Baseline, Source) {
+        match self {
+            Self::Kept(tree, baseline) => (baseline, Source::Tree(tree)),
+            Self::List(list) => (Baseline::new(&list), Source::List(list)),
+        }
+    }
+}
+
+/// The tree a walk measured against, to apply its changes to.
+#[derive(Debug)]
+pub enum Source {
+    /// Taken from [`Kept`].
+    Tree(Tree),
+    /// Carried by the request.
+    List(Vec<String>),
+}
+
+impl Source {
+    /// The tree after `changes`, or `None` if it cannot be kept.
+    pub fn after(self, changes: &Changes, baseline: &mut Baseline) -> Option<(Tree, Baseline)> {
+        let tree = match self {
+            Self::Tree(tree) => tree,
+            Self::List(list) => Tree::of_list(list)?,
+        };
+        let tree = tree.apply(changes, baseline)?;
+        Some((tree, std::mem::take(baseline)))
+    }
+}
+
+impl Kept {
+    /// What a request walks against: the kept tree if `digest` names it
+    /// (taken out until [`Kept::put`]), else the request's `list`; `Err`
+    /// when a digest names no kept tree.
+    pub fn against(&self, digest: Option<&str>, list: Vec<String>) -> Result<Against, String> {
+        let Some(digest) = digest else {
+            return Ok(Against::List(list));
+        };
+        let mut kept = self.lock();
+        match kept.take() {
+            Some((tree, baseline)) if tree.digest == digest => Ok(Against::Kept(tree, baseline)),
+            other => {
+                let held = other.as_ref().map(|(tree, _)| tree.digest.clone());
+                *kept = other;
+                Err(match held {
+                    Some(held) => format!(
+                        "the baseline {digest} is not the tree this agent kept ({held}); \
+                         send its paths"
+                    ),
+                    None => format!(
+                        "this agent keeps no tree (it restarted, or its last tree was not \
+                         kept), so the baseline {digest} is unknown; send its paths"
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Keeps `tree` (or nothing) as the tree of the last snapshot or rewind.
+    pub fn put(&self, tree: Option<(Tree, Baseline)>) {
+        *self.lock() = tree;
+    }
+
+    /// The digest of the kept tree, if any.
+    pub fn digest(&self) -> Option<String> {
+        self.lock().as_ref().map(|(tree, _)| tree.digest.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(Tree, Baseline)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(paths: &[&str]) -> Vec<String> {
+        paths.iter().map(|p| (*p).to_owned()).collect()
+    }
+
+    fn paths(tree: &Tree) -> Vec<&str> {
+        tree.paths.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn changes_apply_as_the_index_applies_a_layer() {
+        let start = list(&[
+            "a", "a/old", "a/old/x", "a/oldish", "b", "b/keep", "c", "c/d", "c/d/e",
+        ]);
+        let mut baseline = Baseline::new(&start);
+        let tree = Tree::of_list(start).unwrap();
+        let mut changes = Changes::default();
+        // In layer order: the walk names parents first, whiteouts in place.
+        changes.record(Path::new("a"), false);
+        changes.record(Path::new("a/.wh.old"), true);
+        changes.record(Path::new("a/new/f"), false);
+        changes.record(Path::new("c/.wh..wh..opq"), true);
+        changes.record(Path::new("c/d2"), false);
+        let tree = tree.apply(&changes, &mut baseline).unwrap();
+        let expected = [
+            "a", "a/new", "a/new/f", "a/oldish", "b", "b/keep", "c", "c/d2",
+        ];
+        assert_eq!(paths(&tree), expected);
+        assert_eq!(tree.digest(), tree_digest(expected));
+        // The walk's index follows the tree exactly.
+        assert_eq!(baseline, Baseline::new(&list(&expected)));
+    }
+
+    #[test]
+    fn a_whiteout_at_the_root_and_an_emptied_root() {
+        let start = list(&["top", "top/x", "other"]);
+        let mut baseline = Baseline::new(&start);
+        let tree = Tree::of_list(start).unwrap();
+        let mut changes = Changes::default();
+        changes.record(Path::new(".wh.top"), true);
+        let tree = tree.apply(&changes, &mut baseline).unwrap();
+        assert_eq!(paths(&tree), ["other"]);
+        let mut changes = Changes::default();
+        changes.make_opaque("");
+        changes.entry("fresh");
+        let tree = tree.apply(&changes, &mut baseline).unwrap();
+        assert_eq!(paths(&tree), ["fresh"]);
+        assert_eq!(baseline, Baseline::new(&list(&["fresh"])));
+    }
+
+    #[test]
+    fn a_removed_subtree_leaves_the_index_as_its_paths_would() {
+        // A tree need not list every parent (`a/b` is missing), and a big
+        // directory goes at once.
+        let mut start = list(&["a", "a/b/c", "a/b/c/d", "a/e", "z"]);
+        start.extend((0..20_000).map(|i| format!("a/e/f{i:05}")));
+        let mut baseline = Baseline::new(&start);
+        let tree = Tree::of_list(start).unwrap();
+        let mut changes = Changes::default();
+        changes.hide("a/b/c");
+        changes.hide("a/e");
+        let tree = tree.apply(&changes, &mut baseline).unwrap();
+        // A whiteout brings its directory, as the index has it.
+        assert_eq!(paths(&tree), ["a", "a/b", "z"]);
+        assert_eq!(baseline, Baseline::new(&list(&["a", "a/b", "z"])));
+    }
+
+    #[test]
+    fn trees_that_cannot_be_named_are_not_kept() {
+        assert!(Tree::of_list(list(&["etc/./x"])).is_none());
+        assert!(Tree::of_list(list(&["/etc"])).is_none());
+        assert!(Tree::of_list(list(&["etc/"])).is_none());
+        assert!(Tree::of_list(list(&["a/../b"])).is_none());
+        let big = vec!["x".repeat(1024); MAX_KEPT_TREE_BYTES / 1024 + 1];
+        assert!(Tree::of_list(big).is_none());
+        let mut changes = Changes::default();
+        changes.unfollowable();
+        let tree = Tree::of_list(list(&["a"])).unwrap();
+        assert!(tree.apply(&changes, &mut Baseline::default()).is_none());
+    }
+
+    #[test]
+    fn a_digest_names_the_kept_tree_once_and_a_wrong_one_leaves_it() {
+        let kept = Kept::default();
+        let digest = tree_digest(["a"]);
+        let err = kept.against(Some(&digest), Vec::new()).unwrap_err();
+        assert!(err.contains("keeps no tree"), "{err}");
+        let baseline = Baseline::new(&list(&["a"]));
+        kept.put(Some((Tree::of_list(list(&["a"])).unwrap(), baseline)));
+        let err = kept.against(Some("beef"), Vec::new()).unwrap_err();
+        assert!(err.contains(&digest), "{err}");
+        assert_eq!(kept.digest(), Some(digest.clone()));
+        assert!(matches!(
+            kept.against(Some(&digest), Vec::new()),
+            Ok(Against::Kept(..))
+        ));
+        // Taken out for the walk: until it is put back, nothing is kept.
+        assert_eq!(kept.digest(), None);
+        assert!(matches!(
+            kept.against(None, list(&["b"])),
+            Ok(Against::List(l)) if l == ["b"]
+        ));
+    }
+}
