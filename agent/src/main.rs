@@ -3,9 +3,9 @@
 //! # Boot
 //! [`main`] runs these steps in order, each a small function below:
 //! `take_key_from_env` → `parse_args` → `init_logging` → `resolve_config` →
-//! `build_runtime` → `become_subreaper_if_not_pid1` → `install_signal_handlers` →
-//! `start_reaper` → `finish_interrupted_applies` → `bind_listener` →
-//! `start_workload` → `start_commands` → `start_push` → `start_layers` →
+//! `build_runtime` → `note_inherited` → `become_subreaper_if_not_pid1` →
+//! `install_signal_handlers` → `start_reaper` → `finish_interrupted_applies` →
+//! `bind_listener` → `start_workload` → `start_commands` → `start_push` → `start_layers` →
 //! `start_rewinds` → `serve_until_shutdown`.
 //! Nothing slow happens before the listener is bound, but finishing a
 //! layer an earlier agent was killed placing: nothing may see the tree
@@ -30,7 +30,7 @@ use silo_agent::exec::ExecConfig;
 use silo_agent::files::{Files, FilesConfig};
 use silo_agent::layers::journal;
 use silo_agent::layers::{Applier, STATE_DIR};
-use silo_agent::process::{ProcessOps, System};
+use silo_agent::process::{Inherited, ProcessOps, System};
 use silo_agent::push::Pusher;
 use silo_agent::reaper::Reaper;
 use silo_agent::rewind::Rewinder;
@@ -85,8 +85,9 @@ fn init_logging() {
         .and_then(|level| level.parse().ok())
         .unwrap_or(tracing::Level::INFO);
     // Whatever reads the agent's stderr may go (a provider's session
-    // relays it through processes a rewind ends): a lost line is dropped,
-    // never reported with a print that would panic the request logging it.
+    // relays it through processes the agent spares, but which may still
+    // end): a lost line is dropped, never reported with a print that would
+    // panic the request logging it.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .log_internal_errors(false)
@@ -119,6 +120,7 @@ fn build_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 async fn boot(config: Config) -> anyhow::Result<u8> {
     let is_pid1 = std::process::id() == 1;
+    let inherited = note_inherited(is_pid1, config.machine_agent);
     become_subreaper_if_not_pid1(is_pid1)?;
     let signals = install_signal_handlers()?;
     let reaper = start_reaper(signals.child);
@@ -126,7 +128,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     let listener = bind_listener(&config).await?;
     let boot_id = random_hex::<16>()?;
     start_cleanup(&config, &boot_id);
-    let ops: Arc<dyn ProcessOps> = Arc::new(System);
+    let ops: Arc<dyn ProcessOps> = Arc::new(System::inheriting(inherited));
     let workload = Arc::new(start_workload(&config, &reaper, &ops, &boot_id));
     let commands = start_commands(&config, reaper, Arc::clone(&ops))?;
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
@@ -169,6 +171,33 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
         server,
     })
     .await
+}
+
+/// What a machine's agent finds running below it before it starts
+/// anything: the launch around it left them (a provider's session relays
+/// the agent's output through them), and nothing the agent does may end
+/// or stop them. An agent that is PID 1 or on the host inherits nothing.
+fn note_inherited(is_pid1: bool, machine_agent: bool) -> Inherited {
+    if is_pid1 || !machine_agent {
+        return Inherited::default();
+    }
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    match System::default().table() {
+        Ok(table) => {
+            let inherited = Inherited::at_start(&table, me);
+            if !inherited.is_empty() {
+                tracing::info!(
+                    processes = inherited.len(),
+                    "spared: processes already running below the agent at its start"
+                );
+            }
+            inherited
+        }
+        Err(err) => {
+            tracing::warn!(%err, "cannot list /proc at start; spares nothing");
+            Inherited::default()
+        }
+    }
 }
 
 /// Without this, orphans of commands would be re-parented past the agent

@@ -323,7 +323,7 @@ mod tests {
             vec!["/bin/sh".into(), "-c".into(), script],
             RestartPolicy::OnFailure,
             crate::reaper::test_reaper().clone(),
-            Arc::new(crate::process::System),
+            Arc::new(crate::process::System::default()),
             "test",
         );
         // 100 ms + 200 ms of backoff: three runs fit comfortably in 2 s.

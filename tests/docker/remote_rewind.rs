@@ -3,8 +3,10 @@
 //! each snapshot of a chain, entry by entry as it was when the snapshot
 //! was taken, ends every process started before, and the provider is never
 //! asked for a new VM; a template's file changed since, which silo has no
-//! copy of, makes a new VM, and the report says why; and a fork takes a VM
-//! waiting in a pool of the template and rewinds it in place.
+//! copy of, makes a new VM, and the report says why; a fork takes a VM
+//! waiting in a pool of the template and rewinds it in place; and what
+//! relays the agent's own output on Daytona is neither stopped by a
+//! snapshot nor ended by a rewind.
 
 #![allow(
     clippy::unwrap_used,
@@ -24,6 +26,13 @@ use crate::sh;
 
 /// A `sleep` no keep-alive loop of a mock's VM runs.
 const LEFT_RUNNING: &str = "sleep 7431";
+
+/// The agent's children that an exec did not start, as `pid start state`
+/// lines: on Daytona, the relays of the agent's stdout and stderr that its
+/// process session forked before `exec`ing the agent.
+const AGENT_CHILDREN: &str = "a=$(cut -d' ' -f4 /proc/$$/stat); \
+    for p in /proc/[0-9]*; do set -- $(cat $p/stat 2>/dev/null); \
+    [ \"$4\" = \"$a\" ] && [ \"$1\" != $$ ] && echo \"$1 ${22} $3\"; done; true";
 
 /// How many sandboxes the provider was asked to create.
 fn creates(asked: &[Asked]) -> usize {
@@ -204,6 +213,59 @@ async fn a_daytona_sandbox_rewinds_in_place_to_each_snapshot_of_a_chain() {
         || crate::daytona::daytona_id(&cli, "box"),
         || creates(&mock.requests()),
     );
+    cli.ok(&["rm", "box"]);
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daytona_agent_s_output_relays_outlive_its_snapshots_and_rewinds() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let mock = MockDaytona::start(MockDaytonaConfig::default())
+        .await
+        .unwrap();
+    let cli = crate::cli().with_env(mock.env());
+    cli.ok(&["up", "box", "--backend", "daytona", "--image", "base"]);
+    let vars: BTreeMap<String, String> = mock
+        .env()
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect();
+    let config = silo::DaytonaConfig::from_lookup(|name| vars.get(name).cloned()).unwrap();
+    let id = crate::daytona::daytona_id(&cli, "box");
+    let toolbox = silo::internals::daytona::Toolbox::new(&config, mock.toolbox_url(), &id).unwrap();
+    let log = || async { toolbox.session_output("silo-agent").await.unwrap() };
+    assert!(log().await.contains("silo-agent ready"), "{}", log().await);
+
+    let relays = sh(&cli, "box", AGENT_CHILDREN);
+    assert_eq!(relays.lines().count(), 2, "one relay a stream: {relays}");
+    assert!(!relays.contains(" T"), "{relays}");
+
+    // An idle sandbox: nothing of its own to stop, and the relays run on.
+    let report = json(&cli.ok(&["snapshot", "box", "--json"]));
+    assert_eq!(report["processes_stopped"], 0, "{report}");
+    let snap = report["snapshot"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(sh(&cli, "box", AGENT_CHILDREN), relays);
+
+    // A rewind ends what the sandbox started, never the relays, and the
+    // agent's log still reaches the session's output afterwards.
+    sh(
+        &cli,
+        "box",
+        &format!("({LEFT_RUNNING} > /dev/null 2>&1 &); true"),
+    );
+    let report = rewind(&cli, "box", &snap);
+    assert!(report["image"]["in_place"].is_object(), "{report}");
+    let left = sh(
+        &cli,
+        "box",
+        &format!("ps -o args | grep -c '^{LEFT_RUNNING}' ; true"),
+    );
+    assert_eq!(left.trim(), "0", "a process started before is gone");
+    assert_eq!(sh(&cli, "box", AGENT_CHILDREN), relays);
+    assert!(log().await.contains("rewind begun"), "{}", log().await);
     cli.ok(&["rm", "box"]);
     drop(cli);
     mock.shutdown().await.unwrap();

@@ -281,7 +281,7 @@ mod tests {
             leader: child.id() as i32,
             marker: format!("SILO_EXEC_ID={marker_value}"),
         };
-        let ops: Arc<dyn ProcessOps> = Arc::new(System);
+        let ops: Arc<dyn ProcessOps> = Arc::new(System::default());
         // Wait until the escapee has left the session, so the test proves it is found.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {

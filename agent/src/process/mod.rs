@@ -10,8 +10,11 @@
 //! [`kill::escalate`], so one escalation serves interrupts, timeouts, detach
 //! timeouts, leftover cleanup and shutdown alike. Plain execs start through
 //! [`spawn`] (`posix_spawn`, no fork of the agent); PTY execs, session shells
-//! and the workload through `Command` with [`new_session`].
+//! and the workload through `Command` with [`new_session`]. What a
+//! machine's agent found running below it at its start ([`Inherited`]) is
+//! spared by the freeze, the rewind's ending and the stray sweep alike.
 
+pub mod inherited;
 pub mod kill;
 pub mod spawn;
 
@@ -24,6 +27,8 @@ use std::process::Command;
 use nix::errno::Errno;
 use nix::sys::signal::{self, Signal, killpg};
 use nix::unistd::{Pid, getpgrp, setsid};
+
+pub use inherited::Inherited;
 
 /// What belongs to one command: its session (led by `leader`, which is also
 /// its process group id) and every process whose environment carries `marker`.
@@ -60,6 +65,12 @@ pub trait ProcessOps: Send + Sync + 'static {
     fn strays(&self, _registered: &HashSet<i32>, _spared: &[&str]) -> Vec<i32> {
         Vec::new()
     }
+    /// The pids of `table` that are not the sandbox's though they run
+    /// below the agent: what it inherited at its start and their
+    /// descendants ([`Inherited`]). Nothing may signal them.
+    fn inherited(&self, _table: &[(i32, ProcStat)]) -> HashSet<i32> {
+        HashSet::new()
+    }
     /// Every process of this pid namespace that can be read, with its stat
     /// (the agent's own included): what a snapshot's freeze chooses from.
     fn table(&self) -> io::Result<Vec<(i32, ProcStat)>> {
@@ -70,11 +81,18 @@ pub trait ProcessOps: Send + Sync + 'static {
     }
 }
 
-/// The real kernel.
+/// The real kernel, with what the agent inherited at its start.
 #[derive(Debug, Default)]
-pub struct System;
+pub struct System {
+    inherited: Inherited,
+}
 
 impl System {
+    /// The kernel of an agent that inherited `inherited` at its start.
+    pub fn inheriting(inherited: Inherited) -> Self {
+        Self { inherited }
+    }
+
     /// Refuses targets that would hit the agent itself, init or everyone.
     fn allowed(target: i32) -> bool {
         target > 1 && target != own_pid() && target != getpgrp().as_raw()
@@ -129,9 +147,14 @@ impl ProcessOps for System {
         let Ok(table) = self.table() else {
             return Vec::new();
         };
+        let inherited = self.inherited(&table);
         select_strays(&table, own_pid(), registered, |pid| {
-            spared.iter().any(|name| has_var(pid, name))
+            inherited.contains(&pid) || spared.iter().any(|name| has_var(pid, name))
         })
+    }
+
+    fn inherited(&self, table: &[(i32, ProcStat)]) -> HashSet<i32> {
+        self.inherited.spared(table)
     }
 }
 
@@ -384,9 +407,9 @@ mod tests {
 
     #[test]
     fn process_ended_tells_live_from_gone() {
-        assert!(!System.process_ended(own_pid()));
+        assert!(!System::default().process_ended(own_pid()));
         // Above any kernel's pid_max: never a process.
-        assert!(System.process_ended(i32::MAX));
+        assert!(System::default().process_ended(i32::MAX));
     }
 
     #[test]
@@ -394,6 +417,6 @@ mod tests {
         assert!(!System::allowed(0));
         assert!(!System::allowed(1));
         assert!(!System::allowed(own_pid()));
-        assert!(!System.signal_group(own_pid(), Signal::SIGCONT));
+        assert!(!System::default().signal_group(own_pid(), Signal::SIGCONT));
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! The processes are those a snapshot's freeze would stop (its
 //! [`FreezeScope`]: every process but the agent as PID 1, only the agent's
-//! descendants as a machine agent), found anew pass after pass, since a
+//! descendants as a machine agent; never what it inherited at its start,
+//! the relays of its own output), found anew pass after pass, since a
 //! process may fork while its siblings die, each sent SIGKILL through the
 //! process seam. Zombies count as gone: they hold no file open and the
 //! reaper collects them. A process that does not die within the bound (one
@@ -66,7 +67,8 @@ pub fn end_all(
     let mut pause = PASS_PAUSE_MIN;
     loop {
         let table = ops.table().map_err(EndError::Proc)?;
-        let alive: Vec<_> = candidates(&table, scope, me)
+        let inherited = ops.inherited(&table);
+        let alive: Vec<_> = candidates(&table, scope, me, &inherited)
             .into_iter()
             .filter(|(_, stat)| !stat.dead() && !is_kernel_thread(stat))
             .collect();
@@ -105,6 +107,7 @@ mod tests {
         procs: Mutex<Vec<(i32, ProcStat)>>,
         immortal: i32,
         signalled: Mutex<Vec<i32>>,
+        inherited: HashSet<i32>,
     }
 
     impl ProcessOps for Table {
@@ -134,6 +137,9 @@ mod tests {
         fn table(&self) -> io::Result<Vec<(i32, ProcStat)>> {
             Ok(self.procs.lock().unwrap().clone())
         }
+        fn inherited(&self, _table: &[(i32, ProcStat)]) -> HashSet<i32> {
+            self.inherited.clone()
+        }
     }
 
     fn proc(ppid: i32) -> ProcStat {
@@ -160,6 +166,7 @@ mod tests {
             ]),
             immortal: 0,
             signalled: Mutex::default(),
+            inherited: HashSet::new(),
         };
         let ended = end_all(&table, FreezeScope::Descendants, END_WITHIN).unwrap();
         assert_eq!(ended, Ended { killed: 2, left: 0 });
@@ -171,9 +178,31 @@ mod tests {
             procs: Mutex::new(vec![(me, proc(1)), (70, proc(me))]),
             immortal: 70,
             signalled: Mutex::default(),
+            inherited: HashSet::new(),
         };
         let ended = end_all(&stuck, FreezeScope::Descendants, Duration::from_millis(20)).unwrap();
         assert_eq!(ended, Ended { killed: 1, left: 1 });
+    }
+
+    #[test]
+    fn what_the_agent_inherited_at_its_start_is_never_ended() {
+        let me = i32::try_from(std::process::id()).unwrap();
+        // The relays of the agent's output (61, 62) were its children at
+        // its start; its command (70) is the sandbox's.
+        let table = Table {
+            procs: Mutex::new(vec![
+                (me, proc(1)),
+                (61, proc(me)),
+                (62, proc(me)),
+                (70, proc(me)),
+            ]),
+            immortal: 0,
+            signalled: Mutex::default(),
+            inherited: HashSet::from([61, 62]),
+        };
+        let ended = end_all(&table, FreezeScope::Descendants, END_WITHIN).unwrap();
+        assert_eq!(ended, Ended { killed: 1, left: 0 });
+        assert_eq!(*table.signalled.lock().unwrap(), [70]);
     }
 
     #[test]
@@ -182,6 +211,7 @@ mod tests {
             procs: Mutex::new(vec![(4242, proc(1))]),
             immortal: 0,
             signalled: Mutex::default(),
+            inherited: HashSet::new(),
         };
         assert!(matches!(
             end_all(&table, FreezeScope::Namespace, END_WITHIN),

@@ -17,7 +17,9 @@
 //! whose init and daemons run beside it) only the processes descended from
 //! the agent are, its commands and their orphans, which re-parent to it as
 //! the child subreaper. Anywhere else there is no scope and no freeze: it
-//! would stop the host's processes.
+//! would stop the host's processes. In either scope, what the agent
+//! inherited at its start (`process::inherited`: the relays of its own
+//! output) is never stopped.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -157,7 +159,8 @@ pub fn freeze(ops: &dyn ProcessOps, scope: FreezeScope) -> Result<Frozen, Freeze
     for _ in 0..MAX_PASSES {
         let mut stopped_now = 0usize;
         let table = ops.table().map_err(FreezeError::Proc)?;
-        for (pid, stat) in candidates(&table, scope, me) {
+        let inherited = ops.inherited(&table);
+        for (pid, stat) in candidates(&table, scope, me, &inherited) {
             frozen.parents.insert(pid, stat.ppid);
             if ours.contains(&pid) || !wants_stop(&stat) {
                 continue;
@@ -184,12 +187,14 @@ pub fn freeze(ops: &dyn ProcessOps, scope: FreezeScope) -> Result<Frozen, Freeze
 }
 
 /// The processes of `table` that `scope` lets a freeze by agent `me` stop:
-/// never the agent, init or the "every process" pids; with
+/// never the agent, init, the "every process" pids or what the agent
+/// `inherited` at its start (the relays of its own output); with
 /// [`FreezeScope::Descendants`], only those descended from the agent.
 pub(crate) fn candidates(
     table: &[(i32, ProcStat)],
     scope: FreezeScope,
     me: i32,
+    inherited: &HashSet<i32>,
 ) -> Vec<(i32, ProcStat)> {
     let ours = match scope {
         FreezeScope::Namespace => None,
@@ -197,7 +202,7 @@ pub(crate) fn candidates(
     };
     table
         .iter()
-        .filter(|(pid, _)| *pid != me && signal_allowed(*pid))
+        .filter(|(pid, _)| *pid != me && signal_allowed(*pid) && !inherited.contains(pid))
         .filter(|(pid, _)| ours.as_ref().is_none_or(|ours| ours.contains(pid)))
         .copied()
         .collect()
@@ -275,7 +280,7 @@ mod tests {
         assert!(!signal_allowed(-1));
         // Tests never run as PID 1: the freeze must refuse, not stop the host.
         assert!(matches!(
-            freeze(&crate::process::System, FreezeScope::Namespace),
+            freeze(&crate::process::System::default(), FreezeScope::Namespace),
             Err(FreezeError::NotPid1)
         ));
     }
@@ -329,7 +334,7 @@ mod tests {
         ]);
         let table = ops.table().unwrap();
         let pids = |scope| -> Vec<i32> {
-            let mut pids: Vec<i32> = candidates(&table, scope, 60)
+            let mut pids: Vec<i32> = candidates(&table, scope, 60, &HashSet::new())
                 .into_iter()
                 .map(|(pid, _)| pid)
                 .collect();

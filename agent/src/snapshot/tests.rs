@@ -322,7 +322,7 @@ async fn outside_pid_1_a_snapshot_is_unsupported() {
         baseline_digest: None,
     };
     let unused = async { Err(SnapshotError::Internal("not reached".into())) };
-    let ops = Arc::new(crate::process::System);
+    let ops = Arc::new(crate::process::System::default());
     let snapshots = Snapshotter::new(PathBuf::from("/"), None, ops);
     let refused = snapshots.start(request, unused).await;
     assert!(matches!(refused, Err(SnapshotError::Unsupported)));

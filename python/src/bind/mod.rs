@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use pyo3::PyResult;
 use silo::silo_protocol::bundle::{FileEntry, FileSource};
 use silo::{
-    BackendKind, CreateRequest, FileSet, ForkTarget, PushOptions, SandboxSpec, Silo, SiloOptions,
-    UpRequest,
+    BackendKind, CreateRequest, FileSet, ForkTarget, PushOptions, RestoreReport, SandboxSpec, Silo,
+    SiloOptions, UpRequest,
 };
 
 use crate::errors::{invalid, to_py};
@@ -247,12 +247,22 @@ pub async fn fork(
         .fork(snapshot, name, &target, &silo::no_progress())
         .await
         .map_err(|e| to_py(&e))?;
-    let json = serde_json::to_value(&report).map_err(|e| invalid(e.to_string()))?;
+    forked(&home, &silo, &report).await
+}
+
+/// What Python gets of one fork: a handle on its running sandbox and the
+/// report as JSON data.
+async fn forked(
+    home: &Arc<Home>,
+    silo: &Silo,
+    report: &RestoreReport,
+) -> PyResult<(Arc<SandboxRef>, serde_json::Value)> {
+    let json = serde_json::to_value(report).map_err(|e| invalid(e.to_string()))?;
     let sandbox = silo
         .running_sandbox(&report.sandbox.id)
         .await
         .map_err(|e| to_py(&e))?;
-    Ok((SandboxRef::new(home, sandbox), json))
+    Ok((SandboxRef::new(Arc::clone(home), sandbox), json))
 }
 
 /// Makes `count` sandboxes `name-1`.. from `snapshot` at once (see
@@ -274,12 +284,7 @@ pub async fn fork_many(
         .map_err(|e| to_py(&e))?;
     for (_, outcome) in outcomes {
         let report = outcome.map_err(|e| to_py(&e))?;
-        let json = serde_json::to_value(&report).map_err(|e| invalid(e.to_string()))?;
-        let sandbox = silo
-            .running_sandbox(&report.sandbox.id)
-            .await
-            .map_err(|e| to_py(&e))?;
-        made.push((SandboxRef::new(Arc::clone(&home), sandbox), json));
+        made.push(forked(&home, &silo, &report).await?);
     }
     Ok(made)
 }

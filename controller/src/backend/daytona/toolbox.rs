@@ -62,6 +62,19 @@ struct SessionExecuted {
     output: Option<String>,
 }
 
+/// `GET /process/session/{id}`'s answer: its commands.
+#[derive(Debug, Clone, Deserialize)]
+struct SessionListed {
+    #[serde(default)]
+    commands: Vec<SessionCommand>,
+}
+
+/// One command of a session.
+#[derive(Debug, Clone, Deserialize)]
+struct SessionCommand {
+    id: String,
+}
+
 /// `POST /process/execute`'s answer.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -211,6 +224,28 @@ impl Toolbox {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// What every command of process session `session` has written so
+    /// far, in the order they were sent: where the agent's own log goes
+    /// when it was started in one.
+    pub async fn session_output(&self, session: &str) -> Result<String, DaytonaError> {
+        let path = format!("/process/session/{}", encode(session));
+        let reply = self.rest.json(Method::GET, &path, None).await?;
+        if !reply.status.is_success() {
+            return Err(self.refused("list a session's commands", &reply));
+        }
+        let listed: SessionListed = reply.json("a process session")?;
+        let mut output = String::new();
+        for command in listed.commands {
+            let logs = format!("{path}/command/{}/logs", encode(&command.id));
+            let reply = self.rest.json(Method::GET, &logs, None).await?;
+            if !reply.status.is_success() {
+                return Err(self.refused("read a command's output", &reply));
+            }
+            output.push_str(&String::from_utf8_lossy(&reply.body));
+        }
+        Ok(output)
     }
 
     /// Runs the shell line `command` to its end (the benchmark's baseline).
