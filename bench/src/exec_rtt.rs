@@ -1,6 +1,7 @@
 //! `exec-rtt`: round trip of `true` through an agent on one connection, beside
-//! spawning `true` directly on the host (the floor any exec pays), one of
-//! each per round.
+//! spawning `true` directly on the host (what any exec pays), and beside
+//! the floor of a round trip over a WebSocket ([`crate::exec_floor`]), one
+//! of each per round.
 
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -8,6 +9,7 @@ use std::time::Instant;
 use silo_protocol::exec::ExecSpec;
 use silo_tests::TestAgent;
 
+use crate::exec_floor::Floor;
 use crate::report::Row;
 use crate::stats::Samples;
 
@@ -23,18 +25,24 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         argv: vec!["true".into()],
         ..Default::default()
     };
+    let mut floor = Floor::start().await?;
     for _ in 0..20 {
         conn.run(spec.clone()).await?;
+        floor.round_trip().await?;
     }
     // Alternating, one of each per round, so a busy moment of the machine
-    // costs both alike.
+    // costs each alike.
     let mut silo = Samples::default();
+    let mut bare = Samples::default();
     let mut plain = Samples::default();
     for _ in 0..n {
         let t = Instant::now();
         let out = conn.run(spec.clone()).await?;
         silo.push(t.elapsed());
         anyhow::ensure!(out.exit.code == Some(0), "true failed: {:?}", out.exit);
+        let t = Instant::now();
+        floor.round_trip().await?;
+        bare.push(t.elapsed());
         let t = Instant::now();
         Command::new("true")
             .stdin(Stdio::null())
@@ -62,6 +70,20 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     Ok(vec![
         row("p50", 50.0, Some(TARGET_RATIO)),
         row("p99", 99.0, None),
+        Row::untargeted(
+            "exec-rtt",
+            format!("floor: bare WebSocket server spawning `true`, p50 of {n}"),
+            "ms",
+            bare.percentile(50.0),
+            Some((plain.percentile(50.0), "spawn `true` on host")),
+        ),
+        Row::untargeted(
+            "exec-rtt",
+            format!("silo against that floor, p50 of {n}"),
+            "ms",
+            silo.percentile(50.0),
+            Some((bare.percentile(50.0), "bare WebSocket + spawn")),
+        ),
     ])
 }
 
