@@ -2,7 +2,7 @@
 //! snapshot after the first stores only what changed since the one before
 //! (edits to files copied up earlier, deletions and moved directories
 //! included), and rewinding to any of them gives back the tree the sandbox
-//! had when it was taken.
+//! had when it was taken. A snapshot of a stopped sandbox starts it first.
 
 #![allow(
     clippy::unwrap_used,
@@ -242,4 +242,31 @@ async fn checkpoints_in_one_process_each_hold_their_own_step_only() {
         assert_eq!(found.trim_end(), listing, "after a rewind to {snapshot:?}");
     }
     silo.remove(name).await.unwrap();
+}
+
+/// A new process's snapshot of a running sandbox asks its agent rather than
+/// the backend, and keeps the engine's API version in the home; a stopped
+/// sandbox's agent does not answer, so the snapshot asks the backend,
+/// starts it and captures what it had. A remembered version of another
+/// engine socket is not used.
+#[tokio::test]
+async fn a_snapshot_starts_a_stopped_sandbox_and_remembers_the_engine() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "stopped", "--image", BASE_IMAGE]);
+    sh(&cli, "stopped", "echo kept > /root/kept");
+    snapshot(&cli, "stopped");
+    let remembered = cli.home.path().join("engine-api-docker");
+    let text = std::fs::read_to_string(&remembered).unwrap();
+    assert!(text.lines().nth(1).is_some_and(|v| v.contains('.')), "{text}");
+
+    // A stale entry (another socket) is replaced, not trusted.
+    std::fs::write(&remembered, "/nowhere 0 0 0.0\n9.99\n").unwrap();
+    cli.ok(&["stop", "stopped"]);
+    let taken = snapshot(&cli, "stopped");
+    assert_eq!(sh(&cli, "stopped", "cat /root/kept"), "kept\n", "{taken}");
+    let text = std::fs::read_to_string(&remembered).unwrap();
+    assert!(!text.contains("9.99"), "{text}");
 }
