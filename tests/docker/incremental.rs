@@ -260,7 +260,10 @@ async fn a_snapshot_starts_a_stopped_sandbox_and_remembers_the_engine() {
     snapshot(&cli, "stopped");
     let remembered = cli.home.path().join("engine-api-docker");
     let text = std::fs::read_to_string(&remembered).unwrap();
-    assert!(text.lines().nth(1).is_some_and(|v| v.contains('.')), "{text}");
+    assert!(
+        text.lines().nth(1).is_some_and(|v| v.contains('.')),
+        "{text}"
+    );
 
     // A stale entry (another socket) is replaced, not trusted.
     std::fs::write(&remembered, "/nowhere 0 0 0.0\n9.99\n").unwrap();

@@ -246,7 +246,12 @@ mod tests {
         assert_ne!(renewed, identity);
         assert!(read_remembered(&file, &renewed).is_none());
 
-        for garbage in ["", "\n", &format!("{renewed}\n1\n"), &format!("{renewed}\nx.y\n")] {
+        for garbage in [
+            "",
+            "\n",
+            &format!("{renewed}\n1\n"),
+            &format!("{renewed}\nx.y\n"),
+        ] {
             std::fs::write(&file, garbage).unwrap();
             assert!(read_remembered(&file, &renewed).is_none(), "{garbage:?}");
         }
