@@ -7,14 +7,19 @@
 //! with a fourth: `true` on a connection this program holds open, the part
 //! of `silo exec` no CLI can shed. A new CLI process that runs a command in
 //! a sandbox pays at least its own start plus that round trip, which the
-//! report prints as the floor of `silo exec`.
+//! report prints as the floor of `silo exec`. Two more parts of a new
+//! process's call are timed in this program, in the same rounds, to show
+//! what the rest is: a new connection to the agent (connect and WebSocket
+//! upgrade, by a client that has not learned the agent's versions), and
+//! opening the home with one sandbox look-up (the state database's first
+//! connection, which rebuilds SQLite's WAL index).
 
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
 
 use silo::Silo;
-use silo::client::ExecConnection;
+use silo::client::{AgentClient, ExecConnection};
 use silo_protocol::exec::ExecSpec;
 
 use crate::docker_resume::silo_beside_this_program;
@@ -47,6 +52,8 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
         version,
         exec,
         open,
+        connect,
+        home_open,
     } = measured?;
     anyhow::ensure!(removed?.success(), "silo rm failed");
 
@@ -82,6 +89,27 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
             floor,
             Some((p50(&plain), "spawn /bin/true")),
         ),
+        Row::untargeted(
+            "cli",
+            format!("a new connection: connect + upgrade, in-process, p50 of {n}"),
+            "ms",
+            p50(&connect),
+            None,
+        ),
+        Row::untargeted(
+            "cli",
+            format!("opening the home + one look-up, in-process, p50 of {n}"),
+            "ms",
+            p50(&home_open),
+            None,
+        ),
+        Row::untargeted(
+            "cli",
+            "`silo exec` above floor + new connection + home, p50s",
+            "ms",
+            p50(&exec) - floor - p50(&connect) - p50(&home_open),
+            None,
+        ),
         Row {
             scenario: "cli",
             metric: "`silo exec` above its floor, p50s".into(),
@@ -102,6 +130,8 @@ struct Rounds {
     version: Samples,
     exec: Samples,
     open: Samples,
+    connect: Samples,
+    home_open: Samples,
 }
 
 /// `n` rounds of: `/bin/true`, `silo --version`, `silo exec ... -- true`,
@@ -115,7 +145,7 @@ async fn measure(
     for _ in 0..5 {
         exec_true()?;
     }
-    let conn = open_connection(home).await?;
+    let (conn, fresh) = open_connection(home).await?;
     let spec = ExecSpec {
         argv: vec!["true".into()],
         ..Default::default()
@@ -135,16 +165,35 @@ async fn measure(
         let out = conn.run(spec.clone()).await?;
         rounds.open.push(t.elapsed());
         anyhow::ensure!(out.exit.code == Some(0), "true failed: {:?}", out.exit);
+        let client = fresh();
+        let t = Instant::now();
+        let connection = client.connect().await?;
+        rounds.connect.push(t.elapsed());
+        drop(connection);
+        let t = Instant::now();
+        let silo = Silo::open(Some(home.to_path_buf()))?;
+        silo.get(SANDBOX)?;
+        drop(silo);
+        rounds.home_open.push(t.elapsed());
     }
     Ok(rounds)
 }
 
 /// A connection to the scenario's sandbox, through the library on the
-/// home the CLI uses.
-async fn open_connection(home: &Path) -> anyhow::Result<ExecConnection> {
+/// home the CLI uses, and a maker of clients that know nothing yet of the
+/// agent, as a new process's. The home is closed again, so each CLI
+/// process opens the state database as its only connection.
+async fn open_connection(
+    home: &Path,
+) -> anyhow::Result<(ExecConnection, impl Fn() -> AgentClient)> {
     let silo = Silo::open(Some(home.to_path_buf()))?;
     let sandbox = silo.get(SANDBOX)?;
-    Ok(silo.connect(&sandbox).await?)
+    let connection = silo.connect(&sandbox).await?;
+    let client = silo.client(&sandbox)?;
+    let (endpoint, key) = (client.endpoint().clone(), silo.sandbox_key(&sandbox));
+    Ok((connection, move || {
+        AgentClient::new(endpoint.clone(), key.clone())
+    }))
 }
 
 fn push(

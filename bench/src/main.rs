@@ -22,6 +22,7 @@ mod docker_gvisor;
 mod docker_resume;
 mod docker_tti;
 mod e2b;
+mod exec_floor;
 mod exec_memory;
 mod exec_rtt;
 mod files;

@@ -2,9 +2,11 @@
 //!
 //! Every path the controller writes is derived here, so the layout is written
 //! down once: `state.db` (SQLite), `master.key`, `home-id` (this home's
-//! identity, which labels its containers), `bin/` (the extracted agent) and
-//! `sandboxes/<id>/` (per-sandbox directories: the local backend's scratch
-//! space, the Docker backend's agent socket directory).
+//! identity, which labels its containers), `bin/` (the extracted agent),
+//! `engine-api-<engine>` (the API version an engine agreed to, and the
+//! socket it answered on) and `sandboxes/<id>/` (per-sandbox directories:
+//! the local backend's scratch space, the Docker backend's agent socket
+//! directory).
 
 use std::fs::{self, DirBuilder};
 use std::io;
@@ -72,6 +74,12 @@ impl Home {
     /// This home's random identity, drawn on first use.
     pub fn identity(&self) -> PathBuf {
         self.root.join("home-id")
+    }
+
+    /// The API version the engine `engine` ("docker", "podman") agreed to,
+    /// remembered for the next process.
+    pub fn engine_api_version(&self, engine: &str) -> PathBuf {
+        self.root.join(format!("engine-api-{engine}"))
     }
 
     /// Where the embedded agent is extracted.

@@ -5,6 +5,7 @@
 //! had when it was taken. Each names its baseline by digest when the agent
 //! kept that tree, and an agent restarted between two of them is sent the
 //! paths instead.
+//! A snapshot of a stopped sandbox starts it first.
 
 #![allow(
     clippy::unwrap_used,
@@ -301,4 +302,34 @@ async fn checkpoints_name_their_baseline_by_digest_and_a_restarted_agent_gets_th
             "checkpoint {step} comes back as it was taken"
         );
     }
+}
+
+/// A new process's snapshot of a running sandbox asks its agent rather than
+/// the backend, and keeps the engine's API version in the home; a stopped
+/// sandbox's agent does not answer, so the snapshot asks the backend,
+/// starts it and captures what it had. A remembered version of another
+/// engine socket is not used.
+#[tokio::test]
+async fn a_snapshot_starts_a_stopped_sandbox_and_remembers_the_engine() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "stopped", "--image", BASE_IMAGE]);
+    sh(&cli, "stopped", "echo kept > /root/kept");
+    snapshot(&cli, "stopped");
+    let remembered = cli.home.path().join("engine-api-docker");
+    let text = std::fs::read_to_string(&remembered).unwrap();
+    assert!(
+        text.lines().nth(1).is_some_and(|v| v.contains('.')),
+        "{text}"
+    );
+
+    // A stale entry (another socket) is replaced, not trusted.
+    std::fs::write(&remembered, "/nowhere 0 0 0.0\n9.99\n").unwrap();
+    cli.ok(&["stop", "stopped"]);
+    let taken = snapshot(&cli, "stopped");
+    assert_eq!(sh(&cli, "stopped", "cat /root/kept"), "kept\n", "{taken}");
+    let text = std::fs::read_to_string(&remembered).unwrap();
+    assert!(!text.contains("9.99"), "{text}");
 }

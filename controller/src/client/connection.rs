@@ -2,10 +2,13 @@
 //!
 //! A reader task routes what the agent sends: replies go to the request that
 //! carries the same tag, output frames and exits go to the handle of their exec.
-//! A writer task owns the socket's sending half. When the last
-//! [`ExecConnection`] clone and every [`ExecHandle`] are dropped, the writer
-//! closes the socket and both tasks end: shutdown is explicit, not left to a
-//! timeout on the agent's side.
+//! The socket's sending half is shared behind a lock, and each request is
+//! written by the task that makes it: a writer task in between cost a
+//! wake-up and a task switch on every request, on the path of every exec's
+//! round trip (docs/benchmarks.md, exec-rtt). When the last
+//! [`ExecConnection`] clone and every [`ExecHandle`] are dropped, the socket
+//! is closed with a close frame and the reader ends: shutdown is explicit,
+//! not left to a timeout on the agent's side.
 //!
 //! The reader registers an exec's event queue as soon as it reads `started`
 //! or `attached`, before it reads the next message, so no frame of a new exec
@@ -16,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use silo_protocol::exec::{
     AgentMessage, Channel, ClientMessage, ExecId, ExecSpec, ExecState, ExitInfo, Frame, WindowSize,
@@ -29,8 +33,8 @@ use super::{ClientError, Spoken, lock};
 
 /// Events queued per exec before the reader waits for the consumer.
 const EXEC_EVENT_QUEUE: usize = 1024;
-/// Messages queued for the writer.
-const OUTGOING_QUEUE: usize = 256;
+
+type Sink = SplitSink<WebSocketStream<Box<dyn Stream>>, Message>;
 
 /// Something that happened to an exec.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,22 +87,23 @@ pub struct ExecConnection {
     /// The protocol version the channel speaks; a message that needs a
     /// feature it lacks is refused before it is sent.
     spoken: Arc<Spoken>,
-    outgoing: mpsc::Sender<Message>,
+    outgoing: Arc<Outgoing>,
     routes: Arc<Mutex<Routes>>,
     next_tag: Arc<AtomicU64>,
 }
 
 impl ExecConnection {
-    /// Takes over an upgraded WebSocket and starts its reader and writer tasks.
+    /// Takes over an upgraded WebSocket and starts its reader task.
     pub(crate) fn start(socket: WebSocketStream<Box<dyn Stream>>, spoken: Spoken) -> Self {
         let (sink, stream) = socket.split();
-        let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
         let routes = Arc::new(Mutex::new(Routes::default()));
-        tokio::spawn(write_loop(sink, outgoing_rx));
         tokio::spawn(read_loop(stream, routes.clone()));
         Self {
             spoken: Arc::new(spoken),
-            outgoing,
+            outgoing: Arc::new(Outgoing {
+                sink: tokio::sync::Mutex::new(Some(sink)),
+                runtime: tokio::runtime::Handle::current(),
+            }),
             routes,
             next_tag: Arc::new(AtomicU64::new(1)),
         }
@@ -233,9 +238,9 @@ impl ExecConnection {
         }
         let text = serde_json::to_string(&message)
             .map_err(|e| ClientError::Protocol(format!("encoding request: {e}")))?;
-        if self.outgoing.send(Message::text(text)).await.is_err() {
+        if let Err(error) = self.outgoing.send(Message::text(text)).await {
             lock(&self.routes).pending.remove(&tag);
-            return Err(ClientError::Disconnected);
+            return Err(error);
         }
         let reply = reply_rx.await.map_err(|_| ClientError::Disconnected)?;
         match reply.message {
@@ -245,10 +250,7 @@ impl ExecConnection {
     }
 
     async fn send_frame(&self, frame: Frame) -> Result<(), ClientError> {
-        self.outgoing
-            .send(Message::binary(frame.encode()))
-            .await
-            .map_err(|_| ClientError::Disconnected)
+        self.outgoing.send(Message::binary(frame.encode())).await
     }
 
     /// Refuses a message the spoken version lacks a feature for.
@@ -263,10 +265,45 @@ impl ExecConnection {
         self.check(&message)?;
         let text = serde_json::to_string(&message)
             .map_err(|e| ClientError::Protocol(format!("encoding request: {e}")))?;
-        self.outgoing
-            .send(Message::text(text))
-            .await
-            .map_err(|_| ClientError::Disconnected)
+        self.outgoing.send(Message::text(text)).await
+    }
+}
+
+/// The socket's sending half, shared by every clone of a connection.
+struct Outgoing {
+    /// `None` once a write failed: the socket is gone for every sender.
+    sink: tokio::sync::Mutex<Option<Sink>>,
+    /// The runtime the reader runs on, where the close is sent from: the
+    /// last clone may be dropped on a thread outside it (a binding's).
+    runtime: tokio::runtime::Handle,
+}
+
+impl Outgoing {
+    /// Writes one message from the caller's own task.
+    async fn send(&self, message: Message) -> Result<(), ClientError> {
+        let mut sink = self.sink.lock().await;
+        let Some(open) = sink.as_mut() else {
+            return Err(ClientError::Disconnected);
+        };
+        if open.send(message).await.is_err() {
+            *sink = None;
+            return Err(ClientError::Disconnected);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Outgoing {
+    /// Nobody can use the connection any more: close it properly, from a
+    /// task, since a close frame is a write that may wait.
+    fn drop(&mut self) {
+        let Some(mut sink) = self.sink.get_mut().take() else {
+            return;
+        };
+        self.runtime.spawn(async move {
+            let _ = sink.send(Message::Close(None)).await;
+            let _ = sink.close().await;
+        });
     }
 }
 
@@ -368,20 +405,6 @@ impl Drop for ExecHandle {
 
 fn unexpected(message: AgentMessage) -> ClientError {
     ClientError::Protocol(format!("unexpected reply from agent: {message:?}"))
-}
-
-async fn write_loop(
-    mut sink: futures_util::stream::SplitSink<WebSocketStream<Box<dyn Stream>>, Message>,
-    mut outgoing: mpsc::Receiver<Message>,
-) {
-    while let Some(message) = outgoing.recv().await {
-        if sink.send(message).await.is_err() {
-            return;
-        }
-    }
-    // Every sender is gone: nobody can use this connection any more.
-    let _ = sink.send(Message::Close(None)).await;
-    let _ = sink.close().await;
 }
 
 async fn read_loop(

@@ -10,11 +10,15 @@
 //!
 //! The engine may be older than the API version bollard speaks by default
 //! (this project's CI runs 20.10, API 1.41), so the client asks the engine
-//! for its version first and steps down to it.
+//! for its version first and steps down to it. A backend with a home
+//! remembers the version it settled on there ([`connect_remembering`]), so
+//! a new `silo` process that needs the engine skips that round trip
+//! (`GET /version`, 1 to 6 ms, docs/benchmarks.md).
 
+use std::path::Path;
 use std::time::Duration;
 
-use bollard::Docker;
+use bollard::{ClientVersion, Docker};
 use futures_util::StreamExt;
 
 use super::error::{DockerError, api};
@@ -89,13 +93,85 @@ pub async fn connect() -> Result<Docker, DockerError> {
 
 /// Connects to `flavor`'s engine and settles the API version with it.
 pub async fn connect_to(flavor: &Flavor) -> Result<Docker, DockerError> {
+    negotiate(flavor, &(flavor.host)()).await
+}
+
+/// [`connect_to`], with the API version settled by an earlier process kept
+/// in the file `remembered`. Only an engine on a Unix socket is
+/// remembered, and only for the socket it answered on: an engine that
+/// restarts (an upgrade, a downgrade) makes its socket anew, and a socket
+/// of another inode or time no longer matches. The version kept is one
+/// that engine agreed to, so while the same socket is up it still serves
+/// it. An unreadable or stale file is negotiated again and replaced; one
+/// that cannot be written costs the next process the round trip, nothing
+/// else.
+pub async fn connect_remembering(
+    flavor: &Flavor,
+    remembered: &Path,
+) -> Result<Docker, DockerError> {
     let host = (flavor.host)();
-    let unreachable = |source| DockerError::Unreachable {
+    let Some(socket) = host.strip_prefix("unix://") else {
+        return negotiate(flavor, &host).await;
+    };
+    let identity = socket_identity(Path::new(socket));
+    if let Some(identity) = &identity
+        && let Some(version) = read_remembered(remembered, identity)
+    {
+        return Docker::connect_with_unix(socket, REQUEST_TIMEOUT.as_secs(), &version)
+            .map_err(|source| unreachable_error(flavor, &host, source));
+    }
+    let docker = negotiate(flavor, &host).await?;
+    if let Some(identity) = identity {
+        let text = format!("{identity}\n{}\n", docker.client_version());
+        if let Err(error) = crate::fsutil::write_atomic(remembered, text.as_bytes(), 0o600) {
+            tracing::debug!(%error, path = %remembered.display(), "cannot remember the engine's API version");
+        }
+    }
+    Ok(docker)
+}
+
+/// What tells one engine's socket from the next one at the same path.
+fn socket_identity(socket: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(socket).ok()?;
+    Some(format!(
+        "{} {} {} {}.{}",
+        socket.display(),
+        meta.dev(),
+        meta.ino(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ))
+}
+
+/// The version kept in `path` for the socket `identity`, if it is there.
+fn read_remembered(path: &Path, identity: &str) -> Option<ClientVersion> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let (kept, version) = text.split_once('\n')?;
+    if kept != identity {
+        return None;
+    }
+    let (major, minor) = version.trim().split_once('.')?;
+    Some(ClientVersion {
+        major_version: major.parse().ok()?,
+        minor_version: minor.parse().ok()?,
+    })
+}
+
+fn unreachable_error(flavor: &Flavor, host: &str, source: bollard::errors::Error) -> DockerError {
+    DockerError::Unreachable {
         engine: flavor.name,
-        host: host.clone(),
+        host: host.to_owned(),
         hint: flavor.start_hint,
         source: Box::new(source),
-    };
+    }
+}
+
+/// Asks the engine at `host` for its API version (`GET /version`) and
+/// steps down to it.
+async fn negotiate(flavor: &Flavor, host: &str) -> Result<Docker, DockerError> {
+    let host = host.to_owned();
+    let unreachable = |source| unreachable_error(flavor, &host, source);
     // A socket path is reached directly; any other form (`tcp://`, TLS) is
     // Docker's own, read by bollard from `DOCKER_HOST`.
     let docker = match host.strip_prefix("unix://") {
@@ -142,5 +218,43 @@ pub(super) async fn logs_tail(engine: &Docker, container: &str) -> String {
         Ok(Ok(text)) => format!("its last output:\n{}", text.trim_end()),
         Ok(Err(error)) => format!("its output is unavailable ({error})"),
         Err(_) => "its output could not be read in time".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn a_remembered_version_holds_only_for_the_same_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("engine.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let identity = socket_identity(&socket).unwrap();
+        let file = dir.path().join("engine-api-docker");
+        std::fs::write(&file, format!("{identity}\n1.41\n")).unwrap();
+        let version = read_remembered(&file, &identity).unwrap();
+        assert_eq!((version.major_version, version.minor_version), (1, 41));
+
+        // The engine restarted: its socket is a new file (made while the
+        // old one still exists, so it cannot reuse its inode).
+        let next = dir.path().join("next.sock");
+        let _again = std::os::unix::net::UnixListener::bind(&next).unwrap();
+        std::fs::rename(&next, &socket).unwrap();
+        let renewed = socket_identity(&socket).unwrap();
+        assert_ne!(renewed, identity);
+        assert!(read_remembered(&file, &renewed).is_none());
+
+        for garbage in [
+            "",
+            "\n",
+            &format!("{renewed}\n1\n"),
+            &format!("{renewed}\nx.y\n"),
+        ] {
+            std::fs::write(&file, garbage).unwrap();
+            assert!(read_remembered(&file, &renewed).is_none(), "{garbage:?}");
+        }
+        assert!(read_remembered(&dir.path().join("absent"), &renewed).is_none());
     }
 }

@@ -161,12 +161,14 @@ impl DockerBackend {
         Self::new(setup.home.clone(), Arc::clone(&setup.agent))
     }
 
-    /// The engine, connected (and its API version negotiated) on first use.
+    /// The engine, connected on first use, at the API version negotiated
+    /// with it by this home's last process on the same engine, or now.
     pub async fn engine(&self) -> Result<&Docker, DockerError> {
         let flavor = &self.inner.flavor;
+        let remembered = self.inner.home.engine_api_version(flavor.name);
         self.inner
             .engine
-            .get_or_try_init(|| connect_to(flavor))
+            .get_or_try_init(|| engine::connect_remembering(flavor, &remembered))
             .await
     }
 

@@ -29,6 +29,7 @@ use crate::backend::labels::LABEL_HOME;
 use crate::backend::{BackendError, MachineState};
 use crate::backend::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
 use crate::bridge;
+use crate::client::{AgentClient, Endpoint};
 use crate::image::base_id_of;
 use crate::naming::new_snapshot_id;
 use crate::silo::{Silo, SiloError, backend_error, machine};
@@ -44,6 +45,21 @@ use crate::timestamp::unix_ms_to_rfc3339;
 pub(super) const CTIME_MARGIN_NS: i64 = 20_000_000;
 
 impl Silo {
+    /// A client of the sandbox's agent if it answers on a socket of this
+    /// host now: then its machine runs, with no need to ask the backend
+    /// (an engine inspect and a health check of its own), and the client
+    /// has learned the agent's versions, so the capture is one more
+    /// connection rather than two. A socket answers or refuses at once; a
+    /// provider's machine is asked through its backend as before.
+    async fn answering(&self, sandbox: &SandboxRecord) -> Option<AgentClient> {
+        let client = self.client(sandbox).ok()?;
+        if !matches!(client.endpoint(), Endpoint::Unix(_)) {
+            return None;
+        }
+        client.healthz().await.ok()?;
+        Some(client)
+    }
+
     /// Snapshots a sandbox's file system (starting it first if it is
     /// stopped). See the module docs for what is captured and reported.
     pub(crate) async fn snapshot(
@@ -55,14 +71,21 @@ impl Silo {
         let start = Instant::now();
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "snapshot").await?;
         let strategy = self.strategy_of(&sandbox)?;
-        let sandbox = match self.status(&sandbox).await? {
-            MachineState::Running => sandbox,
-            MachineState::Stopped => self.start_sandbox(&sandbox).await?,
-            MachineState::Missing => {
-                return Err(SiloError::Missing {
-                    name: sandbox.name.clone(),
-                    backend: sandbox.backend,
-                });
+        let (sandbox, client) = match self.answering(&sandbox).await {
+            Some(client) => (sandbox, client),
+            None => {
+                let sandbox = match self.status(&sandbox).await? {
+                    MachineState::Running => sandbox,
+                    MachineState::Stopped => self.start_sandbox(&sandbox).await?,
+                    MachineState::Missing => {
+                        return Err(SiloError::Missing {
+                            name: sandbox.name.clone(),
+                            backend: sandbox.backend,
+                        });
+                    }
+                };
+                let client = self.client(&sandbox)?;
+                (sandbox, client)
             }
         };
         let store = self.store()?;
@@ -126,7 +149,6 @@ impl Silo {
             label: "capturing",
             total: None,
         });
-        let client = self.client(&sandbox)?;
         let agent_error = |source| SnapshotError::Agent {
             name: sandbox.name.clone(),
             source: Box::new(source),
