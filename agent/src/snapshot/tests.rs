@@ -416,7 +416,7 @@ async fn a_digest_of_no_kept_tree_is_refused_before_anything_stops() {
             .map_err(|e| SnapshotError::Internal(e.to_string()))
     };
     // A scope whose freeze would stop nothing of this test's: refused first.
-    let ops = Arc::new(crate::process::System);
+    let ops = Arc::new(crate::process::System::default());
     let snapshots = Snapshotter::new(PathBuf::from("/"), Some(FreezeScope::Descendants), ops);
     let refused = snapshots.start(request, hold).await;
     let Err(err) = refused else {
