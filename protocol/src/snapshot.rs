@@ -32,6 +32,9 @@
 //! not an engine through [`crate::layers`]. A well-formed layer ends with the tar end marker;
 //! a body without it was cut short and must be discarded.
 
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
@@ -105,6 +108,22 @@ pub fn tree_digest<'a>(sorted_paths: impl IntoIterator<Item = &'a str>) -> Strin
     hex::encode(hasher.finalize())
 }
 
+/// The paths strictly under directory `dir` in a sorted tree (`dir` itself
+/// left out), cloned so the caller may remove them: both sides drop a
+/// removed or replaced directory's contents from their trees by this one
+/// rule, so the trees they hash with [`tree_digest`] stay equal.
+/// Descendants sort between `dir/` and `dir0`, since `0` follows `/`.
+pub fn paths_under(paths: &BTreeSet<String>, dir: &str) -> Vec<String> {
+    let (low, high) = (format!("{dir}/"), format!("{dir}0"));
+    paths
+        .range::<str, _>((
+            Bound::Included(low.as_str()),
+            Bound::Excluded(high.as_str()),
+        ))
+        .cloned()
+        .collect()
+}
+
 /// The request path (the snapshot takes no query).
 pub fn path() -> &'static str {
     PATH_SNAPSHOT
@@ -113,6 +132,17 @@ pub fn path() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_under_a_directory_leave_out_it_and_its_look_alike_siblings() {
+        let paths: BTreeSet<String> = ["a", "a b", "a-x", "a/b", "a/b/c", "a0", "ab", "b"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        assert_eq!(paths_under(&paths, "a"), ["a/b", "a/b/c"]);
+        assert_eq!(paths_under(&paths, "a/b"), ["a/b/c"]);
+        assert!(paths_under(&paths, "b").is_empty());
+    }
 
     #[test]
     fn a_request_round_trips_through_json() {

@@ -23,11 +23,10 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
-use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, tree_digest};
+use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, paths_under, tree_digest};
 
 use super::walk::{Baseline, Sink};
 
@@ -127,16 +126,7 @@ impl Tree {
             *baseline = Baseline::default();
             return;
         }
-        // Descendants sort between `dir/` and `dir0` ('0' follows '/').
-        let (low, high) = (format!("{dir}/"), format!("{dir}0"));
-        let doomed: Vec<String> = self
-            .paths
-            .range::<str, _>((
-                Bound::Included(low.as_str()),
-                Bound::Excluded(high.as_str()),
-            ))
-            .cloned()
-            .collect();
+        let doomed = paths_under(&self.paths, dir);
         baseline.forget_dir(dir);
         for path in doomed {
             self.paths.remove(&path);

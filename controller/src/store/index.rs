@@ -23,12 +23,11 @@
 
 use std::collections::BTreeSet;
 use std::io::{self, Read, Write};
-use std::ops::Bound;
 
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
-use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
+use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, paths_under};
 
 /// Names starting with this (other than [`OPAQUE_WHITEOUT`]) are the
 /// engine's AUFS bookkeeping, never file system content.
@@ -256,17 +255,7 @@ impl Index {
             self.paths.clear();
             return;
         }
-        // Descendants sort between `dir/` and `dir0` ('0' follows '/').
-        let low = format!("{dir}/");
-        let high = format!("{dir}0");
-        let doomed: Vec<String> = self
-            .paths
-            .range::<str, _>((
-                Bound::Included(low.as_str()),
-                Bound::Excluded(high.as_str()),
-            ))
-            .cloned()
-            .collect();
+        let doomed = paths_under(&self.paths, dir);
         for path in doomed {
             self.paths.remove(&path);
         }
