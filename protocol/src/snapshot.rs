@@ -124,6 +124,74 @@ pub fn paths_under(paths: &BTreeSet<String>, dir: &str) -> Vec<String> {
         .collect()
 }
 
+/// What one layer does to a tree of paths (the path index's form:
+/// relative, joined by one `/`): the paths it hides with everything under
+/// them (`.wh.NAME`), the directories it empties of what was below
+/// (`.wh..wh..opq`; `""` is the root), and the paths it adds, each with its
+/// parent directories, as a marker's directory is added too. Removals go
+/// before additions. The controller's store reads it from a layer's
+/// headers and the agent from what it wrote or placed; both apply it to
+/// the trees they name by [`tree_digest`], so it is recorded by one set of
+/// rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayerPaths {
+    hidden: Vec<String>,
+    opaque: Vec<String>,
+    added: BTreeSet<String>,
+}
+
+impl LayerPaths {
+    /// An entry at `path`: it and each missing parent are added.
+    pub fn entry(&mut self, path: &str) {
+        let mut path = path;
+        // An ancestor already added brought its own ancestors along.
+        while !path.is_empty() && self.added.insert(path.to_owned()) {
+            path = split_parent(path).0;
+        }
+    }
+
+    /// A whiteout of `path`, which sits in `path`'s parent directory.
+    pub fn hide(&mut self, path: &str) {
+        self.entry(split_parent(path).0);
+        self.hidden.push(path.to_owned());
+    }
+
+    /// An opaque marker in `dir`.
+    pub fn make_opaque(&mut self, dir: &str) {
+        self.entry(dir);
+        self.opaque.push(dir.to_owned());
+    }
+
+    /// The paths hidden with everything under them, in the layer's order.
+    pub fn hidden(&self) -> &[String] {
+        &self.hidden
+    }
+
+    /// The directories emptied of what was below them.
+    pub fn opaque(&self) -> &[String] {
+        &self.opaque
+    }
+
+    /// The paths added, parents included, sorted.
+    pub fn added(&self) -> &BTreeSet<String> {
+        &self.added
+    }
+}
+
+/// `a/b/c` → (`a/b`, `c`); `c` → (``, `c`).
+pub fn split_parent(path: &str) -> (&str, &str) {
+    path.rsplit_once('/').unwrap_or(("", path))
+}
+
+/// `name` inside `dir` (`""` is the root).
+pub fn join_child(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
 /// The request path (the snapshot takes no query).
 pub fn path() -> &'static str {
     PATH_SNAPSHOT
@@ -132,6 +200,25 @@ pub fn path() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layers_paths_bring_their_parents_and_markers_their_directories() {
+        let mut layer = LayerPaths::default();
+        layer.entry("usr/bin/env");
+        layer.hide("etc/old");
+        layer.make_opaque("var/cache");
+        layer.hide(&join_child("", "gone"));
+        assert_eq!(layer.hidden(), ["etc/old", "gone"]);
+        assert_eq!(layer.opaque(), ["var/cache"]);
+        let added: Vec<&str> = layer.added().iter().map(String::as_str).collect();
+        assert_eq!(
+            added,
+            ["etc", "usr", "usr/bin", "usr/bin/env", "var", "var/cache"]
+        );
+        assert_eq!(split_parent("a/b/c"), ("a/b", "c"));
+        assert_eq!(split_parent("c"), ("", "c"));
+        assert_eq!(join_child("a/b", "c"), "a/b/c");
+    }
 
     #[test]
     fn paths_under_a_directory_leave_out_it_and_its_look_alike_siblings() {

@@ -5,11 +5,12 @@
 //! After a snapshot, the kept tree is the baseline the walk used with the
 //! layer's changes applied; after a rewind, the baseline of its change list
 //! with the restoring layer applied. Changes apply by the rules the
-//! controller's path index applies a layer with: a whiteout removes its
-//! path and everything under it, an opaque marker everything under its
-//! directory, an entry adds itself and its parent directories, and a
-//! layer's removals go before its additions. Paths that are not UTF-8 are
-//! left out, as a baseline (JSON strings) cannot carry them.
+//! controller's path index applies a layer with, recorded as the
+//! protocol's [`LayerPaths`]: a whiteout removes its path and everything
+//! under it, an opaque marker everything under its directory, an entry adds
+//! itself and its parent directories, and a layer's removals go before its
+//! additions. Paths that are not UTF-8 are left out, as a baseline (JSON
+//! strings) cannot carry them.
 //!
 //! Correctness does not rest on those rules matching the controller's: the
 //! tree is used only for a request naming its exact digest, which covers
@@ -26,7 +27,10 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, paths_under, tree_digest};
+use silo_protocol::snapshot::{
+    LayerPaths, OPAQUE_WHITEOUT, WHITEOUT_PREFIX, join_child, paths_under, split_parent,
+    tree_digest,
+};
 
 use super::walk::{Baseline, Sink};
 
@@ -84,25 +88,25 @@ impl Tree {
             return None;
         }
         let mut gone: HashMap<&str, HashSet<OsString>> = HashMap::new();
-        for path in &changes.hidden {
+        for path in changes.paths.hidden() {
             if self.paths.remove(path.as_str()) {
                 self.bytes = self.bytes.saturating_sub(path.len());
-                let (dir, name) = split(path);
+                let (dir, name) = split_parent(path);
                 gone.entry(dir).or_default().insert(OsString::from(name));
             }
             self.remove_under(path, baseline);
         }
-        for dir in &changes.opaque {
+        for dir in changes.paths.opaque() {
             self.remove_under(dir, baseline);
         }
         for (dir, names) in &gone {
             baseline.remove_names(dir, names);
         }
         let mut made: HashMap<&str, Vec<OsString>> = HashMap::new();
-        for path in &changes.added {
+        for path in changes.paths.added() {
             if self.paths.insert(path.clone()) {
                 self.bytes = self.bytes.saturating_add(path.len());
-                let (dir, name) = split(path);
+                let (dir, name) = split_parent(path);
                 made.entry(dir).or_default().push(OsString::from(name));
             }
         }
@@ -133,7 +137,7 @@ impl Tree {
             self.bytes = self.bytes.saturating_sub(path.len());
             // Its directory is `dir` or under it: gone whole as well (the
             // tree need not hold every parent of its paths).
-            baseline.forget_dir(parent(&path));
+            baseline.forget_dir(split_parent(&path).0);
             baseline.forget_dir(&path);
         }
     }
@@ -150,12 +154,8 @@ fn is_normal(path: &str) -> bool {
 /// What one layer does to a tree: its removals, then its additions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
-    /// Paths removed with everything under them (`.wh.NAME`).
-    hidden: Vec<String>,
-    /// Directories emptied of what was below (`.wh..wh..opq`); `""` is the root.
-    opaque: Vec<String>,
-    /// Paths added, with their parent directories.
-    added: BTreeSet<String>,
+    /// What it hides, empties and adds.
+    paths: LayerPaths,
     /// A path could not be followed; the tree is forgotten.
     unfollowable: bool,
 }
@@ -163,22 +163,17 @@ pub struct Changes {
 impl Changes {
     /// An entry of the layer at `path` (relative to the root).
     pub fn entry(&mut self, path: &str) {
-        let mut path = path;
-        while !path.is_empty() && self.added.insert(path.to_owned()) {
-            path = parent(path);
-        }
+        self.paths.entry(path);
     }
 
     /// A whiteout of `path` (without the marker prefix).
     pub fn hide(&mut self, path: &str) {
-        self.entry(parent(path));
-        self.hidden.push(path.to_owned());
+        self.paths.hide(path);
     }
 
     /// An opaque marker in `dir`.
     pub fn make_opaque(&mut self, dir: &str) {
-        self.entry(dir);
-        self.opaque.push(dir.to_owned());
+        self.paths.make_opaque(dir);
     }
 
     /// Something in the layer the tree cannot follow (an entry left out of
@@ -198,26 +193,13 @@ impl Changes {
             self.entry(text);
             return;
         }
-        let (dir, name) = text.rsplit_once('/').unwrap_or(("", text));
+        let (dir, name) = split_parent(text);
         if name == OPAQUE_WHITEOUT {
             self.make_opaque(dir);
         } else if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
-            match dir {
-                "" => self.hide(hidden),
-                _ => self.hide(&format!("{dir}/{hidden}")),
-            }
+            self.hide(&join_child(dir, hidden));
         }
     }
-}
-
-/// `a/b/c` → `a/b`; `c` → ``.
-fn parent(path: &str) -> &str {
-    split(path).0
-}
-
-/// `a/b/c` → (`a/b`, `c`); `c` → (``, `c`).
-fn split(path: &str) -> (&str, &str) {
-    path.rsplit_once('/').unwrap_or(("", path))
 }
 
 /// A sink that passes everything on to `inner` and notes it in `changes`.

@@ -27,7 +27,9 @@ use std::io::{self, Read, Write};
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
-use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, paths_under};
+use silo_protocol::snapshot::{
+    LayerPaths, OPAQUE_WHITEOUT, WHITEOUT_PREFIX, join_child, paths_under, split_parent,
+};
 
 /// Names starting with this (other than [`OPAQUE_WHITEOUT`]) are the
 /// engine's AUFS bookkeeping, never file system content.
@@ -57,13 +59,8 @@ pub struct LayerStats {
 /// One layer's effect on the paths below it, read from its headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LayerDelta {
-    /// Paths hidden with everything under them (`.wh.<name>`).
-    hidden: Vec<String>,
-    /// Directories whose lower contents are hidden (`.wh..wh..opq`); `""`
-    /// is the root.
-    opaque: Vec<String>,
-    /// Paths the layer adds, parents included, sorted.
-    added: Vec<String>,
+    /// What it hides, empties and adds.
+    paths: LayerPaths,
     /// Counts.
     stats: LayerStats,
 }
@@ -99,7 +96,6 @@ impl LayerDelta {
     pub fn read(reader: impl Read) -> Result<Self, IndexError> {
         let mut archive = tar::Archive::new(reader);
         let mut delta = Self::default();
-        let mut added = BTreeSet::new();
         for entry in archive.entries().map_err(IndexError::Layer)? {
             let entry = entry.map_err(IndexError::Layer)?;
             let kind = entry.header().entry_type();
@@ -117,8 +113,7 @@ impl LayerDelta {
             let (parent, name) = split_parent(&path);
             if name == OPAQUE_WHITEOUT {
                 delta.stats.whiteouts += 1;
-                delta.opaque.push(parent.to_owned());
-                add_with_parents(&mut added, parent);
+                delta.paths.make_opaque(parent);
             } else if name.starts_with(WHITEOUT_META_PREFIX)
                 || path.starts_with(WHITEOUT_META_PREFIX)
             {
@@ -128,17 +123,15 @@ impl LayerDelta {
                     return Err(IndexError::BadPath { path });
                 }
                 delta.stats.whiteouts += 1;
-                delta.hidden.push(join(parent, hidden));
-                add_with_parents(&mut added, parent);
+                delta.paths.hide(&join_child(parent, hidden));
             } else {
                 delta.stats.entries += 1;
                 if matches!(kind, tar::EntryType::Regular | tar::EntryType::Continuous) {
                     delta.stats.file_bytes += entry.size();
                 }
-                add_with_parents(&mut added, &path);
+                delta.paths.entry(&path);
             }
         }
-        delta.added = added.into_iter().collect();
         Ok(delta)
     }
 
@@ -157,14 +150,14 @@ impl Index {
     /// Applies one layer on top: its markers hide lower paths, then its
     /// entries are added.
     pub fn apply(&mut self, delta: &LayerDelta) {
-        for path in &delta.hidden {
+        for path in delta.paths.hidden() {
             self.paths.remove(path.as_str());
             self.remove_under(path);
         }
-        for dir in &delta.opaque {
+        for dir in delta.paths.opaque() {
             self.remove_under(dir);
         }
-        self.paths.extend(delta.added.iter().cloned());
+        self.paths.extend(delta.paths.added().iter().cloned());
     }
 
     /// Reads a layer tar (headers only) and applies it.
@@ -279,28 +272,6 @@ fn normalize(text: &str) -> Result<Option<String>, IndexError> {
 fn bad(text: &str) -> IndexError {
     IndexError::BadPath {
         path: text.chars().take(4096).collect(),
-    }
-}
-
-/// `a/b/c` → (`a/b`, `c`); `c` → (``, `c`).
-fn split_parent(path: &str) -> (&str, &str) {
-    path.rsplit_once('/').unwrap_or(("", path))
-}
-
-fn join(dir: &str, name: &str) -> String {
-    if dir.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{dir}/{name}")
-    }
-}
-
-/// Adds `path` and each missing ancestor, stopping at the first ancestor
-/// already there (its own ancestors were added with it).
-fn add_with_parents(added: &mut BTreeSet<String>, path: &str) {
-    let mut path = path;
-    while !path.is_empty() && added.insert(path.to_owned()) {
-        path = split_parent(path).0;
     }
 }
 
