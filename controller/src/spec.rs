@@ -30,7 +30,8 @@ pub use parse::{BindMount, ParseError, parse_cpus, parse_memory};
 
 /// Every backend this build has, one line each, handed to the macro `$then`:
 /// the backend's variant and name (its [`BackendKind`]), what its machines
-/// are (the [`Machines`] a spec is checked against), and its folder under
+/// are (the [`Machines`] a spec is checked against), which outbound rules
+/// its provider enforces ([`Egress`]), and its folder under
 /// `backend/` with the backend and error types in it, for the registry
 /// (`backend::register_backends!`). Adding a backend is its folder (and
 /// its `mod` line) and one line here; the backend types are only named
@@ -39,18 +40,18 @@ macro_rules! backends {
     ($then:ident) => {
         $then! {
             /// The agent as a plain host process: no isolation, for development and tests.
-            Local = "local", HostProcess => local: LocalBackend, LocalError;
+            Local = "local", HostProcess, Unenforced => local: LocalBackend, LocalError;
             /// A container on a Docker engine, the agent bind-mounted in as PID 1.
-            Docker = "docker", Container => docker: DockerBackend, DockerError;
+            Docker = "docker", Container, Unenforced => docker: DockerBackend, DockerError;
             /// An E2B sandbox (a VM from a template), the agent uploaded and started
             /// beside E2B's own daemon, reached through E2B's proxy.
-            E2b = "e2b", ProviderVm => e2b: E2bBackend, E2bError;
+            E2b = "e2b", ProviderVm, AllowAndDeny => e2b: E2bBackend, E2bError;
             /// A Daytona sandbox (from a Daytona snapshot), the agent uploaded and
             /// started through its toolbox, reached through its preview proxy.
-            Daytona = "daytona", ProviderVm => daytona: DaytonaBackend, DaytonaError;
+            Daytona = "daytona", ProviderVm, AllowOnly => daytona: DaytonaBackend, DaytonaError;
             /// A container on a Podman engine, as on Docker, through Podman's
             /// Docker-compatible API socket.
-            Podman = "podman", Container => podman: PodmanBackend, PodmanError;
+            Podman = "podman", Container, Unenforced => podman: PodmanBackend, PodmanError;
         }
     };
 }
@@ -67,9 +68,23 @@ pub enum Machines {
     ProviderVm,
 }
 
+/// Which outbound rules (`allow_out`, `deny_out`) a backend's provider
+/// enforces, which decides whether a spec may name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Egress {
+    /// None: the machine's network is all or nothing (`--network none`).
+    Unenforced,
+    /// Allow-lists only, at most ten IPv4 blocks and ten host names
+    /// (Daytona's `networkAllowList` and `domainAllowList`).
+    AllowOnly,
+    /// Allow and deny lists, an allowed entry winning (E2B's `allowOut`
+    /// and `denyOut`).
+    AllowAndDeny,
+}
+
 /// Makes [`BackendKind`] from the lines of `backends!`.
 macro_rules! backend_kind {
-    ($($(#[$doc:meta])* $variant:ident = $name:literal, $machines:ident
+    ($($(#[$doc:meta])* $variant:ident = $name:literal, $machines:ident, $egress:ident
         => $field:ident: $backend:ident, $error:ident;)+) => {
         /// Which kind of machine a sandbox runs on.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -89,6 +104,11 @@ macro_rules! backend_kind {
             /// What its machines are.
             pub fn machines(self) -> Machines {
                 match self { $(BackendKind::$variant => Machines::$machines,)+ }
+            }
+
+            /// Which outbound rules its provider enforces.
+            pub fn egress(self) -> Egress {
+                match self { $(BackendKind::$variant => Egress::$egress,)+ }
             }
         }
     };

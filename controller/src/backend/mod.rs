@@ -368,7 +368,7 @@ pub(crate) struct BackendSetup {
 /// the registry [`Backends`]; the variant is also the backend's
 /// [`BackendKind`].
 macro_rules! register_backends {
-    ($($(#[$doc:meta])* $variant:ident = $name:literal, $machines:ident
+    ($($(#[$doc:meta])* $variant:ident = $name:literal, $machines:ident, $egress:ident
         => $field:ident: $backend:ident, $error:ident;)+) => {
         /// Every backend this build has, for dispatch without trait objects.
         #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 //! local backend) or the engine would reject late (a relative mount target)
 //! is refused up front with a message naming the setting.
 
-use super::{BackendKind, Machines, SandboxSpec};
+use super::{BackendKind, Egress, Machines, SandboxSpec};
 
 /// Where silo mounts its own files in a container; sandbox mounts must stay out.
 pub const RESERVED_TARGET: &str = "/.silo";
@@ -59,14 +59,54 @@ impl SandboxSpec {
                 reason: "the template name is empty".into(),
             });
         }
-        self.check_deny_out()?;
-        self.check_allow_out()
+        self.check_egress()
+    }
+
+    /// Outbound rules, as far as the backend's provider enforces them
+    /// ([`Egress`]): refused by name where it enforces none, or no deny
+    /// list; else each readable, not beside `--network none`, and within
+    /// what the provider takes.
+    fn check_egress(&self) -> Result<(), SpecError> {
+        let egress = self.backend.egress();
+        type Takes = fn(Egress) -> bool;
+        let (setting, list, takes): (&'static str, &str, Takes) = if !self.allow_out.is_empty() {
+            ("allow-out", "an allow-list", |egress| {
+                egress != Egress::Unenforced
+            })
+        } else if !self.deny_out.is_empty() {
+            ("deny-out", "a deny list", |egress| {
+                egress == Egress::AllowAndDeny
+            })
+        } else {
+            return Ok(());
+        };
+        if egress == Egress::Unenforced {
+            let why = match self.backend.machines() {
+                Machines::HostProcess => "its commands run on the host's network",
+                _ => "its network is all or --network none",
+            };
+            let by: Vec<&str> = BackendKind::ALL
+                .iter()
+                .filter(|kind| takes(kind.egress()))
+                .map(|kind| kind.as_str())
+                .collect();
+            let verb = if by.len() == 1 { "enforces" } else { "enforce" };
+            return Err(SpecError::Invalid {
+                setting,
+                reason: format!(
+                    "the {} backend cannot enforce {list} ({why}); {} {verb} one",
+                    self.backend,
+                    by.join(" and ")
+                ),
+            });
+        }
+        self.check_deny_out(egress)?;
+        self.check_allow_out(egress)
     }
 
     /// A deny list: each entry an address or a block, not beside
-    /// `--network none`, on a provider that has deny rules (E2B; Daytona's
-    /// rules are allow-lists only).
-    fn check_deny_out(&self) -> Result<(), SpecError> {
+    /// `--network none`, on a provider that has deny rules.
+    fn check_deny_out(&self, egress: Egress) -> Result<(), SpecError> {
         if self.deny_out.is_empty() {
             return Ok(());
         }
@@ -74,12 +114,12 @@ impl SandboxSpec {
             setting: "deny-out",
             reason,
         };
-        if self.backend == BackendKind::Daytona {
-            return Err(invalid(
-                "the daytona backend has no deny list (Daytona's rules only allow; \
-                 --allow-out is the way to limit its outbound traffic)"
-                    .into(),
-            ));
+        if egress == Egress::AllowOnly {
+            return Err(invalid(format!(
+                "the {} backend has no deny list (its rules only allow; \
+                 --allow-out is the way to limit its outbound traffic)",
+                self.backend
+            )));
         }
         super::egress::canonical_denied(&self.deny_out).map_err(invalid)?;
         if self.network.as_deref() == Some("none") {
@@ -92,7 +132,7 @@ impl SandboxSpec {
 
     /// An allow-list: each destination readable, not beside `--network
     /// none`, and within what the provider takes.
-    fn check_allow_out(&self) -> Result<(), SpecError> {
+    fn check_allow_out(&self, egress: Egress) -> Result<(), SpecError> {
         if self.allow_out.is_empty() {
             return Ok(());
         }
@@ -120,7 +160,7 @@ impl SandboxSpec {
                 super::egress::ALL_TRAFFIC
             )));
         }
-        if self.backend == BackendKind::Daytona {
+        if egress == Egress::AllowOnly {
             let (cidrs, hosts) = super::egress::split(&self.allow_out);
             for (count, what) in [(cidrs.len(), "IPv4 blocks"), (hosts.len(), "host names")] {
                 if count > DAYTONA_MAX_ALLOWED {
@@ -159,22 +199,7 @@ impl SandboxSpec {
     }
 
     fn check_local(&self) -> Result<(), SpecError> {
-        if !self.allow_out.is_empty() {
-            return Err(SpecError::Invalid {
-                setting: "allow-out",
-                reason: "the local backend cannot enforce an allow-list (its commands run \
-                         on the host's network); e2b and daytona enforce one"
-                    .into(),
-            });
-        }
-        if !self.deny_out.is_empty() {
-            return Err(SpecError::Invalid {
-                setting: "deny-out",
-                reason: "the local backend cannot enforce a deny list (its commands run \
-                         on the host's network); e2b enforces one"
-                    .into(),
-            });
-        }
+        self.check_egress()?;
         let unsupported = self.container_settings();
         if unsupported.is_empty() {
             return Ok(());
@@ -206,26 +231,7 @@ impl SandboxSpec {
         if self.network.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("network", "it is empty".into()));
         }
-        if !self.allow_out.is_empty() {
-            return Err(invalid(
-                "allow-out",
-                format!(
-                    "the {} backend cannot enforce an allow-list (its network is all or \
-                     --network none); e2b and daytona enforce one",
-                    self.backend
-                ),
-            ));
-        }
-        if !self.deny_out.is_empty() {
-            return Err(invalid(
-                "deny-out",
-                format!(
-                    "the {} backend cannot enforce a deny list (its network is all or \
-                     --network none); e2b enforces one",
-                    self.backend
-                ),
-            ));
-        }
+        self.check_egress()?;
         if self.user.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("user", "it is empty".into()));
         }
@@ -286,7 +292,8 @@ impl SandboxSpec {
     }
 }
 
-/// Most IPv4 blocks, and most host names, a Daytona sandbox may allow.
+/// Most IPv4 blocks, and most host names, an allow-only provider takes
+/// (Daytona, [`Egress::AllowOnly`]).
 const DAYTONA_MAX_ALLOWED: usize = 10;
 
 /// The engine's name for the whole capability set.
