@@ -19,10 +19,10 @@
 //! the agent walks against it only if its own tree has exactly that digest,
 //! and otherwise refuses with [`crate::ErrorKind::UnknownBaseline`], and
 //! the client sends the paths. A digest covers every path, so the layer is
-//! the one the paths would have given. The layer uses the image-layer conventions every engine applies:
-//! paths relative to `/`, directories before their entries, hard links to
-//! earlier entries, and a deletion as an empty `.wh.<name>` entry
-//! ([`WHITEOUT_PREFIX`]) in its parent directory.
+//! the one the paths would have given. The layer uses the image-layer
+//! conventions every engine applies: paths relative to `/`, directories
+//! before their entries, hard links to earlier entries, and a deletion as an
+//! empty `.wh.<name>` entry ([`WHITEOUT_PREFIX`]) in its parent directory.
 //!
 //! The sandbox's processes (everything but the agent when it is PID 1; on
 //! a machine it runs on beside the provider's own processes, started with

@@ -8,13 +8,13 @@
 //! request, or a layer apply, is told the agent is busy), and hands
 //! a blocking thread the rest: index the baseline, read the mount table,
 //! stop the sandbox's processes, then walk and write the layer into a
-//! bounded channel whose other end is the response body. The baseline is
-//! the request's paths, or the tree kept from the last snapshot or rewind
-//! when the request names it by digest (`tree`); either way the tree after
-//! the layer is kept for the next request, once the processes run again. Errors before the
-//! layer starts are answered with their own status; after, the body is cut
-//! off without the tar end marker. The processes are continued as soon as
-//! the last file is read, on every path, by the freeze's guard.
+//! bounded channel whose other end is the response body. The baseline is the
+//! request's paths, or the tree kept from the last snapshot or rewind when
+//! the request names it by digest (`tree`); either way the tree after the
+//! layer is kept for the next request, once the processes run again. Errors
+//! before the layer starts are answered with their own status; after, the
+//! body is cut off without the tar end marker. The processes are continued
+//! as soon as the last file is read, on every path, by the freeze's guard.
 //!
 //! Pushes are held off while a snapshot reads: the caller passes the push
 //! service's permits (`Pusher::hold_off`), which `take` keeps until the

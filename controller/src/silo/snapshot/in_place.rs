@@ -7,15 +7,15 @@
 //! checkpoint, the moment its last snapshot or in-place rewind left it
 //! with a known tree; else the snapshot the machine was made from, or its
 //! image, at the machine's start). It asks the agent what changed since
-//! then, measured as a snapshot would measure it (the anchor's paths as
-//! the baseline, named by digest when the agent kept that tree), and the agent ends every process and answers the change
-//! list, holding the sandbox. From the list and the store alone,
-//! [`crate::store::rewind`] makes the layer that turns the live tree into
-//! the target's, and the agent applies it (journaled, so an agent killed
-//! half way finishes it at its next boot) and lets the sandbox go. The
-//! sandbox's checkpoint becomes the target at the moment the layer was in
-//! place, so its next snapshot builds on the target and stores only what
-//! changed after.
+//! then, measured as a snapshot would measure it (the anchor's paths as the
+//! baseline, named by digest when the agent kept that tree), and the agent
+//! ends every process and answers the change list, holding the sandbox. From
+//! the list and the store alone, [`crate::store::rewind`] makes the layer
+//! that turns the live tree into the target's, and the agent applies it
+//! (journaled, so an agent killed half way finishes it at its next boot) and
+//! lets the sandbox go. The sandbox's checkpoint becomes the target at the
+//! moment the layer was in place, so its next snapshot builds on the target
+//! and stores only what changed after.
 //!
 //! Where the machine started is its strategy's to say
 //! ([`SnapshotWay::machine_start`]): a container's creation and image, from

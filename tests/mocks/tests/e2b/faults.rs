@@ -1,7 +1,8 @@
 //! The switches for what a real E2B does that the mock otherwise does not
 //! show: rate limits (`429` with `Retry-After`, set in process and through
-//! the test-only route), creates failing inside E2B (`500`), connections cut when a sandbox pauses, and a proxy
-//! that answers `502` for a while after a resume.
+//! the test-only route), creates failing inside E2B (`500`), connections cut
+//! when a sandbox pauses, and a proxy that answers `502` for a while after a
+//! resume.
 
 use std::time::{Duration, Instant};
 
