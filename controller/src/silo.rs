@@ -216,14 +216,24 @@ impl Silo {
         let made = backend.create(made).await;
         match self.record_made(&sandbox, made).await {
             Ok(sandbox) => Ok(sandbox),
-            Err(error) => {
-                let reason = json!({
-                    "reason": format!("create failed: {}", silo_protocol::http::error_chain(&error)),
-                });
-                self.db().delete_sandbox(&sandbox, &reason)?;
-                Err(error)
-            }
+            Err(error) => Err(self.forget_failed(&sandbox, "create", error)?),
         }
+    }
+
+    /// Deletes the row of `sandbox`, reserved for a `what` ("create",
+    /// "fork") that failed with `error`, logging why; answers `error` for
+    /// the caller to return.
+    pub(crate) fn forget_failed(
+        &self,
+        sandbox: &SandboxRecord,
+        what: &str,
+        error: SiloError,
+    ) -> Result<SiloError, SiloError> {
+        let reason = json!({
+            "reason": format!("{what} failed: {}", silo_protocol::http::error_chain(&error)),
+        });
+        self.db().delete_sandbox(sandbox, &reason)?;
+        Ok(error)
     }
 
     /// Records the machine a backend just made for `sandbox` (its handle and

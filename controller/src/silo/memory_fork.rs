@@ -15,8 +15,6 @@
 //! machine was made from (the create from it failed) is deleted at once,
 //! so a failed fork leaves nothing at the provider.
 
-use serde_json::json;
-
 use super::{CreateRequest, Silo, SiloError, backend_error, machine};
 use crate::backend::{Backend, NoMemoryFork};
 use crate::naming::validate_name;
@@ -61,14 +59,7 @@ impl Silo {
             Ok(image) => image,
             Err(error) => {
                 let error = backend_error("fork", &source, error);
-                let reason = json!({
-                    "reason": format!(
-                        "fork failed: {}",
-                        silo_protocol::http::error_chain(&error)
-                    ),
-                });
-                self.db().delete_sandbox(&sandbox, &reason)?;
-                return Err(error);
+                return Err(self.forget_failed(&sandbox, "fork", error)?);
             }
         };
         let launched = self.launch_from(sandbox, Some(&image), true).await;

@@ -10,7 +10,7 @@
 //! of it asks the sandbox's way (`Silo::strategy`), never a backend's kind
 //! or capabilities, and no backend is asked anything but its way.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use silo_protocol::auth::Key;
 use silo_protocol::snapshot::SnapshotRequest;
 
@@ -315,16 +315,7 @@ impl SnapshotWay {
                     .await
                 {
                     Ok(applied) => Ok(applied),
-                    Err(error) => {
-                        let reason = json!({
-                            "reason": format!(
-                                "fork failed: {}",
-                                silo_protocol::http::error_chain(&error)
-                            ),
-                        });
-                        silo.db().delete_sandbox(&sandbox, &reason)?;
-                        Err(error)
-                    }
+                    Err(error) => Err(silo.forget_failed(&sandbox, "fork", error)?),
                 }
             }
         }
