@@ -241,6 +241,12 @@ impl SandboxSpec {
         }
     }
 
+    /// Whether the sandbox has no network at all (`--network none`), which
+    /// every backend's outbound rules follow.
+    pub fn offline(&self) -> bool {
+        self.network.as_deref() == Some("none")
+    }
+
     /// Lowercase hex SHA-256 of the spec's canonical JSON.
     pub fn hash(&self) -> String {
         // Serializing plain data into a Vec cannot fail; fall back to Debug so a

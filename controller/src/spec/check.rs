@@ -122,7 +122,7 @@ impl SandboxSpec {
             )));
         }
         super::egress::canonical_denied(&self.deny_out).map_err(invalid)?;
-        if self.network.as_deref() == Some("none") {
+        if self.offline() {
             return Err(invalid(
                 "--network none blocks every destination; give one or the other".into(),
             ));
@@ -141,7 +141,7 @@ impl SandboxSpec {
             reason,
         };
         super::egress::canonical(&self.allow_out).map_err(invalid)?;
-        if self.network.as_deref() == Some("none") {
+        if self.offline() {
             return Err(invalid(
                 "--network none blocks every destination; give one or the other".into(),
             ));

@@ -181,7 +181,7 @@ impl Provider for Daytona {
     ) -> Result<(), DaytonaError> {
         let (cidrs, hosts) = egress::split(&spec.allow_out);
         let settings = api::NetworkSettings {
-            network_block_all: spec.network.as_deref() == Some("none"),
+            network_block_all: spec.offline(),
             network_allow_list: cidrs.join(","),
             domain_allow_list: hosts.join(","),
         };
@@ -207,7 +207,7 @@ impl Provider for Daytona {
                 env: machine.spec.env.clone(),
                 labels,
                 public: false,
-                network_block_all: machine.spec.network.as_deref() == Some("none"),
+                network_block_all: machine.spec.offline(),
                 network_allow_list: listed(&cidrs),
                 domain_allow_list: listed(&hosts),
                 auto_stop_interval: config.auto_stop_minutes,

@@ -25,6 +25,7 @@ use serde_json::json;
 use super::config::E2bConfig;
 use super::error::E2bError;
 use crate::backend::remote::rest::{Reply, Rest};
+use crate::spec::SandboxSpec;
 use crate::spec::egress::ALL_TRAFFIC;
 
 /// How long `silo doctor`'s check of the key may retry.
@@ -65,19 +66,18 @@ pub struct NewSandbox {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// The egress rules of a sandbox without network (`--network none`):
-/// every IPv4 destination denied, enforced by E2B's firewall besides
-/// `allow_internet_access: false`.
-pub fn deny_all_egress() -> serde_json::Value {
-    json!({ "denyOut": [ALL_TRAFFIC] })
-}
-
-/// The egress rules of `--allow-out` and `--deny-out` (E2B's `allowOut`
-/// wins over `denyOut`, and a host name may only be allowed over
-/// `0.0.0.0/0` denied): an allow-list alone denies every other IPv4
-/// destination; a deny list denies its blocks, but for those allowed;
-/// `None` for neither.
-pub fn egress_rules(allowed: &[String], denied: &[String]) -> Option<serde_json::Value> {
+/// The egress rules of `spec`, enforced by E2B's firewall: without
+/// network (`--network none`) every IPv4 destination denied, besides
+/// `allow_internet_access: false`; else those of `--allow-out` and
+/// `--deny-out` (E2B's `allowOut` wins over `denyOut`, and a host name may
+/// only be allowed over `0.0.0.0/0` denied): an allow-list alone denies
+/// every other IPv4 destination, a deny list denies its blocks but for
+/// those allowed; `None` for neither.
+pub fn egress_rules(spec: &SandboxSpec) -> Option<serde_json::Value> {
+    if spec.offline() {
+        return Some(json!({ "denyOut": [ALL_TRAFFIC] }));
+    }
+    let (allowed, denied) = (&spec.allow_out, &spec.deny_out);
     match (allowed.is_empty(), denied.is_empty()) {
         (true, true) => None,
         (false, true) => Some(json!({ "allowOut": allowed, "denyOut": [ALL_TRAFFIC] })),

@@ -174,13 +174,10 @@ impl Provider for E2b {
     /// `PUT /sandboxes/{id}/network` with the rules a create from `spec`
     /// would carry (none: every egress rule cleared).
     async fn set_egress(&self, e2b: &E2bRef, spec: &SandboxSpec) -> Result<(), E2bError> {
-        let rules = if spec.network.as_deref() == Some("none") {
-            let mut rules = api::deny_all_egress();
+        let mut rules = api::egress_rules(spec).unwrap_or_else(|| json!({}));
+        if spec.offline() {
             rules["allow_internet_access"] = false.into();
-            rules
-        } else {
-            api::egress_rules(&spec.allow_out, &spec.deny_out).unwrap_or_else(|| json!({}))
-        };
+        }
         self.api()?.update_network(&e2b.sandbox_id, &rules).await
     }
 
@@ -194,12 +191,8 @@ impl Provider for E2b {
             .or(machine.spec.image.as_deref())
             .unwrap_or(config::DEFAULT_TEMPLATE)
             .to_owned();
-        let offline = machine.spec.network.as_deref() == Some("none");
-        let network = if offline {
-            Some(api::deny_all_egress())
-        } else {
-            api::egress_rules(&machine.spec.allow_out, &machine.spec.deny_out)
-        };
+        let offline = machine.spec.offline();
+        let network = api::egress_rules(machine.spec);
         let created = self
             .api()?
             .create(&api::NewSandbox {
