@@ -30,7 +30,7 @@ use silo_agent::exec::ExecConfig;
 use silo_agent::files::{Files, FilesConfig};
 use silo_agent::layers::journal;
 use silo_agent::layers::{Applier, STATE_DIR};
-use silo_agent::process::{Inherited, ProcessOps, System};
+use silo_agent::process::{Inherited, ProcessOps, System, own_pid};
 use silo_agent::push::Pusher;
 use silo_agent::reaper::Reaper;
 use silo_agent::rewind::Rewinder;
@@ -181,7 +181,7 @@ fn note_inherited(is_pid1: bool, machine_agent: bool) -> Inherited {
     if is_pid1 || !machine_agent {
         return Inherited::default();
     }
-    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let me = own_pid();
     match System::default().table() {
         Ok(table) => {
             let inherited = Inherited::at_start(&table, me);

@@ -197,7 +197,9 @@ pub fn new_session(cmd: &mut Command) {
     }
 }
 
-fn own_pid() -> i32 {
+/// The agent's own pid (0, which no check matches, were it ever out of
+/// range).
+pub fn own_pid() -> i32 {
     i32::try_from(std::process::id()).unwrap_or(0)
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::process::ProcessOps;
+use crate::process::{ProcessOps, own_pid};
 use crate::snapshot::FreezeScope;
 use crate::snapshot::freeze::{candidates, is_kernel_thread, is_pid1};
 
@@ -61,7 +61,7 @@ pub fn end_all(
     if scope == FreezeScope::Namespace && !is_pid1() {
         return Err(EndError::NotPid1);
     }
-    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let me = own_pid();
     let deadline = Instant::now() + within;
     let mut killed: HashSet<(i32, u64)> = HashSet::new();
     let mut pause = PASS_PAUSE_MIN;

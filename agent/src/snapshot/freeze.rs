@@ -29,7 +29,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::process::{ProcStat, ProcessOps, read_stat, with_descendants};
+use crate::process::{ProcStat, ProcessOps, own_pid, read_stat, with_descendants};
 
 /// Longest wait for signalled processes to reach the stopped state.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -152,7 +152,7 @@ pub fn freeze(ops: &dyn ProcessOps, scope: FreezeScope) -> Result<Frozen, Freeze
     if scope == FreezeScope::Namespace && !is_pid1() {
         return Err(FreezeError::NotPid1);
     }
-    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let me = own_pid();
     // Built first, so an error or a panic below still thaws what was stopped.
     let mut frozen = Frozen::default();
     let mut ours: HashSet<i32> = HashSet::new();
