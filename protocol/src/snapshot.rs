@@ -63,20 +63,19 @@ pub const HEADER_STOPPED_AT: &str = "x-silo-stopped-at-ns";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotRequest {
     /// Unix nanoseconds before which the sandbox's image was complete and
-    /// none of its processes had run: a path whose ctime is at or after
-    /// this changed.
+    /// none of its processes had run: a baseline path whose ctime is at or
+    /// after this changed. A path the baseline lacks is new, whatever its
+    /// ctime.
     pub changed_since_ns: i64,
-    /// Walk only into directories whose own ctime moved. Sound on overlay
-    /// file systems, where any change below a directory copies it up and so
-    /// moves its ctime; elsewhere every directory is walked.
+    /// Ignored: every directory is walked. Pruning by a directory's own
+    /// ctime missed changes two levels below it (a directory's times move
+    /// only when its own entries change, and fuse-overlayfs keeps a lower
+    /// directory's times on copy-up). Controllers send `false`, so an agent
+    /// from before this rule walks every directory too.
     pub prune_unchanged_dirs: bool,
-    /// With `prune_unchanged_dirs`, the ctime from which a directory is
-    /// walked into; `None` means `changed_since_ns`. A snapshot building on
-    /// an earlier one sets this to the machine's start: on overlay, a file
-    /// copied up before the earlier snapshot can change again without its
-    /// directory's ctime moving, so directories are pruned against the
-    /// machine's start while paths count as changed against the earlier
-    /// snapshot.
+    /// Ignored, as `prune_unchanged_dirs` is. A controller sends it (the
+    /// machine's start) on a snapshot that builds on an earlier one, as
+    /// protocol 4's `IncrementalSnapshot` asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub descend_since_ns: Option<i64>,
     /// Absolute paths left out with everything under them (the controller's
@@ -84,8 +83,8 @@ pub struct SnapshotRequest {
     /// agent finds in `/proc/self/mountinfo` are left out as well.
     pub exclude: Vec<String>,
     /// Every path of the image the sandbox was made from, relative to `/`
-    /// and without a trailing slash: what the agent compares a changed
-    /// directory against to find deletions. Empty when `baseline_digest`
+    /// and without a trailing slash: what the agent compares every
+    /// directory's names against to find deletions and new paths. Empty when `baseline_digest`
     /// names it.
     pub baseline: Vec<String>,
     /// The [`tree_digest`] of the baseline, sent instead of its paths to

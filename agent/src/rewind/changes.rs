@@ -106,8 +106,6 @@ mod tests {
         symlink("passwd", root.join("etc/link")).unwrap();
         let spec = WalkSpec {
             changed_since_ns: 0,
-            prune_unchanged_dirs: false,
-            descend_since_ns: None,
             excluded: HashSet::new(),
             baseline: Baseline::new(&["etc".into(), "etc/group".into(), "etc/apt".into()]),
         };

@@ -108,8 +108,6 @@ pub fn write_index(
 ) -> Result<IndexStats, SnapshotError> {
     let spec = WalkSpec {
         changed_since_ns: i64::MIN,
-        prune_unchanged_dirs: false,
-        descend_since_ns: None,
         excluded,
         baseline: walk::Baseline::default(),
     };

@@ -352,8 +352,6 @@ pub(crate) fn walk_spec(
     excluded.insert(PathBuf::from(crate::layers::STATE_DIR));
     Ok(WalkSpec {
         changed_since_ns: request.changed_since_ns,
-        prune_unchanged_dirs: request.prune_unchanged_dirs,
-        descend_since_ns: request.descend_since_ns,
         excluded,
         baseline: Baseline::default(),
     })

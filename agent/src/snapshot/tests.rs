@@ -120,11 +120,9 @@ fn sandbox() -> (tempfile::TempDir, i64, Vec<String>) {
     (dir, since, baseline)
 }
 
-fn spec(since: i64, prune: bool, baseline: &[String], excluded: &[&str]) -> WalkSpec {
+fn spec(since: i64, baseline: &[String], excluded: &[&str]) -> WalkSpec {
     WalkSpec {
         changed_since_ns: since,
-        prune_unchanged_dirs: prune,
-        descend_since_ns: None,
         excluded: excluded.iter().map(PathBuf::from).collect::<HashSet<_>>(),
         baseline: Baseline::new(baseline),
     }
@@ -139,7 +137,7 @@ fn layer_of(root: &Path, spec: &WalkSpec) -> Vec<Seen> {
 #[test]
 fn the_layer_holds_exactly_the_changes_in_walk_order() {
     let (dir, since, baseline) = sandbox();
-    let seen = layer_of(dir.path(), &spec(since, false, &baseline, &["skip", "mnt"]));
+    let seen = layer_of(dir.path(), &spec(since, &baseline, &["skip", "mnt"]));
     let long = format!("a/{}", "n".repeat(150));
     assert_eq!(
         names(&seen),
@@ -198,18 +196,15 @@ fn a_moved_directory_is_captured_whole() {
     std::thread::sleep(TICK);
     // A rename moves the directory's own ctime, not its entries'.
     fs::rename(root.join("lib"), root.join("moved")).unwrap();
-    for prune in [false, true] {
-        let seen = layer_of(root, &spec(since, prune, &baseline, &[]));
-        assert_eq!(
-            names(&seen),
-            [".wh.lib", "moved", "moved/sub", "moved/sub/file"],
-            "prune {prune}"
-        );
-    }
+    let seen = layer_of(root, &spec(since, &baseline, &[]));
+    assert_eq!(
+        names(&seen),
+        [".wh.lib", "moved", "moved/sub", "moved/sub/file"]
+    );
 }
 
 #[test]
-fn a_later_snapshot_takes_only_what_changed_since_and_prunes_against_the_start() {
+fn a_later_snapshot_finds_changes_below_directories_whose_times_did_not_move() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     fs::create_dir_all(root.join("work/deep")).unwrap();
@@ -221,65 +216,82 @@ fn a_later_snapshot_takes_only_what_changed_since_and_prunes_against_the_start()
     std::thread::sleep(TICK);
     let start = now_ns();
     std::thread::sleep(TICK);
-    // Before the first snapshot: a new file and an edit. On overlay the
-    // first change below `work` copies it up, which moves its ctime; a
-    // chmod to the same mode does that here.
-    let mode = fs::metadata(root.join("work")).unwrap().permissions();
-    fs::set_permissions(root.join("work"), mode).unwrap();
     fs::write(root.join("work/deep/made"), "first").unwrap();
     fs::write(root.join("work/deep/notes"), "first").unwrap();
     std::thread::sleep(TICK);
     let first = now_ns();
     std::thread::sleep(TICK);
-    // After it: only a file's content, so no directory's ctime moves, and a
-    // deletion of a file the first snapshot had.
+    // After the first snapshot: a file's content, and a deletion two levels
+    // below `work`, whose own times do not move (as an image directory's
+    // on fuse-overlayfs, or any directory whose entries stay the same).
     fs::write(root.join("work/deep/notes"), "second").unwrap();
     fs::remove_file(root.join("work/deep/made")).unwrap();
     let mut tree = image.clone();
     tree.push("work/deep/made".into());
 
-    // Pruning against the later moment alone would never look inside
-    // `work` (its ctime is older), and would miss both changes.
-    let naive = layer_of(root, &spec(first, true, &tree, &[]));
-    assert!(naive.is_empty(), "{:?}", names(&naive));
-    let since_first = WalkSpec {
-        descend_since_ns: Some(start),
-        ..spec(first, true, &tree, &[])
-    };
-    let seen = layer_of(root, &since_first);
+    let seen = layer_of(root, &spec(first, &tree, &[]));
     assert_eq!(
         names(&seen),
         ["work", "work/deep", "work/deep/.wh.made", "work/deep/notes"]
     );
     assert_eq!(seen[3].content, b"second");
     // `work/old` was left alone throughout and is in neither layer.
-    let whole = layer_of(root, &spec(start, true, &image, &[]));
+    let whole = layer_of(root, &spec(start, &image, &[]));
     assert!(!names(&whole).contains(&"work/old"));
 }
 
 #[test]
-fn pruning_skips_unchanged_directories_and_nothing_is_older_than_the_threshold() {
+fn a_name_the_baseline_lacks_is_captured_whatever_its_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("usr/bin")).unwrap();
+    fs::write(root.join("usr/bin/sh"), "image").unwrap();
+    fs::create_dir_all(root.join("made/sub")).unwrap();
+    fs::write(root.join("made/sub/file"), "old times").unwrap();
+    fs::write(root.join("usr/bin/newfile"), "new").unwrap();
+    let image = ["usr", "usr/bin", "usr/bin/sh"].map(String::from).to_vec();
+    // Every ctime is before the threshold: only the names say what is new.
+    std::thread::sleep(TICK);
+    let later = now_ns();
+    let seen = layer_of(root, &spec(later, &image, &[]));
+    assert_eq!(
+        names(&seen),
+        [
+            "made",
+            "made/sub",
+            "made/sub/file",
+            "usr",
+            "usr/bin",
+            "usr/bin/newfile"
+        ]
+    );
+}
+
+#[test]
+fn every_directory_is_walked_and_nothing_is_older_than_the_threshold() {
     let (dir, since, baseline) = sandbox();
-    let pruned = layer_of(dir.path(), &spec(since, true, &baseline, &["skip", "mnt"]));
-    let names = names(&pruned);
-    // `tmp` did not change, so its edited file is not looked for.
-    assert!(!names.contains(&"tmp") && !names.contains(&"tmp/edit.txt"));
+    let seen = layer_of(dir.path(), &spec(since, &baseline, &["skip", "mnt"]));
+    let names = names(&seen);
+    // `tmp` did not change, yet its edited file is found.
+    assert!(names.contains(&"tmp") && names.contains(&"tmp/edit.txt"));
     assert!(names.contains(&"hl2") && names.contains(&".wh.gone.txt"));
 
     // Without exclusions the excluded trees show up, and with a threshold in
-    // the future nothing at all does.
-    let all = layer_of(dir.path(), &spec(since, false, &baseline, &[]));
+    // the future only what the baseline lacks or lost does.
+    let all = layer_of(dir.path(), &spec(since, &baseline, &[]));
     let all = self::names(&all);
     assert!(all.contains(&"skip/new") && all.contains(&"mnt/inside"));
     assert!(!all.contains(&"skip/old") && !all.contains(&"keep.txt"));
-    let future = layer_of(dir.path(), &spec(i64::MAX, false, &baseline, &[]));
-    assert!(future.is_empty());
+    let future = layer_of(dir.path(), &spec(i64::MAX, &baseline, &[]));
+    let future = self::names(&future);
+    assert!(future.contains(&"fifo") && future.contains(&".wh.gone.txt"));
+    assert!(!future.contains(&"tmp/edit.txt") && !future.contains(&"hl1"));
 }
 
 #[test]
 fn excluding_the_root_gives_an_empty_layer_and_bad_exclusions_are_refused() {
     let (dir, since, baseline) = sandbox();
-    assert!(layer_of(dir.path(), &spec(since, false, &baseline, &[""])).is_empty());
+    assert!(layer_of(dir.path(), &spec(since, &baseline, &[""])).is_empty());
     let ok = excluded(&["/etc/hosts".into(), "/.silo/".into(), "/".into()]).unwrap();
     assert!(ok.contains(Path::new("etc/hosts")) && ok.contains(Path::new(".silo")));
     assert!(ok.contains(Path::new("")));
@@ -332,7 +344,7 @@ async fn outside_pid_1_a_snapshot_is_unsupported() {
 fn a_kept_tree_walks_as_the_paths_it_stands_for() {
     let (dir, since, baseline) = sandbox();
     let root = dir.path();
-    let mut first = spec(since, false, &baseline, &["mnt"]);
+    let mut first = spec(since, &baseline, &["mnt"]);
     let mut out = Vec::new();
     let (_, changes) = write_layer(root, &first, &mut out).unwrap();
     let (tree, kept) = Source::List(baseline)
@@ -387,9 +399,9 @@ fn a_kept_tree_walks_as_the_paths_it_stands_for() {
     fs::write(root.join("quiet/inner/new"), "n").unwrap();
     let by_kept = WalkSpec {
         baseline: kept,
-        ..spec(again, false, &[], &["mnt"])
+        ..spec(again, &[], &["mnt"])
     };
-    let by_paths = spec(again, false, &listed, &["mnt"]);
+    let by_paths = spec(again, &listed, &["mnt"]);
     let layer = layer_of(root, &by_kept);
     assert_eq!(layer, layer_of(root, &by_paths));
     assert!(

@@ -2,19 +2,34 @@
 //! order the layer lists it.
 //!
 //! [`walk`] never follows a symlink and hands its [`Sink`] every changed
-//! path (ctime at or after the threshold) in byte order of the whole path
-//! (`a`, `a.b`, `a/x`: a directory is walked once the names of its parent
-//! that sort before `name/` are done), so each directory comes before what
-//! is in it and a walk that takes everything is the sorted path index. A changed path whose parent directories
-//! did not change still gets them first, with their own metadata, so whoever
-//! applies the layer never has to invent one. Excluded paths (the request's,
-//! plus every mount point but the root) are skipped with everything under
-//! them. A changed directory that was read is compared with the baseline's
-//! entries for it, and each one that is gone becomes a whiteout. A changed
-//! directory the baseline does not have at its path (made, or moved there)
-//! is captured whole: a moved directory keeps its entries' ctimes (overlay's
-//! `redirect_dir`, any plain file system), so only its own ctime says it
-//! moved.
+//! path in byte order of the whole path (`a`, `a.b`, `a/x`: a directory is
+//! walked once the names of its parent that sort before `name/` are done),
+//! so each directory comes before what is in it and a walk that takes
+//! everything is the sorted path index. A changed path whose parent
+//! directories did not change still gets them first, with their own
+//! metadata, so whoever applies the layer never has to invent one.
+//! Excluded paths (the request's, plus every mount point but the root) are
+//! skipped with everything under them.
+//!
+//! # Why it cannot miss a change
+//! Every directory is read and every entry in it is looked at: no subtree
+//! is skipped because of its parent's times. A directory's times move only
+//! when its own entries change, and on fuse-overlayfs a copied-up
+//! directory keeps the lower layer's times, so a parent's ctime says
+//! nothing about what lies two levels below it. What is decided per path:
+//! - a name the baseline does not have at that path (made, or moved
+//!   there) is captured, whatever its times, and a directory of that kind
+//!   is captured whole: a moved directory keeps its entries' ctimes;
+//! - a name the baseline has is captured when its ctime is at or after the
+//!   threshold: every change of content or metadata (write, truncate,
+//!   chmod, chown, a new hard link, an extended attribute, a rename onto
+//!   it) moves the ctime, which no process can set;
+//! - a baseline name missing from its directory becomes a whiteout, found
+//!   by comparing names, not by the directory's times.
+//!
+//! The request's `prune_unchanged_dirs` and `descend_since_ns` are read
+//! and ignored: pruning by a directory's times was the shortcut that
+//! missed files.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
@@ -40,13 +55,9 @@ pub const SYSTEM_DIRS: [&str; 3] = ["proc", "sys", "dev"];
 /// What the walk looks for, with every path relative to the walk's root.
 #[derive(Debug, Default)]
 pub struct WalkSpec {
-    /// A path changed if its ctime, in Unix nanoseconds, is at or after this.
+    /// A baseline path changed if its ctime, in Unix nanoseconds, is at
+    /// or after this.
     pub changed_since_ns: i64,
-    /// Descend only into directories whose ctime is at or after
-    /// `descend_since_ns` (sound on overlay file systems).
-    pub prune_unchanged_dirs: bool,
-    /// Where pruning draws its line; `None` means `changed_since_ns`.
-    pub descend_since_ns: Option<i64>,
     /// Paths left out with everything under them (the empty path is the root).
     pub excluded: HashSet<PathBuf>,
     /// The image's paths, by parent directory.
@@ -56,12 +67,6 @@ pub struct WalkSpec {
 impl WalkSpec {
     fn changed(&self, meta: &Metadata) -> bool {
         ctime_ns(meta) >= i128::from(self.changed_since_ns)
-    }
-
-    /// Whether a directory that did not change may still hold changes.
-    fn worth_entering(&self, meta: &Metadata) -> bool {
-        !self.prune_unchanged_dirs
-            || ctime_ns(meta) >= i128::from(self.descend_since_ns.unwrap_or(self.changed_since_ns))
     }
 }
 
@@ -219,8 +224,8 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
             stack.pop();
             continue;
         };
-        let inside_fresh = frame.fresh;
-        let in_image = !inside_fresh && spec.baseline.has(&frame.rel, &name);
+        // Inside a directory captured whole, nothing is in the baseline.
+        let in_baseline = !frame.fresh && spec.baseline.has(&frame.rel, &name);
         let rel = frame.rel.join(&name);
         if spec.excluded.contains(&rel) {
             continue;
@@ -232,24 +237,23 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
             Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
             Err(err) => return Err(FsError::new("stat", &path, err).into()),
         };
-        let changed = inside_fresh || spec.changed(&meta);
+        let changed = !in_baseline || spec.changed(&meta);
         if meta.is_dir() {
             if changed {
                 emit_parents(&mut stack, sink)?;
                 sink.entry(&rel, &meta).map_err(FsError::at("add", &path))?;
             }
-            if changed || spec.worth_entering(&meta) {
-                let mut key = name.into_vec();
-                key.push(b'/');
-                let dir = Subdir {
-                    rel,
-                    meta,
-                    emitted: changed,
-                    fresh: changed && !in_image,
-                };
-                if let Some(frame) = stack.last_mut() {
-                    frame.pending.insert(key, dir);
-                }
+            // Every directory is walked, changed or not (see the module docs).
+            let mut key = name.into_vec();
+            key.push(b'/');
+            let dir = Subdir {
+                rel,
+                meta,
+                emitted: changed,
+                fresh: !in_baseline,
+            };
+            if let Some(frame) = stack.last_mut() {
+                frame.pending.insert(key, dir);
             }
         } else if changed && !meta.file_type().is_socket() {
             emit_parents(&mut stack, sink)?;
@@ -285,25 +289,32 @@ fn enter(
         Err(err) => return Err(FsError::new("read directory", &path, err).into()),
     };
     names.sort();
-    if spec.changed(&meta) {
-        for gone in spec.baseline.children(&rel) {
-            if names.binary_search(gone).is_ok() || spec.excluded.contains(&rel.join(gone)) {
-                continue;
-            }
-            let mut marker = OsString::from(WHITEOUT_PREFIX);
-            marker.push(gone);
-            sink.whiteout(&rel.join(marker))
-                .map_err(FsError::at("add a whiteout in", &path))?;
-        }
-    }
+    // Deletions are found by names, whatever the directory's own times say.
+    let gone: Vec<&OsString> = spec
+        .baseline
+        .children(&rel)
+        .iter()
+        .filter(|gone| {
+            names.binary_search(gone).is_err() && !spec.excluded.contains(&rel.join(gone))
+        })
+        .collect();
     stack.push(Frame {
-        rel,
+        rel: rel.clone(),
         meta,
         emitted,
         fresh,
         names: names.into_iter().peekable(),
         pending: BTreeMap::new(),
     });
+    if !gone.is_empty() {
+        emit_parents(stack, sink)?;
+    }
+    for gone in gone {
+        let mut marker = OsString::from(WHITEOUT_PREFIX);
+        marker.push(gone);
+        sink.whiteout(&rel.join(marker))
+            .map_err(FsError::at("add a whiteout in", &path))?;
+    }
     Ok(())
 }
 

@@ -30,10 +30,6 @@ use crate::timestamp::rfc3339_to_unix_ns;
 pub const LABEL_SNAPSHOT: &str = "silo.snapshot";
 /// Repository under which snapshot images are tagged (`silo-snapshot:<id>`).
 pub const SNAPSHOT_REPOSITORY: &str = "silo-snapshot";
-/// Storage drivers whose containers are overlays: a change anywhere below a
-/// directory copies that directory up, so an unchanged directory (by ctime)
-/// has nothing changed beneath it and a snapshot need not walk it.
-const OVERLAY_DRIVERS: &[&str] = &["overlay2", "overlay", "fuse-overlayfs"];
 
 /// What a snapshot needs to know about a sandbox's container.
 #[derive(Debug, Clone)]
@@ -43,8 +39,6 @@ pub struct ContainerFacts {
     /// When the container was made (unix ns): its image was complete before,
     /// and none of its processes had run.
     pub created_ns: i64,
-    /// Its file system is an overlay (see [`OVERLAY_DRIVERS`]).
-    pub overlay: bool,
     /// Paths a snapshot leaves out: silo's and the engine's own mounts.
     pub exclude: Vec<String>,
 }
@@ -110,11 +104,9 @@ impl EngineImages {
             .ok_or_else(|| DockerError::Unexpected {
                 what: format!("container {name} has no readable creation time"),
             })?;
-        let driver = info.driver.clone().unwrap_or_default();
         Ok(ContainerFacts {
             image_id,
             created_ns,
-            overlay: OVERLAY_DRIVERS.contains(&driver.as_str()),
             exclude: config::snapshot_excludes(machine.spec),
         })
     }

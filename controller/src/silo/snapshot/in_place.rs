@@ -242,7 +242,7 @@ impl Silo {
         let start = strategy.machine_start(self, sandbox).await?;
         let request = |changed_since_ns, descend_since_ns| SnapshotRequest {
             changed_since_ns,
-            prune_unchanged_dirs: start.prune_unchanged_dirs,
+            prune_unchanged_dirs: false,
             descend_since_ns,
             exclude: start.exclude.clone(),
             baseline: Vec::new(),

@@ -31,8 +31,6 @@ pub(super) struct MachineStart {
     /// Unix ns on the machine's clock from which a changed path is the
     /// sandbox's.
     pub started_ns: i64,
-    /// Whether a directory older than that may be left unwalked.
-    pub prune_unchanged_dirs: bool,
     /// Paths a snapshot leaves out.
     pub exclude: Vec<String>,
     /// The stored image its files came from.
@@ -110,7 +108,6 @@ impl SnapshotWay {
                 };
                 Ok(MachineStart {
                     started_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
-                    prune_unchanged_dirs: facts.overlay,
                     exclude: facts.exclude.clone(),
                     image_id: facts.image_id.clone(),
                 })
@@ -125,8 +122,6 @@ impl SnapshotWay {
                 Ok(MachineStart {
                     // Read from the machine's clock, the margin already off.
                     started_ns: baseline.changed_since_ns,
-                    // A VM's root is no overlay: every directory is walked.
-                    prune_unchanged_dirs: false,
                     exclude: vec![SILO_DIR.to_owned()],
                     image_id: baseline.image.clone(),
                 })
@@ -170,7 +165,9 @@ impl SnapshotWay {
                 };
                 let request = SnapshotRequest {
                     changed_since_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
-                    prune_unchanged_dirs: facts.overlay,
+                    // Agents walk every directory: no subtree is skipped
+                    // on its parent's times (an older agent is told so).
+                    prune_unchanged_dirs: false,
                     descend_since_ns: None,
                     exclude: facts.exclude,
                     baseline: Vec::new(),
@@ -194,7 +191,6 @@ impl SnapshotWay {
                 })?;
                 let request = SnapshotRequest {
                     changed_since_ns: baseline.changed_since_ns,
-                    // A VM's root is no overlay: every directory is walked.
                     prune_unchanged_dirs: false,
                     descend_since_ns: None,
                     exclude: vec![SILO_DIR.to_owned()],
