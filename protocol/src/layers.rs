@@ -56,7 +56,7 @@ pub struct ApplyResponse {
     /// Hex SHA-256 of the layer applied.
     pub sha256: String,
     /// Entries that changed the machine: every directory, file, symlink,
-    /// hard link and whiteout or opaque marker below.
+    /// hard link, FIFO and whiteout or opaque marker below.
     pub entries: u64,
     /// Directories made or given the layer's metadata.
     pub dirs: u64,
@@ -68,6 +68,9 @@ pub struct ApplyResponse {
     pub symlinks: u64,
     /// Hard links made.
     pub hard_links: u64,
+    /// Named pipes made (sent by agents since FIFOs are applied).
+    #[serde(default)]
+    pub fifos: u64,
     /// Whiteout and opaque markers carried out.
     pub whiteouts: u64,
     /// Entries left out, whatever the reason (exact, unlike the list).
@@ -101,7 +104,8 @@ pub struct Skipped {
 pub enum SkipReason {
     /// A character or block device: the agent never makes device nodes.
     Device,
-    /// A named pipe: the agent never makes FIFOs.
+    /// A named pipe, from an agent that did not make FIFOs (agents now
+    /// make them as any other entry).
     Fifo,
     /// The name is not UTF-8 (the path index and snapshot baselines are
     /// UTF-8, so such a path could not be tracked afterwards).

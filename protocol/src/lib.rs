@@ -21,6 +21,7 @@
 //! - [`push`]: the push request's query and its answer.
 //! - [`bundle`]: the bundle format, its limits, and the deterministic builder.
 //! - [`exact`]: a tar entry's contents read to exactly the size its header declared.
+//! - [`mtime`]: a layer entry's modification time to the nanosecond (a PAX record).
 //! - [`snapshot`]: the snapshot request and the layer format of its answer.
 //! - [`layers`]: a layer applied onto the machine (new with remote backends):
 //!   its limits, answer and error kinds.
@@ -43,6 +44,7 @@ pub mod http;
 pub mod index;
 pub mod layers;
 pub mod limits;
+pub mod mtime;
 pub mod push;
 pub mod query;
 pub mod replay;

@@ -332,12 +332,13 @@ impl Applied {
         let p = self.placed;
         ApplyResponse {
             sha256: self.sha256,
-            entries: p.dirs + p.files + p.symlinks + p.hard_links + p.whiteouts,
+            entries: p.dirs + p.files + p.symlinks + p.fifos + p.hard_links + p.whiteouts,
             dirs: p.dirs,
             files: p.files,
             bytes: p.bytes,
             symlinks: p.symlinks,
             hard_links: p.hard_links,
+            fifos: p.fifos,
             whiteouts: p.whiteouts,
             skipped_count: self.skipped_count,
             skipped: self.skipped,

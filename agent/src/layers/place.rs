@@ -32,7 +32,9 @@ use nix::sys::stat::{
     FileStat, Mode, SFlag, UtimensatFlags, fchmod, fstatat, futimens, mkdirat, utimensat,
 };
 use nix::sys::time::TimeSpec;
-use nix::unistd::{Gid, Uid, UnlinkatFlags, fchown, fchownat, linkat, symlinkat, unlinkat};
+use nix::unistd::{
+    Gid, Uid, UnlinkatFlags, fchown, fchownat, linkat, mkfifoat, symlinkat, unlinkat,
+};
 
 use super::stage::{Meta, Plan, Removal, Step};
 use crate::fs_error::FsError;
@@ -53,6 +55,8 @@ pub struct Placed {
     pub files: u64,
     /// Their bytes.
     pub bytes: u64,
+    /// FIFOs placed.
+    pub fifos: u64,
     /// Symlinks placed.
     pub symlinks: u64,
     /// Hard links made.
@@ -278,13 +282,17 @@ impl Placer<'_> {
                 self.placed.dirs += 1;
             }
             Step::File { path, staged, size } => {
-                self.put(path, staged, false)?;
+                self.put(path, staged, Staged::File)?;
                 self.placed.files += 1;
                 self.placed.bytes += size;
             }
             Step::Symlink { path, staged } => {
-                self.put(path, staged, true)?;
+                self.put(path, staged, Staged::Symlink)?;
                 self.placed.symlinks += 1;
+            }
+            Step::Fifo { path, staged } => {
+                self.put(path, staged, Staged::Fifo)?;
+                self.placed.fifos += 1;
             }
             Step::HardLink { path, target } => {
                 self.link(path, target)?;
@@ -310,7 +318,7 @@ impl Placer<'_> {
     }
 
     /// Renames staged `staged` to `path`, over anything there.
-    fn put(&mut self, path: &str, staged: &str, is_link: bool) -> Result<(), FsError> {
+    fn put(&mut self, path: &str, staged: &str, kind: Staged) -> Result<(), FsError> {
         let shown = self.guard.root.join(path);
         let (parent, name) = split(path);
         if self.again && is_gone(self.staging.as_fd(), staged, &shown)? {
@@ -323,10 +331,11 @@ impl Placer<'_> {
             Err(Errno::EXDEV) => {
                 self.temps += 1;
                 let temp = temp_name(self.temps);
-                let copied = if is_link {
-                    copy_link(self.staging.as_fd(), staged, at, &temp, self.owners)
-                } else {
-                    copy_file(self.staging.as_fd(), staged, at, &temp, self.owners)
+                let staging = self.staging.as_fd();
+                let copied = match kind {
+                    Staged::File => copy_file(staging, staged, at, &temp, self.owners),
+                    Staged::Symlink => copy_link(staging, staged, at, &temp, self.owners),
+                    Staged::Fifo => copy_fifo(staging, staged, at, &temp, self.owners),
                 };
                 replace_with(at, &temp, name, copied)
                     .map_err(FsError::at("copy into place", &shown))
@@ -376,7 +385,7 @@ impl Placer<'_> {
             .map_err(sys("chown", &shown))?;
         }
         fchmod(&fd, Mode::from_bits_truncate(meta.mode)).map_err(sys("chmod", &shown))?;
-        let time = TimeSpec::new(meta.mtime, 0);
+        let time = meta.time();
         futimens(&fd, &time, &time).map_err(sys("set the time of", &shown))
     }
 }
@@ -463,9 +472,50 @@ fn copy_link(
             AtFlags::AT_SYMLINK_NOFOLLOW,
         )?;
     }
-    let time = TimeSpec::new(stat.st_mtime, 0);
+    let time = TimeSpec::new(stat.st_mtime, stat.st_mtime_nsec);
     utimensat(at, temp, &time, &time, UtimensatFlags::NoFollowSymlink)?;
     Ok(())
+}
+
+/// Makes `temp` in `at` a FIFO like staged FIFO `staged`, owner, mode and
+/// time included.
+fn copy_fifo(
+    staging: BorrowedFd<'_>,
+    staged: &str,
+    at: BorrowedFd<'_>,
+    temp: &str,
+    owners: bool,
+) -> io::Result<()> {
+    let stat = fstatat(staging, staged, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    mkfifoat(at, temp, Mode::from_bits_truncate(0o600))?;
+    // Set through a descriptor of the FIFO itself (opening it for reading
+    // without blocking), never through a name that could be swapped.
+    let fifo = File::from(openat(
+        at,
+        temp,
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?);
+    if owners {
+        fchown(
+            &fifo,
+            Some(Uid::from_raw(stat.st_uid)),
+            Some(Gid::from_raw(stat.st_gid)),
+        )?;
+    }
+    fchmod(&fifo, Mode::from_bits_truncate(stat.st_mode & 0o7777))?;
+    let time = TimeSpec::new(stat.st_mtime, stat.st_mtime_nsec);
+    futimens(&fifo, &time, &time)?;
+    Ok(())
+}
+
+/// What a staged entry is, for the copy that replaces a rename across
+/// devices.
+#[derive(Debug, Clone, Copy)]
+enum Staged {
+    File,
+    Symlink,
+    Fifo,
 }
 
 fn open_dir<P: ?Sized + nix::NixPath>(at: impl AsFd, name: &P) -> nix::Result<OwnedFd> {

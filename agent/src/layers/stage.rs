@@ -11,10 +11,11 @@
 //! Regular files are written into the staging directory under a number,
 //! with their owner, mode (setuid and setgid included) and time set there,
 //! so that placing one is a single `rename`; symlinks are made there the
-//! same way. Directories, hard links (to an earlier file of this layer
-//! only), whiteouts and opaque markers become steps of the [`Plan`].
-//! Devices, FIFOs, names that are not UTF-8, the engine's own `.wh..wh.`
-//! files and the root's own entry are left out and listed.
+//! same way, and so are FIFOs. Directories, hard links (to an earlier file
+//! of this layer only), whiteouts and opaque markers become steps of the
+//! [`Plan`]. Times come to the nanosecond ([`Mtime`]). Devices, names that
+//! are not UTF-8, the engine's own `.wh..wh.` files and the root's own
+//! entry are left out and listed.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -25,13 +26,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::{AT_FDCWD, AtFlags};
-use nix::sys::stat::{UtimensatFlags, utimensat};
+use nix::sys::stat::{Mode, UtimensatFlags, utimensat};
 use nix::sys::time::TimeSpec;
+use nix::unistd::mkfifo;
 use nix::unistd::{Gid, Uid, fchownat};
 use serde::{Deserialize, Serialize};
 use silo_protocol::layers::{
     MAX_SKIPPED_LISTED, OPAQUE_WHITEOUT, SkipReason, Skipped, WHITEOUT_PREFIX,
 };
+use silo_protocol::mtime::Mtime;
 use tar::EntryType;
 
 use crate::fs_error::FsError;
@@ -61,6 +64,17 @@ pub struct Meta {
     pub gid: u32,
     /// Modification time, Unix seconds.
     pub mtime: i64,
+    /// Nanoseconds past `mtime` (a journal from before they were kept
+    /// reads as none).
+    #[serde(default)]
+    pub mtime_nsec: u32,
+}
+
+impl Meta {
+    /// The modification time as the kernel takes it.
+    pub fn time(&self) -> TimeSpec {
+        TimeSpec::new(self.mtime, i64::from(self.mtime_nsec))
+    }
 }
 
 /// What to remove before the layer's entries go in.
@@ -93,6 +107,13 @@ pub enum Step {
     },
     /// A symlink staged under `staged`, owner and time set.
     Symlink {
+        /// Relative to the root.
+        path: String,
+        /// Its name in the staging directory.
+        staged: String,
+    },
+    /// A named pipe staged under `staged`, metadata set.
+    Fifo {
         /// Relative to the root.
         path: String,
         /// Its name in the staging directory.
@@ -140,6 +161,7 @@ impl Plan {
                 Step::Dir { path, .. }
                 | Step::File { path, .. }
                 | Step::Symlink { path, .. }
+                | Step::Fifo { path, .. }
                 | Step::HardLink { path, .. } => changes.entry(path),
             }
         }
@@ -157,7 +179,7 @@ enum Known {
     Dir,
     /// A regular file this layer brings (a hard link may name it).
     File,
-    /// Anything else this layer brings (a symlink).
+    /// Anything else this layer brings (a symlink, a FIFO).
     Other,
     /// Not there once the removals are done (whited out, or missing).
     Absent,
@@ -303,7 +325,7 @@ impl<'a> Stager<'a> {
         }
         file.set_permissions(std::fs::Permissions::from_mode(meta.mode))
             .map_err(write_error("chmod", &target))?;
-        file.set_modified(system_time(meta.mtime))
+        file.set_modified(system_time(&meta))
             .map_err(write_error("set the time of", &target))?;
         let size = entry.size();
         self.known.insert(path.clone(), Known::File);
@@ -334,7 +356,7 @@ impl<'a> Stager<'a> {
             )
             .map_err(|e| write_error("chown", &target)(e.into()))?;
         }
-        let time = TimeSpec::new(meta.mtime, 0);
+        let time = meta.time();
         utimensat(
             AT_FDCWD,
             &target,
@@ -345,6 +367,39 @@ impl<'a> Stager<'a> {
         .map_err(|e| write_error("set the time of", &target)(e.into()))?;
         self.known.insert(path.clone(), Known::Other);
         self.plan.steps.push(Step::Symlink { path, staged });
+        Ok(())
+    }
+
+    /// A named pipe: made in staging with its owner, mode and time, so
+    /// that placing it is one `rename` as for a file.
+    fn stage_fifo(&mut self, path: String, meta: Meta) -> Result<(), ExtractError> {
+        let staged = self.staged_name();
+        let target = self.staging.join(&staged);
+        mkfifo(&target, Mode::from_bits_truncate(STAGED_FILE_MODE))
+            .map_err(|e| write_error("create", &target)(e.into()))?;
+        if self.plan.owners {
+            fchownat(
+                AT_FDCWD,
+                &target,
+                Some(Uid::from_raw(meta.uid)),
+                Some(Gid::from_raw(meta.gid)),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| write_error("chown", &target)(e.into()))?;
+        }
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(meta.mode))
+            .map_err(write_error("chmod", &target))?;
+        let time = meta.time();
+        utimensat(
+            AT_FDCWD,
+            &target,
+            &time,
+            &time,
+            UtimensatFlags::NoFollowSymlink,
+        )
+        .map_err(|e| write_error("set the time of", &target)(e.into()))?;
+        self.known.insert(path.clone(), Known::Other);
+        self.plan.steps.push(Step::Fifo { path, staged });
         Ok(())
     }
 
@@ -409,6 +464,7 @@ impl Unpack for Stager<'_> {
         if kind.is_pax_global_extensions() {
             return Ok(());
         }
+        let mtime = Mtime::of_entry(entry);
         let Ok(name) = String::from_utf8(raw.clone()) else {
             self.skip(&raw, SkipReason::NotUtf8);
             return Ok(());
@@ -422,8 +478,8 @@ impl Unpack for Stager<'_> {
         }
         let skip = match kind {
             EntryType::Char | EntryType::Block => Some(SkipReason::Device),
-            EntryType::Fifo => Some(SkipReason::Fifo),
             EntryType::Regular
+            | EntryType::Fifo
             | EntryType::Continuous
             | EntryType::Directory
             | EntryType::Symlink
@@ -436,7 +492,10 @@ impl Unpack for Stager<'_> {
         }
         self.check_excluded(&name, &path)?;
         self.check_parents(&name, &path)?;
-        let meta = meta_of(entry.header()).map_err(|why| reject(&name, why))?;
+        let meta = mtime
+            .map_err(|_| Reject::BadName("unreadable time"))
+            .and_then(|mtime| meta_of(entry.header(), mtime))
+            .map_err(|why| reject(&name, why))?;
         let link = entry.link_name_bytes().map(|link| link.into_owned());
         match kind {
             EntryType::Directory => {
@@ -446,27 +505,29 @@ impl Unpack for Stager<'_> {
             }
             EntryType::Symlink => self.stage_symlink(&name, link, path, meta),
             EntryType::Link => self.stage_hard_link(&name, link, path),
+            EntryType::Fifo => self.stage_fifo(path, meta),
             _ => self.stage_file(entry, path, meta, meter),
         }
     }
 }
 
-/// The metadata a header gives, or why it is unusable.
-fn meta_of(header: &tar::Header) -> Result<Meta, Reject> {
+/// The metadata a header gives with the entry's time, or why it is unusable.
+fn meta_of(header: &tar::Header, mtime: Mtime) -> Result<Meta, Reject> {
     let bad = |_| Reject::BadName("unreadable mode, owner or time");
     let id = |value: u64| u32::try_from(value).map_err(|_| Reject::BadName("owner out of range"));
     Ok(Meta {
         mode: header.mode().map_err(bad)? & MODE_BITS,
         uid: id(header.uid().map_err(bad)?)?,
         gid: id(header.gid().map_err(bad)?)?,
-        mtime: i64::try_from(header.mtime().map_err(bad)?).unwrap_or(i64::MAX),
+        mtime: mtime.secs,
+        mtime_nsec: mtime.nanos,
     })
 }
 
-/// Unix seconds as a time (before 1970 or out of range: the epoch).
-fn system_time(secs: i64) -> SystemTime {
-    u64::try_from(secs)
+/// An entry's time as a `SystemTime` (before 1970 or out of range: the epoch).
+fn system_time(meta: &Meta) -> SystemTime {
+    u64::try_from(meta.mtime)
         .ok()
-        .and_then(|secs| UNIX_EPOCH.checked_add(Duration::from_secs(secs)))
+        .and_then(|secs| UNIX_EPOCH.checked_add(Duration::new(secs, meta.mtime_nsec)))
         .unwrap_or(UNIX_EPOCH)
 }

@@ -7,11 +7,12 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt, symlink};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use sha2::{Digest, Sha256};
+use silo_protocol::mtime::Mtime;
 use tar::{EntryType, Header};
 
 use super::*;
@@ -122,6 +123,8 @@ fn tree(root: &Path) -> BTreeMap<String, String> {
             } else if meta.is_dir() {
                 stack.push(path.clone());
                 format!("dir {mode:o}")
+            } else if meta.file_type().is_fifo() {
+                format!("fifo {mode:o}")
             } else {
                 let data = fs::read(&path).unwrap();
                 format!("file {mode:o} {}", String::from_utf8_lossy(&data))
@@ -309,13 +312,12 @@ fn entries_replace_whatever_is_in_their_way() {
 }
 
 #[test]
-fn devices_fifos_odd_names_and_engine_files_are_skipped_and_listed() {
+fn devices_odd_names_and_engine_files_are_skipped_and_listed() {
     let (_dir, root) = machine();
     let before = live(&root);
     let bytes = layer(&[
         E::Other(b"dev0", EntryType::Char),
         E::Other(b"blk", EntryType::Block),
-        E::Other(b"pipe", EntryType::Fifo),
         E::Other(b"bad\xffname", EntryType::Regular),
         E::Other(b".wh..wh.plnk", EntryType::Directory),
         E::Other(b"etc/.wh..wh.aufs", EntryType::Regular),
@@ -325,18 +327,51 @@ fn devices_fifos_odd_names_and_engine_files_are_skipped_and_listed() {
     let reasons: Vec<_> = answer.skipped.iter().map(|s| s.reason).collect();
     assert_eq!(
         reasons,
-        [
-            Device,
-            Device,
-            Fifo,
-            NotUtf8,
-            EngineMetadata,
-            EngineMetadata
-        ]
+        [Device, Device, NotUtf8, EngineMetadata, EngineMetadata]
     );
-    assert_eq!(answer.skipped[3].path, "bad\u{fffd}name");
+    assert_eq!(answer.skipped[2].path, "bad\u{fffd}name");
     assert_eq!(answer.entries, 0);
     assert_eq!(live(&root), before);
+}
+
+#[test]
+fn fifos_are_placed_and_times_kept_to_the_nanosecond() {
+    let (_dir, root) = machine();
+    let mut builder = tar::Builder::new(Vec::new());
+    let (uid, gid) = owner();
+    let mut entry = |kind: EntryType, name: &str, mode: u32, nanos: u32, data: &[u8]| {
+        let time = Mtime {
+            secs: i64::try_from(MTIME).unwrap(),
+            nanos,
+        };
+        time.append_record(&mut builder).unwrap();
+        let mut header = Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_mtime(time.header_secs());
+        header.set_uid(uid);
+        header.set_gid(gid);
+        header.set_mode(mode);
+        header.set_size(data.len() as u64);
+        builder.append_data(&mut header, name, data).unwrap();
+    };
+    entry(EntryType::Directory, "w", 0o755, 7, b"");
+    entry(EntryType::Fifo, "w/pipe", 0o640, 123_456_789, b"");
+    entry(EntryType::Regular, "w/file", 0o4755, 999_999_999, b"x");
+    // A FIFO where a file was, too.
+    entry(EntryType::Fifo, "plain", 0o600, 1, b"");
+    let bytes = builder.into_inner().unwrap();
+    let answer = apply(&root, &bytes).unwrap().answer(0);
+    assert_eq!((answer.fifos, answer.skipped_count), (2, 0));
+    let now = live(&root);
+    assert_eq!(now["w/pipe"], "fifo 640");
+    assert_eq!(now["plain"], "fifo 600");
+    assert_eq!(now["w/file"], "file 4755 x");
+    let nanos = |rel: &str| fs::symlink_metadata(root.join(rel)).unwrap().mtime_nsec();
+    assert_eq!(nanos("w/pipe"), 123_456_789);
+    assert_eq!(nanos("w/file"), 999_999_999);
+    assert_eq!(nanos("plain"), 1);
+    assert_eq!(nanos("w"), 7);
+    assert_no_staging_left(&root);
 }
 
 /// Applies `bytes`, expects a refusal naming `entry`, and checks that

@@ -4,7 +4,8 @@
 //! mode, owner and mtime; a regular file its header and exactly the bytes its
 //! header announces; a symlink its target; a second name of an inode already
 //! in the layer a hard link to the first; fifos and devices their headers; a
-//! deletion an empty `.wh.` file. Long names use the GNU extension. The tar
+//! deletion an empty `.wh.` file. A time with a fraction of a second goes
+//! before its entry as a PAX `mtime` record ([`Mtime`]). Long names use the GNU extension. The tar
 //! end marker is written by [`Layer::finish`] alone: a layer dropped after an
 //! error, or unfinished for any other reason, ends without it, so a reader
 //! can tell it was cut short.
@@ -17,6 +18,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use silo_protocol::exact::ExactReader;
+use silo_protocol::mtime::Mtime;
 use tar::{Builder, EntryType, Header, HeaderMode};
 
 use super::walk::Sink;
@@ -67,13 +69,22 @@ impl<W: Write> Layer<W> {
 
     fn append(&mut self, rel: &Path, meta: &Metadata) -> io::Result<()> {
         let kind = meta.file_type();
+        if kind.is_socket() {
+            // Sockets (and anything stranger) are no part of an image.
+            return Ok(());
+        }
         let mut header = Header::new_gnu();
         header.set_metadata_in_mode(meta, HeaderMode::Complete);
         // Permission bits only (setuid, setgid and sticky included): the type
         // is the entry type's business.
         header.set_mode(meta.mode() & 0o7777);
-        header.set_mtime(u64::try_from(meta.mtime()).unwrap_or(0));
+        let mtime = Mtime {
+            secs: meta.mtime(),
+            nanos: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
+        };
+        header.set_mtime(mtime.header_secs());
         header.set_size(0);
+        mtime.append_record(&mut self.builder)?;
         if kind.is_dir() {
             self.builder.append_data(&mut header, rel, io::empty())?;
         } else if kind.is_symlink() {
@@ -110,8 +121,8 @@ impl<W: Write> Layer<W> {
             header.set_device_minor(minor)?;
             self.builder.append_data(&mut header, rel, io::empty())?;
         } else {
-            // Sockets (and anything stranger) are no part of an image.
-            return Ok(());
+            // Linux has no other type (sockets went first).
+            return Err(io::Error::other("a file of no type a layer can hold"));
         }
         self.stats.entries += 1;
         Ok(())

@@ -24,8 +24,9 @@
 //! has nothing; nothing is written below a path the layer already removes
 //! or replaces with a non-directory. A hard link becomes a link only when
 //! its file comes earlier in the same layer, else a copy of that file (the
-//! agent links only within one layer). Devices and FIFOs cannot be made by
-//! the agent: a path the target has as one is removed, and counted.
+//! agent links only within one layer). Devices cannot be made by the agent:
+//! a path the target has as one is removed, and counted. Times go to the
+//! nanosecond, as PAX records ([`silo_protocol::mtime`]).
 //!
 //! A target whose bottom is a listing of paths the store holds no files
 //! of (a provider's template, see [`Restore::unheld_base`]) can only be
@@ -94,7 +95,7 @@ pub struct RestoreStats {
     pub removed: u64,
     /// Bytes of file data in the layer.
     pub bytes: u64,
-    /// Devices and FIFOs of the target the agent cannot make.
+    /// Devices of the target the agent cannot make.
     pub left_out: u64,
 }
 
@@ -253,6 +254,7 @@ fn is_made_by_agent(kind: EntryType) -> bool {
             | EntryType::Continuous
             | EntryType::Symlink
             | EntryType::Link
+            | EntryType::Fifo
     )
 }
 
@@ -280,8 +282,11 @@ impl Writer<'_> {
         let name = as_path(path);
         let mut header = header_of(entry);
         let write = |result: io::Result<()>| result.map_err(RestoreError::Write);
+        if entry.kind != EntryType::Link {
+            write(entry.mtime.append_record(&mut self.builder))?;
+        }
         match entry.kind {
-            EntryType::Directory => {
+            EntryType::Directory | EntryType::Fifo => {
                 write(self.builder.append_data(&mut header, name, io::empty()))?;
                 Ok(0)
             }
@@ -305,6 +310,8 @@ impl Writer<'_> {
                     ))));
                 };
                 let original = original.clone();
+                // A copy of the file: its time goes with it.
+                write(original.mtime.append_record(&mut self.builder))?;
                 self.file(path, layer, &original)
             }
             _ => {
@@ -356,7 +363,7 @@ fn header_of(entry: &Entry) -> Header {
     header.set_mode(entry.mode);
     header.set_uid(entry.uid);
     header.set_gid(entry.gid);
-    header.set_mtime(entry.mtime);
+    header.set_mtime(entry.mtime.header_secs());
     header.set_size(0);
     header
 }

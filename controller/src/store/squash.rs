@@ -29,6 +29,7 @@ use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use silo_protocol::mtime::Mtime;
 use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
 use tar::{EntryType, Header};
 
@@ -46,6 +47,8 @@ struct Origin {
 struct Found {
     origin: Origin,
     header: Header,
+    /// Its time to the nanosecond (the header holds whole seconds).
+    mtime: Mtime,
     /// The link's target (hard or symbolic), as its bytes, when it has one.
     link: Option<Vec<u8>>,
     /// A hard link's target entry, in the same layer.
@@ -158,11 +161,12 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
     };
     let mut seen: HashMap<Vec<u8>, Origin> = HashMap::new();
     for (ordinal, entry) in archive.entries_with_seek().map_err(read_err)?.enumerate() {
-        let entry = entry.map_err(read_err)?;
+        let mut entry = entry.map_err(read_err)?;
         let kind = entry.header().entry_type();
         if kind.is_pax_global_extensions() {
             continue;
         }
+        let mtime = Mtime::of_entry(&mut entry).map_err(read_err)?;
         let raw = entry.path_bytes();
         let path = match named(&raw).ok_or_else(|| bad_path(&raw))? {
             Named::Nothing => continue,
@@ -188,6 +192,7 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
         let found = Found {
             origin,
             header: entry.header().clone(),
+            mtime,
             link,
             hard_target,
             data: (entry.raw_file_position(), entry.size()),
@@ -266,11 +271,34 @@ fn append_entry(
                 ))));
             };
             let mut header = original.header.clone();
+            original
+                .mtime
+                .append_record(builder)
+                .map_err(SquashError::Write)?;
             let data = data_of(sources, original)?;
             builder
                 .append_data(&mut header, name, data)
                 .map_err(SquashError::Write)
         }
+        _ => {
+            found
+                .mtime
+                .append_record(builder)
+                .map_err(SquashError::Write)?;
+            write_found(builder, sources, name, header, found)
+        }
+    }
+}
+
+/// Writes a found entry that is not a hard link, its time record already out.
+fn write_found(
+    builder: &mut tar::Builder<impl Write>,
+    sources: &mut [File],
+    name: &Path,
+    mut header: Header,
+    found: &Found,
+) -> Result<(), SquashError> {
+    match (found.header.entry_type(), &found.link) {
         (EntryType::Symlink, Some(target)) if target.len() <= 100 => {
             header
                 .set_link_name_literal(target)
