@@ -255,7 +255,7 @@ struct KeepAfter(Hold);
 
 impl Placing for KeepAfter {
     fn placed(&mut self, changes: &Changes) {
-        self.0.keep_after(changes);
+        self.0.keep_after(changes.clone());
     }
 }
 

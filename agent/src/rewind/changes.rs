@@ -18,7 +18,7 @@ use silo_protocol::rewind::{Change, MAX_CHANGES_BYTES, push_record};
 use silo_protocol::snapshot::WHITEOUT_PREFIX;
 
 use crate::snapshot::SnapshotError;
-use crate::snapshot::walk::{self, Sink, WalkSpec};
+use crate::snapshot::walk::{self, Inodes, Sink, WalkSpec};
 
 /// The changed paths under `root`, as the walk finds them (blocking).
 pub fn list(root: &Path, spec: &WalkSpec) -> Result<Listed, SnapshotError> {
@@ -36,6 +36,8 @@ pub struct Listed {
     pub present: u64,
     /// Paths that are gone.
     pub gone: u64,
+    /// Where every path the walk looked at was.
+    pub inodes: Inodes,
 }
 
 impl Listed {
@@ -78,6 +80,10 @@ impl Sink for Listed {
         };
         self.gone += 1;
         self.push(Change::Gone, path.as_os_str().as_bytes())
+    }
+
+    fn seen(&mut self, rel: &Path, meta: &Metadata) {
+        self.inodes.note(rel, meta);
     }
 }
 

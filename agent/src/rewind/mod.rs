@@ -82,9 +82,9 @@ pub struct Hold {
 impl Hold {
     /// The tree after the rewind's layer made `changes`, to be kept (none
     /// if it cannot be followed). Call once the layer is placed.
-    pub fn keep_after(&mut self, changes: &Changes) {
+    pub fn keep_after(&mut self, mut changes: Changes) {
         if let Some((source, mut baseline)) = self.base.take() {
-            let after: Option<(Tree, Baseline)> = source.after(changes, &mut baseline);
+            let after: Option<(Tree, Baseline)> = source.after(&mut changes, &mut baseline);
             self.kept.put(after);
         }
     }
@@ -186,9 +186,14 @@ impl Rewinder {
                 Err(err) => return ((source, baseline), Err(err.into())),
             };
             spec.baseline = baseline;
-            let listed = end::end_all(&*ops, scope, END_WITHIN)
+            let mut listed = end::end_all(&*ops, scope, END_WITHIN)
                 .map_err(|err| RewindError::Internal(error_chain(&err)))
                 .and_then(|ended| Ok((ended, changes::list(&root, &spec)?)));
+            if let Ok((_, listed)) = &mut listed {
+                // Nothing runs until the layer is placed: the tree after
+                // it is on these inodes, but where the layer puts paths.
+                spec.baseline.set_inodes(std::mem::take(&mut listed.inodes));
+            }
             ((source, spec.baseline), listed)
         })
         .await

@@ -230,6 +230,14 @@ mod tests {
     fn an_abandoned_layer_has_no_end_marker() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("f"), b"x").unwrap();
+        // Whole seconds: no time record before the entry.
+        let whole = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        File::options()
+            .write(true)
+            .open(dir.path().join("f"))
+            .unwrap()
+            .set_modified(whole)
+            .unwrap();
         let meta = fs::symlink_metadata(dir.path().join("f")).unwrap();
         let mut finished = Vec::new();
         let mut layer = Layer::new(dir.path(), &mut finished);

@@ -297,8 +297,8 @@ fn take(
     // The tree after this layer is kept before the layer's end goes out, so
     // the request that follows it finds the tree.
     let written = match written {
-        Ok((stats, changes)) => {
-            let after = source.after(&changes, &mut spec.baseline);
+        Ok((stats, mut changes)) => {
+            let after = source.after(&mut changes, &mut spec.baseline);
             machine.kept.put(after);
             Ok(stats)
         }

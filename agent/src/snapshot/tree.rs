@@ -32,7 +32,7 @@ use silo_protocol::snapshot::{
     tree_digest,
 };
 
-use super::walk::{Baseline, Sink};
+use super::walk::{Baseline, Inodes, Sink};
 
 /// Largest tree kept, in bytes of path text (about 200,000 paths of 40
 /// bytes, some 35 MiB held with the walk's index of it; the Debian image's
@@ -86,6 +86,19 @@ impl Tree {
     pub fn apply(mut self, changes: &Changes, baseline: &mut Baseline) -> Option<Self> {
         if changes.unfollowable {
             return None;
+        }
+        if let Some(inodes) = baseline.inodes_mut() {
+            // What the layer removed or put is on inodes no walk has seen:
+            // the next walk captures those paths again.
+            for path in changes.paths.hidden() {
+                inodes.forget(Path::new(path), true);
+            }
+            for dir in changes.paths.opaque() {
+                inodes.forget(Path::new(dir), true);
+            }
+            for path in changes.paths.added() {
+                inodes.forget(Path::new(path), false);
+            }
         }
         let mut gone: HashMap<&str, HashSet<OsString>> = HashMap::new();
         for path in changes.paths.hidden() {
@@ -158,6 +171,9 @@ pub struct Changes {
     paths: LayerPaths,
     /// A path could not be followed; the tree is forgotten.
     unfollowable: bool,
+    /// Where every path was when the walk that made the layer looked
+    /// (none for a layer the agent placed: its paths are on new inodes).
+    seen: Option<Inodes>,
 }
 
 impl Changes {
@@ -202,7 +218,8 @@ impl Changes {
     }
 }
 
-/// A sink that passes everything on to `inner` and notes it in `changes`.
+/// A sink that passes everything on to `inner` and notes it in `changes`,
+/// with where every path it saw was.
 pub struct Recording<'a, S> {
     /// Where the layer goes.
     pub inner: &'a mut S,
@@ -221,6 +238,13 @@ impl<S: Sink> Sink for Recording<'_, S> {
         self.inner.whiteout(rel)?;
         self.changes.record(rel, true);
         Ok(())
+    }
+
+    fn seen(&mut self, rel: &Path, meta: &std::fs::Metadata) {
+        self.changes
+            .seen
+            .get_or_insert_with(Inodes::default)
+            .note(rel, meta);
     }
 }
 
@@ -259,13 +283,17 @@ pub enum Source {
 }
 
 impl Source {
-    /// The tree after `changes`, or `None` if it cannot be kept.
-    pub fn after(self, changes: &Changes, baseline: &mut Baseline) -> Option<(Tree, Baseline)> {
+    /// The tree after `changes`, or `None` if it cannot be kept; a walk's
+    /// changes leave the inodes it saw as where the tree's paths are.
+    pub fn after(self, changes: &mut Changes, baseline: &mut Baseline) -> Option<(Tree, Baseline)> {
         let tree = match self {
             Self::Tree(tree) => tree,
             Self::List(list) => Tree::of_list(list)?,
         };
         let tree = tree.apply(changes, baseline)?;
+        if let Some(seen) = changes.seen.take() {
+            baseline.set_inodes(seen);
+        }
         Some((tree, std::mem::take(baseline)))
     }
 }

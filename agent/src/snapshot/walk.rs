@@ -25,7 +25,13 @@
 //!   chmod, chown, a new hard link, an extended attribute, a rename onto
 //!   it) moves the ctime, which no process can set;
 //! - a baseline name missing from its directory becomes a whiteout, found
-//!   by comparing names, not by the directory's times.
+//!   by comparing names, not by the directory's times;
+//! - where the baseline knows what inode each of its paths was when the
+//!   agent last walked or placed it ([`Inodes`]), a path now on another
+//!   inode is captured too: a directory moved onto a path the baseline
+//!   has keeps its entries' old ctimes, and only their inodes tell that
+//!   they are not the ones the baseline had there. A baseline carried as
+//!   paths (the agent restarted) knows no inodes.
 //!
 //! The request's `prune_unchanged_dirs` and `descend_since_ns` are read
 //! and ignored: pruning by a directory's times was the shortcut that
@@ -74,10 +80,55 @@ fn ctime_ns(meta: &Metadata) -> i128 {
     i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec())
 }
 
-/// The image's paths as directory → the names in it, each list sorted.
-#[derive(Debug, Default, PartialEq, Eq)]
+/// The image's paths as directory → the names in it, each list sorted,
+/// and the inodes they were on when known.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Baseline {
     children: HashMap<PathBuf, Vec<OsString>>,
+    /// Where each path was when the agent last walked or placed it; `None`
+    /// when unknown for the whole tree (a baseline sent as paths).
+    inodes: Option<Inodes>,
+}
+
+/// (device, inode) of paths, as a walk saw them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Inodes(BTreeMap<PathBuf, (u64, u64)>);
+
+impl Inodes {
+    /// Notes where `rel` is now.
+    pub fn note(&mut self, rel: &Path, meta: &Metadata) {
+        self.0.insert(rel.to_owned(), (meta.dev(), meta.ino()));
+    }
+
+    /// Forgets `rel` and, with `under`, everything below it: what the
+    /// agent placed or removed there is on inodes no walk has seen.
+    pub fn forget(&mut self, rel: &Path, under: bool) {
+        self.0.remove(rel);
+        if !under {
+            return;
+        }
+        let below: Vec<PathBuf> = self
+            .0
+            .range(rel.to_path_buf()..)
+            .map(|(path, _)| path)
+            .skip_while(|path| path.as_path() == rel)
+            .take_while(|path| path.starts_with(rel))
+            .cloned()
+            .collect();
+        for path in below {
+            self.0.remove(&path);
+        }
+    }
+
+    /// How many paths are noted.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl Baseline {
@@ -103,7 +154,10 @@ impl Baseline {
             names.sort();
             names.dedup();
         }
-        Self { children }
+        Self {
+            children,
+            inodes: None,
+        }
     }
 
     /// Adds `names` to directory `dir` (normal form, `""` the root).
@@ -141,6 +195,32 @@ impl Baseline {
     fn has(&self, dir: &Path, name: &OsString) -> bool {
         self.children(dir).binary_search(name).is_ok()
     }
+
+    /// Whether `rel`, a baseline path, is on another inode than the one
+    /// the baseline knows it on (never, when the inodes are unknown; a
+    /// path with none noted counts as moved).
+    fn moved(&self, rel: &Path, meta: &Metadata) -> bool {
+        self.inodes
+            .as_ref()
+            .is_some_and(|inodes| inodes.0.get(rel) != Some(&(meta.dev(), meta.ino())))
+    }
+
+    /// The inodes known, if any.
+    pub fn inodes_mut(&mut self) -> Option<&mut Inodes> {
+        self.inodes.as_mut()
+    }
+
+    /// The same paths with no inodes known (for comparing trees by paths).
+    #[cfg(test)]
+    pub fn without_inodes(mut self) -> Self {
+        self.inodes = None;
+        self
+    }
+
+    /// Takes `inodes` as where every path is now.
+    pub fn set_inodes(&mut self, inodes: Inodes) {
+        self.inodes = Some(inodes);
+    }
 }
 
 /// `path` as plain names only (`.` dropped, one leading `/` allowed and
@@ -163,6 +243,8 @@ pub trait Sink {
     fn entry(&mut self, rel: &Path, meta: &Metadata) -> io::Result<()>;
     /// A deletion marker (`rel` already carries the whiteout prefix).
     fn whiteout(&mut self, rel: &Path) -> io::Result<()>;
+    /// Every path the walk looked at, changed or not, with its `lstat`.
+    fn seen(&mut self, _rel: &Path, _meta: &Metadata) {}
 }
 
 /// A directory being walked.
@@ -237,7 +319,8 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
             Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
             Err(err) => return Err(FsError::new("stat", &path, err).into()),
         };
-        let changed = !in_baseline || spec.changed(&meta);
+        sink.seen(&rel, &meta);
+        let changed = !in_baseline || spec.changed(&meta) || spec.baseline.moved(&rel, &meta);
         if meta.is_dir() {
             if changed {
                 emit_parents(&mut stack, sink)?;
