@@ -85,6 +85,9 @@ pub enum FilesError {
     /// The query cannot be read.
     #[error(transparent)]
     Query(#[from] QueryError),
+    /// The tree was replaced while the write waited.
+    #[error(transparent)]
+    Replaced(#[from] crate::snapshot::Replaced),
     /// The path (or `confine`) breaks a lexical rule.
     #[error("path {path:?} is invalid: {reason}")]
     BadPath {
@@ -167,6 +170,7 @@ impl FilesError {
             Self::Extract(err) => err.kind(ErrorKind::Malformed, by_errno),
             Self::Io(err) => by_errno(&err.source),
             Self::Internal(_) => ErrorKind::Internal,
+            Self::Replaced(_) => ErrorKind::Busy,
         }
     }
 }

@@ -139,7 +139,9 @@ impl Applier {
                 return Err(ApplyError::Internal(error_chain(&err)));
             }
         };
-        self.place_staged(staged, (slot, pushes), started).await
+        let writes = snapshots.write_gate().close_to_replace().await;
+        self.place_staged(staged, (slot, pushes, writes), started)
+            .await
     }
 
     /// [`Applier::apply`] for a rewind, whose hold has the snapshot slot
@@ -245,6 +247,7 @@ impl Placing
     for (
         tokio::sync::OwnedSemaphorePermit,
         tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedRwLockWriteGuard<()>,
     )
 {
     fn placed(&mut self, _changes: &Changes) {}

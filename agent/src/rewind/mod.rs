@@ -77,6 +77,7 @@ pub struct Hold {
     _slot: OwnedSemaphorePermit,
     _pushes: OwnedSemaphorePermit,
     _starts: OwnedRwLockWriteGuard<()>,
+    _writes: OwnedRwLockWriteGuard<()>,
 }
 
 impl Hold {
@@ -173,6 +174,7 @@ impl Rewinder {
             _slot: slot,
             _pushes: pushes,
             _starts: snapshots.start_gate().close().await,
+            _writes: snapshots.write_gate().close_to_replace().await,
         };
         tokio::join!(
             self.workload.pause(STOP_GRACE),

@@ -87,6 +87,17 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
         Ok(permit) => permit,
         Err(err) => return failure(&err),
     };
+    // A change to the tree waits while a snapshot reads it or a rewind
+    // replaces it, and holds its pass until done (see `WriteGate`).
+    let _writing = match op {
+        Op::Mkdir | Op::Remove | Op::Write | Op::Upload => {
+            match state.snapshots.write_gate().pass().await {
+                Ok(pass) => Some(pass),
+                Err(replaced) => return failure(&replaced.into()),
+            }
+        }
+        Op::Stat | Op::List | Op::Read | Op::Download => None,
+    };
     let sha256 = signed.content_sha256;
     let (parts, body) = req.into_parts();
     let answer = match op {

@@ -21,7 +21,10 @@
 //! layer is read, so a snapshot sees each mount before a push or after it.
 //! New commands are held off the same way, by the [`StartGate`]: a process
 //! started after the freeze's last pass would run, and write, while the
-//! layer is read.
+//! layer is read. So are the file API's writes, by the [`WriteGate`]: no
+//! layer holds a half-written file or one of silo's temporary names, and a
+//! write that waited while a rewind replaced the tree is refused rather
+//! than made on the tree the rewind left.
 //!
 //! The same walk, taking every path, answers the path index
 //! ([`Snapshotter::index`]): the baseline of a machine's first snapshot.
@@ -46,6 +49,7 @@ use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use silo_protocol::ErrorKind;
@@ -79,6 +83,7 @@ pub struct Snapshotter {
     active: Arc<Semaphore>,
     indexes: Arc<Semaphore>,
     starts: StartGate,
+    writes: WriteGate,
     /// The tree of the last snapshot or rewind, shared with the rewinds.
     kept: Kept,
 }
@@ -102,11 +107,60 @@ impl StartGate {
     }
 }
 
+/// Where the file API's writes (files, trees, directories, removals) wait
+/// while a snapshot reads the tree or a rewind or layer apply replaces it.
+/// Each write holds its pass from before its first change to after its
+/// last (a temporary file renamed into place, a staged tree merged), so a
+/// layer never holds one half done. A write that waited while a rewind
+/// replaced the tree is refused: made afterwards, it would change the tree
+/// the rewind just reported exact.
+#[derive(Debug, Clone, Default)]
+pub struct WriteGate {
+    lock: Arc<RwLock<()>>,
+    /// Rewinds (and layer applies) that closed the gate since boot.
+    replaced: Arc<AtomicU64>,
+}
+
+/// A write waited while the tree was replaced under it.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error(
+    "the sandbox was rewound (or a snapshot applied) while this write waited; \
+     nothing was written"
+)]
+pub struct Replaced;
+
+impl WriteGate {
+    /// Waits while the tree is read or replaced; hold the pass until the
+    /// write's last change is made.
+    pub async fn pass(&self) -> Result<OwnedRwLockReadGuard<()>, Replaced> {
+        let before = self.replaced.load(Ordering::Acquire);
+        let pass = Arc::clone(&self.lock).read_owned().await;
+        match self.replaced.load(Ordering::Acquire) == before {
+            true => Ok(pass),
+            false => Err(Replaced),
+        }
+    }
+
+    /// Waits for writes under way and holds new ones until dropped.
+    pub(crate) async fn close(&self) -> OwnedRwLockWriteGuard<()> {
+        Arc::clone(&self.lock).write_owned().await
+    }
+
+    /// As [`WriteGate::close`], for work that replaces the tree: every
+    /// write waiting now is refused once the gate opens.
+    pub(crate) async fn close_to_replace(&self) -> OwnedRwLockWriteGuard<()> {
+        let closed = self.close().await;
+        self.replaced.fetch_add(1, Ordering::AcqRel);
+        closed
+    }
+}
+
 /// What one snapshot holds until its layer is read, released after the thaw.
 struct Held {
     _slot: OwnedSemaphorePermit,
     _pushes: OwnedSemaphorePermit,
     _starts: OwnedRwLockWriteGuard<()>,
+    _writes: OwnedRwLockWriteGuard<()>,
 }
 
 impl Snapshotter {
@@ -120,6 +174,7 @@ impl Snapshotter {
             active: Arc::new(Semaphore::new(MAX_ACTIVE_SNAPSHOTS)),
             indexes: Arc::new(Semaphore::new(MAX_ACTIVE_INDEXES)),
             starts: StartGate::default(),
+            writes: WriteGate::default(),
             kept: Kept::default(),
         }
     }
@@ -143,6 +198,11 @@ impl Snapshotter {
         self.starts.clone()
     }
 
+    /// The gate the file API's writes pass.
+    pub fn write_gate(&self) -> WriteGate {
+        self.writes.clone()
+    }
+
     /// Starts one snapshot; on success the layer streams through the answer.
     /// `hold_pushes` (once this snapshot has the slot) waits for pushes under
     /// way and keeps new ones waiting until the layer has been read; new
@@ -164,6 +224,7 @@ impl Snapshotter {
             _slot: slot,
             _pushes: hold_pushes.await?,
             _starts: self.starts.close().await,
+            _writes: self.writes.close().await,
         };
         // Refused before anything is stopped: the client sends the paths.
         let list = std::mem::take(&mut request.baseline);

@@ -490,3 +490,49 @@ fn a_directory_moved_onto_a_path_the_baseline_has_is_found_by_its_inodes() {
     let by_paths = layer_of(root, &spec(since, &paths, &[]));
     assert!(!names(&by_paths).contains(&"w/x/sub/f"));
 }
+
+#[tokio::test]
+async fn writes_wait_for_a_snapshot_and_are_refused_after_a_rewind() {
+    let gate = WriteGate::default();
+    // A snapshot's close: a write waits, then goes ahead.
+    let closed = gate.close().await;
+    let waiting = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.pass().await.is_ok() }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a write went ahead while a snapshot read"
+    );
+    drop(closed);
+    assert!(waiting.await.unwrap());
+
+    // A rewind's: the write that waited is refused, a later one is not.
+    let pass = gate.pass().await.unwrap();
+    let rewind = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            let closed = gate.close_to_replace().await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            drop(closed);
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(
+        !rewind.is_finished(),
+        "a rewind went ahead of a write under way"
+    );
+    let waiting = tokio::spawn({
+        let gate = gate.clone();
+        async move { gate.pass().await.is_err() }
+    });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    drop(pass);
+    rewind.await.unwrap();
+    assert!(
+        waiting.await.unwrap(),
+        "a write that waited out a rewind was made"
+    );
+    assert!(gate.pass().await.is_ok());
+}
