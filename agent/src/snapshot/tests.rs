@@ -285,7 +285,9 @@ fn every_directory_is_walked_and_nothing_is_older_than_the_threshold() {
     let future = layer_of(dir.path(), &spec(i64::MAX, &baseline, &[]));
     let future = self::names(&future);
     assert!(future.contains(&"fifo") && future.contains(&".wh.gone.txt"));
-    assert!(!future.contains(&"tmp/edit.txt") && !future.contains(&"hl1"));
+    assert!(!future.contains(&"tmp/edit.txt") && !future.contains(&"keep.txt"));
+    // `hl2` is new, and `hl1` is another name of its file.
+    assert!(future.contains(&"hl2") && future.contains(&"hl1"));
 }
 
 #[test]
@@ -535,4 +537,35 @@ async fn writes_wait_for_a_snapshot_and_are_refused_after_a_rewind() {
         "a write that waited out a rewind was made"
     );
     assert!(gate.pass().await.is_ok());
+}
+
+#[test]
+fn every_name_of_a_file_goes_in_with_the_first_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for sub in ["w/a", "w/b", "w/d"] {
+        fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    fs::write(root.join("w/a/x"), "one file").unwrap();
+    fs::hard_link(root.join("w/a/x"), root.join("w/b/y")).unwrap();
+    fs::hard_link(root.join("w/a/x"), root.join("w/d/z")).unwrap();
+    let paths = ["w", "w/a", "w/a/x", "w/b", "w/b/y", "w/d", "w/d/z"]
+        .map(String::from)
+        .to_vec();
+    std::thread::sleep(TICK);
+    let since = now_ns();
+    std::thread::sleep(TICK);
+    // The rename touches the directory, not the file: only `w/c/x` is
+    // new, yet the layer must hold the file's other names beside it.
+    fs::rename(root.join("w/a"), root.join("w/c")).unwrap();
+    let seen = layer_of(root, &spec(since, &paths, &[]));
+    assert_eq!(
+        names(&seen),
+        ["w", "w/.wh.a", "w/c", "w/c/x", "w/b/y", "w/d", "w/d/z"]
+    );
+    assert_eq!(seen[3].kind, EntryType::Regular);
+    for link in [&seen[4], &seen[6]] {
+        assert_eq!(link.kind, EntryType::Link);
+        assert_eq!(link.link.as_deref(), Some("w/c/x"));
+    }
 }

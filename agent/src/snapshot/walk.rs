@@ -26,6 +26,8 @@
 //!   it) moves the ctime, which no process can set;
 //! - a baseline name missing from its directory becomes a whiteout, found
 //!   by comparing names, not by the directory's times;
+//! - every name of a file with several goes in with the first that does
+//!   (a layer that held one name alone would split the file in two);
 //! - where the baseline knows what inode each of its paths was when the
 //!   agent last walked or placed it ([`Inodes`]), a path now on another
 //!   inode is captured too: a directory moved onto a path the baseline
@@ -247,6 +249,49 @@ pub trait Sink {
     fn seen(&mut self, _rel: &Path, _meta: &Metadata) {}
 }
 
+/// The names of files that have more than one, so that a layer holding
+/// one name of such a file holds them all: placed alone, a name would
+/// become a file of its own, and a write through one name would no longer
+/// show through the other.
+#[derive(Default)]
+struct LinkGroups {
+    /// Files the layer holds, by (device, inode).
+    in_layer: HashSet<(u64, u64)>,
+    /// Names met, unchanged, before their file went into the layer.
+    quiet: HashMap<(u64, u64), Vec<PathBuf>>,
+}
+
+impl LinkGroups {
+    /// The file's key, when it has more than one name.
+    fn key(meta: &Metadata) -> Option<(u64, u64)> {
+        (meta.is_file() && meta.nlink() > 1).then(|| (meta.dev(), meta.ino()))
+    }
+
+    /// Whether a file the walk would leave out must go in all the same:
+    /// another of its names is in the layer. Otherwise it is noted, in
+    /// case one comes later.
+    fn pulls_in(&mut self, rel: &Path, meta: &Metadata) -> bool {
+        let Some(key) = Self::key(meta) else {
+            return false;
+        };
+        if self.in_layer.contains(&key) {
+            return true;
+        }
+        self.quiet.entry(key).or_default().push(rel.to_owned());
+        false
+    }
+
+    /// Notes that the file went into the layer; its names met earlier,
+    /// which must follow it there (after it, out of path order: a hard
+    /// link names an earlier entry of its layer).
+    fn entered(&mut self, meta: &Metadata) -> Vec<PathBuf> {
+        match Self::key(meta) {
+            Some(key) if self.in_layer.insert(key) => self.quiet.remove(&key).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// A directory being walked.
 struct Frame {
     rel: PathBuf,
@@ -280,6 +325,7 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
     }
     let meta = fs::symlink_metadata(root).map_err(FsError::at("stat", root))?;
     let mut stack = Vec::new();
+    let mut links = LinkGroups::default();
     enter(root, spec, sink, &mut stack, top, meta, true, false)?;
     while let Some(frame) = stack.last_mut() {
         let next = frame.names.peek();
@@ -338,9 +384,15 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
             if let Some(frame) = stack.last_mut() {
                 frame.pending.insert(key, dir);
             }
-        } else if changed && !meta.file_type().is_socket() {
+        } else if meta.file_type().is_socket() {
+            // No layer holds a socket.
+        } else if changed || links.pulls_in(&rel, &meta) {
             emit_parents(&mut stack, sink)?;
             sink.entry(&rel, &meta).map_err(FsError::at("add", &path))?;
+            for earlier in links.entered(&meta) {
+                sink.entry(&earlier, &meta)
+                    .map_err(FsError::at("add", &root.join(&earlier)))?;
+            }
         }
     }
     Ok(())

@@ -22,9 +22,10 @@
 //! roots, goes into the layer as the target has it (from the topmost layer
 //! holding it, [`super::table::Tree`]), or as a whiteout where the target
 //! has nothing; nothing is written below a path the layer already removes
-//! or replaces with a non-directory. A hard link becomes a link only when
-//! its file comes earlier in the same layer, else a copy of that file (the
-//! agent links only within one layer). Devices cannot be made by the agent:
+//! or replaces with a non-directory. A file with several names in the
+//! target goes back with every one of them that the target has from the
+//! same layer: the first written carries the data, the others are hard
+//! links to it (the agent links only within one layer). Devices cannot be made by the agent:
 //! a path the target has as one is removed, and counted. Times go to the
 //! nanosecond, as PAX records ([`silo_protocol::mtime`]).
 //!
@@ -155,7 +156,7 @@ pub fn restoring_layer(store: &Store, restore: &Restore<'_>) -> Result<Restoring
         layers: restore.to,
         open: HashMap::new(),
         builder: tar::Builder::new(Vec::new()),
-        written: HashSet::new(),
+        written: HashMap::new(),
     };
     let changed: HashMap<&[u8], Change> = restore
         .changes
@@ -227,6 +228,25 @@ fn paths_to_restore(
             paths.extend(target.subtree(path));
         }
     }
+    // A file with several names goes back whole: every name the target has
+    // of it from the same layer, or the ones put back would be a file of
+    // their own.
+    let names: Vec<Vec<u8>> = paths
+        .iter()
+        .filter_map(|path| {
+            let (layer, _) = target.lookup(path)?;
+            let group = target.layers()[layer].link_group(path);
+            (group.len() > 1).then(|| {
+                group
+                    .into_iter()
+                    .filter(|name| target.lookup(name).is_some_and(|(at, _)| at == layer))
+                    .map(<[u8]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+        })
+        .flatten()
+        .collect();
+    paths.extend(names);
     paths.retain(|path| !is_excluded(path, restore.excluded));
     paths
 }
@@ -264,9 +284,10 @@ struct Writer<'a> {
     layers: &'a [Digest],
     open: HashMap<usize, File>,
     builder: tar::Builder<Vec<u8>>,
-    /// Files written so far, by where they came from (layer, path): a hard
-    /// link to one of them stays a link.
-    written: HashSet<(usize, Vec<u8>)>,
+    /// Files written so far, by where they came from (layer, the file's
+    /// path there) → the name written: another name of the same file is a
+    /// hard link to it.
+    written: HashMap<(usize, Vec<u8>), Vec<u8>>,
 }
 
 impl Writer<'_> {
@@ -282,25 +303,23 @@ impl Writer<'_> {
         let name = as_path(path);
         let mut header = header_of(entry);
         let write = |result: io::Result<()>| result.map_err(RestoreError::Write);
-        if entry.kind != EntryType::Link {
-            write(entry.mtime.append_record(&mut self.builder))?;
+        // The file a regular entry or a hard link is a name of.
+        let file: Option<&[u8]> = match entry.kind {
+            EntryType::Link => Some(entry.link.as_deref().unwrap_or_default()),
+            EntryType::Regular | EntryType::Continuous => Some(path),
+            _ => None,
+        };
+        if let Some(file) = file {
+            if let Some(first) = self.written.get(&(layer, file.to_vec())) {
+                // Another name of a file already in this layer.
+                header.set_entry_type(EntryType::Link);
+                let first = as_path(first).to_path_buf();
+                write(self.builder.append_link(&mut header, name, first))?;
+                return Ok(0);
+            }
         }
-        match entry.kind {
-            EntryType::Directory | EntryType::Fifo => {
-                write(self.builder.append_data(&mut header, name, io::empty()))?;
-                Ok(0)
-            }
-            EntryType::Symlink => {
-                let target = as_path(entry.link.as_deref().unwrap_or_default());
-                write(self.builder.append_link(&mut header, name, target))?;
-                Ok(0)
-            }
-            EntryType::Link => {
-                let file = entry.link.as_deref().unwrap_or_default();
-                if self.written.contains(&(layer, file.to_vec())) {
-                    write(self.builder.append_link(&mut header, name, as_path(file)))?;
-                    return Ok(0);
-                }
+        match (entry.kind, file) {
+            (EntryType::Link, Some(file)) => {
                 // The file it names, as that layer has it.
                 let original = tree.layers()[layer].entry(file).filter(|e| !e.is_dir());
                 let Some(original) = original else {
@@ -312,12 +331,27 @@ impl Writer<'_> {
                 let original = original.clone();
                 // A copy of the file: its time goes with it.
                 write(original.mtime.append_record(&mut self.builder))?;
-                self.file(path, layer, &original)
-            }
-            _ => {
-                let size = self.file(path, layer, entry)?;
-                self.written.insert((layer, path.to_vec()));
+                let size = self.file(path, layer, &original)?;
+                self.written.insert((layer, file.to_vec()), path.to_vec());
                 Ok(size)
+            }
+            (_, Some(_)) => {
+                write(entry.mtime.append_record(&mut self.builder))?;
+                let size = self.file(path, layer, entry)?;
+                self.written.insert((layer, path.to_vec()), path.to_vec());
+                Ok(size)
+            }
+            (EntryType::Symlink, None) => {
+                write(entry.mtime.append_record(&mut self.builder))?;
+                let target = as_path(entry.link.as_deref().unwrap_or_default());
+                write(self.builder.append_link(&mut header, name, target))?;
+                Ok(0)
+            }
+            (_, None) => {
+                // A directory or a FIFO: a header alone.
+                write(entry.mtime.append_record(&mut self.builder))?;
+                write(self.builder.append_data(&mut header, name, io::empty()))?;
+                Ok(0)
             }
         }
     }

@@ -95,6 +95,8 @@ pub struct LayerTable {
     hidden: BTreeSet<Box<[u8]>>,
     /// Directories whose lower contents are hidden (`.wh..wh..opq`).
     opaque: BTreeSet<Box<[u8]>>,
+    /// A file's path → the hard links to it in this layer.
+    links: BTreeMap<Box<[u8]>, Vec<Box<[u8]>>>,
 }
 
 impl LayerTable {
@@ -150,9 +152,41 @@ impl LayerTable {
                 data_at: entry.raw_file_position(),
                 link,
             };
+            if let (EntryType::Link, Some(file)) = (entry.kind, &entry.link) {
+                table
+                    .links
+                    .entry(file.clone())
+                    .or_default()
+                    .push(path.clone().into());
+            }
             table.entries.insert(path.into(), entry);
         }
         Ok(table)
+    }
+
+    /// Every name of the file `path` is or links to, in this layer: the
+    /// file's own path and its hard links' (`path` alone when it is no
+    /// file or has no links).
+    pub fn link_group<'a>(&'a self, path: &'a [u8]) -> Vec<&'a [u8]> {
+        let file = match self.entries.get_key_value(path) {
+            Some((_, entry)) if entry.kind == EntryType::Link => {
+                match entry
+                    .link
+                    .as_deref()
+                    .and_then(|f| self.entries.get_key_value(f))
+                {
+                    Some((file, _)) => file.as_ref(),
+                    None => return vec![path],
+                }
+            }
+            Some((file, _)) => file.as_ref(),
+            None => return vec![path],
+        };
+        let mut names = vec![file];
+        if let Some(links) = self.links.get(file) {
+            names.extend(links.iter().map(AsRef::as_ref));
+        }
+        names
     }
 
     /// The entry at `path`, if this layer has one.

@@ -277,3 +277,57 @@ fn a_template_held_only_as_a_listing_is_left_where_the_machine_kept_it() {
         }
     }
 }
+
+#[test]
+fn a_file_with_several_names_goes_back_with_all_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let base = stored_layer(&store, &[E::Dir("w"), E::Dir("w/a"), E::Dir("w/b")]);
+    let linked = stored_layer(
+        &store,
+        &[
+            E::File("w/a/x", "one file"),
+            E::Link("w/b/y", "w/a/x"),
+            E::Link("w/0", "w/a/x"),
+        ],
+    );
+    let to = [base, linked];
+    // The live tree changed one name alone (a write through a copy, say).
+    for changed in ["w/b/y", "w/a/x"] {
+        let changes: Vec<(Change, &[u8])> = vec![(Change::File, changed.as_bytes())];
+        let restoring = restoring_layer(
+            &store,
+            &Restore {
+                from: &to,
+                to: &to,
+                changes: &changes,
+                excluded: &[],
+                unheld_base: None,
+            },
+        )
+        .unwrap();
+        let mut archive = tar::Archive::new(restoring.layer.as_slice());
+        let entries: Vec<(String, EntryType, Option<String>)> = archive
+            .entries()
+            .unwrap()
+            .map(|entry| {
+                let entry = entry.unwrap();
+                let link = entry
+                    .link_name_bytes()
+                    .map(|l| String::from_utf8(l.into_owned()).unwrap());
+                let path = String::from_utf8(entry.path_bytes().into_owned()).unwrap();
+                (path, entry.header().entry_type(), link)
+            })
+            .collect();
+        // The first name in the layer carries the data, the others link to it.
+        assert_eq!(
+            entries,
+            [
+                ("w/0".to_owned(), EntryType::Regular, None),
+                ("w/a/x".to_owned(), EntryType::Link, Some("w/0".to_owned())),
+                ("w/b/y".to_owned(), EntryType::Link, Some("w/0".to_owned())),
+            ],
+            "changed {changed}"
+        );
+    }
+}
