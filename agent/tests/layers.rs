@@ -147,6 +147,7 @@ async fn a_snapshot_layer_applies_onto_another_machine() {
         exclude: Vec::new(),
         baseline: Vec::new(),
         baseline_digest: None,
+        walk_hint: None,
     };
     let body = serde_json::to_vec(&request).unwrap();
     let sha = body_sha256(&body);
@@ -249,6 +250,7 @@ async fn whiteouts_apply_and_hostile_layers_are_refused_over_the_wire() {
         exclude: Vec::new(),
         baseline: Vec::new(),
         baseline_digest: None,
+        walk_hint: None,
     })
     .unwrap();
     let (status, bytes) = agent.call("POST", PATH_SNAPSHOT, &body, true).await;

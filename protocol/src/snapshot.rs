@@ -84,8 +84,8 @@ pub struct SnapshotRequest {
     pub exclude: Vec<String>,
     /// Every path of the image the sandbox was made from, relative to `/`
     /// and without a trailing slash: what the agent compares every
-    /// directory's names against to find deletions and new paths. Empty when `baseline_digest`
-    /// names it.
+    /// directory's names against to find deletions and new paths. Empty
+    /// when `baseline_digest` names it.
     pub baseline: Vec<String>,
     /// The [`tree_digest`] of the baseline, sent instead of its paths to
     /// an agent that may hold it (protocol 5): the agent uses the tree it
@@ -93,6 +93,35 @@ pub struct SnapshotRequest {
     /// `unknown_baseline`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline_digest: Option<String>,
+    /// Where changes can be, as the host sees the machine's file system
+    /// (protocol 6): directories outside it hold none, so the agent need
+    /// not read them. `None`: every directory is walked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk_hint: Option<WalkHint>,
+}
+
+/// The directories a change can be in, read by the host from the upper
+/// layer of the machine's overlay file system (Docker's and Podman's
+/// overlay2 and fuse-overlayfs drivers): anything a process changes, makes
+/// or deletes puts its directory, and every directory above it, in the
+/// upper layer, so a directory that is not there holds exactly what the
+/// image has, as it did at every earlier snapshot.
+///
+/// The host reads the list before the agent stops the sandbox's
+/// processes. A directory made in the upper layer since (made, copied up,
+/// or renamed) has a ctime at or after `since_ns`, so the agent walks
+/// into every directory that is in `dirs`, or changed, or has such a
+/// ctime. An agent that does not know where every path of its baseline
+/// was (it has no kept tree, see [`SnapshotRequest::baseline_digest`])
+/// walks everything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalkHint {
+    /// Every directory of the upper layer, relative to `/` (`""` is the
+    /// root), without a trailing slash.
+    pub dirs: Vec<String>,
+    /// Unix ns on the machine's clock before the host began reading
+    /// `dirs`, less a margin for the coarse clock of file times.
+    pub since_ns: i64,
 }
 
 /// The digest a baseline is named by: lowercase hex SHA-256 of its paths in
@@ -239,6 +268,7 @@ mod tests {
             exclude: vec!["/.silo".into()],
             baseline: vec!["etc".into(), "etc/passwd".into()],
             baseline_digest: Some(tree_digest(["etc", "etc/passwd"])),
+            walk_hint: None,
         };
         let text = serde_json::to_string(&request).unwrap();
         assert_eq!(

@@ -20,7 +20,7 @@ use std::fmt;
 use crate::{files, http};
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
@@ -59,11 +59,15 @@ pub enum Feature {
     /// agent kept from its last snapshot or rewind, and an agent without
     /// that tree answers [`crate::ErrorKind::UnknownBaseline`].
     BaselineDigest,
+    /// A snapshot or rewind request's `walk_hint`
+    /// ([`crate::snapshot::WalkHint`]): the directories a change can be
+    /// in, as the host read them from the machine's overlay upper layer.
+    WalkHint,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -75,6 +79,7 @@ impl Feature {
         Self::Rewind,
         Self::IncrementalSnapshot,
         Self::BaselineDigest,
+        Self::WalkHint,
     ];
 
     /// The first protocol version that has this feature.
@@ -90,6 +95,7 @@ impl Feature {
             Self::Rewind => 3,
             Self::IncrementalSnapshot => 4,
             Self::BaselineDigest => 5,
+            Self::WalkHint => 6,
         }
     }
 
@@ -135,6 +141,7 @@ impl Feature {
             Self::Rewind => "in-place rewind",
             Self::IncrementalSnapshot => "incremental snapshots",
             Self::BaselineDigest => "baselines named by digest",
+            Self::WalkHint => "walk hints",
         }
     }
 }

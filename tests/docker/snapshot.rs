@@ -464,6 +464,7 @@ async fn a_command_started_while_a_snapshot_reads_waits_for_the_thaw() {
         exclude: Vec::new(),
         baseline: Vec::new(),
         baseline_digest: None,
+        walk_hint: None,
     })
     .unwrap();
     let mut reading = start_signed_post(

@@ -149,6 +149,7 @@ async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks()
         exclude: Vec::new(),
         baseline: Vec::new(),
         baseline_digest: None,
+        walk_hint: None,
     };
     let err = client.snapshot(&request).await.err().unwrap();
     assert!(
@@ -310,6 +311,7 @@ async fn incremental_snapshots_need_protocol_4_and_are_refused_before_anything_s
         exclude: Vec::new(),
         baseline: Vec::new(),
         baseline_digest: None,
+        walk_hint: None,
     };
     let refused = |err: ClientError| {
         assert!(
@@ -423,6 +425,7 @@ async fn a_baseline_goes_by_digest_only_to_an_agent_of_5_and_its_paths_follow_an
         exclude: Vec::new(),
         baseline: Vec::new(),
         baseline_digest: None,
+        walk_hint: None,
     };
     let flags = |max: &str| {
         [

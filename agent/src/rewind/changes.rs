@@ -18,7 +18,7 @@ use silo_protocol::rewind::{Change, MAX_CHANGES_BYTES, push_record};
 use silo_protocol::snapshot::WHITEOUT_PREFIX;
 
 use crate::snapshot::SnapshotError;
-use crate::snapshot::walk::{self, Inodes, Sink, WalkSpec};
+use crate::snapshot::walk::{self, Sink, WalkSpec, Walked};
 
 /// The changed paths under `root`, as the walk finds them (blocking).
 pub fn list(root: &Path, spec: &WalkSpec) -> Result<Listed, SnapshotError> {
@@ -36,8 +36,8 @@ pub struct Listed {
     pub present: u64,
     /// Paths that are gone.
     pub gone: u64,
-    /// Where every path the walk looked at was.
-    pub inodes: Inodes,
+    /// What the walk looked at.
+    pub walked: Walked,
 }
 
 impl Listed {
@@ -83,7 +83,11 @@ impl Sink for Listed {
     }
 
     fn seen(&mut self, rel: &Path, meta: &Metadata) {
-        self.inodes.note(rel, meta);
+        self.walked.seen(rel, meta);
+    }
+
+    fn read_dir(&mut self, rel: &Path) {
+        self.walked.read_dir(rel);
     }
 }
 
@@ -114,6 +118,7 @@ mod tests {
             changed_since_ns: 0,
             excluded: HashSet::new(),
             baseline: Baseline::new(&["etc".into(), "etc/group".into(), "etc/apt".into()]),
+            hint: None,
         };
         let listed = list(root, &spec).unwrap();
         let records = split_changes(&listed.body).unwrap();

@@ -194,7 +194,7 @@ impl Rewinder {
             if let Ok((_, listed)) = &mut listed {
                 // Nothing runs until the layer is placed: the tree after
                 // it is on these inodes, but where the layer puts paths.
-                spec.baseline.set_inodes(std::mem::take(&mut listed.inodes));
+                spec.baseline.learn(std::mem::take(&mut listed.walked));
             }
             ((source, spec.baseline), listed)
         })

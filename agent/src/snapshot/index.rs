@@ -110,6 +110,7 @@ pub fn write_index(
         changed_since_ns: i64::MIN,
         excluded,
         baseline: walk::Baseline::default(),
+        hint: None,
     };
     let mut list = PathList {
         out,

@@ -66,7 +66,7 @@ pub use freeze::FreezeScope;
 pub use index::IndexError;
 pub use stream::LayerStream;
 use tree::{Against, Changes, Kept, Recording, Source};
-use walk::{Baseline, WalkSpec};
+use walk::{Baseline, Hint, WalkSpec};
 
 /// Snapshots taken at once: one, since each stops the whole sandbox.
 pub const MAX_ACTIVE_SNAPSHOTS: usize = 1;
@@ -415,6 +415,7 @@ pub(crate) fn walk_spec(
         changed_since_ns: request.changed_since_ns,
         excluded,
         baseline: Baseline::default(),
+        hint: Hint::of(request.walk_hint),
     })
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tar::EntryType;
 
-use super::walk::{Baseline, WalkSpec};
+use super::walk::{Baseline, Hint, WalkSpec};
 use super::*;
 
 /// One entry of a produced layer, as a reader sees it.
@@ -125,6 +125,7 @@ fn spec(since: i64, baseline: &[String], excluded: &[&str]) -> WalkSpec {
         changed_since_ns: since,
         excluded: excluded.iter().map(PathBuf::from).collect::<HashSet<_>>(),
         baseline: Baseline::new(baseline),
+        hint: None,
     }
 }
 
@@ -334,6 +335,7 @@ async fn outside_pid_1_a_snapshot_is_unsupported() {
         exclude: Vec::new(),
         baseline: Vec::new(),
         baseline_digest: None,
+        walk_hint: None,
     };
     let unused = async { Err(SnapshotError::Internal("not reached".into())) };
     let ops = Arc::new(crate::process::System::default());
@@ -422,6 +424,7 @@ async fn a_digest_of_no_kept_tree_is_refused_before_anything_stops() {
         exclude: Vec::new(),
         baseline: Vec::new(),
         baseline_digest: Some(silo_protocol::snapshot::tree_digest(["etc"])),
+        walk_hint: None,
     };
     let pushes = Arc::new(Semaphore::new(1));
     let hold = async move {
@@ -568,4 +571,54 @@ fn every_name_of_a_file_goes_in_with_the_first_one() {
         assert_eq!(link.kind, EntryType::Link);
         assert_eq!(link.link.as_deref(), Some("w/c/x"));
     }
+}
+
+#[test]
+fn a_hint_spares_directories_the_upper_layer_lacks_once_inodes_are_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for sub in ["a", "b", "c"] {
+        fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    fs::write(root.join("a/x"), "image").unwrap();
+    fs::write(root.join("b/y"), "image").unwrap();
+    let paths = ["a", "a/x", "b", "b/y", "c"].map(String::from).to_vec();
+    std::thread::sleep(TICK);
+    let first = now_ns();
+    let mut spec_first = spec(first, &paths, &[]);
+    let mut out = Vec::new();
+    let (_, mut changes) = write_layer(root, &spec_first, &mut out).unwrap();
+    let (_, kept) = Source::List(paths.clone())
+        .after(&mut changes, &mut spec_first.baseline)
+        .unwrap();
+    std::thread::sleep(TICK);
+    let since = now_ns();
+    std::thread::sleep(TICK);
+    fs::write(root.join("b/y2"), "new").unwrap();
+    fs::create_dir_all(root.join("c/new")).unwrap();
+    fs::write(root.join("c/new/z"), "new").unwrap();
+    // Behind the hint's back: `a` is not in it and its times did not move,
+    // so a walk that trusts the hint never reads it.
+    fs::write(root.join("a/x"), "changed").unwrap();
+    let hint = || {
+        Some(Hint {
+            dirs: [PathBuf::new(), PathBuf::from("b")].into_iter().collect(),
+            since_ns: since,
+        })
+    };
+    let hinted = WalkSpec {
+        baseline: kept,
+        hint: hint(),
+        ..spec(since, &[], &[])
+    };
+    assert_eq!(
+        names(&layer_of(root, &hinted)),
+        ["b", "b/y2", "c", "c/new", "c/new/z"]
+    );
+    // Against paths alone (no inodes known) the hint is not taken.
+    let by_paths = WalkSpec {
+        hint: hint(),
+        ..spec(since, &paths, &[])
+    };
+    assert!(names(&layer_of(root, &by_paths)).contains(&"a/x"));
 }

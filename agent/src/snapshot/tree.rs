@@ -32,7 +32,7 @@ use silo_protocol::snapshot::{
     tree_digest,
 };
 
-use super::walk::{Baseline, Inodes, Sink};
+use super::walk::{Baseline, Sink, Walked};
 
 /// Largest tree kept, in bytes of path text (about 200,000 paths of 40
 /// bytes, some 35 MiB held with the walk's index of it; the Debian image's
@@ -171,9 +171,9 @@ pub struct Changes {
     paths: LayerPaths,
     /// A path could not be followed; the tree is forgotten.
     unfollowable: bool,
-    /// Where every path was when the walk that made the layer looked
-    /// (none for a layer the agent placed: its paths are on new inodes).
-    seen: Option<Inodes>,
+    /// What the walk that made the layer looked at (none for a layer the
+    /// agent placed: its paths are on new inodes).
+    walked: Option<Walked>,
 }
 
 impl Changes {
@@ -242,9 +242,16 @@ impl<S: Sink> Sink for Recording<'_, S> {
 
     fn seen(&mut self, rel: &Path, meta: &std::fs::Metadata) {
         self.changes
-            .seen
-            .get_or_insert_with(Inodes::default)
-            .note(rel, meta);
+            .walked
+            .get_or_insert_with(Walked::default)
+            .seen(rel, meta);
+    }
+
+    fn read_dir(&mut self, rel: &Path) {
+        self.changes
+            .walked
+            .get_or_insert_with(Walked::default)
+            .read_dir(rel);
     }
 }
 
@@ -284,15 +291,15 @@ pub enum Source {
 
 impl Source {
     /// The tree after `changes`, or `None` if it cannot be kept; a walk's
-    /// changes leave the inodes it saw as where the tree's paths are.
+    /// changes teach the baseline where the paths it saw are.
     pub fn after(self, changes: &mut Changes, baseline: &mut Baseline) -> Option<(Tree, Baseline)> {
         let tree = match self {
             Self::Tree(tree) => tree,
             Self::List(list) => Tree::of_list(list)?,
         };
         let tree = tree.apply(changes, baseline)?;
-        if let Some(seen) = changes.seen.take() {
-            baseline.set_inodes(seen);
+        if let Some(walked) = changes.walked.take() {
+            baseline.learn(walked);
         }
         Some((tree, std::mem::take(baseline)))
     }

@@ -37,7 +37,13 @@
 //!
 //! The request's `prune_unchanged_dirs` and `descend_since_ns` are read
 //! and ignored: pruning by a directory's times was the shortcut that
-//! missed files.
+//! missed files. The one shortcut taken is the host's [`Hint`], where the
+//! machine is an overlay whose upper layer the host can read: a directory
+//! that is not in the upper layer holds what the image has, as it did at
+//! every earlier snapshot, and one put there after the host read it has a
+//! ctime after the hint's. It is taken only when the baseline knows every
+//! path's inode: a directory moved onto a path the baseline has is found
+//! by its inode, and the entries below it by theirs.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
@@ -70,11 +76,50 @@ pub struct WalkSpec {
     pub excluded: HashSet<PathBuf>,
     /// The image's paths, by parent directory.
     pub baseline: Baseline,
+    /// Where changes can be, from the host; `None`: everywhere.
+    pub hint: Option<Hint>,
+}
+
+/// The directories a change can be in ([`silo_protocol::snapshot::WalkHint`]).
+#[derive(Debug, Default)]
+pub struct Hint {
+    /// Directories of the overlay's upper layer, relative to the root.
+    pub dirs: HashSet<PathBuf>,
+    /// A directory whose ctime is at or after this is walked too.
+    pub since_ns: i64,
+}
+
+impl Hint {
+    /// The hint a request carries, if any.
+    pub fn of(hint: Option<silo_protocol::snapshot::WalkHint>) -> Option<Self> {
+        let hint = hint?;
+        let dirs = hint
+            .dirs
+            .iter()
+            .filter_map(|dir| relative(Path::new(dir)))
+            .collect();
+        Some(Self {
+            dirs,
+            since_ns: hint.since_ns,
+        })
+    }
 }
 
 impl WalkSpec {
     fn changed(&self, meta: &Metadata) -> bool {
         ctime_ns(meta) >= i128::from(self.changed_since_ns)
+    }
+
+    /// Whether directory `rel`, not changed itself, can hold a change: with
+    /// no hint (or no inodes to tell a moved entry by) any can; with one,
+    /// those the host saw in the upper layer, and those put there since.
+    fn may_hold_changes(&self, rel: &Path, meta: &Metadata) -> bool {
+        match &self.hint {
+            Some(hint) if self.baseline.inodes.is_some() => {
+                hint.dirs.contains(rel) || ctime_ns(meta) >= i128::from(hint.since_ns)
+            }
+            _ => true,
+        }
     }
 }
 
@@ -90,6 +135,28 @@ pub struct Baseline {
     /// Where each path was when the agent last walked or placed it; `None`
     /// when unknown for the whole tree (a baseline sent as paths).
     inodes: Option<Inodes>,
+}
+
+/// What a walk looked at: where each path it saw was, and the directories
+/// whose entries it read.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Walked {
+    /// Where each path was.
+    pub inodes: Inodes,
+    /// The directories read.
+    pub dirs: HashSet<PathBuf>,
+}
+
+impl Walked {
+    /// Notes where `rel` is.
+    pub fn seen(&mut self, rel: &Path, meta: &Metadata) {
+        self.inodes.note(rel, meta);
+    }
+
+    /// Notes that directory `rel` was read.
+    pub fn read_dir(&mut self, rel: &Path) {
+        self.dirs.insert(rel.to_owned());
+    }
 }
 
 /// (device, inode) of paths, as a walk saw them.
@@ -219,9 +286,22 @@ impl Baseline {
         self
     }
 
-    /// Takes `inodes` as where every path is now.
-    pub fn set_inodes(&mut self, inodes: Inodes) {
-        self.inodes = Some(inodes);
+    /// Learns where paths are from a walk: in every directory it read,
+    /// its entries are where the walk saw them (and those it did not see
+    /// are gone); elsewhere what was known stands. A walk against a
+    /// baseline with no inodes read every directory (a hint needs them),
+    /// so what it saw is all there is.
+    pub fn learn(&mut self, walked: Walked) {
+        match &mut self.inodes {
+            None => self.inodes = Some(walked.inodes),
+            Some(known) => {
+                known.0.retain(|path, _| {
+                    let parent = path.parent().unwrap_or(Path::new(""));
+                    !walked.dirs.contains(parent)
+                });
+                known.0.extend(walked.inodes.0);
+            }
+        }
     }
 }
 
@@ -247,6 +327,8 @@ pub trait Sink {
     fn whiteout(&mut self, rel: &Path) -> io::Result<()>;
     /// Every path the walk looked at, changed or not, with its `lstat`.
     fn seen(&mut self, _rel: &Path, _meta: &Metadata) {}
+    /// Every directory whose entries the walk read.
+    fn read_dir(&mut self, _rel: &Path) {}
 }
 
 /// The names of files that have more than one, so that a layer holding
@@ -372,17 +454,20 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
                 emit_parents(&mut stack, sink)?;
                 sink.entry(&rel, &meta).map_err(FsError::at("add", &path))?;
             }
-            // Every directory is walked, changed or not (see the module docs).
-            let mut key = name.into_vec();
-            key.push(b'/');
-            let dir = Subdir {
-                rel,
-                meta,
-                emitted: changed,
-                fresh: !in_baseline,
-            };
-            if let Some(frame) = stack.last_mut() {
-                frame.pending.insert(key, dir);
+            // Every directory is walked, changed or not, unless the host
+            // tells where changes can be (see the module docs).
+            if changed || spec.may_hold_changes(&rel, &meta) {
+                let mut key = name.into_vec();
+                key.push(b'/');
+                let dir = Subdir {
+                    rel,
+                    meta,
+                    emitted: changed,
+                    fresh: !in_baseline,
+                };
+                if let Some(frame) = stack.last_mut() {
+                    frame.pending.insert(key, dir);
+                }
             }
         } else if meta.file_type().is_socket() {
             // No layer holds a socket.
@@ -424,6 +509,7 @@ fn enter(
         Err(err) => return Err(FsError::new("read directory", &path, err).into()),
     };
     names.sort();
+    sink.read_dir(&rel);
     // Deletions are found by names, whatever the directory's own times say.
     let gone: Vec<&OsString> = spec
         .baseline

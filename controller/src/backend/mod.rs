@@ -39,7 +39,7 @@ pub use daytona::DaytonaConfig;
 pub use docker::{DockerBackend, DockerError};
 // What the snapshot engine holds of a backend that makes machines from
 // engine images, and the facts it reads of them.
-pub use docker::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
+pub use docker::{ContainerFacts, EngineImages, LABEL_SNAPSHOT, UpperLayer};
 pub use e2b::E2bConfig;
 
 /// What a backend is told about the sandbox it acts on.

@@ -68,11 +68,12 @@ impl AgentClient {
         F: Fn(SnapshotRequest) -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let by_digest = self
-            .protocol()
-            .await?
-            .require(Feature::BaselineDigest)
-            .is_ok();
+        let spoken = self.protocol().await?;
+        let by_digest = spoken.require(Feature::BaselineDigest).is_ok();
+        if spoken.require(Feature::WalkHint).is_err() {
+            // A hint only spares work: an agent without it walks everything.
+            request.walk_hint = None;
+        }
         if by_digest {
             request.baseline = Vec::new();
             request.baseline_digest = Some(baseline.digest().to_owned());

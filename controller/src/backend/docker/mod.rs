@@ -33,6 +33,7 @@ mod ready;
 pub mod security;
 mod snapshot;
 mod sweep;
+mod upper;
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -65,6 +66,7 @@ pub use error::DockerError;
 pub use image::ensure_image;
 pub use labels::container_name;
 pub use snapshot::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
+pub use upper::UpperLayer;
 
 pub(crate) use error::is_not_found;
 use error::{api, io, is_conflict, is_missing_image, is_unknown_runtime};

@@ -19,6 +19,7 @@ use bollard::query_parameters::{
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
+use super::UpperLayer;
 use super::engine::LONG_REQUEST_TIMEOUT;
 use super::error::{DockerError, api, is_conflict, is_not_found};
 use super::{DockerBackend, config};
@@ -41,6 +42,9 @@ pub struct ContainerFacts {
     pub created_ns: i64,
     /// Paths a snapshot leaves out: silo's and the engine's own mounts.
     pub exclude: Vec<String>,
+    /// Its overlay's upper layer, where the host can read it: the walk
+    /// hint of its snapshots and rewinds.
+    pub upper: Option<UpperLayer>,
 }
 
 /// The engine-images snapshot strategy's half on the engine: what the
@@ -108,6 +112,7 @@ impl EngineImages {
             image_id,
             created_ns,
             exclude: config::snapshot_excludes(machine.spec),
+            upper: UpperLayer::of(info.graph_driver.as_ref()),
         })
     }
 

@@ -247,6 +247,7 @@ impl Silo {
             exclude: start.exclude.clone(),
             baseline: Vec::new(),
             baseline_digest: None,
+            walk_hint: start.walk_hint.clone(),
         };
         let (snapshot, request) = match (self.checkpoint_of(sandbox)?, &sandbox.origin_snapshot) {
             (Some((stopped_at_ns, snapshot)), _) => {

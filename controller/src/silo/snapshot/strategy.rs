@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 use silo_protocol::auth::Key;
-use silo_protocol::snapshot::SnapshotRequest;
+use silo_protocol::snapshot::{SnapshotRequest, WalkHint};
 
 use super::in_place::NotInPlace;
 use super::remembered;
@@ -20,7 +20,7 @@ use super::take::{CTIME_MARGIN_NS, StartBase, StartPoint};
 use super::{ForkTarget, ImageSource, SnapshotError, SnapshotProgress, SnapshotProgressFn};
 use crate::CreateRequest;
 use crate::backend::remote::SILO_DIR;
-use crate::backend::{Backend, BackendError, Machine, SnapshotWay};
+use crate::backend::{Backend, BackendError, Machine, SnapshotWay, UpperLayer};
 use crate::silo::{Silo, SiloError, backend_error, machine};
 use crate::spec::{BackendKind, SandboxSpec};
 use crate::state::{Baseline, EventKind, SandboxRecord, Snapshot};
@@ -35,6 +35,18 @@ pub(super) struct MachineStart {
     pub exclude: Vec<String>,
     /// The stored image its files came from.
     pub image_id: String,
+    /// Where changes can be, when the host can tell (see `walk_hint`).
+    pub walk_hint: Option<WalkHint>,
+}
+
+/// The walk hint of a container's upper layer, read now (on the blocking
+/// pool); `None` without one.
+async fn walk_hint(upper: Option<UpperLayer>) -> Option<WalkHint> {
+    let upper = upper?;
+    tokio::task::spawn_blocking(move || upper.hint(CTIME_MARGIN_NS))
+        .await
+        .ok()
+        .flatten()
 }
 
 impl Silo {
@@ -110,6 +122,7 @@ impl SnapshotWay {
                     started_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
                     exclude: facts.exclude.clone(),
                     image_id: facts.image_id.clone(),
+                    walk_hint: walk_hint(facts.upper.clone()).await,
                 })
             }
             SnapshotWay::AgentLayers => {
@@ -124,6 +137,7 @@ impl SnapshotWay {
                     started_ns: baseline.changed_since_ns,
                     exclude: vec![SILO_DIR.to_owned()],
                     image_id: baseline.image.clone(),
+                    walk_hint: None,
                 })
             }
         }
@@ -156,6 +170,7 @@ impl SnapshotWay {
         match self {
             SnapshotWay::EngineImages(_) => {
                 let facts = silo.container_facts(sandbox, "snapshot").await?;
+                let hint = walk_hint(facts.upper.clone()).await;
                 let base = match on_base {
                     true => Some(
                         silo.container_base(sandbox, &facts, store, progress)
@@ -172,6 +187,7 @@ impl SnapshotWay {
                     exclude: facts.exclude,
                     baseline: Vec::new(),
                     baseline_digest: None,
+                    walk_hint: hint,
                 };
                 Ok(StartPoint { base, request })
             }
@@ -196,6 +212,7 @@ impl SnapshotWay {
                     exclude: vec![SILO_DIR.to_owned()],
                     baseline: Vec::new(),
                     baseline_digest: None,
+                    walk_hint: None,
                 };
                 Ok(StartPoint {
                     base: Some(StartBase::Stored(base, None)),
