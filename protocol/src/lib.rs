@@ -21,7 +21,8 @@
 //! - [`push`]: the push request's query and its answer.
 //! - [`bundle`]: the bundle format, its limits, and the deterministic builder.
 //! - [`exact`]: a tar entry's contents read to exactly the size its header declared.
-//! - [`mtime`]: a layer entry's modification time to the nanosecond (a PAX record).
+//! - [`extras`]: what a layer entry carries beyond its header (time to the
+//!   nanosecond, extended attributes), as PAX records.
 //! - [`snapshot`]: the snapshot request and the layer format of its answer.
 //! - [`layers`]: a layer applied onto the machine (new with remote backends):
 //!   its limits, answer and error kinds.
@@ -38,13 +39,13 @@ pub mod bundle;
 pub mod error;
 pub mod exact;
 pub mod exec;
+pub mod extras;
 pub mod files;
 pub mod health;
 pub mod http;
 pub mod index;
 pub mod layers;
 pub mod limits;
-pub mod mtime;
 pub mod push;
 pub mod query;
 pub mod replay;

@@ -36,8 +36,10 @@ use nix::unistd::{
     Gid, Uid, UnlinkatFlags, fchown, fchownat, linkat, mkfifoat, symlinkat, unlinkat,
 };
 
-use super::stage::{Meta, Plan, Removal, Step};
+use super::stage::{Meta, Plan, Removal, Step, set_xattrs};
 use crate::fs_error::FsError;
+use crate::snapshot::layer::carried;
+use silo_protocol::extras::Xattr;
 
 /// Mode of a directory made for a parent the layer does not list.
 const IMPLIED_DIR_MODE: u32 = 0o755;
@@ -127,8 +129,8 @@ pub fn place(
         placer.step(step)?;
     }
     for step in plan.steps.iter().rev() {
-        if let Step::Dir { path, meta } = step {
-            placer.finish_dir(path, meta)?;
+        if let Step::Dir { path, meta, xattrs } = step {
+            placer.finish_dir(path, meta, xattrs)?;
         }
     }
     Ok(placer.placed)
@@ -370,8 +372,9 @@ impl Placer<'_> {
         }
     }
 
-    /// Sets a directory's owner, mode and time (after everything in it).
-    fn finish_dir(&mut self, path: &str, meta: &Meta) -> Result<(), FsError> {
+    /// Sets a directory's owner, mode, extended attributes (dropping those
+    /// the layer does not give it) and time, after everything in it.
+    fn finish_dir(&mut self, path: &str, meta: &Meta, xattrs: &[Xattr]) -> Result<(), FsError> {
         let shown = self.guard.root.join(path);
         let (parent, name) = split(path);
         let at = self.dirs.dir(parent, false)?.ok_or_else(|| gone(&shown))?;
@@ -385,9 +388,36 @@ impl Placer<'_> {
             .map_err(sys("chown", &shown))?;
         }
         fchmod(&fd, Mode::from_bits_truncate(meta.mode)).map_err(sys("chmod", &shown))?;
+        let dir = File::from(fd.try_clone().map_err(FsError::at("open", &shown))?);
+        set_dir_xattrs(&dir, xattrs, &shown)
+            .map_err(FsError::at("set the attributes of", &shown))?;
         let time = meta.time();
         futimens(&fd, &time, &time).map_err(sys("set the time of", &shown))
     }
+}
+
+/// Gives directory `dir` exactly the extended attributes `xattrs` (but the
+/// file system's own, which no layer carries).
+fn set_dir_xattrs(dir: &File, xattrs: &[Xattr], shown: &Path) -> io::Result<()> {
+    use xattr::FileExt;
+    let present = match dir.list_xattr() {
+        Ok(names) => names,
+        Err(err) if err.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    for name in present {
+        let wanted = name
+            .to_str()
+            .is_some_and(|name| !carried(name) || xattrs.iter().any(|(n, _)| n == name));
+        if !wanted {
+            match dir.remove_xattr(&name) {
+                Ok(()) => {}
+                Err(err) if matches!(err.raw_os_error(), Some(libc::EPERM | libc::ENODATA)) => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+    set_xattrs(shown, xattrs, |name, value| dir.set_xattr(name, value))
 }
 
 /// Removes a directory at `name` in `at`, which a file or link replaces.
@@ -449,7 +479,25 @@ fn copy_file(
         std::os::unix::fs::fchown(&to, Some(meta.uid()), Some(meta.gid()))?;
     }
     to.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    copy_xattrs(&from, &to, Path::new(temp))?;
     to.set_modified(meta.modified()?)
+}
+
+/// Gives `to` (shown as `shown`) the extended attributes of `from`.
+fn copy_xattrs(from: &File, to: &File, shown: &Path) -> io::Result<()> {
+    use xattr::FileExt;
+    let names = match from.list_xattr() {
+        Ok(names) => names,
+        Err(err) if err.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    let mut xattrs = Vec::new();
+    for name in names {
+        if let (Some(text), Some(value)) = (name.to_str(), from.get_xattr(&name)?) {
+            xattrs.push((text.to_owned(), value));
+        }
+    }
+    set_xattrs(shown, &xattrs, |name, value| to.set_xattr(name, value))
 }
 
 /// Makes `temp` in `at` a copy of staged symlink `staged`, owner and time included.

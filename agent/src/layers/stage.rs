@@ -13,7 +13,8 @@
 //! so that placing one is a single `rename`; symlinks are made there the
 //! same way, and so are FIFOs. Directories, hard links (to an earlier file
 //! of this layer only), whiteouts and opaque markers become steps of the
-//! [`Plan`]. Times come to the nanosecond ([`Mtime`]). Devices, names that
+//! [`Plan`]. Times come to the nanosecond and extended attributes with
+//! them ([`Extras`]). Devices, names that
 //! are not UTF-8, the engine's own `.wh..wh.` files and the root's own
 //! entry are left out and listed.
 
@@ -31,10 +32,10 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::mkfifo;
 use nix::unistd::{Gid, Uid, fchownat};
 use serde::{Deserialize, Serialize};
+use silo_protocol::extras::{Extras, Mtime, Xattr};
 use silo_protocol::layers::{
     MAX_SKIPPED_LISTED, OPAQUE_WHITEOUT, SkipReason, Skipped, WHITEOUT_PREFIX,
 };
-use silo_protocol::mtime::Mtime;
 use tar::EntryType;
 
 use crate::fs_error::FsError;
@@ -95,6 +96,10 @@ pub enum Step {
         path: String,
         /// What to set.
         meta: Meta,
+        /// Its extended attributes: those it has that are not here go
+        /// (a journal from before they were kept reads as none).
+        #[serde(default)]
+        xattrs: Vec<Xattr>,
     },
     /// A regular file staged under `staged`, metadata set.
     File {
@@ -313,6 +318,7 @@ impl<'a> Stager<'a> {
         entry: &mut tar::Entry<'_, R>,
         path: String,
         meta: Meta,
+        xattrs: &[Xattr],
         meter: &Meter,
     ) -> Result<(), ExtractError> {
         let staged = self.staged_name();
@@ -327,6 +333,11 @@ impl<'a> Stager<'a> {
             .map_err(write_error("chmod", &target))?;
         file.set_modified(system_time(&meta))
             .map_err(write_error("set the time of", &target))?;
+        // After the owner: a chown drops `security.capability`.
+        set_xattrs(&target, xattrs, |name, value| {
+            xattr::FileExt::set_xattr(&file, name, value)
+        })
+        .map_err(write_error("set the attributes of", &target))?;
         let size = entry.size();
         self.known.insert(path.clone(), Known::File);
         self.plan.steps.push(Step::File { path, staged, size });
@@ -339,6 +350,7 @@ impl<'a> Stager<'a> {
         link: Option<Vec<u8>>,
         path: String,
         meta: Meta,
+        xattrs: &[Xattr],
     ) -> Result<(), ExtractError> {
         let Some(link) = link.filter(|link| !link.is_empty()) else {
             return Err(reject(name, Reject::BadName("a symlink without a target")));
@@ -365,6 +377,10 @@ impl<'a> Stager<'a> {
             UtimensatFlags::NoFollowSymlink,
         )
         .map_err(|e| write_error("set the time of", &target)(e.into()))?;
+        set_xattrs(&target, xattrs, |name, value| {
+            xattr::set(&target, name, value)
+        })
+        .map_err(write_error("set the attributes of", &target))?;
         self.known.insert(path.clone(), Known::Other);
         self.plan.steps.push(Step::Symlink { path, staged });
         Ok(())
@@ -372,7 +388,12 @@ impl<'a> Stager<'a> {
 
     /// A named pipe: made in staging with its owner, mode and time, so
     /// that placing it is one `rename` as for a file.
-    fn stage_fifo(&mut self, path: String, meta: Meta) -> Result<(), ExtractError> {
+    fn stage_fifo(
+        &mut self,
+        path: String,
+        meta: Meta,
+        xattrs: &[Xattr],
+    ) -> Result<(), ExtractError> {
         let staged = self.staged_name();
         let target = self.staging.join(&staged);
         mkfifo(&target, Mode::from_bits_truncate(STAGED_FILE_MODE))
@@ -398,6 +419,10 @@ impl<'a> Stager<'a> {
             UtimensatFlags::NoFollowSymlink,
         )
         .map_err(|e| write_error("set the time of", &target)(e.into()))?;
+        set_xattrs(&target, xattrs, |name, value| {
+            xattr::set(&target, name, value)
+        })
+        .map_err(write_error("set the attributes of", &target))?;
         self.known.insert(path.clone(), Known::Other);
         self.plan.steps.push(Step::Fifo { path, staged });
         Ok(())
@@ -464,7 +489,7 @@ impl Unpack for Stager<'_> {
         if kind.is_pax_global_extensions() {
             return Ok(());
         }
-        let mtime = Mtime::of_entry(entry);
+        let extras = Extras::of_entry(entry);
         let Ok(name) = String::from_utf8(raw.clone()) else {
             self.skip(&raw, SkipReason::NotUtf8);
             return Ok(());
@@ -492,21 +517,21 @@ impl Unpack for Stager<'_> {
         }
         self.check_excluded(&name, &path)?;
         self.check_parents(&name, &path)?;
-        let meta = mtime
-            .map_err(|_| Reject::BadName("unreadable time"))
-            .and_then(|mtime| meta_of(entry.header(), mtime))
-            .map_err(|why| reject(&name, why))?;
+        let extras =
+            extras.map_err(|_| reject(&name, Reject::BadName("unreadable PAX records")))?;
+        let meta = meta_of(entry.header(), extras.mtime).map_err(|why| reject(&name, why))?;
+        let xattrs = extras.xattrs;
         let link = entry.link_name_bytes().map(|link| link.into_owned());
         match kind {
             EntryType::Directory => {
                 self.known.insert(path.clone(), Known::Dir);
-                self.plan.steps.push(Step::Dir { path, meta });
+                self.plan.steps.push(Step::Dir { path, meta, xattrs });
                 Ok(())
             }
-            EntryType::Symlink => self.stage_symlink(&name, link, path, meta),
+            EntryType::Symlink => self.stage_symlink(&name, link, path, meta, &xattrs),
             EntryType::Link => self.stage_hard_link(&name, link, path),
-            EntryType::Fifo => self.stage_fifo(path, meta),
-            _ => self.stage_file(entry, path, meta, meter),
+            EntryType::Fifo => self.stage_fifo(path, meta, &xattrs),
+            _ => self.stage_file(entry, path, meta, &xattrs, meter),
         }
     }
 }
@@ -522,6 +547,27 @@ fn meta_of(header: &tar::Header, mtime: Mtime) -> Result<Meta, Reject> {
         mtime: mtime.secs,
         mtime_nsec: mtime.nanos,
     })
+}
+
+/// Sets `xattrs` through `set`. One the file system or the agent's
+/// privileges refuse (`security.capability` without `CAP_SETFCAP`, as in a
+/// container silo made) is left off with a warning: the entry still holds
+/// everything else, as the engine's own apply would.
+pub(super) fn set_xattrs(
+    shown: &Path,
+    xattrs: &[Xattr],
+    mut set: impl FnMut(&str, &[u8]) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    for (name, value) in xattrs {
+        match set(name, value) {
+            Ok(()) => {}
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP)) => {
+                tracing::warn!(path = %shown.display(), name, %err, "extended attribute left off");
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
 }
 
 /// An entry's time as a `SystemTime` (before 1970 or out of range: the epoch).

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use sha2::{Digest, Sha256};
-use silo_protocol::mtime::Mtime;
+use silo_protocol::extras::{Extras, Mtime};
 use tar::{EntryType, Header};
 
 use super::*;
@@ -335,7 +335,7 @@ fn devices_odd_names_and_engine_files_are_skipped_and_listed() {
 }
 
 #[test]
-fn fifos_are_placed_and_times_kept_to_the_nanosecond() {
+fn fifos_are_placed_and_times_and_attributes_kept() {
     let (_dir, root) = machine();
     let mut builder = tar::Builder::new(Vec::new());
     let (uid, gid) = owner();
@@ -344,7 +344,18 @@ fn fifos_are_placed_and_times_kept_to_the_nanosecond() {
             secs: i64::try_from(MTIME).unwrap(),
             nanos,
         };
-        time.append_record(&mut builder).unwrap();
+        let xattrs = match kind {
+            EntryType::Regular | EntryType::Directory => {
+                vec![("user.silo".to_owned(), format!("{name} attr").into_bytes())]
+            }
+            _ => Vec::new(),
+        };
+        Extras {
+            mtime: time,
+            xattrs,
+        }
+        .append(&mut builder)
+        .unwrap();
         let mut header = Header::new_gnu();
         header.set_entry_type(kind);
         header.set_mtime(time.header_secs());
@@ -371,6 +382,9 @@ fn fifos_are_placed_and_times_kept_to_the_nanosecond() {
     assert_eq!(nanos("w/file"), 999_999_999);
     assert_eq!(nanos("plain"), 1);
     assert_eq!(nanos("w"), 7);
+    let attr = |rel: &str| xattr::get(root.join(rel), "user.silo").unwrap();
+    assert_eq!(attr("w/file").as_deref(), Some(&b"w/file attr"[..]));
+    assert_eq!(attr("w").as_deref(), Some(&b"w attr"[..]));
     assert_no_staging_left(&root);
 }
 

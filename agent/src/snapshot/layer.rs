@@ -5,7 +5,8 @@
 //! header announces; a symlink its target; a second name of an inode already
 //! in the layer a hard link to the first; fifos and devices their headers; a
 //! deletion an empty `.wh.` file. A time with a fraction of a second goes
-//! before its entry as a PAX `mtime` record ([`Mtime`]). Long names use the GNU extension. The tar
+//! before its entry as a PAX `mtime` record, and extended attributes as
+//! `SCHILY.xattr.` records ([`Extras`]). Long names use the GNU extension. The tar
 //! end marker is written by [`Layer::finish`] alone: a layer dropped after an
 //! error, or unfinished for any other reason, ends without it, so a reader
 //! can tell it was cut short.
@@ -18,7 +19,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use silo_protocol::exact::ExactReader;
-use silo_protocol::mtime::Mtime;
+use silo_protocol::extras::{Extras, MAX_XATTR_BYTES, Mtime, Xattr};
 use tar::{Builder, EntryType, Header, HeaderMode};
 
 use super::walk::Sink;
@@ -78,13 +79,16 @@ impl<W: Write> Layer<W> {
         // Permission bits only (setuid, setgid and sticky included): the type
         // is the entry type's business.
         header.set_mode(meta.mode() & 0o7777);
-        let mtime = Mtime {
-            secs: meta.mtime(),
-            nanos: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
+        let extras = Extras {
+            mtime: Mtime {
+                secs: meta.mtime(),
+                nanos: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
+            },
+            xattrs: xattrs_of(&self.root.join(rel))?,
         };
-        header.set_mtime(mtime.header_secs());
+        header.set_mtime(extras.mtime.header_secs());
         header.set_size(0);
-        mtime.append_record(&mut self.builder)?;
+        extras.append(&mut self.builder)?;
         if kind.is_dir() {
             self.builder.append_data(&mut header, rel, io::empty())?;
         } else if kind.is_symlink() {
@@ -202,6 +206,51 @@ fn open_same(path: &Path, meta: &Metadata) -> io::Result<File> {
         return Err(io::Error::other("replaced while being read"));
     }
     Ok(file)
+}
+
+/// Prefixes of extended attributes no layer carries and no apply removes:
+/// the overlay file system's own bookkeeping.
+pub(crate) const XATTRS_LEFT_OUT: &[&str] = &["trusted.overlay."];
+
+/// Whether a layer carries the extended attribute `name`.
+pub(crate) fn carried(name: &str) -> bool {
+    !XATTRS_LEFT_OUT
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+}
+
+/// The extended attributes of `path` (not following a symlink), those
+/// whose names are UTF-8 and not the file system's own; none where the
+/// file system has none.
+fn xattrs_of(path: &Path) -> io::Result<Vec<Xattr>> {
+    let names = match xattr::list(path) {
+        Ok(names) => names,
+        Err(err) if err.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(Vec::new()),
+        Err(err) => return Err(err),
+    };
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    for name in names {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if !carried(name) {
+            continue;
+        }
+        // Gone since it was listed: nothing to carry.
+        let Some(value) = xattr::get(path, name)? else {
+            continue;
+        };
+        bytes = bytes.saturating_add(name.len() + value.len());
+        if bytes > MAX_XATTR_BYTES {
+            return Err(io::Error::other(format!(
+                "over {MAX_XATTR_BYTES} bytes of extended attributes"
+            )));
+        }
+        out.push((name.to_owned(), value));
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// Linux's `dev_t` split into major and minor numbers.

@@ -40,7 +40,7 @@
 
 pub(crate) mod freeze;
 mod index;
-mod layer;
+pub(crate) mod layer;
 pub mod stream;
 pub mod tree;
 pub mod walk;

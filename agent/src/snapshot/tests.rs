@@ -622,3 +622,43 @@ fn a_hint_spares_directories_the_upper_layer_lacks_once_inodes_are_known() {
     };
     assert!(names(&layer_of(root, &by_paths)).contains(&"a/x"));
 }
+
+#[test]
+fn a_layer_carries_times_to_the_nanosecond_and_extended_attributes() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir(root.join("d")).unwrap();
+    fs::write(root.join("d/f"), "x").unwrap();
+    xattr::set(root.join("d/f"), "user.silo", b"value\0bytes").unwrap();
+    xattr::set(root.join("d"), "user.dir", b"d").unwrap();
+    let mut out = Vec::new();
+    write_layer(root, &spec(0, &[], &[]), &mut out).unwrap();
+    let mut archive = tar::Archive::new(out.as_slice());
+    let found: Vec<(String, silo_protocol::extras::Extras)> = archive
+        .entries()
+        .unwrap()
+        .map(|entry| {
+            let mut entry = entry.unwrap();
+            let extras = silo_protocol::extras::Extras::of_entry(&mut entry).unwrap();
+            let path = entry.path().unwrap().to_string_lossy().into_owned();
+            (path, extras)
+        })
+        .collect();
+    let of = |name: &str| {
+        &found
+            .iter()
+            .find(|(p, _)| p.trim_end_matches('/') == name)
+            .unwrap()
+            .1
+    };
+    assert_eq!(
+        of("d/f").xattrs,
+        [("user.silo".to_owned(), b"value\0bytes".to_vec())]
+    );
+    assert_eq!(of("d").xattrs, [("user.dir".to_owned(), b"d".to_vec())]);
+    let on_disk = fs::symlink_metadata(root.join("d/f")).unwrap();
+    assert_eq!(
+        of("d/f").mtime.nanos,
+        u32::try_from(std::os::unix::fs::MetadataExt::mtime_nsec(&on_disk)).unwrap()
+    );
+}

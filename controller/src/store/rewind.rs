@@ -27,7 +27,8 @@
 //! same layer: the first written carries the data, the others are hard
 //! links to it (the agent links only within one layer). Devices cannot be made by the agent:
 //! a path the target has as one is removed, and counted. Times go to the
-//! nanosecond, as PAX records ([`silo_protocol::mtime`]).
+//! nanosecond and extended attributes with them, as PAX records
+//! ([`silo_protocol::extras`]).
 //!
 //! A target whose bottom is a listing of paths the store holds no files
 //! of (a provider's template, see [`Restore::unheld_base`]) can only be
@@ -330,26 +331,26 @@ impl Writer<'_> {
                 };
                 let original = original.clone();
                 // A copy of the file: its time goes with it.
-                write(original.mtime.append_record(&mut self.builder))?;
+                write(original.extras.append(&mut self.builder))?;
                 let size = self.file(path, layer, &original)?;
                 self.written.insert((layer, file.to_vec()), path.to_vec());
                 Ok(size)
             }
             (_, Some(_)) => {
-                write(entry.mtime.append_record(&mut self.builder))?;
+                write(entry.extras.append(&mut self.builder))?;
                 let size = self.file(path, layer, entry)?;
                 self.written.insert((layer, path.to_vec()), path.to_vec());
                 Ok(size)
             }
             (EntryType::Symlink, None) => {
-                write(entry.mtime.append_record(&mut self.builder))?;
+                write(entry.extras.append(&mut self.builder))?;
                 let target = as_path(entry.link.as_deref().unwrap_or_default());
                 write(self.builder.append_link(&mut header, name, target))?;
                 Ok(0)
             }
             (_, None) => {
                 // A directory or a FIFO: a header alone.
-                write(entry.mtime.append_record(&mut self.builder))?;
+                write(entry.extras.append(&mut self.builder))?;
                 write(self.builder.append_data(&mut header, name, io::empty()))?;
                 Ok(0)
             }
@@ -397,7 +398,7 @@ fn header_of(entry: &Entry) -> Header {
     header.set_mode(entry.mode);
     header.set_uid(entry.uid);
     header.set_gid(entry.gid);
-    header.set_mtime(entry.mtime.header_secs());
+    header.set_mtime(entry.extras.mtime.header_secs());
     header.set_size(0);
     header
 }

@@ -29,7 +29,7 @@ use std::ops::Bound;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use silo_protocol::mtime::Mtime;
+use silo_protocol::extras::Extras;
 use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
 use tar::{EntryType, Header};
 
@@ -47,8 +47,8 @@ struct Origin {
 struct Found {
     origin: Origin,
     header: Header,
-    /// Its time to the nanosecond (the header holds whole seconds).
-    mtime: Mtime,
+    /// Its time to the nanosecond and attributes (beyond the header).
+    extras: Extras,
     /// The link's target (hard or symbolic), as its bytes, when it has one.
     link: Option<Vec<u8>>,
     /// A hard link's target entry, in the same layer.
@@ -166,7 +166,7 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
         if kind.is_pax_global_extensions() {
             continue;
         }
-        let mtime = Mtime::of_entry(&mut entry).map_err(read_err)?;
+        let extras = Extras::of_entry(&mut entry).map_err(read_err)?;
         let raw = entry.path_bytes();
         let path = match named(&raw).ok_or_else(|| bad_path(&raw))? {
             Named::Nothing => continue,
@@ -192,7 +192,7 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
         let found = Found {
             origin,
             header: entry.header().clone(),
-            mtime,
+            extras,
             link,
             hard_target,
             data: (entry.raw_file_position(), entry.size()),
@@ -272,8 +272,8 @@ fn append_entry(
             };
             let mut header = original.header.clone();
             original
-                .mtime
-                .append_record(builder)
+                .extras
+                .append(builder)
                 .map_err(SquashError::Write)?;
             let data = data_of(sources, original)?;
             builder
@@ -281,10 +281,7 @@ fn append_entry(
                 .map_err(SquashError::Write)
         }
         _ => {
-            found
-                .mtime
-                .append_record(builder)
-                .map_err(SquashError::Write)?;
+            found.extras.append(builder).map_err(SquashError::Write)?;
             write_found(builder, sources, name, header, found)
         }
     }

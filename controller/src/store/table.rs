@@ -23,7 +23,7 @@ use std::io::{self, BufReader};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use silo_protocol::mtime::Mtime;
+use silo_protocol::extras::Extras;
 use tar::EntryType;
 
 use super::squash::{Named, named, normalize, split_parent};
@@ -44,8 +44,9 @@ pub struct Entry {
     pub uid: u64,
     /// Group.
     pub gid: u64,
-    /// Modification time, to the nanosecond where the layer has it.
-    pub mtime: Mtime,
+    /// Modification time to the nanosecond and extended attributes, where
+    /// the layer has them.
+    pub extras: Extras,
     /// Size of its data.
     pub size: u64,
     /// Where its data starts in the layer's blob.
@@ -115,7 +116,7 @@ impl LayerTable {
         let mut table = Self::default();
         for entry in archive.entries_with_seek().map_err(read_err)? {
             let mut entry = entry.map_err(read_err)?;
-            let mtime = Mtime::of_entry(&mut entry).map_err(read_err)?;
+            let extras = Extras::of_entry(&mut entry).map_err(read_err)?;
             let header = entry.header();
             let kind = header.entry_type();
             if kind.is_pax_global_extensions() {
@@ -147,7 +148,7 @@ impl LayerTable {
                 mode: header.mode().unwrap_or(0) & 0o7777,
                 uid: header.uid().unwrap_or(0),
                 gid: header.gid().unwrap_or(0),
-                mtime,
+                extras,
                 size: entry.size(),
                 data_at: entry.raw_file_position(),
                 link,
