@@ -148,6 +148,11 @@ pub(super) async fn execute(
     if exit.timed_out {
         eprintln!("silo: command timed out");
     }
+    match exit.ended_by_rewind.as_deref() {
+        Some("") => eprintln!("silo: ended by a rewind of the sandbox"),
+        Some(snapshot) => eprintln!("silo: ended by a rewind to {snapshot}"),
+        None => {}
+    }
     if exit.restored {
         eprintln!(
             "silo: the session's shell had died; a new one was started with its last cwd and environment"

@@ -373,6 +373,10 @@ pub struct ExitInfo {
     /// and environment. Shell variables and functions did not survive.
     #[serde(default, skip_serializing_if = "is_false")]
     pub restored: bool,
+    /// A rewind of the sandbox ended it: the snapshot it went back to (an
+    /// empty string when the rewind did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by_rewind: Option<String>,
 }
 
 impl ExecSpec {

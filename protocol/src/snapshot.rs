@@ -98,6 +98,11 @@ pub struct SnapshotRequest {
     /// not read them. `None`: every directory is walked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub walk_hint: Option<WalkHint>,
+    /// Rewinds only: the snapshot gone back to, named in the exits of the
+    /// commands the rewind ends ([`crate::exec::ExitInfo::ended_by_rewind`]).
+    /// An agent that does not know the field ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewind_to: Option<String>,
 }
 
 /// The directories a change can be in, read by the host from the upper
@@ -269,6 +274,7 @@ mod tests {
             baseline: vec!["etc".into(), "etc/passwd".into()],
             baseline_digest: Some(tree_digest(["etc", "etc/passwd"])),
             walk_hint: None,
+            rewind_to: None,
         };
         let text = serde_json::to_string(&request).unwrap();
         assert_eq!(

@@ -95,6 +95,9 @@ class CommandResult:
     #: Session runs: the session's shell had died and was started again
     #: with its last cwd and environment (shell variables were lost).
     restored: bool = False
+    #: A rewind of the sandbox ended it: the snapshot it went back to
+    #: (``""`` when the rewind did not say).
+    ended_by_rewind: str | None = None
 
 
 def command_result(parts: tuple) -> CommandResult:
@@ -104,8 +107,13 @@ def command_result(parts: tuple) -> CommandResult:
     signal = exit_info.get("signal")
     exit_code = code if code is not None else (128 + signal if signal is not None else 255)
     error = None
+    rewound_to = exit_info.get("ended_by_rewind")
     if exit_info.get("timed_out"):
         error = "the command timed out"
+    elif rewound_to is not None:
+        error = "the command was ended by a rewind"
+        if rewound_to:
+            error += f" to {rewound_to}"
     elif exit_info.get("interrupted"):
         error = "the command was interrupted"
     elif signal is not None:
@@ -125,6 +133,7 @@ def command_result(parts: tuple) -> CommandResult:
         timed_out=bool(exit_info.get("timed_out")),
         duration_ms=int(exit_info.get("duration_ms", 0)),
         restored=bool(exit_info.get("restored")),
+        ended_by_rewind=rewound_to,
     )
 
 

@@ -150,6 +150,7 @@ async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks()
         baseline: Vec::new(),
         baseline_digest: None,
         walk_hint: None,
+        rewind_to: None,
     };
     let err = client.snapshot(&request).await.err().unwrap();
     assert!(
@@ -312,6 +313,7 @@ async fn incremental_snapshots_need_protocol_4_and_are_refused_before_anything_s
         baseline: Vec::new(),
         baseline_digest: None,
         walk_hint: None,
+        rewind_to: None,
     };
     let refused = |err: ClientError| {
         assert!(
@@ -426,6 +428,7 @@ async fn a_baseline_goes_by_digest_only_to_an_agent_of_5_and_its_paths_follow_an
         baseline: Vec::new(),
         baseline_digest: None,
         walk_hint: None,
+        rewind_to: None,
     };
     let flags = |max: &str| {
         [

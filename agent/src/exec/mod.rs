@@ -403,6 +403,16 @@ impl Execs {
     /// Shutdown: SIGTERM every unfinished exec, SIGKILL what is left after
     /// `grace`.
     pub async fn terminate_all(&self, grace: Duration) {
+        self.end_all(grace, None).await;
+    }
+
+    /// As [`Execs::terminate_all`], for a rewind to `snapshot`: each exit
+    /// says that a rewind ended it, and to what.
+    pub async fn end_for_rewind(&self, grace: Duration, snapshot: &str) {
+        self.end_all(grace, Some(snapshot)).await;
+    }
+
+    async fn end_all(&self, grace: Duration, rewind: Option<&str>) {
         let running: Vec<Arc<ExecRecord>> = self
             .inner
             .lock()
@@ -411,6 +421,11 @@ impl Execs {
             .filter(|record| !record.is_finished())
             .cloned()
             .collect();
+        if let Some(snapshot) = rewind {
+            for record in &running {
+                record.mark_rewound(snapshot);
+            }
+        }
         let kills = running.iter().map(|record| {
             kill::escalate(
                 Arc::clone(&self.inner.ops),

@@ -43,6 +43,8 @@ struct Shared {
     interrupted: bool,
     timed_out: bool,
     restored: bool,
+    /// A rewind is ending it, back to this snapshot (`""`: unnamed).
+    rewound_to: Option<String>,
 }
 
 /// Stops an exec whose processes the registry did not spawn itself (a run in
@@ -119,6 +121,7 @@ impl ExecRecord {
                 fanout,
                 phase: Phase::Running,
                 interrupted: false,
+                rewound_to: None,
                 timed_out: false,
                 restored: false,
             }),
@@ -242,6 +245,14 @@ impl ExecRecord {
         }
     }
 
+    /// Records that a rewind to `snapshot` is ending it.
+    pub fn mark_rewound(&self, snapshot: &str) {
+        let mut shared = self.lock();
+        if shared.phase == Phase::Running {
+            shared.rewound_to = Some(snapshot.to_owned());
+        }
+    }
+
     /// Records that a session run's shell was restarted with its last state.
     pub fn mark_restored(&self) {
         self.lock().restored = true;
@@ -274,6 +285,7 @@ impl ExecRecord {
             timed_out: shared.timed_out,
             output_bytes: shared.ring.end(),
             restored: shared.restored,
+            ended_by_rewind: shared.rewound_to.clone(),
         };
         shared.phase = Phase::Finished(exit.clone());
         shared.ring.release();

@@ -176,9 +176,10 @@ impl Rewinder {
             _starts: snapshots.start_gate().close().await,
             _writes: snapshots.write_gate().close_to_replace().await,
         };
+        let to = request.rewind_to.clone().unwrap_or_default();
         tokio::join!(
             self.workload.pause(STOP_GRACE),
-            self.commands.execs().terminate_all(STOP_GRACE),
+            self.commands.execs().end_for_rewind(STOP_GRACE, &to),
             self.commands.sessions().terminate_all(STOP_GRACE),
         );
         let (root, ops) = (self.root.clone(), Arc::clone(&self.ops));

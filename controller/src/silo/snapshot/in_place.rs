@@ -163,7 +163,11 @@ impl Silo {
                 snapshot.id, snapshot.base_image, anchor.base.image_id
             )));
         }
-        let request = anchor.request;
+        // The commands the rewind ends say so, and to what.
+        let request = SnapshotRequest {
+            rewind_to: Some(snapshot.id.clone()),
+            ..anchor.request
+        };
         let baseline = remembered::index(&store, &anchor.base, &anchor.layers).await?;
         let excluded: Vec<Vec<u8>> = request
             .exclude
@@ -248,6 +252,7 @@ impl Silo {
             baseline: Vec::new(),
             baseline_digest: None,
             walk_hint: start.walk_hint.clone(),
+            rewind_to: None,
         };
         let (snapshot, request) = match (self.checkpoint_of(sandbox)?, &sandbox.origin_snapshot) {
             (Some((stopped_at_ns, snapshot)), _) => {

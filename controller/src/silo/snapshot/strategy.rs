@@ -188,6 +188,7 @@ impl SnapshotWay {
                     baseline: Vec::new(),
                     baseline_digest: None,
                     walk_hint: hint,
+                    rewind_to: None,
                 };
                 Ok(StartPoint { base, request })
             }
@@ -213,6 +214,7 @@ impl SnapshotWay {
                     baseline: Vec::new(),
                     baseline_digest: None,
                     walk_hint: None,
+                    rewind_to: None,
                 };
                 Ok(StartPoint {
                     base: Some(StartBase::Stored(base, None)),
