@@ -358,29 +358,8 @@ impl<'a> Stager<'a> {
         let staged = self.staged_name();
         let target = self.staging.join(&staged);
         symlink(OsStr::from_bytes(&link), &target).map_err(write_error("create", &target))?;
-        if self.plan.owners {
-            fchownat(
-                AT_FDCWD,
-                &target,
-                Some(Uid::from_raw(meta.uid)),
-                Some(Gid::from_raw(meta.gid)),
-                AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .map_err(|e| write_error("chown", &target)(e.into()))?;
-        }
-        let time = meta.time();
-        utimensat(
-            AT_FDCWD,
-            &target,
-            &time,
-            &time,
-            UtimensatFlags::NoFollowSymlink,
-        )
-        .map_err(|e| write_error("set the time of", &target)(e.into()))?;
-        set_xattrs(&target, xattrs, |name, value| {
-            xattr::set(&target, name, value)
-        })
-        .map_err(write_error("set the attributes of", &target))?;
+        // A symlink has no mode of its own.
+        self.set_staged(&target, &meta, None, xattrs)?;
         self.known.insert(path.clone(), Known::Other);
         self.plan.steps.push(Step::Symlink { path, staged });
         Ok(())
@@ -398,34 +377,48 @@ impl<'a> Stager<'a> {
         let target = self.staging.join(&staged);
         mkfifo(&target, Mode::from_bits_truncate(STAGED_FILE_MODE))
             .map_err(|e| write_error("create", &target)(e.into()))?;
+        self.set_staged(&target, &meta, Some(meta.mode), xattrs)?;
+        self.known.insert(path.clone(), Known::Other);
+        self.plan.steps.push(Step::Fifo { path, staged });
+        Ok(())
+    }
+
+    /// Gives staged `target` (no regular file: it is never followed) its
+    /// owner, `mode` where it has one, time and extended attributes.
+    fn set_staged(
+        &self,
+        target: &Path,
+        meta: &Meta,
+        mode: Option<u32>,
+        xattrs: &[Xattr],
+    ) -> Result<(), ExtractError> {
         if self.plan.owners {
             fchownat(
                 AT_FDCWD,
-                &target,
+                target,
                 Some(Uid::from_raw(meta.uid)),
                 Some(Gid::from_raw(meta.gid)),
                 AtFlags::AT_SYMLINK_NOFOLLOW,
             )
-            .map_err(|e| write_error("chown", &target)(e.into()))?;
+            .map_err(|e| write_error("chown", target)(e.into()))?;
         }
-        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(meta.mode))
-            .map_err(write_error("chmod", &target))?;
+        if let Some(mode) = mode {
+            std::fs::set_permissions(target, std::fs::Permissions::from_mode(mode))
+                .map_err(write_error("chmod", target))?;
+        }
         let time = meta.time();
         utimensat(
             AT_FDCWD,
-            &target,
+            target,
             &time,
             &time,
             UtimensatFlags::NoFollowSymlink,
         )
-        .map_err(|e| write_error("set the time of", &target)(e.into()))?;
-        set_xattrs(&target, xattrs, |name, value| {
-            xattr::set(&target, name, value)
+        .map_err(|e| write_error("set the time of", target)(e.into()))?;
+        set_xattrs(target, xattrs, |name, value| {
+            xattr::set(target, name, value)
         })
-        .map_err(write_error("set the attributes of", &target))?;
-        self.known.insert(path.clone(), Known::Other);
-        self.plan.steps.push(Step::Fifo { path, staged });
-        Ok(())
+        .map_err(write_error("set the attributes of", target))
     }
 
     fn stage_hard_link(

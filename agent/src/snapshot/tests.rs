@@ -129,6 +129,20 @@ fn spec(since: i64, baseline: &[String], excluded: &[&str]) -> WalkSpec {
     }
 }
 
+/// The baseline an agent keeps after a first snapshot of `root` against
+/// `paths`, which finds nothing new but notes every inode; a tick passes
+/// on each side of it.
+fn kept_after_a_first_snapshot(root: &Path, paths: &[String]) -> Baseline {
+    std::thread::sleep(TICK);
+    let mut first = spec(now_ns(), paths, &[]);
+    let (_, mut changes) = write_layer(root, &first, &mut Vec::new()).unwrap();
+    let (_, kept) = Source::List(paths.to_vec())
+        .after(&mut changes, &mut first.baseline)
+        .unwrap();
+    std::thread::sleep(TICK);
+    kept
+}
+
 fn layer_of(root: &Path, spec: &WalkSpec) -> Vec<Seen> {
     let mut out = Vec::new();
     write_layer(root, spec, &mut out).unwrap();
@@ -465,16 +479,7 @@ fn a_directory_moved_onto_a_path_the_baseline_has_is_found_by_its_inodes() {
     ]
     .map(String::from)
     .to_vec();
-    std::thread::sleep(TICK);
-    let first = now_ns();
-    // A first snapshot, which finds nothing new but notes every inode.
-    let mut spec_first = spec(first, &paths, &[]);
-    let mut out = Vec::new();
-    let (_, mut changes) = write_layer(root, &spec_first, &mut out).unwrap();
-    let (_, kept) = Source::List(paths.clone())
-        .after(&mut changes, &mut spec_first.baseline)
-        .unwrap();
-    std::thread::sleep(TICK);
+    let kept = kept_after_a_first_snapshot(root, &paths);
     let since = now_ns();
     std::thread::sleep(TICK);
     // `y` replaces `x`: its entries keep their old ctimes and the names
@@ -585,15 +590,7 @@ fn a_hint_spares_directories_the_upper_layer_lacks_once_inodes_are_known() {
     fs::write(root.join("a/x"), "image").unwrap();
     fs::write(root.join("b/y"), "image").unwrap();
     let paths = ["a", "a/x", "b", "b/y", "c"].map(String::from).to_vec();
-    std::thread::sleep(TICK);
-    let first = now_ns();
-    let mut spec_first = spec(first, &paths, &[]);
-    let mut out = Vec::new();
-    let (_, mut changes) = write_layer(root, &spec_first, &mut out).unwrap();
-    let (_, kept) = Source::List(paths.clone())
-        .after(&mut changes, &mut spec_first.baseline)
-        .unwrap();
-    std::thread::sleep(TICK);
+    let kept = kept_after_a_first_snapshot(root, &paths);
     let since = now_ns();
     std::thread::sleep(TICK);
     fs::write(root.join("b/y2"), "new").unwrap();
