@@ -63,6 +63,8 @@
 //!   and [`human_bytes`], the one way sizes are written for people.
 //! - `timestamp`: RFC 3339 times read and written ([`unix_ms_to_rfc3339`]).
 //! - `retry`: deadlines polled at a steady pace, and doubling backoff with jitter.
+//! - `faults`: places a test can make the process die at
+//!   (`SILO_TEST_DIE_AT`), to check what a later process makes of it.
 //! - `internals` (hidden): what the workspace's own tests, benchmarks and
 //!   fuzzers drive directly; not part of the API.
 #![deny(missing_docs)]
@@ -78,6 +80,7 @@ pub mod spec;
 mod agent_binary;
 mod backend;
 mod bridge;
+mod faults;
 mod fsutil;
 mod home;
 mod image;

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::layers::PlacedLayer;
 use crate::version::Versions;
 
 /// What a live agent says about itself.
@@ -29,6 +30,13 @@ pub struct Health {
     /// the controller's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unix_ms: Option<i64>,
+    /// The last layer placed on the machine, if any since its agent was
+    /// first started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_layer: Option<PlacedLayer>,
+    /// Hex SHA-256 of a layer being applied as the agent answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applying: Option<String>,
 }
 
 impl Health {

@@ -89,6 +89,18 @@ pub struct ApplyResponse {
     pub applied_at_ns: Option<i64>,
 }
 
+/// The last layer an agent placed on its machine, as `GET /healthz`
+/// reports it: a controller that died while its layer was placed learns
+/// from it that the layer is in (the agent keeps it across restarts, and
+/// one that finished a cut apply at boot reports that layer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedLayer {
+    /// Hex SHA-256 of the layer.
+    pub sha256: String,
+    /// Unix ns on the machine's clock once it was in place.
+    pub applied_at_ns: i64,
+}
+
 /// One entry the agent left out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skipped {

@@ -270,8 +270,13 @@ async fn an_agent_killed_half_way_through_a_rewind_leaves_a_sandbox_up_makes_who
     silo_tests::signal(u32::try_from(pid).unwrap(), Signal::SIGKILL);
     wait_stopped(&engine, &id, Duration::from_secs(30)).await;
 
-    // Its next boot finishes the layer before serving anything.
-    cli.ok(&["up", "cut"]);
+    // Its next boot finishes the layer before serving anything, and `up`
+    // records the rewind the killed client never did.
+    let up = cli.ok(&["up", "cut"]);
+    assert!(
+        up.contains(&format!("its files are snapshot {full}'s")),
+        "{up}"
+    );
     let differ = differences(&want, &entries(&cli, "cut"));
     assert!(differ.is_empty(), "not the snapshot's tree: {differ:#?}");
     let log = container_log(&engine, &id).await;
@@ -289,4 +294,83 @@ async fn an_agent_killed_half_way_through_a_rewind_leaves_a_sandbox_up_makes_who
         "{report}"
     );
     assert_eq!(sh(&cli, "cut", "cat /data/f00007"), "7\n");
+}
+
+/// `silo rewind` as a process that dies at the fault point `point`.
+fn rewind_dying_at(cli: &Cli, name: &str, snapshot: &str, point: &str) {
+    let out = cli
+        .command(&["rewind", name, snapshot])
+        .env("SILO_TEST_DIE_AT", point)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(86), "{out:?}");
+}
+
+/// The `rewound` events of sandbox `name`.
+fn rewound_events(cli: &Cli, name: &str) -> Vec<serde_json::Value> {
+    let events = json(&cli.ok(&["events", name, "--json"]));
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["kind"] == "rewound")
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rewind_whose_client_died_after_its_layer_went_in_is_recorded_by_the_next_process() {
+    if engine_with_base().await.is_none() {
+        return;
+    }
+    let cli = crate::cli();
+    cli.ok(&["up", "late", "--image", BASE_IMAGE]);
+    sh(&cli, "late", "mkdir /w && echo one > /w/f");
+    let first = snapshot(&cli, "late");
+    let want = entries(&cli, "late");
+    sh(&cli, "late", "echo two > /w/f && echo more > /w/g");
+
+    // The client dies once the agent has placed the layer: the tree is
+    // the snapshot's, and nothing of it is recorded.
+    rewind_dying_at(&cli, "late", &first, "rewind-placed");
+    assert!(differences(&want, &entries(&cli, "late")).is_empty());
+    assert!(rewound_events(&cli, "late").is_empty());
+
+    // The next process to open it records the rewind, at the moment the
+    // agent placed the layer: the next snapshot builds on that snapshot
+    // and holds only what changed since.
+    let up = cli.ok(&["up", "late"]);
+    assert!(
+        up.contains(&format!("its files are snapshot {first}'s")),
+        "{up}"
+    );
+    let events = rewound_events(&cli, "late");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["detail"]["snapshot"], first.as_str());
+    assert!(events[0]["detail"]["recorded_later"].is_string());
+    sh(&cli, "late", "echo three > /w/h");
+    let next = json(&cli.ok(&["snapshot", "late", "--json"]));
+    assert_eq!(next["snapshot"]["parent"], first.as_str(), "{next}");
+    cli.ok(&["rm", "late"]);
+}
+
+#[tokio::test]
+async fn a_rewind_whose_client_died_before_its_layer_went_out_changes_nothing_and_says_so() {
+    if engine_with_base().await.is_none() {
+        return;
+    }
+    let cli = crate::cli();
+    cli.ok(&["up", "early", "--image", BASE_IMAGE]);
+    sh(&cli, "early", "mkdir /w && echo one > /w/f");
+    let first = snapshot(&cli, "early");
+    sh(&cli, "early", "echo two > /w/f");
+
+    rewind_dying_at(&cli, "early", &first, "rewind-sending");
+    // The next process finds the rewind under way and the agent without
+    // its layer: nothing is recorded, and `up` says the files are as they
+    // were. (The agent lets the sandbox go when its hold expires.)
+    let up = cli.ok(&["up", "early"]);
+    assert!(up.contains("the files are as they were"), "{up}");
+    assert!(rewound_events(&cli, "early").is_empty());
+    cli.ok(&["rm", "early"]);
 }

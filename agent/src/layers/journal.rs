@@ -22,7 +22,10 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use silo_protocol::layers::PlacedLayer;
+
 use super::place::{self, Resume, Target};
+use super::placed;
 use super::stage::Plan;
 use super::{STAGING_DIR, STATE_DIR, excluded_roots, remove_staging};
 use crate::fs_error::FsError;
@@ -80,9 +83,20 @@ pub fn finish_interrupted(root: &Path) -> Finished {
             continue;
         }
         match finish(root, &staging) {
-            Ok(()) => {
+            Ok(sha256) => {
                 remove_staging(&staging);
                 done.finished += 1;
+                // The controller that sent it may have died meanwhile: the
+                // record tells whoever asks next that it is in.
+                let placed = PlacedLayer {
+                    sha256,
+                    applied_at_ns: crate::clock::unix_ns_now().unwrap_or(0),
+                };
+                if !placed.sha256.is_empty()
+                    && let Err(err) = placed::write(root, &placed)
+                {
+                    tracing::warn!(%err, "cannot record the layer finished at boot");
+                }
             }
             Err(err) => {
                 let reason = silo_protocol::http::error_chain(&err);
@@ -93,8 +107,9 @@ pub fn finish_interrupted(root: &Path) -> Finished {
     done
 }
 
-/// Places the journaled layer staged in `staging` again.
-fn finish(root: &Path, staging: &Path) -> Result<(), FsError> {
+/// Places the journaled layer staged in `staging` again; its SHA-256
+/// (empty from a journal that predates it).
+fn finish(root: &Path, staging: &Path) -> Result<String, FsError> {
     let journal = staging.join(JOURNAL);
     let text = fs::read(&journal).map_err(FsError::at("read", &journal))?;
     let plan: Plan = serde_json::from_slice(&text)
@@ -122,5 +137,5 @@ fn finish(root: &Path, staging: &Path) -> Result<(), FsError> {
         whiteouts = placed.whiteouts,
         "finished placing a layer an earlier agent had begun"
     );
-    Ok(())
+    Ok(plan.sha256)
 }

@@ -27,9 +27,11 @@
 //! - `journal`: the plan written down before placing, finished at the next
 //!   boot if the agent died half way.
 //! - `place`: the plan onto the live tree through directory descriptors.
+//! - `placed`: the record of the last layer placed, kept across restarts.
 
 pub mod journal;
 mod place;
+pub mod placed;
 mod stage;
 
 use std::collections::HashSet;
@@ -44,7 +46,7 @@ use hyper::body::Incoming;
 use silo_protocol::ErrorKind;
 use silo_protocol::bundle::BundleLimits;
 use silo_protocol::http::error_chain;
-use silo_protocol::layers::{ApplyResponse, MAX_LAYER_BYTES, MAX_LAYER_ENTRIES};
+use silo_protocol::layers::{ApplyResponse, MAX_LAYER_BYTES, MAX_LAYER_ENTRIES, PlacedLayer};
 use tokio::sync::mpsc;
 
 use crate::fs_error::FsError;
@@ -82,6 +84,8 @@ pub struct Applier {
     root: PathBuf,
     boot_id: String,
     next_tag: AtomicU64,
+    /// The last layer placed, and the one being applied.
+    last: Arc<placed::LastPlaced>,
 }
 
 impl Applier {
@@ -89,10 +93,16 @@ impl Applier {
     /// directories, so a later boot knows them for leftovers.
     pub fn new(root: PathBuf, boot_id: String) -> Self {
         Self {
+            last: Arc::new(placed::LastPlaced::load(&root)),
             root,
             boot_id,
             next_tag: AtomicU64::new(1),
         }
+    }
+
+    /// The last layer placed on the machine, and the one being applied.
+    pub fn last_placed(&self) -> (Option<PlacedLayer>, Option<String>) {
+        self.last.get()
     }
 
     /// Removes staging directories earlier boots left behind (blocking).
@@ -216,11 +226,22 @@ impl Applier {
         // The holds move into the task, so they last until it is over
         // even if the client goes away meanwhile.
         let root = self.root.clone();
+        let last = Arc::clone(&self.last);
+        last.applying(&staged.sha256);
         let placed = tokio::task::spawn_blocking(move || {
             let mut held = held;
-            let placed = staged.place(&root)?;
-            held.placed(&placed.changes);
-            Ok::<_, ApplyError>(placed)
+            let placed = staged.place(&root);
+            match &placed {
+                Ok(placed) => {
+                    held.placed(&placed.changes);
+                    last.placed(PlacedLayer {
+                        sha256: placed.sha256.clone(),
+                        applied_at_ns: placed.applied_at_ns,
+                    });
+                }
+                Err(_) => last.done(),
+            }
+            placed
         })
         .await
         .map_err(|e| ApplyError::Internal(format!("placing task failed: {e}")))??;
@@ -292,6 +313,8 @@ struct Applied {
     owners: bool,
     /// What the layer did to the tree, by the index's rules.
     changes: Changes,
+    /// Unix ns once it was in place.
+    applied_at_ns: i64,
 }
 
 impl Staged {
@@ -316,6 +339,7 @@ impl Staged {
         let changes = self.plan.changes();
         Ok(Applied {
             changes,
+            applied_at_ns: crate::clock::unix_ns_now().unwrap_or(0),
             placed,
             sha256: self.sha256,
             skipped_count: self.plan.skipped_count,
@@ -347,7 +371,7 @@ impl Applied {
             skipped: self.skipped,
             owners_applied: self.owners,
             ms,
-            applied_at_ns: crate::clock::unix_ns_now(),
+            applied_at_ns: Some(self.applied_at_ns),
         }
     }
 }
@@ -379,12 +403,16 @@ fn stage(
     let owners = nix::unistd::geteuid().is_root();
     let mut stager = Stager::new(root, &staging, &excluded, owners);
     match read_archive(Packing::Tar, body, limits, claimed, cancelled, &mut stager) {
-        Ok(sha256) => Ok(Staged {
-            plan: stager.finish(),
-            staging,
-            excluded,
-            sha256,
-        }),
+        Ok(sha256) => {
+            let mut plan = stager.finish();
+            plan.sha256.clone_from(&sha256);
+            Ok(Staged {
+                plan,
+                staging,
+                excluded,
+                sha256,
+            })
+        }
         Err(err) => {
             remove_staging(&staging);
             Err(err.into())

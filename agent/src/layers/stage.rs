@@ -147,6 +147,10 @@ pub struct Plan {
     pub skipped_count: u64,
     /// Owners were set on what was staged (and will be on directories).
     pub owners: bool,
+    /// Hex SHA-256 of the layer (a journal from before it was kept reads
+    /// as empty).
+    #[serde(default)]
+    pub sha256: String,
 }
 
 impl Plan {

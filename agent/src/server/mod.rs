@@ -309,6 +309,7 @@ async fn route_whole(
 }
 
 fn health(state: &AgentState) -> Response<Body> {
+    let (last_layer, applying) = state.layers.last_placed();
     json_response(
         StatusCode::OK,
         &Health {
@@ -319,6 +320,8 @@ fn health(state: &AgentState) -> Response<Body> {
             unix_ms: crate::clock::unix_ms_now(),
             boot_id: state.boot_id.clone(),
             pid: std::process::id(),
+            last_layer,
+            applying,
         },
     )
 }

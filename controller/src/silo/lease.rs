@@ -74,7 +74,11 @@ impl Silo {
     ) -> Result<(Lease<'_>, SandboxRecord), SiloError> {
         let name = self.get(name_or_id)?.name;
         let lease = self.lease(&name, op).await?;
-        let sandbox = self.get(&name)?;
+        // A rewind its last holder left under way is settled first.
+        let (sandbox, settled) = self.settle_rewind(self.get(&name)?).await?;
+        if let Some(note) = settled {
+            tracing::info!(sandbox = name, "{note}");
+        }
         Ok((lease, sandbox))
     }
 

@@ -123,6 +123,8 @@ impl Silo {
 
         match self.status(&existing).await? {
             MachineState::Running => {
+                let (existing, settled) = self.settle_rewind(existing).await?;
+                notes.extend(settled);
                 self.db().append_event(
                     &existing,
                     EventKind::Resumed,
@@ -141,6 +143,9 @@ impl Silo {
                         .await;
                 }
                 let started = self.start_sandbox(&existing).await?;
+                // Its agent finished at boot any layer it had begun.
+                let (started, settled) = self.settle_rewind(started).await?;
+                notes.extend(settled);
                 self.db().append_event(
                     &started,
                     EventKind::Resumed,

@@ -16,6 +16,7 @@
 mod events;
 mod leases;
 mod master_key;
+mod pending;
 mod pools;
 mod sandboxes;
 mod schema;
@@ -31,6 +32,7 @@ use crate::retry::Deadline;
 pub use events::{EventKind, EventRecord};
 pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
 pub use master_key::{MasterKeyError, load_or_create_master_key};
+pub use pending::PendingRewind;
 pub use pools::Pool;
 pub use sandboxes::{Baseline, Checkpoint, NewSandbox, SandboxRecord, without_secrets};
 pub use snapshots::{Snapshot, StoredImage};

@@ -261,6 +261,8 @@ impl StateDb {
             if changed == 0 {
                 return Err(StateError::UnknownSandbox(sandbox.name.clone()));
             }
+            // A new machine settles any rewind left under way on the old one.
+            super::pending::clear_in(tx, &sandbox.id)?;
             let (kind, detail) = &event;
             insert_event(tx, &sandbox.id, &sandbox.name, now, *kind, detail)
         })?;
@@ -364,6 +366,7 @@ impl StateDb {
             if changed == 0 {
                 return Err(StateError::UnknownSandbox(sandbox.name.clone()));
             }
+            super::pending::clear_in(tx, &sandbox.id)?;
             insert_event(
                 tx,
                 &sandbox.id,
@@ -398,6 +401,7 @@ impl StateDb {
             if changed == 0 {
                 return Err(StateError::UnknownSandbox(sandbox.name.clone()));
             }
+            super::pending::clear_in(tx, &sandbox.id)?;
             insert_event(
                 tx,
                 &sandbox.id,

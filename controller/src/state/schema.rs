@@ -124,6 +124,19 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE sandboxes ADD COLUMN pool TEXT;  -- the pool it waits in, until claimed
     CREATE INDEX sandboxes_by_pool ON sandboxes (pool);
     "#,
+    // 7: rewinds in place whose layer was sent. Recorded before the layer
+    // goes out and cleared when its outcome is recorded, so whoever opens
+    // the sandbox after a client died half way can ask the agent whether
+    // the layer went in, and record the rewind if it did.
+    r#"
+    CREATE TABLE pending_rewinds (
+        sandbox_id    TEXT PRIMARY KEY,
+        snapshot      TEXT NOT NULL,     -- the snapshot gone back to
+        layer_sha256  TEXT NOT NULL,     -- the restoring layer sent
+        fork          INTEGER NOT NULL,  -- 1: a fork onto a pool member
+        at            INTEGER NOT NULL   -- unix ms
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this build creates and understands.

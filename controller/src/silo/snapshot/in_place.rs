@@ -44,8 +44,9 @@ use super::{
 };
 use crate::backend::SnapshotWay;
 use crate::client::BaselineSent;
+use crate::faults;
 use crate::silo::{Silo, SiloError};
-use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage};
+use crate::state::{Checkpoint, PendingRewind, SandboxRecord, Snapshot, StoredImage};
 use crate::store::rewind::{Restore, RestoreError, RestoreStats, restoring_layer};
 use crate::store::{Digest, Store};
 
@@ -109,7 +110,7 @@ impl Silo {
                 sandbox.backend
             ))));
         };
-        let placed = match self.place_back(&strategy, sandbox, snapshot).await {
+        let placed = match self.place_back(&strategy, sandbox, snapshot, fork).await {
             Ok(placed) => placed,
             Err(why) => return Ok(Err(why)),
         };
@@ -121,15 +122,13 @@ impl Silo {
             "restored": in_place.stats.restored,
             "removed": in_place.stats.removed,
         });
-        let checkpoint = Checkpoint {
-            snapshot: snapshot.id.clone(),
-            stopped_at_ns: applied_at_ns,
-        };
-        let baseline = strategy.baseline_after_in_place(sandbox);
-        let origin = fork.then_some(snapshot.id.as_str());
-        let sandbox =
-            self.db()
-                .rewound_in_place(sandbox, &checkpoint, baseline.as_ref(), origin, &detail)?;
+        let sandbox = self.record_in_place(
+            &strategy,
+            sandbox,
+            (&snapshot.id, fork),
+            applied_at_ns,
+            &detail,
+        )?;
         Ok(Ok(RestoreReport {
             sandbox,
             snapshot: snapshot.id.clone(),
@@ -140,13 +139,40 @@ impl Silo {
         }))
     }
 
+    /// Records that `sandbox`'s machine holds snapshot `to.0`'s tree since
+    /// `applied_at_ns` (a fork onto a pool member, `to.1`, takes it as its
+    /// origin), logging `rewound` with `detail`.
+    pub(super) fn record_in_place(
+        &self,
+        strategy: &SnapshotWay,
+        sandbox: &SandboxRecord,
+        to: (&str, bool),
+        applied_at_ns: i64,
+        detail: &serde_json::Value,
+    ) -> Result<SandboxRecord, SiloError> {
+        let (snapshot, fork) = to;
+        let checkpoint = Checkpoint {
+            snapshot: snapshot.to_owned(),
+            stopped_at_ns: applied_at_ns,
+        };
+        let baseline = strategy.baseline_after_in_place(sandbox);
+        let origin = fork.then_some(snapshot);
+        Ok(self
+            .db()
+            .rewound_in_place(sandbox, &checkpoint, baseline.as_ref(), origin, detail)?)
+    }
+
     /// The rewind's work on the machine: the change list, the restoring
-    /// layer, its apply. Answers the moment it was in place.
+    /// layer, its apply. Answers the moment it was in place. The layer is
+    /// recorded as under way before it goes out, so that whoever opens the
+    /// sandbox next can settle it if this process dies before its outcome
+    /// is recorded (`settle`).
     async fn place_back(
         &self,
         strategy: &SnapshotWay,
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,
+        fork: bool,
     ) -> Result<(i64, InPlace), NotInPlace> {
         let start = Instant::now();
         // The agent first: a stopped machine or an old agent says so at once.
@@ -214,10 +240,21 @@ impl Silo {
         };
         let applying = Instant::now();
         let layer_bytes = restoring.layer.len() as u64;
+        self.db()
+            .begin_pending_rewind(&PendingRewind {
+                sandbox_id: sandbox.id.clone(),
+                snapshot: snapshot.id.clone(),
+                layer_sha256: silo_protocol::auth::body_sha256(&restoring.layer),
+                fork,
+                at_ms: crate::state::now_ms(),
+            })
+            .map_err(|e| NotInPlace(format!("recording the rewind under way: {e}")))?;
+        faults::reached(faults::Point::RewindSending);
         let applied = client
             .finish_rewind(&begun.token, Bytes::from(restoring.layer))
             .await
             .map_err(|e| NotInPlace(format!("placing the layer: {}", error_chain(&e))))?;
+        faults::reached(faults::Point::RewindPlaced);
         let applied_at_ns = applied.applied_at_ns.ok_or_else(|| {
             NotInPlace("the agent did not say when the layer was in place".into())
         })?;

@@ -42,6 +42,8 @@
 //!   changed since from the store's layers;
 //! - `pooled`: a fork onto a warm pool member, rewound in place to the
 //!   snapshot instead of a new machine;
+//! - `settle`: a rewind in place whose client ended after sending its
+//!   layer, recorded (or forgotten) by whoever opens the sandbox next;
 //! - `remembered`: what one process keeps between rewinds (container facts,
 //!   anchors' path indexes with their digests, by which a snapshot or rewind
 //!   names its baseline to an agent that kept the same tree);
@@ -57,6 +59,7 @@ mod layer;
 mod pooled;
 mod remembered;
 mod restore;
+mod settle;
 mod strategy;
 mod take;
 
