@@ -213,6 +213,12 @@ async fn every_snapshot_of_a_chain_comes_back_in_place_as_a_new_machine_would_ha
     }
     // Every snapshot of the chain was reached in place.
     assert_eq!(in_place.len(), 3);
+    // And each fall back to a new machine is in the event log, with why.
+    let fell_back = rewound_events(&cli, "inplace")
+        .into_iter()
+        .filter(|event| event["detail"]["new_machine_because"].is_string())
+        .count();
+    assert_eq!(fell_back, 3);
     assert!(in_place[&second]["/work/ln"].starts_with("regular file"));
     assert!(in_place[&first]["/work/ln"].starts_with("symbolic link"));
     assert!(in_place[&second]["/work/keep"].starts_with("directory|700"));

@@ -329,10 +329,28 @@ impl Silo {
         reason: &str,
         progress: &SnapshotProgressFn,
     ) -> Result<RestoreReport, SiloError> {
+        self.restore_because(sandbox, snapshot, (reason, None), progress)
+            .await
+    }
+
+    /// [`Silo::restore`] of a rewind that could not be done in place: the
+    /// `rewound` event says why (`why.1`), so `silo events` counts every
+    /// fall back to a new machine with its reason.
+    async fn restore_because(
+        &self,
+        sandbox: &SandboxRecord,
+        snapshot: &Snapshot,
+        why: (&str, Option<&str>),
+        progress: &SnapshotProgressFn,
+    ) -> Result<RestoreReport, SiloError> {
+        let (reason, not_in_place) = why;
         let start = Instant::now();
         let strategy = self.strategy_of(sandbox)?;
         let key = self.sandbox_key(sandbox);
-        let detail = json!({ "snapshot": snapshot.id, "reason": reason });
+        let mut detail = json!({ "snapshot": snapshot.id, "reason": reason });
+        if let Some(because) = not_in_place {
+            detail["new_machine_because"] = json!(because);
+        }
         let (sandbox, source) = strategy
             .restore(self, sandbox, snapshot, &key, detail, progress)
             .await?;
@@ -407,7 +425,7 @@ impl Silo {
             "rewinding onto a new machine: {why}"
         );
         let report = self
-            .restore(&sandbox, &snapshot, "rewind", progress)
+            .restore_because(&sandbox, &snapshot, ("rewind", Some(&why)), progress)
             .await?;
         Ok(RestoreReport {
             new_machine_because: Some(why),
