@@ -12,6 +12,7 @@ mod completions;
 mod cp;
 mod create;
 mod demo;
+mod diff;
 mod doctor;
 mod events;
 mod exec;
@@ -94,6 +95,8 @@ enum Command {
     Create(create::Args),
     /// A guided tour: create a sandbox, run commands, resume it from a second process.
     Demo(demo::Args),
+    /// What differs between a sandbox's files and a snapshot, path by path.
+    Diff(diff::Args),
     /// Check the host: engine, agent binary, home, disk space; with a fix for each problem.
     Doctor(doctor::Args),
     /// Run a command in a sandbox, streaming its output.
@@ -174,6 +177,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Cp(args) => cp::run(&silo, &out, args).await,
         Command::Create(args) => create::run(&silo, &out, args).await,
         Command::Demo(args) => demo::run(&silo, &out, args).await,
+        Command::Diff(args) => diff::run(&silo, &out, args).await,
         Command::Exec(args) => exec::run(&silo, args).await,
         Command::Fork(args) => fork::run(&silo, &out, agent.as_deref(), args).await,
         Command::Gc(args) => gc::run(&silo, &out, args).await,

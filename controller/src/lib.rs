@@ -121,12 +121,13 @@ pub use sandbox::{
     Snapshots,
 };
 pub use silo::{
-    BaseStored, COMPACT_AT, Collected, Compacted, CreateRequest, FillReport, ForkTarget, GcReport,
-    ImageSource, InPlace, MAX_FORKS, MAX_POOL_SIZE, PoolError, PoolStatus, RestoreReport,
-    STATUS_CONCURRENCY, Silo, SiloError, SiloOptions, SnapshotError, SnapshotProgress,
-    SnapshotProgressFn, SnapshotReport, Started, StoreGc, UpAction, UpOutcome, UpRequest,
-    no_progress,
+    BaseStored, COMPACT_AT, Collected, Compacted, CreateRequest, DiffReport, DiffedPath,
+    FillReport, ForkTarget, GcReport, ImageSource, InPlace, MAX_FORKS, MAX_POOL_SIZE, PoolError,
+    PoolStatus, RestoreReport, STATUS_CONCURRENCY, Silo, SiloError, SiloOptions, SnapshotError,
+    SnapshotProgress, SnapshotProgressFn, SnapshotReport, Started, StoreGc, UpAction, UpOutcome,
+    UpRequest, no_progress,
 };
 pub use spec::{BackendKind, SandboxSpec};
 pub use state::{EventRecord, MasterKeyError, SandboxRecord, Snapshot, StateError};
+pub use store::{Aspect, PathChange};
 pub use timestamp::unix_ms_to_rfc3339;

@@ -43,8 +43,9 @@ pub use lease::Lease;
 pub use open::{UpAction, UpOutcome, UpRequest};
 pub use pool::{FillReport, MAX_POOL_SIZE, PoolError, PoolStatus};
 pub use snapshot::{
-    BaseStored, COMPACT_AT, Compacted, ForkTarget, ImageSource, InPlace, MAX_FORKS, RestoreReport,
-    SnapshotError, SnapshotProgress, SnapshotProgressFn, SnapshotReport, StoreGc, no_progress,
+    BaseStored, COMPACT_AT, Compacted, DiffReport, DiffedPath, ForkTarget, ImageSource, InPlace,
+    MAX_FORKS, RestoreReport, SnapshotError, SnapshotProgress, SnapshotProgressFn, SnapshotReport,
+    StoreGc, no_progress,
 };
 
 /// Most status looks [`Silo::statuses`] has under way at once: each is a

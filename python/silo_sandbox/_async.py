@@ -250,6 +250,12 @@ class AsyncSnapshots:
         """Its snapshots, oldest first."""
         return [_core.snapshot(s) for s in self._sandbox._native.snapshots()]
 
+    async def diff(self, snapshot: Snapshot | str | None = None) -> dict:
+        """What differs between the files now and ``snapshot`` (see
+        ``Snapshots.diff``)."""
+        snapshot_id = None if snapshot is None else _snapshot_id(snapshot)
+        return await aio(self._sandbox._native.diff, snapshot_id)
+
     async def rewind(self, snapshot: Snapshot | str) -> dict:
         """Puts the file system back to ``snapshot``; its processes end."""
         return await aio(self._sandbox._native.rewind, _snapshot_id(snapshot))

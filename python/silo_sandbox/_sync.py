@@ -283,6 +283,15 @@ class Snapshots:
         """Its snapshots, oldest first."""
         return [_core.snapshot(s) for s in self._sandbox._native.snapshots()]
 
+    def diff(self, snapshot: Snapshot | str | None = None) -> dict:
+        """What differs between the files now and ``snapshot`` (the latest
+        one a diff did not take, by default), path by path: ``paths`` lists
+        each with ``change`` (``added``, ``removed`` or ``changed``, with
+        ``what``). The files now are captured as a snapshot first
+        (``live``)."""
+        snapshot_id = None if snapshot is None else _snapshot_id(snapshot)
+        return self._sandbox._native.diff(snapshot_id)
+
     def rewind(self, snapshot: Snapshot | str) -> dict:
         """Puts the file system back to ``snapshot``; its processes end."""
         return self._sandbox._native.rewind(_snapshot_id(snapshot))

@@ -213,6 +213,21 @@ impl Sandbox {
         runtime::json(&self.inner.snapshots()?)?(py)
     }
 
+    /// What differs between its files and `snapshot` (its latest when
+    /// `None`), path by path; answers the report.
+    #[pyo3(signature = (snapshot=None, aio=None))]
+    fn diff(
+        &self,
+        py: Python<'_>,
+        snapshot: Option<String>,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let sandbox = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            runtime::json(&sandbox.diff(snapshot.as_deref()).await?)
+        })
+    }
+
     /// Puts it back to `snapshot`; answers the report.
     #[pyo3(signature = (snapshot, aio=None))]
     fn rewind(

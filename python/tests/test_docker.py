@@ -27,6 +27,23 @@ def test_a_snapshot_per_step_and_a_rewind_to_any_of_them(docker):
     assert docker.commands.run("ls /work").stdout == "step0.txt\nstep1.txt\nstep2.txt\n"
 
 
+def test_diff_names_what_differs_from_a_snapshot(docker):
+    docker.files.write("/work/kept.txt", "kept")
+    docker.files.write("/work/edited.txt", "before")
+    snap = docker.snapshots.take("before the edit")
+    docker.files.write("/work/edited.txt", "after")
+    docker.files.remove("/work/kept.txt")
+    docker.files.write("/work/new.txt", "new")
+    report = docker.snapshots.diff(snap)
+    assert report["snapshot"] == snap.id
+    changes = {p["path"]: p["change"] for p in report["paths"]}
+    assert changes["/work/edited.txt"] == "changed"
+    assert changes["/work/kept.txt"] == "removed"
+    assert changes["/work/new.txt"] == "added"
+    # By default: the latest snapshot a diff did not take.
+    assert docker.snapshots.diff()["snapshot"] == snap.id
+
+
 def test_fork_makes_a_new_sandbox_and_snapshots_are_removed(docker):
     docker.files.write("/work/shared.txt", "from the parent")
     snap = docker.snapshots.take()

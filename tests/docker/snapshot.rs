@@ -558,3 +558,83 @@ async fn a_full_store_fails_the_snapshot_and_keeps_everything_else() {
     assert_eq!(sh(&cli, "full", "cat /root/kept"), "kept\n");
     assert_eq!(sh(&cli, "full", "test -e /root/big || echo gone"), "gone\n");
 }
+
+#[tokio::test]
+async fn silo_diff_names_every_path_that_differs_from_a_snapshot_and_how() {
+    if engine_with_base().await.is_none() {
+        return;
+    }
+    let cli = crate::cli();
+    up(&cli, "diffed");
+    sh(
+        &cli,
+        "diffed",
+        "mkdir /w && echo a > /w/f && echo b > /w/g && ln -s f /w/l && echo same > /w/same",
+    );
+    let taken = snapshot_id(&snapshot(&cli, "diffed", "before"));
+    sh(
+        &cli,
+        "diffed",
+        "echo A > /w/f && rm /w/g && echo new > /w/h && chmod 600 /w/same && ln -sf g /w/l \
+         && rm /bin/ls",
+    );
+    let report = json(&cli.ok(&["diff", "diffed", "--json"]));
+    assert_eq!(report["snapshot"], taken.as_str(), "{report}");
+    let found: Vec<(String, String, Vec<String>)> = report["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|path| {
+            let what = path["what"]
+                .as_array()
+                .map(|what| {
+                    what.iter()
+                        .map(|w| w.as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (
+                path["path"].as_str().unwrap().to_owned(),
+                path["change"].as_str().unwrap().to_owned(),
+                what,
+            )
+        })
+        .collect();
+    let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        found,
+        [
+            ("/bin/ls".to_owned(), "removed".to_owned(), Vec::new()),
+            (
+                "/w/f".to_owned(),
+                "changed".to_owned(),
+                strings(&["content", "mtime"])
+            ),
+            ("/w/g".to_owned(), "removed".to_owned(), Vec::new()),
+            ("/w/h".to_owned(), "added".to_owned(), Vec::new()),
+            (
+                "/w/l".to_owned(),
+                "changed".to_owned(),
+                strings(&["target", "mtime"])
+            ),
+            (
+                "/w/same".to_owned(),
+                "changed".to_owned(),
+                strings(&["mode"])
+            ),
+        ],
+        "{report}"
+    );
+    // A second diff compares with the snapshot taken, not the first
+    // diff's capture, and finds the same paths; the human form lists them.
+    let text = cli.ok(&["diff", "diffed"]);
+    assert!(
+        text.contains(&format!("against snapshot {taken}")),
+        "{text}"
+    );
+    assert!(
+        text.contains("~ /w/f (content, mtime)") && text.contains("+ /w/h"),
+        "{text}"
+    );
+    cli.ok(&["rm", "diffed"]);
+}

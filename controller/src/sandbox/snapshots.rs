@@ -1,10 +1,10 @@
-//! Snapshots of one sandbox: take, list, rewind. The one way a caller
+//! Snapshots of one sandbox: take, list, diff, rewind. The one way a caller
 //! reaches [`Silo`]'s snapshot engine for a sandbox, whether it holds a
 //! [`crate::Sandbox`] (its `snapshots()`) or only a name
 //! ([`Silo::snapshots_of`]). A fork starts from a snapshot, whatever became
 //! of its sandbox, so it is [`Silo::fork`].
 
-use crate::silo::{RestoreReport, SnapshotProgressFn, SnapshotReport, no_progress};
+use crate::silo::{DiffReport, RestoreReport, SnapshotProgressFn, SnapshotReport, no_progress};
 use crate::state::Snapshot;
 use crate::{Silo, SiloError};
 
@@ -51,6 +51,13 @@ impl Snapshots {
     /// The sandbox's snapshots, oldest first.
     pub fn list(&self) -> Result<Vec<Snapshot>, SiloError> {
         self.silo.snapshots(Some(&self.sandbox_id))
+    }
+
+    /// What differs between the sandbox's live tree and `snapshot` (its
+    /// latest when `None`), path by path; the live tree is captured as a
+    /// snapshot first.
+    pub async fn diff(&self, snapshot: Option<&str>) -> Result<DiffReport, SiloError> {
+        self.silo.diff(&self.sandbox_id, snapshot).await
     }
 
     /// Puts the sandbox back to `snapshot` (same id, mounts, network, env).

@@ -37,6 +37,7 @@
 //!   read as one tree.
 //! - [`rewind`]: the layer that brings a live tree back to a stored one.
 
+mod diff;
 mod digest;
 mod error;
 pub mod index;
@@ -55,6 +56,7 @@ use std::time::Duration;
 
 use crate::home::create_private_dir;
 
+pub use diff::{Aspect, DiffError, PathChange, diff};
 pub use digest::Digest;
 pub use error::StoreError;
 use error::io as io_err;

@@ -249,6 +249,14 @@ impl SandboxRef {
         serde_json::to_value(list).map_err(|e| invalid(e.to_string()))
     }
 
+    /// What differs between its live tree and `snapshot` (its latest when
+    /// `None`); answers the report.
+    pub async fn diff(&self, snapshot: Option<&str>) -> PyResult<serde_json::Value> {
+        let report = self.sandbox().await?.snapshots().diff(snapshot).await;
+        let report = report.map_err(|e| to_py(&e))?;
+        serde_json::to_value(report).map_err(|e| invalid(e.to_string()))
+    }
+
     /// Puts the sandbox back to `snapshot`; answers the report.
     pub async fn rewind(&self, snapshot: &str) -> PyResult<serde_json::Value> {
         let report = self.sandbox().await?.snapshots().rewind(snapshot).await;

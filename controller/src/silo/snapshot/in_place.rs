@@ -39,16 +39,14 @@ use silo_protocol::http::error_chain;
 use silo_protocol::snapshot::SnapshotRequest;
 
 use super::take::CTIME_MARGIN_NS;
-use super::{
-    ImageSource, RestoreReport, SnapshotError, blocking, ms_since, parse_digest, remembered,
-};
+use super::{ImageSource, RestoreReport, SnapshotError, blocking, digests, ms_since, remembered};
 use crate::backend::SnapshotWay;
 use crate::client::BaselineSent;
 use crate::faults;
 use crate::silo::{Silo, SiloError};
 use crate::state::{Checkpoint, PendingRewind, SandboxRecord, Snapshot, StoredImage};
+use crate::store::Store;
 use crate::store::rewind::{Restore, RestoreError, RestoreStats, restoring_layer};
-use crate::store::{Digest, Store};
 
 /// What an in-place rewind did.
 #[derive(Debug, Clone, Serialize)]
@@ -320,8 +318,4 @@ impl Silo {
             request,
         })
     }
-}
-
-fn digests(layers: &[String]) -> Result<Vec<Digest>, SnapshotError> {
-    layers.iter().map(|layer| parse_digest(layer)).collect()
 }

@@ -50,9 +50,11 @@
 //! - `baseline`: what a machine's first snapshot is measured against when
 //!   the store has no index of its image (an image's listing, a template
 //!   baseline), base ids, and applying a snapshot's layers onto remote VMs;
+//! - `diff`: what differs between a sandbox's live tree and a snapshot;
 //! - `gc`: the store's half of `silo gc`.
 
 mod baseline;
+mod diff;
 mod gc;
 mod in_place;
 mod layer;
@@ -63,6 +65,7 @@ mod settle;
 mod strategy;
 mod take;
 
+pub use diff::{DiffReport, DiffedPath};
 pub use in_place::InPlace;
 pub use restore::{ForkTarget, MAX_FORKS};
 
@@ -392,6 +395,17 @@ pub enum SnapshotError {
     /// What the state database holds does not fit together.
     #[error("inconsistent snapshot records: {0}")]
     Inconsistent(String),
+    /// A diff against a sandbox's latest snapshot, of one that has none.
+    #[error(
+        "sandbox {name:?} has no snapshot to compare with; take one with `silo snapshot {name}`"
+    )]
+    NoSnapshots {
+        /// The sandbox.
+        name: String,
+    },
+    /// Two stored trees could not be compared.
+    #[error(transparent)]
+    Diff(#[from] crate::store::DiffError),
     /// A blocking step panicked or was cancelled.
     #[error("a snapshot step failed to run: {0}")]
     Task(String),
@@ -586,6 +600,11 @@ impl Silo {
         }
         Ok(snapshot)
     }
+}
+
+/// The digests a snapshot's layers are named by.
+fn digests(layers: &[String]) -> Result<Vec<Digest>, SnapshotError> {
+    layers.iter().map(|layer| parse_digest(layer)).collect()
 }
 
 fn parse_digest(text: &str) -> Result<Digest, SnapshotError> {

@@ -1,0 +1,222 @@
+//! What differs between two stored trees (two stacks of layers, bottom
+//! first), path by path, from the store alone. Two stacks can differ only
+//! where a layer above the layers they share names a path (an entry, a
+//! whiteout, an opaque directory), or below a path such a layer replaces
+//! wholesale; each of those paths is looked up in both trees and compared
+//! by what it is, its metadata and its bytes (hashed from the layers).
+
+use std::collections::BTreeSet;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+use tar::EntryType;
+
+use super::table::{Entry, TableError, Tree};
+use super::{Digest, Store, StoreError};
+
+/// How one path differs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "change")]
+pub enum PathChange {
+    /// Only the second tree has it.
+    Added,
+    /// Only the first tree has it.
+    Removed,
+    /// Both have it, different in these respects.
+    Changed {
+        /// What differs, in a fixed order.
+        what: Vec<Aspect>,
+    },
+}
+
+/// One respect in which an entry differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aspect {
+    /// File, directory, symlink, FIFO, device.
+    Kind,
+    /// Permission bits (setuid, setgid and sticky included).
+    Mode,
+    /// Owner or group.
+    Owner,
+    /// A file's bytes.
+    Content,
+    /// A symlink's target.
+    Target,
+    /// Extended attributes.
+    Xattrs,
+    /// Modification time (to the nanosecond).
+    Mtime,
+}
+
+/// A path that differs, relative to `/`, as bytes (not always UTF-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathDiff {
+    /// The path.
+    pub path: Vec<u8>,
+    /// How.
+    pub change: PathChange,
+}
+
+/// Why two trees could not be compared.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    /// A layer could not be read into a table.
+    #[error(transparent)]
+    Table(#[from] TableError),
+    /// A file's bytes could not be read from its layer.
+    #[error("cannot read the data of {path:?} from layer {layer}")]
+    Read {
+        /// The layer.
+        layer: String,
+        /// The path.
+        path: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What differs from the tree of `from` to the tree of `to`, sorted by
+/// path (blocking). Directories' times are left out: they move whenever
+/// an entry of theirs does, which the entry's own line says.
+pub fn diff(store: &Store, from: &[Digest], to: &[Digest]) -> Result<Vec<PathDiff>, DiffError> {
+    let shared = from.iter().zip(to).take_while(|(a, b)| a == b).count();
+    let (a, b) = (Tree::of(store, from)?, Tree::of(store, to)?);
+    let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut replaced: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for layer in a.layers()[shared..].iter().chain(&b.layers()[shared..]) {
+        paths.extend(layer.paths().map(<[u8]>::to_vec));
+        replaced.extend(layer.replaced().map(<[u8]>::to_vec));
+    }
+    for dir in &replaced {
+        paths.extend(a.subtree(dir));
+        paths.extend(b.subtree(dir));
+    }
+    let mut out = Vec::new();
+    for path in paths {
+        let change = match (a.lookup(&path), b.lookup(&path)) {
+            (None, None) => continue,
+            (None, Some(_)) => PathChange::Added,
+            (Some(_), None) => PathChange::Removed,
+            (Some(old), Some(new)) => {
+                let what = differences(store, (from, &a, old), (to, &b, new), &path)?;
+                if what.is_empty() {
+                    continue;
+                }
+                PathChange::Changed { what }
+            }
+        };
+        out.push(PathDiff { path, change });
+    }
+    Ok(out)
+}
+
+/// One side of a comparison: its layers, its tree, and what it has at the
+/// path (the layer it comes from, and the entry).
+type Side<'a> = (&'a [Digest], &'a Tree, (usize, &'a Entry));
+
+/// The respects in which the two sides' entries at `path` differ.
+fn differences(
+    store: &Store,
+    old: Side<'_>,
+    new: Side<'_>,
+    path: &[u8],
+) -> Result<Vec<Aspect>, DiffError> {
+    let (old_file, new_file) = (file_of(old, path), file_of(new, path));
+    let (a, b) = (old_file.1, new_file.1);
+    let mut what = Vec::new();
+    if kind(a) != kind(b) {
+        what.push(Aspect::Kind);
+    }
+    if a.mode != b.mode {
+        what.push(Aspect::Mode);
+    }
+    if (a.uid, a.gid) != (b.uid, b.gid) {
+        what.push(Aspect::Owner);
+    }
+    if kind(a) == EntryType::Regular && kind(b) == EntryType::Regular {
+        // One entry of one layer on both sides has the same bytes.
+        let same = old.0[old_file.0] == new.0[new_file.0] && a == b;
+        if !same
+            && (a.size != b.size
+                || hash(store, old, old_file, path)? != hash(store, new, new_file, path)?)
+        {
+            what.push(Aspect::Content);
+        }
+    }
+    if a.kind == EntryType::Symlink && a.link != b.link {
+        what.push(Aspect::Target);
+    }
+    if a.extras.xattrs != b.extras.xattrs {
+        what.push(Aspect::Xattrs);
+    }
+    if a.kind != EntryType::Directory && a.extras.mtime != b.extras.mtime {
+        what.push(Aspect::Mtime);
+    }
+    what.sort();
+    what.dedup();
+    Ok(what)
+}
+
+/// A regular file and its hard links are one kind.
+fn kind(entry: &Entry) -> EntryType {
+    match entry.kind {
+        EntryType::Continuous | EntryType::Link => EntryType::Regular,
+        other => other,
+    }
+}
+
+/// The entry whose data and metadata a side has at `path`: a hard link's
+/// file in its own layer, else the entry itself; with its layer.
+fn file_of<'a>(side: Side<'a>, path: &[u8]) -> (usize, &'a Entry) {
+    let (_, tree, (layer, entry)) = side;
+    if entry.kind != EntryType::Link {
+        return (layer, entry);
+    }
+    let file = entry
+        .link
+        .as_deref()
+        .and_then(|file| tree.layers()[layer].entry(file));
+    match file {
+        Some(file) => (layer, file),
+        None => {
+            tracing::debug!(path = %String::from_utf8_lossy(path), "a hard link to no file of its layer");
+            (layer, entry)
+        }
+    }
+}
+
+/// SHA-256 of a file entry's bytes, read from its layer.
+fn hash(
+    store: &Store,
+    side: Side<'_>,
+    file: (usize, &Entry),
+    path: &[u8],
+) -> Result<[u8; 32], DiffError> {
+    let (layers, _, _) = side;
+    let (layer, entry) = file;
+    let read_err = |source| DiffError::Read {
+        layer: layers[layer].to_string(),
+        path: String::from_utf8_lossy(path).into_owned(),
+        source,
+    };
+    let mut blob = store.open_blob(&layers[layer])?;
+    blob.seek(SeekFrom::Start(entry.data_at))
+        .map_err(read_err)?;
+    let mut data = BufReader::new(blob).take(entry.size);
+    let mut hasher = Sha256::new();
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        let n = data.read(&mut buf).map_err(read_err)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().into())
+}
