@@ -173,6 +173,10 @@ impl Dirs {
                         open_dir(at, *part).map_err(|err| not_a_dir(&shown(), err))?
                     }
                     Err(Errno::ENOENT) => return Ok(None),
+                    // Not a directory (a file, a link never followed): nothing
+                    // can be below it, which is all a lookup without
+                    // `create` (a removal) needs to know.
+                    Err(Errno::ENOTDIR | Errno::ELOOP) if !create => return Ok(None),
                     Err(err) => return Err(not_a_dir(&shown(), err)),
                 }
             };

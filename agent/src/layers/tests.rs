@@ -750,3 +750,22 @@ fn a_placing_cut_half_way_is_finished_at_the_next_boot() {
         assert_eq!(journal::finish_interrupted(&root).finished, 0);
     }
 }
+
+#[test]
+fn a_directory_tree_goes_back_where_a_file_replaced_it() {
+    let (_dir, root) = machine();
+    // `plain` is a file on the machine; the layer makes it a tree again,
+    // and removes a path below it that the machine cannot have (as a
+    // restoring layer does for what the tree it goes back from had there).
+    let bytes = layer(&[
+        E::Dir("plain", 0o755),
+        E::Dir("plain/d3", 0o755),
+        E::Dir("plain/d3/d4", 0o755),
+        E::Other(b"plain/d3/d4/.wh.f", EntryType::Regular),
+        E::File("plain/d3/d4/f", b"y", 0o644),
+    ]);
+    apply(&root, &bytes).unwrap();
+    let now = live(&root);
+    assert_eq!(now["plain"], "dir 755");
+    assert_eq!(now["plain/d3/d4/f"], "file 644 y");
+}
