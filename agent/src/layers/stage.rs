@@ -11,8 +11,8 @@
 //! Regular files are written into the staging directory under a number,
 //! with their owner, mode (setuid and setgid included) and time set there,
 //! so that placing one is a single `rename`; symlinks are made there the
-//! same way, and so are FIFOs. Directories, hard links (to an earlier file
-//! of this layer only), whiteouts and opaque markers become steps of the
+//! same way, and so are FIFOs. Directories, hard links (to an earlier file,
+//! symlink or FIFO of this layer only), whiteouts and opaque markers become steps of the
 //! [`Plan`]. Times come to the nanosecond and extended attributes with
 //! them ([`Extras`]). Devices, names that
 //! are not UTF-8, the engine's own `.wh..wh.` files and the root's own
@@ -188,8 +188,8 @@ enum Known {
     Dir,
     /// A regular file this layer brings (a hard link may name it).
     File,
-    /// Anything else this layer brings (a symlink, a FIFO).
-    Other,
+    /// A symlink or FIFO this layer brings (a hard link may name it too).
+    Linkable,
     /// Not there once the removals are done (whited out, or missing).
     Absent,
 }
@@ -290,7 +290,7 @@ impl<'a> Stager<'a> {
             };
             match known {
                 Known::Dir | Known::Absent => {}
-                Known::File | Known::Other => return Err(reject(name, Reject::FileDirClash)),
+                Known::File | Known::Linkable => return Err(reject(name, Reject::FileDirClash)),
             }
         }
         Ok(())
@@ -364,7 +364,7 @@ impl<'a> Stager<'a> {
         symlink(OsStr::from_bytes(&link), &target).map_err(write_error("create", &target))?;
         // A symlink has no mode of its own.
         self.set_staged(&target, &meta, None, xattrs)?;
-        self.known.insert(path.clone(), Known::Other);
+        self.known.insert(path.clone(), Known::Linkable);
         self.plan.steps.push(Step::Symlink { path, staged });
         Ok(())
     }
@@ -382,7 +382,7 @@ impl<'a> Stager<'a> {
         mkfifo(&target, Mode::from_bits_truncate(STAGED_FILE_MODE))
             .map_err(|e| write_error("create", &target)(e.into()))?;
         self.set_staged(&target, &meta, Some(meta.mode), xattrs)?;
-        self.known.insert(path.clone(), Known::Other);
+        self.known.insert(path.clone(), Known::Linkable);
         self.plan.steps.push(Step::Fifo { path, staged });
         Ok(())
     }
@@ -434,7 +434,7 @@ impl<'a> Stager<'a> {
         let target = link
             .and_then(|link| String::from_utf8(link).ok())
             .and_then(|link| normalize(&link).ok().flatten())
-            .filter(|target| self.known.get(target) == Some(&Known::File))
+            .filter(|target| matches!(self.known.get(target), Some(Known::File | Known::Linkable)))
             .ok_or_else(|| reject(name, Reject::LinkTarget))?;
         self.known.insert(path.clone(), Known::File);
         self.plan.steps.push(Step::HardLink { path, target });

@@ -43,7 +43,8 @@ pub struct LayerStats {
 pub struct Layer<W: Write> {
     root: PathBuf,
     builder: Builder<Sealed<W>>,
-    /// (device, inode) → the first name written for a file with more than one.
+    /// (device, inode) → the first name written for an inode with more than
+    /// one name.
     links: HashMap<(u64, u64), PathBuf>,
     stats: LayerStats,
 }
@@ -79,6 +80,10 @@ impl<W: Write> Layer<W> {
         // Permission bits only (setuid, setgid and sticky included): the type
         // is the entry type's business.
         header.set_mode(meta.mode() & 0o7777);
+        header.set_size(0);
+        // A second name of an inode already in the layer (a file, a symlink,
+        // a FIFO: any but a directory) is a hard link to the first.
+        let inode = (!kind.is_dir() && meta.nlink() > 1).then(|| (meta.dev(), meta.ino()));
         let extras = Extras {
             mtime: Mtime {
                 secs: meta.mtime(),
@@ -87,9 +92,17 @@ impl<W: Write> Layer<W> {
             xattrs: xattrs_of(&self.root.join(rel))?,
         };
         header.set_mtime(extras.mtime.header_secs());
-        header.set_size(0);
+        // A hard link carries its inode's time too: an engine sets the
+        // times of every entry it makes, a link's included, and would
+        // leave the shared inode with the link's whole seconds.
         extras.append(&mut self.builder)?;
-        if kind.is_dir() {
+        if let Some(first) = inode.and_then(|inode| self.links.get(&inode)) {
+            header.set_entry_type(EntryType::Link);
+            self.builder.append_link(&mut header, rel, first)?;
+            self.stats.entries += 1;
+            return Ok(());
+        }
+        if kind.is_dir() || kind.is_fifo() {
             self.builder.append_data(&mut header, rel, io::empty())?;
         } else if kind.is_symlink() {
             let target = fs::read_link(self.root.join(rel))?;
@@ -102,23 +115,11 @@ impl<W: Write> Layer<W> {
                 self.builder.append_link(&mut header, rel, &target)?;
             }
         } else if kind.is_file() {
-            let inode = (meta.dev(), meta.ino());
-            let first = (meta.nlink() > 1).then(|| self.links.get(&inode)).flatten();
-            if let Some(first) = first {
-                header.set_entry_type(EntryType::Link);
-                self.builder.append_link(&mut header, rel, first)?;
-            } else {
-                let file = open_same(&self.root.join(rel), meta)?;
-                header.set_size(meta.len());
-                let content = ExactReader::new(file, meta.len());
-                self.builder.append_data(&mut header, rel, content)?;
-                self.stats.bytes += meta.len();
-                if meta.nlink() > 1 {
-                    self.links.insert(inode, rel.to_owned());
-                }
-            }
-        } else if kind.is_fifo() {
-            self.builder.append_data(&mut header, rel, io::empty())?;
+            let file = open_same(&self.root.join(rel), meta)?;
+            header.set_size(meta.len());
+            let content = ExactReader::new(file, meta.len());
+            self.builder.append_data(&mut header, rel, content)?;
+            self.stats.bytes += meta.len();
         } else if kind.is_char_device() || kind.is_block_device() {
             let (major, minor) = device_numbers(meta.rdev());
             header.set_device_major(major)?;
@@ -127,6 +128,9 @@ impl<W: Write> Layer<W> {
         } else {
             // Linux has no other type (sockets went first).
             return Err(io::Error::other("a file of no type a layer can hold"));
+        }
+        if let Some(inode) = inode {
+            self.links.insert(inode, rel.to_owned());
         }
         self.stats.entries += 1;
         Ok(())

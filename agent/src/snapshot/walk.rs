@@ -32,7 +32,9 @@
 //!   agent last walked or placed it ([`Inodes`]), a path now on another
 //!   inode is captured too: a directory moved onto a path the baseline
 //!   has keeps its entries' old ctimes, and only their inodes tell that
-//!   they are not the ones the baseline had there. A baseline carried as
+//!   they are not the ones the baseline had there (and a lower file that
+//!   an overlay brings back over the sandbox's copy, only its owner, mode,
+//!   size or mtime: [`Identity`]). A baseline carried as
 //!   paths (the agent restarted) knows no inodes.
 //!
 //! The request's `prune_unchanged_dirs` and `descend_since_ns` are read
@@ -161,12 +163,46 @@ impl Walked {
 
 /// (device, inode) of paths, as a walk saw them.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Inodes(BTreeMap<PathBuf, (u64, u64)>);
+pub struct Inodes(BTreeMap<PathBuf, Identity>);
+
+/// What a path was when a walk saw it: its inode, and what `lstat` said
+/// of it besides its ctime. On an overlay, a lower file that comes back
+/// over the sandbox's own copy (fuse-overlayfs's `rm -rf D && mkdir D &&
+/// mv D E`) keeps the inode number of the copy and an old ctime; only its
+/// owner, mode, size or mtime tell it apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    dev: u64,
+    ino: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+impl Identity {
+    fn of(meta: &Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            mode: meta.mode(),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            size: if meta.is_dir() { 0 } else { meta.size() },
+            mtime: if meta.is_dir() {
+                (0, 0)
+            } else {
+                (meta.mtime(), meta.mtime_nsec())
+            },
+        }
+    }
+}
 
 impl Inodes {
     /// Notes where `rel` is now.
     pub fn note(&mut self, rel: &Path, meta: &Metadata) {
-        self.0.insert(rel.to_owned(), (meta.dev(), meta.ino()));
+        self.0.insert(rel.to_owned(), Identity::of(meta));
     }
 
     /// Forgets `rel` and, with `under`, everything below it: what the
@@ -266,12 +302,13 @@ impl Baseline {
     }
 
     /// Whether `rel`, a baseline path, is on another inode than the one
-    /// the baseline knows it on (never, when the inodes are unknown; a
-    /// path with none noted counts as moved).
+    /// the baseline knows it on, or no longer looks as it did ([`Identity`];
+    /// never, when the inodes are unknown; a path with none noted counts
+    /// as moved).
     fn moved(&self, rel: &Path, meta: &Metadata) -> bool {
         self.inodes
             .as_ref()
-            .is_some_and(|inodes| inodes.0.get(rel) != Some(&(meta.dev(), meta.ino())))
+            .is_some_and(|inodes| inodes.0.get(rel) != Some(&Identity::of(meta)))
     }
 
     /// The inodes known, if any.
@@ -344,9 +381,10 @@ struct LinkGroups {
 }
 
 impl LinkGroups {
-    /// The file's key, when it has more than one name.
+    /// The inode's key, when it has more than one name (any inode but a
+    /// directory's: a symlink or a FIFO can have several too).
     fn key(meta: &Metadata) -> Option<(u64, u64)> {
-        (meta.is_file() && meta.nlink() > 1).then(|| (meta.dev(), meta.ino()))
+        (!meta.is_dir() && meta.nlink() > 1).then(|| (meta.dev(), meta.ino()))
     }
 
     /// Whether a file the walk would leave out must go in all the same:

@@ -302,59 +302,55 @@ impl Writer<'_> {
         entry: &Entry,
     ) -> Result<u64, RestoreError> {
         let name = as_path(path);
-        let mut header = header_of(entry);
         let write = |result: io::Result<()>| result.map_err(RestoreError::Write);
-        // The file a regular entry or a hard link is a name of.
-        let file: Option<&[u8]> = match entry.kind {
-            EntryType::Link => Some(entry.link.as_deref().unwrap_or_default()),
-            EntryType::Regular | EntryType::Continuous => Some(path),
-            _ => None,
+        // The first name, in its layer, of the inode this entry is a name
+        // of (a hard link's target; else the entry itself).
+        let head: &[u8] = match entry.kind {
+            EntryType::Link => entry.link.as_deref().unwrap_or_default(),
+            _ => path,
         };
-        if let Some(file) = file {
-            if let Some(first) = self.written.get(&(layer, file.to_vec())) {
-                // Another name of a file already in this layer.
-                header.set_entry_type(EntryType::Link);
-                let first = as_path(first).to_path_buf();
-                write(self.builder.append_link(&mut header, name, first))?;
-                return Ok(0);
-            }
-        }
-        match (entry.kind, file) {
-            (EntryType::Link, Some(file)) => {
-                // The file it names, as that layer has it.
-                let original = tree.layers()[layer].entry(file).filter(|e| !e.is_dir());
-                let Some(original) = original else {
-                    return Err(RestoreError::Write(io::Error::other(format!(
-                        "hard link {} names no file of its layer",
+        let original = match entry.kind {
+            // The inode it names, as that layer has it.
+            EntryType::Link => tree.layers()[layer]
+                .entry(head)
+                .filter(|e| !e.is_dir() && e.kind != EntryType::Link)
+                .cloned()
+                .ok_or_else(|| {
+                    RestoreError::Write(io::Error::other(format!(
+                        "hard link {} names nothing its layer has",
                         name.display()
-                    ))));
-                };
-                let original = original.clone();
-                // A copy of the file: its time goes with it.
-                write(original.extras.append(&mut self.builder))?;
-                let size = self.file(path, layer, &original)?;
-                self.written.insert((layer, file.to_vec()), path.to_vec());
-                Ok(size)
-            }
-            (_, Some(_)) => {
-                write(entry.extras.append(&mut self.builder))?;
-                let size = self.file(path, layer, entry)?;
-                self.written.insert((layer, path.to_vec()), path.to_vec());
-                Ok(size)
-            }
-            (EntryType::Symlink, None) => {
-                write(entry.extras.append(&mut self.builder))?;
-                let target = as_path(entry.link.as_deref().unwrap_or_default());
-                write(self.builder.append_link(&mut header, name, target))?;
-                Ok(0)
-            }
-            (_, None) => {
-                // A directory or a FIFO: a header alone.
-                write(entry.extras.append(&mut self.builder))?;
-                write(self.builder.append_data(&mut header, name, io::empty()))?;
-                Ok(0)
-            }
+                    )))
+                })?,
+            _ => entry.clone(),
+        };
+        // Every name carries the inode's time: an engine sets the times of
+        // a link it makes too.
+        write(original.extras.append(&mut self.builder))?;
+        let mut header = header_of(&original);
+        if let Some(first) = self.written.get(&(layer, head.to_vec())) {
+            // Another name of an inode already in this layer.
+            header.set_entry_type(EntryType::Link);
+            header.set_size(0);
+            let first = as_path(first).to_path_buf();
+            write(self.builder.append_link(&mut header, name, first))?;
+            return Ok(0);
         }
+        let size = match original.kind {
+            EntryType::Directory | EntryType::Fifo => {
+                write(self.builder.append_data(&mut header, name, io::empty()))?;
+                0
+            }
+            EntryType::Symlink => {
+                let target = as_path(original.link.as_deref().unwrap_or_default());
+                write(self.builder.append_link(&mut header, name, target))?;
+                0
+            }
+            _ => self.file(path, layer, &original)?,
+        };
+        if original.kind != EntryType::Directory {
+            self.written.insert((layer, head.to_vec()), path.to_vec());
+        }
+        Ok(size)
     }
 
     /// Writes a regular file with `entry`'s metadata and data at `path`.

@@ -258,6 +258,7 @@ fn append_entry(
                 .and_then(|t| written.get(&t).map(|p| (t, p)));
             if let Some((_, target)) = target {
                 let target = as_path(target);
+                found.extras.append(builder).map_err(SquashError::Write)?;
                 builder
                     .append_link(&mut header, name, target)
                     .map_err(SquashError::Write)?;
