@@ -10,6 +10,7 @@ mod daytona_provider;
 mod e2b;
 mod e2b_routes;
 mod e2b_snapshots;
+mod exact;
 mod files_cli;
 mod fork_pool;
 mod image;

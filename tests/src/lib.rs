@@ -18,6 +18,8 @@
 //! - [`push`]: hand-made (hostile) bundles, raw pushes and tree snapshots.
 //! - [`disk`]: a small tmpfs, for what a full disk does.
 //! - [`tree`]: a sample tree for copies, and a digest two equal trees share.
+//! - [`exact`]: the property that a rewind and a fork give back exactly
+//!   what the snapshot saw: seeded operations, host-side listings, shrinking.
 #![allow(
     clippy::unwrap_used,
     reason = "test harness: a broken environment should fail loudly"
@@ -29,6 +31,7 @@
 
 pub mod disk;
 pub mod docker;
+pub mod exact;
 pub mod podman;
 pub mod proxy;
 pub mod push;

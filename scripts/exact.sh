@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A long run of the property that a rewind and a fork give back exactly
+# what the snapshot saw (tests/docker/exact.rs), on Docker and on Podman,
+# with large budgets and one seed for both, so a failure can be repeated.
+#
+#   scripts/exact.sh [SEED]
+#
+# SILO_EXACT_REWINDS, SILO_EXACT_FORKS, SILO_EXACT_KINDS,
+# SILO_EXACT_SHRINK_SECS and SILO_EXACT_NANOS pass through; the budgets
+# default to 2000 rewinds and 200 forks. The seed defaults to one from the
+# clock, printed first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seed=${1:-${SILO_EXACT_SEED:-$(date +%s%N)}}
+export SILO_EXACT_SEED=$seed
+export SILO_EXACT_REWINDS=${SILO_EXACT_REWINDS:-2000}
+export SILO_EXACT_FORKS=${SILO_EXACT_FORKS:-200}
+export SILO_EXACT_SHRINK_SECS=${SILO_EXACT_SHRINK_SECS:-1800}
+
+echo "exact: SILO_EXACT_SEED=$seed, $SILO_EXACT_REWINDS rewinds, $SILO_EXACT_FORKS forks" >&2
+# One test at a time: each backend's run has the machine to itself.
+cargo test -p silo-cli --test docker exact::every_rewind_and_fork -- --nocapture --test-threads 1

@@ -1,0 +1,144 @@
+//! A rewind and a fork give back exactly what the snapshot saw, on the
+//! real engines, through the real CLI, with every tree read from the host
+//! (`silo_tests::exact`): a designed case (a file two levels below an
+//! image directory no step touched) and the property itself, seeded
+//! random steps with snapshots, rewinds and forks, on the Docker backend
+//! and on the Podman backend. `SILO_EXACT_SEED`, `SILO_EXACT_KINDS`,
+//! `SILO_EXACT_REWINDS`, `SILO_EXACT_FORKS`, `SILO_EXACT_SHRINK_SECS` and
+//! `SILO_EXACT_NANOS` steer the property (`scripts/exact.sh` runs it long);
+//! `SILO_EXACT_AGENT` holds another build of the agent to the same promise.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test should fail loudly at the first surprise"
+)]
+
+use std::time::Instant;
+
+use silo_tests::Cli;
+use silo_tests::docker::BASE_IMAGE;
+use silo_tests::exact::listing::{Compare, Listing, diff};
+use silo_tests::exact::run::{Backend, Target, listing_of};
+use silo_tests::exact::{Settings, check};
+use silo_tests::json;
+
+use crate::sh;
+
+/// Rewinds and forks of the Docker property run unless the environment
+/// says otherwise.
+const DOCKER_BUDGET: (usize, usize) = (100, 20);
+/// The same for Podman: a second engine in the same CI run, so a smaller share.
+const PODMAN_BUDGET: (usize, usize) = (60, 12);
+
+/// An agent binary to run instead of the embedded one (`silo --agent`).
+const AGENT_VAR: &str = "SILO_EXACT_AGENT";
+
+/// The CLI against a fresh home, with the agent `SILO_EXACT_AGENT` names
+/// when set.
+fn cli() -> Cli {
+    let cli = crate::cli();
+    match std::env::var(AGENT_VAR) {
+        Ok(agent) => {
+            eprintln!("[exact] {AGENT_VAR}={agent}");
+            cli.with_env([("SILO_AGENT", agent)])
+        }
+        Err(_) => cli,
+    }
+}
+
+/// A snapshot's id.
+fn snapshot(cli: &Cli, name: &str) -> String {
+    let report = json(&cli.ok(&["snapshot", name, "--json"]));
+    report["snapshot"]["id"].as_str().unwrap().to_owned()
+}
+
+/// The differences, or nothing; fails naming `what` otherwise.
+fn assert_same(expected: &Listing, actual: &Listing, what: &str) {
+    let lines = diff(expected, actual, Compare::default());
+    assert!(
+        lines.is_empty(),
+        "{what} (- only in the snapshot's, + only in the live one, ~ differs):\n  {}",
+        lines.join("\n  ")
+    );
+}
+
+#[tokio::test]
+async fn a_file_two_levels_below_an_untouched_image_directory_is_captured() {
+    let Some(engine) = silo_tests::docker::engine_with_base().await else {
+        return;
+    };
+    let started = Instant::now();
+    let cli = cli();
+    let up = json(&cli.ok(&["up", "t", "--image", BASE_IMAGE, "--json"]));
+    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+
+    sh(&cli, "t", "mkdir /w");
+    let s1 = snapshot(&cli, "t");
+    let at_s1 = listing_of(&engine, &id).await.unwrap();
+    // `/usr` and `/var` stay as the image has them; only their
+    // subdirectories gain an entry.
+    sh(
+        &cli,
+        "t",
+        "echo new > /usr/bin/newfile; echo new > /var/tmp/newfile; echo top > /etc/newfile",
+    );
+    let s2 = snapshot(&cli, "t");
+    let at_s2 = listing_of(&engine, &id).await.unwrap();
+    for path in ["/usr/bin/newfile", "/var/tmp/newfile", "/etc/newfile"] {
+        assert!(at_s2.contains_key(path.as_bytes()), "{path} was written");
+    }
+
+    let fork = json(&cli.ok(&["fork", &s2, "--name", "t-fork", "--json"]));
+    let fork_id = fork["sandbox"]["id"].as_str().unwrap().to_owned();
+    let forked = listing_of(&engine, &fork_id).await.unwrap();
+    for path in ["/usr/bin/newfile", "/var/tmp/newfile"] {
+        assert!(
+            forked.contains_key(path.as_bytes()),
+            "the fork of s2 lost {path}"
+        );
+    }
+    assert_same(&at_s2, &forked, "the fork's tree is not s2's");
+    cli.ok(&["rm", "t-fork"]);
+
+    let rewound = json(&cli.ok(&["rewind", "t", &s1, "--json"]));
+    assert!(rewound["new_machine_because"].is_null(), "{rewound}");
+    let live = listing_of(&engine, &id).await.unwrap();
+    for path in ["/usr/bin/newfile", "/var/tmp/newfile", "/etc/newfile"] {
+        assert!(
+            !live.contains_key(path.as_bytes()),
+            "{path} is still there after the rewind to s1"
+        );
+    }
+    assert_same(&at_s1, &live, "after the rewind, the tree is not s1's");
+    eprintln!("designed case: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+#[tokio::test]
+async fn every_rewind_and_fork_gives_back_exactly_what_its_snapshot_saw_on_docker() {
+    let Some(engine) = silo_tests::docker::engine_with_base().await else {
+        return;
+    };
+    let cli = cli();
+    let settings = Settings::from_env(DOCKER_BUDGET.0, DOCKER_BUDGET.1);
+    let target = Target {
+        cli: &cli,
+        engine: &engine,
+        backend: Backend::Docker,
+    };
+    check(&target, &settings, "exact").await;
+}
+
+#[tokio::test]
+async fn every_rewind_and_fork_gives_back_exactly_what_its_snapshot_saw_on_podman() {
+    let Some(engine) = silo_tests::podman::engine_with_base().await else {
+        return;
+    };
+    let cli = cli();
+    let settings = Settings::from_env(PODMAN_BUDGET.0, PODMAN_BUDGET.1);
+    let target = Target {
+        cli: &cli,
+        engine: &engine,
+        backend: Backend::Podman,
+    };
+    check(&target, &settings, "exact-pod").await;
+}

@@ -1,0 +1,520 @@
+//! The operations a step is drawn from, each one kind of change a program
+//! makes to its file system, rendered as one line of busybox `sh`.
+//!
+//! A [`Model`] remembers, roughly, which paths exist, so most operations
+//! aim at something there; it is not exact (a rewind or a shrunk plan
+//! changes what is there), so every line tolerates a vanished path. The
+//! paths lie in a work area, `/w`, and in the base image's directories
+//! (`/usr/bin`, `/etc`, `/var/tmp`…), where files two levels below an
+//! untouched image directory, owners of image directories and replaced
+//! image symlinks test what the work area cannot.
+//!
+//! No line may hurt the shell the next step needs: nothing writes, chmods
+//! or touches through a symlink (an image applet links to `/bin/busybox`),
+//! the tools the lines use are never removed, and no image directory is
+//! removed or moved.
+
+use std::fmt::Write as _;
+
+use super::kinds::OpKind;
+use super::rng::Rng;
+
+/// The work area every plan makes first.
+pub const WORK: &str = "/w";
+/// Directories of the base image that steps write into, chmod and chown.
+const IMAGE_DIRS: [&str; 11] = [
+    "/usr/bin",
+    "/usr/sbin",
+    "/var/tmp",
+    "/var",
+    "/etc",
+    "/home",
+    "/root",
+    "/tmp",
+    "/sbin",
+    "/bin",
+    "/usr",
+];
+/// Files of the base image that steps may delete, replace or change:
+/// applet symlinks no line needs, and a plain file.
+const IMAGE_FILES: [&str; 14] = [
+    "/usr/bin/bc",
+    "/usr/bin/dc",
+    "/usr/bin/awk",
+    "/usr/bin/cal",
+    "/usr/bin/factor",
+    "/usr/bin/hexdump",
+    "/usr/bin/xxd",
+    "/bin/ls",
+    "/bin/date",
+    "/bin/ed",
+    "/sbin/ifconfig",
+    "/sbin/route",
+    "/usr/sbin/httpd",
+    "/etc/group",
+];
+/// Files the engine reads to start a container (root's groups): a fork
+/// of a snapshot where one is a directory, or a link to one, cannot start
+/// ("unable to find groups for spec root"), so steps only write, remove
+/// and chmod them, never turn them into something else.
+const ENGINE_READS: [&str; 2] = ["/etc/group", "/etc/passwd"];
+/// Longest name a step makes (the kernel's `NAME_MAX`).
+const NAME_MAX: u64 = 255;
+/// Paths stay well under `PATH_MAX` (4096), counting rendered escapes.
+const PATH_BUDGET: usize = 3000;
+/// Largest file a step writes.
+const FILE_MAX: u64 = 64 * 1024;
+
+/// One operation: its kind and its line of `sh`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    /// What it does.
+    pub kind: OpKind,
+    /// The line; a path that vanished makes it do nothing, never fail.
+    pub shell: String,
+}
+
+impl Op {
+    /// The line that makes the work area, first in every plan.
+    pub fn make_work_area() -> Self {
+        Self {
+            kind: OpKind::Mkdir,
+            shell: format!("mkdir -p {WORK}"),
+        }
+    }
+
+    /// The line as a step runs it: never failing (the step's script sends
+    /// errors away once, for all its lines).
+    pub fn guarded(&self) -> String {
+        format!("{{ {}; }} || true", self.shell)
+    }
+}
+
+/// Roughly what exists, so operations aim at something. Paths are kept as
+/// they are written inside double quotes in `sh`: a name that is not
+/// UTF-8 is a `$(printf '…')` in it.
+#[derive(Debug, Clone)]
+pub struct Model {
+    /// Files (and links, pipes) steps made, and the image files they may touch.
+    files: Vec<String>,
+    /// Directories steps made (the work area first).
+    dirs: Vec<String>,
+    /// For fresh names: never reused in a plan, so a stale path never
+    /// comes back as something else.
+    counter: u64,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Self {
+            files: IMAGE_FILES.iter().map(|f| (*f).to_owned()).collect(),
+            dirs: vec![WORK.to_owned()],
+            counter: 0,
+        }
+    }
+}
+
+impl Model {
+    /// One operation of `kind`.
+    pub fn op(&mut self, rng: &mut Rng, kind: OpKind) -> Op {
+        let shell = match kind {
+            OpKind::Write => self.write(rng),
+            OpKind::Append => self.append(rng),
+            OpKind::Truncate => self.truncate(rng),
+            OpKind::Mkdir => self.mkdir(rng),
+            OpKind::Rm => self.rm(rng),
+            OpKind::RmDir => self.rm_dir(rng),
+            OpKind::Mv => self.mv(rng),
+            OpKind::MvDir => self.mv_dir(rng),
+            OpKind::Symlink => self.symlink(rng),
+            OpKind::HardLink => self.hard_link(rng),
+            OpKind::Chmod => self.chmod(rng),
+            OpKind::Chown => self.chown(rng),
+            OpKind::Touch => self.touch(rng),
+            OpKind::Mkfifo => self.mkfifo(rng),
+            OpKind::OddName => self.odd_name(rng),
+            OpKind::LongName => self.long_name(rng),
+            OpKind::Deep => self.deep(rng),
+            OpKind::RmImage => self.rm_image(rng),
+            OpKind::Replace => self.replace(rng),
+        };
+        Op { kind, shell }
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.counter += 1;
+        format!("{prefix}{}", self.counter)
+    }
+
+    /// A directory to make something in: one of the image's half the
+    /// time, since a new file below an untouched image directory is what
+    /// a walk pruned by times misses.
+    fn some_dir(&self, rng: &mut Rng) -> String {
+        let dir = if rng.chance(50) {
+            (*rng.pick(&IMAGE_DIRS)).to_owned()
+        } else {
+            rng.pick(&self.dirs).clone()
+        };
+        if dir.len() > PATH_BUDGET {
+            WORK.to_owned()
+        } else {
+            dir
+        }
+    }
+
+    /// A directory a step made (never one of the image's).
+    fn made_dir(&self, rng: &mut Rng) -> Option<String> {
+        let made: Vec<&String> = self.dirs.iter().filter(|d| *d != WORK).collect();
+        (!made.is_empty()).then(|| (*rng.pick(&made)).clone())
+    }
+
+    /// A file, often one just made.
+    fn some_file(&self, rng: &mut Rng) -> Option<String> {
+        if self.files.is_empty() {
+            return None;
+        }
+        // The newest files are the likeliest to still be there.
+        let recent = self.files.len().saturating_sub(8);
+        let index = if rng.chance(60) {
+            recent + rng.index(self.files.len() - recent)
+        } else {
+            rng.index(self.files.len())
+        };
+        Some(self.files[index].clone())
+    }
+
+    /// A new path for a file in some directory.
+    fn new_file_path(&mut self, rng: &mut Rng) -> String {
+        let dir = self.some_dir(rng);
+        let name = self.fresh("f");
+        format!("{dir}/{name}")
+    }
+
+    fn write(&mut self, rng: &mut Rng) -> String {
+        let path = match self.some_file(rng) {
+            Some(path) if rng.chance(30) => path,
+            _ => {
+                let path = self.new_file_path(rng);
+                self.files.push(path.clone());
+                path
+            }
+        };
+        write_file(rng, &path)
+    }
+
+    fn append(&mut self, rng: &mut Rng) -> String {
+        let Some(path) = self.some_file(rng) else {
+            return self.write(rng);
+        };
+        let size = file_size(rng);
+        format!(
+            "[ -f \"{path}\" ] && [ ! -L \"{path}\" ] && {} >> \"{path}\"",
+            content(rng, size)
+        )
+    }
+
+    fn truncate(&mut self, rng: &mut Rng) -> String {
+        let Some(path) = self.some_file(rng) else {
+            return self.write(rng);
+        };
+        let size = file_size(rng);
+        format!("[ -f \"{path}\" ] && [ ! -L \"{path}\" ] && truncate -s {size} \"{path}\"")
+    }
+
+    fn mkdir(&mut self, rng: &mut Rng) -> String {
+        let mut path = self.some_dir(rng);
+        for _ in 0..rng.between(1, 3) {
+            path = format!("{path}/{}", self.fresh("d"));
+            self.dirs.push(path.clone());
+        }
+        format!("mkdir -p \"{path}\"")
+    }
+
+    fn rm(&mut self, rng: &mut Rng) -> String {
+        match self.some_file(rng) {
+            Some(path) => format!("rm -f \"{path}\""),
+            None => self.write(rng),
+        }
+    }
+
+    fn rm_dir(&mut self, rng: &mut Rng) -> String {
+        match self.made_dir(rng) {
+            Some(dir) => format!("rm -rf \"{dir}\""),
+            None => self.mkdir(rng),
+        }
+    }
+
+    fn mv(&mut self, rng: &mut Rng) -> String {
+        let Some(from) = self.some_file(rng) else {
+            return self.write(rng);
+        };
+        let to = match self.some_file(rng) {
+            Some(over) if rng.chance(30) && over != from && may_change_type(&over) => over,
+            _ => {
+                let to = self.new_file_path(rng);
+                self.files.push(to.clone());
+                to
+            }
+        };
+        format!("mv -f \"{from}\" \"{to}\"")
+    }
+
+    fn mv_dir(&mut self, rng: &mut Rng) -> String {
+        let Some(from) = self.made_dir(rng) else {
+            return self.mkdir(rng);
+        };
+        let parent = self.some_dir(rng);
+        let to = format!("{parent}/{}", self.fresh("m"));
+        // What was under the old name is under the new one now.
+        let prefix = format!("{from}/");
+        let moved = |paths: &[String]| -> Vec<String> {
+            paths
+                .iter()
+                .filter_map(|p| p.strip_prefix(&prefix))
+                .map(|rest| format!("{to}/{rest}"))
+                .collect()
+        };
+        let (files, dirs) = (moved(&self.files), moved(&self.dirs));
+        self.files.extend(files);
+        self.dirs.push(to.clone());
+        self.dirs.extend(dirs);
+        // Into itself fails, which the guard forgives.
+        format!("mv \"{from}\" \"{to}\"")
+    }
+
+    fn symlink(&mut self, rng: &mut Rng) -> String {
+        let target = self.link_target(rng);
+        match self.some_file(rng) {
+            // `-f` replaces a file or link; a directory (or a link to one)
+            // would get the new link inside it instead.
+            Some(over) if rng.chance(30) && may_change_type(&over) => {
+                format!("[ ! -d \"{over}\" ] && ln -sf \"{target}\" \"{over}\"")
+            }
+            _ => {
+                let path = self.new_file_path(rng);
+                self.files.push(path.clone());
+                format!("ln -s \"{target}\" \"{path}\"")
+            }
+        }
+    }
+
+    /// Where a link points: a sibling, a relative climb, an absolute path
+    /// of the work area or a file, nowhere, or a name that is not UTF-8.
+    /// Never an image directory, so no path the model makes runs through
+    /// a link into the image.
+    fn link_target(&mut self, rng: &mut Rng) -> String {
+        match rng.below(5) {
+            0 => self
+                .some_file(rng)
+                .map(|f| f.rsplit('/').next().unwrap_or("x").to_owned())
+                .unwrap_or_else(|| "x".to_owned()),
+            1 => format!("../{}", self.fresh("up")),
+            2 => self.some_file(rng).unwrap_or_else(|| WORK.to_owned()),
+            3 => format!("/nowhere/{}", self.fresh("n")),
+            _ => odd_bytes(rng),
+        }
+    }
+
+    fn hard_link(&mut self, rng: &mut Rng) -> String {
+        let Some(from) = self.some_file(rng) else {
+            return self.write(rng);
+        };
+        let to = self.new_file_path(rng);
+        self.files.push(to.clone());
+        format!("ln \"{from}\" \"{to}\"")
+    }
+
+    /// A file or a directory, the image's directories included.
+    fn some_path(&self, rng: &mut Rng) -> String {
+        match rng.below(3) {
+            0 => (*rng.pick(&IMAGE_DIRS)).to_owned(),
+            1 => rng.pick(&self.dirs).clone(),
+            _ => self
+                .some_file(rng)
+                .unwrap_or_else(|| rng.pick(&self.dirs).clone()),
+        }
+    }
+
+    fn chmod(&mut self, rng: &mut Rng) -> String {
+        let path = self.some_path(rng);
+        // Special bits half the time; the rest anything at all.
+        let special = if rng.chance(50) {
+            *rng.pick(&[0o4000, 0o2000, 0o1000, 0o6000, 0o7000])
+        } else {
+            0
+        };
+        let mode = special | rng.below(0o1000);
+        // Through a link would change its target (an applet's is busybox).
+        format!("[ ! -L \"{path}\" ] && chmod {mode:04o} \"{path}\"")
+    }
+
+    fn chown(&mut self, rng: &mut Rng) -> String {
+        let path = self.some_path(rng);
+        let id = |rng: &mut Rng| match rng.below(4) {
+            0 => 0,
+            1 => 65534,
+            2 => rng.between(1, 1000),
+            _ => rng.between(1001, 70000),
+        };
+        let (uid, gid) = (id(rng), id(rng));
+        format!("chown -h {uid}:{gid} \"{path}\"")
+    }
+
+    fn touch(&mut self, rng: &mut Rng) -> String {
+        let path = match self.some_file(rng) {
+            Some(file) if rng.chance(80) => file,
+            _ => self.some_path(rng),
+        };
+        // From 1970 to 2038, and a little past (busybox takes 64 bits).
+        let seconds = rng.below(1 << 31) + if rng.chance(10) { 1 << 31 } else { 0 };
+        format!("touch -c -h -d @{seconds} \"{path}\"")
+    }
+
+    fn mkfifo(&mut self, rng: &mut Rng) -> String {
+        let path = self.new_file_path(rng);
+        self.files.push(path.clone());
+        format!("mkfifo \"{path}\"")
+    }
+
+    fn odd_name(&mut self, rng: &mut Rng) -> String {
+        let dir = self.some_dir(rng);
+        let path = format!("{dir}/{}{}", odd_bytes(rng), self.fresh("o"));
+        if rng.chance(30) {
+            self.dirs.push(path.clone());
+            format!("mkdir -p \"{path}\"")
+        } else {
+            self.files.push(path.clone());
+            write_file(rng, &path)
+        }
+    }
+
+    fn long_name(&mut self, rng: &mut Rng) -> String {
+        let dir = self.some_dir(rng);
+        let tag = self.fresh("L");
+        let len = rng.between(100, NAME_MAX) as usize;
+        let name = format!("{tag}{}", "l".repeat(len.saturating_sub(tag.len())));
+        let path = format!("{dir}/{name}");
+        if rng.chance(30) {
+            self.dirs.push(path.clone());
+            format!("mkdir -p \"{path}\"")
+        } else {
+            self.files.push(path.clone());
+            write_file(rng, &path)
+        }
+    }
+
+    fn deep(&mut self, rng: &mut Rng) -> String {
+        let mut path = format!("{}/{}", self.some_dir(rng), self.fresh("deep"));
+        let depth = rng.between(8, 64);
+        for level in 0..depth {
+            if path.len() > PATH_BUDGET {
+                break;
+            }
+            let _ = write!(path, "/{level}");
+        }
+        self.dirs.push(path.clone());
+        let file = format!("{path}/{}", self.fresh("f"));
+        self.files.push(file.clone());
+        format!("mkdir -p \"{path}\" && {}", write_file(rng, &file))
+    }
+
+    fn rm_image(&mut self, rng: &mut Rng) -> String {
+        format!("rm -f {}", rng.pick(&IMAGE_FILES))
+    }
+
+    fn replace(&mut self, rng: &mut Rng) -> String {
+        if rng.chance(50) {
+            // A file (an image symlink, say) becomes a directory.
+            let Some(path) = self.some_file(rng).filter(|p| may_change_type(p)) else {
+                return self.mkdir(rng);
+            };
+            self.dirs.push(path.clone());
+            let inside = format!("{path}/{}", self.fresh("f"));
+            self.files.push(inside.clone());
+            format!(
+                "rm -f \"{path}\" && mkdir \"{path}\" && {}",
+                write_file(rng, &inside)
+            )
+        } else {
+            // A directory with its contents becomes a file.
+            let Some(path) = self.made_dir(rng) else {
+                return self.write(rng);
+            };
+            self.files.push(path.clone());
+            format!("rm -rf \"{path}\" && {}", write_file(rng, &path))
+        }
+    }
+}
+
+/// Whether a step may turn `path` into a directory or a link.
+fn may_change_type(path: &str) -> bool {
+    !ENGINE_READS.contains(&path)
+}
+
+/// A line writing a file at `path` over whatever file is there; a link or
+/// pipe there is removed first (writing would follow it, or block).
+fn write_file(rng: &mut Rng, path: &str) -> String {
+    let size = file_size(rng);
+    format!(
+        "if [ -L \"{path}\" ] || [ -p \"{path}\" ]; then rm -f \"{path}\"; fi; {} > \"{path}\"",
+        content(rng, size)
+    )
+}
+
+/// A file size: mostly small, sometimes up to [`FILE_MAX`].
+fn file_size(rng: &mut Rng) -> u64 {
+    match rng.below(10) {
+        0 => 0,
+        1..=6 => rng.below(1024),
+        7..=8 => rng.below(16 * 1024),
+        _ => rng.below(FILE_MAX + 1),
+    }
+}
+
+/// A command printing `size` bytes drawn from the seed: arbitrary bytes
+/// (NUL and newline included) when small, a repeated random word when
+/// large, so a plan writes the same content every time it is played.
+fn content(rng: &mut Rng, size: u64) -> String {
+    if size <= 48 {
+        let mut escaped = String::new();
+        for _ in 0..size {
+            let _ = write!(escaped, "\\{:03o}", rng.below(256));
+        }
+        format!("printf '{escaped}'")
+    } else {
+        format!("yes {:016x} | head -c {size}", rng.next_u64())
+    }
+}
+
+/// A few bytes that are not UTF-8 (or are, beyond ASCII), as `sh` makes
+/// them inside double quotes.
+fn odd_bytes(rng: &mut Rng) -> String {
+    let bytes = rng.pick(&[
+        "x\\377y",
+        "\\300\\200",
+        "a\\200b",
+        "\\303",
+        "\\303\\251t\\303\\251",
+        "sp ace\\tt",
+    ]);
+    format!("$(printf '{bytes}')")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_line_touches_the_tools_steps_need() {
+        let mut rng = Rng::new(1);
+        let mut model = Model::default();
+        for _ in 0..5000 {
+            let kind = *rng.pick(&OpKind::ALL);
+            let op = model.op(&mut rng, kind);
+            for tool in ["/bin/busybox", "/bin/sh", "/usr/bin/head", "/usr/bin/yes"] {
+                assert!(!op.shell.contains(&format!("{tool}\"")), "{op:?}");
+            }
+            assert!(!op.shell.contains("rm -rf \"/usr\""), "{op:?}");
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! A plan played on a fresh sandbox through the real `silo` CLI, the
+//! promise checked after each action: a snapshot changes nothing, a
+//! rewind gives back exactly the tree its snapshot saw and does so in
+//! place, and a fork's tree is exactly its snapshot's. Every tree is read
+//! from the host ([`super::listing`]), never through silo.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+
+use super::listing::{self, Compare, Listing};
+use super::plan::{self, Action};
+use crate::Cli;
+use crate::docker::{BASE_IMAGE, container};
+
+/// The engine a run's sandboxes are made on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// silo's Docker backend.
+    Docker,
+    /// silo's Podman backend.
+    Podman,
+}
+
+impl Backend {
+    /// Its name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Docker => "docker",
+            Self::Podman => "podman",
+        }
+    }
+
+    /// What `silo up` needs to make a sandbox on it.
+    pub fn up_args(self) -> &'static [&'static str] {
+        match self {
+            Self::Docker => &[],
+            Self::Podman => &["--backend", "podman"],
+        }
+    }
+}
+
+/// Where plans are played: the CLI's home and the engine the backend's
+/// containers are on (to find their init's pid).
+pub struct Target<'a> {
+    /// The CLI, against its scratch home.
+    pub cli: &'a Cli,
+    /// The engine holding the backend's containers.
+    pub engine: &'a Docker,
+    /// The backend sandboxes are made on.
+    pub backend: Backend,
+}
+
+/// How a played plan broke the promise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// A tree was not the one its snapshot saw (or a snapshot changed it).
+    Mismatch,
+    /// A rewind made a new machine instead of rewinding in place.
+    NotInPlace,
+    /// A silo command failed, or a tree could not be read.
+    Silo,
+}
+
+impl Class {
+    /// Its name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mismatch => "a tree differs from its snapshot's",
+            Self::NotInPlace => "a rewind made a new machine",
+            Self::Silo => "a silo command failed",
+        }
+    }
+}
+
+/// The first action of a plan that broke the promise, and how.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// Its index in the plan.
+    pub at: usize,
+    /// How.
+    pub class: Class,
+    /// The action, and what differed or what failed.
+    pub detail: String,
+}
+
+/// What a plan that kept the promise did, and how long each part took.
+#[derive(Debug, Default)]
+pub struct Stats {
+    steps: usize,
+    snapshots: usize,
+    rewinds: usize,
+    forks: usize,
+    step_time: Duration,
+    snapshot_time: Duration,
+    rewind_time: Duration,
+    fork_time: Duration,
+    listing_time: Duration,
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let each = |total: Duration, n: usize| total.as_secs_f64() / n.max(1) as f64;
+        write!(
+            f,
+            "{} steps ({:.2} s each), {} snapshots ({:.2} s), {} rewinds in place ({:.2} s), \
+             {} forks ({:.2} s), host listings {:.1} s in all",
+            self.steps,
+            each(self.step_time, self.steps),
+            self.snapshots,
+            each(self.snapshot_time, self.snapshots),
+            self.rewinds,
+            each(self.rewind_time, self.rewinds),
+            self.forks,
+            each(self.fork_time, self.forks),
+            self.listing_time.as_secs_f64(),
+        )
+    }
+}
+
+/// The host's listing of a sandbox's live tree, through its container's
+/// init (`/proc/<pid>/root`).
+pub async fn listing_of(engine: &Docker, sandbox_id: &str) -> Result<Listing, String> {
+    let pid = container(engine, sandbox_id)
+        .await
+        .and_then(|c| c.state)
+        .and_then(|s| s.pid)
+        .filter(|pid| *pid > 0)
+        .ok_or_else(|| format!("sandbox {sandbox_id} has no running container"))?;
+    listing::of_pid(pid as u32).map_err(|e| format!("listing sandbox {sandbox_id}: {e}"))
+}
+
+/// A snapshot taken during a play: its id and the tree it saw.
+struct Taken {
+    id: String,
+    tree: Listing,
+}
+
+/// One play of a plan on one sandbox.
+struct Player<'a> {
+    target: &'a Target<'a>,
+    name: String,
+    id: String,
+    compare: Compare,
+    taken: HashMap<u32, Taken>,
+    stats: Stats,
+}
+
+/// What an action did, for the progress line; or how it failed.
+type Done = Result<String, (Class, String)>;
+
+impl Target<'_> {
+    /// Plays `plan` on a fresh sandbox called `name` (removed afterwards,
+    /// with its snapshots), checking the promise after each action; with
+    /// `progress`, a line per action goes to stderr.
+    pub async fn play(
+        &self,
+        plan: &[Action],
+        name: &str,
+        compare: Compare,
+        progress: bool,
+    ) -> Result<Stats, Failure> {
+        let mut args = vec!["up", name, "--image", BASE_IMAGE, "--json"];
+        args.extend(self.backend.up_args());
+        let up = crate::json(&self.cli.ok(&args));
+        let mut player = Player {
+            target: self,
+            name: name.to_owned(),
+            id: up["sandbox"]["id"].as_str().unwrap_or_default().to_owned(),
+            compare,
+            taken: HashMap::new(),
+            stats: Stats::default(),
+        };
+        let result = player.play(plan, progress).await;
+        player.clean_up();
+        result.map(|()| player.stats)
+    }
+
+    /// `silo ARGS…`: stdout, or the failure with stderr.
+    fn silo(&self, args: &[&str]) -> Result<String, (Class, String)> {
+        let out = self.cli.run(args);
+        if out.status.success() {
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        Err((
+            Class::Silo,
+            format!(
+                "silo {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ))
+    }
+
+    /// `silo ARGS… --json`, parsed.
+    fn silo_json(&self, args: &[&str]) -> Result<serde_json::Value, (Class, String)> {
+        let text = self.silo(args)?;
+        serde_json::from_str(&text).map_err(|e| (Class::Silo, format!("not JSON ({e}): {text}")))
+    }
+}
+
+impl Player<'_> {
+    async fn play(&mut self, plan: &[Action], progress: bool) -> Result<(), Failure> {
+        for (at, action) in plan.iter().enumerate() {
+            let started = Instant::now();
+            let done = match action {
+                Action::Step(ops) => self.step(&plan::script(ops)),
+                Action::Snapshot(label) => self.snapshot(*label).await,
+                Action::Rewind(label) => self.rewind(*label).await,
+                Action::Fork(label) => self.fork(*label, at).await,
+            };
+            let took = started.elapsed();
+            match done {
+                Ok(note) if progress => eprintln!(
+                    "[exact] {at}/{}: {} ok in {:.2} s{note}",
+                    plan.len(),
+                    action.describe(),
+                    took.as_secs_f64()
+                ),
+                Ok(_) => {}
+                Err((class, detail)) => {
+                    return Err(Failure {
+                        at,
+                        class,
+                        detail: format!("action {at}, {}: {detail}", action.describe()),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, script: &str) -> Done {
+        let started = Instant::now();
+        self.target
+            .silo(&["exec", &self.name, "--", "sh", "-c", script])?;
+        self.stats.steps += 1;
+        self.stats.step_time += started.elapsed();
+        Ok(String::new())
+    }
+
+    async fn snapshot(&mut self, label: u32) -> Done {
+        let before = self.listing(&self.id.clone()).await?;
+        let started = Instant::now();
+        let report = self.target.silo_json(&["snapshot", &self.name, "--json"])?;
+        self.stats.snapshot_time += started.elapsed();
+        self.stats.snapshots += 1;
+        let id = report["snapshot"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let tree = self.listing(&self.id.clone()).await?;
+        self.differ(&before, &tree, "the snapshot changed the live tree")?;
+        let note = format!(
+            " ({} entries in its layer, {} deletions, baseline by {})",
+            report["entries"], report["deletions"], report["baseline_sent"]
+        );
+        self.taken.insert(label, Taken { id, tree });
+        Ok(note)
+    }
+
+    async fn rewind(&mut self, label: u32) -> Done {
+        let snapshot = self.snapshot_id(label)?;
+        let started = Instant::now();
+        let report = self
+            .target
+            .silo_json(&["rewind", &self.name, &snapshot, "--json"])?;
+        self.stats.rewind_time += started.elapsed();
+        self.stats.rewinds += 1;
+        // A rewind onto a new machine replaced the container: ask again.
+        let live = self.listing(&self.id.clone()).await?;
+        let in_place = &report["image"]["in_place"];
+        let why = report["new_machine_because"].as_str();
+        let fell_back = why.map(|why| format!(" (it made a new machine, since {why})"));
+        self.differ(
+            &self.taken[&label].tree,
+            &live,
+            &format!(
+                "after the rewind, the live tree is not s{label}'s{}",
+                fell_back.as_deref().unwrap_or_default()
+            ),
+        )?;
+        if let Some(why) = why {
+            return Err((Class::NotInPlace, format!("a new machine, since {why}")));
+        }
+        if !in_place.is_object() {
+            return Err((Class::NotInPlace, format!("not done in place: {report}")));
+        }
+        Ok(format!(
+            " (in place: {} changed, {} put back, {} removed, baseline by {})",
+            in_place["changed"],
+            in_place["restored"],
+            in_place["removed"],
+            in_place["baseline_sent"]
+        ))
+    }
+
+    async fn fork(&mut self, label: u32, at: usize) -> Done {
+        let snapshot = self.snapshot_id(label)?;
+        let fork = format!("{}-fork{at}", self.name);
+        let started = Instant::now();
+        let report = self
+            .target
+            .silo_json(&["fork", &snapshot, "--name", &fork, "--json"])?;
+        self.stats.fork_time += started.elapsed();
+        self.stats.forks += 1;
+        let fork_id = report["sandbox"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let tree = self.listing(&fork_id).await;
+        // Removed whatever its tree, so a failure leaves nothing running.
+        let _ = self.target.silo(&["rm", &fork]);
+        self.differ(
+            &self.taken[&label].tree,
+            &tree?,
+            &format!("the fork's tree is not s{label}'s"),
+        )?;
+        Ok(format!(" ({})", report["image"]))
+    }
+
+    fn snapshot_id(&self, label: u32) -> Result<String, (Class, String)> {
+        self.taken.get(&label).map(|t| t.id.clone()).ok_or_else(|| {
+            (
+                Class::Silo,
+                format!("the plan names s{label} before taking it"),
+            )
+        })
+    }
+
+    async fn listing(&mut self, sandbox_id: &str) -> Result<Listing, (Class, String)> {
+        let started = Instant::now();
+        let listing = listing_of(self.target.engine, sandbox_id)
+            .await
+            .map_err(|e| (Class::Silo, e));
+        self.stats.listing_time += started.elapsed();
+        listing
+    }
+
+    /// A mismatch naming `what`, with the differences, unless the trees agree.
+    fn differ(
+        &self,
+        expected: &Listing,
+        actual: &Listing,
+        what: &str,
+    ) -> Result<(), (Class, String)> {
+        let lines = listing::diff(expected, actual, self.compare);
+        if lines.is_empty() {
+            return Ok(());
+        }
+        Err((
+            Class::Mismatch,
+            format!(
+                "{what} (- only in the snapshot's, + only in the live one, ~ differs):\n  {}",
+                lines.join("\n  ")
+            ),
+        ))
+    }
+
+    /// Removes the sandbox and the play's snapshots; a failure here is no
+    /// part of the promise (the CLI's home is removed at the end anyway).
+    fn clean_up(&self) {
+        let _ = self.target.silo(&["rm", &self.name]);
+        let ids: Vec<&str> = self.taken.values().map(|t| t.id.as_str()).collect();
+        if !ids.is_empty() {
+            let mut args = vec!["snapshot", "rm"];
+            args.extend(ids);
+            let _ = self.target.silo(&args);
+        }
+    }
+}
