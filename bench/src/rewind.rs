@@ -7,7 +7,7 @@
 //! made in the sandbox: the in-place rewind walks every directory changed
 //! since the machine started, so its cost grows with the tree; the rows
 //! say how, and which part (the agent's listing, the store's layer, the
-//! apply) grows.
+//! apply) grows, and what a checkpoint after a 1 KB step costs beside it.
 
 use std::time::{Duration, Instant};
 
@@ -124,6 +124,27 @@ async fn measure(
         } else {
             rounds / 2
         };
+        // A checkpoint after a 1 KB step costs a walk of what the machine
+        // changed since it started: the tree is part of that.
+        let mut checkpoints = Samples::default();
+        for i in 0..rounds {
+            step(
+                silo,
+                &name,
+                &format!("head -c 1024 /dev/urandom > /root/c-{i}.bin"),
+            )
+            .await?;
+            let t = Instant::now();
+            silo.snapshots_of(&name)?.take(None).await?;
+            checkpoints.push(t.elapsed());
+        }
+        rows.push(Row::untargeted(
+            "rewind",
+            format!("{files}-file tree, checkpoint after a 1 KB step p50 of {rounds}"),
+            "ms",
+            checkpoints.percentile(50.0),
+            None,
+        ));
         let (in_place, new_machine) =
             rewinds(silo, &name, &parent, rounds, new_machines / 3).await?;
         rows.push(Row::untargeted(
