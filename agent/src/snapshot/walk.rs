@@ -145,8 +145,8 @@ pub struct Baseline {
 pub struct Walked {
     /// Where each path was.
     pub inodes: Inodes,
-    /// The directories read.
-    pub dirs: HashSet<PathBuf>,
+    /// The directories read, as bytes.
+    pub dirs: HashSet<Vec<u8>>,
 }
 
 impl Walked {
@@ -157,13 +157,15 @@ impl Walked {
 
     /// Notes that directory `rel` was read.
     pub fn read_dir(&mut self, rel: &Path) {
-        self.dirs.insert(rel.to_owned());
+        self.dirs.insert(rel.as_os_str().as_bytes().to_vec());
     }
 }
 
-/// (device, inode) of paths, as a walk saw them.
+/// What paths were as a walk saw them, by path as bytes (byte order keeps
+/// a directory's descendants together, between `dir/` and `dir0`, and
+/// compares fast: a walk notes every path of the machine).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Inodes(BTreeMap<PathBuf, Identity>);
+pub struct Inodes(BTreeMap<Vec<u8>, Identity>);
 
 /// What a path was when a walk saw it: its inode, and what `lstat` said
 /// of it besides its ctime. On an overlay, a lower file that comes back
@@ -202,23 +204,30 @@ impl Identity {
 impl Inodes {
     /// Notes where `rel` is now.
     pub fn note(&mut self, rel: &Path, meta: &Metadata) {
-        self.0.insert(rel.to_owned(), Identity::of(meta));
+        self.0
+            .insert(rel.as_os_str().as_bytes().to_vec(), Identity::of(meta));
+    }
+
+    /// What `rel` was when last noted.
+    fn get(&self, rel: &Path) -> Option<&Identity> {
+        self.0.get(rel.as_os_str().as_bytes())
     }
 
     /// Forgets `rel` and, with `under`, everything below it: what the
     /// agent placed or removed there is on inodes no walk has seen.
     pub fn forget(&mut self, rel: &Path, under: bool) {
+        let rel = rel.as_os_str().as_bytes();
         self.0.remove(rel);
         if !under {
             return;
         }
-        let below: Vec<PathBuf> = self
+        let (mut low, mut high) = (rel.to_vec(), rel.to_vec());
+        low.push(b'/');
+        high.push(b'0');
+        let below: Vec<Vec<u8>> = self
             .0
-            .range(rel.to_path_buf()..)
-            .map(|(path, _)| path)
-            .skip_while(|path| path.as_path() == rel)
-            .take_while(|path| path.starts_with(rel))
-            .cloned()
+            .range(low..high)
+            .map(|(path, _)| path.clone())
             .collect();
         for path in below {
             self.0.remove(&path);
@@ -308,7 +317,7 @@ impl Baseline {
     fn moved(&self, rel: &Path, meta: &Metadata) -> bool {
         self.inodes
             .as_ref()
-            .is_some_and(|inodes| inodes.0.get(rel) != Some(&Identity::of(meta)))
+            .is_some_and(|inodes| inodes.get(rel) != Some(&Identity::of(meta)))
     }
 
     /// The inodes known, if any.
@@ -333,7 +342,10 @@ impl Baseline {
             None => self.inodes = Some(walked.inodes),
             Some(known) => {
                 known.0.retain(|path, _| {
-                    let parent = path.parent().unwrap_or(Path::new(""));
+                    let parent = path
+                        .iter()
+                        .rposition(|&b| b == b'/')
+                        .map_or(&[][..], |at| &path[..at]);
                     !walked.dirs.contains(parent)
                 });
                 known.0.extend(walked.inodes.0);
