@@ -24,8 +24,9 @@
 //!   threshold: every change of content or metadata (write, truncate,
 //!   chmod, chown, a new hard link, an extended attribute, a rename onto
 //!   it) moves the ctime, which no process can set;
-//! - a baseline name missing from its directory becomes a whiteout, found
-//!   by comparing names, not by the directory's times;
+//! - a baseline name missing from a directory that changed (its ctime or
+//!   identity moved) becomes a whiteout: removing an entry always moves
+//!   its directory's ctime;
 //! - every name of a file with several goes in with the first that does
 //!   (a layer that held one name alone would split the file in two);
 //! - where the baseline knows what inode each of its paths was when the
@@ -458,7 +459,19 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
     let meta = fs::symlink_metadata(root).map_err(FsError::at("stat", root))?;
     let mut stack = Vec::new();
     let mut links = LinkGroups::default();
-    enter(root, spec, sink, &mut stack, top, meta, true, false)?;
+    // The root is never emitted; its names are compared as any changed
+    // directory's are.
+    let root_changed = spec.changed(&meta);
+    enter(
+        root,
+        spec,
+        sink,
+        &mut stack,
+        top,
+        meta,
+        (true, root_changed),
+        false,
+    )?;
     while let Some(frame) = stack.last_mut() {
         let next = frame.names.peek();
         let subdir_first = frame
@@ -474,7 +487,7 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
                     &mut stack,
                     dir.rel,
                     dir.meta,
-                    dir.emitted,
+                    (dir.emitted, dir.emitted),
                     dir.fresh,
                 )?;
             }
@@ -533,8 +546,9 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
     Ok(())
 }
 
-/// Reads directory `rel`, reports its deletions if it changed, and pushes it
-/// on the stack to be walked.
+/// Reads directory `rel`, reports its deletions if it changed (`emitted.1`:
+/// its ctime or identity moved, or the baseline lacks it), and pushes it
+/// on the stack to be walked, already emitted or not (`emitted.0`).
 #[allow(
     clippy::too_many_arguments,
     reason = "the walk's state, passed explicitly rather than bundled for one call"
@@ -546,9 +560,10 @@ fn enter(
     stack: &mut Vec<Frame>,
     rel: PathBuf,
     meta: Metadata,
-    emitted: bool,
+    emitted: (bool, bool),
     fresh: bool,
 ) -> Result<(), SnapshotError> {
+    let (emitted, changed) = emitted;
     let path = root.join(&rel);
     let mut names: Vec<OsString> = match fs::read_dir(&path) {
         Ok(dir) => dir
@@ -560,15 +575,23 @@ fn enter(
     };
     names.sort();
     sink.read_dir(&rel);
-    // Deletions are found by names, whatever the directory's own times say.
-    let gone: Vec<&OsString> = spec
-        .baseline
-        .children(&rel)
-        .iter()
-        .filter(|gone| {
-            names.binary_search(gone).is_err() && !spec.excluded.contains(&rel.join(gone))
-        })
-        .collect();
+    // Deletions are found by names, in a directory that changed: removing
+    // an entry moves its directory's ctime, always (on an overlay too,
+    // whose whiteout copies the directory up). A name the baseline has
+    // and an unchanged directory lacks was never the machine's (a fork
+    // onto another backend's base of the same id, which lacks a provider's
+    // own directory): not a deletion of the sandbox's.
+    let gone: Vec<&OsString> = match changed {
+        false => Vec::new(),
+        true => spec
+            .baseline
+            .children(&rel)
+            .iter()
+            .filter(|gone| {
+                names.binary_search(gone).is_err() && !spec.excluded.contains(&rel.join(gone))
+            })
+            .collect(),
+    };
     stack.push(Frame {
         rel: rel.clone(),
         meta,

@@ -58,6 +58,11 @@ const IMAGE_FILES: [&str; 14] = [
 /// ("unable to find groups for spec root"), so steps only write, remove
 /// and chmod them, never turn them into something else.
 const ENGINE_READS: [&str; 2] = ["/etc/group", "/etc/passwd"];
+/// Directories the engine makes again in every container's own layer
+/// (the mount points of its `/etc/hosts` and the like): a container made
+/// from a snapshot has them with the engine's special bits, whatever the
+/// snapshot holds, so steps leave their setuid, setgid and sticky bits be.
+const ENGINE_MAKES: [&str; 1] = ["/etc"];
 /// Longest name a step makes (the kernel's `NAME_MAX`).
 const NAME_MAX: u64 = 255;
 /// Paths stay well under `PATH_MAX` (4096), counting rendered escapes.
@@ -338,7 +343,7 @@ impl Model {
     fn chmod(&mut self, rng: &mut Rng) -> String {
         let path = self.some_path(rng);
         // Special bits half the time; the rest anything at all.
-        let special = if rng.chance(50) {
+        let special = if rng.chance(50) && !ENGINE_MAKES.contains(&path.as_str()) {
             *rng.pick(&[0o4000, 0o2000, 0o1000, 0o6000, 0o7000])
         } else {
             0
