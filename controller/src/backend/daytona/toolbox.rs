@@ -16,7 +16,7 @@ use serde_json::json;
 use super::api::{encode, error_message};
 use super::config::DaytonaConfig;
 use super::error::DaytonaError;
-use crate::backend::remote::rest::{Reply, Rest};
+use crate::backend::remote::rest::{Reply, Rest, RestError};
 
 /// The boundary of upload bodies: never inside an agent binary or a key
 /// that silo sends, which are all the toolbox is given.
@@ -124,11 +124,12 @@ impl Toolbox {
 
     /// Writes `data` to `path` in the sandbox through
     /// `POST /files/bulk-upload`, the route the current toolbox client
-    /// moves files with; a toolbox without it (`404`, an older daemon) gets
-    /// the older `POST /files/upload`.
+    /// moves files with; a toolbox without it (`404`, an older daemon, or a
+    /// connection cut while the body went out) gets the older
+    /// `POST /files/upload`.
     pub async fn upload(&self, path: &str, data: Bytes) -> Result<(), DaytonaError> {
         let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
-        let reply = self
+        let sent = self
             .rest
             .send(
                 Method::POST,
@@ -137,7 +138,18 @@ impl Toolbox {
                 &[],
                 bulk_body(path, &data),
             )
-            .await?;
+            .await;
+        let reply = match sent {
+            Ok(reply) => reply,
+            // A daemon without the route may answer 404 before reading a
+            // large body and close the connection, which this end sees as
+            // a failed write: the older route is tried, as for a 404 read.
+            Err(RestError::Unreachable { reason, .. }) => {
+                tracing::debug!(%reason, "bulk upload cut off; trying files/upload");
+                return self.upload_single(path, data).await;
+            }
+            Err(other) => return Err(other.into()),
+        };
         match reply.status {
             // A bulk upload answers 400 with `errors` when any file failed.
             StatusCode::OK | StatusCode::CREATED | StatusCode::NO_CONTENT => Ok(()),
