@@ -234,16 +234,6 @@ impl Inodes {
             self.0.remove(&path);
         }
     }
-
-    /// How many paths are noted.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 impl Baseline {

@@ -7,7 +7,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{StateDb, StateError, db, now_ms};
+use super::{StateDb, StateError, db};
 
 /// A rewind whose layer was sent, as recorded before it went out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl StateDb {
                     pending.snapshot,
                     pending.layer_sha256,
                     pending.fork,
-                    now_ms()
+                    pending.at_ms
                 ],
             )
             .map(drop)
