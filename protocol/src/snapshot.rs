@@ -85,8 +85,15 @@ pub struct SnapshotRequest {
     /// Every path of the image the sandbox was made from, relative to `/`
     /// and without a trailing slash: what the agent compares every
     /// directory's names against to find deletions and new paths. Empty
-    /// when `baseline_digest` names it.
+    /// when `baseline_digest` names it. Paths that are not UTF-8 travel in
+    /// `baseline_raw`; [`SnapshotRequest::set_baseline`] splits a list.
     pub baseline: Vec<String>,
+    /// The baseline's paths that are not UTF-8, each as its bytes (protocol
+    /// 7, [`crate::Feature::ByteNames`]): a name is bytes on Linux, and a
+    /// path the baseline lacks would be taken for new and, once deleted,
+    /// never for gone. An older agent ignores the field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_raw: Vec<Vec<u8>>,
     /// The [`tree_digest`] of the baseline, sent instead of its paths to
     /// an agent that may hold it (protocol 5): the agent uses the tree it
     /// kept if that tree has this digest, else it refuses with
@@ -103,6 +110,31 @@ pub struct SnapshotRequest {
     /// An agent that does not know the field ignores it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewind_to: Option<String>,
+}
+
+impl SnapshotRequest {
+    /// Sets the baseline to `paths`: the UTF-8 ones in `baseline`, the
+    /// others in `baseline_raw`.
+    pub fn set_baseline(&mut self, paths: Vec<Vec<u8>>) {
+        self.baseline.clear();
+        self.baseline_raw.clear();
+        for path in paths {
+            match String::from_utf8(path) {
+                Ok(text) => self.baseline.push(text),
+                Err(raw) => self.baseline_raw.push(raw.into_bytes()),
+            }
+        }
+    }
+
+    /// Takes every path of the baseline, UTF-8 or not, leaving it empty.
+    pub fn take_baseline(&mut self) -> Vec<Vec<u8>> {
+        let mut paths: Vec<Vec<u8>> = std::mem::take(&mut self.baseline)
+            .into_iter()
+            .map(String::into_bytes)
+            .collect();
+        paths.append(&mut self.baseline_raw);
+        paths
+    }
 }
 
 /// The directories a change can be in, read by the host from the upper
@@ -132,10 +164,10 @@ pub struct WalkHint {
 /// The digest a baseline is named by: lowercase hex SHA-256 of its paths in
 /// byte order, each followed by a NUL byte (the path index's encoding,
 /// uncompressed). Both sides hash the same sorted, duplicate-free list.
-pub fn tree_digest<'a>(sorted_paths: impl IntoIterator<Item = &'a str>) -> String {
+pub fn tree_digest<'a>(sorted_paths: impl IntoIterator<Item = &'a [u8]>) -> String {
     let mut hasher = Sha256::new();
     for path in sorted_paths {
-        hasher.update(path.as_bytes());
+        hasher.update(path);
         hasher.update([0u8]);
     }
     hex::encode(hasher.finalize())
@@ -146,19 +178,21 @@ pub fn tree_digest<'a>(sorted_paths: impl IntoIterator<Item = &'a str>) -> Strin
 /// removed or replaced directory's contents from their trees by this one
 /// rule, so the trees they hash with [`tree_digest`] stay equal.
 /// Descendants sort between `dir/` and `dir0`, since `0` follows `/`.
-pub fn paths_under(paths: &BTreeSet<String>, dir: &str) -> Vec<String> {
-    let (low, high) = (format!("{dir}/"), format!("{dir}0"));
+pub fn paths_under(paths: &BTreeSet<Vec<u8>>, dir: &[u8]) -> Vec<Vec<u8>> {
+    let (mut low, mut high) = (dir.to_vec(), dir.to_vec());
+    low.push(b'/');
+    high.push(b'0');
     paths
-        .range::<str, _>((
-            Bound::Included(low.as_str()),
-            Bound::Excluded(high.as_str()),
+        .range::<[u8], _>((
+            Bound::Included(low.as_slice()),
+            Bound::Excluded(high.as_slice()),
         ))
         .cloned()
         .collect()
 }
 
 /// What one layer does to a tree of paths (the path index's form:
-/// relative, joined by one `/`): the paths it hides with everything under
+/// relative, joined by one `/`, names as bytes): the paths it hides with everything under
 /// them (`.wh.NAME`), the directories it empties of what was below
 /// (`.wh..wh..opq`; `""` is the root), and the paths it adds, each with its
 /// parent directories, as a marker's directory is added too. Removals go
@@ -168,61 +202,66 @@ pub fn paths_under(paths: &BTreeSet<String>, dir: &str) -> Vec<String> {
 /// rules.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LayerPaths {
-    hidden: Vec<String>,
-    opaque: Vec<String>,
-    added: BTreeSet<String>,
+    hidden: Vec<Vec<u8>>,
+    opaque: Vec<Vec<u8>>,
+    added: BTreeSet<Vec<u8>>,
 }
 
 impl LayerPaths {
     /// An entry at `path`: it and each missing parent are added.
-    pub fn entry(&mut self, path: &str) {
+    pub fn entry(&mut self, path: &[u8]) {
         let mut path = path;
         // An ancestor already added brought its own ancestors along.
-        while !path.is_empty() && self.added.insert(path.to_owned()) {
+        while !path.is_empty() && self.added.insert(path.to_vec()) {
             path = split_parent(path).0;
         }
     }
 
     /// A whiteout of `path`, which sits in `path`'s parent directory.
-    pub fn hide(&mut self, path: &str) {
+    pub fn hide(&mut self, path: &[u8]) {
         self.entry(split_parent(path).0);
-        self.hidden.push(path.to_owned());
+        self.hidden.push(path.to_vec());
     }
 
     /// An opaque marker in `dir`.
-    pub fn make_opaque(&mut self, dir: &str) {
+    pub fn make_opaque(&mut self, dir: &[u8]) {
         self.entry(dir);
-        self.opaque.push(dir.to_owned());
+        self.opaque.push(dir.to_vec());
     }
 
     /// The paths hidden with everything under them, in the layer's order.
-    pub fn hidden(&self) -> &[String] {
+    pub fn hidden(&self) -> &[Vec<u8>] {
         &self.hidden
     }
 
     /// The directories emptied of what was below them.
-    pub fn opaque(&self) -> &[String] {
+    pub fn opaque(&self) -> &[Vec<u8>] {
         &self.opaque
     }
 
     /// The paths added, parents included, sorted.
-    pub fn added(&self) -> &BTreeSet<String> {
+    pub fn added(&self) -> &BTreeSet<Vec<u8>> {
         &self.added
     }
 }
 
 /// `a/b/c` → (`a/b`, `c`); `c` → (``, `c`).
-pub fn split_parent(path: &str) -> (&str, &str) {
-    path.rsplit_once('/').unwrap_or(("", path))
+pub fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(at) => (&path[..at], &path[at + 1..]),
+        None => (&[], path),
+    }
 }
 
 /// `name` inside `dir` (`""` is the root).
-pub fn join_child(dir: &str, name: &str) -> String {
-    if dir.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{dir}/{name}")
+pub fn join_child(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
+    if !dir.is_empty() {
+        path.extend_from_slice(dir);
+        path.push(b'/');
     }
+    path.extend_from_slice(name);
+    path
 }
 
 /// The request path (the snapshot takes no query).
@@ -237,31 +276,38 @@ mod tests {
     #[test]
     fn a_layers_paths_bring_their_parents_and_markers_their_directories() {
         let mut layer = LayerPaths::default();
-        layer.entry("usr/bin/env");
-        layer.hide("etc/old");
-        layer.make_opaque("var/cache");
-        layer.hide(&join_child("", "gone"));
-        assert_eq!(layer.hidden(), ["etc/old", "gone"]);
-        assert_eq!(layer.opaque(), ["var/cache"]);
-        let added: Vec<&str> = layer.added().iter().map(String::as_str).collect();
+        layer.entry(b"usr/bin/env");
+        layer.hide(b"etc/old");
+        layer.make_opaque(b"var/cache");
+        layer.hide(&join_child(b"", b"gone\xff"));
+        assert_eq!(layer.hidden(), [&b"etc/old"[..], b"gone\xff"]);
+        assert_eq!(layer.opaque(), [b"var/cache"]);
+        let added: Vec<&[u8]> = layer.added().iter().map(Vec::as_slice).collect();
         assert_eq!(
             added,
-            ["etc", "usr", "usr/bin", "usr/bin/env", "var", "var/cache"]
+            [
+                &b"etc"[..],
+                b"usr",
+                b"usr/bin",
+                b"usr/bin/env",
+                b"var",
+                b"var/cache"
+            ]
         );
-        assert_eq!(split_parent("a/b/c"), ("a/b", "c"));
-        assert_eq!(split_parent("c"), ("", "c"));
-        assert_eq!(join_child("a/b", "c"), "a/b/c");
+        assert_eq!(split_parent(b"a/b/c"), (&b"a/b"[..], &b"c"[..]));
+        assert_eq!(split_parent(b"c"), (&b""[..], &b"c"[..]));
+        assert_eq!(join_child(b"a/b", b"c"), b"a/b/c");
     }
 
     #[test]
     fn paths_under_a_directory_leave_out_it_and_its_look_alike_siblings() {
-        let paths: BTreeSet<String> = ["a", "a b", "a-x", "a/b", "a/b/c", "a0", "ab", "b"]
+        let paths: BTreeSet<Vec<u8>> = ["a", "a b", "a-x", "a/b", "a/b/c", "a0", "ab", "b"]
             .into_iter()
-            .map(String::from)
+            .map(|path| path.as_bytes().to_vec())
             .collect();
-        assert_eq!(paths_under(&paths, "a"), ["a/b", "a/b/c"]);
-        assert_eq!(paths_under(&paths, "a/b"), ["a/b/c"]);
-        assert!(paths_under(&paths, "b").is_empty());
+        assert_eq!(paths_under(&paths, b"a"), [&b"a/b"[..], b"a/b/c"]);
+        assert_eq!(paths_under(&paths, b"a/b"), [b"a/b/c"]);
+        assert!(paths_under(&paths, b"b").is_empty());
     }
 
     #[test]
@@ -272,7 +318,8 @@ mod tests {
             descend_since_ns: Some(1_600_000_000_000_000_000),
             exclude: vec!["/.silo".into()],
             baseline: vec!["etc".into(), "etc/passwd".into()],
-            baseline_digest: Some(tree_digest(["etc", "etc/passwd"])),
+            baseline_raw: vec![b"etc/\xff".to_vec()],
+            baseline_digest: Some(tree_digest([&b"etc"[..], b"etc/passwd"])),
             walk_hint: None,
             rewind_to: None,
         };
@@ -291,16 +338,32 @@ mod tests {
         let request: SnapshotRequest = serde_json::from_str(text).unwrap();
         assert_eq!(request.descend_since_ns, None);
         assert_eq!(request.baseline_digest, None);
+        assert!(request.baseline_raw.is_empty());
+    }
+
+    #[test]
+    fn a_baseline_keeps_names_that_are_not_utf8_apart() {
+        let mut request: SnapshotRequest = serde_json::from_str(
+            r#"{"changed_since_ns":5,"prune_unchanged_dirs":false,"exclude":[],"baseline":["old"]}"#,
+        )
+        .unwrap();
+        request.set_baseline(vec![b"etc".to_vec(), b"etc/\xffname".to_vec()]);
+        assert_eq!(request.baseline, ["etc"]);
+        assert_eq!(request.baseline_raw, [b"etc/\xffname".to_vec()]);
+        let text = serde_json::to_string(&request).unwrap();
+        let mut back: SnapshotRequest = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.take_baseline(), [&b"etc"[..], b"etc/\xffname"]);
+        assert!(back.baseline.is_empty() && back.baseline_raw.is_empty());
     }
 
     #[test]
     fn a_tree_digest_covers_every_path_and_its_end() {
-        let digest = tree_digest(["etc", "etc/passwd"]);
+        let digest = tree_digest([&b"etc"[..], b"etc/passwd"]);
         assert_eq!(digest.len(), 64);
-        assert_eq!(digest, tree_digest(["etc", "etc/passwd"]));
+        assert_eq!(digest, tree_digest([&b"etc"[..], b"etc/passwd"]));
         // The NUL after each path keeps `ab` apart from `a` then `b`.
-        assert_ne!(tree_digest(["ab"]), tree_digest(["a", "b"]));
-        assert_ne!(digest, tree_digest(["etc"]));
+        assert_ne!(tree_digest([&b"ab"[..]]), tree_digest([&b"a"[..], b"b"]));
+        assert_ne!(digest, tree_digest([&b"etc"[..]]));
         assert_eq!(
             tree_digest([]),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

@@ -20,7 +20,7 @@ use std::fmt;
 use crate::{files, http};
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
@@ -63,11 +63,16 @@ pub enum Feature {
     /// ([`crate::snapshot::WalkHint`]): the directories a change can be
     /// in, as the host read them from the machine's overlay upper layer.
     WalkHint,
+    /// Names as bytes: a snapshot or rewind request's `baseline_raw`
+    /// ([`crate::snapshot::SnapshotRequest`]) carries the baseline's paths
+    /// that are not UTF-8, and the agent indexes, applies and keeps them
+    /// like any other (older agents left them out).
+    ByteNames,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -80,6 +85,7 @@ impl Feature {
         Self::IncrementalSnapshot,
         Self::BaselineDigest,
         Self::WalkHint,
+        Self::ByteNames,
     ];
 
     /// The first protocol version that has this feature.
@@ -96,6 +102,7 @@ impl Feature {
             Self::IncrementalSnapshot => 4,
             Self::BaselineDigest => 5,
             Self::WalkHint => 6,
+            Self::ByteNames => 7,
         }
     }
 
@@ -142,6 +149,7 @@ impl Feature {
             Self::IncrementalSnapshot => "incremental snapshots",
             Self::BaselineDigest => "baselines named by digest",
             Self::WalkHint => "walk hints",
+            Self::ByteNames => "names as bytes",
         }
     }
 }
@@ -304,9 +312,9 @@ mod tests {
         let newer = Versions { min: 1, max: 9 };
         assert_eq!(ours.common(newer), Ok(PROTOCOL_VERSION));
         // A newer agent that dropped ours, and a peer older than our oldest.
-        let dropped = Versions { min: 7, max: 9 };
+        let dropped = Versions { min: 8, max: 9 };
         let err = ours.common(dropped).unwrap_err();
-        assert!(err.to_string().contains("7 to 9"), "{err}");
+        assert!(err.to_string().contains("8 to 9"), "{err}");
         let ancient = Versions { min: 0, max: 0 };
         assert!(ours.common(ancient).is_err());
     }

@@ -463,6 +463,7 @@ async fn a_command_started_while_a_snapshot_reads_waits_for_the_thaw() {
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_raw: Vec::new(),
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,

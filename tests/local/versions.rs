@@ -148,6 +148,7 @@ async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks()
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_raw: Vec::new(),
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
@@ -311,6 +312,7 @@ async fn incremental_snapshots_need_protocol_4_and_are_refused_before_anything_s
         descend_since_ns: Some(0),
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_raw: Vec::new(),
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
@@ -378,13 +380,13 @@ async fn incremental_snapshots_need_protocol_4_and_are_refused_before_anything_s
 }
 
 /// A baseline as a controller would hand it: sorted paths and their digest.
-struct Listed(Vec<String>, String);
+struct Listed(Vec<Vec<u8>>, String);
 
 impl Listed {
     fn of(paths: &[&str]) -> Self {
-        let mut paths: Vec<String> = paths.iter().map(|p| (*p).to_owned()).collect();
+        let mut paths: Vec<Vec<u8>> = paths.iter().map(|p| p.as_bytes().to_vec()).collect();
         paths.sort();
-        let digest = silo_protocol::snapshot::tree_digest(paths.iter().map(String::as_str));
+        let digest = silo_protocol::snapshot::tree_digest(paths.iter().map(Vec::as_slice));
         Self(paths, digest)
     }
 }
@@ -394,7 +396,7 @@ impl silo::client::BaselinePaths for Listed {
         &self.1
     }
 
-    fn paths(&self) -> Vec<String> {
+    fn paths(&self) -> Vec<Vec<u8>> {
         self.0.clone()
     }
 }
@@ -426,6 +428,7 @@ async fn a_baseline_goes_by_digest_only_to_an_agent_of_5_and_its_paths_follow_an
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_raw: Vec::new(),
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,

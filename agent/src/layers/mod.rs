@@ -29,6 +29,7 @@
 //! - `place`: the plan onto the live tree through directory descriptors.
 //! - `placed`: the record of the last layer placed, kept across restarts.
 
+mod byte_path;
 pub mod journal;
 mod place;
 pub mod placed;

@@ -36,10 +36,12 @@ use nix::unistd::{
     Gid, Uid, UnlinkatFlags, fchown, fchownat, linkat, mkfifoat, symlinkat, unlinkat,
 };
 
-use super::stage::{Meta, Plan, Removal, Step, set_xattrs};
+use silo_protocol::extras::Xattr;
+use silo_protocol::snapshot::split_parent;
+
+use super::stage::{Meta, Plan, Removal, Step, as_path, set_xattrs};
 use crate::fs_error::FsError;
 use crate::snapshot::layer::carried;
-use silo_protocol::extras::Xattr;
 
 /// Mode of a directory made for a parent the layer does not list.
 const IMPLIED_DIR_MODE: u32 = 0o755;
@@ -141,14 +143,17 @@ struct Dirs {
     path: PathBuf,
     root: OwnedFd,
     /// `open[i]` is the path's first `i + 1` components.
-    open: Vec<(String, OwnedFd)>,
+    open: Vec<(Vec<u8>, OwnedFd)>,
 }
 
 impl Dirs {
     /// The directory at `rel` (`""`: the root), opened without following a
     /// symlink; a missing one is made (`create`) or answers `None`.
-    fn dir(&mut self, rel: &str, create: bool) -> Result<Option<BorrowedFd<'_>>, FsError> {
-        let parts: Vec<&str> = rel.split('/').filter(|part| !part.is_empty()).collect();
+    fn dir(&mut self, rel: &[u8], create: bool) -> Result<Option<BorrowedFd<'_>>, FsError> {
+        let parts: Vec<&[u8]> = rel
+            .split(|&b| b == b'/')
+            .filter(|part| !part.is_empty())
+            .collect();
         let keep = self
             .open
             .iter()
@@ -157,7 +162,7 @@ impl Dirs {
             .count();
         self.open.truncate(keep);
         for (depth, part) in parts.iter().enumerate().skip(keep) {
-            let shown = || self.path.join(parts[..=depth].join("/"));
+            let shown = || self.path.join(as_path(&parts[..=depth].join(&b'/')));
             let fd = {
                 let at = self
                     .open
@@ -180,7 +185,7 @@ impl Dirs {
                     Err(err) => return Err(not_a_dir(&shown(), err)),
                 }
             };
-            self.open.push(((*part).to_owned(), fd));
+            self.open.push(((*part).to_vec(), fd));
         }
         Ok(Some(
             self.open
@@ -255,22 +260,23 @@ impl Placer<'_> {
     fn remove(&mut self, removal: &Removal) -> Result<(), FsError> {
         match removal {
             Removal::Whiteout(path) => {
-                let (parent, name) = split(path);
+                let (parent, name) = split_parent(path);
                 if let Some(at) = self.dirs.dir(parent, false)? {
-                    self.guard.remove(at, OsStr::new(name), Path::new(path))?;
+                    self.guard
+                        .remove(at, OsStr::from_bytes(name), as_path(path))?;
                 }
             }
             Removal::Opaque(dir) => {
                 let Some(at) = self.dirs.dir(dir, false)? else {
                     return Ok(());
                 };
-                let shown = self.guard.root.join(dir);
+                let shown = self.guard.root.join(as_path(dir));
                 let fd = at
                     .try_clone_to_owned()
                     .map_err(FsError::at("open", &shown))?;
                 let mut list = Dir::from_fd(fd).map_err(sys("read", &shown))?;
                 for child in children(&mut list) {
-                    let rel = Path::new(dir).join(&child);
+                    let rel = as_path(dir).join(&child);
                     if !self.guard.excluded.contains(&rel) {
                         self.guard.remove(list.as_fd(), &child, &rel)?;
                     }
@@ -308,9 +314,9 @@ impl Placer<'_> {
         Ok(())
     }
 
-    fn make_dir(&mut self, path: &str) -> Result<(), FsError> {
-        let shown = self.guard.root.join(path);
-        let (parent, name) = split(path);
+    fn make_dir(&mut self, path: &[u8]) -> Result<(), FsError> {
+        let shown = self.guard.root.join(as_path(path));
+        let (parent, name) = split_parent(path);
         let at = self.dirs.dir(parent, true)?.ok_or_else(|| gone(&shown))?;
         match fstatat(at, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(stat) if is_dir(&stat) => return Ok(()),
@@ -324,9 +330,9 @@ impl Placer<'_> {
     }
 
     /// Renames staged `staged` to `path`, over anything there.
-    fn put(&mut self, path: &str, staged: &str, kind: Staged) -> Result<(), FsError> {
-        let shown = self.guard.root.join(path);
-        let (parent, name) = split(path);
+    fn put(&mut self, path: &[u8], staged: &str, kind: Staged) -> Result<(), FsError> {
+        let shown = self.guard.root.join(as_path(path));
+        let (parent, name) = split_parent(path);
         if self.again && is_gone(self.staging.as_fd(), staged, &shown)? {
             return Ok(());
         }
@@ -351,16 +357,19 @@ impl Placer<'_> {
     }
 
     /// Makes `path` a second name of `target`, placed earlier.
-    fn link(&mut self, path: &str, target: &str) -> Result<(), FsError> {
-        let shown = self.guard.root.join(path);
-        let (target_parent, target_name) = split(target);
+    fn link(&mut self, path: &[u8], target: &[u8]) -> Result<(), FsError> {
+        let shown = self.guard.root.join(as_path(path));
+        let (target_parent, target_name) = split_parent(target);
         let from = self
             .dirs
             .dir(target_parent, false)?
-            .ok_or_else(|| gone(&self.guard.root.join(target)))?
+            .ok_or_else(|| gone(&self.guard.root.join(as_path(target))))?
             .try_clone_to_owned()
-            .map_err(FsError::at("open", &self.guard.root.join(target_parent)))?;
-        let (parent, name) = split(path);
+            .map_err(FsError::at(
+                "open",
+                &self.guard.root.join(as_path(target_parent)),
+            ))?;
+        let (parent, name) = split_parent(path);
         let at = self.dirs.dir(parent, true)?.ok_or_else(|| gone(&shown))?;
         clear_dir(&self.guard, at, name, path)?;
         self.temps += 1;
@@ -378,9 +387,9 @@ impl Placer<'_> {
 
     /// Sets a directory's owner, mode, extended attributes (dropping those
     /// the layer does not give it) and time, after everything in it.
-    fn finish_dir(&mut self, path: &str, meta: &Meta, xattrs: &[Xattr]) -> Result<(), FsError> {
-        let shown = self.guard.root.join(path);
-        let (parent, name) = split(path);
+    fn finish_dir(&mut self, path: &[u8], meta: &Meta, xattrs: &[Xattr]) -> Result<(), FsError> {
+        let shown = self.guard.root.join(as_path(path));
+        let (parent, name) = split_parent(path);
         let at = self.dirs.dir(parent, false)?.ok_or_else(|| gone(&shown))?;
         let fd = open_dir(at, name).map_err(|err| not_a_dir(&shown, err))?;
         if self.owners {
@@ -425,9 +434,14 @@ fn set_dir_xattrs(dir: &File, xattrs: &[Xattr], shown: &Path) -> io::Result<()> 
 }
 
 /// Removes a directory at `name` in `at`, which a file or link replaces.
-fn clear_dir(guard: &Guard<'_>, at: BorrowedFd<'_>, name: &str, path: &str) -> Result<(), FsError> {
+fn clear_dir(
+    guard: &Guard<'_>,
+    at: BorrowedFd<'_>,
+    name: &[u8],
+    path: &[u8],
+) -> Result<(), FsError> {
     match fstatat(at, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(stat) if is_dir(&stat) => guard.remove(at, OsStr::new(name), Path::new(path)),
+        Ok(stat) if is_dir(&stat) => guard.remove(at, OsStr::from_bytes(name), as_path(path)),
         _ => Ok(()),
     }
 }
@@ -445,7 +459,7 @@ fn is_gone(staging: BorrowedFd<'_>, staged: &str, shown: &Path) -> Result<bool, 
 fn replace_with(
     at: BorrowedFd<'_>,
     temp: &str,
-    name: &str,
+    name: &[u8],
     made: io::Result<()>,
 ) -> io::Result<()> {
     let result = made.and_then(|()| renameat(at, temp, at, name).map_err(io::Error::from));
@@ -602,11 +616,6 @@ fn children(dir: &mut Dir) -> Vec<OsString> {
 fn sys(what: &'static str, path: &Path) -> impl FnOnce(Errno) -> FsError {
     let path = path.to_path_buf();
     move |err| FsError::new(what, &path, err.into())
-}
-
-/// `a/b/c` → (`a/b`, `c`); `c` → (``, `c`).
-fn split(path: &str) -> (&str, &str) {
-    path.rsplit_once('/').unwrap_or(("", path))
 }
 
 fn temp_name(seq: u64) -> String {

@@ -14,9 +14,9 @@
 //! same way, and so are FIFOs. Directories, hard links (to an earlier file,
 //! symlink or FIFO of this layer only), whiteouts and opaque markers become steps of the
 //! [`Plan`]. Times come to the nanosecond and extended attributes with
-//! them ([`Extras`]). Devices, names that
-//! are not UTF-8, the engine's own `.wh..wh.` files and the root's own
-//! entry are left out and listed.
+//! them ([`Extras`]). Names are bytes, UTF-8 or not. Devices, the
+//! engine's own `.wh..wh.` files and the root's own entry are left out and
+//! listed.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -41,13 +41,16 @@ use tar::EntryType;
 use crate::fs_error::FsError;
 use crate::push::archive::{Meter, Unpack};
 use crate::push::extract::{
-    ExtractError, Reject, copy_buffer, normalize, reject, write_error, write_new_file,
+    ExtractError, Reject, Zeros, copy_buffer, normalize_bytes, reject, write_error, write_new_file,
 };
+use silo_protocol::snapshot::{join_child, split_parent};
+
+use super::byte_path;
 use crate::snapshot::tree::Changes;
 
 /// Names starting with this (but [`OPAQUE_WHITEOUT`]) are the engine's
 /// AUFS bookkeeping, never file system content.
-const WHITEOUT_META_PREFIX: &str = ".wh..wh.";
+const WHITEOUT_META_PREFIX: &[u8] = b".wh..wh.";
 /// Mode a staged file has while it is written: only the agent reads it.
 const STAGED_FILE_MODE: u32 = 0o600;
 /// Permission bits an entry keeps: setuid, setgid and sticky included (the
@@ -82,9 +85,9 @@ impl Meta {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Removal {
     /// A path, and everything under it (`.wh.NAME`).
-    Whiteout(String),
+    Whiteout(#[serde(with = "byte_path")] Vec<u8>),
     /// Everything in a directory (`.wh..wh..opq`); `""` is the root.
-    Opaque(String),
+    Opaque(#[serde(with = "byte_path")] Vec<u8>),
 }
 
 /// One entry to put in place, in layer order.
@@ -93,7 +96,8 @@ pub enum Step {
     /// A directory, made or kept; its metadata is set after every entry.
     Dir {
         /// Relative to the root.
-        path: String,
+        #[serde(with = "byte_path")]
+        path: Vec<u8>,
         /// What to set.
         meta: Meta,
         /// Its extended attributes: those it has that are not here go
@@ -104,7 +108,8 @@ pub enum Step {
     /// A regular file staged under `staged`, metadata set.
     File {
         /// Relative to the root.
-        path: String,
+        #[serde(with = "byte_path")]
+        path: Vec<u8>,
         /// Its name in the staging directory.
         staged: String,
         /// Its size.
@@ -113,23 +118,27 @@ pub enum Step {
     /// A symlink staged under `staged`, owner and time set.
     Symlink {
         /// Relative to the root.
-        path: String,
+        #[serde(with = "byte_path")]
+        path: Vec<u8>,
         /// Its name in the staging directory.
         staged: String,
     },
     /// A named pipe staged under `staged`, metadata set.
     Fifo {
         /// Relative to the root.
-        path: String,
+        #[serde(with = "byte_path")]
+        path: Vec<u8>,
         /// Its name in the staging directory.
         staged: String,
     },
     /// A second name for a file placed earlier.
     HardLink {
         /// Relative to the root.
-        path: String,
+        #[serde(with = "byte_path")]
+        path: Vec<u8>,
         /// The earlier file, relative to the root.
-        target: String,
+        #[serde(with = "byte_path")]
+        target: Vec<u8>,
     },
 }
 
@@ -207,7 +216,7 @@ pub struct Stager<'a> {
     root: &'a Path,
     staging: &'a Path,
     excluded: &'a HashSet<PathBuf>,
-    known: HashMap<String, Known>,
+    known: HashMap<Vec<u8>, Known>,
     plan: Plan,
     next: u64,
     buf: Vec<u8>,
@@ -253,13 +262,16 @@ impl<'a> Stager<'a> {
     }
 
     /// Refuses `path` if it or an ancestor is excluded.
-    fn check_excluded(&self, name: &str, path: &str) -> Result<(), ExtractError> {
+    fn check_excluded(&self, name: &str, path: &[u8]) -> Result<(), ExtractError> {
         let mut end = 0;
         loop {
-            let next = path[end..].find('/').map(|at| end + at);
+            let next = path[end..]
+                .iter()
+                .position(|&b| b == b'/')
+                .map(|at| end + at);
             let prefix = &path[..next.unwrap_or(path.len())];
-            if self.excluded.contains(Path::new(prefix)) {
-                return Err(reject(name, Reject::Excluded(prefix.to_owned())));
+            if self.excluded.contains(as_path(prefix)) {
+                return Err(reject(name, Reject::Excluded(shown(prefix))));
             }
             match next {
                 Some(at) => end = at + 1,
@@ -269,12 +281,12 @@ impl<'a> Stager<'a> {
     }
 
     /// Refuses `path` if a parent is, or will be, anything but a directory.
-    fn check_parents(&mut self, name: &str, path: &str) -> Result<(), ExtractError> {
+    fn check_parents(&mut self, name: &str, path: &[u8]) -> Result<(), ExtractError> {
         let mut parents = Vec::new();
         let mut at = path;
-        while let Some((parent, _)) = at.rsplit_once('/') {
-            parents.push(parent);
-            at = parent;
+        while let Some(slash) = at.iter().rposition(|&b| b == b'/') {
+            at = &at[..slash];
+            parents.push(at);
         }
         for parent in parents.into_iter().rev() {
             let known = match self.known.get(parent) {
@@ -284,7 +296,7 @@ impl<'a> Stager<'a> {
                         Looked::Refused(why) => reject(name, why),
                         Looked::Failed(err) => err.into(),
                     })?;
-                    self.known.insert(parent.to_owned(), found);
+                    self.known.insert(parent.to_vec(), found);
                     found
                 }
             };
@@ -297,14 +309,14 @@ impl<'a> Stager<'a> {
     }
 
     /// What the machine has at `parent`; a symlink or a non-directory refuses.
-    fn look(&self, parent: &str) -> Result<Known, Looked> {
-        let on_disk = self.root.join(parent);
+    fn look(&self, parent: &[u8]) -> Result<Known, Looked> {
+        let on_disk = self.root.join(as_path(parent));
         match std::fs::symlink_metadata(&on_disk) {
             Ok(meta) if meta.is_dir() => Ok(Known::Dir),
             Ok(meta) if meta.file_type().is_symlink() => {
-                Err(Looked::Refused(Reject::ParentSymlink(parent.to_owned())))
+                Err(Looked::Refused(Reject::ParentSymlink(shown(parent))))
             }
-            Ok(_) => Err(Looked::Refused(Reject::ParentNotDir(parent.to_owned()))),
+            Ok(_) => Err(Looked::Refused(Reject::ParentNotDir(shown(parent)))),
             Err(err) if matches!(err.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
                 Ok(Known::Absent)
             }
@@ -320,14 +332,21 @@ impl<'a> Stager<'a> {
     fn stage_file<R: Read>(
         &mut self,
         entry: &mut tar::Entry<'_, R>,
-        path: String,
+        path: Vec<u8>,
         meta: Meta,
         xattrs: &[Xattr],
         meter: &Meter,
     ) -> Result<(), ExtractError> {
         let staged = self.staged_name();
         let target = self.staging.join(&staged);
-        let file = write_new_file(entry, &target, STAGED_FILE_MODE, &mut self.buf, meter)?;
+        let file = write_new_file(
+            entry,
+            &target,
+            STAGED_FILE_MODE,
+            Zeros::Holes,
+            &mut self.buf,
+            meter,
+        )?;
         // Owner first: a chown clears setuid and setgid.
         if self.plan.owners {
             std::os::unix::fs::fchown(&file, Some(meta.uid), Some(meta.gid))
@@ -352,7 +371,7 @@ impl<'a> Stager<'a> {
         &mut self,
         name: &str,
         link: Option<Vec<u8>>,
-        path: String,
+        path: Vec<u8>,
         meta: Meta,
         xattrs: &[Xattr],
     ) -> Result<(), ExtractError> {
@@ -373,7 +392,7 @@ impl<'a> Stager<'a> {
     /// that placing it is one `rename` as for a file.
     fn stage_fifo(
         &mut self,
-        path: String,
+        path: Vec<u8>,
         meta: Meta,
         xattrs: &[Xattr],
     ) -> Result<(), ExtractError> {
@@ -429,11 +448,10 @@ impl<'a> Stager<'a> {
         &mut self,
         name: &str,
         link: Option<Vec<u8>>,
-        path: String,
+        path: Vec<u8>,
     ) -> Result<(), ExtractError> {
         let target = link
-            .and_then(|link| String::from_utf8(link).ok())
-            .and_then(|link| normalize(&link).ok().flatten())
+            .and_then(|link| normalize_bytes(&link).ok().flatten())
             .filter(|target| matches!(self.known.get(target), Some(Known::File | Known::Linkable)))
             .ok_or_else(|| reject(name, Reject::LinkTarget))?;
         self.known.insert(path.clone(), Known::File);
@@ -442,31 +460,27 @@ impl<'a> Stager<'a> {
     }
 
     /// A `.wh.` entry: `Ok(true)` if it was one (and is planned or skipped).
-    fn whiteout(&mut self, name: &str, path: &str) -> Result<bool, ExtractError> {
-        let (parent, last) = path.rsplit_once('/').unwrap_or(("", path));
-        if last == OPAQUE_WHITEOUT {
+    fn whiteout(&mut self, name: &str, path: &[u8]) -> Result<bool, ExtractError> {
+        let (parent, last) = split_parent(path);
+        if last == OPAQUE_WHITEOUT.as_bytes() {
             if !parent.is_empty() {
                 self.check_excluded(name, parent)?;
             }
             self.check_parents(name, path)?;
-            self.plan.removals.push(Removal::Opaque(parent.to_owned()));
+            self.plan.removals.push(Removal::Opaque(parent.to_vec()));
             return Ok(true);
         }
         if last.starts_with(WHITEOUT_META_PREFIX) || path.starts_with(WHITEOUT_META_PREFIX) {
-            self.skip(name.as_bytes(), SkipReason::EngineMetadata);
+            self.skip(path, SkipReason::EngineMetadata);
             return Ok(true);
         }
-        let Some(hidden) = last.strip_prefix(WHITEOUT_PREFIX) else {
+        let Some(hidden) = last.strip_prefix(WHITEOUT_PREFIX.as_bytes()) else {
             return Ok(false);
         };
-        if matches!(hidden, "" | "." | "..") {
+        if matches!(hidden, b"" | b"." | b"..") {
             return Err(reject(name, Reject::BadWhiteout));
         }
-        let target = if parent.is_empty() {
-            hidden.to_owned()
-        } else {
-            format!("{parent}/{hidden}")
-        };
+        let target = join_child(parent, hidden);
         self.check_excluded(name, &target)?;
         self.check_parents(name, &target)?;
         self.known.entry(target.clone()).or_insert(Known::Absent);
@@ -487,11 +501,9 @@ impl Unpack for Stager<'_> {
             return Ok(());
         }
         let extras = Extras::of_entry(entry);
-        let Ok(name) = String::from_utf8(raw.clone()) else {
-            self.skip(&raw, SkipReason::NotUtf8);
-            return Ok(());
-        };
-        let Some(path) = normalize(&name).map_err(|why| reject(&name, why))? else {
+        // The name as errors show it; the path keeps its bytes.
+        let name = shown(&raw);
+        let Some(path) = normalize_bytes(&raw).map_err(|why| reject(&name, why))? else {
             self.skip(&raw, SkipReason::Root);
             return Ok(());
         };
@@ -565,6 +577,16 @@ pub(super) fn set_xattrs(
         }
     }
     Ok(())
+}
+
+/// A relative path of the layer as the file system names it.
+pub(super) fn as_path(path: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(path))
+}
+
+/// A path as messages show it (lossy where it is not UTF-8).
+pub(super) fn shown(path: &[u8]) -> String {
+    String::from_utf8_lossy(path).into_owned()
 }
 
 /// An entry's time as a `SystemTime` (before 1970 or out of range: the epoch).

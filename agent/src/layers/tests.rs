@@ -312,26 +312,87 @@ fn entries_replace_whatever_is_in_their_way() {
 }
 
 #[test]
-fn devices_odd_names_and_engine_files_are_skipped_and_listed() {
+fn devices_and_engine_files_are_skipped_and_listed() {
     let (_dir, root) = machine();
     let before = live(&root);
     let bytes = layer(&[
         E::Other(b"dev0", EntryType::Char),
         E::Other(b"blk", EntryType::Block),
-        E::Other(b"bad\xffname", EntryType::Regular),
         E::Other(b".wh..wh.plnk", EntryType::Directory),
         E::Other(b"etc/.wh..wh.aufs", EntryType::Regular),
     ]);
     let answer = apply(&root, &bytes).unwrap().answer(0);
     use silo_protocol::layers::SkipReason::*;
     let reasons: Vec<_> = answer.skipped.iter().map(|s| s.reason).collect();
-    assert_eq!(
-        reasons,
-        [Device, Device, NotUtf8, EngineMetadata, EngineMetadata]
-    );
-    assert_eq!(answer.skipped[2].path, "bad\u{fffd}name");
+    assert_eq!(reasons, [Device, Device, EngineMetadata, EngineMetadata]);
     assert_eq!(answer.entries, 0);
     assert_eq!(live(&root), before);
+}
+
+#[test]
+fn a_file_of_zeros_comes_back_with_holes_and_the_same_bytes() {
+    let (dir, root) = machine();
+    let mut data = vec![0u8; 1 << 20];
+    data[5000] = 7; // one block of data amid holes, across a block edge
+    data[8200] = 9;
+    let bytes = layer(&[E::File("sparse", &data, 0o644)]);
+    apply(&root, &bytes).unwrap();
+    let placed = root.join("sparse");
+    assert_eq!(fs::read(&placed).unwrap(), data);
+    // Only where the file system makes holes at all.
+    let probe = dir.path().join("probe");
+    fs::File::create(&probe).unwrap().set_len(1 << 20).unwrap();
+    if fs::metadata(&probe).unwrap().blocks() == 0 {
+        let allocated = fs::metadata(&placed).unwrap().blocks() * 512;
+        assert!(allocated <= 64 * 1024, "{allocated} bytes allocated");
+    }
+}
+
+#[test]
+fn names_that_are_not_utf8_are_placed_linked_and_removed() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let (_dir, root) = machine();
+    let at = |name: &[u8]| root.join(OsStr::from_bytes(name));
+    fs::write(at(b"old\xff"), "old").unwrap();
+    fs::create_dir(at(b"gone\xfe")).unwrap();
+    fs::write(at(b"gone\xfe/in"), "in").unwrap();
+    let mut builder = tar::Builder::new(Vec::new());
+    let (uid, gid) = owner();
+    let mut add = |kind: EntryType, name: &[u8], link: Option<&[u8]>, data: &[u8]| {
+        let mut header = Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_mtime(MTIME);
+        header.set_uid(uid);
+        header.set_gid(gid);
+        header.set_mode(if kind == EntryType::Directory {
+            0o755
+        } else {
+            0o644
+        });
+        header.set_size(data.len() as u64);
+        if let Some(link) = link {
+            header.set_link_name_literal(link).unwrap();
+        }
+        builder
+            .append_data(&mut header, OsStr::from_bytes(name), data)
+            .unwrap();
+    };
+    add(EntryType::Regular, b".wh.old\xff", None, b"");
+    add(EntryType::Regular, b".wh.gone\xfe", None, b"");
+    add(EntryType::Directory, b"d\xff", None, b"");
+    add(EntryType::Regular, b"d\xff/f\xfe", None, b"data");
+    add(EntryType::Link, b"h\xfd", Some(b"d\xff/f\xfe"), b"");
+    add(EntryType::Symlink, b"s\xfc", Some(b"to\xfb"), b"");
+    let bytes = builder.into_inner().unwrap();
+    let answer = apply(&root, &bytes).unwrap().answer(0);
+    assert_eq!(answer.skipped_count, 0, "{:?}", answer.skipped);
+    assert!(!at(b"old\xff").exists() && !at(b"gone\xfe").exists());
+    assert_eq!(fs::read(at(b"d\xff/f\xfe")).unwrap(), b"data");
+    let ino = |name: &[u8]| fs::metadata(at(name)).unwrap().ino();
+    assert_eq!(ino(b"h\xfd"), ino(b"d\xff/f\xfe"));
+    let target = fs::read_link(at(b"s\xfc")).unwrap();
+    assert_eq!(target.as_os_str().as_bytes(), b"to\xfb");
 }
 
 #[test]

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -166,7 +166,7 @@ impl Unpack for Tree<'_> {
             return Err(reject(&name, Reject::Duplicate));
         }
         let target = self.dest.join(&path);
-        write_new_file(entry, &target, mode, &mut self.buf, meter)?;
+        write_new_file(entry, &target, mode, Zeros::Written, &mut self.buf, meter)?;
         self.files += 1;
         self.bytes += size;
         Ok(())
@@ -215,34 +215,84 @@ impl Tree<'_> {
     }
 }
 
+/// How a file's runs of zeros are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zeros {
+    /// As bytes, like any others (a push writes what it was given).
+    Written,
+    /// Every block of `HOLE_BLOCK` zero bytes as a hole: a layer carries
+    /// a sparse file's holes as zeros, and a file that comes back from one
+    /// takes no more disk than the file it was taken from.
+    Holes,
+}
+
+/// The block a hole is made of: the smallest a file system allocates.
+const HOLE_BLOCK: usize = 4096;
+
 /// Creates `target` (which must not exist, and is never followed if it is
 /// a link) with `mode`, fills it with the entry's contents through `buf`,
-/// and sets `mode` exactly (the umask narrowed it at creation).
+/// its blocks of zeros as `zeros` says, and sets `mode` exactly (the umask
+/// narrowed it at creation).
 pub fn write_new_file<R: Read>(
     entry: &mut tar::Entry<'_, R>,
     target: &Path,
     mode: u32,
+    zeros: Zeros,
     buf: &mut [u8],
     meter: &Meter,
 ) -> Result<File, ExtractError> {
-    let mut file = OpenOptions::new()
+    let file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW)
         .open(target)
         .map_err(write_error("create", target))?;
+    let mut at = 0u64;
     loop {
         let n = entry.read(buf).map_err(|e| meter.read_error(e))?;
         if n == 0 {
             break;
         }
-        file.write_all(&buf[..n])
-            .map_err(write_error("write", target))?;
+        write_at(&file, &buf[..n], at, zeros).map_err(write_error("write", target))?;
+        at += n as u64;
+    }
+    if zeros == Zeros::Holes {
+        // A trailing hole: the length says where the file ends.
+        file.set_len(at).map_err(write_error("write", target))?;
     }
     file.set_permissions(Permissions::from_mode(mode))
         .map_err(write_error("chmod", target))?;
     Ok(file)
+}
+
+/// Writes `data` at offset `at` of `file`, skipping its whole blocks of
+/// zeros when `zeros` asks for holes (runs of data go in one write).
+fn write_at(file: &File, data: &[u8], at: u64, zeros: Zeros) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    if zeros == Zeros::Written {
+        return file.write_all_at(data, at);
+    }
+    let mut run_start = None;
+    let mut i = 0;
+    while i < data.len() {
+        // Blocks are aligned to the file, not to the read.
+        let into_block = usize::try_from((at + i as u64) % HOLE_BLOCK as u64).unwrap_or(0);
+        let end = (i + HOLE_BLOCK - into_block).min(data.len());
+        let whole = end - i == HOLE_BLOCK;
+        if whole && data[i..end].iter().all(|&b| b == 0) {
+            if let Some(start) = run_start.take() {
+                file.write_all_at(&data[start..i], at + start as u64)?;
+            }
+        } else {
+            run_start.get_or_insert(i);
+        }
+        i = end;
+    }
+    match run_start {
+        Some(start) => file.write_all_at(&data[start..], at + start as u64),
+        None => Ok(()),
+    }
 }
 
 /// A buffer for [`write_new_file`].
@@ -254,22 +304,35 @@ pub fn copy_buffer() -> Vec<u8> {
 /// Leading `./`, repeated slashes and a trailing slash are tolerated (tar
 /// tools write them); `..`, absolute paths and oversize names are not.
 pub fn normalize(name: &str) -> Result<Option<String>, Reject> {
-    if name.starts_with('/') {
+    let normal = normalize_bytes(name.as_bytes())?;
+    // Cut only at `/`, so every part is still UTF-8.
+    normal
+        .map(|path| String::from_utf8(path).map_err(|_| Reject::NotUtf8))
+        .transpose()
+}
+
+/// [`normalize`] for a name of any bytes (a snapshot layer's: a name is
+/// bytes on Linux, and a layer brings back what the machine had).
+pub fn normalize_bytes(name: &[u8]) -> Result<Option<Vec<u8>>, Reject> {
+    if name.starts_with(b"/") {
         return Err(Reject::Absolute);
     }
     if name.len() > MAX_PATH_BYTES {
         return Err(Reject::BadName("path too long"));
     }
+    if name.contains(&0) {
+        return Err(Reject::BadName("a NUL byte in a name"));
+    }
     let mut parts = Vec::new();
-    for part in name.split('/') {
+    for part in name.split(|&b| b == b'/') {
         match part {
-            "" | "." => {}
-            ".." => return Err(Reject::DotDot),
+            b"" | b"." => {}
+            b".." => return Err(Reject::DotDot),
             part if part.len() > MAX_NAME_BYTES => return Err(Reject::BadName("name too long")),
             part => parts.push(part),
         }
     }
-    Ok((!parts.is_empty()).then(|| parts.join("/")))
+    Ok((!parts.is_empty()).then(|| parts.join(&b'/')))
 }
 
 /// Entry `entry` is refused for `reason`.

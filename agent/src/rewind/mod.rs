@@ -152,7 +152,7 @@ impl Rewinder {
         let token =
             crate::random_hex::<16>().map_err(|err| RewindError::Internal(err.to_string()))?;
         // Refused before anything is ended: the client sends the paths.
-        let list = std::mem::take(&mut request.baseline);
+        let list = request.take_baseline();
         let kept = snapshots.kept().clone();
         let (baseline, source) = kept
             .against(request.baseline_digest.as_deref(), list)

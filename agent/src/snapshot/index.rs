@@ -7,12 +7,13 @@
 //! top, `/proc`, `/sys` and `/dev` are left out even where they are not
 //! mounted. The walk hands paths in byte order of the whole path, which is
 //! the index's order, so the answer streams as the walk goes, in the
-//! memory of one directory listing per level. Names that are not UTF-8 are
-//! left out (a baseline is JSON strings) and counted in the log.
+//! memory of one directory listing per level. Names are bytes, UTF-8 or
+//! not, as the controller's index holds them.
 
 use std::collections::HashSet;
 use std::fs::Metadata;
 use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,12 +76,7 @@ fn take(
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match written {
         Ok(stats) => match out.complete() {
-            Ok(()) => tracing::info!(
-                paths = stats.paths,
-                not_utf8 = stats.not_utf8,
-                ms,
-                "path index taken"
-            ),
+            Ok(()) => tracing::info!(paths = stats.paths, ms, "path index taken"),
             Err(err) => tracing::info!(%err, "path index not delivered"),
         },
         Err(err) => {
@@ -95,8 +91,6 @@ fn take(
 pub struct IndexStats {
     /// Paths written.
     pub paths: u64,
-    /// Paths left out for a name that is not UTF-8.
-    pub not_utf8: u64,
 }
 
 /// Walks `root` and writes every path not `excluded` (relative to `root`),
@@ -131,11 +125,7 @@ struct PathList<W> {
 
 impl<W: Write> Sink for PathList<W> {
     fn entry(&mut self, rel: &Path, _meta: &Metadata) -> io::Result<()> {
-        let Some(text) = rel.to_str() else {
-            self.stats.not_utf8 += 1;
-            return Ok(());
-        };
-        self.out.write_all(text.as_bytes())?;
+        self.out.write_all(rel.as_os_str().as_bytes())?;
         self.out.write_all(&[PATH_END])?;
         self.stats.paths += 1;
         Ok(())
@@ -205,7 +195,7 @@ mod tests {
         let paths = silo_protocol::index::split_paths(&out)
             .unwrap()
             .into_iter()
-            .map(|p| String::from_utf8(p.to_vec()).unwrap())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
             .collect();
         (paths, stats)
     }
@@ -239,13 +229,14 @@ mod tests {
                 "a/x",
                 "a/x/f",
                 "z",
+                "z/bad\u{fffd}",
+                "z/bad\u{fffd}/in",
                 "z/deep",
                 "z/deep/er",
                 "z/link",
             ]
         );
-        assert_eq!(stats.paths, 9);
-        assert_eq!(stats.not_utf8, 2);
+        assert_eq!(stats.paths, 11);
     }
 
     #[test]

@@ -227,7 +227,7 @@ impl Snapshotter {
             _writes: self.writes.close().await,
         };
         // Refused before anything is stopped: the client sends the paths.
-        let list = std::mem::take(&mut request.baseline);
+        let list = request.take_baseline();
         let against = self
             .kept
             .against(request.baseline_digest.as_deref(), list)

@@ -124,9 +124,14 @@ fn spec(since: i64, baseline: &[String], excluded: &[&str]) -> WalkSpec {
     WalkSpec {
         changed_since_ns: since,
         excluded: excluded.iter().map(PathBuf::from).collect::<HashSet<_>>(),
-        baseline: Baseline::new(baseline),
+        baseline: Baseline::new(&bytes(baseline)),
         hint: None,
     }
+}
+
+/// Paths as a baseline holds them.
+fn bytes(paths: &[String]) -> Vec<Vec<u8>> {
+    paths.iter().map(|path| path.as_bytes().to_vec()).collect()
 }
 
 /// The baseline an agent keeps after a first snapshot of `root` against
@@ -136,7 +141,7 @@ fn kept_after_a_first_snapshot(root: &Path, paths: &[String]) -> Baseline {
     std::thread::sleep(TICK);
     let mut first = spec(now_ns(), paths, &[]);
     let (_, mut changes) = write_layer(root, &first, &mut Vec::new()).unwrap();
-    let (_, kept) = Source::List(paths.to_vec())
+    let (_, kept) = Source::List(bytes(paths))
         .after(&mut changes, &mut first.baseline)
         .unwrap();
     std::thread::sleep(TICK);
@@ -349,6 +354,7 @@ async fn outside_pid_1_a_snapshot_is_unsupported() {
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
+        baseline_raw: Vec::new(),
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
@@ -367,7 +373,7 @@ fn a_kept_tree_walks_as_the_paths_it_stands_for() {
     let mut first = spec(since, &baseline, &["mnt"]);
     let mut out = Vec::new();
     let (_, mut changes) = write_layer(root, &first, &mut out).unwrap();
-    let (tree, kept) = Source::List(baseline)
+    let (tree, kept) = Source::List(bytes(&baseline))
         .after(&mut changes, &mut first.baseline)
         .unwrap();
     let paths: Vec<String> = read_layer(&out)
@@ -406,9 +412,12 @@ fn a_kept_tree_walks_as_the_paths_it_stands_for() {
     };
     assert_eq!(
         tree.digest(),
-        silo_protocol::snapshot::tree_digest(listed.iter().map(String::as_str))
+        silo_protocol::snapshot::tree_digest(listed.iter().map(String::as_bytes))
     );
-    assert_eq!(kept.clone().without_inodes(), Baseline::new(&listed));
+    assert_eq!(
+        kept.clone().without_inodes(),
+        Baseline::new(&bytes(&listed))
+    );
 
     // A second round of changes walks the same against the kept index as
     // against the paths a request would carry.
@@ -439,7 +448,8 @@ async fn a_digest_of_no_kept_tree_is_refused_before_anything_stops() {
         descend_since_ns: None,
         exclude: Vec::new(),
         baseline: Vec::new(),
-        baseline_digest: Some(silo_protocol::snapshot::tree_digest(["etc"])),
+        baseline_raw: Vec::new(),
+        baseline_digest: Some(silo_protocol::snapshot::tree_digest([&b"etc"[..]])),
         walk_hint: None,
         rewind_to: None,
     };

@@ -9,8 +9,8 @@
 //! protocol's [`LayerPaths`]: a whiteout removes its path and everything
 //! under it, an opaque marker everything under its directory, an entry adds
 //! itself and its parent directories, and a layer's removals go before its
-//! additions. Paths that are not UTF-8 are left out, as a baseline (JSON
-//! strings) cannot carry them.
+//! additions. Names are bytes, UTF-8 or not, as the controller's index
+//! holds them.
 //!
 //! Correctness does not rest on those rules matching the controller's: the
 //! tree is used only for a request naming its exact digest, which covers
@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -43,7 +44,7 @@ pub const MAX_KEPT_TREE_BYTES: usize = 8 * 1024 * 1024;
 /// A tree's paths in byte order (the order of its digest), with its digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tree {
-    paths: BTreeSet<String>,
+    paths: BTreeSet<Vec<u8>>,
     bytes: usize,
     digest: String,
 }
@@ -52,7 +53,7 @@ impl Tree {
     /// The tree of a request's baseline, or `None` if a path is not in the
     /// normal form the controller's index holds (then no later request can
     /// name it) or the tree is over [`MAX_KEPT_TREE_BYTES`].
-    pub fn of_list(list: Vec<String>) -> Option<Self> {
+    pub fn of_list(list: Vec<Vec<u8>>) -> Option<Self> {
         let mut bytes = 0usize;
         let mut paths = BTreeSet::new();
         for path in list {
@@ -65,7 +66,7 @@ impl Tree {
             }
             paths.insert(path);
         }
-        let digest = tree_digest(paths.iter().map(String::as_str));
+        let digest = tree_digest(paths.iter().map(Vec::as_slice));
         Some(Self {
             paths,
             bytes,
@@ -91,21 +92,21 @@ impl Tree {
             // What the layer removed or put is on inodes no walk has seen:
             // the next walk captures those paths again.
             for path in changes.paths.hidden() {
-                inodes.forget(Path::new(path), true);
+                inodes.forget(as_path(path), true);
             }
             for dir in changes.paths.opaque() {
-                inodes.forget(Path::new(dir), true);
+                inodes.forget(as_path(dir), true);
             }
             for path in changes.paths.added() {
-                inodes.forget(Path::new(path), false);
+                inodes.forget(as_path(path), false);
             }
         }
-        let mut gone: HashMap<&str, HashSet<OsString>> = HashMap::new();
+        let mut gone: HashMap<&[u8], HashSet<OsString>> = HashMap::new();
         for path in changes.paths.hidden() {
-            if self.paths.remove(path.as_str()) {
+            if self.paths.remove(path.as_slice()) {
                 self.bytes = self.bytes.saturating_sub(path.len());
                 let (dir, name) = split_parent(path);
-                gone.entry(dir).or_default().insert(OsString::from(name));
+                gone.entry(dir).or_default().insert(os_name(name));
             }
             self.remove_under(path, baseline);
         }
@@ -115,12 +116,12 @@ impl Tree {
         for (dir, names) in &gone {
             baseline.remove_names(dir, names);
         }
-        let mut made: HashMap<&str, Vec<OsString>> = HashMap::new();
+        let mut made: HashMap<&[u8], Vec<OsString>> = HashMap::new();
         for path in changes.paths.added() {
             if self.paths.insert(path.clone()) {
                 self.bytes = self.bytes.saturating_add(path.len());
                 let (dir, name) = split_parent(path);
-                made.entry(dir).or_default().push(OsString::from(name));
+                made.entry(dir).or_default().push(os_name(name));
             }
         }
         for (dir, names) in made {
@@ -129,14 +130,14 @@ impl Tree {
         if self.bytes > MAX_KEPT_TREE_BYTES {
             return None;
         }
-        self.digest = tree_digest(self.paths.iter().map(String::as_str));
+        self.digest = tree_digest(self.paths.iter().map(Vec::as_slice));
         Some(self)
     }
 
     /// Removes every path strictly under `dir` (`""`: every path). Whole
     /// directories of the walk's index go at once: a name at a time would
     /// cost the square of a large directory's size.
-    fn remove_under(&mut self, dir: &str, baseline: &mut Baseline) {
+    fn remove_under(&mut self, dir: &[u8], baseline: &mut Baseline) {
         if dir.is_empty() {
             self.paths.clear();
             self.bytes = 0;
@@ -158,10 +159,22 @@ impl Tree {
 
 /// Whether `path` is as the controller's index holds paths: relative,
 /// plain names joined by one `/`, no `.` or `..`, no NUL.
-fn is_normal(path: &str) -> bool {
+fn is_normal(path: &[u8]) -> bool {
     !path.is_empty()
-        && !path.contains('\0')
-        && path.split('/').all(|part| !matches!(part, "" | "." | ".."))
+        && !path.contains(&0)
+        && path
+            .split(|&b| b == b'/')
+            .all(|part| !matches!(part, b"" | b"." | b".."))
+}
+
+/// A relative path of the tree as the file system names it.
+fn as_path(path: &[u8]) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(path))
+}
+
+/// A name of the tree as a directory listing holds it.
+fn os_name(name: &[u8]) -> OsString {
+    std::ffi::OsStr::from_bytes(name).to_os_string()
 }
 
 /// What one layer does to a tree: its removals, then its additions.
@@ -178,17 +191,17 @@ pub struct Changes {
 
 impl Changes {
     /// An entry of the layer at `path` (relative to the root).
-    pub fn entry(&mut self, path: &str) {
+    pub fn entry(&mut self, path: &[u8]) {
         self.paths.entry(path);
     }
 
     /// A whiteout of `path` (without the marker prefix).
-    pub fn hide(&mut self, path: &str) {
+    pub fn hide(&mut self, path: &[u8]) {
         self.paths.hide(path);
     }
 
     /// An opaque marker in `dir`.
-    pub fn make_opaque(&mut self, dir: &str) {
+    pub fn make_opaque(&mut self, dir: &[u8]) {
         self.paths.make_opaque(dir);
     }
 
@@ -201,18 +214,15 @@ impl Changes {
     /// A layer entry as the walk hands it to its sink: a path, or a
     /// whiteout marker in its parent directory.
     fn record(&mut self, rel: &Path, whiteout: bool) {
-        // Not UTF-8: the controller's index leaves it out too.
-        let Some(text) = rel.to_str() else {
-            return;
-        };
+        let path = rel.as_os_str().as_bytes();
         if !whiteout {
-            self.entry(text);
+            self.entry(path);
             return;
         }
-        let (dir, name) = split_parent(text);
-        if name == OPAQUE_WHITEOUT {
+        let (dir, name) = split_parent(path);
+        if name == OPAQUE_WHITEOUT.as_bytes() {
             self.make_opaque(dir);
-        } else if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
+        } else if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
             self.hide(&join_child(dir, hidden));
         }
     }
@@ -265,7 +275,7 @@ pub enum Against {
     /// The kept tree it named, taken out for the walk.
     Kept(Tree, Baseline),
     /// The paths it carried.
-    List(Vec<String>),
+    List(Vec<Vec<u8>>),
 }
 
 impl Against {
@@ -286,7 +296,7 @@ pub enum Source {
     /// Taken from [`Kept`].
     Tree(Tree),
     /// Carried by the request.
-    List(Vec<String>),
+    List(Vec<Vec<u8>>),
 }
 
 impl Source {
@@ -309,7 +319,7 @@ impl Kept {
     /// What a request walks against: the kept tree if `digest` names it
     /// (taken out until [`Kept::put`]), else the request's `list`; `Err`
     /// when a digest names no kept tree.
-    pub fn against(&self, digest: Option<&str>, list: Vec<String>) -> Result<Against, String> {
+    pub fn against(&self, digest: Option<&str>, list: Vec<Vec<u8>>) -> Result<Against, String> {
         let Some(digest) = digest else {
             return Ok(Against::List(list));
         };
@@ -352,12 +362,15 @@ impl Kept {
 mod tests {
     use super::*;
 
-    fn list(paths: &[&str]) -> Vec<String> {
-        paths.iter().map(|p| (*p).to_owned()).collect()
+    fn list(paths: &[&str]) -> Vec<Vec<u8>> {
+        paths.iter().map(|p| p.as_bytes().to_vec()).collect()
     }
 
     fn paths(tree: &Tree) -> Vec<&str> {
-        tree.paths.iter().map(String::as_str).collect()
+        tree.paths
+            .iter()
+            .map(|path| std::str::from_utf8(path).unwrap())
+            .collect()
     }
 
     #[test]
@@ -379,7 +392,7 @@ mod tests {
             "a", "a/new", "a/new/f", "a/oldish", "b", "b/keep", "c", "c/d2",
         ];
         assert_eq!(paths(&tree), expected);
-        assert_eq!(tree.digest(), tree_digest(expected));
+        assert_eq!(tree.digest(), tree_digest(expected.map(str::as_bytes)));
         // The walk's index follows the tree exactly.
         assert_eq!(baseline, Baseline::new(&list(&expected)));
     }
@@ -394,8 +407,8 @@ mod tests {
         let tree = tree.apply(&changes, &mut baseline).unwrap();
         assert_eq!(paths(&tree), ["other"]);
         let mut changes = Changes::default();
-        changes.make_opaque("");
-        changes.entry("fresh");
+        changes.make_opaque(b"");
+        changes.entry(b"fresh");
         let tree = tree.apply(&changes, &mut baseline).unwrap();
         assert_eq!(paths(&tree), ["fresh"]);
         assert_eq!(baseline, Baseline::new(&list(&["fresh"])));
@@ -406,12 +419,12 @@ mod tests {
         // A tree need not list every parent (`a/b` is missing), and a big
         // directory goes at once.
         let mut start = list(&["a", "a/b/c", "a/b/c/d", "a/e", "z"]);
-        start.extend((0..20_000).map(|i| format!("a/e/f{i:05}")));
+        start.extend((0..20_000).map(|i| format!("a/e/f{i:05}").into_bytes()));
         let mut baseline = Baseline::new(&start);
         let tree = Tree::of_list(start).unwrap();
         let mut changes = Changes::default();
-        changes.hide("a/b/c");
-        changes.hide("a/e");
+        changes.hide(b"a/b/c");
+        changes.hide(b"a/e");
         let tree = tree.apply(&changes, &mut baseline).unwrap();
         // A whiteout brings its directory, as the index has it.
         assert_eq!(paths(&tree), ["a", "a/b", "z"]);
@@ -424,7 +437,7 @@ mod tests {
         assert!(Tree::of_list(list(&["/etc"])).is_none());
         assert!(Tree::of_list(list(&["etc/"])).is_none());
         assert!(Tree::of_list(list(&["a/../b"])).is_none());
-        let big = vec!["x".repeat(1024); MAX_KEPT_TREE_BYTES / 1024 + 1];
+        let big = vec![vec![b'x'; 1024]; MAX_KEPT_TREE_BYTES / 1024 + 1];
         assert!(Tree::of_list(big).is_none());
         let mut changes = Changes::default();
         changes.unfollowable();
@@ -435,7 +448,7 @@ mod tests {
     #[test]
     fn a_digest_names_the_kept_tree_once_and_a_wrong_one_leaves_it() {
         let kept = Kept::default();
-        let digest = tree_digest(["a"]);
+        let digest = tree_digest([&b"a"[..]]);
         let err = kept.against(Some(&digest), Vec::new()).unwrap_err();
         assert!(err.contains("keeps no tree"), "{err}");
         let baseline = Baseline::new(&list(&["a"]));
@@ -451,7 +464,7 @@ mod tests {
         assert_eq!(kept.digest(), None);
         assert!(matches!(
             kept.against(None, list(&["b"])),
-            Ok(Against::List(l)) if l == ["b"]
+            Ok(Against::List(l)) if l == [b"b"]
         ));
     }
 }

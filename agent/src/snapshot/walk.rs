@@ -49,7 +49,7 @@
 //! by its inode, and the entries below it by theirs.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, Metadata};
 use std::io;
 use std::iter::Peekable;
@@ -240,13 +240,15 @@ impl Baseline {
     /// Indexes `paths` (relative to `/`, a leading or trailing slash is
     /// tolerated). Paths that name nothing a directory could hold (empty,
     /// `..`, a NUL byte) are ignored: nothing on disk can match them.
-    pub fn new(paths: &[String]) -> Self {
+    pub fn new(paths: &[Vec<u8>]) -> Self {
         let mut children: HashMap<PathBuf, Vec<OsString>> = HashMap::new();
         for path in paths {
-            if path.contains('\0') {
+            if path.contains(&0) {
                 continue;
             }
-            let Some(mut rel) = relative(Path::new(path.trim_start_matches('/'))) else {
+            let start = path.iter().position(|&b| b != b'/').unwrap_or(path.len());
+            let trimmed = OsStr::from_bytes(&path[start..]);
+            let Some(mut rel) = relative(Path::new(trimmed)) else {
                 continue;
             };
             let Some(name) = rel.file_name().map(ToOwned::to_owned) else {
@@ -266,8 +268,11 @@ impl Baseline {
     }
 
     /// Adds `names` to directory `dir` (normal form, `""` the root).
-    pub fn add_names(&mut self, dir: &str, names: Vec<OsString>) {
-        let list = self.children.entry(PathBuf::from(dir)).or_default();
+    pub fn add_names(&mut self, dir: &[u8], names: Vec<OsString>) {
+        let list = self
+            .children
+            .entry(PathBuf::from(OsStr::from_bytes(dir)))
+            .or_default();
         list.extend(names);
         list.sort();
         list.dedup();
@@ -275,8 +280,8 @@ impl Baseline {
 
     /// Removes `names` from directory `dir`; what is under them is the
     /// caller's to remove.
-    pub fn remove_names(&mut self, dir: &str, names: &HashSet<OsString>) {
-        let dir = Path::new(dir);
+    pub fn remove_names(&mut self, dir: &[u8], names: &HashSet<OsString>) {
+        let dir = Path::new(OsStr::from_bytes(dir));
         let Some(list) = self.children.get_mut(dir) else {
             return;
         };
@@ -288,8 +293,8 @@ impl Baseline {
 
     /// Forgets every name in directory `dir` (normal form, `""` the root),
     /// all of which are gone with it.
-    pub fn forget_dir(&mut self, dir: &str) {
-        self.children.remove(Path::new(dir));
+    pub fn forget_dir(&mut self, dir: &[u8]) {
+        self.children.remove(Path::new(OsStr::from_bytes(dir)));
     }
 
     fn children(&self, dir: &Path) -> &[OsString] {
@@ -685,18 +690,23 @@ mod tests {
     #[test]
     fn the_baseline_is_indexed_by_parent() {
         let baseline = Baseline::new(&[
-            "etc".into(),
-            "etc/passwd".into(),
-            "/etc/hosts/".into(),
-            "etc/passwd".into(),
-            "..".into(),
-            "bad\0name".into(),
-            String::new(),
+            b"etc".to_vec(),
+            b"etc/passwd".to_vec(),
+            b"/etc/hosts/".to_vec(),
+            b"etc/passwd".to_vec(),
+            b"etc/\xff".to_vec(),
+            b"..".to_vec(),
+            b"bad\0name".to_vec(),
+            Vec::new(),
         ]);
         assert_eq!(baseline.children(Path::new("")), [OsString::from("etc")]);
         assert_eq!(
             baseline.children(Path::new("etc")),
-            [OsString::from("hosts"), OsString::from("passwd")]
+            [
+                OsString::from("hosts"),
+                OsString::from("passwd"),
+                OsString::from_vec(b"\xff".to_vec())
+            ]
         );
         assert!(baseline.children(Path::new("usr")).is_empty());
     }

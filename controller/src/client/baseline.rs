@@ -18,7 +18,7 @@ pub trait BaselinePaths: Sync {
     /// [`silo_protocol::snapshot::tree_digest`] of the paths.
     fn digest(&self) -> &str;
     /// The paths, sorted, for an agent that does not keep them.
-    fn paths(&self) -> Vec<String>;
+    fn paths(&self) -> Vec<Vec<u8>>;
 }
 
 /// How a request's baseline reached the agent.
@@ -75,7 +75,7 @@ impl AgentClient {
             request.walk_hint = None;
         }
         if by_digest {
-            request.baseline = Vec::new();
+            request.set_baseline(Vec::new());
             request.baseline_digest = Some(baseline.digest().to_owned());
             match send(request.clone()).await {
                 Ok(answer) => return Ok((answer, BaselineSent::Digest)),
@@ -86,7 +86,7 @@ impl AgentClient {
             }
         }
         request.baseline_digest = None;
-        request.baseline = baseline.paths();
+        request.set_baseline(baseline.paths());
         let answer = send(request).await?;
         let sent = match by_digest {
             true => BaselineSent::DigestThenPaths,

@@ -14,9 +14,9 @@
 //!
 //! A layer's markers hide only lower layers' paths, never its own, so a
 //! delta's removals are applied before its additions. The engine's AUFS
-//! metadata (`.wh..wh.plnk` and other `.wh..wh.` names) is skipped, as are
-//! paths that are not UTF-8 (counted in [`LayerStats::skipped`]: the
-//! snapshot baseline is JSON strings, so it cannot carry them).
+//! metadata (`.wh..wh.plnk` and other `.wh..wh.` names) is skipped
+//! (counted in [`LayerStats::skipped`]). A path is bytes, as a name is on
+//! Linux: UTF-8 or not, it is a member like any other.
 //!
 //! An index is stored as gzip of its paths each followed by a NUL, in
 //! sorted order: the same set always encodes to the same bytes.
@@ -31,16 +31,18 @@ use silo_protocol::snapshot::{
     LayerPaths, OPAQUE_WHITEOUT, WHITEOUT_PREFIX, join_child, paths_under, split_parent,
 };
 
+use super::squash::normalize;
+
 /// Names starting with this (other than [`OPAQUE_WHITEOUT`]) are the
 /// engine's AUFS bookkeeping, never file system content.
-const WHITEOUT_META_PREFIX: &str = ".wh..wh.";
+const WHITEOUT_META_PREFIX: &[u8] = b".wh..wh.";
 
 /// The set of paths of an image's file system.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Index {
     /// Sorted, so descendants of a directory are one range and the encoding
     /// is deterministic.
-    paths: BTreeSet<String>,
+    paths: BTreeSet<Vec<u8>>,
 }
 
 /// What one layer holds, counted while reading it.
@@ -52,7 +54,7 @@ pub struct LayerStats {
     pub whiteouts: u64,
     /// Bytes of regular files.
     pub file_bytes: u64,
-    /// Entries left out: AUFS metadata and paths that are not UTF-8.
+    /// Entries left out: AUFS metadata.
     pub skipped: u64,
 }
 
@@ -74,7 +76,7 @@ pub enum IndexError {
     /// A layer entry's path leaves the root or names nothing.
     #[error("layer entry {path:?} is not a path inside the image")]
     BadPath {
-        /// The entry's name as found.
+        /// The entry's name as found (lossy where it is not UTF-8).
         path: String,
     },
     /// The encoded index could not be read or written.
@@ -103,24 +105,20 @@ impl LayerDelta {
                 continue;
             }
             let raw = entry.path_bytes();
-            let Ok(text) = std::str::from_utf8(&raw) else {
-                delta.stats.skipped += 1;
-                continue;
-            };
-            let Some(path) = normalize(text)? else {
+            let Some(path) = normal(&raw)? else {
                 continue; // the root directory
             };
             let (parent, name) = split_parent(&path);
-            if name == OPAQUE_WHITEOUT {
+            if name == OPAQUE_WHITEOUT.as_bytes() {
                 delta.stats.whiteouts += 1;
                 delta.paths.make_opaque(parent);
             } else if name.starts_with(WHITEOUT_META_PREFIX)
                 || path.starts_with(WHITEOUT_META_PREFIX)
             {
                 delta.stats.skipped += 1;
-            } else if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX) {
-                if hidden.is_empty() || hidden == "." || hidden == ".." {
-                    return Err(IndexError::BadPath { path });
+            } else if let Some(hidden) = name.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
+                if matches!(hidden, b"" | b"." | b"..") {
+                    return Err(bad(&path));
                 }
                 delta.stats.whiteouts += 1;
                 delta.paths.hide(&join_child(parent, hidden));
@@ -151,7 +149,7 @@ impl Index {
     /// entries are added.
     pub fn apply(&mut self, delta: &LayerDelta) {
         for path in delta.paths.hidden() {
-            self.paths.remove(path.as_str());
+            self.paths.remove(path.as_slice());
             self.remove_under(path);
         }
         for dir in delta.paths.opaque() {
@@ -168,18 +166,25 @@ impl Index {
     }
 
     /// The paths, sorted.
-    pub fn paths(&self) -> impl Iterator<Item = &str> {
-        self.paths.iter().map(String::as_str)
+    pub fn paths(&self) -> impl Iterator<Item = &[u8]> {
+        self.paths.iter().map(Vec::as_slice)
     }
 
     /// The paths, sorted, owned (a snapshot request's baseline).
-    pub fn to_vec(&self) -> Vec<String> {
+    pub fn to_vec(&self) -> Vec<Vec<u8>> {
         self.paths.iter().cloned().collect()
     }
 
+    /// The paths, sorted, as text (tests name paths that are UTF-8).
+    #[cfg(test)]
+    pub(crate) fn text_paths(&self) -> Vec<&str> {
+        let text = |path| std::str::from_utf8(path).expect("a test path is UTF-8");
+        self.paths().map(text).collect()
+    }
+
     /// Whether `path` (normalized form) is in the image.
-    pub fn contains(&self, path: &str) -> bool {
-        self.paths.contains(path)
+    pub fn contains(&self, path: impl AsRef<[u8]>) -> bool {
+        self.paths.contains(path.as_ref())
     }
 
     /// How many paths.
@@ -200,7 +205,7 @@ impl Index {
         };
         let mut gz = GzEncoder::new(io::BufWriter::new(out), Compression::default());
         for path in &self.paths {
-            gz.write_all(path.as_bytes()).map_err(write_err)?;
+            gz.write_all(path).map_err(write_err)?;
             gz.write_all(b"\0").map_err(write_err)?;
         }
         gz.finish()
@@ -231,9 +236,8 @@ impl Index {
         };
         let mut paths = BTreeSet::new();
         for raw in body.split(|&b| b == 0) {
-            let path = std::str::from_utf8(raw).map_err(|_| IndexError::Corrupt("not UTF-8"))?;
-            match normalize(path) {
-                Ok(Some(normal)) if normal == path => {
+            match normalize(raw) {
+                Some(Some(normal)) if normal == raw => {
                     paths.insert(normal);
                 }
                 _ => return Err(IndexError::Corrupt("a path is not in normal form")),
@@ -243,7 +247,7 @@ impl Index {
     }
 
     /// Removes every path strictly under `dir` (`""`: everything).
-    fn remove_under(&mut self, dir: &str) {
+    fn remove_under(&mut self, dir: &[u8]) {
         if dir.is_empty() {
             self.paths.clear();
             return;
@@ -256,22 +260,16 @@ impl Index {
 }
 
 /// `./etc//passwd/` → `etc/passwd`; the root → `None`; `..` or NUL → error.
-fn normalize(text: &str) -> Result<Option<String>, IndexError> {
-    let mut parts = Vec::new();
-    for part in text.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => return Err(bad(text)),
-            _ if part.contains('\0') => return Err(bad(text)),
-            _ => parts.push(part),
-        }
+fn normal(raw: &[u8]) -> Result<Option<Vec<u8>>, IndexError> {
+    match normalize(raw) {
+        Some(path) if !raw.contains(&0) => Ok(path),
+        _ => Err(bad(raw)),
     }
-    Ok((!parts.is_empty()).then(|| parts.join("/")))
 }
 
-fn bad(text: &str) -> IndexError {
+fn bad(raw: &[u8]) -> IndexError {
     IndexError::BadPath {
-        path: text.chars().take(4096).collect(),
+        path: String::from_utf8_lossy(&raw[..raw.len().min(4096)]).into_owned(),
     }
 }
 
@@ -281,7 +279,38 @@ mod tests {
     use crate::store::tests::layer;
 
     fn paths(index: &Index) -> Vec<&str> {
-        index.paths().collect()
+        index.text_paths()
+    }
+
+    /// A layer of `names` (bytes) as empty files.
+    fn raw_layer(names: &[&[u8]]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for name in names {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(0);
+            header.set_entry_type(tar::EntryType::Regular);
+            let path = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name);
+            builder.append_data(&mut header, path, &[][..]).unwrap();
+        }
+        builder.into_inner().unwrap()
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_paths_like_any_other() {
+        let mut index = Index::new();
+        let stats = index
+            .apply_layer(&raw_layer(&[b"d\xff/f", b"e\xfe"])[..])
+            .unwrap();
+        assert_eq!(stats.skipped, 0);
+        let paths: Vec<&[u8]> = index.paths().collect();
+        assert_eq!(paths, [&b"d\xff"[..], b"d\xff/f", b"e\xfe"]);
+        assert!(index.contains(b"e\xfe"));
+        index.apply_layer(&raw_layer(&[b".wh.d\xff"])[..]).unwrap();
+        let mut encoded = Vec::new();
+        index.write_to(&mut encoded).unwrap();
+        let back = Index::read_from(&encoded[..]).unwrap();
+        assert_eq!(back, index);
+        assert_eq!(back.paths().collect::<Vec<_>>(), [b"e\xfe"]);
     }
 
     #[test]

@@ -49,10 +49,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use silo_protocol::rewind::Change;
-use silo_protocol::snapshot::WHITEOUT_PREFIX;
+use silo_protocol::snapshot::{WHITEOUT_PREFIX, join_child, split_parent};
 use tar::{EntryType, Header};
 
-use super::squash::{append_marker, as_path, join, split_parent};
+use super::squash::{append_marker, as_path};
 use super::table::{Entry, LayerTable, TableError, Tree, ancestors};
 use super::{Digest, Index, Store, StoreError};
 
@@ -255,8 +255,7 @@ fn paths_to_restore(
 /// Whether the target has `path` only from a base whose files the store
 /// does not hold (the caller has looked it up in the target's layers).
 fn from_unheld_base(unheld_base: Option<&Index>, path: &[u8]) -> bool {
-    unheld_base
-        .is_some_and(|index| std::str::from_utf8(path).is_ok_and(|path| index.contains(path)))
+    unheld_base.is_some_and(|index| index.contains(path))
 }
 
 /// Whether `path` is an excluded root or under one.
@@ -383,7 +382,7 @@ impl Writer<'_> {
         let (parent, name) = split_parent(path);
         let mut marker = WHITEOUT_PREFIX.as_bytes().to_vec();
         marker.extend_from_slice(name);
-        append_marker(&mut self.builder, &join(parent, &marker)).map_err(RestoreError::Write)
+        append_marker(&mut self.builder, &join_child(parent, &marker)).map_err(RestoreError::Write)
     }
 }
 

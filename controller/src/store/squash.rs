@@ -30,7 +30,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use silo_protocol::extras::Extras;
-use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
+use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, join_child, split_parent};
 use tar::{EntryType, Header};
 
 use super::{Digest, Store, StoreError, Written};
@@ -223,7 +223,8 @@ fn write_squashed(
                 let (parent, name) = split_parent(path);
                 let mut marker = WHITEOUT_PREFIX.as_bytes().to_vec();
                 marker.extend_from_slice(name);
-                append_marker(&mut builder, &join(parent, &marker)).map_err(SquashError::Write)?;
+                append_marker(&mut builder, &join_child(parent, &marker))
+                    .map_err(SquashError::Write)?;
             }
             Some(Node::Entry(found)) => {
                 append_entry(&mut builder, &mut sources, path, found, by_origin, &written)?;
@@ -232,7 +233,7 @@ fn write_squashed(
             None => {}
         }
         if opaque.contains(path) {
-            append_marker(&mut builder, &join(path, OPAQUE_WHITEOUT.as_bytes()))
+            append_marker(&mut builder, &join_child(path, OPAQUE_WHITEOUT.as_bytes()))
                 .map_err(SquashError::Write)?;
         }
     }
@@ -411,7 +412,7 @@ pub(super) fn named(raw: &[u8]) -> Option<Named> {
     if hidden.is_empty() || hidden == b"." || hidden == b".." {
         return None;
     }
-    Some(Named::Hidden(join(parent, hidden)))
+    Some(Named::Hidden(join_child(parent, hidden)))
 }
 
 /// A layer entry's name as a path relative to `/` without trailing slash;
@@ -434,22 +435,6 @@ pub(super) fn normalize(raw: &[u8]) -> Option<Option<Vec<u8>>> {
 
 pub(super) fn as_path(bytes: &[u8]) -> &Path {
     Path::new(OsStr::from_bytes(bytes))
-}
-
-pub(super) fn split_parent(path: &[u8]) -> (&[u8], &[u8]) {
-    match path.iter().rposition(|&b| b == b'/') {
-        Some(at) => (&path[..at], &path[at + 1..]),
-        None => (&[], path),
-    }
-}
-
-pub(super) fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut out = parent.to_vec();
-    if !out.is_empty() {
-        out.push(b'/');
-    }
-    out.extend_from_slice(name);
-    out
 }
 
 #[cfg(test)]

@@ -24,9 +24,10 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use silo_protocol::extras::Extras;
+use silo_protocol::snapshot::split_parent;
 use tar::EntryType;
 
-use super::squash::{Named, named, normalize, split_parent};
+use super::squash::{Named, named, normalize};
 use super::{Digest, Store, StoreError};
 
 /// Most entries the cache of layer tables keeps, all tables together

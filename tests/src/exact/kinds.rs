@@ -101,22 +101,11 @@ impl OpKind {
         Self::ALL.into_iter().find(|k| k.name() == name.trim())
     }
 
-    /// Kinds left out unless `SILO_EXACT_KINDS` names them: what
-    /// docs/snapshots.md lists as not held yet. Names that are not UTF-8
-    /// are captured and forked, but an in-place rewind neither removes one
-    /// made since nor brings back one deleted (the baseline it measures
-    /// against is UTF-8 paths).
-    pub const NOT_HELD_YET: [OpKind; 1] = [Self::OddName];
-
-    /// The kinds `SILO_EXACT_KINDS` lists, else all but
-    /// [`OpKind::NOT_HELD_YET`]. Panics on a name it does not know,
-    /// listing the ones it does.
+    /// The kinds `SILO_EXACT_KINDS` lists, else all. Panics on a name it
+    /// does not know, listing the ones it does.
     pub fn from_env() -> Vec<Self> {
         let Ok(list) = std::env::var(KINDS_VAR) else {
-            return Self::ALL
-                .into_iter()
-                .filter(|kind| !Self::NOT_HELD_YET.contains(kind))
-                .collect();
+            return Self::ALL.to_vec();
         };
         let kinds: Vec<Self> = list
             .split(',')

@@ -285,6 +285,7 @@ impl Silo {
             descend_since_ns,
             exclude: start.exclude.clone(),
             baseline: Vec::new(),
+            baseline_raw: Vec::new(),
             baseline_digest: None,
             walk_hint: start.walk_hint.clone(),
             rewind_to: None,

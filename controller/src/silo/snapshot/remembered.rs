@@ -95,7 +95,7 @@ impl BaselinePaths for KnownTree {
         &self.digest
     }
 
-    fn paths(&self) -> Vec<String> {
+    fn paths(&self) -> Vec<Vec<u8>> {
         self.index.to_vec()
     }
 }

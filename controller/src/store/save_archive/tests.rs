@@ -125,7 +125,7 @@ fn a_legacy_export_is_stored_checked_and_indexed() {
     assert_eq!(image.config_bytes, config);
     assert_eq!(image.config["os"], "linux");
     assert_eq!(image.repo_tags, ["silo/test:1"]);
-    assert_eq!(image.index.paths().collect::<Vec<_>>(), MERGED);
+    assert_eq!(image.index.text_paths(), MERGED);
     assert_eq!(image.bytes_stored, (base.len() + top.len()) as u64);
     for (layer, bytes) in image.layers.iter().zip([&base, &top]) {
         assert_eq!(&fs::read(store.path(layer)).unwrap(), bytes);
@@ -170,7 +170,7 @@ fn an_oci_export_with_linked_layers_in_any_order_is_read() {
     assert_eq!(image.layers, [Digest::of(&base), Digest::of(&top)]);
     assert_eq!(image.config_bytes, config);
     assert!(image.repo_tags.is_empty());
-    assert_eq!(image.index.paths().collect::<Vec<_>>(), MERGED);
+    assert_eq!(image.index.text_paths(), MERGED);
     // The OCI metadata blobs were stored as well (unrecorded, for gc).
     assert!(store.has(&Digest::of(oci_manifest)).unwrap());
 }
