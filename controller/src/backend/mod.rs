@@ -38,8 +38,9 @@ use crate::spec::{BackendKind, SandboxSpec};
 pub use daytona::DaytonaConfig;
 pub use docker::{DockerBackend, DockerError};
 // What the snapshot engine holds of a backend that makes machines from
-// engine images, and the facts it reads of them.
-pub use docker::{ContainerFacts, EngineImages, LABEL_SNAPSHOT, UpperLayer};
+// engine images, the facts it reads of them, and the labels it writes into
+// a snapshot's image config.
+pub use docker::{ContainerFacts, EngineImages, SnapshotLabels, UpperLayer};
 pub use e2b::E2bConfig;
 
 /// What a backend is told about the sandbox it acts on.
@@ -181,7 +182,7 @@ pub enum SnapshotWay {
     /// export: the template's paths are listed by a fresh machine's agent
     /// (the baseline), and a snapshot goes back as its layers applied by
     /// the agent onto a fresh machine from the template (E2B, Daytona).
-    AgentLayers,
+    AgentLayers(AgentLayers),
 }
 
 impl SnapshotWay {
@@ -189,9 +190,20 @@ impl SnapshotWay {
     pub fn engine_images(self) -> Option<EngineImages> {
         match self {
             SnapshotWay::EngineImages(engine) => Some(engine),
-            SnapshotWay::AgentLayers => None,
+            SnapshotWay::AgentLayers(_) => None,
         }
     }
+}
+
+/// What a backend whose machines take the agent-layers way hands the
+/// snapshot engine with it: what only the backend knows of its machines.
+/// (An engine's containers say theirs in [`ContainerFacts`].)
+#[derive(Debug, Clone)]
+pub struct AgentLayers {
+    /// Paths every snapshot, listing and rewind of its machines leaves out:
+    /// silo's own directory on the machine (the agent, its key, its
+    /// journals), which is no part of the sandbox's files.
+    pub exclude: Vec<String>,
 }
 
 /// The operations every backend provides.

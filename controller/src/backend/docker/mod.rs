@@ -65,7 +65,7 @@ pub use engine::{DOCKER, Flavor, LONG_REQUEST_TIMEOUT, connect, connect_to, engi
 pub use error::DockerError;
 pub use image::ensure_image;
 pub use labels::container_name;
-pub use snapshot::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
+pub use snapshot::{ContainerFacts, EngineImages, SnapshotLabels};
 pub use upper::UpperLayer;
 
 pub(crate) use error::is_not_found;

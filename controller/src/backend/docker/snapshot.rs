@@ -32,6 +32,30 @@ pub const LABEL_SNAPSHOT: &str = "silo.snapshot";
 /// Repository under which snapshot images are tagged (`silo-snapshot:<id>`).
 pub const SNAPSHOT_REPOSITORY: &str = "silo-snapshot";
 
+/// The labels a snapshot's image config carries: its snapshot's id and the
+/// home that owns it, by which gc finds the images this home loaded. Handed
+/// to the snapshot engine as a value, so it writes them into every
+/// snapshot's config knowing no label's name.
+#[derive(Debug, Clone)]
+pub struct SnapshotLabels {
+    home_id: String,
+}
+
+impl SnapshotLabels {
+    /// The labels of the home whose identity is `home_id`.
+    pub fn new(home_id: String) -> Self {
+        Self { home_id }
+    }
+
+    /// The labels of snapshot `id`'s image, in the order they are written.
+    pub fn of(&self, id: &str) -> [(&'static str, String); 2] {
+        [
+            (LABEL_SNAPSHOT, id.to_owned()),
+            (LABEL_HOME, self.home_id.clone()),
+        ]
+    }
+}
+
 /// What a snapshot needs to know about a sandbox's container.
 #[derive(Debug, Clone)]
 pub struct ContainerFacts {
@@ -61,9 +85,10 @@ impl EngineImages {
         self.0.replace(machine).await
     }
 
-    /// This home's identity, as the images it loads carry it.
-    pub fn home_id(&self) -> Result<String, DockerError> {
-        self.0.home_id()
+    /// The labels of this home's snapshot images, as the images it loads
+    /// carry them.
+    pub fn snapshot_labels(&self) -> Result<SnapshotLabels, DockerError> {
+        Ok(SnapshotLabels::new(self.0.home_id()?))
     }
 
     /// The container backend on this engine, for image builds on it.

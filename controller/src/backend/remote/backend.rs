@@ -18,12 +18,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::RemoteError;
-use super::{AGENT_PATH, KEY_PATH, access_refused, healthy, probe, sweep, wait_for_agent};
+use super::{
+    AGENT_PATH, KEY_PATH, SILO_DIR, access_refused, healthy, probe, sweep, wait_for_agent,
+};
 use crate::agent_binary::AgentLocator;
 use crate::backend::labels::{LABEL_HOME, LABEL_SANDBOX_ID, LABEL_SANDBOX_NAME, LABEL_SPEC_HASH};
 use crate::backend::{
-    Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted, MachineState,
-    NoMemoryFork, PortUrl, SnapshotWay,
+    AgentLayers, Backend, BackendError, BackendSetup, LastExit, Machine, MachineStarted,
+    MachineState, NoMemoryFork, PortUrl, SnapshotWay,
 };
 use crate::client::{AgentClient, Endpoint};
 use crate::home::HomeId;
@@ -422,7 +424,9 @@ impl<P: Provider> Backend for RemoteBackend<P> {
     }
 
     fn snapshots(&self) -> Option<SnapshotWay> {
-        Some(SnapshotWay::AgentLayers)
+        Some(SnapshotWay::AgentLayers(AgentLayers {
+            exclude: vec![SILO_DIR.to_owned()],
+        }))
     }
 
     fn stop_keeps_processes(&self, machine: &Machine<'_>) -> bool {

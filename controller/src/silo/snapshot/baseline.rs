@@ -38,7 +38,7 @@ use silo_protocol::ErrorKind;
 use silo_protocol::index::IndexRequest;
 
 use super::{ImageSource, SnapshotError, blocking, parse_digest, shared_lock};
-use crate::backend::remote::SILO_DIR;
+use crate::backend::ContainerFacts;
 use crate::client::{AgentClient, ClientError};
 use crate::image::{BAKED_AGENT_PATH, BASE_ID_PATH};
 use crate::sandbox::{FileError, Files};
@@ -94,10 +94,12 @@ impl Silo {
 
     /// Records the baseline of a sandbox's fresh machine: the machine's
     /// clock now, its base id, and its template's paths (listed by the
-    /// agent unless a baseline with the same base id is stored).
-    pub(in crate::silo) async fn record_fresh_baseline(
+    /// agent, with `exclude` left out, unless a baseline with the same base
+    /// id is stored).
+    pub(super) async fn record_fresh_baseline(
         &self,
         sandbox: &SandboxRecord,
+        exclude: &[String],
     ) -> Result<SandboxRecord, SiloError> {
         let client = self.client(sandbox)?;
         let agent = agent_error(sandbox);
@@ -116,7 +118,7 @@ impl Silo {
             Some(image) => image,
             None => {
                 let request = IndexRequest {
-                    exclude: vec![SILO_DIR.to_owned()],
+                    exclude: exclude.to_vec(),
                 };
                 let listed = client.index(&request).await.map_err(&agent)?;
                 let _lock = shared_lock(&store).await?;
@@ -146,13 +148,13 @@ impl Silo {
 
     /// Records the listing of a fresh container's image as its baseline
     /// when the store lacks the image (see the module docs), listing the
-    /// container if no other was; the sandbox as it was when the listing
-    /// is not needed or cannot be taken.
-    pub(in crate::silo) async fn record_listing(
+    /// container (as the engine's `facts` of it say) if no other was; the
+    /// sandbox as it was when the listing is not needed or cannot be taken.
+    pub(super) async fn record_listing(
         &self,
         sandbox: &SandboxRecord,
+        facts: ContainerFacts,
     ) -> Result<SandboxRecord, SiloError> {
-        let facts = self.container_facts(sandbox, "inspect").await?;
         let store = self.store()?;
         if self
             .complete_image(&store, &facts.image_id)

@@ -3,24 +3,56 @@
 //! written, so a climbing name or a body cut short is refused and leaves no
 //! blob behind, and a full disk is told apart from a bad stream.
 
+use std::fmt::Display;
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
-use super::{SnapshotProgress, SnapshotProgressFn};
+use bytes::Bytes;
+use futures_util::Stream;
+
+use super::{SnapshotError, SnapshotProgress, SnapshotProgressFn};
 use crate::bridge;
-use crate::store::{BlobTee, LayerDelta, Store, StoreError};
+use crate::store::{BlobTee, LayerDelta, LayerStats, Store, StoreError, Written};
 
 /// A tar archive ends with two zero blocks.
 const TAR_END_MARKER: usize = 1024;
 
+/// Streams an agent's layer into the store off the async threads (see
+/// [`receive_layer`]): a broken or refused stream fails as the layer of
+/// sandbox `name`, a failing store (a full disk) as the store.
+pub(super) async fn store_layer<S, E>(
+    stream: S,
+    store: &Store,
+    progress: &SnapshotProgressFn,
+    name: &str,
+) -> Result<(Written, LayerStats), SnapshotError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: Display,
+{
+    let (store, progress) = (store.clone(), Arc::clone(progress));
+    bridge::consume_blocking(stream, move |reader| {
+        receive_layer(reader, &store, &progress)
+    })
+    .await
+    .map_err(|e| SnapshotError::Task(e.to_string()))?
+    .map_err(|failure| match failure {
+        Received::Stream(source) => SnapshotError::Layer {
+            name: name.to_owned(),
+            source,
+        },
+        Received::Store(error) => SnapshotError::Store(error),
+    })
+}
+
 /// Writes the agent's layer into the store, checking as it goes that it is
 /// one whole tar (its end marker included: a body cut short at an entry
 /// boundary reads like a shorter tar); returns the blob and what it holds.
-pub(super) fn receive_layer(
+fn receive_layer(
     reader: bridge::ChannelReader,
     store: &Store,
     progress: &SnapshotProgressFn,
-) -> Result<(crate::store::Written, crate::store::LayerStats), Received> {
+) -> Result<(Written, LayerStats), Received> {
     let mut blob = store.writer().map_err(Received::Store)?;
     let tail = Tail {
         inner: CountingReader {
@@ -51,7 +83,7 @@ pub(super) fn receive_layer(
 
 /// Why a layer was not received: the stream from the agent, or the store.
 #[derive(Debug)]
-pub(super) enum Received {
+enum Received {
     Stream(io::Error),
     Store(StoreError),
 }
@@ -125,7 +157,7 @@ mod tests {
         out
     }
 
-    async fn receive(store: &Store, bytes: Vec<u8>) -> Result<crate::store::Written, Received> {
+    async fn receive(store: &Store, bytes: Vec<u8>) -> Result<Written, Received> {
         let chunks = vec![Ok::<_, io::Error>(Bytes::from(bytes))];
         let store = store.clone();
         bridge::consume_blocking(futures_util::stream::iter(chunks), move |reader| {

@@ -29,13 +29,20 @@
 //! Processes and memory are not captured: a rewound sandbox boots afresh.
 //!
 //! What a backend's machines need is its `strategy` (engine images or agent
-//! layers, made from what the backend hands out), never its name. This
-//! module holds the types, the errors, listing and deletion; the work is in
-//! its children:
-//! - `strategy`: the one place engine images and agent layers part ways;
-//! - `take`: asking the agent for the layer, storing the base and the layer,
-//!   recording the snapshot;
+//! layers, made from what the backend hands out: an engine, or the paths
+//! its machines' snapshots leave out), never its name. This module holds
+//! the types, the errors, listing and deletion; the work is in its
+//! children:
+//! - `strategy`: the one place engine images and agent layers part ways,
+//!   answering where a machine started as values;
+//! - `take`: a snapshot taken by one object, `Snapshotter`, made for one
+//!   sandbox by `Silo::snapshot` and holding what it needs as values (the
+//!   agent's client, the machine's way, the store, the labels of its
+//!   image), in named phases: plan, capture, store, record, compact;
 //! - `layer`: receiving a layer stream into the store, checked as it comes;
+//! - `base`: an engine image's export stored as a base, once, and the
+//!   paths of an image made of a base and layers above it;
+//! - `config`: a snapshot's image config (layers, history, labels);
 //! - `restore`: a snapshot back onto the engine as an image, and the
 //!   operations that make a machine from it (rewind, fork, `up` tier 2);
 //! - `in_place`: a rewind on the same machine, its agent putting back what
@@ -53,7 +60,9 @@
 //! - `diff`: what differs between a sandbox's live tree and a snapshot;
 //! - `gc`: the store's half of `silo gc`.
 
+mod base;
 mod baseline;
+mod config;
 mod diff;
 mod gc;
 mod in_place;
@@ -78,7 +87,7 @@ use serde::Serialize;
 
 use super::Silo;
 use super::SiloError;
-use crate::backend::{Backend, DockerError, EngineImages, SnapshotWay};
+use crate::backend::{Backend, DockerError, EngineImages, SnapshotLabels, SnapshotWay};
 use crate::client::{BaselineSent, ClientError};
 use crate::home::HomeId;
 use crate::spec::BackendKind;
@@ -459,13 +468,15 @@ impl Silo {
             .ok_or_else(|| SnapshotError::Inconsistent(format!("the {kind} backend has no engine")))
     }
 
-    /// This home's identity, as the images its snapshots load carry it.
-    fn home_id(&self) -> Result<String, SnapshotError> {
+    /// The labels this home's snapshot images carry: its identity, as the
+    /// images its snapshots load carry it.
+    fn snapshot_labels(&self) -> Result<SnapshotLabels, SnapshotError> {
         let home_id = HomeId::of(self.home());
-        home_id.get().map_err(|source| SnapshotError::HomeId {
+        let id = home_id.get().map_err(|source| SnapshotError::HomeId {
             path: home_id.path().display().to_string(),
             source,
-        })
+        })?;
+        Ok(SnapshotLabels::new(id))
     }
 
     /// The stored image with this id, if every blob it names is in the store.

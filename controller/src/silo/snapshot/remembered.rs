@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use silo_protocol::snapshot::tree_digest;
 
-use super::take::image_index;
+use super::base::image_index;
 use super::{SnapshotError, blocking, parse_digest};
 use crate::backend::ContainerFacts;
 use crate::client::BaselinePaths;

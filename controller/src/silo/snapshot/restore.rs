@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use super::config::snapshot_config;
 use super::layer::CountingWriter;
-use super::take::snapshot_config;
 use super::{
     ImageSource, RestoreReport, SnapshotError, SnapshotProgress, SnapshotProgressFn, engine,
     ms_since, no_progress, parse_digest,
@@ -207,7 +207,7 @@ impl Silo {
             (&snapshot.id, true),
             snapshot.message.as_deref(),
             &images
-                .home_id()
+                .snapshot_labels()
                 .map_err(engine("read this home's identity"))?,
         )?;
         let mut spec = snapshot.spec.clone();

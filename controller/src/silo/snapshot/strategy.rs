@@ -8,7 +8,12 @@
 //!
 //! This is the one place the snapshot engine tells the two apart: the rest
 //! of it asks the sandbox's way (`Silo::strategy`), never a backend's kind
-//! or capabilities, and no backend is asked anything but its way.
+//! or capabilities, and no backend is asked anything but its way. What the
+//! way knows of a machine (its container's facts from the engine, or its
+//! recorded baseline, and the paths its snapshots leave out) it answers as
+//! values: where a machine started, for a capture ([`StartPoint`]) or a
+//! rewind in place ([`MachineStart`]); the steps that follow are the
+//! engine's (`take`'s `Snapshotter`, `in_place`).
 
 use serde_json::Value;
 use silo_protocol::auth::Key;
@@ -16,15 +21,15 @@ use silo_protocol::snapshot::{SnapshotRequest, WalkHint};
 
 use super::in_place::NotInPlace;
 use super::remembered;
-use super::take::{CTIME_MARGIN_NS, StartBase, StartPoint};
+use super::take::CTIME_MARGIN_NS;
 use super::{ForkTarget, ImageSource, SnapshotError, SnapshotProgress, SnapshotProgressFn};
 use crate::CreateRequest;
-use crate::backend::remote::SILO_DIR;
-use crate::backend::{Backend, BackendError, Machine, SnapshotWay, UpperLayer};
+use crate::backend::{
+    Backend, BackendError, ContainerFacts, EngineImages, Machine, SnapshotWay, UpperLayer,
+};
 use crate::silo::{Silo, SiloError, backend_error, machine};
 use crate::spec::{BackendKind, SandboxSpec};
-use crate::state::{Baseline, EventKind, SandboxRecord, Snapshot};
-use crate::store::Store;
+use crate::state::{Baseline, EventKind, SandboxRecord, Snapshot, StoredImage};
 
 /// Where a machine started, for a rewind in place (see `in_place`).
 pub(super) struct MachineStart {
@@ -37,6 +42,48 @@ pub(super) struct MachineStart {
     pub image_id: String,
     /// Where changes can be, when the host can tell (see `walk_hint`).
     pub walk_hint: Option<WalkHint>,
+}
+
+/// Where a machine started, as a snapshot of it measures changes.
+pub(super) struct StartPoint {
+    /// The image its files came from (which a snapshot building on no
+    /// other stands on).
+    pub(super) image: StartImage,
+    /// What counts as changed (the baseline is filled in later).
+    pub(super) request: SnapshotRequest,
+}
+
+/// The image a machine's files came from, as its way knows it.
+pub(super) enum StartImage {
+    /// An image of this engine's, which the store may lack: the engine
+    /// exports it, and until then the image's listing taken with `exclude`
+    /// left out (see `baseline`) may stand in for its paths.
+    Engine {
+        /// The engine that holds it.
+        images: EngineImages,
+        /// The engine's id of it.
+        image_id: String,
+        /// The paths the container's listing left out.
+        exclude: Vec<String>,
+    },
+    /// Recorded in the store when the machine was made (a template's
+    /// baseline).
+    Stored(StoredImage),
+}
+
+/// What the engine says of a sandbox's container that its snapshots need;
+/// `action` names the operation in an error.
+async fn container_facts(
+    images: &EngineImages,
+    silo: &Silo,
+    sandbox: &SandboxRecord,
+    action: &'static str,
+) -> Result<ContainerFacts, SiloError> {
+    let key = silo.sandbox_key(sandbox);
+    images
+        .container_facts(machine(sandbox, &key))
+        .await
+        .map_err(|e| backend_error(action, sandbox, BackendError::from(e)))
 }
 
 /// The walk hint of a container's upper layer, read now (on the blocking
@@ -96,8 +143,13 @@ impl SnapshotWay {
         sandbox: &SandboxRecord,
     ) -> Result<SandboxRecord, SiloError> {
         match self {
-            SnapshotWay::AgentLayers => silo.record_fresh_baseline(sandbox).await,
-            SnapshotWay::EngineImages(_) => silo.record_listing(sandbox).await,
+            SnapshotWay::AgentLayers(layers) => {
+                silo.record_fresh_baseline(sandbox, &layers.exclude).await
+            }
+            SnapshotWay::EngineImages(images) => {
+                let facts = container_facts(images, silo, sandbox, "inspect").await?;
+                silo.record_listing(sandbox, facts).await
+            }
         }
     }
 
@@ -110,11 +162,11 @@ impl SnapshotWay {
         sandbox: &SandboxRecord,
     ) -> Result<MachineStart, NotInPlace> {
         match self {
-            SnapshotWay::EngineImages(_) => {
+            SnapshotWay::EngineImages(images) => {
                 let facts = match remembered::facts(sandbox) {
                     Some(facts) => facts,
                     None => {
-                        let facts = silo.container_facts(sandbox, "rewind").await?;
+                        let facts = container_facts(images, silo, sandbox, "rewind").await?;
                         remembered::remember_facts(sandbox, facts)
                     }
                 };
@@ -125,7 +177,7 @@ impl SnapshotWay {
                     walk_hint: walk_hint(facts.upper.clone()).await,
                 })
             }
-            SnapshotWay::AgentLayers => {
+            SnapshotWay::AgentLayers(layers) => {
                 let baseline = sandbox.baseline.as_ref().ok_or_else(|| {
                     NotInPlace(format!(
                         "sandbox {} has no record of the files its machine started with",
@@ -135,7 +187,7 @@ impl SnapshotWay {
                 Ok(MachineStart {
                     // Read from the machine's clock, the margin already off.
                     started_ns: baseline.changed_since_ns,
-                    exclude: vec![SILO_DIR.to_owned()],
+                    exclude: layers.exclude.clone(),
                     image_id: baseline.image.clone(),
                     walk_hint: None,
                 })
@@ -151,49 +203,44 @@ impl SnapshotWay {
     pub(super) fn baseline_after_in_place(&self, sandbox: &SandboxRecord) -> Option<Baseline> {
         match self {
             SnapshotWay::EngineImages(_) => None,
-            SnapshotWay::AgentLayers => sandbox.baseline.clone(),
+            SnapshotWay::AgentLayers(_) => sandbox.baseline.clone(),
         }
     }
 
     /// Where the sandbox's machine started, for a snapshot of it: the
-    /// request's fields that say what counts as changed and, when the
-    /// snapshot builds on no other (`on_base`), the base its files came
-    /// from, stored (which may store it now).
+    /// request's fields that say what counts as changed, and the image its
+    /// files came from (which the snapshot engine stores when a snapshot
+    /// stands on it and the store lacks it).
     pub(super) async fn start_point(
         &self,
         silo: &Silo,
         sandbox: &SandboxRecord,
-        on_base: bool,
-        store: &Store,
-        progress: &SnapshotProgressFn,
     ) -> Result<StartPoint, SiloError> {
         match self {
-            SnapshotWay::EngineImages(_) => {
-                let facts = silo.container_facts(sandbox, "snapshot").await?;
+            SnapshotWay::EngineImages(images) => {
+                let facts = container_facts(images, silo, sandbox, "snapshot").await?;
                 let hint = walk_hint(facts.upper.clone()).await;
-                let base = match on_base {
-                    true => Some(
-                        silo.container_base(sandbox, &facts, store, progress)
-                            .await?,
-                    ),
-                    false => None,
-                };
                 let request = SnapshotRequest {
                     changed_since_ns: facts.created_ns.saturating_sub(CTIME_MARGIN_NS),
                     // Agents walk every directory: no subtree is skipped
                     // on its parent's times (an older agent is told so).
                     prune_unchanged_dirs: false,
                     descend_since_ns: None,
-                    exclude: facts.exclude,
+                    exclude: facts.exclude.clone(),
                     baseline: Vec::new(),
                     baseline_raw: Vec::new(),
                     baseline_digest: None,
                     walk_hint: hint,
                     rewind_to: None,
                 };
-                Ok(StartPoint { base, request })
+                let image = StartImage::Engine {
+                    images: images.clone(),
+                    image_id: facts.image_id,
+                    exclude: facts.exclude,
+                };
+                Ok(StartPoint { image, request })
             }
-            SnapshotWay::AgentLayers => {
+            SnapshotWay::AgentLayers(layers) => {
                 let baseline =
                     sandbox
                         .baseline
@@ -211,7 +258,7 @@ impl SnapshotWay {
                     changed_since_ns: baseline.changed_since_ns,
                     prune_unchanged_dirs: false,
                     descend_since_ns: None,
-                    exclude: vec![SILO_DIR.to_owned()],
+                    exclude: layers.exclude.clone(),
                     baseline: Vec::new(),
                     baseline_raw: Vec::new(),
                     baseline_digest: None,
@@ -219,7 +266,7 @@ impl SnapshotWay {
                     rewind_to: None,
                 };
                 Ok(StartPoint {
-                    base: Some(StartBase::Stored(base, None)),
+                    image: StartImage::Stored(base),
                     request,
                 })
             }
@@ -238,7 +285,7 @@ impl SnapshotWay {
         progress: &SnapshotProgressFn,
     ) -> Result<(SandboxRecord, ImageSource), SiloError> {
         match self {
-            SnapshotWay::AgentLayers => {
+            SnapshotWay::AgentLayers(_) => {
                 progress(SnapshotProgress::Step {
                     label: "starting",
                     total: None,
@@ -319,7 +366,7 @@ impl SnapshotWay {
                 let sandbox = silo.reserve(request(spec), Some(snapshot.id.clone()))?;
                 Ok((silo.launch(sandbox, Some(&image_id)).await?, source))
             }
-            SnapshotWay::AgentLayers => {
+            SnapshotWay::AgentLayers(_) => {
                 spec.check()?;
                 progress(SnapshotProgress::Step {
                     label: "starting",

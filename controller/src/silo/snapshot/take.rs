@@ -1,16 +1,31 @@
-//! Taking a snapshot: the base the sandbox's machine stands on (stored once
-//! per image), the agent's layer of what changed since, and the row that
-//! names them all. The layer is captured first whenever the store has
-//! something to measure it against (the chain's tree, the image's index,
-//! or the image's listing); a base image the store lacks is stored after
-//! the capture, while the sandbox runs. That tree goes to the agent by its
-//! digest, and by its paths only to an agent that did not keep it
-//! ([`crate::client::BaselineSent`]). A snapshot is durable once its
-//! blobs are fsynced in the store and the row is recorded, and it returns
-//! then: the engine image only a restore onto a new container needs is
-//! made by that restore (or ahead of it, on request).
+//! Taking a snapshot, as one object: [`Snapshotter`], made for one sandbox
+//! by [`Silo::snapshot`] (which leases the sandbox and hands over), holding
+//! what the operation needs as values (the running agent's client, its
+//! machine's [`SnapshotWay`], the store, the labels its image config
+//! carries), with [`Silo`] as its context for the state database. Its
+//! phases, in order, each a method:
+//! - **plan**: what the snapshot builds on (the machine's last snapshot,
+//!   else the snapshot it was made from, else the image its files came
+//!   from, as its way says) and the tree its layer is measured against;
+//! - **capture**: the agent's layer of what changed since, streamed into
+//!   the store as it comes and checked as it comes (`layer`);
+//! - **store**: the base image, when the first snapshot on an image the
+//!   store lacked was captured against the image's listing, stored now,
+//!   while the sandbox runs again;
+//! - **record**: the row naming the base and every layer, and its event;
+//! - **compact**: the chain squashed into one layer once it has grown to
+//!   [`COMPACT_AT`].
+//!
+//! The layer is captured first whenever the store has something to
+//! measure it against (the chain's tree, the image's index, or the image's
+//! listing); only an image the store lacks, with no listing, is stored
+//! before. That tree goes to the agent by its digest, and by its paths only
+//! to an agent that did not keep it ([`crate::client::BaselineSent`]). A
+//! snapshot is durable once its blobs are fsynced in the store and the row
+//! is recorded, and it returns then: the engine image only a restore onto a
+//! new container needs is made by that restore (or ahead of it, on
+//! request).
 
-use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,25 +33,23 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use silo_protocol::snapshot::SnapshotRequest;
 
+use super::base::image_index;
 use super::baseline::listing_image_id;
-use super::layer::{CountingReader, Received, receive_layer};
+use super::config::{snapshot_config, squashed_config};
+use super::layer::store_layer;
 use super::remembered::{self, KnownTree};
+use super::strategy::StartImage;
 use super::{
     BaseStored, COMPACT_AT, Compacted, SnapshotError, SnapshotProgress, SnapshotProgressFn,
-    SnapshotReport, blocking, engine, ms_since, parse_digest, shared_lock,
+    SnapshotReport, blocking, ms_since, parse_digest, shared_lock,
 };
-use crate::backend::labels::LABEL_HOME;
-use crate::backend::{BackendError, MachineState};
-use crate::backend::{ContainerFacts, EngineImages, LABEL_SNAPSHOT};
-use crate::bridge;
-use crate::client::{AgentClient, Endpoint};
-use crate::image::base_id_of;
+use crate::backend::{EngineImages, MachineState, SnapshotLabels, SnapshotWay};
+use crate::client::{AgentClient, BaselineSent, Endpoint};
 use crate::naming::new_snapshot_id;
-use crate::silo::{Silo, SiloError, backend_error, machine};
+use crate::silo::{Silo, SiloError};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage, now_ms};
 use crate::store::squash::squash;
-use crate::store::{Index, Store, save_archive};
-use crate::timestamp::unix_ms_to_rfc3339;
+use crate::store::{Index, LayerStats, Store, Written};
 
 /// How far before its container's creation a file's ctime still counts as
 /// changed. File times come from a clock that ticks a few milliseconds
@@ -45,21 +58,6 @@ use crate::timestamp::unix_ms_to_rfc3339;
 pub(super) const CTIME_MARGIN_NS: i64 = 20_000_000;
 
 impl Silo {
-    /// A client of the sandbox's agent if it answers on a socket of this
-    /// host now: then its machine runs, with no need to ask the backend
-    /// (an engine inspect and a health check of its own), and the client
-    /// has learned the agent's versions, so the capture is one more
-    /// connection rather than two. A socket answers or refuses at once; a
-    /// provider's machine is asked through its backend as before.
-    async fn answering(&self, sandbox: &SandboxRecord) -> Option<AgentClient> {
-        let client = self.client(sandbox).ok()?;
-        if !matches!(client.endpoint(), Endpoint::Unix(_)) {
-            return None;
-        }
-        client.healthz().await.ok()?;
-        Some(client)
-    }
-
     /// Snapshots a sandbox's file system (starting it first if it is
     /// stopped). See the module docs for what is captured and reported.
     pub(crate) async fn snapshot(
@@ -70,94 +68,288 @@ impl Silo {
     ) -> Result<SnapshotReport, SiloError> {
         let start = Instant::now();
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "snapshot").await?;
-        let strategy = self.strategy_of(&sandbox)?;
-        let (sandbox, client) = match self.answering(&sandbox).await {
-            Some(client) => (sandbox, client),
-            None => {
-                let sandbox = match self.status(&sandbox).await? {
-                    MachineState::Running => sandbox,
-                    MachineState::Stopped => self.start_sandbox(&sandbox).await?,
-                    MachineState::Missing => {
-                        return Err(SiloError::Missing {
-                            name: sandbox.name.clone(),
-                            backend: sandbox.backend,
-                        });
-                    }
-                };
-                let client = self.client(&sandbox)?;
-                (sandbox, client)
-            }
-        };
-        let store = self.store()?;
-        let lock = shared_lock(&store).await?;
-        // What the snapshot builds on: the newest snapshot of this machine,
-        // else the snapshot the machine was made from, else its image.
-        let checkpoint = self.checkpoint_of(&sandbox)?;
-        let standing_on = match (&checkpoint, &sandbox.origin_snapshot) {
+        Snapshotter::ready(self, sandbox, progress)
+            .await?
+            .take(start, message)
+            .await
+    }
+}
+
+/// One snapshot of one sandbox, taken in named phases (see the module
+/// docs). Made with the sandbox's lease held, and used once.
+struct Snapshotter<'a> {
+    /// The context: the state database, and the store's records.
+    silo: &'a Silo,
+    /// The sandbox, as recorded once its machine runs.
+    sandbox: SandboxRecord,
+    /// How its machine is snapshotted: where it started is the way's to say.
+    way: SnapshotWay,
+    /// Its agent, which writes the layer.
+    client: AgentClient,
+    /// Where the layer, and the base when it is not there yet, go.
+    store: Store,
+    /// What the snapshot's image config is labelled with.
+    labels: SnapshotLabels,
+    /// Where each long step reports.
+    progress: SnapshotProgressFn,
+}
+
+/// What the capture builds on, and against what it measures.
+struct Plan {
+    /// The snapshot or image the new one builds on.
+    on: On,
+    /// The tree of `on`: what the agent compares the live tree with.
+    baseline: Arc<KnownTree>,
+    /// What counts as changed, and where to look.
+    request: SnapshotRequest,
+}
+
+/// What a snapshot builds on.
+enum On {
+    /// An earlier snapshot (the machine's checkpoint, or what it was made
+    /// from), with its base.
+    Snapshot(Box<Snapshot>, StoredImage),
+    /// The image the machine was made from.
+    Base(StartBase),
+}
+
+/// The image a machine's files came from, as a first snapshot of it
+/// stands on it.
+enum StartBase {
+    /// In the store (with what storing it took, when this snapshot did).
+    Stored(StoredImage, Option<BaseStored>),
+    /// Not in the store yet: the machine's own listing (a blob's digest)
+    /// stands in for its paths until the image is stored from `images`
+    /// after the capture.
+    Pending {
+        images: EngineImages,
+        image_id: String,
+        listing: String,
+    },
+}
+
+/// The agent's layer, in the store, and what the agent said of it.
+struct Captured {
+    /// The layer's blob.
+    written: Written,
+    /// What it holds.
+    stats: LayerStats,
+    /// Processes stopped while it was read.
+    processes_stopped: u64,
+    /// Processes that had not stopped when it started.
+    processes_unsettled: u64,
+    /// When they had all stopped (machine clock): the next snapshot's
+    /// checkpoint.
+    stopped_at_ns: Option<i64>,
+    /// How the baseline reached the agent.
+    baseline_sent: BaselineSent,
+}
+
+/// What a snapshot stands on once its base is in the store: the rest of
+/// its row, but for its own layer.
+struct Footing {
+    /// The stored base image.
+    base: StoredImage,
+    /// The layers below its own: the base's, then its chain's.
+    layers: Vec<String>,
+    /// The image config it extends.
+    config: Value,
+    /// The snapshot it builds on, if any.
+    parent: Option<String>,
+    /// What storing the base took, when this snapshot stored it.
+    base_stored: Option<BaseStored>,
+}
+
+impl Footing {
+    /// A first snapshot's footing on an image.
+    fn image(base: StoredImage, base_stored: Option<BaseStored>) -> Self {
+        Self {
+            layers: base.layers.clone(),
+            config: base.config.clone(),
+            base,
+            parent: None,
+            base_stored,
+        }
+    }
+}
+
+impl<'a> Snapshotter<'a> {
+    /// The snapshotter of `sandbox`, whose lease the caller holds: its way
+    /// (or why it has none), its machine running (started when stopped),
+    /// its agent's client, and the store.
+    async fn ready(
+        silo: &'a Silo,
+        sandbox: SandboxRecord,
+        progress: &SnapshotProgressFn,
+    ) -> Result<Self, SiloError> {
+        let way = silo.strategy_of(&sandbox)?;
+        let (sandbox, client) = running(silo, sandbox).await?;
+        let store = silo.store()?;
+        let labels = silo.snapshot_labels()?;
+        Ok(Self {
+            silo,
+            sandbox,
+            way,
+            client,
+            store,
+            labels,
+            progress: Arc::clone(progress),
+        })
+    }
+
+    /// Takes the snapshot, `start` being when it was asked for: its phases
+    /// in turn, under the store's shared lock from before the first blob is
+    /// written until the row names them all, so gc cannot judge them
+    /// unnamed in between.
+    async fn take(
+        self,
+        start: Instant,
+        message: Option<String>,
+    ) -> Result<SnapshotReport, SiloError> {
+        let lock = shared_lock(&self.store).await?;
+        let plan = self.plan().await?;
+        let captured = self.capture(plan.request, &plan.baseline).await?;
+        let captured_ms = ms_since(start);
+        let footing = self.store_base(plan.on).await?;
+        let snapshot = self.record(&footing, &captured, message)?;
+        let durable_ms = ms_since(start);
+        let (snapshot, compacted) = self.compact(&footing.base, snapshot).await;
+        drop(lock);
+        // The engine image a recreate restore needs is not made here: most
+        // restores are in place and never need it, and the one that does
+        // makes it from the store (see `restore`).
+        Ok(SnapshotReport {
+            snapshot,
+            base_stored: footing.base_stored,
+            captured_ms,
+            durable_ms,
+            entries: captured.stats.entries,
+            deletions: captured.stats.whiteouts,
+            processes_stopped: captured.processes_stopped,
+            processes_unsettled: captured.processes_unsettled,
+            compacted,
+            baseline_sent: captured.baseline_sent,
+        })
+    }
+
+    /// What the snapshot builds on: the newest snapshot of this machine,
+    /// else the snapshot the machine was made from, else its image. The
+    /// layer is measured against the tree of what it builds on, or, before
+    /// its image is stored, the machine's own listing.
+    async fn plan(&self) -> Result<Plan, SiloError> {
+        let silo = self.silo;
+        let checkpoint = silo.checkpoint_of(&self.sandbox)?;
+        let standing_on = match (&checkpoint, &self.sandbox.origin_snapshot) {
             (Some((_, snapshot)), _) => Some(snapshot.clone()),
-            (None, Some(origin)) => Some(self.db().snapshot(origin)?),
+            (None, Some(origin)) => Some(silo.db().snapshot(origin)?),
             (None, None) => None,
         };
-        let start_point = strategy
-            .start_point(self, &sandbox, standing_on.is_none(), &store, progress)
-            .await?;
-        // What the layer is measured against: the tree of what it builds
-        // on, or, before its image is stored, the machine's own listing.
-        let (on, baseline) = match (standing_on, start_point.base) {
-            (Some(snapshot), _) => {
-                let base = self.base_of(&snapshot)?;
+        let start = self.way.start_point(silo, &self.sandbox).await?;
+        let (on, baseline) = match standing_on {
+            Some(snapshot) => {
+                let base = silo.base_of(&snapshot)?;
                 // A process that checkpoints again and again applies only
                 // the newest layer to the tree it remembers, not the base's
                 // index and every layer of the chain each time.
-                let index = remembered::index(&store, &base, &snapshot.layers).await?;
+                let index = remembered::index(&self.store, &base, &snapshot.layers).await?;
                 (On::Snapshot(Box::new(snapshot), base), index)
             }
-            (None, Some(start)) => {
-                let index = match &start {
-                    StartBase::Stored(base, _) => {
-                        Arc::new(chain_index(&store, base, &base.layers).await?)
-                    }
-                    StartBase::Pending { listing, .. } => {
-                        let (store, listing) = (store.clone(), listing.clone());
-                        Arc::new(
-                            blocking(move || {
-                                let blob = store.open_blob(&parse_digest(&listing)?)?;
-                                Ok(KnownTree::new(Index::read_from(blob)?))
-                            })
-                            .await?,
-                        )
-                    }
-                };
-                (On::Base(start), index)
-            }
-            (None, None) => {
-                return Err(SnapshotError::Inconsistent(
-                    "no base for a machine made from an image".into(),
-                )
-                .into());
+            None => {
+                let base = self.start_base(start.image).await?;
+                let index = self.base_index(&base).await?;
+                (On::Base(base), index)
             }
         };
-        let mut request = start_point.request;
+        let mut request = start.request;
         if let Some((stopped_at_ns, _)) = checkpoint {
             // Changed since the last snapshot, but walked into as far as
             // anything changed since the machine started (see the field).
             request.descend_since_ns = Some(request.changed_since_ns);
             request.changed_since_ns = stopped_at_ns.saturating_sub(CTIME_MARGIN_NS);
         }
+        Ok(Plan {
+            on,
+            baseline,
+            request,
+        })
+    }
 
-        progress(SnapshotProgress::Step {
+    /// The image a machine's files came from, for a first snapshot on it:
+    /// stored already, or pending when the store has the image's listing to
+    /// measure the layer against (the image is stored after the capture),
+    /// or else stored now.
+    async fn start_base(&self, image: StartImage) -> Result<StartBase, SnapshotError> {
+        let (images, image_id, exclude) = match image {
+            StartImage::Stored(image) => return Ok(StartBase::Stored(image, None)),
+            StartImage::Engine {
+                images,
+                image_id,
+                exclude,
+            } => (images, image_id, exclude),
+        };
+        let (silo, store) = (self.silo, &self.store);
+        if let Some(image) = silo.complete_image(store, &image_id).await? {
+            return Ok(StartBase::Stored(image, None));
+        }
+        let listing = listing_image_id(&image_id, &exclude);
+        if let Some(listing) = silo.complete_image(store, &listing).await? {
+            return Ok(StartBase::Pending {
+                images,
+                image_id,
+                listing: listing.index_blob,
+            });
+        }
+        let (image, stored) = silo
+            .store_base_image(&images, store, &image_id, &self.progress)
+            .await?;
+        Ok(StartBase::Stored(image, stored))
+    }
+
+    /// The paths of a first snapshot's base: the stored image's index, or
+    /// the machine's listing while the image is pending.
+    async fn base_index(&self, base: &StartBase) -> Result<Arc<KnownTree>, SnapshotError> {
+        let store = self.store.clone();
+        let tree = match base {
+            StartBase::Stored(base, _) => {
+                let base = base.clone();
+                blocking(move || Ok(KnownTree::new(image_index(&store, &base, &base.layers)?)))
+                    .await?
+            }
+            StartBase::Pending { listing, .. } => {
+                let listing = listing.clone();
+                blocking(move || {
+                    let blob = store.open_blob(&parse_digest(&listing)?)?;
+                    Ok(KnownTree::new(Index::read_from(blob)?))
+                })
+                .await?
+            }
+        };
+        Ok(Arc::new(tree))
+    }
+
+    /// Asks the agent for the layer of what changed, measured against
+    /// `baseline`, and streams it into the store as it comes (checked as
+    /// it comes). The agent stops the sandbox's processes while it reads;
+    /// they run again by the time the layer is in.
+    async fn capture(
+        &self,
+        request: SnapshotRequest,
+        baseline: &KnownTree,
+    ) -> Result<Captured, SiloError> {
+        let sandbox = &self.sandbox;
+        (self.progress)(SnapshotProgress::Step {
             label: "capturing",
             total: None,
         });
-        let agent_error = |source| SnapshotError::Agent {
-            name: sandbox.name.clone(),
-            source: Box::new(source),
-        };
         let incremental = request.descend_since_ns.is_some();
-        let (answer, baseline_sent) = client
-            .snapshot_against(request, &*baseline)
+        let (answer, baseline_sent) = self
+            .client
+            .snapshot_against(request, baseline)
             .await
-            .map_err(agent_error)?;
+            .map_err(|source| SnapshotError::Agent {
+                name: sandbox.name.clone(),
+                source: Box::new(source),
+            })?;
         if incremental && answer.stopped_at_ns.is_none() {
             // Only an agent that stamps its snapshots knows the field; one
             // that does not may have pruned away changes. The machine's
@@ -175,8 +367,6 @@ impl Silo {
             ))
             .into());
         }
-        let (processes_stopped, processes_unsettled) = (answer.stopped, answer.unsettled);
-        let stopped_at_ns = answer.stopped_at_ns;
         if answer.unsettled > 0 {
             tracing::warn!(
                 sandbox = %sandbox.name,
@@ -184,71 +374,90 @@ impl Silo {
                 "processes had not stopped when the layer started; their writes under way may be half in it"
             );
         }
-        let (written, stats) = {
-            let store = store.clone();
-            let progress = Arc::clone(progress);
-            bridge::consume_blocking(answer.body.into_data_stream(), move |reader| {
-                receive_layer(reader, &store, &progress)
-            })
-            .await
-        }
-        .map_err(|e| SnapshotError::Task(e.to_string()))?
-        .map_err(|failure| match failure {
-            Received::Stream(source) => SnapshotError::Layer {
-                name: sandbox.name.clone(),
-                source,
-            },
-            Received::Store(error) => SnapshotError::Store(error),
-        })?;
-        let captured_ms = ms_since(start);
+        let (processes_stopped, processes_unsettled) = (answer.stopped, answer.unsettled);
+        let stopped_at_ns = answer.stopped_at_ns;
+        let body = answer.body.into_data_stream();
+        let (written, stats) =
+            store_layer(body, &self.store, &self.progress, &sandbox.name).await?;
+        Ok(Captured {
+            written,
+            stats,
+            processes_stopped,
+            processes_unsettled,
+            stopped_at_ns,
+            baseline_sent,
+        })
+    }
 
-        // The sandbox runs again; a first snapshot on an image the store
-        // lacked stores the image now, and is durable once it is in.
-        let (base, layers, config, parent, base_stored) = match on {
+    /// What the snapshot stands on, with its base in the store: a first
+    /// snapshot on an image the store lacked stores the image now, after
+    /// the capture, while the sandbox runs, and is durable once it is in.
+    async fn store_base(&self, on: On) -> Result<Footing, SnapshotError> {
+        match on {
             On::Snapshot(snapshot, base) => {
                 let config: Value = serde_json::from_str(&snapshot.config).map_err(|e| {
                     SnapshotError::Inconsistent(format!("config of {}: {e}", snapshot.id))
                 })?;
                 let Snapshot { id, layers, .. } = *snapshot;
-                (base, layers, config, Some(id), None)
+                Ok(Footing {
+                    base,
+                    layers,
+                    config,
+                    parent: Some(id),
+                    base_stored: None,
+                })
             }
-            On::Base(StartBase::Stored(base, stored)) => on_image(base, stored),
-            On::Base(StartBase::Pending { image_id, .. }) => {
-                let images = self.engine_images(sandbox.backend)?;
+            On::Base(StartBase::Stored(base, stored)) => Ok(Footing::image(base, stored)),
+            On::Base(StartBase::Pending {
+                images, image_id, ..
+            }) => {
                 let (base, stored) = self
-                    .store_base_image(&images, &store, &image_id, progress)
+                    .silo
+                    .store_base_image(&images, &self.store, &image_id, &self.progress)
                     .await?;
                 let stored = stored.map(|stored| BaseStored {
                     after_capture: true,
                     ..stored
                 });
-                on_image(base, stored)
+                Ok(Footing::image(base, stored))
             }
-        };
+        }
+    }
 
+    /// Records the snapshot: its row, naming the base and every layer, its
+    /// `snapshot` event and the sandbox's new checkpoint, in one
+    /// transaction. From here it is durable.
+    fn record(
+        &self,
+        footing: &Footing,
+        captured: &Captured,
+        message: Option<String>,
+    ) -> Result<Snapshot, SiloError> {
+        let (sandbox, written) = (&self.sandbox, &captured.written);
         let id = new_snapshot_id()?;
-        let mut layers = layers;
+        let mut layers = footing.layers.clone();
         // Nothing changed since the snapshot this one builds on: it restores
         // to the same files with the same layers, and the chain stays short.
-        let unchanged = parent.is_some() && stats.entries == 0 && stats.whiteouts == 0;
+        let stats = &captured.stats;
+        let unchanged = footing.parent.is_some() && stats.entries == 0 && stats.whiteouts == 0;
         if !unchanged {
             layers.push(written.digest.to_string());
         }
         let config = snapshot_config(
-            config,
+            footing.config.clone(),
             &layers,
             (&id, !unchanged),
             message.as_deref(),
-            &self.home_id()?,
+            &self.labels,
         )?;
-        let base_bytes = base_stored.as_ref().map_or(0, |b| b.bytes);
+        let base_bytes = footing.base_stored.as_ref().map_or(0, |b| b.bytes);
         let snapshot = Snapshot {
             id,
             sandbox_id: sandbox.id.clone(),
             sandbox_name: sandbox.name.clone(),
-            parent,
+            parent: footing.parent.clone(),
             spec: sandbox.spec.clone(),
-            base_image: base.image_id.clone(),
+            base_image: footing.base.image_id.clone(),
             layers,
             config,
             message,
@@ -263,50 +472,42 @@ impl Silo {
             "new_bytes": snapshot.new_bytes,
             "message": snapshot.message,
         });
-        let checkpoint = stopped_at_ns.map(|stopped_at_ns| Checkpoint {
+        let checkpoint = captured.stopped_at_ns.map(|stopped_at_ns| Checkpoint {
             snapshot: snapshot.id.clone(),
             stopped_at_ns,
         });
-        self.db()
+        self.silo
+            .db()
             .insert_snapshot(&snapshot, checkpoint.as_ref(), &detail)?;
-        let durable_ms = ms_since(start);
+        Ok(snapshot)
+    }
+
+    /// The recorded snapshot, its chain squashed into one layer once it has
+    /// grown to [`COMPACT_AT`] layers above its base. A failed squash
+    /// leaves it as recorded, still durable; the next snapshot tries again.
+    async fn compact(
+        &self,
+        base: &StoredImage,
+        snapshot: Snapshot,
+    ) -> (Snapshot, Option<Compacted>) {
         let chain = snapshot.layers.len().saturating_sub(base.layers.len());
-        let (snapshot, compacted) = match chain >= COMPACT_AT {
-            true => match self.compact(&store, &base, &snapshot).await {
-                Ok((compacted_snapshot, compacted)) => (compacted_snapshot, Some(compacted)),
-                // Still durable as it is; the next snapshot tries again.
-                Err(error) => {
-                    let error = silo_protocol::http::error_chain(&error);
-                    tracing::warn!(snapshot = snapshot.id, "squashing its chain: {error}");
-                    (snapshot, None)
-                }
-            },
-            false => (snapshot, None),
-        };
-        drop(lock);
-        // The engine image a recreate restore needs is not made here: most
-        // restores are in place and never need it, and the one that does
-        // makes it from the store (see `restore`).
-        Ok(SnapshotReport {
-            snapshot,
-            base_stored,
-            captured_ms,
-            durable_ms,
-            entries: stats.entries,
-            deletions: stats.whiteouts,
-            processes_stopped,
-            processes_unsettled,
-            compacted,
-            baseline_sent,
-        })
+        if chain < COMPACT_AT {
+            return (snapshot, None);
+        }
+        match self.squash_chain(base, &snapshot).await {
+            Ok((squashed, compacted)) => (squashed, Some(compacted)),
+            Err(error) => {
+                let error = silo_protocol::http::error_chain(&error);
+                tracing::warn!(snapshot = snapshot.id, "squashing its chain: {error}");
+                (snapshot, None)
+            }
+        }
     }
 
     /// Squashes the snapshot's layers above its base into one, which
-    /// restores to the same files (see [`COMPACT_AT`]). The caller holds
-    /// the store's shared lock.
-    async fn compact(
+    /// restores to the same files, and records it so.
+    async fn squash_chain(
         &self,
-        store: &Store,
         base: &StoredImage,
         snapshot: &Snapshot,
     ) -> Result<(Snapshot, Compacted), SnapshotError> {
@@ -323,18 +524,14 @@ impl Silo {
             .collect::<Result<Vec<_>, _>>()?;
         let count = above.len();
         let squashed = {
-            let store = store.clone();
+            let store = self.store.clone();
             blocking(move || Ok(squash(&store, &above)?)).await?
         };
         let mut layers = base.layers.clone();
         layers.push(squashed.digest.to_string());
-        let mut config: Value = serde_json::from_str(&snapshot.config)
-            .map_err(|e| SnapshotError::Inconsistent(format!("config of {}: {e}", snapshot.id)))?;
-        set_diff_ids(&mut config, &layers)?;
-        merge_history(&mut config, count);
-        let config = serde_json::to_string(&config)
-            .map_err(|e| SnapshotError::Inconsistent(e.to_string()))?;
+        let config = squashed_config(snapshot, &layers, count)?;
         let snapshot = self
+            .silo
             .db()
             .replace_snapshot_layers(snapshot, &layers, &config)?;
         let compacted = Compacted {
@@ -345,315 +542,33 @@ impl Silo {
         };
         Ok((snapshot, compacted))
     }
+}
 
-    /// What the engine says of a sandbox's container that its snapshots
-    /// need; `action` names the operation in an error.
-    pub(super) async fn container_facts(
-        &self,
-        sandbox: &SandboxRecord,
-        action: &'static str,
-    ) -> Result<ContainerFacts, SiloError> {
-        let key = self.sandbox_key(sandbox);
-        self.engine_images(sandbox.backend)?
-            .container_facts(machine(sandbox, &key))
-            .await
-            .map_err(|e| backend_error(action, sandbox, BackendError::from(e)))
-    }
-
-    /// The image a container was made from: stored already, or pending
-    /// when the store has its listing to measure the layer against (the
-    /// image is stored after the capture), or else stored now.
-    pub(super) async fn container_base(
-        &self,
-        sandbox: &SandboxRecord,
-        facts: &ContainerFacts,
-        store: &Store,
-        progress: &SnapshotProgressFn,
-    ) -> Result<StartBase, SnapshotError> {
-        if let Some(image) = self.complete_image(store, &facts.image_id).await? {
-            return Ok(StartBase::Stored(image, None));
+/// The sandbox with its machine running, and its agent's client. An agent
+/// that answers on a socket of this host now needs no backend asked (an
+/// engine inspect and a health check of its own), and its client has
+/// learned the agent's versions, so the capture is one more connection
+/// rather than two; a socket answers or refuses at once. Otherwise the
+/// backend says whether the machine runs, and a stopped one is started.
+async fn running(
+    silo: &Silo,
+    sandbox: SandboxRecord,
+) -> Result<(SandboxRecord, AgentClient), SiloError> {
+    if let Ok(client) = silo.client(&sandbox) {
+        if matches!(client.endpoint(), Endpoint::Unix(_)) && client.healthz().await.is_ok() {
+            return Ok((sandbox, client));
         }
-        let listing = listing_image_id(&facts.image_id, &facts.exclude);
-        if let Some(listing) = self.complete_image(store, &listing).await? {
-            return Ok(StartBase::Pending {
-                image_id: facts.image_id.clone(),
-                listing: listing.index_blob,
+    }
+    let sandbox = match silo.status(&sandbox).await? {
+        MachineState::Running => sandbox,
+        MachineState::Stopped => silo.start_sandbox(&sandbox).await?,
+        MachineState::Missing => {
+            return Err(SiloError::Missing {
+                name: sandbox.name.clone(),
+                backend: sandbox.backend,
             });
         }
-        let (image, stored) = self
-            .store_base_image(
-                &self.engine_images(sandbox.backend)?,
-                store,
-                &facts.image_id,
-                progress,
-            )
-            .await?;
-        Ok(StartBase::Stored(image, stored))
-    }
-
-    /// The base image, stored: from the records when its layers are in the
-    /// store already, else exported from the engine into the store now.
-    pub(super) async fn store_base_image(
-        &self,
-        images: &EngineImages,
-        store: &Store,
-        image_id: &str,
-        progress: &SnapshotProgressFn,
-    ) -> Result<(StoredImage, Option<BaseStored>), SnapshotError> {
-        if let Some(image) = self.complete_image(store, image_id).await? {
-            return Ok((image, None));
-        }
-        let start = Instant::now();
-        progress(SnapshotProgress::Step {
-            label: "storing the base image",
-            total: None,
-        });
-        let export = images
-            .export_image(image_id)
-            .await
-            .map_err(engine("export the base image"))?;
-        let (saved, index) = {
-            let store = store.clone();
-            let image = image_id.to_owned();
-            let progress = Arc::clone(progress);
-            bridge::consume_blocking(export, move |reader| {
-                let counted = CountingReader {
-                    inner: reader,
-                    progress,
-                };
-                let saved = save_archive::ingest(counted, &store)
-                    .map_err(|source| SnapshotError::Ingest { image, source })?;
-                let mut index = store.writer()?;
-                saved.index.write_to(&mut index)?;
-                let index = index.finish()?;
-                Ok::<_, SnapshotError>((saved, index))
-            })
-            .await
-        }
-        .map_err(|e| SnapshotError::Task(e.to_string()))??;
-        let labels = &saved.config["config"]["Labels"];
-        let identity = base_id_of(
-            |name| labels[name].as_str().map(str::to_owned),
-            saved.layers.len(),
-        );
-        let image = StoredImage {
-            image_id: image_id.to_owned(),
-            identity,
-            config: saved.config,
-            layers: saved.layers.iter().map(ToString::to_string).collect(),
-            index_blob: index.digest.to_string(),
-            bytes: saved.bytes_stored + index.size,
-            stored_at_ms: now_ms(),
-        };
-        self.db().insert_image(&image)?;
-        let stored = BaseStored {
-            image_id: image_id.to_owned(),
-            layers: image.layers.len(),
-            bytes: image.bytes,
-            ms: ms_since(start),
-            after_capture: false,
-        };
-        Ok((image, Some(stored)))
-    }
-}
-
-/// Where a machine started, as a snapshot of it needs to know.
-pub(super) struct StartPoint {
-    /// The image its files came from; `None` for a machine made from a
-    /// snapshot, whose base is the snapshot's.
-    pub(super) base: Option<StartBase>,
-    /// What counts as changed (the baseline is filled in later).
-    pub(super) request: SnapshotRequest,
-}
-
-/// The image a machine's files came from.
-pub(super) enum StartBase {
-    /// In the store (with what storing it took, when this snapshot did).
-    Stored(StoredImage, Option<BaseStored>),
-    /// Not in the store yet: the machine's own listing (a blob's digest)
-    /// stands in for its paths until the image is stored after the capture.
-    Pending { image_id: String, listing: String },
-}
-
-/// What a snapshot builds on.
-enum On {
-    /// An earlier snapshot (the machine's checkpoint, or what it was made
-    /// from), with its base.
-    Snapshot(Box<Snapshot>, StoredImage),
-    /// The image the machine was made from.
-    Base(StartBase),
-}
-
-/// The base, layers, config, parent and stored base of a first snapshot on
-/// an image.
-fn on_image(
-    base: StoredImage,
-    stored: Option<BaseStored>,
-) -> (
-    StoredImage,
-    Vec<String>,
-    Value,
-    Option<String>,
-    Option<BaseStored>,
-) {
-    let (layers, config) = (base.layers.clone(), base.config.clone());
-    (base, layers, config, None, stored)
-}
-
-/// [`image_index`] with its digest, off the async threads.
-async fn chain_index(
-    store: &Store,
-    base: &StoredImage,
-    layers: &[String],
-) -> Result<KnownTree, SnapshotError> {
-    let (store, base, layers) = (store.clone(), base.clone(), layers.to_vec());
-    blocking(move || Ok(KnownTree::new(image_index(&store, &base, &layers)?))).await
-}
-
-/// The paths of an image made of `layers`: the base image's stored index,
-/// then each layer above the base's applied in order.
-pub(super) fn image_index(
-    store: &Store,
-    base: &StoredImage,
-    layers: &[String],
-) -> Result<Index, SnapshotError> {
-    let mut index = Index::read_from(store.open_blob(&parse_digest(&base.index_blob)?)?)?;
-    if !layers.starts_with(&base.layers) {
-        return Err(SnapshotError::Inconsistent(format!(
-            "layers do not start with those of image {}",
-            base.image_id
-        )));
-    }
-    for layer in &layers[base.layers.len()..] {
-        let file = store.open_blob(&parse_digest(layer)?)?;
-        index.apply_layer(io::BufReader::new(file))?;
-    }
-    Ok(index)
-}
-
-/// Marks the history entries of the `squashed` topmost layers but the last
-/// as making no layer: engines refuse a config whose history names more
-/// layers than its `rootfs` has.
-fn merge_history(config: &mut Value, squashed: usize) {
-    let Some(history) = config.get_mut("history").and_then(Value::as_array_mut) else {
-        return;
     };
-    let makes_layer = |entry: &Value| entry["empty_layer"] != Value::Bool(true);
-    let tops: Vec<usize> = (0..history.len())
-        .rev()
-        .filter(|&i| makes_layer(&history[i]))
-        .take(squashed)
-        .collect();
-    // `tops` runs from the newest down; the newest keeps its layer.
-    for &i in tops.iter().skip(1) {
-        if let Some(entry) = history[i].as_object_mut() {
-            entry.insert("empty_layer".into(), Value::Bool(true));
-        }
-    }
-}
-
-/// Sets an image config's layers (`rootfs.diff_ids`).
-fn set_diff_ids(config: &mut Value, layers: &[String]) -> Result<(), SnapshotError> {
-    let Some(object) = config.as_object_mut() else {
-        return Err(SnapshotError::Inconsistent(
-            "image config is not an object".into(),
-        ));
-    };
-    let diff_ids: Vec<Value> = layers
-        .iter()
-        .map(|l| Value::String(format!("sha256:{l}")))
-        .collect();
-    object.insert(
-        "rootfs".into(),
-        json!({ "type": "layers", "diff_ids": diff_ids }),
-    );
-    Ok(())
-}
-
-/// The image config of a snapshot: its parent's (or the base image's),
-/// with its layers, a history entry (marked as adding no layer unless it
-/// does), and the labels that find it again.
-pub(super) fn snapshot_config(
-    mut config: Value,
-    layers: &[String],
-    (id, adds_layer): (&str, bool),
-    message: Option<&str>,
-    home_id: &str,
-) -> Result<String, SnapshotError> {
-    set_diff_ids(&mut config, layers)?;
-    let Some(object) = config.as_object_mut() else {
-        return Err(SnapshotError::Inconsistent(
-            "image config is not an object".into(),
-        ));
-    };
-    object.insert(
-        "created".into(),
-        Value::String(unix_ms_to_rfc3339(now_ms())),
-    );
-    let history = object
-        .entry("history")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if let Some(history) = history.as_array_mut() {
-        let mut entry = json!({
-            "created": unix_ms_to_rfc3339(now_ms()),
-            "created_by": format!("silo snapshot {id}"),
-            "comment": message.unwrap_or_default(),
-        });
-        // Engines refuse a history naming more layers than the image has.
-        if !adds_layer {
-            entry["empty_layer"] = Value::Bool(true);
-        }
-        history.push(entry);
-    }
-    let inner = object.entry("config").or_insert_with(|| json!({}));
-    if inner.is_null() {
-        *inner = json!({});
-    }
-    if let Some(inner) = inner.as_object_mut() {
-        let labels = inner.entry("Labels").or_insert_with(|| json!({}));
-        if labels.is_null() {
-            *labels = json!({});
-        }
-        if let Some(labels) = labels.as_object_mut() {
-            labels.insert(LABEL_SNAPSHOT.into(), Value::String(id.to_owned()));
-            labels.insert(LABEL_HOME.into(), Value::String(home_id.to_owned()));
-        }
-    }
-    serde_json::to_string(&config).map_err(|e| SnapshotError::Inconsistent(e.to_string()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_snapshot_config_carries_its_layers_history_and_labels() {
-        let base = json!({
-            "architecture": "amd64",
-            "os": "linux",
-            "config": null,
-            "rootfs": { "type": "layers", "diff_ids": ["sha256:aa"] },
-            "history": [{ "created_by": "import" }],
-        });
-        let text = snapshot_config(
-            base,
-            &["aa".into(), "bb".into()],
-            ("snap-000000000001", true),
-            Some("first"),
-            "home1",
-        )
-        .unwrap();
-        let config: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(
-            config["rootfs"]["diff_ids"],
-            json!(["sha256:aa", "sha256:bb"])
-        );
-        assert_eq!(config["history"].as_array().unwrap().len(), 2);
-        assert_eq!(config["history"][1]["comment"], "first");
-        assert_eq!(
-            config["config"]["Labels"][LABEL_SNAPSHOT],
-            "snap-000000000001"
-        );
-        assert_eq!(config["config"]["Labels"][LABEL_HOME], "home1");
-    }
+    let client = silo.client(&sandbox)?;
+    Ok((sandbox, client))
 }
