@@ -32,6 +32,7 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::mkfifo;
 use nix::unistd::{Gid, Uid, fchownat};
 use serde::{Deserialize, Serialize};
+use silo_protocol::bundle::MAX_NAME_BYTES;
 use silo_protocol::extras::{Extras, Mtime, Xattr};
 use silo_protocol::layers::{
     MAX_SKIPPED_LISTED, OPAQUE_WHITEOUT, SkipReason, Skipped, WHITEOUT_PREFIX,
@@ -509,6 +510,13 @@ impl Unpack for Stager<'_> {
         };
         if self.whiteout(&name, &path)? {
             return Ok(());
+        }
+        // Only a deletion marker may pass a name's length, by its prefix.
+        if path
+            .split(|&b| b == b'/')
+            .any(|part| part.len() > MAX_NAME_BYTES)
+        {
+            return Err(reject(&name, Reject::BadName("name too long")));
         }
         let skip = match kind {
             EntryType::Char | EntryType::Block => Some(SkipReason::Device),

@@ -330,6 +330,31 @@ fn devices_and_engine_files_are_skipped_and_listed() {
 }
 
 #[test]
+fn a_name_of_255_bytes_is_removed_by_its_marker_of_259() {
+    let (_dir, root) = machine();
+    let long = "l".repeat(255);
+    fs::write(root.join("data").join(&long), "x").unwrap();
+    // Names over 100 bytes go in GNU long-name entries.
+    let long_layer = |name: &str| {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = Header::new_gnu();
+        header.set_entry_type(EntryType::Regular);
+        header.set_mtime(MTIME);
+        header.set_size(0);
+        builder.append_data(&mut header, name, &[][..]).unwrap();
+        builder.into_inner().unwrap()
+    };
+    apply(&root, &long_layer(&format!("data/.wh.{long}"))).unwrap();
+    assert!(!root.join("data").join(&long).exists());
+    // A name no file system holds is refused before anything is touched.
+    let before = live(&root);
+    let too_long = long_layer(&format!("data/{}", "x".repeat(259)));
+    let refused = apply(&root, &too_long).unwrap_err().to_string();
+    assert!(refused.contains("name too long"), "{refused}");
+    assert_eq!(live(&root), before);
+}
+
+#[test]
 fn a_file_of_zeros_comes_back_with_holes_and_the_same_bytes() {
     let (dir, root) = machine();
     let mut data = vec![0u8; 1 << 20];

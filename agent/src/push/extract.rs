@@ -25,6 +25,7 @@ use std::sync::atomic::AtomicBool;
 
 use silo_protocol::ErrorKind;
 use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES};
+use silo_protocol::snapshot::WHITEOUT_PREFIX;
 
 use super::archive::{Meter, Packing, Unpack, read_archive};
 use crate::fs_error::FsError;
@@ -304,7 +305,7 @@ pub fn copy_buffer() -> Vec<u8> {
 /// Leading `./`, repeated slashes and a trailing slash are tolerated (tar
 /// tools write them); `..`, absolute paths and oversize names are not.
 pub fn normalize(name: &str) -> Result<Option<String>, Reject> {
-    let normal = normalize_bytes(name.as_bytes())?;
+    let normal = normalize_within(name.as_bytes(), MAX_NAME_BYTES)?;
     // Cut only at `/`, so every part is still UTF-8.
     normal
         .map(|path| String::from_utf8(path).map_err(|_| Reject::NotUtf8))
@@ -312,8 +313,16 @@ pub fn normalize(name: &str) -> Result<Option<String>, Reject> {
 }
 
 /// [`normalize`] for a name of any bytes (a snapshot layer's: a name is
-/// bytes on Linux, and a layer brings back what the machine had).
+/// bytes on Linux, and a layer brings back what the machine had). A
+/// component may be as long as a name plus the `.wh.` a layer's deletion
+/// marker puts before it; the file system refuses a longer name it is
+/// asked to make.
 pub fn normalize_bytes(name: &[u8]) -> Result<Option<Vec<u8>>, Reject> {
+    normalize_within(name, MAX_NAME_BYTES + WHITEOUT_PREFIX.len())
+}
+
+/// [`normalize`]'s rules with components up to `name_max` bytes.
+fn normalize_within(name: &[u8], name_max: usize) -> Result<Option<Vec<u8>>, Reject> {
     if name.starts_with(b"/") {
         return Err(Reject::Absolute);
     }
@@ -328,7 +337,7 @@ pub fn normalize_bytes(name: &[u8]) -> Result<Option<Vec<u8>>, Reject> {
         match part {
             b"" | b"." => {}
             b".." => return Err(Reject::DotDot),
-            part if part.len() > MAX_NAME_BYTES => return Err(Reject::BadName("name too long")),
+            part if part.len() > name_max => return Err(Reject::BadName("name too long")),
             part => parts.push(part),
         }
     }
