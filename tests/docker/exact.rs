@@ -2,8 +2,9 @@
 //! real engines, through the real CLI, with every tree read from the host
 //! (`silo_tests::exact`): a designed case (a file two levels below an
 //! image directory no step touched) and the property itself, seeded
-//! random steps with snapshots, rewinds and forks, on the Docker backend
-//! and on the Podman backend. `SILO_EXACT_SEED`, `SILO_EXACT_KINDS`,
+//! random steps with snapshots, rewinds and forks, on the Docker and
+//! Podman backends and on the E2B and Daytona mocks (whose VMs are
+//! containers on the Docker engine, each running a real agent). `SILO_EXACT_SEED`, `SILO_EXACT_KINDS`,
 //! `SILO_EXACT_REWINDS`, `SILO_EXACT_FORKS`, `SILO_EXACT_SHRINK_SECS` and
 //! `SILO_EXACT_NANOS` steer the property (`scripts/exact.sh` runs it long);
 //! `SILO_EXACT_AGENT` holds another build of the agent to the same promise.
@@ -15,10 +16,11 @@
 
 use std::time::Instant;
 
+use silo_mocks::{MockDaytona, MockDaytonaConfig, MockE2b, MockE2bConfig};
 use silo_tests::Cli;
 use silo_tests::docker::BASE_IMAGE;
 use silo_tests::exact::listing::{Compare, Listing, diff};
-use silo_tests::exact::run::{Backend, Target, listing_of};
+use silo_tests::exact::run::{Backend, MOCK_BASE, Target, listing_of};
 use silo_tests::exact::{Settings, check};
 use silo_tests::json;
 
@@ -29,6 +31,9 @@ use crate::sh;
 const DOCKER_BUDGET: (usize, usize) = (100, 20);
 /// The same for Podman: a second engine in the same CI run, so a smaller share.
 const PODMAN_BUDGET: (usize, usize) = (60, 12);
+/// The same for each mock: the remote layer and its provider's transport
+/// on top of the agent the engines' runs already hold to the promise.
+const MOCK_BUDGET: (usize, usize) = (20, 4);
 
 /// An agent binary to run instead of the embedded one (`silo --agent`).
 const AGENT_VAR: &str = "SILO_EXACT_AGENT";
@@ -141,4 +146,47 @@ async fn every_rewind_and_fork_gives_back_exactly_what_its_snapshot_saw_on_podma
         backend: Backend::Podman,
     };
     check(&target, &settings, "exact-pod").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_rewind_and_fork_gives_back_exactly_what_its_snapshot_saw_on_e2b() {
+    let Some(engine) = silo_tests::docker::engine_with_base().await else {
+        return;
+    };
+    let config = MockE2bConfig {
+        templates: [(MOCK_BASE.to_owned(), BASE_IMAGE.to_owned())].into(),
+        ..MockE2bConfig::default()
+    };
+    let mock = MockE2b::start(config).await.unwrap();
+    let cli = cli().with_env(mock.env());
+    let settings = Settings::from_env(MOCK_BUDGET.0, MOCK_BUDGET.1);
+    let target = Target {
+        cli: &cli,
+        engine: &engine,
+        backend: Backend::E2b,
+    };
+    check(&target, &settings, "exact-e2b").await;
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_rewind_and_fork_gives_back_exactly_what_its_snapshot_saw_on_daytona() {
+    let Some(engine) = silo_tests::docker::engine_with_base().await else {
+        return;
+    };
+    // Its default snapshot is the base image, called `MOCK_BASE`.
+    let mock = MockDaytona::start(MockDaytonaConfig::default())
+        .await
+        .unwrap();
+    let cli = cli().with_env(mock.env());
+    let settings = Settings::from_env(MOCK_BUDGET.0, MOCK_BUDGET.1);
+    let target = Target {
+        cli: &cli,
+        engine: &engine,
+        backend: Backend::Daytona,
+    };
+    check(&target, &settings, "exact-day").await;
+    drop(cli);
+    mock.shutdown().await.unwrap();
 }

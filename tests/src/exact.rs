@@ -35,8 +35,7 @@ use run::Target;
 
 /// The seed of a run; without it, one is made from the clock.
 pub const SEED_VAR: &str = "SILO_EXACT_SEED";
-/// Comma-separated operation kinds to draw from (default: all but
-/// [`OpKind::NOT_HELD_YET`]).
+/// Comma-separated operation kinds to draw from (default: all).
 pub const KINDS_VAR: &str = "SILO_EXACT_KINDS";
 /// How many rewinds a run makes.
 pub const REWINDS_VAR: &str = "SILO_EXACT_REWINDS";
@@ -87,6 +86,7 @@ impl Settings {
             shrink: Duration::from_secs(number(SHRINK_SECS_VAR, shrink_default)),
             compare: Compare {
                 nanoseconds: !std::env::var(NANOS_VAR).is_ok_and(|v| v == "0" || v == "false"),
+                ..Compare::default()
             },
         }
     }
@@ -117,7 +117,8 @@ pub async fn check(target: &Target<'_>, settings: &Settings, name: &str) {
         settings.forks,
         kinds.join(",")
     );
-    let plan = plan::generate(seed, &settings.kinds, settings.rewinds, settings.forks);
+    let budget = (settings.rewinds, settings.forks);
+    let plan = plan::generate(seed, &settings.kinds, budget, !target.backend.is_remote());
     let started = Instant::now();
     let failure = match target.play(&plan, name, settings.compare, true).await {
         Ok(stats) => {

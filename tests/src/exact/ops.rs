@@ -107,19 +107,37 @@ pub struct Model {
     /// For fresh names: never reused in a plan, so a stale path never
     /// comes back as something else.
     counter: u64,
+    /// Whether steps may change the image's own files and directories
+    /// (they still make new files in its directories either way).
+    touches_image: bool,
 }
 
 impl Default for Model {
     fn default() -> Self {
-        Self {
-            files: IMAGE_FILES.iter().map(|f| (*f).to_owned()).collect(),
-            dirs: vec![WORK.to_owned()],
-            counter: 0,
-        }
+        Self::new(true)
     }
 }
 
 impl Model {
+    /// A model whose steps change the image's own files and directories
+    /// only if `touches_image`: a provider's template is not in silo's
+    /// store, so on E2B and Daytona a rewind to before such a change takes
+    /// a new VM, as documented, rather than the in-place rewind a run
+    /// checks.
+    pub fn new(touches_image: bool) -> Self {
+        let image_files = IMAGE_FILES.iter().map(|f| (*f).to_owned());
+        Self {
+            files: if touches_image {
+                image_files.collect()
+            } else {
+                Vec::new()
+            },
+            dirs: vec![WORK.to_owned()],
+            counter: 0,
+            touches_image,
+        }
+    }
+
     /// One operation of `kind`.
     pub fn op(&mut self, rng: &mut Rng, kind: OpKind) -> Op {
         let shell = match kind {
@@ -332,7 +350,7 @@ impl Model {
     /// A file or a directory, the image's directories included.
     fn some_path(&self, rng: &mut Rng) -> String {
         match rng.below(3) {
-            0 => (*rng.pick(&IMAGE_DIRS)).to_owned(),
+            0 if self.touches_image => (*rng.pick(&IMAGE_DIRS)).to_owned(),
             1 => rng.pick(&self.dirs).clone(),
             _ => self
                 .some_file(rng)
@@ -424,6 +442,9 @@ impl Model {
     }
 
     fn rm_image(&mut self, rng: &mut Rng) -> String {
+        if !self.touches_image {
+            return self.rm(rng);
+        }
         format!("rm -f {}", rng.pick(&IMAGE_FILES))
     }
 

@@ -71,10 +71,16 @@ pub fn script(ops: &[Op]) -> String {
 
 /// A plan drawn from `seed`: the work area made, then rounds of a few
 /// steps, maybe a snapshot, and a rewind or a fork, until both budgets
-/// are spent.
-pub fn generate(seed: u64, kinds: &[OpKind], rewinds: usize, forks: usize) -> Vec<Action> {
+/// are spent. Steps change the image's own files only if `touches_image`
+/// (see [`Model::new`]).
+pub fn generate(
+    seed: u64,
+    kinds: &[OpKind],
+    (rewinds, forks): (usize, usize),
+    touches_image: bool,
+) -> Vec<Action> {
     let mut rng = Rng::new(seed);
-    let mut model = Model::default();
+    let mut model = Model::new(touches_image);
     let mut plan = vec![Action::Step(vec![Op::make_work_area()])];
     let (mut rewinds, mut forks) = (rewinds as u64, forks as u64);
     let mut labels = 0u32;
@@ -122,7 +128,7 @@ pub fn is_valid(plan: &[Action]) -> bool {
 /// The plan as shell lines a person can paste (`jq` reads the ids), with
 /// the sandbox called `name`; each rewind and fork says what to compare.
 pub fn render(plan: &[Action], name: &str, backend: Backend) -> String {
-    let mut up = vec!["silo", "up", name, "--image", crate::docker::BASE_IMAGE];
+    let mut up = vec!["silo", "up", name];
     up.extend(backend.up_args());
     let mut out = format!("{}\n", up.join(" "));
     for (index, action) in plan.iter().enumerate() {
@@ -158,9 +164,10 @@ mod tests {
 
     #[test]
     fn a_seed_draws_one_plan_and_spends_both_budgets() {
-        let a = generate(42, &OpKind::ALL, 10, 3);
-        assert_eq!(a, generate(42, &OpKind::ALL, 10, 3));
-        assert_ne!(a, generate(43, &OpKind::ALL, 10, 3));
+        let a = generate(42, &OpKind::ALL, (10, 3), true);
+        assert_eq!(a, generate(42, &OpKind::ALL, (10, 3), true));
+        assert_ne!(a, generate(43, &OpKind::ALL, (10, 3), true));
+        assert_ne!(a, generate(42, &OpKind::ALL, (10, 3), false));
         let count = |f: fn(&Action) -> bool| a.iter().filter(|x| f(x)).count();
         assert_eq!(count(|x| matches!(x, Action::Rewind(_))), 10);
         assert_eq!(count(|x| matches!(x, Action::Fork(_))), 3);

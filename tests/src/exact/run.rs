@@ -15,6 +15,10 @@ use super::plan::{self, Action};
 use crate::Cli;
 use crate::docker::{BASE_IMAGE, container};
 
+/// The template (E2B) or image (Daytona) name a mock maps to
+/// [`BASE_IMAGE`]; the test that starts the mock configures it.
+pub const MOCK_BASE: &str = "base";
+
 /// The engine a run's sandboxes are made on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -22,6 +26,11 @@ pub enum Backend {
     Docker,
     /// silo's Podman backend.
     Podman,
+    /// silo's E2B backend, against the E2B mock (its VMs are containers on
+    /// the Docker engine, each running the agent beside the mock's own).
+    E2b,
+    /// silo's Daytona backend, against the Daytona mock.
+    Daytona,
 }
 
 impl Backend {
@@ -30,15 +39,36 @@ impl Backend {
         match self {
             Self::Docker => "docker",
             Self::Podman => "podman",
+            Self::E2b => "e2b",
+            Self::Daytona => "daytona",
         }
     }
 
-    /// What `silo up` needs to make a sandbox on it.
+    /// What `silo up NAME` needs to make a sandbox of the base image on it.
     pub fn up_args(self) -> &'static [&'static str] {
         match self {
-            Self::Docker => &[],
-            Self::Podman => &["--backend", "podman"],
+            Self::Docker => &["--image", BASE_IMAGE],
+            Self::Podman => &["--image", BASE_IMAGE, "--backend", "podman"],
+            Self::E2b => &["--backend", "e2b", "--template", MOCK_BASE],
+            Self::Daytona => &["--backend", "daytona", "--image", MOCK_BASE],
         }
+    }
+
+    /// Prefixes of the paths its machines make for themselves, under names
+    /// of their own (see [`Compare::machine_own`]).
+    pub fn machine_own(self) -> &'static [&'static [u8]] {
+        match self {
+            Self::Daytona => &[b"/tmp/tmp."],
+            _ => &[],
+        }
+    }
+
+    /// Whether a sandbox's machine is a mock's VM: the provider's template
+    /// files are not in silo's store, so changing one makes a rewind to
+    /// before it take a new VM (docs/snapshots.md), and the run leaves
+    /// them alone.
+    pub fn is_remote(self) -> bool {
+        matches!(self, Self::E2b | Self::Daytona)
     }
 }
 
@@ -123,13 +153,21 @@ impl fmt::Display for Stats {
 /// The host's listing of a sandbox's live tree, through its container's
 /// init (`/proc/<pid>/root`).
 pub async fn listing_of(engine: &Docker, sandbox_id: &str) -> Result<Listing, String> {
-    let pid = container(engine, sandbox_id)
-        .await
+    let found = container(engine, sandbox_id).await;
+    listing_of_container(found, sandbox_id)
+}
+
+/// The listing of the container `found` (named `what` in errors).
+fn listing_of_container(
+    found: Option<bollard::models::ContainerInspectResponse>,
+    what: &str,
+) -> Result<Listing, String> {
+    let pid = found
         .and_then(|c| c.state)
         .and_then(|s| s.pid)
         .filter(|pid| *pid > 0)
-        .ok_or_else(|| format!("sandbox {sandbox_id} has no running container"))?;
-    listing::of_pid(pid as u32).map_err(|e| format!("listing sandbox {sandbox_id}: {e}"))
+        .ok_or_else(|| format!("sandbox {what} has no running container"))?;
+    listing::of_pid(pid as u32).map_err(|e| format!("listing sandbox {what}: {e}"))
 }
 
 /// A snapshot taken during a play: its id and the tree it saw.
@@ -142,7 +180,6 @@ struct Taken {
 struct Player<'a> {
     target: &'a Target<'a>,
     name: String,
-    id: String,
     compare: Compare,
     taken: HashMap<u32, Taken>,
     stats: Stats,
@@ -162,13 +199,16 @@ impl Target<'_> {
         compare: Compare,
         progress: bool,
     ) -> Result<Stats, Failure> {
-        let mut args = vec!["up", name, "--image", BASE_IMAGE, "--json"];
+        let mut args = vec!["up", name, "--json"];
         args.extend(self.backend.up_args());
-        let up = crate::json(&self.cli.ok(&args));
+        self.cli.ok(&args);
+        let compare = Compare {
+            machine_own: self.backend.machine_own(),
+            ..compare
+        };
         let mut player = Player {
             target: self,
             name: name.to_owned(),
-            id: up["sandbox"]["id"].as_str().unwrap_or_default().to_owned(),
             compare,
             taken: HashMap::new(),
             stats: Stats::default(),
@@ -193,6 +233,28 @@ impl Target<'_> {
                 String::from_utf8_lossy(&out.stderr).trim()
             ),
         ))
+    }
+
+    /// The host's listing of the live tree of sandbox `name`: its
+    /// container is silo's own on Docker and Podman, and the mock's VM
+    /// (`silo-mock-KIND-PROVIDER_ID`) on E2B and Daytona.
+    async fn listing(&self, name: &str) -> Result<Listing, (Class, String)> {
+        let row = self.silo_json(&["ls", "--json"])?;
+        let row = row
+            .as_array()
+            .and_then(|rows| rows.iter().find(|row| row["name"] == name))
+            .ok_or_else(|| (Class::Silo, format!("{name} is not listed")))?;
+        let found = if self.backend.is_remote() {
+            let vm = row["backend_ref"]["sandbox_id"]
+                .as_str()
+                .unwrap_or_default();
+            let container = format!("silo-mock-{}-{vm}", self.backend.name());
+            self.engine.inspect_container(&container, None).await.ok()
+        } else {
+            let id = row["id"].as_str().unwrap_or_default();
+            container(self.engine, id).await
+        };
+        listing_of_container(found, name).map_err(|e| (Class::Silo, e))
     }
 
     /// `silo ARGS… --json`, parsed.
@@ -243,7 +305,7 @@ impl Player<'_> {
     }
 
     async fn snapshot(&mut self, label: u32) -> Done {
-        let before = self.listing(&self.id.clone()).await?;
+        let before = self.listing(&self.name.clone()).await?;
         let started = Instant::now();
         let report = self.target.silo_json(&["snapshot", &self.name, "--json"])?;
         self.stats.snapshot_time += started.elapsed();
@@ -252,7 +314,7 @@ impl Player<'_> {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let tree = self.listing(&self.id.clone()).await?;
+        let tree = self.listing(&self.name.clone()).await?;
         self.differ(&before, &tree, "the snapshot changed the live tree")?;
         let note = format!(
             " ({} entries in its layer, {} deletions, baseline by {})",
@@ -271,7 +333,7 @@ impl Player<'_> {
         self.stats.rewind_time += started.elapsed();
         self.stats.rewinds += 1;
         // A rewind onto a new machine replaced the container: ask again.
-        let live = self.listing(&self.id.clone()).await?;
+        let live = self.listing(&self.name.clone()).await?;
         let in_place = &report["image"]["in_place"];
         let why = report["new_machine_because"].as_str();
         let fell_back = why.map(|why| format!(" (it made a new machine, since {why})"));
@@ -307,11 +369,7 @@ impl Player<'_> {
             .silo_json(&["fork", &snapshot, "--name", &fork, "--json"])?;
         self.stats.fork_time += started.elapsed();
         self.stats.forks += 1;
-        let fork_id = report["sandbox"]["id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let tree = self.listing(&fork_id).await;
+        let tree = self.listing(&fork).await;
         // Removed whatever its tree, so a failure leaves nothing running.
         let _ = self.target.silo(&["rm", &fork]);
         self.differ(
@@ -331,11 +389,9 @@ impl Player<'_> {
         })
     }
 
-    async fn listing(&mut self, sandbox_id: &str) -> Result<Listing, (Class, String)> {
+    async fn listing(&mut self, name: &str) -> Result<Listing, (Class, String)> {
         let started = Instant::now();
-        let listing = listing_of(self.target.engine, sandbox_id)
-            .await
-            .map_err(|e| (Class::Silo, e));
+        let listing = self.target.listing(name).await;
         self.stats.listing_time += started.elapsed();
         listing
     }
