@@ -197,3 +197,82 @@ async fn a_push_whose_client_is_killed_stops_and_frees_its_mount_at_once() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+/// Readers inside a sandbox while 40 pushes swap its mount, on whatever
+/// storage driver the engine has (fuse-overlayfs here): one that resolves
+/// a file under the mount path in a loop finds it every time, and walkers
+/// that enter the mount once and read every file see one version per walk.
+#[tokio::test]
+async fn readers_of_a_mount_see_the_old_tree_or_the_new_one_through_every_swap() {
+    const SWAPS: usize = 40;
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "swap", "--image", BASE_IMAGE]);
+    let push = |version: usize| {
+        let src = tempfile::tempdir().unwrap();
+        for dir in ["a", "b", "c", "d"] {
+            std::fs::create_dir(src.path().join(dir)).unwrap();
+            for file in 0..5 {
+                let path = src.path().join(dir).join(format!("f{file}"));
+                std::fs::write(path, format!("v{version}\n")).unwrap();
+            }
+        }
+        let src = src.path().to_str().unwrap().to_owned();
+        cli.ok(&["push", &src, "--mount", MOUNT, "swap"]);
+    };
+    push(0);
+    // Each reader counts until /tmp/stop exists, then prints its counts.
+    let resolver = format!(
+        "ok=0; miss=0; while [ ! -e /tmp/stop ]; do \
+         if [ -e {MOUNT}/a/f0 ]; then ok=$((ok+1)); else miss=$((miss+1)); fi; done; \
+         echo \"$ok $miss\""
+    );
+    let walker = format!(
+        "whole=0; mixed=0; while [ ! -e /tmp/stop ]; do \
+         n=$(cd {MOUNT} 2>/dev/null && cat */* | sort -u | wc -l); \
+         if [ \"$n\" = 1 ]; then whole=$((whole+1)); else mixed=$((mixed+1)); fi; done; \
+         echo \"$whole $mixed\""
+    );
+    let mut readers: Vec<(&str, std::process::Child)> = Vec::new();
+    for (kind, script) in [
+        ("resolver", &resolver),
+        ("resolver", &resolver),
+        ("walker", &walker),
+        ("walker", &walker),
+        ("walker", &walker),
+        ("walker", &walker),
+    ] {
+        let child = cli
+            .command(&["exec", "swap", "--", "sh", "-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        readers.push((kind, child));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for version in 1..=SWAPS {
+        push(version);
+    }
+    cli.ok(&["exec", "swap", "--", "touch", "/tmp/stop"]);
+    for (kind, child) in readers {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let counts: Vec<u64> = text
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let [good, bad] = counts[..] else {
+            panic!("{kind} printed {text:?}");
+        };
+        assert!(good > 0, "the {kind} never read the mount: {text}");
+        assert_eq!(
+            bad, 0,
+            "a {kind} saw no tree or a mix {bad} times ({good} whole)"
+        );
+    }
+    let versions = cli.ok(&["exec", "swap", "--", "cat", &format!("{MOUNT}/d/f4")]);
+    assert_eq!(versions.trim(), format!("v{SWAPS}"));
+    cli.ok(&["rm", "swap"]);
+}

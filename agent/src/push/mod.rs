@@ -7,8 +7,9 @@
 //! at the same time, up to [`MAX_ACTIVE_PUSHES`]), a bundle whose hash is
 //! already live is answered "unchanged" without writing, and anything else
 //! is streamed from the connection into a blocking extractor, verified,
-//! committed as a new version and swapped in with one `rename`. Retired
-//! versions are removed later by a per-mount timer. Whatever fails, the
+//! committed as a new version and swapped in with one exchange of the
+//! mount's link (see `store`). Retired versions are removed later by a
+//! per-mount timer. Whatever fails, the
 //! live tree is untouched and the partial version is removed (or handed to
 //! [`crate::cleanup`] to retry) before the answer goes out.
 //!

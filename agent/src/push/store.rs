@@ -4,9 +4,15 @@
 //! so the tree survives being bind-mounted elsewhere). A push extracts into
 //! `.versions/<name>/.partial-<boot>-<n>/`, renames that to its version id
 //! once complete and verified, then points the mount at it by creating a
-//! temporary link `.versions/<name>/.link-<boot>-<n>` and renaming it over the
-//! mount: `rename(2)` replaces the link in one step, so a reader resolves the
-//! old tree or the new one, never a mix and never nothing.
+//! temporary link `.versions/<name>/.link-<boot>-<n>` and exchanging it with
+//! the mount's link (`renameat2(RENAME_EXCHANGE)`), then removing the
+//! temporary, which now holds the old link. A reader resolving the mount
+//! path at any moment finds the old tree or the new one, never nothing:
+//! plain `rename(2)` over a link is not atomic on every file system
+//! (fuse-overlayfs, the rootless engines' storage driver, lets a reader
+//! find no link at all now and then), while an exchange is. Where the
+//! mount has no link yet, or the file system cannot exchange, the link is
+//! renamed into place.
 //!
 //! Retired versions stay for a grace period so readers that resolved the old
 //! link can finish, and at most `keep` of them are kept whatever their age.
@@ -98,7 +104,7 @@ pub fn commit_and_swap(
     let tmp = store.join(format!("{LINK_PREFIX}{tmp_link_tag}"));
     let target = Path::new(STORE_DIR).join(name).join(id.to_string());
     std::os::unix::fs::symlink(&target, &tmp).map_err(FsError::at("create", &tmp))?;
-    if let Err(err) = std::fs::rename(&tmp, link) {
+    if let Err(err) = swap_link(&tmp, link) {
         let _ = std::fs::remove_file(&tmp);
         return Err(FsError::new("swap", link, err));
     }
@@ -109,6 +115,55 @@ pub fn commit_and_swap(
         }
     }
     Ok(version)
+}
+
+/// Puts link `new` in the place of `link`: exchanged with it when `link`
+/// is a link (so the path never names nothing), then `new`, holding the old
+/// link, is removed; renamed over it otherwise.
+fn swap_link(new: &Path, link: &Path) -> io::Result<()> {
+    let is_link = std::fs::symlink_metadata(link).is_ok_and(|m| m.file_type().is_symlink());
+    if is_link {
+        match exchange(new, link) {
+            Ok(()) => {
+                // A leftover the start-up sweep removes if this fails.
+                let _ = std::fs::remove_file(new);
+                return Ok(());
+            }
+            // No exchange on this file system (or kernel): rename.
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    std::fs::rename(new, link)
+}
+
+/// `renameat2(a, b, RENAME_EXCHANGE)`: both paths stay, each naming what
+/// the other did, in one step. Called through `syscall` because musl has no
+/// wrapper for it.
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = |path: &Path| {
+        CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))
+    };
+    let (a, b) = (c_path(a)?, c_path(b)?);
+    // SAFETY: both pointers are to NUL-terminated strings that outlive the
+    // call, and the kernel reads nothing else.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
 }
 
 /// Removes retired versions: all but the newest `keep`, and any retired
@@ -291,6 +346,19 @@ mod tests {
             if seq > 1 {
                 retired.insert(seq - 1, t0);
             }
+            // The exchange's temporary, holding the old link, is gone.
+            let temporaries = std::fs::read_dir(&store)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(LINK_PREFIX))
+                .count();
+            assert_eq!(temporaries, 0);
+            assert!(
+                std::fs::symlink_metadata(&link)
+                    .unwrap()
+                    .file_type()
+                    .is_symlink()
+            );
         }
         let grace = Duration::from_secs(60);
         let next = collect_garbage(&store, Some(&id(5)), &mut retired, grace, 2, t0);
