@@ -276,3 +276,58 @@ async fn readers_of_a_mount_see_the_old_tree_or_the_new_one_through_every_swap()
     assert_eq!(versions.trim(), format!("v{SWAPS}"));
     cli.ok(&["rm", "swap"]);
 }
+
+/// A bundle over the entry cap that declares nothing, as a client other
+/// than silo's own may send, is refused within seconds with nothing written
+/// (nothing left under the mount's `.versions`, no version of the mount),
+/// and the mount takes the next push at once; one within the caps that
+/// declares nothing is extracted whole.
+#[tokio::test]
+async fn an_undeclared_bundle_over_the_entry_cap_is_refused_in_seconds_and_leaves_nothing() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "caps", "--image", BASE_IMAGE]);
+    let silo = Silo::open(Some(cli.home.path().to_path_buf())).unwrap();
+    let client = silo.client(&silo.get("caps").unwrap()).unwrap();
+    // 200,000 empty files: 100 MiB of headers, well under the body cap
+    // once compressed.
+    let over: Vec<Vec<u8>> = (0..200_000)
+        .map(|i| tar_file(&format!("f{i:06}"), b""))
+        .collect();
+    let started = std::time::Instant::now();
+    let (status, answer) = push_raw(&client, MOUNT, bundle_of(&over)).await;
+    let took = started.elapsed();
+    assert_eq!(status, 413, "{answer}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "refused after {took:?}: {answer}"
+    );
+    let left = cli.ok(&[
+        "exec",
+        "caps",
+        "--",
+        "sh",
+        "-c",
+        "ls -A /workspace/managed/.versions 2>/dev/null; ls -A /workspace/managed",
+    ]);
+    assert_eq!(left.trim(), ".versions", "left behind: {left}");
+
+    let within = vec![tar_file("a.txt", b"a\n"), tar_file("b/c.txt", b"c\n")];
+    let (status, answer) = push_raw(&client, MOUNT, bundle_of(&within)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["files"], 2, "{answer}");
+    let read = cli.ok(&["exec", "caps", "--", "cat", &format!("{MOUNT}/b/c.txt")]);
+    assert_eq!(read, "c\n");
+    let spools = cli.ok(&[
+        "exec",
+        "caps",
+        "--",
+        "sh",
+        "-c",
+        "ls -A /workspace/managed/.versions/app | grep -c partial; true",
+    ]);
+    assert_eq!(spools.trim(), "0", "a spool or staging directory was left");
+    cli.ok(&["rm", "caps"]);
+}

@@ -82,6 +82,66 @@ pub fn extract_packed<R: Read>(
     })
 }
 
+/// What a bundle holds, counted from its headers alone: the entries and
+/// unpacked bytes a client did not declare, found in the time it takes to
+/// read the body rather than to write every file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Entries of any kind.
+    pub entries: u64,
+    /// Bytes of regular files.
+    pub unpacked: u64,
+}
+
+/// Reads a gzip bundle from `body` through every check [`extract`] makes of
+/// the archive itself (body, ratio and entry caps, the hash) and counts it
+/// against `limits`, writing nothing.
+pub fn count(
+    body: impl Read,
+    limits: &BundleLimits,
+    claimed_sha256: &str,
+    cancelled: &AtomicBool,
+) -> Result<Counted, ExtractError> {
+    let mut counter = Counter {
+        limits,
+        counted: Counted::default(),
+    };
+    read_archive(
+        Packing::Gzip,
+        body,
+        limits,
+        claimed_sha256,
+        cancelled,
+        &mut counter,
+    )?;
+    Ok(counter.counted)
+}
+
+/// The [`Unpack`] of [`count`]: sizes only, the data skipped.
+struct Counter<'a> {
+    limits: &'a BundleLimits,
+    counted: Counted,
+}
+
+impl Unpack for Counter<'_> {
+    fn add<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        _meter: &Meter,
+    ) -> Result<(), ExtractError> {
+        self.counted.entries += 1;
+        if entry.header().entry_type().is_file() {
+            self.counted.unpacked = self.counted.unpacked.saturating_add(entry.size());
+            if self.counted.unpacked > self.limits.max_unpacked_bytes {
+                return Err(ExtractError::UnpackedTooLarge {
+                    limit: self.limits.max_unpacked_bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What a path in the tree is so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Seen {

@@ -15,7 +15,12 @@
 //!
 //! Admission comes before any work: a bundle whose declared entries or
 //! unpacked size (see [`Declared`]) is over a cap is refused at once, and
-//! the extract is then held to what was declared. A push gets at most the
+//! the extract is then held to what was declared. A bundle that declares
+//! neither, as any client but silo's own may send, is first read whole
+//! into a spool beside its version, its headers counted against the caps
+//! as it comes: an oversize one is refused at the speed of the network,
+//! having written no file (writing 100,000 entries takes minutes on some
+//! storage drivers), and only a bundle within the caps is extracted. A push gets at most the
 //! push deadline (`--push-deadline-secs`) to extract and swap, so a mount
 //! is never held longer; a push queued behind another waits at most
 //! [`MAX_QUEUE_WAIT`] and is then answered `busy`, with how long the
@@ -36,7 +41,7 @@ mod store;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -289,11 +294,16 @@ impl Pusher {
         }));
         let job = {
             let mount = mount.clone();
-            let claimed = request.sha256.clone();
+            let bundle = Bundle {
+                claimed: request.sha256.clone(),
+                limits,
+                count_first: request.declared.entries.is_none()
+                    || request.declared.unpacked.is_none(),
+            };
             let cancelled = Arc::clone(&cancelled.0);
             tokio::task::spawn_blocking(move || {
                 let reader = ChannelReader::new(rx);
-                match stage_and_swap(&mount, &tag, reader, &limits, &claimed, &cancelled) {
+                match stage_and_swap(&mount, &tag, reader, &bundle, &cancelled) {
                     Ok(done) => Ok((state, done)),
                     // The mount's lock goes at once, so other pushes to it
                     // go ahead while what the extract wrote is removed, still
@@ -304,6 +314,10 @@ impl Pusher {
                     Err(failed) => {
                         drop(state);
                         remove_leftovers(&failed.leftovers);
+                        // A store no version ever reached goes too (under
+                        // the permit, as no push holds this mount's lock
+                        // without it): a refused first push leaves nothing.
+                        let _ = std::fs::remove_dir(mount.store());
                         drop(permit);
                         Err(failed.error)
                     }
@@ -491,6 +505,17 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// What one push's body is checked against.
+struct Bundle {
+    /// The SHA-256 the request was signed over.
+    claimed: String,
+    /// The caps, tightened to what the client declared.
+    limits: BundleLimits,
+    /// The client declared no entries or unpacked size: count the bundle
+    /// from a spool before writing any of it.
+    count_first: bool,
+}
+
 /// Extracts into a fresh staging directory, commits it as the next version
 /// and swaps it in. On failure it names what it made, for the caller to
 /// remove once the mount is released.
@@ -498,8 +523,7 @@ fn stage_and_swap(
     mount: &Mount,
     tag: &str,
     body: ChannelReader,
-    limits: &BundleLimits,
-    claimed: &str,
+    bundle: &Bundle,
     cancelled: &AtomicBool,
 ) -> Result<(VersionId, extract::Extracted), Failed> {
     let failed = |error: PushError| Failed {
@@ -518,9 +542,16 @@ fn stage_and_swap(
         .create(&staging)
         .map_err(FsError::at("create", &staging))
         .map_err(|e| failed(e.into()))?;
+    let spool = staging.with_extension("bundle");
     let mut made = None;
     let result = (|| {
-        let extracted = extract::extract(body, &staging, limits, claimed, cancelled)?;
+        let (claimed, limits) = (&bundle.claimed, &bundle.limits);
+        let extracted = if bundle.count_first {
+            let spooled = spool_and_count(body, &spool, limits, claimed, cancelled)?;
+            extract::extract(spooled, &staging, limits, claimed, cancelled)?
+        } else {
+            extract::extract(body, &staging, limits, claimed, cancelled)?
+        };
         std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(VERSION_MODE))
             .map_err(FsError::at("chmod", &staging))?;
         let id = VersionId {
@@ -531,10 +562,61 @@ fn stage_and_swap(
         store::commit_and_swap(&staging, &store, &mount.link(), &mount.name, &id, tag)?;
         Ok((id, extracted))
     })();
+    if bundle.count_first {
+        let _ = std::fs::remove_file(&spool);
+    }
     result.map_err(|error| Failed {
         error,
         leftovers: std::iter::once(staging).chain(made).collect(),
     })
+}
+
+/// Reads the whole body into `spool` while counting it against `limits`
+/// ([`extract::count`]); the spool, read from its start, once it is within
+/// them.
+fn spool_and_count(
+    body: ChannelReader,
+    spool: &std::path::Path,
+    limits: &BundleLimits,
+    claimed: &str,
+    cancelled: &AtomicBool,
+) -> Result<std::fs::File, PushError> {
+    use std::io::{Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(STAGING_MODE)
+        .open(spool)
+        .map_err(FsError::at("create", spool))?;
+    let mut tee = Tee {
+        inner: body,
+        copy: io::BufWriter::new(&mut file),
+    };
+    let counted = extract::count(&mut tee, limits, claimed, cancelled)?;
+    tee.copy.flush().map_err(FsError::at("write", spool))?;
+    drop(tee);
+    tracing::debug!(
+        entries = counted.entries,
+        unpacked = counted.unpacked,
+        "undeclared bundle counted"
+    );
+    file.rewind().map_err(FsError::at("read", spool))?;
+    Ok(file)
+}
+
+/// A reader that writes what it reads to `copy` as well.
+struct Tee<R, W> {
+    inner: R,
+    copy: W,
+}
+
+impl<R: io::Read, W: io::Write> io::Read for Tee<R, W> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.copy.write_all(&buf[..n])?;
+        Ok(n)
+    }
 }
 
 async fn blocking<T: Send + 'static>(
