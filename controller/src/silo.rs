@@ -122,6 +122,10 @@ struct Shared {
     backends: Backends,
 }
 
+/// The lease operation of `silo rm`: a call that finds it held knows its
+/// sandbox is going.
+pub(crate) const RM_OP: &str = "rm";
+
 impl Silo {
     /// Opens the home at `home` (or the default), creating it on first use.
     pub fn open(home: Option<PathBuf>) -> Result<Self, SiloError> {
@@ -375,7 +379,7 @@ impl Silo {
 
     /// Stops and deletes a sandbox. Its events stay in the log.
     pub async fn remove(&self, name_or_id: &str) -> Result<SandboxRecord, SiloError> {
-        let (_lease, sandbox) = self.lease_sandbox(name_or_id, "rm").await?;
+        let (_lease, sandbox) = self.lease_sandbox(name_or_id, RM_OP).await?;
         let key = self.sandbox_key(&sandbox);
         self.backend(sandbox.backend)
             .remove(machine(&sandbox, &key))
@@ -402,10 +406,23 @@ impl Silo {
                 let _lease = self.lease(&sandbox.name, "start").await?;
                 self.start_sandbox(sandbox).await
             }
-            MachineState::Missing => Err(SiloError::Missing {
-                name: sandbox.name.clone(),
+            MachineState::Missing => Err(self.gone(sandbox)),
+        }
+    }
+
+    /// Why the machine of `sandbox` (as the caller read its record) is no
+    /// longer there: removed by `silo rm`, replaced by a new machine (a
+    /// rewind or a recreate, since the caller read the record), or gone
+    /// from outside silo.
+    pub(crate) fn gone(&self, sandbox: &SandboxRecord) -> SiloError {
+        let name = sandbox.name.clone();
+        match self.db().sandbox(&sandbox.id) {
+            Err(_) => SiloError::Removed { name },
+            Ok(now) if now.backend_ref != sandbox.backend_ref => SiloError::Replaced { name },
+            Ok(_) => SiloError::Missing {
+                name,
                 backend: sandbox.backend,
-            }),
+            },
         }
     }
 
@@ -433,10 +450,7 @@ impl Silo {
             Ok(MachineState::Stopped) => SiloError::NotRunning {
                 name: sandbox.name.clone(),
             },
-            Ok(MachineState::Missing) => SiloError::Missing {
-                name: sandbox.name.clone(),
-                backend: sandbox.backend,
-            },
+            Ok(MachineState::Missing) => self.gone(sandbox),
             _ => SiloError::Agent {
                 name: sandbox.name.clone(),
                 source: Box::new(source),
@@ -656,6 +670,22 @@ pub enum SiloError {
         /// Why (boxed: client errors are large).
         #[source]
         source: Box<ClientError>,
+    },
+    /// The sandbox was removed (`silo rm`) while a call to it was under way.
+    #[error("sandbox {name:?} was removed (`silo rm`) while this call was under way")]
+    Removed {
+        /// The sandbox.
+        name: String,
+    },
+    /// The sandbox's machine was replaced by a new one (a rewind onto a new
+    /// machine, a recreate) while a call to the old one was under way.
+    #[error(
+        "sandbox {name:?} got a new machine (a rewind or a recreate) while this call was \
+         under way; try it again"
+    )]
+    Replaced {
+        /// The sandbox.
+        name: String,
     },
     /// The sandbox's machine no longer exists.
     #[error(

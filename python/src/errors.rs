@@ -185,7 +185,8 @@ fn raise(class: Class, message: String) -> PyErr {
 fn classify(error: &(dyn std::error::Error + 'static)) -> Class {
     if let Some(error) = error.downcast_ref::<SiloError>() {
         return match error {
-            SiloError::Missing { .. } => Class::SandboxNotFound,
+            SiloError::Missing { .. } | SiloError::Removed { .. } => Class::SandboxNotFound,
+            SiloError::Replaced { .. } => Class::Unreachable,
             SiloError::NotRunning { .. } => Class::NotRunning,
             SiloError::SpecDrift { .. } => Class::SpecDrift,
             SiloError::Naming(_)

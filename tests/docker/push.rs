@@ -331,3 +331,62 @@ async fn an_undeclared_bundle_over_the_entry_cap_is_refused_in_seconds_and_leave
     assert_eq!(spools.trim(), "0", "a spool or staging directory was left");
     cli.ok(&["rm", "caps"]);
 }
+
+/// A push to a sandbox that `silo rm` removes while the agent is writing
+/// the bundle fails within a second of the removal, and says the sandbox
+/// was removed, not that it may come back.
+#[tokio::test]
+async fn a_push_to_a_sandbox_removed_mid_push_reports_it_at_once() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "doomed", "--image", BASE_IMAGE]);
+    let big = tempfile::tempdir().unwrap();
+    for i in 0..60_000 {
+        std::fs::write(big.path().join(format!("f{i:05}")), "").unwrap();
+    }
+    let push = cli
+        .command(&[
+            "push",
+            big.path().to_str().unwrap(),
+            "--mount",
+            MOUNT,
+            "doomed",
+            "--json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let partial = "ls -d /workspace/managed/.versions/app/.partial-* 2>/dev/null | head -1";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cli
+        .ok(&["exec", "doomed", "--", "sh", "-c", partial])
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the push never started extracting"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cli.ok(&["rm", "doomed"]);
+    let removed = std::time::Instant::now();
+    let out = push.wait_with_output().unwrap();
+    let took = removed.elapsed();
+    let report = json(&String::from_utf8_lossy(&out.stdout));
+    let failure = &report["failures"][0];
+    assert_eq!(failure["reason"], "removed", "{report}");
+    assert!(
+        failure["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("silo rm"),
+        "{report}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(1),
+        "reported {took:?} after the removal: {report}"
+    );
+}

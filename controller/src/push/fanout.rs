@@ -14,7 +14,7 @@ use serde::Serialize;
 use silo_protocol::push::PushResponse;
 
 use super::SharedBundle;
-use super::send::{PushFailed, RetryPolicy, push_to_sandbox};
+use super::send::{GoneProbe, PushFailed, RetryPolicy, push_unless_gone};
 use crate::client::AgentClient;
 
 /// Pushes in flight at once unless told otherwise.
@@ -84,7 +84,7 @@ impl PushOptions {
 }
 
 /// One target of a fan-out.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Job {
     /// The sandbox's name, for the report.
     pub sandbox: String,
@@ -92,6 +92,19 @@ pub struct Job {
     pub client: AgentClient,
     /// What it gets.
     pub bundle: Arc<SharedBundle>,
+    /// Whether its machine is gone, asked when its agent cannot be reached.
+    pub gone: Option<GoneProbe>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("sandbox", &self.sandbox)
+            .field("client", &self.client)
+            .field("bundle", &self.bundle)
+            .field("gone", &self.gone.is_some())
+            .finish()
+    }
 }
 
 /// What came of one job.
@@ -117,8 +130,15 @@ pub async fn push_all(mount: &str, jobs: Vec<Job>, options: &PushOptions) -> Vec
             let sent = sent.clone();
             async move {
                 let start = Instant::now();
-                let result =
-                    push_to_sandbox(&job.client, mount, &job.bundle, &options.retry, sent).await;
+                let result = push_unless_gone(
+                    &job.client,
+                    mount,
+                    &job.bundle,
+                    &options.retry,
+                    sent,
+                    job.gone.as_ref(),
+                )
+                .await;
                 options.emit(&PushEvent::Done {
                     sandbox: job.sandbox.clone(),
                     ok: result.is_ok(),

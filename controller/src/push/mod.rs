@@ -26,7 +26,9 @@ pub use fanout::{
     push_all,
 };
 pub use files::{FilesError, files_from_dir};
-pub use send::{DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_RETRY_BUDGET, RetryPolicy, push_to_sandbox};
+pub use send::{
+    DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_RETRY_BUDGET, GoneProbe, RetryPolicy, push_to_sandbox,
+};
 
 /// A built bundle, shared by every push that sends it (the bytes are
 /// reference-counted, so a fan-out never copies them).

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use silo_protocol::ErrorKind;
 use silo_protocol::http::ErrorBody;
 use silo_protocol::push::{Declared, PushResponse, path_and_query_declared};
@@ -161,6 +162,10 @@ pub async fn push_once(
     })
 }
 
+/// Asks whether a sandbox's machine is gone (removed, replaced, or
+/// stopped): a push to it stops retrying at once.
+pub type GoneProbe = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
+
 /// Pushes `bundle` to one agent, retrying transient failures per `policy`.
 /// Returns the answer and how many tries it took.
 pub async fn push_to_sandbox(
@@ -169,6 +174,20 @@ pub async fn push_to_sandbox(
     bundle: &SharedBundle,
     policy: &RetryPolicy,
     sent: Option<SentCallback>,
+) -> Result<(PushResponse, u32), PushFailed> {
+    push_unless_gone(client, mount, bundle, policy, sent, None).await
+}
+
+/// [`push_to_sandbox`] that, when the agent cannot be reached, asks `gone`
+/// before waiting to retry: a machine that is no longer there fails the
+/// push at once instead of after the whole retry budget.
+pub async fn push_unless_gone(
+    client: &AgentClient,
+    mount: &str,
+    bundle: &SharedBundle,
+    policy: &RetryPolicy,
+    sent: Option<SentCallback>,
+    gone: Option<&GoneProbe>,
 ) -> Result<(PushResponse, u32), PushFailed> {
     let start = Instant::now();
     let backoff = Backoff {
@@ -190,6 +209,15 @@ pub async fn push_to_sandbox(
                 let pause = jitter(backoff.pause(attempts - 1));
                 if !last.is_transient() || start.elapsed() + pause > policy.budget {
                     return Err(PushFailed { attempts, last });
+                }
+                let unreachable = matches!(
+                    last,
+                    AttemptError::Client(ClientError::Connect { .. } | ClientError::Disconnected)
+                );
+                if let Some(gone) = gone.filter(|_| unreachable) {
+                    if gone().await {
+                        return Err(PushFailed { attempts, last });
+                    }
                 }
                 tracing::debug!(mount, attempts, error = %last, "push failed; retrying");
                 tokio::time::sleep(pause).await;

@@ -13,13 +13,26 @@ use silo_protocol::bundle::{BundleLimits, FileSet};
 use super::{Silo, SiloError};
 use crate::backend::MachineState;
 use crate::push::{
-    Job, PushError, PushEvent, PushFailure, PushOptions, PushReport, build_bundle, push_all,
+    GoneProbe, Job, PushError, PushEvent, PushFailure, PushOptions, PushReport, build_bundle,
+    push_all,
 };
 use crate::state::{EventKind, SandboxRecord};
 
 /// Failure reasons that may mean the sandbox is down rather than its agent
 /// misbehaving; for these the backend is asked, to say which.
 const DOWN_REASONS: &[&str] = &["unreachable", "timeout", "connection_lost"];
+
+/// A push failure's reason for a sandbox that is down: `removed` (by `silo
+/// rm`), `replaced` (a new machine since), `stopped`, or `missing` (gone
+/// from outside silo).
+fn down_reason(why: &SiloError) -> &'static str {
+    match why {
+        SiloError::Removed { .. } => "removed",
+        SiloError::Replaced { .. } => "replaced",
+        SiloError::NotRunning { .. } => "stopped",
+        _ => "missing",
+    }
+}
 
 impl Silo {
     /// Every sandbox carrying all of `labels` (key = value).
@@ -88,6 +101,7 @@ impl Silo {
                     sandbox: sandbox.name.clone(),
                     client,
                     bundle: Arc::clone(&bundles[index]),
+                    gone: Some(self.gone_probe(&sandbox)),
                 }),
                 Err(err) => report.failures.push(PushFailure {
                     sandbox: sandbox.name.clone(),
@@ -116,17 +130,17 @@ impl Silo {
                 }
                 Err(failed) => {
                     let mut reason = failed.last.reason();
+                    let mut detail = error_chain(&failed.last);
                     if DOWN_REASONS.contains(&reason.as_str()) {
-                        match self.status(sandbox).await {
-                            Ok(MachineState::Stopped) => reason = "stopped".into(),
-                            Ok(MachineState::Missing) => reason = "missing".into(),
-                            _ => {}
+                        if let Some(why) = self.down(sandbox).await {
+                            reason = down_reason(&why).into();
+                            detail = why.to_string();
                         }
                     }
                     report.failures.push(PushFailure {
                         sandbox: outcome.sandbox,
                         reason,
-                        detail: error_chain(&failed.last),
+                        detail,
                         attempts: failed.attempts,
                     });
                 }
@@ -134,6 +148,39 @@ impl Silo {
         }
         report.sort();
         Ok(report)
+    }
+
+    /// Whether `sandbox` was removed or its machine is stopped or gone, for
+    /// a push that cannot reach its agent (see [`crate::push::GoneProbe`]).
+    fn gone_probe(&self, sandbox: &SandboxRecord) -> GoneProbe {
+        let (silo, sandbox) = (self.clone(), sandbox.clone());
+        Arc::new(move || {
+            let (silo, sandbox) = (silo.clone(), sandbox.clone());
+            Box::pin(async move { silo.down(&sandbox).await.is_some() })
+        })
+    }
+
+    /// Why `sandbox` cannot take a push, if it is down: removed by `silo
+    /// rm` (whatever its machine still shows), stopped, or its machine gone.
+    async fn down(&self, sandbox: &SandboxRecord) -> Option<SiloError> {
+        let removing = self
+            .db()
+            .lease_holder(&sandbox.name)
+            .ok()
+            .flatten()
+            .is_some_and(|holder| holder.op == super::RM_OP);
+        if removing || self.db().sandbox(&sandbox.id).is_err() {
+            return Some(SiloError::Removed {
+                name: sandbox.name.clone(),
+            });
+        }
+        match self.status(sandbox).await {
+            Ok(MachineState::Stopped) => Some(SiloError::NotRunning {
+                name: sandbox.name.clone(),
+            }),
+            Ok(MachineState::Missing) => Some(self.gone(sandbox)),
+            _ => None,
+        }
     }
 
     /// Splits off the jobs whose sandbox is known to be stopped or gone, so
@@ -154,22 +201,10 @@ impl Silo {
                 let Some(sandbox) = by_name.get(&job.sandbox) else {
                     return (job, None);
                 };
-                let (reason, err) = match self.status(sandbox).await {
-                    Ok(MachineState::Stopped) => (
-                        "stopped",
-                        SiloError::NotRunning {
-                            name: sandbox.name.clone(),
-                        },
-                    ),
-                    Ok(MachineState::Missing) => (
-                        "missing",
-                        SiloError::Missing {
-                            name: sandbox.name.clone(),
-                            backend: sandbox.backend,
-                        },
-                    ),
-                    _ => return (job, None),
+                let Some(err) = self.down(sandbox).await else {
+                    return (job, None);
                 };
+                let reason = down_reason(&err);
                 let failure = PushFailure {
                     sandbox: sandbox.name.clone(),
                     reason: reason.into(),

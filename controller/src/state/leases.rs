@@ -71,6 +71,14 @@ impl LeaseOwner {
 }
 
 impl StateDb {
+    /// The live process holding the lease on `name`, if any.
+    pub fn lease_holder(&self, name: &str) -> Result<Option<LeaseHolder>, StateError> {
+        let held = read_lease(&self.conn, name)?;
+        Ok(held
+            .filter(|(owner, _)| owner.is_alive())
+            .map(|(_, holder)| holder))
+    }
+
     /// Takes the lease on `name` for `op` unless a live process holds it.
     pub fn try_acquire_lease(
         &mut self,
@@ -80,29 +88,7 @@ impl StateDb {
     ) -> Result<LeaseAttempt, StateError> {
         let now = now_ms();
         self.write("taking a lease", |tx| {
-            let held = tx
-                .query_row(
-                    "SELECT owner_pid, owner_start, owner_boot, owner_token, op, acquired_at \
-                     FROM leases WHERE name = ?1",
-                    [name],
-                    |row| {
-                        Ok((
-                            LeaseOwner {
-                                pid: row.get(0)?,
-                                start: row.get::<_, i64>(1)?.try_into().unwrap_or(0),
-                                boot: row.get(2)?,
-                                token: row.get(3)?,
-                            },
-                            LeaseHolder {
-                                pid: row.get(0)?,
-                                op: row.get(4)?,
-                                since_ms: row.get(5)?,
-                            },
-                        ))
-                    },
-                )
-                .optional()
-                .map_err(db("reading a lease"))?;
+            let held = read_lease(tx, name)?;
             let reclaimed = match held {
                 Some((owner, holder)) if owner.is_alive() => {
                     return Ok(LeaseAttempt::Held(holder));
@@ -144,6 +130,35 @@ impl StateDb {
 
 /// A process's start time in clock ticks after boot; `None` once it is gone
 /// or a zombie (it will never release anything).
+/// The row of the lease on `name`: who owns it, and as whom it shows.
+fn read_lease(
+    conn: &rusqlite::Connection,
+    name: &str,
+) -> Result<Option<(LeaseOwner, LeaseHolder)>, StateError> {
+    conn.query_row(
+        "SELECT owner_pid, owner_start, owner_boot, owner_token, op, acquired_at \
+         FROM leases WHERE name = ?1",
+        [name],
+        |row| {
+            Ok((
+                LeaseOwner {
+                    pid: row.get(0)?,
+                    start: row.get::<_, i64>(1)?.try_into().unwrap_or(0),
+                    boot: row.get(2)?,
+                    token: row.get(3)?,
+                },
+                LeaseHolder {
+                    pid: row.get(0)?,
+                    op: row.get(4)?,
+                    since_ms: row.get(5)?,
+                },
+            ))
+        },
+    )
+    .optional()
+    .map_err(db("reading a lease"))
+}
+
 fn process_start(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may hold spaces: fields are

@@ -562,12 +562,7 @@ async fn running(
     let sandbox = match silo.status(&sandbox).await? {
         MachineState::Running => sandbox,
         MachineState::Stopped => silo.start_sandbox(&sandbox).await?,
-        MachineState::Missing => {
-            return Err(SiloError::Missing {
-                name: sandbox.name.clone(),
-                backend: sandbox.backend,
-            });
-        }
+        MachineState::Missing => return Err(silo.gone(&sandbox)),
     };
     let client = silo.client(&sandbox)?;
     Ok((sandbox, client))
