@@ -49,4 +49,33 @@ for backend in $backends; do
     { echo "ARCHITECTURE.md's code map does not name the backend $backend/" >&2; failed=1; }
 done
 
+# The agent's layers: every `crate::MODULE` a module of agent/src names
+# (comments aside) stands in its own layer or one below, as the map's
+# "**Layers**" paragraph lists them, bottom first, layers apart by `→`.
+layers=$(awk '/^\*\*Layers\*\* of the agent/{on=1} on{print} on && /^$/{exit}' "$doc" |
+  sed -n '/bottom first/,$p' | sed 's/^.*it)://' | tr '\n' ' ' | sed 's/\. The floor.*//')
+[ -n "$layers" ] || { echo "ARCHITECTURE.md has no agent layers paragraph" >&2; exit 1; }
+declare -A rank
+level=0
+for token in $layers; do
+  case $token in
+    →) level=$((level + 1)) ;;
+    \`*\`) rank[${token//\`/}]=$level ;;
+  esac
+done
+for file in $(find agent/src -name '*.rs' ! -name tests.rs ! -path '*/tests/*' ! -name main.rs ! -name lib.rs); do
+  module=${file#agent/src/}
+  module=${module%%/*}
+  module=${module%.rs}
+  [ -n "${rank[$module]+x}" ] || { echo "agent module $module is in no layer of ARCHITECTURE.md" >&2; failed=1; continue; }
+  for used in $(grep -v '^\s*//' "$file" | grep -o 'crate::[a-z_]*' | sed 's/crate:://' | sort -u); do
+    [ "$used" = "$module" ] && continue
+    [ -n "${rank[$used]+x}" ] || { echo "$file uses crate::$used, which is in no layer" >&2; failed=1; continue; }
+    if [ "${rank[$used]}" -gt "${rank[$module]}" ]; then
+      echo "$file ($module) imports $used, a layer above it" >&2
+      failed=1
+    fi
+  done
+done
+
 exit "$failed"

@@ -39,6 +39,8 @@ use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::paths::{STATE_DIR, STORE_DIR};
+
 /// The journal's directory under the agent's state directory.
 pub const JOURNAL_DIR: &str = "cleanup";
 /// Tries of a removal before it goes to the background.
@@ -168,7 +170,7 @@ pub fn is_agent_name(path: &Path) -> bool {
         || AGENT_PREFIXES.iter().any(|p| name.starts_with(p))
         || path.components().any(|part| {
             let part = part.as_os_str();
-            part == crate::push::STORE_DIR || part == crate::layers::STATE_DIR
+            part == STORE_DIR || part == STATE_DIR
         })
 }
 
@@ -425,11 +427,40 @@ fn remove_once(path: &Path) -> io::Result<()> {
     match std::fs::symlink_metadata(path) {
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(err) => Err(err),
-        Ok(meta) if meta.is_dir() => crate::push::remove_tree(path),
+        Ok(meta) if meta.is_dir() => remove_tree(path),
         Ok(_) => match std::fs::remove_file(path) {
             Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,
         },
+    }
+}
+
+/// Removes a directory tree, making read-only directories writable first
+/// if that is what stops it (a pushed tree may hold 0555 directories).
+pub fn remove_tree(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            make_dirs_writable(dir);
+            std::fs::remove_dir_all(dir)
+        }
+    }
+}
+
+fn make_dirs_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !meta.is_dir() {
+        return;
+    }
+    // Best effort: whatever still fails is reported by the retried removal.
+    let mode = meta.permissions().mode() | 0o700;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode));
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        make_dirs_writable(&entry.path());
     }
 }
 

@@ -46,6 +46,7 @@ pub mod files;
 pub mod fs_error;
 pub mod layers;
 pub mod memory;
+pub mod paths;
 pub mod process;
 pub mod push;
 pub mod reaper;

@@ -27,8 +27,9 @@ use silo_protocol::layers::PlacedLayer;
 use super::place::{self, Resume, Target};
 use super::placed;
 use super::stage::Plan;
-use super::{STAGING_DIR, STATE_DIR, excluded_roots, remove_staging};
+use super::{STAGING_DIR, excluded_roots, remove_staging};
 use crate::fs_error::FsError;
+use crate::paths::STATE_DIR;
 
 /// The plan, in a staging directory (staged entries are numbers).
 const JOURNAL: &str = "journal";

@@ -62,8 +62,7 @@ use crate::snapshot::walk::{SYSTEM_DIRS, mount_points};
 use place::{Placed, Resume, Target};
 use stage::{Plan, Stager};
 
-/// The agent's own directory under the root: never part of a layer.
-pub const STATE_DIR: &str = ".silo";
+use crate::paths::STATE_DIR;
 /// Where staging directories live, under [`STATE_DIR`].
 const STAGING_DIR: &str = "layers";
 /// Mode of the state directory when the agent makes it.

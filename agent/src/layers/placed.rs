@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use silo_protocol::layers::PlacedLayer;
 
-use super::STATE_DIR;
+use crate::paths::STATE_DIR;
 
 /// The record, in the agent's directory.
 const RECORD: &str = "placed.json";

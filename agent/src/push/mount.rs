@@ -15,8 +15,9 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use super::PushConfig;
-use super::store::{STORE_DIR, VersionId};
+use super::store::VersionId;
 use crate::fs_error::FsError;
+use crate::paths::STORE_DIR;
 
 /// A mount path that passed the lexical checks, with its place on disk.
 #[derive(Debug, Clone)]

@@ -27,8 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::fs_error::FsError;
 
-/// Directory beside the mounts that holds their version stores.
-pub const STORE_DIR: &str = ".versions";
+use crate::paths::STORE_DIR;
 /// Prefix of an extract in progress.
 const PARTIAL_PREFIX: &str = ".partial-";
 /// Prefix of a link about to be renamed over a mount.
@@ -203,35 +202,6 @@ pub fn collect_garbage(
     }
     *retired = still;
     next_due
-}
-
-/// Removes a directory tree, making read-only directories writable first
-/// if that is what stops it (a pushed tree may hold 0555 directories).
-pub fn remove_tree(dir: &Path) -> io::Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(_) => {
-            make_dirs_writable(dir);
-            std::fs::remove_dir_all(dir)
-        }
-    }
-}
-
-fn make_dirs_writable(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let Ok(meta) = std::fs::symlink_metadata(dir) else {
-        return;
-    };
-    if !meta.is_dir() {
-        return;
-    }
-    // Best effort: whatever still fails is reported by the retried removal.
-    let mode = meta.permissions().mode() | 0o700;
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode));
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        make_dirs_writable(&entry.path());
-    }
 }
 
 /// Removes what interrupted pushes of earlier boots left in the version

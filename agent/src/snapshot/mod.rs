@@ -410,7 +410,7 @@ pub(crate) fn walk_spec(
     mut excluded: HashSet<PathBuf>,
 ) -> Result<WalkSpec, SnapshotError> {
     excluded.extend(walk::mount_points(root)?);
-    excluded.insert(PathBuf::from(crate::layers::STATE_DIR));
+    excluded.insert(PathBuf::from(crate::paths::STATE_DIR));
     Ok(WalkSpec {
         changed_since_ns: request.changed_since_ns,
         excluded,
