@@ -37,6 +37,7 @@
 //!
 
 pub mod activity;
+pub mod body;
 pub mod cleanup;
 pub mod clock;
 pub mod commands;

@@ -23,13 +23,13 @@ mod tree;
 
 use std::io;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use silo_protocol::ErrorKind;
 use silo_protocol::bundle::BundleLimits;
 use silo_protocol::query::QueryError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::body::BodyError;
 use crate::fs_error::FsError;
 use crate::push::extract::ExtractError;
 use crate::push::is_disk_full;
@@ -119,12 +119,9 @@ pub enum FilesError {
     /// A non-empty directory removed without `recursive`.
     #[error("{} is not empty (remove it with recursive)", .0.display())]
     NotEmpty(PathBuf),
-    /// The body is over the cap.
-    #[error("body is larger than the limit of {limit} bytes")]
-    TooLarge {
-        /// The cap.
-        limit: u64,
-    },
+    /// The request body was not taken whole.
+    #[error(transparent)]
+    Body(#[from] BodyError),
     /// The body is not what was signed.
     #[error("body SHA-256 is {actual}, but the request was signed for {claimed}")]
     HashMismatch {
@@ -136,12 +133,6 @@ pub enum FilesError {
     /// The uploaded tree is refused or could not be extracted.
     #[error(transparent)]
     Extract(#[from] ExtractError),
-    /// The request body could not be read to its end.
-    #[error("request body was cut off")]
-    Body(#[source] io::Error),
-    /// The client stopped sending.
-    #[error("request body stalled for {0:?}")]
-    BodyStalled(Duration),
     /// A file system call failed.
     #[error(transparent)]
     Io(#[from] FsError),
@@ -154,17 +145,13 @@ impl FilesError {
     /// The error body's kind (which fixes the answer's status).
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Query(_)
-            | Self::BadPath { .. }
-            | Self::NotRegular(_)
-            | Self::Body(_)
-            | Self::BodyStalled(_) => ErrorKind::Malformed,
+            Self::Query(_) | Self::BadPath { .. } | Self::NotRegular(_) => ErrorKind::Malformed,
+            Self::Body(err) => err.kind(),
             Self::OutsideConfine { .. } => ErrorKind::OutsideConfine,
             Self::NotFound(_) => ErrorKind::NotFound,
             Self::IsADirectory(_) => ErrorKind::IsADirectory,
             Self::NotADirectory(_) => ErrorKind::NotADirectory,
             Self::NotEmpty(_) => ErrorKind::NotEmpty,
-            Self::TooLarge { .. } => ErrorKind::TooLarge,
             Self::HashMismatch { .. } => ErrorKind::HashMismatch,
             // The file API names no refused entry apart: it is malformed input.
             Self::Extract(err) => err.kind(ErrorKind::Malformed, by_errno),

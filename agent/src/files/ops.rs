@@ -10,6 +10,7 @@ use silo_protocol::files::{FileKind, FileStat, Listing, Removed};
 
 use super::path::{Target, undo};
 use super::{DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, FilesError};
+use crate::body::BodyError;
 use crate::cleanup;
 use crate::fs_error::FsError;
 
@@ -151,11 +152,11 @@ fn fill_and_persist(
             Ok(0) => break,
             Ok(n) => n,
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-            Err(err) => return Err(FilesError::Body(err)),
+            Err(err) => return Err(BodyError::Broken(err).into()),
         };
         total += n as u64;
         if total > how.limit {
-            return Err(FilesError::TooLarge { limit: how.limit });
+            return Err(BodyError::over(how.limit).into());
         }
         hasher.update(&buf[..n]);
         file.write_all(&buf[..n])

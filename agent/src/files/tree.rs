@@ -13,6 +13,7 @@ use silo_protocol::files::TreeWritten;
 use super::ops::lstat;
 use super::path::{Target, undo};
 use super::{DEFAULT_DIR_MODE, FilesError};
+use crate::body::BodyError;
 use crate::cleanup;
 use crate::fs_error::FsError;
 use crate::push::archive::Packing;
@@ -183,7 +184,7 @@ fn extract_into(
     let packing = match body.fill_buf() {
         Ok(head) if head.starts_with(&GZIP_MAGIC) => Packing::Gzip,
         Ok(_) => Packing::Tar,
-        Err(err) => return Err(FilesError::Body(err)),
+        Err(err) => return Err(BodyError::Broken(err).into()),
     };
     Ok(extract::extract_packed(
         packing,

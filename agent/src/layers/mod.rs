@@ -41,7 +41,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hyper::body::Incoming;
 use silo_protocol::ErrorKind;
@@ -50,11 +50,11 @@ use silo_protocol::http::error_chain;
 use silo_protocol::layers::{ApplyResponse, MAX_LAYER_BYTES, MAX_LAYER_ENTRIES, PlacedLayer};
 use tokio::sync::mpsc;
 
+use crate::body::{self, BODY_CHANNEL_CHUNKS, BodyError, ChannelReader};
 use crate::fs_error::FsError;
 use crate::push::archive::{Packing, read_archive};
-use crate::push::body::{self, BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use crate::push::extract::ExtractError;
-use crate::push::{BODY_IDLE_TIMEOUT, CancelOnDrop, Pusher, is_disk_full};
+use crate::push::{CancelOnDrop, Pusher, is_disk_full};
 use crate::rewind::Hold;
 use crate::snapshot::Snapshotter;
 use crate::snapshot::tree::Changes;
@@ -138,7 +138,7 @@ impl Applier {
         let started = Instant::now();
         check_declared(&request)?;
         let Ok(slot) = snapshots.try_hold() else {
-            body::drain(body, MAX_LAYER_BYTES, BODY_IDLE_TIMEOUT).await;
+            let _ = body::drain(body, MAX_LAYER_BYTES).await;
             return Err(ApplyError::Busy);
         };
         let (slot, staged) = self.stage_body(request, body, slot).await?;
@@ -198,21 +198,13 @@ impl Applier {
                 (held, staged)
             })
         };
-        let (pumped, joined) = tokio::join!(
-            body::pump(body, tx, MAX_LAYER_BYTES, BODY_IDLE_TIMEOUT),
-            job
-        );
+        let (pumped, joined) = tokio::join!(body::pump(body, tx, MAX_LAYER_BYTES), job);
         let (held, staged) =
             joined.map_err(|e| ApplyError::Internal(format!("staging task failed: {e}")))?;
         match (pumped, staged) {
             (_, Ok(staged)) => Ok((held, staged)),
-            (Pumped::OverCap, Err(_)) => Err(ExtractError::BundleTooLarge {
-                limit: MAX_LAYER_BYTES,
-            }
-            .into()),
-            (Pumped::Broken(err), Err(_)) => Err(ApplyError::BodyBroken(err)),
-            (Pumped::Stalled, Err(_)) => Err(ApplyError::BodyStalled(BODY_IDLE_TIMEOUT)),
-            (Pumped::Complete, Err(err)) => Err(err),
+            // A body that did not arrive whole is the answer.
+            (pumped, Err(err)) => Err(pumped.error(MAX_LAYER_BYTES).map_or(err, ApplyError::from)),
         }
     }
 
@@ -286,10 +278,11 @@ impl Placing for KeepAfter {
 /// Refuses a declared body over the layer cap before reading any of it.
 fn check_declared(request: &ApplyRequest) -> Result<(), ApplyError> {
     match request.content_length.filter(|len| *len > MAX_LAYER_BYTES) {
-        Some(declared) => Err(ApplyError::TooLarge {
-            declared,
+        Some(declared) => Err(BodyError::TooLarge {
+            declared: Some(declared),
             limit: MAX_LAYER_BYTES,
-        }),
+        }
+        .into()),
         None => Ok(()),
     }
 }
@@ -474,26 +467,15 @@ pub enum ApplyError {
     /// The signed content hash is not a SHA-256.
     #[error("x-silo-content-sha256 must be 64 lowercase hex digits for a layer")]
     BadHash,
-    /// The declared body is over the layer cap.
-    #[error("layer of {declared} bytes is over the limit of {limit}")]
-    TooLarge {
-        /// Content-Length.
-        declared: u64,
-        /// The cap.
-        limit: u64,
-    },
+    /// The request body was not taken whole.
+    #[error(transparent)]
+    Body(#[from] BodyError),
     /// A snapshot or another apply holds the slot.
     #[error("a snapshot or another layer apply is under way")]
     Busy,
     /// The layer is refused or could not be staged; nothing live changed.
     #[error(transparent)]
     Stage(#[from] ExtractError),
-    /// The connection failed mid-body.
-    #[error("request body was cut off")]
-    BodyBroken(#[source] hyper::Error),
-    /// The client stopped sending.
-    #[error("request body stalled for {0:?}")]
-    BodyStalled(Duration),
     /// Staging could not be set up; nothing live changed.
     #[error(transparent)]
     Io(#[from] FsError),
@@ -516,8 +498,8 @@ impl ApplyError {
             }
         };
         match self {
-            Self::BadHash | Self::BodyBroken(_) | Self::BodyStalled(_) => ErrorKind::Malformed,
-            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::BadHash => ErrorKind::Malformed,
+            Self::Body(err) => err.kind(),
             Self::Busy => ErrorKind::Busy,
             Self::Stage(err) => err.kind(ErrorKind::RejectedEntry, disk),
             Self::Io(err) => disk(&err.source),

@@ -745,10 +745,10 @@ fn placing_errors_say_the_layer_is_incomplete() {
     assert_eq!(err.kind(), ErrorKind::Incomplete);
     assert_eq!(ApplyError::Busy.kind(), ErrorKind::Busy);
     assert_eq!(
-        ApplyError::TooLarge {
-            declared: 2,
+        ApplyError::from(crate::body::BodyError::TooLarge {
+            declared: Some(2),
             limit: 1
-        }
+        })
         .kind(),
         ErrorKind::TooLarge
     );

@@ -34,7 +34,6 @@
 //! - `store`: version ids, commit and swap, garbage collection, leftovers.
 
 pub mod archive;
-pub mod body;
 pub mod extract;
 mod mount;
 mod store;
@@ -53,9 +52,9 @@ use silo_protocol::bundle::BundleLimits;
 use silo_protocol::push::{Declared, PushResponse, QueryError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
+use crate::body::{self, BODY_CHANNEL_CHUNKS, BodyError, ChannelReader};
 use crate::fs_error::FsError;
 use crate::shutdown::{self, Phase};
-use body::{BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
 use extract::ExtractError;
 use mount::{Live, Mount, MountError};
 use store::VersionId;
@@ -68,8 +67,6 @@ pub const DEFAULT_VERSION_GRACE: Duration = Duration::from_secs(60);
 pub const DEFAULT_KEEP_VERSIONS: usize = 8;
 /// Pushes extracting at once, across all mounts.
 pub const MAX_ACTIVE_PUSHES: usize = 4;
-/// Longest wait for the next piece of a request body before giving up.
-pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default time one push may take to extract and swap: below the
 /// controller's 300 s request timeout, so the client hears why.
 pub const DEFAULT_PUSH_DEADLINE: Duration = Duration::from_secs(240);
@@ -202,24 +199,25 @@ impl Pusher {
     ) -> Result<PushResponse, PushError> {
         let cap = self.config.limits.max_bundle_bytes;
         if let Some(declared) = request.content_length.filter(|len| *len > cap) {
-            return Err(PushError::TooLarge {
-                declared,
+            return Err(BodyError::TooLarge {
+                declared: Some(declared),
                 limit: cap,
-            });
+            }
+            .into());
         }
         let limits = match admit(&self.config.limits, request.declared) {
             Ok(limits) => limits,
             Err(err) => {
                 // Read at the network's pace, not the disk's, so the client
                 // hears the refusal instead of a reset while still sending.
-                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                let _ = body::drain(body, cap).await;
                 return Err(err);
             }
         };
         let mount = match mount::resolve(&request.mount, &self.config) {
             Ok(mount) => mount,
             Err(err) => {
-                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                let _ = body::drain(body, cap).await;
                 return Err(err.into());
             }
         };
@@ -232,7 +230,7 @@ impl Pusher {
                 let left = slot.held_until().map_or(Duration::ZERO, |until| {
                     until.saturating_duration_since(Instant::now())
                 });
-                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                let _ = body::drain(body, cap).await;
                 return Err(PushError::MountBusy {
                     mount: request.mount,
                     waited: MAX_QUEUE_WAIT,
@@ -252,7 +250,7 @@ impl Pusher {
         let live = match prepared.and_then(|r| r.map_err(PushError::from)) {
             Ok(live) => live,
             Err(err) => {
-                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                let _ = body::drain(body, cap).await;
                 return Err(err);
             }
         };
@@ -260,7 +258,7 @@ impl Pusher {
             if current.sha256 == request.sha256 {
                 let mut state = state;
                 state.live = Some(current.clone());
-                body::drain(body, cap, BODY_IDLE_TIMEOUT).await;
+                let _ = body::drain(body, cap).await;
                 return Ok(PushResponse {
                     version: current.to_string(),
                     sha256: current.sha256.clone(),
@@ -331,21 +329,15 @@ impl Pusher {
             job.await
                 .map_err(|e| PushError::Internal(format!("extract task failed: {e}")))
         };
-        let (pumped, joined) =
-            tokio::join!(body::pump(body, tx, cap, BODY_IDLE_TIMEOUT), extracted);
+        let (pumped, joined) = tokio::join!(body::pump(body, tx, cap), extracted);
         let (mut state, (id, extracted)) = match (pumped, joined?) {
             (_, Ok(done)) => done,
             (_, Err(_)) if timed_out.load(Ordering::Relaxed) => {
                 return Err(PushError::DeadlinePassed(self.config.deadline));
             }
-            (Pumped::OverCap, Err(_)) => {
-                return Err(PushError::Extract(ExtractError::BundleTooLarge {
-                    limit: cap,
-                }));
-            }
-            (Pumped::Broken(err), Err(_)) => return Err(PushError::BodyBroken(err)),
-            (Pumped::Stalled, Err(_)) => return Err(PushError::BodyStalled(BODY_IDLE_TIMEOUT)),
-            (Pumped::Complete, Err(err)) => return Err(err),
+            // A body that did not arrive whole is the answer, whatever the
+            // extract made of what did.
+            (pumped, Err(err)) => return Err(pumped.error(cap).map_or(err, PushError::from)),
         };
 
         let now = Instant::now();
@@ -643,15 +635,10 @@ pub enum PushError {
     /// The mount path is refused.
     #[error(transparent)]
     Mount(#[from] MountError),
-    /// The declared body is over the bundle cap.
-    #[error("bundle of {declared} bytes is over the limit of {limit}")]
-    TooLarge {
-        /// Content-Length.
-        declared: u64,
-        /// The cap.
-        limit: u64,
-    },
-    /// The bundle is refused or could not be extracted.
+    /// The request body was not taken whole.
+    #[error(transparent)]
+    Body(#[from] BodyError),
+    /// The bundle was refused or could not be written.
     #[error(transparent)]
     Extract(#[from] ExtractError),
     /// The client declared a bundle over a cap.
@@ -681,13 +668,7 @@ pub enum PushError {
         /// The most the holder may still take (its deadline).
         left: Duration,
     },
-    /// The connection failed mid-body.
-    #[error("request body was cut off")]
-    BodyBroken(#[source] hyper::Error),
-    /// The client stopped sending.
-    #[error("request body stalled for {0:?}")]
-    BodyStalled(Duration),
-    /// A file system operation around the extract failed.
+    /// The file system failed outside the extract.
     #[error(transparent)]
     Io(#[from] FsError),
     /// The agent failed in a way the request could not cause.
@@ -706,18 +687,15 @@ impl PushError {
             }
         };
         match self {
-            Self::Query(_) | Self::BadHash | Self::BodyBroken(_) | Self::BodyStalled(_) => {
-                ErrorKind::Malformed
-            }
+            Self::Body(err) => err.kind(),
+            Self::Query(_) | Self::BadHash => ErrorKind::Malformed,
             Self::Mount(MountError::Invalid { .. }) => ErrorKind::Malformed,
             Self::Mount(MountError::NotAllowed { .. }) => ErrorKind::MountNotAllowed,
             Self::Mount(MountError::Conflict { .. } | MountError::Blocked { .. }) => {
                 ErrorKind::MountConflict
             }
             Self::Mount(MountError::Io(err)) => disk(&err.source),
-            Self::TooLarge { .. } | Self::DeclaredOver { .. } | Self::DeadlinePassed(_) => {
-                ErrorKind::TooLarge
-            }
+            Self::DeclaredOver { .. } | Self::DeadlinePassed(_) => ErrorKind::TooLarge,
             Self::MountBusy { .. } => ErrorKind::Busy,
             Self::Extract(err) => err.kind(ErrorKind::RejectedEntry, disk),
             Self::Io(err) => disk(&err.source),

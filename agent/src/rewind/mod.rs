@@ -287,12 +287,9 @@ pub enum RewindError {
     /// The request named its baseline by a digest of no tree kept here.
     #[error("{0}")]
     UnknownBaseline(String),
-    /// The request body is over the cap.
-    #[error("request body is over the limit of {limit} bytes")]
-    TooLarge {
-        /// The cap.
-        limit: u64,
-    },
+    /// The request body was not taken whole.
+    #[error(transparent)]
+    Body(#[from] crate::body::BodyError),
     /// The change list is over its cap.
     #[error("more changed than a rewind in place lists ({0})")]
     TooManyChanges(String),
@@ -323,7 +320,8 @@ impl RewindError {
             Self::Busy => ErrorKind::Busy,
             Self::Malformed(_) => ErrorKind::Malformed,
             Self::UnknownBaseline(_) => ErrorKind::UnknownBaseline,
-            Self::TooLarge { .. } | Self::TooManyChanges(_) => ErrorKind::TooLarge,
+            Self::Body(err) => err.kind(),
+            Self::TooManyChanges(_) => ErrorKind::TooLarge,
             Self::Walk(err) => err.kind(),
             Self::Internal(_) => ErrorKind::Internal,
         }

@@ -23,9 +23,9 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::{AgentState, Reply, auth, declared_length, error_response, json_response, log_failure};
+use crate::body::{self, BODY_CHANNEL_CHUNKS, BodyError, ChannelReader};
 use crate::files::{self, FilesError, Target, WriteSpec};
-use crate::push::body::{self, BODY_CHANNEL_CHUNKS, ChannelReader, Pumped};
-use crate::push::{BODY_IDLE_TIMEOUT, CancelOnDrop};
+use crate::push::CancelOnDrop;
 use crate::snapshot::stream;
 
 /// Content type of a file's bytes.
@@ -180,7 +180,7 @@ async fn write(
 ) -> Result<silo_protocol::files::FileStat, FilesError> {
     let limit = how.limit;
     if declared_length(headers).is_some_and(|len| len > limit) {
-        return Err(FilesError::TooLarge { limit });
+        return Err(BodyError::over(limit).into());
     }
     let (tx, rx) = mpsc::channel(BODY_CHANNEL_CHUNKS);
     let job = tokio::task::spawn_blocking(move || {
@@ -201,7 +201,7 @@ async fn upload(
     let limits = state.files.config.tree_limits;
     let cap = limits.max_bundle_bytes;
     if declared_length(headers).is_some_and(|len| len > cap) {
-        return Err(FilesError::TooLarge { limit: cap });
+        return Err(BodyError::over(cap).into());
     }
     let (tx, rx) = mpsc::channel(BODY_CHANNEL_CHUNKS);
     // Set when this request ends, answered or not, so an extract whose
@@ -232,13 +232,10 @@ async fn pumped<T>(
         job.await
             .map_err(|e| FilesError::Internal(format!("file task failed: {e}")))
     };
-    let (pumped, joined) = tokio::join!(body::pump(body, tx, cap, BODY_IDLE_TIMEOUT), job);
+    let (pumped, joined) = tokio::join!(body::pump(body, tx, cap), job);
     match (pumped, joined?) {
         (_, Ok(done)) => Ok(done),
-        (Pumped::OverCap, Err(_)) => Err(FilesError::TooLarge { limit: cap }),
-        (Pumped::Broken(err), Err(_)) => Err(FilesError::Body(std::io::Error::other(err))),
-        (Pumped::Stalled, Err(_)) => Err(FilesError::BodyStalled(BODY_IDLE_TIMEOUT)),
-        (Pumped::Complete, Err(err)) => Err(err),
+        (pumped, Err(err)) => Err(pumped.error(cap).map_or(err, FilesError::from)),
     }
 }
 

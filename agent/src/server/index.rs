@@ -14,6 +14,7 @@ use silo_protocol::index::{INDEX_CONTENT_TYPE, IndexRequest};
 
 use super::json_body::{JsonBodyError, read_json};
 use super::{AgentState, Reply, auth, error_response, log_failure};
+use crate::body::BodyError;
 use crate::snapshot::IndexError;
 
 /// Largest request body: a list of exclusions.
@@ -37,7 +38,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
     {
         Ok(request) => request,
         Err(JsonBodyError::TooLarge { limit }) => {
-            return failure(&IndexError::TooLarge { limit });
+            return failure(&IndexError::from(BodyError::over(limit)));
         }
         Err(JsonBodyError::Malformed(message)) => {
             return failure(&IndexError::Malformed(message));

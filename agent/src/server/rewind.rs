@@ -18,6 +18,7 @@ use silo_protocol::snapshot::{HEADER_STOPPED, HEADER_UNSETTLED, SnapshotRequest}
 use super::json_body::{JsonBodyError, read_json};
 use super::snapshot::MAX_REQUEST_BYTES;
 use super::{AgentState, Body, auth, error_response, log_failure};
+use crate::body::BodyError;
 use crate::rewind::RewindError;
 
 /// Handles the first half of one rewind.
@@ -37,7 +38,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body
     {
         Ok(request) => request,
         Err(JsonBodyError::TooLarge { limit }) => {
-            return failure(&RewindError::TooLarge { limit });
+            return failure(&RewindError::from(BodyError::over(limit)));
         }
         Err(JsonBodyError::Malformed(message)) => {
             return failure(&RewindError::Malformed(message));

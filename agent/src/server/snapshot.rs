@@ -17,6 +17,7 @@ use silo_protocol::snapshot::{
 
 use super::json_body::{JsonBodyError, read_json};
 use super::{AgentState, Reply, auth, error_response, log_failure};
+use crate::body::BodyError;
 use crate::snapshot::SnapshotError;
 
 /// Largest request body: the baseline of a big image is most of it.
@@ -62,7 +63,7 @@ async fn read(req: Request<Incoming>, sha256: &str) -> Result<SnapshotRequest, S
     read_json(req, sha256, MAX_REQUEST_BYTES, "a snapshot request")
         .await
         .map_err(|err| match err {
-            JsonBodyError::TooLarge { limit } => SnapshotError::TooLarge { limit },
+            JsonBodyError::TooLarge { limit } => BodyError::over(limit).into(),
             JsonBodyError::Malformed(message) => SnapshotError::Malformed(message),
         })
 }
@@ -82,9 +83,9 @@ mod tests {
     fn refusals_carry_their_status() {
         let response = failure(&SnapshotError::Busy);
         assert_eq!(response.status(), StatusCode::CONFLICT);
-        let response = failure(&SnapshotError::TooLarge {
-            limit: MAX_REQUEST_BYTES as u64,
-        });
+        let response = failure(&SnapshotError::from(BodyError::over(
+            MAX_REQUEST_BYTES as u64,
+        )));
         assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
     }
 }

@@ -146,12 +146,9 @@ pub enum IndexError {
     /// The request cannot be read.
     #[error("{0}")]
     Malformed(String),
-    /// The request body is over the cap.
-    #[error("request body is over the limit of {limit} bytes")]
-    TooLarge {
-        /// The cap.
-        limit: u64,
-    },
+    /// The request body was not taken whole.
+    #[error(transparent)]
+    Body(#[from] crate::body::BodyError),
     /// A file system operation failed before the first path.
     #[error(transparent)]
     Io(#[from] FsError),
@@ -175,7 +172,7 @@ impl IndexError {
         match self {
             Self::Busy => ErrorKind::Busy,
             Self::Malformed(_) => ErrorKind::Malformed,
-            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::Body(err) => err.kind(),
             Self::Io(_) | Self::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -243,7 +240,7 @@ mod tests {
     fn errors_map_to_the_index_kinds() {
         assert_eq!(IndexError::Busy.kind().status(), Some(409));
         assert_eq!(
-            IndexError::TooLarge { limit: 1 }.kind(),
+            IndexError::Body(crate::body::BodyError::over(1)).kind(),
             ErrorKind::TooLarge
         );
         assert_eq!(IndexError::Malformed("x".into()).kind().status(), Some(400));

@@ -457,12 +457,9 @@ pub enum SnapshotError {
     /// The request named its baseline by a digest of no tree kept here.
     #[error("{0}")]
     UnknownBaseline(String),
-    /// The request body is over the cap.
-    #[error("request body is over the limit of {limit} bytes")]
-    TooLarge {
-        /// The cap.
-        limit: u64,
-    },
+    /// The request body was not taken whole.
+    #[error(transparent)]
+    Body(#[from] crate::body::BodyError),
     /// A file system operation failed.
     #[error(transparent)]
     Io(#[from] FsError),
@@ -479,7 +476,7 @@ impl SnapshotError {
             Self::Busy => ErrorKind::Busy,
             Self::Malformed(_) => ErrorKind::Malformed,
             Self::UnknownBaseline(_) => ErrorKind::UnknownBaseline,
-            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::Body(err) => err.kind(),
             Self::Io(_) | Self::Internal(_) => ErrorKind::Internal,
         }
     }

@@ -330,7 +330,7 @@ fn errors_map_to_the_protocol_kinds() {
         (SnapshotError::Unsupported, ErrorKind::Unsupported, 501),
         (SnapshotError::Busy, ErrorKind::Busy, 409),
         (
-            SnapshotError::TooLarge { limit: 1 },
+            SnapshotError::from(crate::body::BodyError::over(1)),
             ErrorKind::TooLarge,
             413,
         ),

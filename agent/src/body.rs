@@ -1,5 +1,6 @@
-//! Carries a request body from the async connection to the blocking
-//! extractor, a bounded number of chunks at a time.
+//! Request bodies: carried from the async connection to a blocking reader
+//! a bounded number of chunks at a time, and the one error every channel
+//! that reads a body answers for it ([`BodyError`]).
 //!
 //! The tar and gzip readers are synchronous, so extraction runs on a
 //! blocking thread and reads the body through [`ChannelReader`]; the
@@ -15,10 +16,56 @@ use std::time::Duration;
 use bytes::{Buf, Bytes};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use silo_protocol::ErrorKind;
 use tokio::sync::mpsc;
 
 /// Body chunks in flight between the connection and the extractor.
 pub const BODY_CHANNEL_CHUNKS: usize = 16;
+/// Longest wait for the next piece of a request body before giving up.
+pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a request's body was not taken, whatever the channel: push, layer
+/// apply, file upload, snapshot, rewind or index request.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// Over the channel's cap, as declared or as sent.
+    #[error("request body{} is over the limit of {limit} bytes", declared_size(*.declared))]
+    TooLarge {
+        /// The length the client declared, when that is what was over.
+        declared: Option<u64>,
+        /// The cap.
+        limit: u64,
+    },
+    /// The connection failed or the client went away mid-body.
+    #[error("request body was cut off")]
+    Broken(#[source] io::Error),
+    /// Nothing arrived for [`BODY_IDLE_TIMEOUT`].
+    #[error("request body stalled for {0:?}")]
+    Stalled(Duration),
+}
+
+impl BodyError {
+    /// The answer's kind: a body over its cap is too large, and one that
+    /// did not arrive whole is malformed.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::TooLarge { .. } => ErrorKind::TooLarge,
+            Self::Broken(_) | Self::Stalled(_) => ErrorKind::Malformed,
+        }
+    }
+
+    /// A body over `limit`, by its declared length or by what arrived.
+    pub fn over(limit: u64) -> Self {
+        Self::TooLarge {
+            declared: None,
+            limit,
+        }
+    }
+}
+
+fn declared_size(declared: Option<u64>) -> String {
+    declared.map_or_else(String::new, |bytes| format!(" of {bytes} bytes"))
+}
 
 /// The blocking half: reads what the pump sends.
 pub struct ChannelReader {
@@ -54,6 +101,7 @@ impl Read for ChannelReader {
 
 /// How the body ended.
 #[derive(Debug)]
+#[must_use = "a body that did not end whole is the answer"]
 pub enum Pumped {
     /// Read to the end.
     Complete,
@@ -63,6 +111,19 @@ pub enum Pumped {
     Broken(hyper::Error),
     /// Nothing arrived for the idle timeout.
     Stalled,
+}
+
+impl Pumped {
+    /// What went wrong with a body that was pumped against `cap`; `None`
+    /// when it arrived whole.
+    pub fn error(self, cap: u64) -> Option<BodyError> {
+        match self {
+            Self::Complete => None,
+            Self::OverCap => Some(BodyError::over(cap)),
+            Self::Broken(err) => Some(BodyError::Broken(io::Error::other(err))),
+            Self::Stalled => Some(BodyError::Stalled(BODY_IDLE_TIMEOUT)),
+        }
+    }
 }
 
 /// The next frame, or `Err` when none arrives within `idle`.
@@ -76,12 +137,8 @@ async fn next_frame(
 }
 
 /// Forwards `body` into `tx` until it ends, failing past `cap` bytes.
-pub async fn pump(
-    mut body: Incoming,
-    tx: mpsc::Sender<io::Result<Bytes>>,
-    cap: u64,
-    idle: Duration,
-) -> Pumped {
+pub async fn pump(mut body: Incoming, tx: mpsc::Sender<io::Result<Bytes>>, cap: u64) -> Pumped {
+    let idle = BODY_IDLE_TIMEOUT;
     let mut total = 0u64;
     let mut tx = Some(tx);
     loop {
@@ -129,7 +186,8 @@ pub async fn pump(
 }
 
 /// Reads and drops the body (up to `cap`), for answers that need none of it.
-pub async fn drain(mut body: Incoming, cap: u64, idle: Duration) -> Pumped {
+pub async fn drain(mut body: Incoming, cap: u64) -> Pumped {
+    let idle = BODY_IDLE_TIMEOUT;
     let mut total = 0u64;
     loop {
         let frame = match next_frame(&mut body, idle).await {
