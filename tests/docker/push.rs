@@ -296,8 +296,9 @@ async fn an_undeclared_bundle_over_the_entry_cap_is_refused_in_seconds_and_leave
     let over: Vec<Vec<u8>> = (0..200_000)
         .map(|i| tar_file(&format!("f{i:06}"), b""))
         .collect();
+    let over = bundle_of(&over);
     let started = std::time::Instant::now();
-    let (status, answer) = push_raw(&client, MOUNT, bundle_of(&over)).await;
+    let (status, answer) = push_raw(&client, MOUNT, over).await;
     let took = started.elapsed();
     assert_eq!(status, 413, "{answer}");
     assert!(

@@ -394,7 +394,12 @@ async fn a_snapshot_waits_for_a_push_under_way_and_captures_it_whole() {
     let (key, socket) = agent_of(&cli, "busy", &id);
     let mount = "/workspace/managed/app";
     let half = bundle.bytes.len() / 2;
-    let mut push = start_partial_push(&socket, &key, mount, &bundle.bytes, half);
+    // Declared, as silo's client does, so the agent extracts as it reads.
+    let declared = silo_protocol::push::Declared {
+        entries: Some(64),
+        unpacked: Some(bundle.unpacked_bytes),
+    };
+    let mut push = start_partial_push(&socket, &key, (mount, declared), &bundle.bytes, half);
     // The extract is under way once files show up in its staging directory.
     let deadline = Instant::now() + Duration::from_secs(30);
     while sh(

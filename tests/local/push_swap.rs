@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use silo::internals::push::{RetryPolicy, SharedBundle, push_to_sandbox};
 use silo_protocol::bundle::{Bundle, BundleLimits, FileSet};
-use silo_protocol::push::PushResponse;
+use silo_protocol::push::{Declared, PushResponse};
 use silo_tests::TestAgent;
 use silo_tests::push::{incompressible, leftovers, listing, start_partial_push};
 
@@ -293,10 +293,16 @@ async fn sigkill_mid_extract_keeps_the_live_tree_and_the_next_agent_sweeps_up() 
         body.bytes.len(),
         body.unpacked_bytes
     );
+    // Declared, as silo's client does: the agent extracts as the body
+    // comes instead of counting it from a spool first.
+    let declared = Declared {
+        entries: Some(FILES as u64),
+        unpacked: Some(body.unpacked_bytes),
+    };
     let _stream = start_partial_push(
         &agent.socket(),
         &agent.key,
-        &m,
+        (&m, declared),
         &body.bytes,
         body.bytes.len() / 2,
     );
@@ -342,7 +348,8 @@ async fn a_refused_push_still_draining_does_not_hold_off_the_next_one() {
     let bomb = bundle(&refs);
     assert!(bomb.unpacked_bytes > 200 * bomb.bytes.len() as u64);
     let sent = bomb.bytes.len() * 3 / 4;
-    let mut held = start_partial_push(&agent.socket(), &agent.key, &m, &bomb.bytes, sent);
+    let undeclared = (m.as_str(), Declared::default());
+    let mut held = start_partial_push(&agent.socket(), &agent.key, undeclared, &bomb.bytes, sent);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // The refused push keeps draining its body (the client gets a clean

@@ -173,16 +173,19 @@ pub fn leftovers(store: &Path) -> Vec<String> {
 }
 
 /// Starts a signed push on a raw socket and sends only the first `part`
-/// bytes of `body`, so the agent is mid-extract (and stays so, until its
-/// idle timeout) while the caller looks. Dropping the stream ends it.
+/// bytes of `body`, so the agent is mid-push (and stays so, until its idle
+/// timeout) while the caller looks: extracting when the push declares its
+/// entries and unpacked size, as silo's client does, else spooling the
+/// body to count it first. Dropping the stream ends it.
 pub fn start_partial_push(
     socket: &Path,
     key: &silo_protocol::auth::Key,
-    mount: &str,
+    (mount, declared): (&str, Declared),
     body: &[u8],
     part: usize,
 ) -> std::os::unix::net::UnixStream {
-    start_signed_post(socket, key, &path_and_query(mount), body, part)
+    let target = path_and_query_declared(mount, declared);
+    start_signed_post(socket, key, &target, body, part)
 }
 
 /// Sends a signed `POST path_and_query` with the first `part` bytes of

@@ -132,6 +132,24 @@ struct Slot {
     held_until: Mutex<Option<Instant>>,
 }
 
+/// A mount's state with its lock held.
+type SlotGuard = tokio::sync::OwnedMutexGuard<SlotState>;
+
+/// A push admitted to its mount, holding what it needs for its extract.
+struct Admitted {
+    /// The caps, tightened to what the client declared.
+    limits: BundleLimits,
+    /// Where it goes.
+    mount: Mount,
+    /// The mount's slot, and its state with the lock held.
+    slot: Arc<Slot>,
+    state: SlotGuard,
+    /// One of the pushes that may extract at once.
+    permit: OwnedSemaphorePermit,
+    /// What the mount holds now.
+    live: Live,
+}
+
 #[derive(Default)]
 struct SlotState {
     live: Option<VersionId>,
@@ -205,58 +223,19 @@ impl Pusher {
             }
             .into());
         }
-        let limits = match admit(&self.config.limits, request.declared) {
-            Ok(limits) => limits,
-            Err(err) => {
-                // Read at the network's pace, not the disk's, so the client
-                // hears the refusal instead of a reset while still sending.
-                let _ = body::drain(body, cap).await;
-                return Err(err);
-            }
-        };
-        let mount = match mount::resolve(&request.mount, &self.config) {
-            Ok(mount) => mount,
-            Err(err) => {
-                let _ = body::drain(body, cap).await;
-                return Err(err.into());
-            }
-        };
-        let slot = self.slot(&mount);
-        let state = match tokio::time::timeout(MAX_QUEUE_WAIT, Arc::clone(&slot.state).lock_owned())
-            .await
-        {
-            Ok(state) => state,
-            Err(_) => {
-                let left = slot.held_until().map_or(Duration::ZERO, |until| {
-                    until.saturating_duration_since(Instant::now())
-                });
-                let _ = body::drain(body, cap).await;
-                return Err(PushError::MountBusy {
-                    mount: request.mount,
-                    waited: MAX_QUEUE_WAIT,
-                    left,
-                });
-            }
-        };
-        slot.set_held_until(Instant::now() + self.config.deadline);
-        let permit = Arc::clone(&self.active)
-            .acquire_owned()
-            .await
-            .map_err(|_| PushError::Internal("push permits closed".into()))?;
-        let prepared = {
-            let mount = mount.clone();
-            blocking(move || mount::prepare(&mount)).await
-        };
-        let live = match prepared.and_then(|r| r.map_err(PushError::from)) {
-            Ok(live) => live,
+        // A push refused before its extract still reads the body, at the
+        // network's pace, not the disk's, so the client hears the refusal
+        // instead of a reset while still sending.
+        let admitted = match self.admit(&request).await {
+            Ok(admitted) => admitted,
             Err(err) => {
                 let _ = body::drain(body, cap).await;
                 return Err(err);
             }
         };
-        if let Live::Version(current) = &live {
+        if let Live::Version(current) = &admitted.live {
             if current.sha256 == request.sha256 {
-                let mut state = state;
+                let mut state = admitted.state;
                 state.live = Some(current.clone());
                 let _ = body::drain(body, cap).await;
                 return Ok(PushResponse {
@@ -268,7 +247,64 @@ impl Pusher {
                 });
             }
         }
+        let (slot, mount, live) = (
+            Arc::clone(&admitted.slot),
+            admitted.mount.clone(),
+            admitted.live.clone(),
+        );
+        let (state, id, extracted) = self.extract(&request, body, admitted).await?;
+        Ok(self.commit(&slot, &mount, state, live, id, extracted).await)
+    }
 
+    /// Admits `request` to its mount: the caps tightened to what it
+    /// declared, the mount resolved, its lock taken (waiting at most
+    /// [`MAX_QUEUE_WAIT`]), a push permit, and the mount's store ready.
+    async fn admit(&self, request: &PushRequest) -> Result<Admitted, PushError> {
+        let limits = admit(&self.config.limits, request.declared)?;
+        let mount = mount::resolve(&request.mount, &self.config)?;
+        let slot = self.slot(&mount);
+        let queued = tokio::time::timeout(MAX_QUEUE_WAIT, Arc::clone(&slot.state).lock_owned());
+        let Ok(state) = queued.await else {
+            let left = slot.held_until().map_or(Duration::ZERO, |until| {
+                until.saturating_duration_since(Instant::now())
+            });
+            return Err(PushError::MountBusy {
+                mount: request.mount.clone(),
+                waited: MAX_QUEUE_WAIT,
+                left,
+            });
+        };
+        slot.set_held_until(Instant::now() + self.config.deadline);
+        let permit = Arc::clone(&self.active)
+            .acquire_owned()
+            .await
+            .map_err(|_| PushError::Internal("push permits closed".into()))?;
+        let live = {
+            let mount = mount.clone();
+            blocking(move || mount::prepare(&mount)).await??
+        };
+        Ok(Admitted {
+            limits,
+            mount,
+            slot,
+            state,
+            permit,
+            live,
+        })
+    }
+
+    /// Streams `body` into a new version of the admitted mount and swaps it
+    /// in, within the push deadline. On failure the mount's lock goes as
+    /// soon as the extract has failed (a client that stops sending must not
+    /// hold off other pushes to the mount, nor may the removal of what it
+    /// wrote), while the body is still drained for a clean answer.
+    async fn extract(
+        &self,
+        request: &PushRequest,
+        body: Incoming,
+        admitted: Admitted,
+    ) -> Result<(SlotGuard, VersionId, extract::Extracted), PushError> {
+        let cap = self.config.limits.max_bundle_bytes;
         let tag = format!(
             "{}-{}",
             self.boot_id,
@@ -289,75 +325,82 @@ impl Pusher {
                 cancelled.store(true, Ordering::Relaxed);
             }
         }));
-        let job = {
-            let mount = mount.clone();
-            let bundle = Bundle {
-                claimed: request.sha256.clone(),
-                limits,
-                count_first: request.declared.entries.is_none()
-                    || request.declared.unpacked.is_none(),
-            };
-            let cancelled = Arc::clone(&cancelled.0);
-            tokio::task::spawn_blocking(move || {
-                let reader = ChannelReader::new(rx);
-                match stage_and_swap(&mount, &tag, reader, &bundle, &cancelled) {
-                    Ok(done) => Ok((state, done)),
-                    // The mount's lock goes at once, so other pushes to it
-                    // go ahead while what the extract wrote is removed, still
-                    // under the push permit (a snapshot must not read it half
-                    // removed) and before the answer, so a refusal leaves
-                    // nothing behind. This runs on this thread, not in the
-                    // request, which a departed client's connection drops.
-                    Err(failed) => {
-                        drop(state);
-                        remove_leftovers(&failed.leftovers);
-                        // A store no version ever reached goes too (under
-                        // the permit, as no push holds this mount's lock
-                        // without it): a refused first push leaves nothing.
-                        let _ = std::fs::remove_dir(mount.store());
-                        drop(permit);
-                        Err(failed.error)
-                    }
-                }
-            })
+        let bundle = Bundle {
+            claimed: request.sha256.clone(),
+            limits: admitted.limits,
+            count_first: request.declared.entries.is_none() || request.declared.unpacked.is_none(),
         };
-        // A refused bundle's body is still drained for a clean answer, but
-        // the mount's lock goes as soon as the extract has failed: a client
-        // that stops sending must not hold off other pushes to the mount,
-        // and neither may the removal of what it wrote.
+        let Admitted {
+            mount,
+            state,
+            permit,
+            ..
+        } = admitted;
+        let flag = Arc::clone(&cancelled.0);
+        let job = tokio::task::spawn_blocking(move || {
+            let reader = ChannelReader::new(rx);
+            match stage_and_swap(&mount, &tag, reader, &bundle, &flag) {
+                Ok((id, extracted)) => Ok((state, id, extracted)),
+                // What the extract wrote is removed on this thread, not in
+                // the request (which a departed client's connection drops),
+                // after the lock goes but under the push permit (a snapshot
+                // must not read it half removed), and before the answer, so
+                // a refusal leaves nothing behind.
+                Err(failed) => {
+                    drop(state);
+                    remove_leftovers(&failed.leftovers);
+                    // A store no version ever reached goes too: a refused
+                    // first push leaves nothing.
+                    let _ = std::fs::remove_dir(mount.store());
+                    drop(permit);
+                    Err(failed.error)
+                }
+            }
+        });
         let extracted = async {
             job.await
                 .map_err(|e| PushError::Internal(format!("extract task failed: {e}")))
         };
         let (pumped, joined) = tokio::join!(body::pump(body, tx, cap), extracted);
-        let (mut state, (id, extracted)) = match (pumped, joined?) {
-            (_, Ok(done)) => done,
+        match (pumped, joined?) {
+            (_, Ok(done)) => Ok(done),
             (_, Err(_)) if timed_out.load(Ordering::Relaxed) => {
-                return Err(PushError::DeadlinePassed(self.config.deadline));
+                Err(PushError::DeadlinePassed(self.config.deadline))
             }
             // A body that did not arrive whole is the answer, whatever the
             // extract made of what did.
-            (pumped, Err(err)) => return Err(pumped.error(cap).map_or(err, PushError::from)),
-        };
+            (pumped, Err(err)) => Err(pumped.error(cap).map_or(err, PushError::from)),
+        }
+    }
 
-        let now = Instant::now();
-        if let Live::Version(previous) = live {
-            state.retired.insert(previous.seq, now);
+    /// Records version `id` as the mount's live one, the one it replaced
+    /// as retired, and has retired versions collected as their grace ends.
+    async fn commit(
+        self: &Arc<Self>,
+        slot: &Arc<Slot>,
+        mount: &Mount,
+        mut state: SlotGuard,
+        replaced: Live,
+        id: VersionId,
+        extracted: extract::Extracted,
+    ) -> PushResponse {
+        if let Live::Version(previous) = replaced {
+            state.retired.insert(previous.seq, Instant::now());
         }
         state.live = Some(id.clone());
-        let due = self.collect(&mount, &mut state).await;
+        let due = self.collect(mount, &mut state).await;
         if let Some(due) = due.filter(|_| !state.timer) {
             state.timer = true;
-            tokio::spawn(Arc::clone(self).clean_later(Arc::clone(&slot), mount.clone(), due));
+            tokio::spawn(Arc::clone(self).clean_later(Arc::clone(slot), mount.clone(), due));
         }
         tracing::info!(mount = %mount.path, version = %id, files = extracted.files, bytes = extracted.bytes, "pushed");
-        Ok(PushResponse {
+        PushResponse {
             version: id.to_string(),
             sha256: extracted.sha256,
             files: extracted.files,
             bytes: extracted.bytes,
             unchanged: false,
-        })
+        }
     }
 
     /// The slot of `mount`.
