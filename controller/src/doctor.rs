@@ -359,5 +359,67 @@ async fn engine(silo: &Silo) -> Vec<Check> {
         ),
     };
     checks.push(base);
+    if let Some(check) = storage_driver(engine).await {
+        checks.push(check);
+    }
     checks
+}
+
+/// The engine's storage driver, when it has a limit a sandbox can reach:
+/// on `fuse-overlayfs` one process serves each container's files and holds
+/// a file open for every file open inside, up to its own open-file limit
+/// (the engine's, which it inherits). A workload holding that many leaves
+/// the sandbox's agent unable to start a command or take a snapshot.
+async fn storage_driver(engine: &bollard::Docker) -> Option<Check> {
+    let info = engine.info().await.ok()?;
+    let driver = info.driver.unwrap_or_default();
+    if driver != "fuse-overlayfs" {
+        return Some(Check::ok("storage", format!("driver {driver}")));
+    }
+    let limit = ["fuse-overlayfs", "dockerd"]
+        .into_iter()
+        .find_map(open_file_limit_of);
+    let detail = match limit {
+        Some(limit) => format!(
+            "driver fuse-overlayfs: each sandbox's files are served by one process that \
+             may hold {limit} open files; a workload holding that many, across all its \
+             processes, leaves the sandbox's agent unable to start commands or take snapshots"
+        ),
+        None => "driver fuse-overlayfs: each sandbox's files are served by one process whose \
+                 open-file limit a workload can exhaust (its limit could not be read here)"
+            .to_owned(),
+    };
+    Some(Check::bad(
+        "storage",
+        Verdict::Warn,
+        detail,
+        "raise the engine's open-file limit (LimitNOFILE=1048576 in dockerd's service, \
+         then restart it), or run the engine on the overlay2 driver",
+    ))
+}
+
+/// The soft open-file limit of the first process whose name is `comm`, if
+/// this host lets it be read.
+fn open_file_limit_of(comm: &str) -> Option<u64> {
+    let pid = std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .find(|entry| {
+            std::fs::read_to_string(entry.path().join("comm")).is_ok_and(|c| c.trim() == comm)
+        })?;
+    let limits = std::fs::read_to_string(pid.path().join("limits")).ok()?;
+    limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
 }

@@ -392,3 +392,37 @@ async fn an_up_killed_before_its_machine_existed_is_finished_not_called_removed(
     assert!(out.contains("never made"), "{out}");
     assert_eq!(cli.ok(&["exec", "half", "--", "echo", "up"]), "up\n");
 }
+
+/// `silo doctor` names the storage driver, and on fuse-overlayfs the open
+/// file limit of the process that serves a sandbox's files, which a
+/// workload can exhaust, with how to raise it.
+#[tokio::test]
+async fn doctor_names_a_storage_driver_limit_a_sandbox_can_exhaust() {
+    let Some(engine) = silo_tests::docker::engine_with_base().await else {
+        return;
+    };
+    let driver = engine.info().await.unwrap().driver.unwrap_or_default();
+    let cli = crate::cli();
+    let checks = json(&cli.ok(&["doctor", "--json"]));
+    let storage = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|check| check["name"] == "storage")
+        .unwrap_or_else(|| panic!("no storage check: {checks}"));
+    let detail = storage["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains(&driver), "{storage}");
+    if driver == "fuse-overlayfs" {
+        assert_eq!(storage["verdict"], "warn", "{storage}");
+        assert!(detail.contains("open files"), "{storage}");
+        assert!(
+            storage["fix"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("LimitNOFILE"),
+            "{storage}"
+        );
+    } else {
+        assert_eq!(storage["verdict"], "ok", "{storage}");
+    }
+}

@@ -125,6 +125,22 @@ pub enum ExecError {
         #[source]
         source: io::Error,
     },
+    /// The sandbox has no file descriptor left to open the program with:
+    /// its processes hold too many files open. On an engine whose storage
+    /// driver serves the sandbox's files from one process (fuse-overlayfs),
+    /// that process's open-file limit is shared by the whole sandbox.
+    #[error(
+        "cannot start {program:?}: no file descriptor is left to open it (the sandbox's \
+         processes hold too many files open; on fuse-overlayfs the storage driver's \
+         open-file limit is shared by the whole sandbox, see `silo doctor`)"
+    )]
+    OutOfFiles {
+        /// `argv[0]`.
+        program: String,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
     /// Too many execs are unfinished.
     #[error("too many running execs (limit {0})")]
     LimitReached(usize),
@@ -161,6 +177,8 @@ impl ExecError {
             || source.raw_os_error() == Some(libc::ENOEXEC)
         {
             Self::NotExecutable { program, source }
+        } else if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+            Self::OutOfFiles { program, source }
         } else {
             Self::Spawn { program, source }
         }
@@ -170,7 +188,9 @@ impl ExecError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::BadSpec(_) | Self::StdinClosed(_) | Self::NoTerminal(_) => ErrorKind::BadRequest,
-            Self::BadCwd(_) | Self::Spawn { .. } => ErrorKind::SpawnFailed,
+            Self::BadCwd(_) | Self::Spawn { .. } | Self::OutOfFiles { .. } => {
+                ErrorKind::SpawnFailed
+            }
             Self::NotFound { .. } => ErrorKind::CommandNotFound,
             Self::NotExecutable { .. } => ErrorKind::NotExecutable,
             Self::LimitReached(_) => ErrorKind::LimitReached,
@@ -528,6 +548,20 @@ pub(crate) fn validate(spec: &ExecSpec) -> Result<(), ExecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spawn_out_of_file_descriptors_says_so_and_points_at_doctor() {
+        let err = ExecError::spawn("true", io::Error::from_raw_os_error(libc::EMFILE));
+        assert!(matches!(err, ExecError::OutOfFiles { .. }), "{err:?}");
+        assert_eq!(err.kind(), ErrorKind::SpawnFailed);
+        let text = err.to_string();
+        assert!(
+            text.contains("too many files open") && text.contains("silo doctor"),
+            "{text}"
+        );
+        let missing = ExecError::spawn("nope", io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(matches!(missing, ExecError::NotFound { .. }));
+    }
 
     #[test]
     fn specs_execve_would_choke_on_are_refused() {
