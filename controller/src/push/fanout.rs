@@ -198,8 +198,11 @@ pub struct Pushed {
 pub struct PushFailure {
     /// The sandbox.
     pub sandbox: String,
-    /// A short category: `unreachable`, `timeout`, `stopped`, or the agent's
-    /// error kind (`rejected_entry`, `too_large`, `hash_mismatch`, ...).
+    /// A short category: `unreachable`, `timeout`, `connection_lost`; for
+    /// a sandbox that is down, `stopped`, `removed` (by `silo rm`, before
+    /// or during the push), `replaced` (a new machine since) or `missing`
+    /// (gone from outside silo); or the agent's error kind
+    /// (`rejected_entry`, `too_large`, `hash_mismatch`, ...).
     pub reason: String,
     /// The full explanation.
     pub detail: String,
