@@ -121,11 +121,17 @@ where
 }
 
 /// Blocks on `work` on the calling thread (which must not hold the GIL).
+///
+/// The calling thread may be one of the runtime's own: an output callback
+/// (`on_stdout`) runs there, and may make a blocking call of its own. Such
+/// a thread hands its other tasks to the runtime's other workers while it
+/// waits (`block_in_place`), instead of panicking as a nested runtime
+/// would.
 pub fn block_on<T, F>(runtime: &Runtime, signals: Signals, work: F) -> PyResult<T>
 where
     F: Future<Output = PyResult<T>>,
 {
-    runtime.block_on(async {
+    let work = async {
         match signals {
             Signals::Defer => work.await,
             Signals::Interrupt => {
@@ -136,7 +142,11 @@ where
                 }
             }
         }
-    })
+    };
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return tokio::task::block_in_place(|| runtime.handle().block_on(work));
+    }
+    runtime.block_on(work)
 }
 
 /// Resolves with the exception a pending signal raised (KeyboardInterrupt

@@ -56,6 +56,20 @@ def test_callbacks_see_the_output_in_order(local):
     assert "".join(errors) == "e\n"
 
 
+def test_a_blocking_call_inside_an_output_callback_works(local):
+    # The callback runs on silo's own threads; a blocking call there must
+    # neither panic into Python nor deadlock.
+    seen: list[str] = []
+
+    def on_stdout(text: str) -> None:
+        seen.append(text)
+        seen.append(local.commands.run("echo inner").stdout)
+
+    result = local.commands.run("echo outer", on_stdout=on_stdout)
+    assert result.stdout == "outer\n"
+    assert seen == ["outer\n", "inner\n"]
+
+
 def test_a_background_handle_iterates_waits_and_is_killed(local):
     handle = local.commands.run("echo one; sleep 0.2; echo two", background=True)
     chunks = [stdout for stdout, _, _ in handle if stdout]
