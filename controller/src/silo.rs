@@ -671,8 +671,9 @@ pub enum SiloError {
         #[source]
         source: Box<ClientError>,
     },
-    /// The sandbox was removed (`silo rm`) while a call to it was under way.
-    #[error("sandbox {name:?} was removed (`silo rm`) while this call was under way")]
+    /// The sandbox was removed by silo (`silo rm`, the library's remove, a
+    /// Python `kill()`) before or while a call to it ran.
+    #[error("sandbox {name:?} has been removed")]
     Removed {
         /// The sandbox.
         name: String,

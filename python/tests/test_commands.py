@@ -13,7 +13,7 @@ import time
 import pytest
 
 import silo_sandbox
-from conftest import run_python
+from conftest import run_python, unique
 
 # A command whose output is known in advance, printed over about two
 # seconds in many small writes, so a reader can die in the middle of it.
@@ -68,6 +68,13 @@ def test_a_blocking_call_inside_an_output_callback_works(local):
     result = local.commands.run("echo outer", on_stdout=on_stdout)
     assert result.stdout == "outer\n"
     assert seen == ["outer\n", "inner\n"]
+
+
+def test_a_command_on_a_killed_sandbox_says_it_has_been_removed():
+    sandbox = silo_sandbox.Sandbox.create(name=unique("py-killed"))
+    sandbox.kill()
+    with pytest.raises(silo_sandbox.SandboxNotFoundError, match="has been removed"):
+        sandbox.commands.run("true")
 
 
 def test_a_background_handle_iterates_waits_and_is_killed(local):

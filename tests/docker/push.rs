@@ -383,7 +383,7 @@ async fn a_push_to_a_sandbox_removed_mid_push_reports_it_at_once() {
         failure["detail"]
             .as_str()
             .unwrap_or_default()
-            .contains("silo rm"),
+            .contains("has been removed"),
         "{report}"
     );
     assert!(
