@@ -6,13 +6,13 @@
 //! by what it is, its metadata and its bytes (hashed from the layers).
 
 use std::collections::BTreeSet;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io::Read;
 
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use tar::EntryType;
 
-use super::table::{Entry, TableError, Tree};
+use super::table::{DataError, Entry, TableError, Tree};
 use super::{Digest, Store, StoreError};
 
 /// How one path differs.
@@ -66,16 +66,8 @@ pub enum DiffError {
     #[error(transparent)]
     Table(#[from] TableError),
     /// A file's bytes could not be read from its layer.
-    #[error("cannot read the data of {path:?} from layer {layer}")]
-    Read {
-        /// The layer.
-        layer: String,
-        /// The path.
-        path: String,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] DataError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -200,19 +192,14 @@ fn hash(
 ) -> Result<[u8; 32], DiffError> {
     let (layers, _, _) = side;
     let (layer, entry) = file;
-    let read_err = |source| DiffError::Read {
-        layer: layers[layer].to_string(),
-        path: String::from_utf8_lossy(path).into_owned(),
-        source,
-    };
-    let mut blob = store.open_blob(&layers[layer])?;
-    blob.seek(SeekFrom::Start(entry.data_at))
-        .map_err(read_err)?;
-    let mut data = BufReader::new(blob).take(entry.size);
+    let digest = &layers[layer];
+    let mut data = entry.data(store.open_blob(digest)?, digest, path)?;
     let mut hasher = Sha256::new();
     let mut buf = [0u8; 64 * 1024];
     loop {
-        let n = data.read(&mut buf).map_err(read_err)?;
+        let n = data
+            .read(&mut buf)
+            .map_err(|source| DataError::new(digest, path, source))?;
         if n == 0 {
             break;
         }

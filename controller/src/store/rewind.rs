@@ -44,7 +44,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet, hash_map};
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -53,7 +53,7 @@ use silo_protocol::snapshot::{WHITEOUT_PREFIX, join_child, split_parent};
 use tar::{EntryType, Header};
 
 use super::squash::{append_marker, as_path};
-use super::table::{Entry, LayerTable, TableError, Tree, ancestors};
+use super::table::{DataError, Entry, LayerTable, TableError, Tree, ancestors};
 use super::{Digest, Index, Store, StoreError};
 
 /// What to bring back, and from what.
@@ -108,16 +108,8 @@ pub enum RestoreError {
     #[error(transparent)]
     Table(#[from] TableError),
     /// A file's data could not be read from its layer.
-    #[error("cannot read the data of {path:?} from layer {layer}")]
-    Read {
-        /// The layer.
-        layer: String,
-        /// The path.
-        path: String,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] DataError),
     /// The layer could not be written.
     #[error("cannot write the restoring layer")]
     Write(#[source] io::Error),
@@ -354,20 +346,12 @@ impl Writer<'_> {
 
     /// Writes a regular file with `entry`'s metadata and data at `path`.
     fn file(&mut self, path: &[u8], layer: usize, entry: &Entry) -> Result<u64, RestoreError> {
-        let read_err = |source| RestoreError::Read {
-            layer: self.layers[layer].to_string(),
-            path: String::from_utf8_lossy(path).into_owned(),
-            source,
-        };
+        let digest = &self.layers[layer];
         let file = match self.open.entry(layer) {
             hash_map::Entry::Occupied(open) => open.into_mut(),
-            hash_map::Entry::Vacant(slot) => {
-                slot.insert(self.store.open_blob(&self.layers[layer])?)
-            }
+            hash_map::Entry::Vacant(slot) => slot.insert(self.store.open_blob(digest)?),
         };
-        file.seek(SeekFrom::Start(entry.data_at))
-            .map_err(read_err)?;
-        let mut data = BufReader::new(file).take(entry.size);
+        let mut data = entry.data(file, digest, path)?;
         let mut header = header_of(entry);
         header.set_entry_type(EntryType::Regular);
         header.set_size(entry.size);

@@ -19,7 +19,7 @@
 //! directory and everything in it).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::io::{self, BufReader};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -60,6 +60,43 @@ impl Entry {
     /// Whether it is a directory.
     pub fn is_dir(&self) -> bool {
         self.kind == EntryType::Directory
+    }
+
+    /// The entry's data in `blob`, the layer it is an entry of (`layer`
+    /// and `path` name it in errors).
+    pub fn data<R: Read + Seek>(
+        &self,
+        mut blob: R,
+        layer: &Digest,
+        path: &[u8],
+    ) -> Result<io::Take<BufReader<R>>, DataError> {
+        blob.seek(SeekFrom::Start(self.data_at))
+            .map_err(|source| DataError::new(layer, path, source))?;
+        Ok(BufReader::new(blob).take(self.size))
+    }
+}
+
+/// Why a file's data could not be read from its layer.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the data of {path:?} from layer {layer}")]
+pub struct DataError {
+    /// The layer.
+    pub layer: String,
+    /// The path.
+    pub path: String,
+    /// Why.
+    #[source]
+    pub source: io::Error,
+}
+
+impl DataError {
+    /// Reading `path`'s data from `layer` failed with `source`.
+    pub fn new(layer: &Digest, path: &[u8], source: io::Error) -> Self {
+        Self {
+            layer: layer.to_string(),
+            path: String::from_utf8_lossy(path).into_owned(),
+            source,
+        }
     }
 }
 
