@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Either form a journal may hold.
-#[derive(Serialize, Deserialize)]
+/// Either form a journal may hold, as written.
+#[derive(Serialize)]
 #[serde(untagged)]
 enum Written<'a> {
     Text(&'a str),

@@ -39,8 +39,9 @@ use nix::unistd::{
 use silo_protocol::extras::Xattr;
 use silo_protocol::snapshot::split_parent;
 
-use super::stage::{Meta, Plan, Removal, Step, as_path, set_xattrs};
+use super::stage::{Meta, Plan, Removal, Step, set_xattrs};
 use crate::fs_error::FsError;
+use crate::paths::as_path;
 use crate::snapshot::layer::carried;
 
 /// Mode of a directory made for a parent the layer does not list.

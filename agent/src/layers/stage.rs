@@ -40,6 +40,7 @@ use silo_protocol::layers::{
 use tar::EntryType;
 
 use crate::fs_error::FsError;
+use crate::paths::as_path;
 use crate::push::archive::{Meter, Unpack};
 use crate::push::extract::{
     ExtractError, Reject, Zeros, copy_buffer, normalize_bytes, reject, write_error, write_new_file,
@@ -585,11 +586,6 @@ pub(super) fn set_xattrs(
         }
     }
     Ok(())
-}
-
-/// A relative path of the layer as the file system names it.
-pub(super) fn as_path(path: &[u8]) -> &Path {
-    Path::new(OsStr::from_bytes(path))
 }
 
 /// A path as messages show it (lossy where it is not UTF-8).

@@ -17,6 +17,7 @@ use std::path::Path;
 use silo_protocol::rewind::{Change, MAX_CHANGES_BYTES, push_record};
 use silo_protocol::snapshot::WHITEOUT_PREFIX;
 
+use crate::paths::as_path;
 use crate::snapshot::SnapshotError;
 use crate::snapshot::walk::{self, Sink, WalkSpec, Walked};
 
@@ -75,8 +76,8 @@ impl Sink for Listed {
             .strip_prefix(WHITEOUT_PREFIX.as_bytes())
             .unwrap_or(name);
         let path = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            Some(parent) => parent.join(std::ffi::OsStr::from_bytes(gone)),
-            None => Path::new(std::ffi::OsStr::from_bytes(gone)).to_path_buf(),
+            Some(parent) => parent.join(as_path(gone)),
+            None => as_path(gone).to_path_buf(),
         };
         self.gone += 1;
         self.push(Change::Gone, path.as_os_str().as_bytes())

@@ -34,6 +34,7 @@ use silo_protocol::snapshot::{
 };
 
 use super::walk::{Baseline, Sink, Walked};
+use crate::paths::as_path;
 
 /// Largest tree kept, in bytes of path text (about 200,000 paths of 40
 /// bytes, some 35 MiB held with the walk's index of it; the Debian image's
@@ -165,11 +166,6 @@ fn is_normal(path: &[u8]) -> bool {
         && path
             .split(|&b| b == b'/')
             .all(|part| !matches!(part, b"" | b"." | b".."))
-}
-
-/// A relative path of the tree as the file system names it.
-fn as_path(path: &[u8]) -> &Path {
-    Path::new(std::ffi::OsStr::from_bytes(path))
 }
 
 /// A name of the tree as a directory listing holds it.

@@ -61,6 +61,7 @@ use silo_protocol::snapshot::WHITEOUT_PREFIX;
 
 use super::SnapshotError;
 use crate::fs_error::FsError;
+use crate::paths::as_path;
 
 /// Where the kernel lists this process's mounts.
 pub const MOUNTINFO: &str = "/proc/self/mountinfo";
@@ -269,10 +270,7 @@ impl Baseline {
 
     /// Adds `names` to directory `dir` (normal form, `""` the root).
     pub fn add_names(&mut self, dir: &[u8], names: Vec<OsString>) {
-        let list = self
-            .children
-            .entry(PathBuf::from(OsStr::from_bytes(dir)))
-            .or_default();
+        let list = self.children.entry(as_path(dir).to_path_buf()).or_default();
         list.extend(names);
         list.sort();
         list.dedup();
@@ -281,7 +279,7 @@ impl Baseline {
     /// Removes `names` from directory `dir`; what is under them is the
     /// caller's to remove.
     pub fn remove_names(&mut self, dir: &[u8], names: &HashSet<OsString>) {
-        let dir = Path::new(OsStr::from_bytes(dir));
+        let dir = as_path(dir);
         let Some(list) = self.children.get_mut(dir) else {
             return;
         };
@@ -294,7 +292,7 @@ impl Baseline {
     /// Forgets every name in directory `dir` (normal form, `""` the root),
     /// all of which are gone with it.
     pub fn forget_dir(&mut self, dir: &[u8]) {
-        self.children.remove(Path::new(OsStr::from_bytes(dir)));
+        self.children.remove(as_path(dir));
     }
 
     fn children(&self, dir: &Path) -> &[OsString] {
