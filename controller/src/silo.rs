@@ -439,22 +439,42 @@ impl Silo {
         }
     }
 
-    /// Why a sandbox's agent could not be reached: stopped or gone when the
-    /// backend says so, else the client's own error.
+    /// Why a sandbox's agent could not be reached: removed, stopped or gone
+    /// ([`Silo::down`]), else the client's own error.
     pub(crate) async fn unreachable(
         &self,
         sandbox: &SandboxRecord,
         source: ClientError,
     ) -> SiloError {
-        match self.status(sandbox).await {
-            Ok(MachineState::Stopped) => SiloError::NotRunning {
-                name: sandbox.name.clone(),
-            },
-            Ok(MachineState::Missing) => self.gone(sandbox),
-            _ => SiloError::Agent {
+        self.down(sandbox)
+            .await
+            .unwrap_or_else(|| SiloError::Agent {
                 name: sandbox.name.clone(),
                 source: Box::new(source),
-            },
+            })
+    }
+
+    /// Why `sandbox` cannot be reached, if it is down: removed by silo
+    /// (`silo rm` under way, or its record gone, whatever its machine still
+    /// shows), stopped, or its machine gone. `None` when its machine runs.
+    pub(crate) async fn down(&self, sandbox: &SandboxRecord) -> Option<SiloError> {
+        let removing = self
+            .db()
+            .lease_holder(&sandbox.name)
+            .ok()
+            .flatten()
+            .is_some_and(|holder| holder.op == RM_OP);
+        if removing || self.db().sandbox(&sandbox.id).is_err() {
+            return Some(SiloError::Removed {
+                name: sandbox.name.clone(),
+            });
+        }
+        match self.status(sandbox).await {
+            Ok(MachineState::Stopped) => Some(SiloError::NotRunning {
+                name: sandbox.name.clone(),
+            }),
+            Ok(MachineState::Missing) => Some(self.gone(sandbox)),
+            _ => None,
         }
     }
 

@@ -11,7 +11,6 @@ use serde_json::json;
 use silo_protocol::bundle::{BundleLimits, FileSet};
 
 use super::{Silo, SiloError};
-use crate::backend::MachineState;
 use crate::push::{
     GoneProbe, Job, PushError, PushEvent, PushFailure, PushOptions, PushReport, build_bundle,
     push_all,
@@ -158,29 +157,6 @@ impl Silo {
             let (silo, sandbox) = (silo.clone(), sandbox.clone());
             Box::pin(async move { silo.down(&sandbox).await.is_some() })
         })
-    }
-
-    /// Why `sandbox` cannot take a push, if it is down: removed by `silo
-    /// rm` (whatever its machine still shows), stopped, or its machine gone.
-    async fn down(&self, sandbox: &SandboxRecord) -> Option<SiloError> {
-        let removing = self
-            .db()
-            .lease_holder(&sandbox.name)
-            .ok()
-            .flatten()
-            .is_some_and(|holder| holder.op == super::RM_OP);
-        if removing || self.db().sandbox(&sandbox.id).is_err() {
-            return Some(SiloError::Removed {
-                name: sandbox.name.clone(),
-            });
-        }
-        match self.status(sandbox).await {
-            Ok(MachineState::Stopped) => Some(SiloError::NotRunning {
-                name: sandbox.name.clone(),
-            }),
-            Ok(MachineState::Missing) => Some(self.gone(sandbox)),
-            _ => None,
-        }
     }
 
     /// Splits off the jobs whose sandbox is known to be stopped or gone, so
