@@ -402,12 +402,19 @@ impl Model {
     fn odd_name(&mut self, rng: &mut Rng) -> String {
         let dir = self.some_dir(rng);
         let path = format!("{dir}/{}{}", odd_bytes(rng), self.fresh("o"));
+        self.dir_or_file(rng, path)
+    }
+
+    /// A directory at `path` now and then, else a file.
+    fn dir_or_file(&mut self, rng: &mut Rng, path: String) -> String {
         if rng.chance(30) {
-            self.dirs.push(path.clone());
-            format!("mkdir -p \"{path}\"")
+            let line = format!("mkdir -p \"{path}\"");
+            self.dirs.push(path);
+            line
         } else {
-            self.files.push(path.clone());
-            write_file(rng, &path)
+            let line = write_file(rng, &path);
+            self.files.push(path);
+            line
         }
     }
 
@@ -417,13 +424,7 @@ impl Model {
         let len = rng.between(100, NAME_MAX) as usize;
         let name = format!("{tag}{}", "l".repeat(len.saturating_sub(tag.len())));
         let path = format!("{dir}/{name}");
-        if rng.chance(30) {
-            self.dirs.push(path.clone());
-            format!("mkdir -p \"{path}\"")
-        } else {
-            self.files.push(path.clone());
-            write_file(rng, &path)
-        }
+        self.dir_or_file(rng, path)
     }
 
     fn deep(&mut self, rng: &mut Rng) -> String {

@@ -9,6 +9,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
+use silo::internals::docker::container_name;
 
 use super::listing::{self, Compare, Listing};
 use super::plan::{self, Action};
@@ -183,6 +184,9 @@ struct Player<'a> {
     compare: Compare,
     taken: HashMap<u32, Taken>,
     stats: Stats,
+    /// Each sandbox's container, asked of `silo ls` once: only a rewind
+    /// (onto a new machine) can change it, and a rewind forgets it.
+    containers: HashMap<String, String>,
 }
 
 /// What an action did, for the progress line; or how it failed.
@@ -212,6 +216,7 @@ impl Target<'_> {
             compare,
             taken: HashMap::new(),
             stats: Stats::default(),
+            containers: HashMap::new(),
         };
         let result = player.play(plan, progress).await;
         player.clean_up();
@@ -235,25 +240,29 @@ impl Target<'_> {
         ))
     }
 
-    /// The host's listing of the live tree of sandbox `name`: its
-    /// container is silo's own on Docker and Podman, and the mock's VM
-    /// (`silo-mock-KIND-PROVIDER_ID`) on E2B and Daytona.
-    async fn listing(&self, name: &str) -> Result<Listing, (Class, String)> {
-        let row = self.silo_json(&["ls", "--json"])?;
-        let row = row
+    /// The container holding the live tree of sandbox `name`: silo's own
+    /// on Docker and Podman, and the mock's VM (`silo-mock-KIND-PROVIDER_ID`)
+    /// on E2B and Daytona, as `silo ls` names it.
+    fn container_of(&self, name: &str) -> Result<String, (Class, String)> {
+        let rows = self.silo_json(&["ls", "--json"])?;
+        let row = rows
             .as_array()
             .and_then(|rows| rows.iter().find(|row| row["name"] == name))
             .ok_or_else(|| (Class::Silo, format!("{name} is not listed")))?;
-        let found = if self.backend.is_remote() {
+        Ok(if self.backend.is_remote() {
             let vm = row["backend_ref"]["sandbox_id"]
                 .as_str()
                 .unwrap_or_default();
-            let container = format!("silo-mock-{}-{vm}", self.backend.name());
-            self.engine.inspect_container(&container, None).await.ok()
+            format!("silo-mock-{}-{vm}", self.backend.name())
         } else {
-            let id = row["id"].as_str().unwrap_or_default();
-            container(self.engine, id).await
-        };
+            container_name(row["id"].as_str().unwrap_or_default())
+        })
+    }
+
+    /// The host's listing of the live tree in `container` (for sandbox
+    /// `name`, in errors).
+    async fn listing_in(&self, container: &str, name: &str) -> Result<Listing, (Class, String)> {
+        let found = self.engine.inspect_container(container, None).await.ok();
         listing_of_container(found, name).map_err(|e| (Class::Silo, e))
     }
 
@@ -333,6 +342,7 @@ impl Player<'_> {
         self.stats.rewind_time += started.elapsed();
         self.stats.rewinds += 1;
         // A rewind onto a new machine replaced the container: ask again.
+        self.containers.remove(&self.name);
         let live = self.listing(&self.name.clone()).await?;
         let in_place = &report["image"]["in_place"];
         let why = report["new_machine_because"].as_str();
@@ -391,7 +401,15 @@ impl Player<'_> {
 
     async fn listing(&mut self, name: &str) -> Result<Listing, (Class, String)> {
         let started = Instant::now();
-        let listing = self.target.listing(name).await;
+        let container = match self.containers.get(name) {
+            Some(container) => container.clone(),
+            None => {
+                let container = self.target.container_of(name)?;
+                self.containers.insert(name.to_owned(), container.clone());
+                container
+            }
+        };
+        let listing = self.target.listing_in(&container, name).await;
         self.stats.listing_time += started.elapsed();
         listing
     }
