@@ -51,6 +51,7 @@ pub mod paths;
 pub mod process;
 pub mod push;
 pub mod reaper;
+pub mod reserve;
 pub mod rewind;
 pub mod server;
 pub mod session;

@@ -40,7 +40,7 @@ use silo_agent::server::{AgentState, Services};
 use silo_agent::shutdown::Phase;
 use silo_agent::snapshot::{FreezeScope, Snapshotter};
 use silo_agent::workload_handle::WorkloadHandle;
-use silo_agent::{activity, random_hex, server};
+use silo_agent::{activity, random_hex, reserve, server};
 
 /// Time the workload and execs get between SIGTERM and SIGKILL at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -111,9 +111,12 @@ fn resolve_config(args: Args, env_key: Option<OsString>) -> anyhow::Result<Confi
 }
 
 /// One thread: PID 1 should stay light, and nothing the agent does needs more.
-/// Blocking work (`/proc` walks) goes to tokio's on-demand blocking pool.
+/// Blocking work (`/proc` walks) goes to tokio's on-demand blocking pool,
+/// whose threads are kept once made (see [`reserve`]).
 fn build_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(reserve::MAX_BLOCKING_THREADS)
+        .thread_keep_alive(reserve::THREAD_KEEP_ALIVE)
         .enable_all()
         .build()
         .context("cannot start the async runtime")
@@ -125,6 +128,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     become_subreaper_if_not_pid1(is_pid1)?;
     let signals = install_signal_handlers()?;
     let reaper = start_reaper(signals.child);
+    reserve::hold_threads().await;
     finish_interrupted_applies(&config).await?;
     let listener = bind_listener(&config).await?;
     let boot_id = random_hex::<16>()?;

@@ -76,7 +76,9 @@ impl Reaper {
         // exec fails; holding the lock keeps `reap` from racing that wait.
         let child = start()?;
         let (tx, rx) = oneshot::channel();
-        let pid = i32::try_from(pid_of(&child))
+        let pid = pid_of(&child);
+        crate::reserve::yield_to_oom_killer(pid);
+        let pid = i32::try_from(pid)
             .map_err(|_| io::Error::other("kernel returned a pid that does not fit in pid_t"))?;
         if waiters.insert(pid, tx).is_some() {
             tracing::warn!(pid, "pid registered twice; the older waiter is dropped");

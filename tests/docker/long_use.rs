@@ -90,6 +90,99 @@ async fn fifty_chatty_commands_under_64m_leave_the_agent_alive_within_its_bound(
     assert!(now <= idle + RSS_BOUND_KIB, "agent at {now} KiB");
 }
 
+/// The process limit of the sandbox that fills it.
+const PIDS_LIMIT: &str = "40";
+/// Far above an agent answering at once, far below a hang.
+const ANSWER_BOUND: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_workload_at_its_process_limit_leaves_the_agent_answering() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&[
+        "up",
+        "lu-pids",
+        "--image",
+        BASE_IMAGE,
+        "--pids-limit",
+        PIDS_LIMIT,
+    ]);
+    let started = sh(&cli, "lu-pids", "cut -d' ' -f22 /proc/1/stat");
+    // What the agent starts is the OOM killer's choice before the agent.
+    let scores = sh(
+        &cli,
+        "lu-pids",
+        "cat /proc/1/oom_score_adj /proc/self/oom_score_adj",
+    );
+    let scores: Vec<i32> = scores.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!(scores[1], (scores[0] + 500).min(1000), "{scores:?}");
+
+    // Fill every pid: orphaned sleeps, until the agent itself cannot start
+    // a program. A shell that got the last pid and could not fork its sleep
+    // leaves that pid to a plain `sleep`.
+    let mut holders = Vec::new();
+    let mut full = None;
+    for _ in 0..200 {
+        let out = cli.run(&[
+            "exec",
+            "lu-pids",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1000 >/dev/null 2>&1 &",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if err.contains("process limit") {
+            full = Some(err);
+            break;
+        }
+        if !out.status.success() {
+            let holder = cli
+                .command(&["exec", "lu-pids", "--", "sleep", "1000"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            holders.push(holder);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    let full = full.expect("the sandbox reached its process limit");
+    assert!(full.contains("cannot start \"sh\""), "{full}");
+
+    // At the limit, a command is answered at once with why it cannot run,
+    // and snapshots and file reads go on.
+    for attempt in 0..5 {
+        let began = Instant::now();
+        let out = cli.run(&["exec", "lu-pids", "--", "true"]);
+        let took = began.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(took < ANSWER_BOUND, "attempt {attempt} took {took:?}");
+        assert!(
+            !out.status.success() && err.contains("process limit"),
+            "{err}"
+        );
+    }
+    let snap = json(&cli.ok(&["snapshot", "lu-pids", "--json"]));
+    let snapshot = snap["snapshot"]["id"].as_str().unwrap().to_owned();
+    assert!(!cli.ok(&["cat", "lu-pids", "/etc/hostname"]).is_empty());
+
+    // A rewind ends the workload's processes, and commands run again.
+    cli.ok(&["rewind", "lu-pids", &snapshot]);
+    for holder in &mut holders {
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+    assert_eq!(sh(&cli, "lu-pids", "echo back"), "back\n");
+    assert_eq!(
+        sh(&cli, "lu-pids", "cut -d' ' -f22 /proc/1/stat"),
+        started,
+        "the same agent is PID 1 throughout"
+    );
+}
+
 #[tokio::test]
 async fn a_workload_child_that_leaves_session_and_environment_is_gone_after_a_restart() {
     let Some(_engine) = engine_with_base().await else {

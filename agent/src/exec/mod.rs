@@ -141,6 +141,20 @@ pub enum ExecError {
         #[source]
         source: io::Error,
     },
+    /// The sandbox has no pid left for the program: its processes (and
+    /// threads) hold every one its process limit allows.
+    #[error(
+        "cannot start {program:?}: the sandbox is at its process limit (its processes and \
+         threads hold every pid the limit allows; end some, or give the sandbox a higher \
+         pids limit)"
+    )]
+    OutOfProcesses {
+        /// `argv[0]`.
+        program: String,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
     /// Too many execs are unfinished.
     #[error("too many running execs (limit {0})")]
     LimitReached(usize),
@@ -179,6 +193,8 @@ impl ExecError {
             Self::NotExecutable { program, source }
         } else if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
             Self::OutOfFiles { program, source }
+        } else if source.raw_os_error() == Some(libc::EAGAIN) {
+            Self::OutOfProcesses { program, source }
         } else {
             Self::Spawn { program, source }
         }
@@ -188,9 +204,10 @@ impl ExecError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::BadSpec(_) | Self::StdinClosed(_) | Self::NoTerminal(_) => ErrorKind::BadRequest,
-            Self::BadCwd(_) | Self::Spawn { .. } | Self::OutOfFiles { .. } => {
-                ErrorKind::SpawnFailed
-            }
+            Self::BadCwd(_)
+            | Self::Spawn { .. }
+            | Self::OutOfFiles { .. }
+            | Self::OutOfProcesses { .. } => ErrorKind::SpawnFailed,
             Self::NotFound { .. } => ErrorKind::CommandNotFound,
             Self::NotExecutable { .. } => ErrorKind::NotExecutable,
             Self::LimitReached(_) => ErrorKind::LimitReached,
@@ -548,6 +565,14 @@ pub(crate) fn validate(spec: &ExecSpec) -> Result<(), ExecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spawn_at_the_process_limit_says_so() {
+        let err = ExecError::spawn("true", io::Error::from_raw_os_error(libc::EAGAIN));
+        assert!(matches!(err, ExecError::OutOfProcesses { .. }), "{err:?}");
+        assert_eq!(err.kind(), ErrorKind::SpawnFailed);
+        assert!(err.to_string().contains("process limit"), "{err}");
+    }
 
     #[test]
     fn a_spawn_out_of_file_descriptors_says_so_and_points_at_doctor() {
