@@ -289,5 +289,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Sandbox>()?;
     module.add_class::<process::Process>()?;
     module.add("AGENT_TARGET", silo_embedded_agent::TARGET)?;
+    runtime::register_stand_down(module)?;
     errors::register(module)
 }

@@ -136,7 +136,9 @@ impl Callbacks {
     fn call(&self, stderr: bool, data: &[u8]) -> PyResult<()> {
         let callback = if stderr { &self.stderr } else { &self.stdout };
         if let Some(callback) = callback {
-            Python::attach(|py| callback.call1(py, (PyBytes::new(py, data),)).map(drop))?;
+            let called =
+                runtime::attach(|py| callback.call1(py, (PyBytes::new(py, data),)).map(drop));
+            called.unwrap_or(Ok(()))?;
         }
         Ok(())
     }
@@ -283,7 +285,8 @@ impl Process {
 }
 
 fn is_keyboard_interrupt(error: &PyErr) -> bool {
-    Python::attach(|py| error.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py))
+    runtime::attach(|py| error.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py))
+        .unwrap_or(false)
 }
 
 /// Seconds as Python gives them, refused when negative or not a number.

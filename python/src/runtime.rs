@@ -12,10 +12,18 @@
 //! [`SIGNAL_POLL`], so Ctrl-C raises `KeyboardInterrupt` in the middle of a
 //! wait, as it does in any Python wait; lifecycle calls (create, snapshot,
 //! rewind) are not cut in half and the interrupt is raised once they return.
+//!
+//! The runtime's threads touch Python (to resolve a future, to call an
+//! output callback) only through [`attach`]. A thread that takes the GIL
+//! once the interpreter has begun to finalise is ended by Python in the
+//! middle of Rust code, which aborts the process; so an `atexit` hook
+//! ([`stand_down`]) closes that door first and waits for the threads already
+//! inside to leave. After it, what a thread would hand Python is dropped.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::time::Duration;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
@@ -28,6 +36,11 @@ use tokio::runtime::Runtime;
 const WORKER_THREADS: usize = 2;
 /// How often a blocking wait on a command looks for Ctrl-C.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
+/// How long interpreter exit waits for threads inside Python (an output
+/// callback still running) before it goes on without them.
+const STAND_DOWN_WAIT: Duration = Duration::from_secs(2);
+/// How often that wait looks.
+const STAND_DOWN_POLL: Duration = Duration::from_millis(1);
 
 /// What a finished call hands back to Python, made once the GIL is held.
 pub type Answer = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
@@ -86,6 +99,79 @@ pub fn runtime() -> PyResult<&'static Runtime> {
     }
 }
 
+/// Set by [`stand_down`]: the interpreter is finishing, and no thread of
+/// the runtime may take the GIL any more.
+static STOOD_DOWN: AtomicBool = AtomicBool::new(false);
+/// Threads inside [`attach`] (or about to take the GIL there), with the pid
+/// they were counted in: the high 32 bits are the pid, so a child of
+/// `os.fork()` does not wait for its parent's threads.
+static INSIDE: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f` with the GIL, unless the interpreter is finishing (then `None`:
+/// what `f` would have handed Python is dropped, nobody is left to take it).
+pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
+    let pid = u64::from(std::process::id());
+    let _ = INSIDE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |tally| {
+        Some(if tally >> 32 == pid {
+            tally + 1
+        } else {
+            (pid << 32) | 1
+        })
+    });
+    let left = Leave(pid);
+    if STOOD_DOWN.load(Ordering::SeqCst) {
+        return None;
+    }
+    let value = Python::attach(f);
+    drop(left);
+    Some(value)
+}
+
+/// Counts a thread out of [`attach`].
+struct Leave(u64);
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        let pid = self.0;
+        let _ = INSIDE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |tally| {
+            (tally >> 32 == pid && tally & u64::from(u32::MAX) > 0).then(|| tally - 1)
+        });
+    }
+}
+
+/// Threads of this process inside [`attach`].
+fn inside() -> u64 {
+    let tally = INSIDE.load(Ordering::SeqCst);
+    if tally >> 32 == u64::from(std::process::id()) {
+        tally & u64::from(u32::MAX)
+    } else {
+        0
+    }
+}
+
+/// The `atexit` hook: from now on no thread of the runtime takes the GIL;
+/// waits (GIL released, so they can finish) for those already inside.
+#[pyfunction]
+pub fn stand_down(py: Python<'_>) {
+    STOOD_DOWN.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let began = Instant::now();
+        while inside() > 0 && began.elapsed() < STAND_DOWN_WAIT {
+            std::thread::sleep(STAND_DOWN_POLL);
+        }
+    });
+}
+
+/// Registers [`stand_down`] with `atexit`.
+pub fn register_stand_down(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let hook = wrap_pyfunction!(stand_down, module)?;
+    module
+        .py()
+        .import("atexit")?
+        .call_method1("register", (hook,))?;
+    Ok(())
+}
+
 /// Runs `work` to its end: blocking (GIL released) when `aio` is `None`,
 /// else spawned, resolving the asyncio future `aio` names and answering
 /// `None` at once. `aio` is `(loop, future, resolve)`: `resolve(future, ok,
@@ -106,8 +192,16 @@ where
     };
     let (event_loop, future, resolve): (Py<PyAny>, Py<PyAny>, Py<PyAny>) = aio.extract()?;
     runtime.spawn(async move {
-        let outcome = work.await;
-        Python::attach(|py| {
+        // Run as a task of its own, so a panic in it comes back as an error
+        // (the future is resolved) instead of ending this task unresolved.
+        let outcome = match tokio::spawn(work).await {
+            Ok(outcome) => outcome,
+            Err(error) if error.is_panic() => Err(panicked(error.into_panic())),
+            Err(error) => Err(crate::errors::SiloException::new_err(format!(
+                "the call was cancelled: {error}"
+            ))),
+        };
+        attach(|py| {
             let (ok, value) = match outcome.and_then(|answer| answer(py)) {
                 Ok(value) => (true, value),
                 Err(error) => (false, error.into_value(py).into_any()),
@@ -143,10 +237,29 @@ where
             }
         }
     };
-    if tokio::runtime::Handle::try_current().is_ok() {
-        return tokio::task::block_in_place(|| runtime.handle().block_on(work));
-    }
-    runtime.block_on(work)
+    // A panic is caught here, on the thread that polls the future, and
+    // raised as an error: it never reaches Python as a `PanicException`.
+    let caught = if tokio::runtime::Handle::try_current().is_ok() {
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            tokio::task::block_in_place(|| runtime.handle().block_on(work))
+        }))
+    } else {
+        std::panic::catch_unwind(AssertUnwindSafe(|| runtime.block_on(work)))
+    };
+    caught.unwrap_or_else(|payload| Err(panicked(payload)))
+}
+
+/// The error a panic in the binding becomes: a `SiloException` naming it a
+/// bug, with the panic's message.
+fn panicked(payload: Box<dyn std::any::Any + Send>) -> PyErr {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    crate::errors::SiloException::new_err(format!(
+        "internal error in silo (a bug; please report it): {message}"
+    ))
 }
 
 /// Resolves with the exception a pending signal raised (KeyboardInterrupt
@@ -155,7 +268,7 @@ where
 async fn pending_signal() -> PyErr {
     loop {
         tokio::time::sleep(SIGNAL_POLL).await;
-        if let Err(error) = Python::attach(|py| py.check_signals()) {
+        if let Some(Err(error)) = attach(|py| py.check_signals()) {
             return error;
         }
     }
