@@ -69,6 +69,14 @@ impl Sandbox {
         &self.files
     }
 
+    /// Why this sandbox cannot be reached, if it is down: removed (by this
+    /// process or another), stopped, or its machine gone or replaced since
+    /// this handle was made. `None` when its machine runs. For a caller
+    /// whose request found no agent, to say what happened instead.
+    pub async fn down(&self) -> Option<SiloError> {
+        self.silo.down(&self.record).await
+    }
+
     /// Taking, listing, rewinding to and forking from snapshots.
     pub fn snapshots(&self) -> Snapshots {
         Snapshots::new(self.silo.clone(), self.record.id.clone())

@@ -16,9 +16,10 @@ use serde_json::json;
 use silo_protocol::auth::{Key, derive_sandbox_key};
 
 use crate::agent_binary::AgentLocator;
+use crate::backend::podman::PodmanError;
 use crate::backend::{
-    AnyBackend, Backend, BackendError, BackendSetup, Backends, DaytonaConfig, E2bConfig, Machine,
-    MachineState, NoMemoryFork, NoPortRoute, PortUrl,
+    AnyBackend, Backend, BackendError, BackendSetup, Backends, DaytonaConfig, DockerError,
+    E2bConfig, Machine, MachineState, NoMemoryFork, NoPortRoute, PortUrl,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
 use crate::home::{Home, HomeError};
@@ -759,6 +760,22 @@ pub enum SiloError {
     /// This process cannot be identified for a lease (no `/proc`).
     #[error("cannot identify this process for a lease: /proc is unreadable")]
     NoProcessIdentity,
+}
+
+impl SiloError {
+    /// The sandbox's image is not on its container engine and could not be
+    /// pulled. (The backend's error is transparent, so a walk of the error's
+    /// sources never meets it; this asks it directly.)
+    pub fn is_missing_image(&self) -> bool {
+        let Self::Backend { source, .. } = self else {
+            return false;
+        };
+        matches!(
+            source.as_ref(),
+            BackendError::Docker(DockerError::ImageUnavailable { .. })
+                | BackendError::Podman(PodmanError(DockerError::ImageUnavailable { .. }))
+        )
+    }
 }
 
 #[cfg(test)]

@@ -83,7 +83,10 @@ pub enum ErrorKind {
     Incomplete,
     /// Exec channel: the exec id is not known to this agent.
     UnknownExec,
-    /// Exec channel: the command could not be started (a bad cwd, no resources).
+    /// Exec channel: the command could not be started (no pid or file
+    /// descriptor left, another refusal of the kernel). A working directory
+    /// that is not a directory is `NotADirectory` (older agents answered
+    /// this for it too).
     SpawnFailed,
     /// Exec channel: the program was not found (on `PATH`, or at the path given).
     CommandNotFound,

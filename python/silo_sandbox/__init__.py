@@ -49,10 +49,11 @@ from ._sync import (
     push_to_sandboxes,
     snapshots,
 )
-from .errors import (
+from ._native import (  # the exceptions, made and mapped in Rust (errors.rs)
     AgentUnreachableError,
     BusyError,
     CommandExitError,
+    ImageNotFoundError,
     InvalidArgumentError,
     NotFoundError,
     ProviderError,
@@ -60,9 +61,10 @@ from .errors import (
     SandboxNotFoundError,
     SandboxNotRunningError,
     SiloException,
+    SiloTimeoutError,
     SnapshotError,
     SpecDriftError,
-    TimeoutError,
+    TimeoutError,  # SiloTimeoutError's old name; not in __all__, so no star import shadows the builtin
 )
 
 __all__ = [
@@ -83,6 +85,7 @@ __all__ = [
     "Event",
     "Exit",
     "Files",
+    "ImageNotFoundError",
     "InvalidArgumentError",
     "Lost",
     "LostOutput",
@@ -97,13 +100,13 @@ __all__ = [
     "SandboxNotRunningError",
     "Session",
     "SiloException",
+    "SiloTimeoutError",
     "Snapshot",
     "SnapshotError",
     "Snapshots",
     "SpecDriftError",
     "Stderr",
     "Stdout",
-    "TimeoutError",
     "async_push_to_sandboxes",
     "push_to_sandboxes",
     "snapshots",

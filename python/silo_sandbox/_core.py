@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, Union
 
 from . import _native
-from .errors import CommandExitError, InvalidArgumentError, TimeoutError
+from ._native import CommandExitError, InvalidArgumentError, SiloTimeoutError
 
 T = TypeVar("T")
 
@@ -139,9 +139,9 @@ def command_result(parts: tuple) -> CommandResult:
 
 def checked(result: CommandResult, check: bool) -> CommandResult:
     """Raises as E2B does for a failed command: its timeout as
-    ``TimeoutError``, another non-zero exit as ``CommandExitError``."""
+    ``SiloTimeoutError``, another non-zero exit as ``CommandExitError``."""
     if result.timed_out:
-        raise TimeoutError(f"{result.error} after {result.duration_ms} ms")
+        raise SiloTimeoutError(f"{result.error} after {result.duration_ms} ms")
     if check and result.exit_code != 0:
         error = CommandExitError(f"{result.error}: {result.stderr.strip()[-500:]}".rstrip(": "))
         error.exit_code = result.exit_code

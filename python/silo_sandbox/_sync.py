@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, overload
 
 from . import _core, _native
-from .errors import InvalidArgumentError
+from ._native import InvalidArgumentError
 from ._core import CommandResult, EntryInfo, Event, PushReport, SandboxInfo, Snapshot
 
 _homes: dict[str | None, _native.Home] = {}
@@ -169,7 +169,7 @@ class Commands:
 
         Waits for its end and answers a ``CommandResult``, raising
         ``CommandExitError`` on a non-zero exit (unless ``check=False``) and
-        ``TimeoutError`` when ``timeout`` seconds ended it. With
+        ``SiloTimeoutError`` (a builtin ``TimeoutError``) when ``timeout`` seconds ended it. With
         ``background=True`` answers a ``CommandHandle`` at once; the command
         runs on even if this process ends. ``session`` runs it in that shell
         session (created on first use); ``no_wait`` then fails with

@@ -48,6 +48,20 @@ impl ProcState {
         }
     }
 
+    /// A command that never started, ended as a shell ends it: exit
+    /// `code`, `message` on stderr.
+    pub fn refused(code: i32, message: &str) -> Self {
+        Self {
+            pid: std::process::id(),
+            execution: None,
+            offset: 0,
+            stdout: Vec::new(),
+            stderr: format!("{message}\n").into_bytes(),
+            lost: 0,
+            exit: Some(serde_json::json!({ "code": code, "duration_ms": 0 })),
+        }
+    }
+
     /// The next step, re-attaching first when this process does not own
     /// the connection. `None` once the exit has been seen.
     async fn step(&mut self, sandbox: &SandboxRef, id: u64) -> PyResult<Option<Step>> {

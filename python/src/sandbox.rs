@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use silo::ExecSpec;
 
-use crate::bind::{FileAnswer, FileOp, SandboxRef};
+use crate::bind::{FileAnswer, FileOp, SandboxRef, Started};
 use crate::errors::invalid;
 use crate::process::{Callbacks, ProcState, Process, seconds};
 use crate::runtime::{self, Answer, Signals};
@@ -63,7 +63,12 @@ impl Sandbox {
         let callbacks = Callbacks::new(on_stdout, on_stderr);
         if aio.is_some() {
             return runtime::dispatch(py, aio, Signals::Defer, async move {
-                let execution = sandbox.spawn(spec).await?;
+                let execution = match sandbox.start(spec).await? {
+                    Started::Running(execution) => *execution,
+                    Started::Refused { code, message } => {
+                        return Ok(ProcState::refused(code, &message).answer());
+                    }
+                };
                 let id = execution.id();
                 let mut state = ProcState::following(execution);
                 state.finish(&sandbox, id, &callbacks).await?;
@@ -72,7 +77,12 @@ impl Sandbox {
         }
         let answer = py.detach(|| -> PyResult<Answer> {
             let runtime = runtime::runtime()?;
-            let execution = runtime::block_on(runtime, Signals::Defer, sandbox.spawn(spec))?;
+            let execution = match runtime::block_on(runtime, Signals::Defer, sandbox.start(spec))? {
+                Started::Running(execution) => *execution,
+                Started::Refused { code, message } => {
+                    return Ok(ProcState::refused(code, &message).answer());
+                }
+            };
             let process = Process::new(Arc::clone(&sandbox), execution);
             process.wait_blocking(&callbacks)
         })?;

@@ -204,10 +204,12 @@ impl ExecError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::BadSpec(_) | Self::StdinClosed(_) | Self::NoTerminal(_) => ErrorKind::BadRequest,
-            Self::BadCwd(_)
-            | Self::Spawn { .. }
-            | Self::OutOfFiles { .. }
-            | Self::OutOfProcesses { .. } => ErrorKind::SpawnFailed,
+            // A working directory that is not one is the caller's argument,
+            // not the machine failing.
+            Self::BadCwd(_) => ErrorKind::NotADirectory,
+            Self::Spawn { .. } | Self::OutOfFiles { .. } | Self::OutOfProcesses { .. } => {
+                ErrorKind::SpawnFailed
+            }
             Self::NotFound { .. } => ErrorKind::CommandNotFound,
             Self::NotExecutable { .. } => ErrorKind::NotExecutable,
             Self::LimitReached(_) => ErrorKind::LimitReached,

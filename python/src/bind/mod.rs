@@ -16,7 +16,9 @@
 
 mod sandbox;
 
-pub use sandbox::{FileAnswer, FileOp, SandboxRef, Step, close_stdin, next_step, write_stdin};
+pub use sandbox::{
+    FileAnswer, FileOp, SandboxRef, Started, Step, close_stdin, next_step, write_stdin,
+};
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

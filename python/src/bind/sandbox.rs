@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::PyResult;
-use silo::ExecSpec;
+use pyo3::{PyErr, PyResult};
 use silo::client::{ClientError, ExecConnection};
-use silo::{CommandEvent, Execution};
+use silo::{CommandEvent, Execution, Files};
+use silo::{ErrorKind, ExecSpec};
 
 use super::{Home, PerPid};
-use crate::errors::{invalid, to_py};
+use crate::errors::{Failure, invalid, to_py};
 
 /// The library's handle on a sandbox with the exec connection kept open
 /// for the next command.
@@ -110,23 +110,41 @@ impl SandboxRef {
     /// in another process). A connection opened for this command is not
     /// tried twice: its failure is the agent's, and says so.
     pub async fn spawn(&self, spec: ExecSpec) -> PyResult<Execution> {
+        self.try_spawn(spec).await?.map_err(|e| to_py(&e))
+    }
+
+    /// Starts a command to wait for: a program that cannot be started is
+    /// answered as a shell answers it (exit 127 when not found, 126 when not
+    /// executable, the reason on stderr), so a list command and a shell line
+    /// fail alike, and `check=False` gets a result, not an exception.
+    pub async fn start(&self, spec: ExecSpec) -> PyResult<Started> {
+        match self.try_spawn(spec).await? {
+            Ok(execution) => Ok(Started::Running(Box::new(execution))),
+            Err(ClientError::Agent { kind, message }) => match kind {
+                ErrorKind::CommandNotFound => Ok(Started::Refused { code: 127, message }),
+                ErrorKind::NotExecutable => Ok(Started::Refused { code: 126, message }),
+                kind => Err(to_py(&ClientError::Agent { kind, message })),
+            },
+            Err(error) => Err(to_py(&error)),
+        }
+    }
+
+    /// Spawns on the kept connection, once more on a new one when the kept
+    /// one turned out dead; the outer error is the sandbox's, the inner the
+    /// spawn's.
+    async fn try_spawn(&self, spec: ExecSpec) -> PyResult<Result<Execution, ClientError>> {
         let (connection, kept) = self.connection().await?;
         let sandbox = self.sandbox().await?;
         match sandbox.commands().spawn_on(connection, spec.clone()).await {
-            Ok(execution) => Ok(execution),
             Err(ClientError::Disconnected | ClientError::Http(_) | ClientError::Handshake(_))
                 if kept =>
             {
                 self.forget();
                 let (connection, _) = self.connection().await?;
                 let sandbox = self.sandbox().await?;
-                sandbox
-                    .commands()
-                    .spawn_on(connection, spec)
-                    .await
-                    .map_err(|e| to_py(&e))
+                Ok(sandbox.commands().spawn_on(connection, spec).await)
             }
-            Err(error) => Err(to_py(&error)),
+            spawned => Ok(spawned),
         }
     }
 
@@ -167,57 +185,20 @@ impl SandboxRef {
         serde_json::to_value(sessions).map_err(|e| invalid(e.to_string()))
     }
 
-    /// One file operation, its answer as JSON (bytes for `read`).
+    /// One file operation, its answer as JSON (bytes for `read`). When the
+    /// agent cannot be reached, the error says why when the sandbox is down
+    /// (removed, stopped, its machine gone).
     pub async fn file(&self, op: FileOp) -> PyResult<FileAnswer> {
         let sandbox = self.sandbox().await?;
-        let files = sandbox.files();
-        let json = |value: Result<serde_json::Value, serde_json::Error>| {
-            value
-                .map(FileAnswer::Json)
-                .map_err(|e| invalid(e.to_string()))
-        };
-        match op {
-            FileOp::Read(path) => files
-                .read(&path)
-                .await
-                .map(|data| FileAnswer::Bytes(data.to_vec()))
-                .map_err(|e| to_py(&e)),
-            FileOp::Write { path, data, mode } => json(serde_json::to_value(
-                files
-                    .write(&path, data, mode)
-                    .await
-                    .map_err(|e| to_py(&e))?,
-            )),
-            FileOp::Stat(path) => json(serde_json::to_value(
-                files.stat(&path).await.map_err(|e| to_py(&e))?,
-            )),
-            FileOp::Exists(path) => json(Ok(serde_json::Value::Bool(
-                files.exists(&path).await.map_err(|e| to_py(&e))?,
-            ))),
-            FileOp::List(path) => json(serde_json::to_value(
-                files.list(&path).await.map_err(|e| to_py(&e))?,
-            )),
-            FileOp::MakeDir { path, mode } => json(serde_json::to_value(
-                files.mkdir(&path, mode).await.map_err(|e| to_py(&e))?,
-            )),
-            FileOp::Remove { path, recursive } => json(Ok(serde_json::Value::from(
-                files
-                    .remove(&path, recursive)
-                    .await
-                    .map_err(|e| to_py(&e))?,
-            ))),
-            FileOp::Upload { host, sandbox } => json(serde_json::to_value(
-                files
-                    .copy_in(&host, &sandbox)
-                    .await
-                    .map_err(|e| to_py(&e))?,
-            )),
-            FileOp::Download { sandbox, host } => json(serde_json::to_value(
-                files
-                    .copy_out(&sandbox, &host)
-                    .await
-                    .map_err(|e| to_py(&e))?,
-            )),
+        match file_op(sandbox.files(), op).await {
+            Err(failure) if failure.is_unreachable() => {
+                self.forget();
+                Err(match sandbox.down().await {
+                    Some(why) => to_py(&why),
+                    None => failure.into(),
+                })
+            }
+            answer => answer.map_err(PyErr::from),
         }
     }
 
@@ -289,6 +270,20 @@ impl SandboxRef {
         let address = sandbox.agent_address().map_err(|e| to_py(&e))?;
         serde_json::to_value(address).map_err(|e| invalid(e.to_string()))
     }
+}
+
+/// A command [`SandboxRef::start`] started, or the exit a shell would
+/// have given a program that could not be.
+pub enum Started {
+    /// Running.
+    Running(Box<Execution>),
+    /// Not started.
+    Refused {
+        /// The shell's exit code for it (127 or 126).
+        code: i32,
+        /// Why, for stderr.
+        message: String,
+    },
 }
 
 /// A file operation.
@@ -366,4 +361,51 @@ pub async fn write_stdin(execution: &Execution, data: &[u8]) -> PyResult<()> {
 /// Closes an execution's stdin.
 pub async fn close_stdin(execution: &Execution) -> PyResult<()> {
     execution.close_stdin().await.map_err(|e| to_py(&e))
+}
+
+/// Runs one file operation.
+async fn file_op(files: &Files, op: FileOp) -> Result<FileAnswer, Failure> {
+    fn json<T: serde::Serialize>(value: T) -> Result<FileAnswer, Failure> {
+        serde_json::to_value(value)
+            .map(FileAnswer::Json)
+            .map_err(|e| Failure::invalid(e.to_string()))
+    }
+    let failed = |error: &(dyn std::error::Error + 'static)| Failure::of(error);
+    match op {
+        FileOp::Read(path) => files
+            .read(&path)
+            .await
+            .map(|data| FileAnswer::Bytes(data.to_vec()))
+            .map_err(|e| failed(&e)),
+        FileOp::Write { path, data, mode } => json(
+            files
+                .write(&path, data, mode)
+                .await
+                .map_err(|e| failed(&e))?,
+        ),
+        FileOp::Stat(path) => json(files.stat(&path).await.map_err(|e| failed(&e))?),
+        FileOp::Exists(path) => json(files.exists(&path).await.map_err(|e| failed(&e))?),
+        FileOp::List(path) => json(files.list(&path).await.map_err(|e| failed(&e))?),
+        FileOp::MakeDir { path, mode } => {
+            json(files.mkdir(&path, mode).await.map_err(|e| failed(&e))?)
+        }
+        FileOp::Remove { path, recursive } => json(
+            files
+                .remove(&path, recursive)
+                .await
+                .map_err(|e| failed(&e))?,
+        ),
+        FileOp::Upload { host, sandbox } => json(
+            files
+                .copy_in(&host, &sandbox)
+                .await
+                .map_err(|e| failed(&e))?,
+        ),
+        FileOp::Download { sandbox, host } => json(
+            files
+                .copy_out(&sandbox, &host)
+                .await
+                .map_err(|e| failed(&e))?,
+        ),
+    }
 }
