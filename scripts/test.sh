@@ -72,7 +72,7 @@ python_package() {
   (cd python && "$build/bin/maturin" build --quiet -o "$wheels")
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    "$(grep '^pytest==' "$requirements")" "$wheels"/silo_sandbox-*.whl
+    "$(grep '^pytest==' "$requirements")" "$(grep '^mypy==' "$requirements")" "$wheels"/silo_sandbox-*.whl
   (cd python/tests && SILO_TARGET_DIR=$target "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider .)
 }
 

@@ -19,16 +19,16 @@ def main() -> None:
     sandboxes = [Sandbox.create(image, name=f"pod-{run}-{i}") for i in range(3)]
     try:
         sandboxes[2].stop()  # one target down: its failure is reported
-        files = {
+        files: dict[Sandbox, dict[str, str | bytes]] = {
             sandbox: {"README.md": "shared skills\n", "user.txt": f"user {i}\n", "bin/tool": b"#!/bin/sh\necho tool\n"}
             for i, sandbox in enumerate(sandboxes)
         }
         report = push_to_sandboxes(MOUNT, files)
         print(f"{report.succeeded}/{report.targets} sandboxes have the files")
         for pushed in report.pushed:
-            print(f"  {pushed['sandbox']}: version {pushed['version'][:16]}… {pushed['files']} files, {pushed['millis']} ms")
+            print(f"  {pushed.sandbox}: version {pushed.version[:16]}… {pushed.files} files, {pushed.millis} ms")
         for failure in report.failures:
-            print(f"  {failure['sandbox']}: {failure['reason']}: {failure['detail']}")
+            print(f"  {failure.sandbox}: {failure.reason}: {failure.detail}")
         assert report.succeeded == 2 and len(report.failures) == 1
         assert sandboxes[1].files.read(f"{MOUNT}/user.txt") == "user 1\n"
     finally:

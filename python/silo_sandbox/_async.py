@@ -11,15 +11,33 @@ blocking classes. Callbacks may be plain functions or coroutine functions.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 import os
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 from . import _core, _native
-from ._core import CommandResult, EntryInfo, Event, PushReport, SandboxInfo, Snapshot, aio
-from ._sync import LostOutput, _home, _snapshot_id
+from ._core import (
+    CommandResult,
+    CopyReport,
+    Diff,
+    EntryInfo,
+    Event,
+    PortUrl,
+    PushReport,
+    RewindReport,
+    SandboxInfo,
+    SandboxRecord,
+    SessionInfo,
+    Snapshot,
+    aio,
+)
+from ._sync import HostPath, LostOutput, PushFiles, _home, _snapshot_id
+
+#: A target of ``async_push_to_sandboxes``: an ``AsyncSandbox`` or a name or id.
+AsyncTarget = TypeVar("AsyncTarget", bound="AsyncSandbox | str")
 
 
 async def _deliver(callback: Callable[[str], Any] | None, decoder: Any, data: bytes) -> None:
@@ -105,7 +123,7 @@ class AsyncCommandHandle:
 
     async def kill(self) -> bool:
         """Kills it at once; answers whether it was running."""
-        return await aio(self._process.interrupt, 0.0) == "running"
+        return bool(await aio(self._process.interrupt, 0.0) == "running")
 
     async def send_stdin(self, data: str | bytes) -> None:
         """Writes to the command's stdin (run with ``stdin=True``)."""
@@ -124,15 +142,53 @@ class AsyncSession:
         #: The session's id.
         self.id = session_id
 
-    async def run(self, cmd: str | list[str], **options: Any) -> Any:
-        """``commands.run`` in this session."""
-        return await self._commands.run(cmd, session=self.id, **options)
+    @overload
+    async def run(self, cmd: str, *, background: Literal[False] = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> CommandResult: ...
+    @overload
+    async def run(self, cmd: str, *, background: Literal[True],
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> AsyncCommandHandle: ...
+
+    async def run(
+        self,
+        cmd: str,
+        *,
+        background: bool = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> CommandResult | AsyncCommandHandle:
+        """``commands.run`` in this session (see there): ``cmd`` is a script
+        of the session's shell."""
+        if background:
+            return await self._commands.run(
+                cmd, True, envs, cwd, on_stdout, on_stderr, False, timeout, self.id, check, no_wait
+            )
+        return await self._commands.run(cmd, False, envs, cwd, on_stdout, on_stderr, False, timeout, self.id, check, no_wait)
 
     async def interrupt(self, grace: float | None = None) -> None:
         """Interrupts what the session runs; its shell survives."""
         for info in await self._commands.sessions():
-            if info["id"] == self.id and info.get("running") is not None:
-                await self._commands.interrupt(info["running"], grace)
+            if info.id == self.id and info.running is not None:
+                await self._commands.interrupt(info.running, grace)
 
 
 class AsyncCommands:
@@ -140,6 +196,37 @@ class AsyncCommands:
 
     def __init__(self, native: _native.Sandbox):
         self._native = native
+
+    @overload
+    async def run(
+        self,
+        cmd: str | list[str],
+        background: Literal[False] = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        stdin: bool = False,
+        timeout: float | None = None,
+        session: str | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> CommandResult: ...
+    @overload
+    async def run(
+        self,
+        cmd: str | list[str],
+        background: Literal[True],
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        stdin: bool = False,
+        timeout: float | None = None,
+        session: str | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> AsyncCommandHandle: ...
 
     async def run(
         self,
@@ -154,7 +241,7 @@ class AsyncCommands:
         session: str | None = None,
         check: bool = True,
         no_wait: bool = False,
-    ) -> Any:
+    ) -> CommandResult | AsyncCommandHandle:
         """Runs ``cmd``; see ``Commands.run``. Answers a ``CommandResult``,
         or an ``AsyncCommandHandle`` with ``background=True``."""
         spec = _core.exec_json(
@@ -176,15 +263,15 @@ class AsyncCommands:
 
     async def kill(self, pid: int) -> bool:
         """Kills a command at once; answers whether it was running."""
-        return await aio(self._native.interrupt, pid, 0.0) == "running"
+        return bool(await aio(self._native.interrupt, pid, 0.0) == "running")
 
     def session(self, session_id: str) -> AsyncSession:
         """A shell session of the sandbox (made on its first run)."""
         return AsyncSession(self, session_id)
 
-    async def sessions(self) -> list[dict]:
-        """The sandbox's sessions."""
-        return await aio(self._native.sessions)
+    async def sessions(self) -> list[SessionInfo]:
+        """The sandbox's shell sessions."""
+        return [_core.session_info(s) for s in await aio(self._native.sessions)]
 
 
 class AsyncFiles:
@@ -195,7 +282,7 @@ class AsyncFiles:
 
     async def read(self, path: str, format: Literal["text", "bytes"] = "text") -> str | bytes:
         """A file's contents, as text (UTF-8) or bytes."""
-        data = await aio(self._native.file, "read", path)
+        data: bytes = await aio(self._native.file, "read", path)
         return data if format == "bytes" else data.decode("utf-8", "replace")
 
     async def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
@@ -203,13 +290,13 @@ class AsyncFiles:
         raw = data.encode() if isinstance(data, str) else data
         return _core.entry(await aio(self._native.file, "write", path, raw, mode))
 
-    async def list(self, path: str) -> list[EntryInfo]:
+    async def list(self, path: str) -> builtins.list[EntryInfo]:
         """A directory's entries, sorted by name."""
         return [_core.entry(e) for e in await aio(self._native.file, "list", path)]
 
     async def exists(self, path: str) -> bool:
         """Whether anything is at ``path``."""
-        return await aio(self._native.file, "exists", path)
+        return bool(await aio(self._native.file, "exists", path))
 
     async def get_info(self, path: str) -> EntryInfo:
         """What is at ``path``."""
@@ -219,7 +306,7 @@ class AsyncFiles:
 
     async def remove(self, path: str, recursive: bool = True) -> int:
         """Removes a file, link or directory; answers how many paths went."""
-        return await aio(self._native.file, "remove", path, recursive=recursive)
+        return int(await aio(self._native.file, "remove", path, recursive=recursive))
 
     async def make_dir(self, path: str, mode: int | None = None) -> bool:
         """Makes a directory and its parents; answers False if it existed."""
@@ -227,13 +314,13 @@ class AsyncFiles:
         await aio(self._native.file, "make_dir", path, mode=mode)
         return not existed
 
-    async def upload(self, local: str | os.PathLike, path: str) -> dict:
+    async def upload(self, local: HostPath, path: str) -> CopyReport:
         """Copies a host file or tree into the sandbox."""
-        return await aio(self._native.file, "upload", path, other=os.fspath(local))
+        return _core.copy_report(await aio(self._native.file, "upload", path, other=os.fspath(local)))
 
-    async def download(self, path: str, local: str | os.PathLike) -> dict:
+    async def download(self, path: str, local: HostPath) -> CopyReport:
         """Copies a sandbox file or tree to the host."""
-        return await aio(self._native.file, "download", path, other=os.fspath(local))
+        return _core.copy_report(await aio(self._native.file, "download", path, other=os.fspath(local)))
 
 
 class AsyncSnapshots:
@@ -250,15 +337,16 @@ class AsyncSnapshots:
         """Its snapshots, oldest first."""
         return [_core.snapshot(s) for s in self._sandbox._native.snapshots()]
 
-    async def diff(self, snapshot: Snapshot | str | None = None) -> dict:
+    async def diff(self, snapshot: Snapshot | str | None = None) -> Diff:
         """What differs between the files now and ``snapshot`` (see
         ``Snapshots.diff``)."""
         snapshot_id = None if snapshot is None else _snapshot_id(snapshot)
-        return await aio(self._sandbox._native.diff, snapshot_id)
+        return _core.diff(await aio(self._sandbox._native.diff, snapshot_id))
 
-    async def rewind(self, snapshot: Snapshot | str) -> dict:
+    async def rewind(self, snapshot: Snapshot | str) -> RewindReport:
         """Puts the file system back to ``snapshot``; its processes end."""
-        return await aio(self._sandbox._native.rewind, _snapshot_id(snapshot))
+        snapshot_id = _snapshot_id(snapshot)
+        return _core.rewind_report(await aio(self._sandbox._native.rewind, snapshot_id), snapshot_id)
 
     async def fork(
         self, snapshot: Snapshot | str, name: str, *, backend: str | None = None, template: str | None = None
@@ -276,7 +364,7 @@ class AsyncSnapshots:
         *,
         backend: str | None = None,
         template: str | None = None,
-    ) -> list[AsyncSandbox]:
+    ) -> builtins.list[AsyncSandbox]:
         """``count`` new sandboxes ``name-1`` .. ``name-count`` from ``snapshot``, made at once."""
         home = self._sandbox._home
         made = await aio(home.fork_many, _snapshot_id(snapshot), name, count, backend, template)
@@ -332,7 +420,7 @@ class AsyncSandbox:
         timeout: float | None = None,
         pool: str | None = None,
         spec: Mapping[str, Any] | None = None,
-        home: str | os.PathLike | None = None,
+        home: HostPath | None = None,
     ) -> AsyncSandbox:
         """Creates and starts a sandbox; see ``Sandbox.create``."""
         home_ = _home(home)
@@ -353,7 +441,7 @@ class AsyncSandbox:
         timeout: float | None = None,
         spec: Mapping[str, Any] | None = None,
         recreate: bool = False,
-        home: str | os.PathLike | None = None,
+        home: HostPath | None = None,
     ) -> AsyncSandbox:
         """The sandbox ``name``, made if it does not exist; see ``Sandbox.open``."""
         home_ = _home(home)
@@ -362,13 +450,13 @@ class AsyncSandbox:
         return cls(native, home_)
 
     @classmethod
-    async def connect(cls, sandbox_id: str, *, start: bool = True, home: str | os.PathLike | None = None) -> AsyncSandbox:
+    async def connect(cls, sandbox_id: str, *, start: bool = True, home: HostPath | None = None) -> AsyncSandbox:
         """A handle on an existing sandbox by id or name."""
         home_ = _home(home)
         return cls(await aio(home_.connect, sandbox_id, start), home_)
 
     @staticmethod
-    async def list(*, metadata: Mapping[str, str] | None = None, home: str | os.PathLike | None = None) -> list[SandboxInfo]:
+    async def list(*, metadata: Mapping[str, str] | None = None, home: HostPath | None = None) -> list[SandboxInfo]:
         """Every sandbox of the home (with ``metadata``: carrying those labels)."""
         rows = [_core.sandbox_info(r) for r in await aio(_home(home).list)]
         wanted = dict(metadata or {})
@@ -381,39 +469,40 @@ class AsyncSandbox:
 
     async def stop(self) -> bool:
         """Stops it, keeping its files; answers whether it was running."""
-        return await aio(self._native.stop)
+        return bool(await aio(self._native.stop))
 
     async def pause(self) -> bool:
         """Pauses it with its memory where the backend can (e2b)."""
-        return await aio(self._home.lifecycle, "pause", self.sandbox_id)
+        return bool(await aio(self._home.lifecycle, "pause", self.sandbox_id))
 
     async def start(self) -> None:
         """Starts it again after a stop or pause."""
         await aio(self._home.lifecycle, "start", self.sandbox_id)
 
-    async def info(self) -> dict:
-        """Its record: backend, spec, labels."""
-        return await aio(self._native.info)
+    async def info(self) -> SandboxRecord:
+        """Its record: backend, spec, labels, where it came from."""
+        return _core.sandbox_record(await aio(self._native.info))
 
     async def get_host(self, port: int) -> str:
         """Where ``port`` inside the sandbox is reached; see ``Sandbox.get_host``."""
-        return (await self.get_port_url(port))["host"]
+        return (await self.get_port_url(port)).host
 
-    async def get_port_url(self, port: int) -> dict:
+    async def get_port_url(self, port: int) -> PortUrl:
         """``host``, ``url`` and ``headers`` of ``port``; see ``Sandbox.get_port_url``."""
-        return await aio(self._native.port_url, _core.port_number(port))
+        return _core.port_url(await aio(self._native.port_url, _core.port_number(port)))
 
-    async def agent_address(self) -> dict:
+    async def agent_address(self) -> dict[str, Any]:
         """How a client of its own reaches this sandbox's agent."""
-        return await aio(self._native.agent_address)
+        address: dict[str, Any] = await aio(self._native.agent_address)
+        return address
 
 
 async def async_push_to_sandboxes(
     mount_path: str,
-    sandbox_files: Mapping[Any, Any],
+    sandbox_files: Mapping[AsyncTarget, PushFiles],
     *,
     concurrency: int | None = None,
-    home: str | os.PathLike | None = None,
+    home: HostPath | None = None,
 ) -> PushReport:
     """``push_to_sandboxes`` for asyncio."""
     home_ = _home(home)

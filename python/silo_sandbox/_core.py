@@ -33,8 +33,8 @@ class Op(Generic[T]):
     """One native call and the conversion of its answer."""
 
     call: Callable[..., Any]
-    args: tuple
-    kwargs: dict
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
     post: Callable[[Any], T]
 
     def run(self) -> T:
@@ -47,7 +47,7 @@ class Op(Generic[T]):
         return self.post(await future)
 
 
-def _resolve(future: asyncio.Future, ok: bool, value: Any) -> None:
+def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
     """Called on the loop's thread with a native call's outcome."""
     if future.cancelled():
         return
@@ -100,7 +100,7 @@ class CommandResult:
     ended_by_rewind: str | None = None
 
 
-def command_result(parts: tuple) -> CommandResult:
+def command_result(parts: tuple[bytes, bytes, int, dict[str, Any] | None]) -> CommandResult:
     stdout, stderr, lost, exit_info = parts
     exit_info = exit_info or {}
     code = exit_info.get("code")
@@ -181,7 +181,7 @@ class Exit:
     """The command ended; nothing follows."""
 
     exit_code: int
-    info: dict
+    info: dict[str, Any]
 
 
 Event = Union[Stdout, Stderr, Lost, Exit]
@@ -242,7 +242,7 @@ class EntryInfo:
         return "".join(c if self.mode & (1 << (8 - i)) else "-" for i, c in enumerate(bits))
 
 
-def entry(data: dict) -> EntryInfo:
+def entry(data: dict[str, Any]) -> EntryInfo:
     return EntryInfo(
         name=data["name"],
         type=data["kind"],
@@ -266,10 +266,10 @@ class SandboxInfo:
     #: Its labels (E2B's metadata).
     metadata: dict[str, str]
     started_at: _dt.datetime
-    spec: dict
+    spec: dict[str, Any]
 
 
-def sandbox_info(row: dict) -> SandboxInfo:
+def sandbox_info(row: dict[str, Any]) -> SandboxInfo:
     return SandboxInfo(
         sandbox_id=row["id"],
         name=row["name"],
@@ -294,10 +294,10 @@ class Snapshot:
     layer_bytes: int
     created_at: _dt.datetime
     #: The full report (timings, entries) when it was just taken.
-    report: dict = dataclasses.field(default_factory=dict)
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def snapshot(data: dict, report: dict | None = None) -> Snapshot:
+def snapshot(data: dict[str, Any], report: dict[str, Any] | None = None) -> Snapshot:
     return Snapshot(
         id=data["id"],
         sandbox_id=data["sandbox_id"],
@@ -310,8 +310,36 @@ def snapshot(data: dict, report: dict | None = None) -> Snapshot:
     )
 
 
-def taken(report: dict) -> Snapshot:
+def taken(report: dict[str, Any]) -> Snapshot:
     return snapshot(report["snapshot"], report)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pushed:
+    """One sandbox that has the pushed files live."""
+
+    sandbox: str
+    #: The mount's version now live.
+    version: str
+    #: Digest of the bundle.
+    sha256: str
+    files: int
+    bytes: int
+    #: It had the same files live already.
+    unchanged: bool
+    attempts: int
+    millis: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PushFailure:
+    """One sandbox the push could not reach or was refused by."""
+
+    sandbox: str
+    #: ``stopped``, ``missing``, ``removed``, ``refused``, ``unreachable``, ...
+    reason: str
+    detail: str
+    attempts: int
 
 
 @dataclasses.dataclass
@@ -323,10 +351,8 @@ class PushReport:
     succeeded: int
     #: Of the succeeded, how many had the same files live already.
     unchanged: int
-    #: ``{sandbox, version, sha256, files, bytes, unchanged, attempts, millis}`` each.
-    pushed: list[dict]
-    #: ``{sandbox, reason, detail, attempts}`` each.
-    failures: list[dict]
+    pushed: list[Pushed]
+    failures: list[PushFailure]
 
     @property
     def ok(self) -> bool:
@@ -334,21 +360,238 @@ class PushReport:
         return not self.failures and self.succeeded == self.targets
 
 
-def push_report(data: dict) -> PushReport:
+R = TypeVar("R")
+
+
+def _picked(cls: type[R], data: dict[str, Any]) -> R:
+    """``cls`` from the fields of ``data`` it has (the native side may add more)."""
+    names = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def push_report(data: dict[str, Any]) -> PushReport:
     return PushReport(
         mount=data["mount"],
         targets=data["targets"],
         succeeded=data["succeeded"],
         unchanged=data["unchanged"],
-        pushed=data["pushed"],
-        failures=data["failures"],
+        pushed=[_picked(Pushed, item) for item in data["pushed"]],
+        failures=[_picked(PushFailure, item) for item in data["failures"]],
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxRecord:
+    """What silo's state recorded of a sandbox (``info()``)."""
+
+    sandbox_id: str
+    name: str
+    backend: str
+    #: Its labels (E2B's metadata).
+    metadata: dict[str, str]
+    #: The spec it was made with.
+    spec: dict[str, Any]
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+    #: The snapshot it was forked or restored from, if any.
+    origin_snapshot: str | None
+    #: The snapshot its files were last taken to or rewound to, if any.
+    checkpoint: str | None
+    #: The whole record, as ``silo ls --json`` prints it.
+    raw: dict[str, Any]
+
+
+def _time(ms: Any) -> _dt.datetime:
+    return _dt.datetime.fromtimestamp((ms or 0) / 1000, tz=_dt.timezone.utc)
+
+
+def sandbox_record(data: dict[str, Any]) -> SandboxRecord:
+    spec = dict(data.get("spec") or {})
+    checkpoint = data.get("checkpoint") or {}
+    return SandboxRecord(
+        sandbox_id=data["id"],
+        name=data["name"],
+        backend=data["backend"],
+        metadata=dict(spec.get("labels", {})),
+        spec=spec,
+        created_at=_time(data.get("created_at_ms")),
+        updated_at=_time(data.get("updated_at_ms")),
+        origin_snapshot=data.get("origin_snapshot"),
+        checkpoint=checkpoint.get("snapshot") if isinstance(checkpoint, dict) else None,
+        raw=data,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RewindReport:
+    """How a rewind went (``snapshots.rewind``)."""
+
+    #: The snapshot the files went back to.
+    snapshot: str
+    #: Restored in place by the agent (milliseconds), not on a new machine.
+    in_place: bool
+    #: Why a new machine was made instead, when one was.
+    new_machine_because: str | None
+    #: Paths the rewind changed, and the sandbox's processes it ended.
+    changed: int
+    processes_ended: int
+    #: Wall time, in milliseconds.
+    ms: float
+    #: The whole report, with the phases' timings.
+    raw: dict[str, Any]
+
+
+def rewind_report(data: dict[str, Any], snapshot_id: str) -> RewindReport:
+    image = data.get("image") or {}
+    in_place = image.get("in_place") if isinstance(image, dict) else None
+    return RewindReport(
+        snapshot=snapshot_id,
+        in_place=isinstance(in_place, dict),
+        new_machine_because=data.get("new_machine_because"),
+        changed=int(in_place.get("changed", 0)) if isinstance(in_place, dict) else 0,
+        processes_ended=int(in_place.get("processes_ended", 0)) if isinstance(in_place, dict) else 0,
+        ms=float(data.get("ms", 0.0)),
+        raw=data,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class PathChange:
+    """One path that differs between two file systems."""
+
+    path: str
+    #: ``added``, ``removed`` or ``changed``.
+    change: str
+    #: For ``changed``: what differs (``content``, ``mode``, ``kind``, ...).
+    what: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Diff:
+    """What differs between a sandbox's files and a snapshot (``snapshots.diff``)."""
+
+    #: The snapshot compared with.
+    snapshot: str
+    #: The snapshot the files now were captured as.
+    live: str
+    paths: tuple[PathChange, ...]
+
+
+def diff(data: dict[str, Any]) -> Diff:
+    paths = []
+    for item in data.get("paths", []):
+        what = item.get("what") or ()
+        paths.append(PathChange(item["path"], item["change"], tuple(what) if isinstance(what, list) else (str(what),)))
+    return Diff(snapshot=data["snapshot"], live=data["live"], paths=tuple(paths))
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyReport:
+    """What ``files.upload`` or ``files.download`` copied."""
+
+    #: Where it landed.
+    path: str
+    files: int
+    dirs: int
+    bytes: int
+
+
+def copy_report(data: dict[str, Any]) -> CopyReport:
+    return CopyReport(path=data["path"], files=data["files"], dirs=data["dirs"], bytes=data["bytes"])
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionInfo:
+    """One shell session of a sandbox (``commands.sessions``)."""
+
+    id: str
+    shell: str
+    #: The shell's pid, while it runs.
+    pid: int | None
+    #: Its working directory after its last command.
+    cwd: str
+    #: The id of the command it runs now (``commands.connect`` follows it), if any.
+    running: int | None
+    #: That command's text.
+    command: str | None
+    #: Commands waiting for it.
+    queued: int
+
+
+def session_info(data: dict[str, Any]) -> SessionInfo:
+    return SessionInfo(
+        id=data["id"],
+        shell=data.get("shell", ""),
+        pid=data.get("pid"),
+        cwd=data.get("cwd", ""),
+        running=data.get("running"),
+        command=data.get("command"),
+        queued=int(data.get("queued", 0)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class PortUrl:
+    """Where a port inside a sandbox is reached from the host."""
+
+    host: str
+    url: str
+    #: ``(name, value)`` headers a client must send (daytona's preview token).
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def port_url(data: dict[str, Any]) -> PortUrl:
+    headers = tuple((str(name), str(value)) for name, value in data.get("headers", []))
+    return PortUrl(host=data["host"], url=data["url"], headers=headers)
+
+
+@dataclasses.dataclass(frozen=True)
+class FillReport:
+    """What filling a pool did."""
+
+    #: Members made.
+    made: int
+    #: Why members could not be made, one line each.
+    failed: tuple[str, ...]
+
+
+def fill_report(data: dict[str, Any]) -> FillReport:
+    return FillReport(made=int(data.get("made", 0)), failed=tuple(str(f) for f in data.get("failed", [])))
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolInfo:
+    """A warm pool (``Pools.list``, ``Pools.create``)."""
+
+    name: str
+    #: Members it keeps started.
+    size: int
+    #: Members ready to be claimed now.
+    ready: int
+    #: Their sandbox ids, oldest first.
+    members: tuple[str, ...]
+    #: The spec of every member.
+    spec: dict[str, Any]
+    #: What the fill ``Pools.create`` ran did, when it ran one.
+    fill: FillReport | None = None
+
+
+def pool_info(data: dict[str, Any], fill: FillReport | None = None) -> PoolInfo:
+    ready = int(data.get("ready", fill.made if fill is not None else 0))
+    return PoolInfo(
+        name=data["name"],
+        size=int(data.get("size", 0)),
+        ready=ready,
+        members=tuple(data.get("members", [])),
+        spec=dict(data.get("spec") or {}),
+        fill=fill,
     )
 
 
 # ------------------------------------------------------------- arguments
 
 
-def home(path: str | os.PathLike | None) -> _native.Home:
+def home(path: str | os.PathLike[str] | None) -> _native.Home:
     return _native.Home(os.fspath(path) if path is not None else None)
 
 
@@ -437,21 +680,12 @@ def push_targets(targets: Mapping[Any, Any]) -> list[tuple[str, list[tuple[str, 
 
 
 def file_entries(files: Any) -> list[tuple[str, str, Any, bool]]:
+    """One target's files in the native shape: a host directory is read
+    whole by the library, as ``silo push`` reads one (symlinks and special
+    files refused by name)."""
     if isinstance(files, (str, os.PathLike)):
-        root = Path(files)
-        if not root.is_dir():
-            raise InvalidArgumentError(f"{root} is not a directory to push")
-        entries = []
-        for path in sorted(root.rglob("*")):
-            relative = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                raise InvalidArgumentError(f"{path} is a symlink; a push carries files and directories only")
-            if path.is_dir():
-                entries.append((relative, "dir", None, False))
-            else:
-                entries.append((relative, "path", str(path), os.access(path, os.X_OK)))
-        return entries
-    entries = []
+        return [("", "tree", os.fspath(files), False)]
+    entries: list[tuple[str, str, Any, bool]] = []
     for relative, content in files.items():
         if content is None:
             entries.append((relative, "dir", None, False))

@@ -7,19 +7,42 @@ to end, then raises ``KeyboardInterrupt``.
 
 from __future__ import annotations
 
+import builtins
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 from . import _core, _native
 from ._native import InvalidArgumentError
-from ._core import CommandResult, EntryInfo, Event, PushReport, SandboxInfo, Snapshot
+from ._core import (
+    CommandResult,
+    CopyReport,
+    Diff,
+    EntryInfo,
+    Event,
+    FillReport,
+    PoolInfo,
+    PortUrl,
+    PushReport,
+    RewindReport,
+    SandboxInfo,
+    SandboxRecord,
+    SessionInfo,
+    Snapshot,
+)
+
+#: A file or tree to upload or download on the host.
+HostPath = str | os.PathLike[str]
+#: What ``push_to_sandboxes`` takes per sandbox.
+PushFiles = Mapping[str, _core.FileContent] | HostPath
+#: A target of ``push_to_sandboxes``: a ``Sandbox`` or a name or id.
+Target = TypeVar("Target", bound="Sandbox | str")
 
 _homes: dict[str | None, _native.Home] = {}
 
 
-def _home(path: str | os.PathLike | None) -> _native.Home:
+def _home(path: HostPath | None) -> _native.Home:
     """One native home per path: it keeps the state connection open."""
     key = os.fspath(path) if path is not None else None
     found = _homes.get(key)
@@ -129,15 +152,53 @@ class Session:
         #: The session's id.
         self.id = session_id
 
-    def run(self, cmd: str | list[str], **options: Any) -> Any:
-        """``commands.run`` in this session (see there)."""
-        return self._commands.run(cmd, session=self.id, **options)
+    @overload
+    def run(self, cmd: str, *, background: Literal[False] = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> CommandResult: ...
+    @overload
+    def run(self, cmd: str, *, background: Literal[True],
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> CommandHandle: ...
+
+    def run(
+        self,
+        cmd: str,
+        *,
+        background: bool = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> CommandResult | CommandHandle:
+        """``commands.run`` in this session (see there): ``cmd`` is a script
+        of the session's shell."""
+        if background:
+            return self._commands.run(
+                cmd, True, envs, cwd, on_stdout, on_stderr, False, timeout, self.id, check, no_wait
+            )
+        return self._commands.run(cmd, False, envs, cwd, on_stdout, on_stderr, False, timeout, self.id, check, no_wait)
 
     def interrupt(self, grace: float | None = None) -> None:
         """Interrupts what the session runs; its shell survives."""
         for info in self._commands.sessions():
-            if info["id"] == self.id and info.get("running") is not None:
-                self._commands.interrupt(info["running"], grace)
+            if info.id == self.id and info.running is not None:
+                self._commands.interrupt(info.running, grace)
 
 
 class Commands:
@@ -147,9 +208,35 @@ class Commands:
         self._native = native
 
     @overload
-    def run(self, cmd: str | list[str], background: Literal[False] = False, **options: Any) -> CommandResult: ...
+    def run(
+        self,
+        cmd: str | list[str],
+        background: Literal[False] = False,
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        stdin: bool = False,
+        timeout: float | None = None,
+        session: str | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> CommandResult: ...
     @overload
-    def run(self, cmd: str | list[str], background: Literal[True], **options: Any) -> CommandHandle: ...
+    def run(
+        self,
+        cmd: str | list[str],
+        background: Literal[True],
+        envs: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        on_stdout: Callable[[str], Any] | None = None,
+        on_stderr: Callable[[str], Any] | None = None,
+        stdin: bool = False,
+        timeout: float | None = None,
+        session: str | None = None,
+        check: bool = True,
+        no_wait: bool = False,
+    ) -> CommandHandle: ...
 
     def run(
         self,
@@ -208,9 +295,9 @@ class Commands:
         """A shell session of the sandbox (made on its first run)."""
         return Session(self, session_id)
 
-    def sessions(self) -> list[dict]:
-        """The sandbox's sessions: ``{id, shell, pid, cwd, running, queued}``."""
-        return self._native.sessions()
+    def sessions(self) -> list[SessionInfo]:
+        """The sandbox's shell sessions."""
+        return [_core.session_info(s) for s in self._native.sessions()]
 
 
 class Files:
@@ -226,7 +313,7 @@ class Files:
 
     def read(self, path: str, format: Literal["text", "bytes"] = "text") -> str | bytes:
         """A file's contents, as text (UTF-8) or bytes."""
-        data = self._native.file("read", path)
+        data: bytes = self._native.file("read", path)
         return data if format == "bytes" else data.decode("utf-8", "replace")
 
     def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
@@ -235,13 +322,13 @@ class Files:
         raw = data.encode() if isinstance(data, str) else data
         return _core.entry(self._native.file("write", path, raw, mode))
 
-    def list(self, path: str) -> list[EntryInfo]:
+    def list(self, path: str) -> builtins.list[EntryInfo]:
         """A directory's entries, sorted by name."""
         return [_core.entry(e) for e in self._native.file("list", path)]
 
     def exists(self, path: str) -> bool:
         """Whether anything is at ``path``."""
-        return self._native.file("exists", path)
+        return bool(self._native.file("exists", path))
 
     def get_info(self, path: str) -> EntryInfo:
         """What is at ``path`` (a symlink is described, not followed)."""
@@ -252,7 +339,7 @@ class Files:
     def remove(self, path: str, recursive: bool = True) -> int:
         """Removes a file, link or directory (a non-empty one only when
         ``recursive``); answers how many paths went."""
-        return self._native.file("remove", path, recursive=recursive)
+        return int(self._native.file("remove", path, recursive=recursive))
 
     def make_dir(self, path: str, mode: int | None = None) -> bool:
         """Makes a directory and its parents; answers False if it existed."""
@@ -260,13 +347,13 @@ class Files:
         self._native.file("make_dir", path, mode=mode)
         return not existed
 
-    def upload(self, local: str | os.PathLike, path: str) -> dict:
+    def upload(self, local: HostPath, path: str) -> CopyReport:
         """Copies a host file or tree into the sandbox (``docker cp``'s rules)."""
-        return self._native.file("upload", path, other=os.fspath(local))
+        return _core.copy_report(self._native.file("upload", path, other=os.fspath(local)))
 
-    def download(self, path: str, local: str | os.PathLike) -> dict:
+    def download(self, path: str, local: HostPath) -> CopyReport:
         """Copies a sandbox file or tree to the host (``docker cp``'s rules)."""
-        return self._native.file("download", path, other=os.fspath(local))
+        return _core.copy_report(self._native.file("download", path, other=os.fspath(local)))
 
 
 class Snapshots:
@@ -283,18 +370,19 @@ class Snapshots:
         """Its snapshots, oldest first."""
         return [_core.snapshot(s) for s in self._sandbox._native.snapshots()]
 
-    def diff(self, snapshot: Snapshot | str | None = None) -> dict:
+    def diff(self, snapshot: Snapshot | str | None = None) -> Diff:
         """What differs between the files now and ``snapshot`` (the latest
         one a diff did not take, by default), path by path: ``paths`` lists
         each with ``change`` (``added``, ``removed`` or ``changed``, with
         ``what``). The files now are captured as a snapshot first
         (``live``)."""
         snapshot_id = None if snapshot is None else _snapshot_id(snapshot)
-        return self._sandbox._native.diff(snapshot_id)
+        return _core.diff(self._sandbox._native.diff(snapshot_id))
 
-    def rewind(self, snapshot: Snapshot | str) -> dict:
+    def rewind(self, snapshot: Snapshot | str) -> RewindReport:
         """Puts the file system back to ``snapshot``; its processes end."""
-        return self._sandbox._native.rewind(_snapshot_id(snapshot))
+        snapshot_id = _snapshot_id(snapshot)
+        return _core.rewind_report(self._sandbox._native.rewind(snapshot_id), snapshot_id)
 
     def fork(
         self, snapshot: Snapshot | str, name: str, *, backend: str | None = None, template: str | None = None
@@ -311,7 +399,7 @@ class Snapshots:
         *,
         backend: str | None = None,
         template: str | None = None,
-    ) -> list[Sandbox]:
+    ) -> builtins.list[Sandbox]:
         """``count`` new sandboxes ``name-1`` .. ``name-count`` from ``snapshot``, made at
         once, each onto a started sandbox of a pool of the snapshot's spec when one fits.
         The first failure is raised; the sandboxes made are left."""
@@ -328,15 +416,21 @@ def _snapshot_id(snapshot: Snapshot | str) -> str:
     return snapshot if isinstance(snapshot, str) else snapshot.id
 
 
+def _kill_by_id(sandbox_id: str, *, home: HostPath | None = None) -> bool:
+    """``Sandbox.kill(id)``: removes the sandbox and its machine; answers True."""
+    _home(home).lifecycle("kill", sandbox_id)
+    return True
+
+
 class _either:
     """A method callable on an instance or, with an id first, on the class
     (E2B's ``sbx.kill()`` and ``Sandbox.kill(id)``)."""
 
-    def __init__(self, on_instance: Callable, on_class: Callable):
+    def __init__(self, on_instance: Callable[..., bool], on_class: Callable[..., bool]):
         self.on_instance, self.on_class = on_instance, on_class
         self.__doc__ = on_instance.__doc__
 
-    def __get__(self, instance: Any, owner: type) -> Callable:
+    def __get__(self, instance: Any, owner: type) -> Callable[..., bool]:
         if instance is None:
             return lambda *a, **k: self.on_class(owner, *a, **k)
         return lambda *a, **k: self.on_instance(instance, *a, **k)
@@ -388,7 +482,7 @@ class Sandbox:
         timeout: float | None = None,
         pool: str | None = None,
         spec: Mapping[str, Any] | None = None,
-        home: str | os.PathLike | None = None,
+        home: HostPath | None = None,
     ) -> Sandbox:
         """Creates and starts a sandbox. ``template`` is the image (docker)
         or template (e2b, daytona); the backend is docker when one is given,
@@ -413,7 +507,7 @@ class Sandbox:
         timeout: float | None = None,
         spec: Mapping[str, Any] | None = None,
         recreate: bool = False,
-        home: str | os.PathLike | None = None,
+        home: HostPath | None = None,
     ) -> Sandbox:
         """The sandbox ``name``, made if it does not exist (``silo up``):
         running, started, restored from its latest snapshot, or created. A
@@ -424,14 +518,14 @@ class Sandbox:
         return cls(native, home_)
 
     @classmethod
-    def connect(cls, sandbox_id: str, *, start: bool = True, home: str | os.PathLike | None = None) -> Sandbox:
+    def connect(cls, sandbox_id: str, *, start: bool = True, home: HostPath | None = None) -> Sandbox:
         """A handle on an existing sandbox by id or name; a stopped one is
         started (``start=False`` raises ``SandboxNotRunningError`` instead)."""
         home_ = _home(home)
         return cls(home_.connect(sandbox_id, start), home_)
 
     @staticmethod
-    def list(*, metadata: Mapping[str, str] | None = None, home: str | os.PathLike | None = None) -> list[SandboxInfo]:
+    def list(*, metadata: Mapping[str, str] | None = None, home: HostPath | None = None) -> list[SandboxInfo]:
         """Every sandbox of the home (with ``metadata``: those carrying
         every label given)."""
         rows = [_core.sandbox_info(r) for r in _home(home).list()]
@@ -443,11 +537,7 @@ class Sandbox:
         self._home.lifecycle("kill", self.sandbox_id)
         return True
 
-    def _kill_by_id(cls, sandbox_id: str, *, home: str | os.PathLike | None = None) -> bool:
-        _home(home).lifecycle("kill", sandbox_id)
-        return True
-
-    kill = _either(_kill, _kill_by_id)
+    kill = _either(_kill, lambda _owner, sandbox_id, *, home=None: _kill_by_id(sandbox_id, home=home))
 
     def stop(self) -> bool:
         """Stops it, keeping its files; answers whether it was running."""
@@ -456,7 +546,7 @@ class Sandbox:
     def pause(self) -> bool:
         """Pauses it with its memory where the backend can (e2b); elsewhere
         raises ``InvalidArgumentError`` (``stop`` keeps files only)."""
-        return self._home.lifecycle("pause", self.sandbox_id)
+        return bool(self._home.lifecycle("pause", self.sandbox_id))
 
     def start(self) -> None:
         """Starts it again after a stop or pause."""
@@ -467,24 +557,24 @@ class Sandbox:
         rows = [_core.sandbox_info(r) for r in self._home.list()]
         return any(r.sandbox_id == self.sandbox_id and r.state == "running" for r in rows)
 
-    def info(self) -> dict:
-        """Its record: backend, spec, labels, machine reference."""
-        return self._native.info()
+    def info(self) -> SandboxRecord:
+        """Its record: backend, spec, labels, where it came from."""
+        return _core.sandbox_record(self._native.info())
 
     def get_host(self, port: int) -> str:
         """``host:port`` (or a proxy host name) reaching ``port`` inside the
         sandbox; a docker sandbox publishes none and raises
         ``InvalidArgumentError``. A daytona host also wants the headers
         ``get_port_url`` gives."""
-        return self.get_port_url(port)["host"]
+        return self.get_port_url(port).host
 
-    def get_port_url(self, port: int) -> dict:
+    def get_port_url(self, port: int) -> PortUrl:
         """Where ``port`` inside the sandbox is reached: ``host``, ``url``
         and the ``headers`` (name, value pairs) a client must send, such as
         daytona's preview token."""
-        return self._native.port_url(_core.port_number(port))
+        return _core.port_url(self._native.port_url(_core.port_number(port)))
 
-    def agent_address(self) -> dict:
+    def agent_address(self) -> dict[str, Any]:
         """How a client of its own reaches this sandbox's agent: transport,
         socket or host and port, Host header, proxy headers, CA file and
         the sandbox's key (docs/protocol.md, "Connecting to a sandbox")."""
@@ -504,38 +594,37 @@ class Pools:
         backend: str | None = None,
         spec: Mapping[str, Any] | None = None,
         fill: bool = True,
-        home: str | os.PathLike | None = None,
-    ) -> dict:
+        home: HostPath | None = None,
+    ) -> PoolInfo:
         """Records a pool of ``size`` sandboxes and (``fill``) makes them."""
         home_ = _home(home)
         spec_json = _core.spec_json(template, backend, None, None, None, None, spec)
         made = home_.pool("create", name, spec_json, size)
-        if fill:
-            made["fill"] = home_.pool("fill", name)
-        return made
+        filled = _core.fill_report(home_.pool("fill", name)) if fill else None
+        return _core.pool_info(made, filled)
 
     @staticmethod
-    def fill(name: str, *, home: str | os.PathLike | None = None) -> dict:
-        """Makes the members the pool lacks: ``{made, failed}``."""
-        return _home(home).pool("fill", name)
+    def fill(name: str, *, home: HostPath | None = None) -> FillReport:
+        """Makes the members the pool lacks."""
+        return _core.fill_report(_home(home).pool("fill", name))
 
     @staticmethod
-    def list(*, home: str | os.PathLike | None = None) -> list[dict]:
+    def list(*, home: HostPath | None = None) -> builtins.list[PoolInfo]:
         """Every pool with its ready members."""
-        return _home(home).pool("list")
+        return [_core.pool_info(p) for p in _home(home).pool("list")]
 
     @staticmethod
-    def remove(name: str, *, home: str | os.PathLike | None = None) -> int:
+    def remove(name: str, *, home: HostPath | None = None) -> int:
         """Removes a pool and its members; answers how many it had."""
-        return _home(home).pool("remove", name)
+        return int(_home(home).pool("remove", name))
 
 
 def push_to_sandboxes(
     mount_path: str,
-    sandbox_files: Mapping[Sandbox | str, Mapping[str, _core.FileContent] | str | os.PathLike],
+    sandbox_files: Mapping[Target, PushFiles],
     *,
     concurrency: int | None = None,
-    home: str | os.PathLike | None = None,
+    home: HostPath | None = None,
 ) -> PushReport:
     """Pushes each sandbox's files to ``mount_path``, swapped in whole or
     not at all: ``{sandbox: {relative path: bytes | str | Path | None}}``
@@ -550,7 +639,7 @@ def push_to_sandboxes(
     return _core.push_report(home_.push(mount_path, _core.push_targets(sandbox_files), concurrency))
 
 
-def snapshots(*, home: str | os.PathLike | None = None) -> list[Snapshot]:
+def snapshots(*, home: HostPath | None = None) -> list[Snapshot]:
     """Every snapshot of the home, of every sandbox."""
     return [_core.snapshot(s) for s in _home(home).snapshots()]
 

@@ -245,8 +245,10 @@ impl Home {
 
     /// Pushes files to `mount` in each sandbox: `targets` is a list of
     /// `(name_or_id, [(path, kind, payload, executable)])` with kind
-    /// `bytes` (payload bytes), `path` (payload a host path) or `dir`.
-    /// Answers the report as JSON data.
+    /// `bytes` (payload bytes), `path` (payload a host path), `dir`, or
+    /// `tree` (payload a host directory whose whole tree is read by the
+    /// library's rules, as `silo push` reads one). Answers the report as
+    /// JSON data.
     #[pyo3(signature = (mount, targets, concurrency=None, aio=None))]
     #[allow(clippy::type_complexity, reason = "the plain shape Python hands over")]
     fn push(
@@ -259,6 +261,14 @@ impl Home {
     ) -> PyResult<Py<PyAny>> {
         let mut sets = Vec::with_capacity(targets.len());
         for (sandbox, entries) in targets {
+            if let [(_, kind, payload, _)] = entries.as_slice()
+                && kind == "tree"
+            {
+                let dir = payload.extract::<PathBuf>()?;
+                let set = silo::files_from_dir(&dir).map_err(|e| invalid(e.to_string()))?;
+                sets.push((sandbox, set));
+                continue;
+            }
             let mut converted = Vec::with_capacity(entries.len());
             for (path, kind, payload, executable) in entries {
                 let entry = match kind.as_str() {

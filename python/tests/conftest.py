@@ -59,7 +59,7 @@ def home():
         except silo_sandbox.SiloException as error:
             print(f"cleanup: {info.name}: {error}", file=sys.stderr)
     for pool in silo_sandbox.Pools.list():
-        silo_sandbox.Pools.remove(pool["name"])
+        silo_sandbox.Pools.remove(pool.name)
     if previous is None:
         os.environ.pop("SILO_HOME", None)
     else:

@@ -156,7 +156,7 @@ def test_sessions_keep_cwd_environment_and_variables(local):
     session.run("mkdir -p /tmp/py-session && cd /tmp/py-session && export A=1 && B=2")
     result = session.run('echo "$(pwd) $A $B"')
     assert result.stdout == "/tmp/py-session 1 2\n"
-    assert [s["id"] for s in local.commands.sessions()] == ["work"]
+    assert [s.id for s in local.commands.sessions()] == ["work"]
 
 
 def test_keyboard_interrupt_interrupts_the_remote_command_and_the_session_survives(local, tmp_path):
@@ -194,7 +194,7 @@ print("X=" + session.run('echo "$X"').stdout.strip(), flush=True)
     # The command ended in the sandbox, not only here.
     time.sleep(0.5)
     assert not marker.exists()
-    assert all(s.get("running") is None for s in local.commands.sessions())
+    assert all(s.running is None for s in local.commands.sessions())
 
 
 def test_a_busy_session_refuses_with_no_wait(local):

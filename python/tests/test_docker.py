@@ -35,13 +35,13 @@ def test_diff_names_what_differs_from_a_snapshot(docker):
     docker.files.remove("/work/kept.txt")
     docker.files.write("/work/new.txt", "new")
     report = docker.snapshots.diff(snap)
-    assert report["snapshot"] == snap.id
-    changes = {p["path"]: p["change"] for p in report["paths"]}
+    assert report.snapshot == snap.id
+    changes = {p.path: p.change for p in report.paths}
     assert changes["/work/edited.txt"] == "changed"
     assert changes["/work/kept.txt"] == "removed"
     assert changes["/work/new.txt"] == "added"
     # By default: the latest snapshot a diff did not take.
-    assert docker.snapshots.diff()["snapshot"] == snap.id
+    assert docker.snapshots.diff().snapshot == snap.id
 
 
 def test_fork_makes_a_new_sandbox_and_snapshots_are_removed(docker):
@@ -69,7 +69,7 @@ def test_fork_makes_a_new_sandbox_and_snapshots_are_removed(docker):
 def test_a_warm_pool_hands_out_started_sandboxes(base_image):
     pool = unique("py-pool")
     made = silo_sandbox.Pools.create(pool, 1, base_image)
-    assert made["fill"]["made"] == 1
+    assert made.fill is not None and made.fill.made == 1
     try:
         begun = time.monotonic()
         sandbox = silo_sandbox.Sandbox.create(name=unique("py-claimed"), pool=pool)
@@ -77,7 +77,7 @@ def test_a_warm_pool_hands_out_started_sandboxes(base_image):
         elapsed = time.monotonic() - begun
         assert first == "ready\n"
         assert elapsed < 10, elapsed
-        assert [p["name"] for p in silo_sandbox.Pools.list()] == [pool]
+        assert [p.name for p in silo_sandbox.Pools.list()] == [pool]
         sandbox.kill()
     finally:
         silo_sandbox.Pools.remove(pool)
@@ -106,7 +106,7 @@ def test_forks_take_warm_sandboxes_of_the_snapshot_spec(docker, base_image):
             "branch 3",
         ]
         # Two came from the pool (its whole size), one from a new machine.
-        assert next(p for p in silo_sandbox.Pools.list() if p["name"] == pool)["ready"] == 0
+        assert next(p for p in silo_sandbox.Pools.list() if p.name == pool).ready == 0
     finally:
         for branch in branches:
             branch.kill()
@@ -126,8 +126,8 @@ def test_push_fans_out_with_a_report_per_sandbox(docker, base_image, tmp_path):
             {docker: {"a.md": "skill a", "bin/run": Path(tree / "a.md"), "empty": None}, second: tree, stopped: tree},
         )
         assert (report.targets, report.succeeded) == (3, 2), report.failures
-        assert [f["sandbox"] for f in report.failures] == [stopped.name]
-        assert report.failures[0]["reason"] == "stopped"
+        assert [f.sandbox for f in report.failures] == [stopped.name]
+        assert report.failures[0].reason == "stopped"
         assert docker.files.read("/workspace/managed/skills/bin/run") == "skill a"
         assert second.files.read("/workspace/managed/skills/a.md") == "skill a"
         # The same files again change nothing.

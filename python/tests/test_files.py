@@ -39,7 +39,7 @@ def test_trees_go_in_and_out(local, tmp_path):
     (source / "sub" / "one.txt").write_text("1")
     (source / "two.txt").write_text("22")
     copied = local.files.upload(source, "/tmp/py-tree-in")
-    assert copied["files"] == 2
+    assert copied.files == 2
     assert local.files.read("/tmp/py-tree-in/sub/one.txt") == "1"
     out = tmp_path / "out"
     local.files.download("/tmp/py-tree-in", out)

@@ -83,7 +83,7 @@ def test_get_host_on_the_local_backend_and_its_refusals(local, docker):
     assert local.get_host(8080) == "127.0.0.1:8080"
     with pytest.raises(silo_sandbox.InvalidArgumentError):
         local.get_host(0)
-    assert local.get_port_url(8080) == {"host": "127.0.0.1:8080", "url": "http://127.0.0.1:8080", "headers": []}
+    assert local.get_port_url(8080) == silo_sandbox.PortUrl(host="127.0.0.1:8080", url="http://127.0.0.1:8080", headers=())
     with pytest.raises(silo_sandbox.InvalidArgumentError, match="docker sandbox publishes no ports"):
         docker.get_host(8080)
 

@@ -75,18 +75,18 @@ def test_a_remote_sandbox_runs_commands_files_and_snapshots(provider):
         assert address["transport"] == "tls"
         host = sandbox.get_host(8080)
         port = sandbox.get_port_url(8080)
-        assert port["host"] == host and port["url"] == "https://" + host
+        assert port.host == host and port.url == "https://" + host
         if backend == "e2b":
             assert address["host_header"].startswith("49999-")
             assert host == "8080-" + address["host_header"].partition("-")[2]
-            assert port["headers"] == []
+            assert port.headers == ()
         else:
             assert [name for name, _ in address["headers"]] == ["x-daytona-preview-token"]
             # The preview host and token come from Daytona's preview-url route.
             # The Host header keeps a preview URL's port, as the URL gave it.
             preview_host = address["host_header"].partition("-")[2].partition(":")[0]
             assert host.partition(":")[0] == "8080-" + preview_host
-            assert [tuple(h) for h in port["headers"]] == [tuple(h) for h in address["headers"]]
+            assert list(port.headers) == [tuple(h) for h in address["headers"]]
         snap = sandbox.snapshots.take("remote")
         sandbox.files.write("/tmp/remote.txt", "changed")
         sandbox.snapshots.rewind(snap)
