@@ -27,6 +27,7 @@ mod exec_memory;
 mod exec_rtt;
 mod files;
 mod footprint;
+mod fork_many_pool;
 mod fork_pool;
 mod interrupt;
 mod long_use;
@@ -69,6 +70,7 @@ const SCENARIOS: &[&str] = &[
     "rewind",
     "pool",
     "fork-pool",
+    "fork-many-pool",
     "scale",
     "files",
     "soak",
@@ -185,6 +187,7 @@ async fn run(scenario: &str, quick: bool) -> anyhow::Result<Vec<report::Row>> {
         "rewind" => rewind::run(quick).await?,
         "pool" => pool::run(quick).await?,
         "fork-pool" => fork_pool::run(quick).await?,
+        "fork-many-pool" => fork_many_pool::run(quick).await?,
         "scale" => scale::run(quick).await?,
         "files" => files::run(quick).await?,
         "soak" => long_use::soak(quick).await?,

@@ -24,6 +24,10 @@ enum PoolCommand {
         /// How many sandboxes to keep ready.
         #[arg(long)]
         size: u32,
+        /// Keep forks of this snapshot ready instead (its spec; no spec
+        /// flags): `silo fork SNAPSHOT` then claims one that stands on it.
+        #[arg(long, value_name = "SNAPSHOT")]
+        snapshot: Option<String>,
         /// Record the pool and fill it in the background instead of waiting.
         #[arg(long)]
         no_wait: bool,
@@ -54,10 +58,17 @@ pub async fn run(
         PoolCommand::Create {
             name,
             size,
+            snapshot,
             no_wait,
             spec,
         } => {
-            let pool = silo.create_pool(&name, spec.into_spec()?, size)?;
+            let pool = match snapshot {
+                Some(_) if spec.given() => anyhow::bail!(
+                    "a pool on a snapshot has the snapshot's spec; leave out the spec flags"
+                ),
+                Some(snapshot) => silo.create_pool_on_snapshot(&name, &snapshot, size)?,
+                None => silo.create_pool(&name, spec.into_spec()?, size)?,
+            };
             if no_wait {
                 fill_in_background(silo, agent, &pool.name)?;
                 return out.pools(&silo.pools()?).map(|()| 0);

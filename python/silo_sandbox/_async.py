@@ -23,6 +23,7 @@ from ._core import (
     CommandResult,
     CopyReport,
     Diff,
+    ForkReport,
     EntryInfo,
     Event,
     PortUrl,
@@ -353,8 +354,8 @@ class AsyncSnapshots:
     ) -> AsyncSandbox:
         """A new sandbox ``name`` from ``snapshot``, on any backend."""
         home = self._sandbox._home
-        native, _ = await aio(home.fork, _snapshot_id(snapshot), name, backend, template)
-        return AsyncSandbox(native, home)
+        native, report = await aio(home.fork, _snapshot_id(snapshot), name, backend, template)
+        return AsyncSandbox(native, home, _core.fork_report(report))
 
     async def fork_many(
         self,
@@ -368,7 +369,7 @@ class AsyncSnapshots:
         """``count`` new sandboxes ``name-1`` .. ``name-count`` from ``snapshot``, made at once."""
         home = self._sandbox._home
         made = await aio(home.fork_many, _snapshot_id(snapshot), name, count, backend, template)
-        return [AsyncSandbox(native, home) for native, _ in made]
+        return [AsyncSandbox(native, home, _core.fork_report(report)) for native, report in made]
 
     async def remove(self, snapshot: Snapshot | str) -> None:
         """Removes a snapshot."""
@@ -378,9 +379,12 @@ class AsyncSnapshots:
 class AsyncSandbox:
     """``Sandbox`` for asyncio: the same class methods and verbs, awaited."""
 
-    def __init__(self, native: _native.Sandbox, home: _native.Home):
+    def __init__(self, native: _native.Sandbox, home: _native.Home, made: ForkReport | None = None):
         self._native = native
         self._home = home
+        #: How a fork was made (from a pool, or why on a new machine);
+        #: ``None`` for a sandbox that is not a fork made here.
+        self.made = made
         #: Running commands and sessions.
         self.commands = AsyncCommands(native)
         #: Reading and writing files.

@@ -456,6 +456,29 @@ def rewind_report(data: dict[str, Any], snapshot_id: str) -> RewindReport:
 
 
 @dataclasses.dataclass(frozen=True)
+class ForkReport:
+    """How a fork was made (``Sandbox.made`` after ``fork`` or ``fork_many``)."""
+
+    #: The snapshot it was made from.
+    snapshot: str
+    #: The warm pool it was claimed from, if any.
+    pool: str | None
+    #: Why a new machine was made instead of claiming a pool member, if one was.
+    new_machine_because: str | None
+    #: Wall time until its agent answered, in milliseconds.
+    ms: float
+
+
+def fork_report(data: dict[str, Any]) -> ForkReport:
+    return ForkReport(
+        snapshot=data.get("snapshot", ""),
+        pool=data.get("pool"),
+        new_machine_because=data.get("new_machine_because"),
+        ms=float(data.get("ms", 0.0)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class PathChange:
     """One path that differs between two file systems."""
 
@@ -572,6 +595,8 @@ class PoolInfo:
     members: tuple[str, ...]
     #: The spec of every member.
     spec: dict[str, Any]
+    #: The snapshot its members stand on (``Pools.create(snapshot=)``), if any.
+    snapshot: str | None = None
     #: What the fill ``Pools.create`` ran did, when it ran one.
     fill: FillReport | None = None
 
@@ -584,6 +609,7 @@ def pool_info(data: dict[str, Any], fill: FillReport | None = None) -> PoolInfo:
         ready=ready,
         members=tuple(data.get("members", [])),
         spec=dict(data.get("spec") or {}),
+        snapshot=data.get("snapshot"),
         fill=fill,
     )
 

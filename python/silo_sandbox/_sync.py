@@ -19,6 +19,7 @@ from ._core import (
     CommandResult,
     CopyReport,
     Diff,
+    ForkReport,
     EntryInfo,
     Event,
     FillReport,
@@ -388,8 +389,8 @@ class Snapshots:
         self, snapshot: Snapshot | str, name: str, *, backend: str | None = None, template: str | None = None
     ) -> Sandbox:
         """A new sandbox ``name`` from ``snapshot``, on any backend."""
-        native, _ = self._sandbox._home.fork(_snapshot_id(snapshot), name, backend, template)
-        return Sandbox(native, self._sandbox._home)
+        native, report = self._sandbox._home.fork(_snapshot_id(snapshot), name, backend, template)
+        return Sandbox(native, self._sandbox._home, _core.fork_report(report))
 
     def fork_many(
         self,
@@ -405,7 +406,7 @@ class Snapshots:
         The first failure is raised; the sandboxes made are left."""
         home = self._sandbox._home
         made = home.fork_many(_snapshot_id(snapshot), name, count, backend, template)
-        return [Sandbox(native, home) for native, _ in made]
+        return [Sandbox(native, home, _core.fork_report(report)) for native, report in made]
 
     def remove(self, snapshot: Snapshot | str) -> None:
         """Removes a snapshot (refused while another builds on it)."""
@@ -440,9 +441,12 @@ class Sandbox:
     """One sandbox (E2B's ``Sandbox``), on the docker, podman, local, e2b
     or daytona backend, in the ``$SILO_HOME`` the ``silo`` command uses."""
 
-    def __init__(self, native: _native.Sandbox, home: _native.Home):
+    def __init__(self, native: _native.Sandbox, home: _native.Home, made: ForkReport | None = None):
         self._native = native
         self._home = home
+        #: How a fork was made (from a pool, or why on a new machine);
+        #: ``None`` for a sandbox that is not a fork made here.
+        self.made = made
         #: Running commands and sessions.
         self.commands = Commands(native)
         #: Reading and writing files.
@@ -593,13 +597,23 @@ class Pools:
         *,
         backend: str | None = None,
         spec: Mapping[str, Any] | None = None,
+        snapshot: Snapshot | str | None = None,
         fill: bool = True,
         home: HostPath | None = None,
     ) -> PoolInfo:
-        """Records a pool of ``size`` sandboxes and (``fill``) makes them."""
+        """Records a pool of ``size`` sandboxes and (``fill``) makes them.
+        With ``snapshot`` its sandboxes are forks of that snapshot, made
+        ahead (its spec; no ``template``, ``backend`` or ``spec``): a fork
+        of the snapshot (``fork``, ``fork_many``) then claims one that
+        stands on it already, however many files it holds."""
         home_ = _home(home)
-        spec_json = _core.spec_json(template, backend, None, None, None, None, spec)
-        made = home_.pool("create", name, spec_json, size)
+        if snapshot is not None:
+            if template is not None or backend is not None or spec is not None:
+                raise InvalidArgumentError("a pool on a snapshot has the snapshot's spec; leave out template, backend and spec")
+            made = home_.pool("create", name, None, size, _snapshot_id(snapshot))
+        else:
+            spec_json = _core.spec_json(template, backend, None, None, None, None, spec)
+            made = home_.pool("create", name, spec_json, size)
         filled = _core.fill_report(home_.pool("fill", name)) if fill else None
         return _core.pool_info(made, filled)
 

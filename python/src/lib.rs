@@ -224,8 +224,9 @@ impl Home {
         })
     }
 
-    /// A pool verb: `create` (spec, size), `fill`, `remove`, `list`.
-    #[pyo3(signature = (verb, name="", spec_json=None, size=0, aio=None))]
+    /// A pool verb: `create` (spec or snapshot, size), `fill`, `remove`, `list`.
+    #[pyo3(signature = (verb, name="", spec_json=None, size=0, snapshot=None, aio=None))]
+    #[allow(clippy::too_many_arguments, reason = "the module's keyword arguments")]
     fn pool(
         &self,
         py: Python<'_>,
@@ -233,13 +234,14 @@ impl Home {
         name: &str,
         spec_json: Option<&str>,
         size: u32,
+        snapshot: Option<String>,
         aio: Option<Bound<'_, PyTuple>>,
     ) -> PyResult<Py<PyAny>> {
         let spec = spec(spec_json)?;
         let home = Arc::clone(&self.inner);
         let name = name.to_owned();
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&bind::pool(&home, &verb, &name, spec, size).await?)
+            runtime::json(&bind::pool(&home, &verb, &name, spec, size, snapshot).await?)
         })
     }
 

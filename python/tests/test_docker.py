@@ -105,11 +105,36 @@ def test_forks_take_warm_sandboxes_of_the_snapshot_spec(docker, base_image):
             "branch 2",
             "branch 3",
         ]
-        # Two came from the pool (its whole size), one from a new machine.
+        # Two came from the pool (its whole size), one from a new machine,
+        # and each says which.
         assert next(p for p in silo_sandbox.Pools.list() if p.name == pool).ready == 0
+        made = [b.made for b in branches]
+        assert all(m is not None and m.snapshot == snap.id for m in made), made
+        assert sorted(m.pool is not None for m in made if m is not None) == [False, True, True], made
+        assert sum(m.new_machine_because is not None for m in made if m is not None) == 1, made
     finally:
         for branch in branches:
             branch.kill()
+        silo_sandbox.Pools.remove(pool)
+
+
+def test_a_pool_on_a_snapshot_makes_fork_many_a_claim(docker):
+    docker.commands.run("mkdir -p /work/repo && for i in $(seq 300); do echo $i > /work/repo/f$i; done")
+    root = docker.snapshots.take("root")
+    pool = unique("py-leaves")
+    with pytest.raises(silo_sandbox.InvalidArgumentError, match="snapshot's spec"):
+        silo_sandbox.Pools.create(pool, 2, "silo-base:latest", snapshot=root)
+    made = silo_sandbox.Pools.create(pool, 2, snapshot=root)
+    assert made.snapshot == root.id and made.fill is not None and made.fill.made == 2, made
+    leaves = docker.snapshots.fork_many(root, unique("py-leaf"), 2)
+    try:
+        for leaf in leaves:
+            assert leaf.made is not None and leaf.made.pool == pool, leaf.made
+            assert leaf.files.read("/work/repo/f300") == "300\n"
+            assert len(leaf.files.list("/work/repo")) == 300
+    finally:
+        for leaf in leaves:
+            leaf.kill()
         silo_sandbox.Pools.remove(pool)
 
 

@@ -215,3 +215,78 @@ async fn forks_take_warm_sandboxes_and_say_when_they_cannot() {
     cli.ok(&["pool", "rm", "idle"]);
     cli.ok(&["rm", "src", "lone", "one", "br-1", "br-2", "br-3", "late"]);
 }
+
+#[tokio::test]
+async fn a_pool_on_a_snapshot_hands_out_forks_that_stand_on_it_and_checks_them() {
+    let Some(engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "root", "--image", BASE_IMAGE]);
+    sh(
+        &cli,
+        "root",
+        "mkdir -p /work/repo && for i in $(seq 200); do echo $i > /work/repo/f$i; done && \
+         rm /etc/group",
+    );
+    let snap = snapshot(&cli, "root");
+    let want = entries(&cli, "root");
+    sh(&cli, "root", "echo later > /work/later");
+    let later = snapshot(&cli, "root");
+
+    let err = cli.fails(&[
+        "pool",
+        "create",
+        "mixed",
+        "--size",
+        "1",
+        "--snapshot",
+        &snap,
+        "--image",
+        BASE_IMAGE,
+    ]);
+    assert!(err.contains("spec flags"), "{err}");
+    cli.ok(&["pool", "create", "on", "--size", "3", "--snapshot", &snap]);
+    let pools = json(&cli.ok(&["pool", "ls", "--json"]));
+    assert_eq!(pools[0]["snapshot"], snap.as_str(), "{pools}");
+    let waiting = members(&cli, "on");
+    assert_eq!(waiting.len(), 3);
+    // One member changed while it waited, behind silo's back.
+    let container = container_id(&engine, &waiting[0]).await;
+    behind_silo(
+        &engine,
+        &container,
+        "rm /work/repo/f7; echo stray > /work/stray",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A fork of another snapshot never takes one.
+    let other = json(&cli.ok(&["fork", &later, "--name", "other", "--json"]));
+    assert!(other["pool"].is_null(), "{other}");
+
+    // Forks of the snapshot claim members, each the snapshot's tree exactly
+    // (the changed one restored), each its own sandbox.
+    let many = json(&cli.ok(&["fork", &snap, "--name", "leaf", "--count", "3", "--json"]));
+    let many = many.as_array().unwrap();
+    for report in many {
+        assert_eq!(report["pool"], "on", "{report}");
+        assert!(report["new_machine_because"].is_null(), "{report}");
+        assert_eq!(
+            report["sandbox"]["origin_snapshot"],
+            snap.as_str(),
+            "{report}"
+        );
+        let name = report["sandbox"]["name"].as_str().unwrap();
+        let differ = differences(&want, &entries(&cli, name));
+        assert!(
+            differ.is_empty(),
+            "{name} is not the snapshot's tree: {differ:#?}"
+        );
+    }
+    assert!(members(&cli, "on").is_empty());
+    // An empty pool on the snapshot: a new machine, and why.
+    let fourth = json(&cli.ok(&["fork", &snap, "--name", "leaf-4", "--json"]));
+    assert!(fourth["pool"].is_null(), "{fourth}");
+    assert!(fourth["new_machine_because"].is_string(), "{fourth}");
+}

@@ -15,7 +15,9 @@ impl Output {
                 "no pools (`silo pool create NAME --size N --image IMG` makes one)",
             );
         }
-        let mut table = vec![row(["NAME", "READY", "SIZE", "BACKEND", "IMAGE"])];
+        let mut table = vec![row([
+            "NAME", "READY", "SIZE", "BACKEND", "IMAGE", "SNAPSHOT",
+        ])];
         for status in pools {
             let spec = &status.pool.spec;
             table.push(vec![
@@ -24,6 +26,7 @@ impl Output {
                 status.pool.size.to_string(),
                 spec.backend.to_string(),
                 spec.image.clone().unwrap_or_else(|| "-".into()),
+                status.pool.snapshot.clone().unwrap_or_else(|| "-".into()),
             ]);
         }
         print_lines(&render(&table))

@@ -9,12 +9,19 @@
 //! holds it, so two fills never overfill and none misses a claim. A member is claimed once (see `state::pools`): the claimed
 //! sandbox keeps the id, and so the key, it was made with, and no other
 //! sandbox ever ran on its machine.
+//!
+//! A pool may stand on a snapshot ([`Silo::create_pool_on_snapshot`]): each
+//! member is made from the snapshot's spec and rewound in place to it when
+//! the pool is filled, so a fork of that snapshot claims a member whose
+//! files are the snapshot's already and only checks them (a rewind in place
+//! that finds nothing changed), however many files the snapshot holds.
 
 use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 
 use super::open::outcome;
-use super::{Silo, SiloError, backend_error, machine};
+use super::snapshot::NotInPlace;
+use super::{Silo, SiloError, SnapshotError, backend_error, machine};
 use crate::backend::{Backend, MachineState};
 use crate::naming::{new_sandbox_id, validate_name};
 use crate::spec::SandboxSpec;
@@ -59,6 +66,37 @@ impl Silo {
     /// Records a pool of `size` sandboxes of `spec` (not filled yet: see
     /// [`Silo::fill_pool`]).
     pub fn create_pool(&self, name: &str, spec: SandboxSpec, size: u32) -> Result<Pool, SiloError> {
+        self.record_pool(name, spec, size, None)
+    }
+
+    /// Records a pool of `size` forks of `snapshot` (not filled yet): its
+    /// members have the snapshot's spec and stand on the snapshot once
+    /// filled, so a fork of it ([`Silo::fork`], [`Silo::fork_many`]) is a
+    /// claim and a check.
+    pub fn create_pool_on_snapshot(
+        &self,
+        name: &str,
+        snapshot: &str,
+        size: u32,
+    ) -> Result<Pool, SiloError> {
+        let snapshot = self.db().snapshot(snapshot)?;
+        if self.strategy(snapshot.spec.backend).is_none() {
+            return Err(SnapshotError::Unsupported {
+                name: snapshot.sandbox_name.clone(),
+                backend: snapshot.spec.backend,
+            }
+            .into());
+        }
+        self.record_pool(name, snapshot.spec.clone(), size, Some(snapshot.id))
+    }
+
+    fn record_pool(
+        &self,
+        name: &str,
+        spec: SandboxSpec,
+        size: u32,
+        snapshot: Option<String>,
+    ) -> Result<Pool, SiloError> {
         validate_name(name)?;
         spec.check()?;
         if size == 0 || size > MAX_POOL_SIZE {
@@ -69,6 +107,7 @@ impl Silo {
             spec,
             size,
             created_at_ms: now_ms(),
+            snapshot,
         };
         self.db().insert_pool(&pool)?;
         Ok(pool)
@@ -208,7 +247,23 @@ impl Silo {
             origin_snapshot: None,
         };
         let member = self.db().insert_pool_member(&pool.name, &new)?;
-        self.launch(member, None).await
+        let member = self.launch(member, None).await?;
+        let Some(on) = &pool.snapshot else {
+            return Ok(member);
+        };
+        let snapshot = self.db().snapshot(on)?;
+        match self.rewind_in_place(&member, &snapshot, true).await? {
+            Ok(report) => Ok(report.sandbox),
+            Err(NotInPlace(why)) => {
+                self.remove_member(&member).await?;
+                Err(SnapshotError::PoolMember {
+                    pool: pool.name.clone(),
+                    snapshot: snapshot.id,
+                    why,
+                }
+                .into())
+            }
+        }
     }
 
     /// Removes a member's machine (if any) and its row.

@@ -27,6 +27,10 @@ pub struct Pool {
     pub size: u32,
     /// Unix ms of creation.
     pub created_at_ms: i64,
+    /// The snapshot its members stand on, when it keeps forks of one
+    /// (`silo pool create --snapshot`); `None`: fresh machines of `spec`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
 }
 
 impl StateDb {
@@ -37,9 +41,15 @@ impl StateDb {
         self.write("recording a pool", |tx| {
             let inserted = tx
                 .execute(
-                    "INSERT OR IGNORE INTO pools (name, spec, size, created_at) \
-                     VALUES (?1, ?2, ?3, ?4)",
-                    params![pool.name, spec, pool.size, pool.created_at_ms],
+                    "INSERT OR IGNORE INTO pools (name, spec, size, created_at, snapshot) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![
+                        pool.name,
+                        spec,
+                        pool.size,
+                        pool.created_at_ms,
+                        pool.snapshot
+                    ],
                 )
                 .map_err(db("recording a pool"))?;
             match inserted {
@@ -54,16 +64,9 @@ impl StateDb {
         let row = self
             .conn
             .query_row(
-                "SELECT name, spec, size, created_at FROM pools WHERE name = ?1",
+                &format!("SELECT {POOL_COLUMNS} FROM pools WHERE name = ?1"),
                 [name],
-                |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, u32>(2)?,
-                        row.get::<_, i64>(3)?,
-                    ))
-                },
+                read_pool,
             )
             .optional()
             .map_err(db("looking up a pool"))?
@@ -75,13 +78,9 @@ impl StateDb {
     pub fn pools(&self) -> Result<Vec<Pool>, StateError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT name, spec, size, created_at FROM pools ORDER BY name")
+            .prepare(&format!("SELECT {POOL_COLUMNS} FROM pools ORDER BY name"))
             .map_err(db("listing pools"))?;
-        let rows = stmt
-            .query_map([], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-            })
-            .map_err(db("listing pools"))?;
+        let rows = stmt.query_map([], read_pool).map_err(db("listing pools"))?;
         let mut out = Vec::new();
         for row in rows {
             out.push(parse_pool(row.map_err(db("listing pools"))?)?);
@@ -181,9 +180,23 @@ impl StateDb {
     }
 }
 
-fn parse_pool(
-    (name, spec, size, created_at_ms): (String, String, u32, i64),
-) -> Result<Pool, StateError> {
+/// A pool's columns, in the order [`read_pool`] reads them.
+const POOL_COLUMNS: &str = "name, spec, size, created_at, snapshot";
+
+/// A pool's row, before its spec is parsed.
+type PoolRow = (String, String, u32, i64, Option<String>);
+
+fn read_pool(row: &rusqlite::Row<'_>) -> rusqlite::Result<PoolRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    ))
+}
+
+fn parse_pool((name, spec, size, created_at_ms, snapshot): PoolRow) -> Result<Pool, StateError> {
     let spec = serde_json::from_str(&spec).map_err(|e| StateError::Corrupt {
         id: name.clone(),
         what: format!("pool spec: {e}"),
@@ -193,5 +206,6 @@ fn parse_pool(
         spec,
         size,
         created_at_ms,
+        snapshot,
     })
 }

@@ -137,6 +137,12 @@ const MIGRATIONS: &[&str] = &[
         at            INTEGER NOT NULL   -- unix ms
     ) STRICT;
     "#,
+    // 8: pools standing on a snapshot. Their members are made and then
+    // rewound to it, so a fork of that snapshot claims one that is there
+    // already.
+    r#"
+    ALTER TABLE pools ADD COLUMN snapshot TEXT;  -- the snapshot its members stand on, or NULL
+    "#,
 ];
 
 /// The schema version this build creates and understands.

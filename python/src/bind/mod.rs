@@ -314,18 +314,25 @@ pub async fn pool(
     name: &str,
     spec: Option<SandboxSpec>,
     size: u32,
+    snapshot: Option<String>,
 ) -> PyResult<serde_json::Value> {
     let silo = home.silo()?;
     let to_json = |value: Result<serde_json::Value, serde_json::Error>| {
         value.map_err(|e| invalid(e.to_string()))
     };
     match verb {
-        "create" => {
-            let spec = spec.ok_or_else(|| invalid("a pool needs a spec"))?;
-            to_json(serde_json::to_value(
-                silo.create_pool(name, spec, size).map_err(|e| to_py(&e))?,
-            ))
-        }
+        "create" => match snapshot {
+            Some(snapshot) => to_json(serde_json::to_value(
+                silo.create_pool_on_snapshot(name, &snapshot, size)
+                    .map_err(|e| to_py(&e))?,
+            )),
+            None => {
+                let spec = spec.ok_or_else(|| invalid("a pool needs a spec"))?;
+                to_json(serde_json::to_value(
+                    silo.create_pool(name, spec, size).map_err(|e| to_py(&e))?,
+                ))
+            }
+        },
         "fill" => to_json(serde_json::to_value(
             silo.fill_pool(name).await.map_err(|e| to_py(&e))?,
         )),

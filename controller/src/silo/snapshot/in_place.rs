@@ -73,7 +73,7 @@ pub struct InPlace {
 
 /// Why a rewind could not happen in place; the caller makes a new machine.
 #[derive(Debug, Clone)]
-pub(super) struct NotInPlace(pub String);
+pub(in crate::silo) struct NotInPlace(pub String);
 
 impl<E: std::error::Error> From<E> for NotInPlace {
     fn from(error: E) -> Self {
@@ -95,7 +95,7 @@ impl Silo {
     /// to replace. Call with the sandbox's lease held. A `fork` (onto a
     /// pool member, see `pooled`) records the snapshot as the sandbox's
     /// origin.
-    pub(super) async fn rewind_in_place(
+    pub(in crate::silo) async fn rewind_in_place(
         &self,
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,

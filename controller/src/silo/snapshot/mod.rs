@@ -76,6 +76,7 @@ mod take;
 
 pub use diff::{DiffReport, DiffedPath};
 pub use in_place::InPlace;
+pub(in crate::silo) use in_place::NotInPlace;
 pub use restore::{ForkTarget, MAX_FORKS};
 
 use std::collections::HashSet;
@@ -337,6 +338,17 @@ pub enum SnapshotError {
     /// More forks, or none, were asked of one call than it makes.
     #[error("forks are made 1 to {MAX_FORKS} at once, not {0}")]
     ForkCount(u32),
+    /// A member of a pool standing on a snapshot could not be brought to
+    /// it (the member was removed).
+    #[error("a new member of pool {pool} could not be brought to snapshot {snapshot}: {why}")]
+    PoolMember {
+        /// The pool.
+        pool: String,
+        /// The snapshot it stands on.
+        snapshot: String,
+        /// Why the rewind in place failed.
+        why: String,
+    },
     /// A snapshot to delete is what live sandboxes run from.
     #[error(
         "snapshot {snapshot} is what {} run{} from; rewind or remove {} first",

@@ -21,6 +21,12 @@
 //! When no member fits, or the apply fails (the member is then removed:
 //! its files may be half way), the fork makes a new machine and its report
 //! says why. Refilling the pool is the caller's, as after `up --pool`.
+//!
+//! A pool standing on the fork's snapshot comes first: its members were
+//! rewound to the snapshot when the pool was filled (their checkpoint is
+//! the snapshot), so the claim's rewind in place starts from the snapshot
+//! and only restores what changed on the member since, usually nothing.
+//! A pool standing on another snapshot is never used.
 
 use std::time::Instant;
 
@@ -43,12 +49,15 @@ impl Silo {
         name: &str,
     ) -> Result<Result<RestoreReport, String>, SiloError> {
         let start = Instant::now();
-        let pools: Vec<_> = self
+        let mut pools: Vec<_> = self
             .db()
             .pools()?
             .into_iter()
             .filter(|pool| pool.spec == *spec)
+            .filter(|pool| pool.snapshot.as_ref().is_none_or(|on| *on == snapshot.id))
             .collect();
+        // Those standing on the snapshot first.
+        pools.sort_by_key(|pool| pool.snapshot.is_none());
         if pools.is_empty() {
             return Ok(Err("no pool keeps sandboxes of the snapshot's spec".into()));
         }
@@ -56,15 +65,20 @@ impl Silo {
         for pool in pools {
             // Bound first: the database guard must not live through the loop.
             let members = self.db().pool_members(&pool.name)?;
+            let on_snapshot = pool.snapshot.is_some();
             for member in members {
-                if let Err(unfit) = self.fits(strategy, &member, snapshot).await {
+                if let Err(unfit) = self.fits(strategy, &member, snapshot, on_snapshot).await {
                     why = Some(format!("pool {}: {unfit}", pool.name));
                     continue;
                 }
                 let Some(claimed) = self.db().claim_member(&pool.name, &member, name)? else {
                     continue; // another fork or `up --pool` took it
                 };
-                return match self.rewind_in_place(&claimed, snapshot, true).await? {
+                // A member standing on the snapshot is rewound from there
+                // (its origin is the snapshot already); a fresh one from
+                // its image, as a fork.
+                let from_image = !on_snapshot;
+                return match self.rewind_in_place(&claimed, snapshot, from_image).await? {
                     Ok(report) => Ok(Ok(RestoreReport {
                         ms: ms_since(start),
                         pool: Some(pool.name.clone()),
@@ -86,17 +100,28 @@ impl Silo {
         })))
     }
 
-    /// Whether `member` may become a fork of `snapshot`, or why not.
+    /// Whether `member` may become a fork of `snapshot`, or why not. A
+    /// member of a pool standing `on_snapshot` must stand on it; any other
+    /// must be fresh.
     async fn fits(
         &self,
         strategy: &SnapshotWay,
         member: &SandboxRecord,
         snapshot: &Snapshot,
+        on_snapshot: bool,
     ) -> Result<(), String> {
         if !member.machine_recorded() {
             return Err(format!("sandbox {} has no machine yet", member.id));
         }
-        if member.checkpoint.is_some() || member.origin_snapshot.is_some() {
+        if on_snapshot {
+            let stands_on = member.checkpoint.as_ref().map(|c| c.snapshot.as_str());
+            if stands_on != Some(snapshot.id.as_str()) {
+                return Err(format!(
+                    "sandbox {} was not brought to snapshot {} yet",
+                    member.id, snapshot.id
+                ));
+            }
+        } else if member.checkpoint.is_some() || member.origin_snapshot.is_some() {
             return Err(format!(
                 "sandbox {} is not fresh (it was snapshotted or rewound)",
                 member.id
