@@ -14,6 +14,7 @@ import asyncio
 import builtins
 import inspect
 import os
+import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal, TypeVar, overload
@@ -24,6 +25,7 @@ from ._core import (
     CopyReport,
     Diff,
     ForkReport,
+    OpenReport,
     EntryInfo,
     Event,
     PortUrl,
@@ -379,11 +381,12 @@ class AsyncSnapshots:
 class AsyncSandbox:
     """``Sandbox`` for asyncio: the same class methods and verbs, awaited."""
 
-    def __init__(self, native: _native.Sandbox, home: _native.Home, made: ForkReport | None = None):
+    def __init__(self, native: _native.Sandbox, home: _native.Home, made: ForkReport | OpenReport | None = None):
         self._native = native
         self._home = home
-        #: How a fork was made (from a pool, or why on a new machine);
-        #: ``None`` for a sandbox that is not a fork made here.
+        #: How this sandbox came to be, when this process made or opened
+        #: it: a ``ForkReport`` (from which pool, or why on a new machine)
+        #: or an ``OpenReport`` (the tier ``open`` took); else ``None``.
         self.made = made
         #: Running commands and sessions.
         self.commands = AsyncCommands(native)
@@ -450,8 +453,9 @@ class AsyncSandbox:
         """The sandbox ``name``, made if it does not exist; see ``Sandbox.open``."""
         home_ = _home(home)
         spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
-        native, _ = await aio(home_.up, name, spec_json, recreate)
-        return cls(native, home_)
+        begun = time.monotonic()
+        native, outcome = await aio(home_.up, name, spec_json, recreate)
+        return cls(native, home_, _core.open_report(outcome, (time.monotonic() - begun) * 1000))
 
     @classmethod
     async def connect(cls, sandbox_id: str, *, start: bool = True, home: HostPath | None = None) -> AsyncSandbox:

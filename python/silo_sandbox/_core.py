@@ -479,6 +479,30 @@ def fork_report(data: dict[str, Any]) -> ForkReport:
 
 
 @dataclasses.dataclass(frozen=True)
+class OpenReport:
+    """What ``Sandbox.open`` did (``Sandbox.made``): the tier it took."""
+
+    #: ``attached`` or ``started`` (tier 1), ``restored`` (tier 2: from
+    #: its latest snapshot), ``created``, ``recreated`` or ``claimed`` (tier
+    #: 3: new, or taken from a warm pool).
+    action: str
+    tier: int
+    #: Why a tier was passed over (machine gone, spec changed, ...).
+    notes: tuple[str, ...]
+    #: Wall time of the call, in milliseconds.
+    ms: float
+
+
+def open_report(data: dict[str, Any], ms: float) -> OpenReport:
+    return OpenReport(
+        action=str(data.get("action", "")),
+        tier=int(data.get("tier", 0)),
+        notes=tuple(str(n) for n in data.get("notes", [])),
+        ms=ms,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class PathChange:
     """One path that differs between two file systems."""
 

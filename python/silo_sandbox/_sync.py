@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar, overload
@@ -20,6 +21,7 @@ from ._core import (
     CopyReport,
     Diff,
     ForkReport,
+    OpenReport,
     EntryInfo,
     Event,
     FillReport,
@@ -441,11 +443,12 @@ class Sandbox:
     """One sandbox (E2B's ``Sandbox``), on the docker, podman, local, e2b
     or daytona backend, in the ``$SILO_HOME`` the ``silo`` command uses."""
 
-    def __init__(self, native: _native.Sandbox, home: _native.Home, made: ForkReport | None = None):
+    def __init__(self, native: _native.Sandbox, home: _native.Home, made: ForkReport | OpenReport | None = None):
         self._native = native
         self._home = home
-        #: How a fork was made (from a pool, or why on a new machine);
-        #: ``None`` for a sandbox that is not a fork made here.
+        #: How this sandbox came to be, when this process made or opened
+        #: it: a ``ForkReport`` (from which pool, or why on a new machine)
+        #: or an ``OpenReport`` (the tier ``open`` took); else ``None``.
         self.made = made
         #: Running commands and sessions.
         self.commands = Commands(native)
@@ -518,8 +521,9 @@ class Sandbox:
         changed spec raises ``SpecDriftError`` unless ``recreate``."""
         home_ = _home(home)
         spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
-        native, _ = home_.up(name, spec_json, recreate)
-        return cls(native, home_)
+        begun = time.monotonic()
+        native, outcome = home_.up(name, spec_json, recreate)
+        return cls(native, home_, _core.open_report(outcome, (time.monotonic() - begun) * 1000))
 
     @classmethod
     def connect(cls, sandbox_id: str, *, start: bool = True, home: HostPath | None = None) -> Sandbox:

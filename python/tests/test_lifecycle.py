@@ -46,6 +46,10 @@ def test_open_reuses_and_refuses_a_changed_spec():
         first.files.write("kept.txt", "kept")
         again = silo_sandbox.Sandbox.open(name, envs={"V": "1"})
         assert again.sandbox_id == first.sandbox_id
+        # Each open says which tier it took.
+        assert isinstance(first.made, silo_sandbox.OpenReport) and isinstance(again.made, silo_sandbox.OpenReport)
+        assert (first.made.action, first.made.tier) == ("created", 3), first.made
+        assert (again.made.action, again.made.tier) == ("attached", 1), again.made
         assert again.files.read("kept.txt") == "kept"
         with pytest.raises(silo_sandbox.SpecDriftError, match="different spec"):
             silo_sandbox.Sandbox.open(name, envs={"V": "2"})
