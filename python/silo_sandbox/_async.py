@@ -17,9 +17,10 @@ import os
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from . import _core, _native
+from ._core import RunOptions
 from ._core import (
     CommandResult,
     CopyReport,
@@ -38,6 +39,9 @@ from ._core import (
     aio,
 )
 from ._sync import HostPath, LostOutput, PushFiles, _home, _snapshot_id
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from 3.11
 
 #: A target of ``async_push_to_sandboxes``: an ``AsyncSandbox`` or a name or id.
 AsyncTarget = TypeVar("AsyncTarget", bound="AsyncSandbox | str")
@@ -146,46 +150,19 @@ class AsyncSession:
         self.id = session_id
 
     @overload
-    async def run(self, cmd: str, *, background: Literal[False] = False,
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        timeout: float | None = None,
-        check: bool = True,
-        no_wait: bool = False,
-    ) -> CommandResult: ...
+    async def run(self, cmd: str, background: Literal[False] = False, **options: Unpack[RunOptions]) -> CommandResult: ...
     @overload
-    async def run(self, cmd: str, *, background: Literal[True],
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        timeout: float | None = None,
-        check: bool = True,
-        no_wait: bool = False,
-    ) -> AsyncCommandHandle: ...
+    async def run(self, cmd: str, background: Literal[True], **options: Unpack[RunOptions]) -> AsyncCommandHandle: ...
 
     async def run(
-        self,
-        cmd: str,
-        *,
-        background: bool = False,
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        timeout: float | None = None,
-        check: bool = True,
-        no_wait: bool = False,
+        self, cmd: str, background: bool = False, **options: Unpack[RunOptions]
     ) -> CommandResult | AsyncCommandHandle:
         """``commands.run`` in this session (see there): ``cmd`` is a script
         of the session's shell."""
+        options["session"] = self.id
         if background:
-            return await self._commands.run(
-                cmd, True, envs, cwd, on_stdout, on_stderr, False, timeout, self.id, check, no_wait
-            )
-        return await self._commands.run(cmd, False, envs, cwd, on_stdout, on_stderr, False, timeout, self.id, check, no_wait)
+            return await self._commands.run(cmd, True, **options)
+        return await self._commands.run(cmd, False, **options)
 
     async def interrupt(self, grace: float | None = None) -> None:
         """Interrupts what the session runs; its shell survives."""
@@ -202,59 +179,23 @@ class AsyncCommands:
 
     @overload
     async def run(
-        self,
-        cmd: str | list[str],
-        background: Literal[False] = False,
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        stdin: bool = False,
-        timeout: float | None = None,
-        session: str | None = None,
-        check: bool = True,
-        no_wait: bool = False,
+        self, cmd: str | list[str], background: Literal[False] = False, **options: Unpack[RunOptions]
     ) -> CommandResult: ...
     @overload
     async def run(
-        self,
-        cmd: str | list[str],
-        background: Literal[True],
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        stdin: bool = False,
-        timeout: float | None = None,
-        session: str | None = None,
-        check: bool = True,
-        no_wait: bool = False,
+        self, cmd: str | list[str], background: Literal[True], **options: Unpack[RunOptions]
     ) -> AsyncCommandHandle: ...
 
     async def run(
-        self,
-        cmd: str | list[str],
-        background: bool = False,
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        stdin: bool = False,
-        timeout: float | None = None,
-        session: str | None = None,
-        check: bool = True,
-        no_wait: bool = False,
+        self, cmd: str | list[str], background: bool = False, **options: Unpack[RunOptions]
     ) -> CommandResult | AsyncCommandHandle:
         """Runs ``cmd``; see ``Commands.run``. Answers a ``CommandResult``,
         or an ``AsyncCommandHandle`` with ``background=True``."""
-        spec = _core.exec_json(
-            cmd, envs=envs, cwd=cwd, timeout=timeout, stdin=stdin, session=session,
-            background=background, no_wait=no_wait,
-        )
-        handle = AsyncCommandHandle(await aio(self._native.spawn, spec))
+        run = _core.run_options(options)
+        handle = AsyncCommandHandle(await aio(self._native.spawn, run.spec(cmd, background)))
         if background:
             return handle
-        return await handle.wait(on_stdout, on_stderr, check=check)
+        return await handle.wait(run.on_stdout, run.on_stderr, check=run.check)
 
     async def connect(self, pid: int, offset: int = 0) -> AsyncCommandHandle:
         """Follows a command from another handle or process, from ``offset``."""

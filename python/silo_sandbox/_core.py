@@ -16,7 +16,10 @@ import os
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Generic, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Union
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from 3.11
 
 from . import _native
 from ._native import CommandExitError, InvalidArgumentError, SiloTimeoutError
@@ -678,6 +681,54 @@ def claim_name(name: str | None, pool: str | None) -> str | None:
     if name is None and pool is not None:
         return f"{pool}-{uuid.uuid4().hex[:8]}"
     return name
+
+
+class RunOptions(TypedDict, total=False):
+    """The keywords of ``commands.run`` and a session's ``run`` (see
+    ``Commands.run``), typed once for both classes: a misspelt one is a type
+    error, and a ``TypeError`` when run."""
+
+    envs: Mapping[str, str] | None
+    cwd: str | None
+    on_stdout: Callable[[str], Any] | None
+    on_stderr: Callable[[str], Any] | None
+    stdin: bool
+    timeout: float | None
+    session: str | None
+    check: bool
+    no_wait: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A run's options with their defaults."""
+
+    envs: Mapping[str, str] | None = None
+    cwd: str | None = None
+    on_stdout: Callable[[str], Any] | None = None
+    on_stderr: Callable[[str], Any] | None = None
+    stdin: bool = False
+    timeout: float | None = None
+    session: str | None = None
+    check: bool = True
+    no_wait: bool = False
+
+    def spec(self, cmd: str | list[str], background: bool) -> str:
+        """The exec spec of ``cmd`` run with these options."""
+        return exec_json(
+            cmd, envs=self.envs, cwd=self.cwd, timeout=self.timeout, stdin=self.stdin,
+            session=self.session, background=background, no_wait=self.no_wait,
+        )
+
+
+def run_options(options: Mapping[str, Any]) -> Run:
+    """``options`` as a ``Run``, refusing a keyword ``run`` has not, as
+    Python refuses one."""
+    known = {field.name for field in dataclasses.fields(Run)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"run() got an unexpected keyword argument {unknown[0]!r}")
+    return Run(**options)
 
 
 def exec_json(

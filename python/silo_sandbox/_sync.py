@@ -12,9 +12,10 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from . import _core, _native
+from ._core import RunOptions
 from ._native import InvalidArgumentError
 from ._core import (
     CommandResult,
@@ -34,6 +35,9 @@ from ._core import (
     SessionInfo,
     Snapshot,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from 3.11
 
 #: A file or tree to upload or download on the host.
 HostPath = str | os.PathLike[str]
@@ -156,46 +160,19 @@ class Session:
         self.id = session_id
 
     @overload
-    def run(self, cmd: str, *, background: Literal[False] = False,
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        timeout: float | None = None,
-        check: bool = True,
-        no_wait: bool = False,
-    ) -> CommandResult: ...
+    def run(self, cmd: str, background: Literal[False] = False, **options: Unpack[RunOptions]) -> CommandResult: ...
     @overload
-    def run(self, cmd: str, *, background: Literal[True],
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        timeout: float | None = None,
-        check: bool = True,
-        no_wait: bool = False,
-    ) -> CommandHandle: ...
+    def run(self, cmd: str, background: Literal[True], **options: Unpack[RunOptions]) -> CommandHandle: ...
 
     def run(
-        self,
-        cmd: str,
-        *,
-        background: bool = False,
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        timeout: float | None = None,
-        check: bool = True,
-        no_wait: bool = False,
+        self, cmd: str, background: bool = False, **options: Unpack[RunOptions]
     ) -> CommandResult | CommandHandle:
         """``commands.run`` in this session (see there): ``cmd`` is a script
         of the session's shell."""
+        options["session"] = self.id
         if background:
-            return self._commands.run(
-                cmd, True, envs, cwd, on_stdout, on_stderr, False, timeout, self.id, check, no_wait
-            )
-        return self._commands.run(cmd, False, envs, cwd, on_stdout, on_stderr, False, timeout, self.id, check, no_wait)
+            return self._commands.run(cmd, True, **options)
+        return self._commands.run(cmd, False, **options)
 
     def interrupt(self, grace: float | None = None) -> None:
         """Interrupts what the session runs; its shell survives."""
@@ -212,48 +189,15 @@ class Commands:
 
     @overload
     def run(
-        self,
-        cmd: str | list[str],
-        background: Literal[False] = False,
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        stdin: bool = False,
-        timeout: float | None = None,
-        session: str | None = None,
-        check: bool = True,
-        no_wait: bool = False,
+        self, cmd: str | list[str], background: Literal[False] = False, **options: Unpack[RunOptions]
     ) -> CommandResult: ...
     @overload
     def run(
-        self,
-        cmd: str | list[str],
-        background: Literal[True],
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        stdin: bool = False,
-        timeout: float | None = None,
-        session: str | None = None,
-        check: bool = True,
-        no_wait: bool = False,
+        self, cmd: str | list[str], background: Literal[True], **options: Unpack[RunOptions]
     ) -> CommandHandle: ...
 
     def run(
-        self,
-        cmd: str | list[str],
-        background: bool = False,
-        envs: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        on_stdout: Callable[[str], Any] | None = None,
-        on_stderr: Callable[[str], Any] | None = None,
-        stdin: bool = False,
-        timeout: float | None = None,
-        session: str | None = None,
-        check: bool = True,
-        no_wait: bool = False,
+        self, cmd: str | list[str], background: bool = False, **options: Unpack[RunOptions]
     ) -> CommandResult | CommandHandle:
         """Runs ``cmd`` (a shell line, or a list of program and arguments).
 
@@ -265,20 +209,17 @@ class Commands:
         session (created on first use); ``no_wait`` then fails with
         ``BusyError`` instead of queueing behind a running command.
         """
-        spec = _core.exec_json(
-            cmd, envs=envs, cwd=cwd, timeout=timeout, stdin=stdin, session=session,
-            background=background, no_wait=no_wait,
-        )
+        run = _core.run_options(options)
+        spec = run.spec(cmd, background)
         if background:
-            handle = CommandHandle(self._native.spawn(spec), self._native)
-            return handle
+            return CommandHandle(self._native.spawn(spec), self._native)
         decoders = _core.Decoders()
         parts = self._native.run(
             spec,
-            decoders.text_callback("stdout", on_stdout),
-            decoders.text_callback("stderr", on_stderr),
+            decoders.text_callback("stdout", run.on_stdout),
+            decoders.text_callback("stderr", run.on_stderr),
         )
-        return _core.checked(_core.command_result(parts), check)
+        return _core.checked(_core.command_result(parts), run.check)
 
     def connect(self, pid: int, offset: int = 0) -> CommandHandle:
         """Follows a running (or recently ended) command from another handle

@@ -46,3 +46,10 @@ def test_each_mistake_is_rejected_on_its_own_line_and_nothing_else():
     rejected = {int(m.group(1)) for m in re.finditer(r"^mistakes\.py:(\d+): error", checked.stdout, re.M)}
     assert marked - rejected == set(), f"not caught: lines {sorted(marked - rejected)}\n{checked.stdout}"
     assert rejected - marked == set(), f"unexpected errors: lines {sorted(rejected - marked)}\n{checked.stdout}"
+
+
+def test_a_misspelt_keyword_is_refused_when_run_too(local):
+    with pytest.raises(TypeError, match="timout"):
+        local.commands.run("true", timout=5)
+    with pytest.raises(TypeError, match="env"):
+        local.commands.session("s").run("true", env={"A": "1"})
