@@ -46,6 +46,25 @@ print("done")
 """
 
 
+THREADS_AND_FORK = """
+import os, sys, threading
+from silo_sandbox import Sandbox
+
+sandbox = Sandbox.connect(sys.argv[1])
+out = []
+worker = threading.Thread(target=lambda: out.append(sandbox.commands.run("echo t").stdout))
+worker.start()
+pid = os.fork()
+if pid == 0:
+    code = 0 if Sandbox.connect(sys.argv[1]).commands.run("echo c").stdout == "c\\n" else 1
+    os._exit(code)
+worker.join()
+_, status = os.waitpid(pid, 0)
+print(out[0], end="")
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_many(script: str, *args: str) -> list[subprocess.CompletedProcess[str]]:
     def once(_: int) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -70,6 +89,12 @@ def failures(runs: list[subprocess.CompletedProcess[str]], expected: str) -> lis
 def test_scripts_using_async_sandbox_always_exit_cleanly(local):
     runs = run_many(CONNECT_AND_RUN, local.sandbox_id)
     bad = failures(runs, "hi\ndone\n")
+    assert not bad, f"{len(bad)} of {RUNS} runs failed; first: {bad[0]}"
+
+
+def test_scripts_with_threads_and_a_fork_always_exit_cleanly(local):
+    runs = run_many(THREADS_AND_FORK, local.sandbox_id)
+    bad = failures(runs, "t\nchild 0\n")
     assert not bad, f"{len(bad)} of {RUNS} runs failed; first: {bad[0]}"
 
 
