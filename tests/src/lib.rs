@@ -329,6 +329,20 @@ impl Cli {
 
 impl Drop for Cli {
     fn drop(&mut self) {
+        // Pools first: a claim starts a refill in the background, which
+        // would make members after `rm --all`; removing a pool waits for it.
+        let pools = self.command(&["pool", "ls", "--json"]).output();
+        let names: Vec<String> = pools
+            .ok()
+            .and_then(|out| serde_json::from_slice::<serde_json::Value>(&out.stdout).ok())
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect();
+        for name in &names {
+            let _ = self.command(&["pool", "rm", name]).output();
+        }
         // Sandboxes outlive the CLI by design; a test's own must not outlive the test.
         let _ = self.command(&["rm", "--all"]).output();
         if self.home.path().join("store").exists() {
