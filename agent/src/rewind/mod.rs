@@ -37,6 +37,7 @@ use tokio::sync::{OwnedRwLockWriteGuard, OwnedSemaphorePermit};
 use tokio::task::AbortHandle;
 
 use crate::commands::Commands;
+use crate::paths::as_path;
 use crate::process::ProcessOps;
 use crate::push::Pusher;
 use crate::snapshot::tree::{Changes, Kept, Source, Tree};
@@ -74,6 +75,8 @@ pub struct Hold {
     /// after the layer is kept.
     base: Option<(Source, Baseline)>,
     kept: Kept,
+    /// The machine's root, where the placed paths are looked at.
+    root: PathBuf,
     _slot: OwnedSemaphorePermit,
     _pushes: OwnedSemaphorePermit,
     _starts: OwnedRwLockWriteGuard<()>,
@@ -82,11 +85,40 @@ pub struct Hold {
 
 impl Hold {
     /// The tree after the rewind's layer made `changes`, to be kept (none
-    /// if it cannot be followed). Call once the layer is placed.
+    /// if it cannot be followed). Call once the layer is placed, before
+    /// anything runs again.
+    ///
+    /// The placed paths are on new inodes, which the walk before the
+    /// layer could not see; they are looked at here, so that the next
+    /// snapshot or rewind finds them unchanged instead of counting every
+    /// one as moved (a pool member brought to a snapshot would otherwise
+    /// apply the whole snapshot again when claimed).
     pub fn keep_after(&mut self, mut changes: Changes) {
         if let Some((source, mut baseline)) = self.base.take() {
+            let placed: Vec<Vec<u8>> = changes.added().iter().cloned().collect();
             let after: Option<(Tree, Baseline)> = source.after(&mut changes, &mut baseline);
+            let after = after.map(|(tree, mut baseline)| {
+                note_placed(&self.root, &placed, &mut baseline);
+                (tree, baseline)
+            });
             self.kept.put(after);
+        }
+    }
+}
+
+/// Notes where each placed path is now, when the baseline knows inodes at
+/// all (applying the layer to the tree forgot them). A path that cannot be
+/// looked at stays forgotten, so it counts as moved: never missed, only
+/// captured again.
+fn note_placed(root: &std::path::Path, placed: &[Vec<u8>], baseline: &mut Baseline) {
+    let Some(inodes) = baseline.inodes_mut() else {
+        return;
+    };
+    for rel in placed {
+        let rel = as_path(rel);
+        match std::fs::symlink_metadata(root.join(rel)) {
+            Ok(meta) => inodes.note(rel, &meta),
+            Err(_) => inodes.forget(rel, false),
         }
     }
 }
@@ -171,6 +203,7 @@ impl Rewinder {
             expiry: None,
             base: None,
             kept,
+            root: self.root.clone(),
             _slot: slot,
             _pushes: pushes,
             _starts: snapshots.start_gate().close().await,

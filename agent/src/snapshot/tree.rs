@@ -186,6 +186,11 @@ pub struct Changes {
 }
 
 impl Changes {
+    /// The paths the layer put in place (relative to the root).
+    pub fn added(&self) -> &std::collections::BTreeSet<Vec<u8>> {
+        self.paths.added()
+    }
+
     /// An entry of the layer at `path` (relative to the root).
     pub fn entry(&mut self, path: &[u8]) {
         self.paths.entry(path);
