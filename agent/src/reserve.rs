@@ -20,6 +20,7 @@
 //!   fuse-overlayfs it is the storage driver's, shared by the whole sandbox
 //!   (`silo doctor` names it).
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Blocking threads made at boot and kept.
@@ -80,17 +81,27 @@ pub async fn hold_threads() -> usize {
 }
 
 /// Makes `pid`, just started by the agent, the OOM killer's choice before
-/// the agent: its adjustment becomes the agent's own plus
-/// [`WORKLOAD_OOM_SCORE_ADJ`]. Best effort: a process that has already
-/// exited, or a kernel without the file, keeps what it inherited.
+/// the agent: its adjustment becomes [`workload_adj`]. Best effort: a
+/// process that has already exited, or a kernel without the file, keeps
+/// what it inherited.
 pub fn yield_to_oom_killer(pid: u32) {
-    let own = read_adj("/proc/self/oom_score_adj").unwrap_or(0);
-    let adj = own
-        .saturating_add(WORKLOAD_OOM_SCORE_ADJ)
-        .min(MAX_OOM_SCORE_ADJ);
-    if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), adj.to_string()) {
+    let adj = workload_adj();
+    if let Err(error) = std::fs::write(format!("/proc/{pid}/oom_score_adj"), adj) {
         tracing::debug!(pid, %error, "cannot raise the OOM score of a started process");
     }
+}
+
+/// The agent's own adjustment plus [`WORKLOAD_OOM_SCORE_ADJ`], as the
+/// file takes it; read once (nothing changes the agent's own), not at
+/// every start.
+fn workload_adj() -> &'static str {
+    static ADJ: OnceLock<String> = OnceLock::new();
+    ADJ.get_or_init(|| {
+        let own = read_adj("/proc/self/oom_score_adj").unwrap_or(0);
+        own.saturating_add(WORKLOAD_OOM_SCORE_ADJ)
+            .min(MAX_OOM_SCORE_ADJ)
+            .to_string()
+    })
 }
 
 fn read_adj(path: &str) -> Option<i32> {

@@ -182,7 +182,7 @@ impl From<Failure> for PyErr {
 
 /// An argument refused on the Python side of the boundary.
 pub fn invalid(message: impl Into<String>) -> PyErr {
-    InvalidArgumentError::new_err(message.into())
+    Failure::invalid(message).into()
 }
 
 fn raise(class: Class, message: String) -> PyErr {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use silo::Execution;
+use silo::{Execution, ExitInfo};
 use tokio::sync::Mutex;
 
 use crate::bind::{self, SandboxRef, Step};
@@ -58,7 +58,11 @@ impl ProcState {
             stdout: Vec::new(),
             stderr: format!("{message}\n").into_bytes(),
             lost: 0,
-            exit: Some(serde_json::json!({ "code": code, "duration_ms": 0 })),
+            exit: serde_json::to_value(ExitInfo {
+                code: Some(code),
+                ..ExitInfo::default()
+            })
+            .ok(),
         }
     }
 

@@ -327,35 +327,33 @@ impl Cli {
     }
 }
 
-impl Drop for Cli {
-    fn drop(&mut self) {
-        // Pools first: a claim starts a refill in the background, which
-        // would make members after `rm --all`; removing a pool waits for it.
-        let pools = self.command(&["pool", "ls", "--json"]).output();
-        let names: Vec<String> = pools
-            .ok()
+impl Cli {
+    /// `field` of each item a `--json` listing prints; none when it fails
+    /// (for cleanup, which goes on whatever happens).
+    fn listed(&self, args: &[&str], field: &str) -> Vec<String> {
+        let out = self.command(args).output();
+        out.ok()
             .and_then(|out| serde_json::from_slice::<serde_json::Value>(&out.stdout).ok())
             .and_then(|v| v.as_array().cloned())
             .unwrap_or_default()
             .iter()
-            .filter_map(|p| p["name"].as_str().map(str::to_owned))
-            .collect();
-        for name in &names {
+            .filter_map(|item| item[field].as_str().map(str::to_owned))
+            .collect()
+    }
+}
+
+impl Drop for Cli {
+    fn drop(&mut self) {
+        // Pools first: a claim starts a refill in the background, which
+        // would make members after `rm --all`; removing a pool waits for it.
+        for name in &self.listed(&["pool", "ls", "--json"], "name") {
             let _ = self.command(&["pool", "rm", name]).output();
         }
         // Sandboxes outlive the CLI by design; a test's own must not outlive the test.
         let _ = self.command(&["rm", "--all"]).output();
         if self.home.path().join("store").exists() {
             // Snapshot images live on the shared engine; a test's go with it.
-            let listed = self.command(&["snapshots", "--json"]).output();
-            let ids: Vec<String> = listed
-                .ok()
-                .and_then(|out| serde_json::from_slice::<serde_json::Value>(&out.stdout).ok())
-                .and_then(|v| v.as_array().cloned())
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|s| s["id"].as_str().map(str::to_owned))
-                .collect();
+            let ids = self.listed(&["snapshots", "--json"], "id");
             if !ids.is_empty() {
                 let mut args = vec!["snapshot", "rm"];
                 args.extend(ids.iter().map(String::as_str));

@@ -95,10 +95,9 @@ impl Hold {
     /// apply the whole snapshot again when claimed).
     pub fn keep_after(&mut self, mut changes: Changes) {
         if let Some((source, mut baseline)) = self.base.take() {
-            let placed: Vec<Vec<u8>> = changes.added().iter().cloned().collect();
             let after: Option<(Tree, Baseline)> = source.after(&mut changes, &mut baseline);
             let after = after.map(|(tree, mut baseline)| {
-                note_placed(&self.root, &placed, &mut baseline);
+                note_placed(&self.root, changes.added(), &mut baseline);
                 (tree, baseline)
             });
             self.kept.put(after);
@@ -110,7 +109,11 @@ impl Hold {
 /// all (applying the layer to the tree forgot them). A path that cannot be
 /// looked at stays forgotten, so it counts as moved: never missed, only
 /// captured again.
-fn note_placed(root: &std::path::Path, placed: &[Vec<u8>], baseline: &mut Baseline) {
+fn note_placed(
+    root: &std::path::Path,
+    placed: &std::collections::BTreeSet<Vec<u8>>,
+    baseline: &mut Baseline,
+) {
     let Some(inodes) = baseline.inodes_mut() else {
         return;
     };
