@@ -32,6 +32,7 @@
 //! - `server`: HTTP/1.1 + WebSocket transport, listeners, TLS, request admission.
 //! - `memory`: the sandbox's memory limit and the share of it output buffers may take.
 //! - `activity`: what counts as use, for `--idle-timeout`.
+//! - `deadline`: the lifetime deadline after which the agent stops the sandbox.
 //! - `clock`: the machine's wall clock as the protocol reports it.
 //! - `shutdown`: the shutdown phases every long-lived task watches.
 //!
@@ -42,6 +43,7 @@ pub mod cleanup;
 pub mod clock;
 pub mod commands;
 pub mod config;
+pub mod deadline;
 pub mod exec;
 pub mod files;
 pub mod fs_error;

@@ -391,6 +391,8 @@ enum StopReason {
     Signal,
     /// `--idle-timeout` elapsed: a clean exit.
     Idle,
+    /// The lifetime deadline passed: a clean exit.
+    Deadline,
 }
 
 /// Serves until told to stop, then: stop accepting, SIGTERM the workload and
@@ -415,7 +417,7 @@ async fn serve_until_shutdown(mut s: Serving) -> anyhow::Result<u8> {
         s.server.abort();
     }
     let code = match (reason, workload_exit) {
-        (StopReason::Idle, _) | (_, None) => 0,
+        (StopReason::Idle | StopReason::Deadline, _) | (_, None) => 0,
         (StopReason::Signal, Some(exit)) => {
             u8::try_from(exit.shell_code() & 0xff).unwrap_or(u8::MAX)
         }
@@ -449,6 +451,7 @@ async fn wait_for_stop(s: &mut Serving) -> StopReason {
             }
             _ = s.signals.hup.recv() => forward(&s.workload, NixSignal::SIGHUP),
             () = &mut idle => return StopReason::Idle,
+            () = s.state.lifetime.reached() => return StopReason::Deadline,
         }
     }
 }

@@ -17,9 +17,11 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use silo_protocol::PROTOCOL_VERSION;
 use silo_protocol::auth::{EMPTY_BODY_SHA256, sign};
-use silo_protocol::exec::{AgentMessage, Channel, ClientMessage, ExecSpec, ExitInfo, Frame};
+use silo_protocol::exec::{
+    AgentMessage, Channel, ClientMessage, ExecSpec, ExecState, ExitInfo, Frame, StreamOffsets,
+};
 use silo_protocol::health::Health;
-use silo_protocol::http::{HEADER_PROTOCOL, PATH_EXEC, PATH_HEALTHZ};
+use silo_protocol::http::{DeadlineState, HEADER_PROTOCOL, PATH_DEADLINE, PATH_EXEC, PATH_HEALTHZ};
 use tokio::net::UnixStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::ClientRequestBuilder;
@@ -68,6 +70,30 @@ impl Agent {
 
     async fn ws(&self) -> Ws {
         self.connect(true, None).await.unwrap()
+    }
+
+    /// A signed request that must succeed, its JSON answer parsed.
+    async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> T {
+        let (status, bytes) = self.call(method, path, body, true).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// The agent's exit code, once it exits within `limit`.
+    fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 }
 
@@ -225,6 +251,7 @@ async fn interrupt_stops_sleep_promptly_and_reattach_replays() {
             tag: 4,
             exec_id: id,
             from_seq: 0,
+            from_streams: None,
         },
     )
     .await;
@@ -246,6 +273,7 @@ async fn interrupt_stops_sleep_promptly_and_reattach_replays() {
             tag: 5,
             exec_id: id,
             from_seq: 5,
+            from_streams: None,
         },
     )
     .await;
@@ -382,4 +410,109 @@ async fn a_removed_key_file_is_gone_and_an_unremovable_one_stops_the_agent() {
         stderr.contains("cannot delete key file /proc/version"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn the_agent_lists_its_execs_with_what_they_run() {
+    let agent = Agent::start("list", &[]);
+    let mut ws = agent.ws().await;
+    let running = exec(&mut ws, 1, argv(&["sleep", "30"])).await;
+    let done = exec(&mut ws, 2, argv(&["true"])).await;
+    until_exit(&mut ws, done).await;
+    send(&mut ws, &ClientMessage::List { tag: 3 }).await;
+    let execs = loop {
+        if let In::Msg(AgentMessage::ExecList { tag: 3, execs }) = next(&mut ws).await {
+            break execs;
+        }
+    };
+    let found = |id| execs.iter().find(|e| e.exec_id == id).unwrap();
+    let sleeping = found(running);
+    assert_eq!(sleeping.argv, ["sleep", "30"]);
+    assert_eq!(sleeping.state, ExecState::Running);
+    assert!(sleeping.pid > 1 && !sleeping.tty && sleeping.session.is_none());
+    assert!(!sleeping.cwd.is_empty());
+    assert_eq!(found(done).state, ExecState::Finished);
+}
+
+#[tokio::test]
+async fn an_attach_by_stream_offsets_resumes_each_stream_where_it_was() {
+    let agent = Agent::start("streams", &[]);
+    let mut ws = agent.ws().await;
+    // out "ab" err "cde" out "f": combined "abcdef".
+    let script = "printf ab; sleep 0.1; printf cde >&2; sleep 0.1; printf f";
+    let id = exec(&mut ws, 1, argv(&["sh", "-c", script])).await;
+    until_exit(&mut ws, id).await;
+    // Has all of stdout's first run and one byte of stderr: the replay
+    // starts at stderr's second byte, and says where each stream stands.
+    send(
+        &mut ws,
+        &ClientMessage::Attach {
+            tag: 2,
+            exec_id: id,
+            from_seq: 0,
+            from_streams: Some(StreamOffsets {
+                stdout: 2,
+                stderr: 1,
+            }),
+        },
+    )
+    .await;
+    match next(&mut ws).await {
+        In::Msg(AgentMessage::Attached {
+            next_seq,
+            lost_bytes,
+            streams,
+            ..
+        }) => {
+            assert_eq!((next_seq, lost_bytes), (3, 0));
+            assert_eq!(
+                streams,
+                Some(StreamOffsets {
+                    stdout: 2,
+                    stderr: 1
+                })
+            );
+        }
+        other => panic!("expected attached, got {other:?}"),
+    }
+    let mut seen = Vec::new();
+    loop {
+        match next(&mut ws).await {
+            In::Out(frame) => seen.push((frame.channel, frame.payload)),
+            In::Msg(AgentMessage::Exit { .. }) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            (Channel::Stderr, b"de".to_vec()),
+            (Channel::Stdout, b"f".to_vec())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_lifetime_deadline_stops_the_agent_and_can_be_cleared() {
+    let mut agent = Agent::start("deadline", &[]);
+    let read: DeadlineState = agent.json("GET", PATH_DEADLINE, b"").await;
+    assert_eq!(read.remaining_ms, None);
+    let set: DeadlineState = agent
+        .json("PUT", PATH_DEADLINE, br#"{"seconds":3600}"#)
+        .await;
+    assert!(set.remaining_ms.is_some_and(|ms| ms > 3_590_000), "{set:?}");
+    let cleared: DeadlineState = agent
+        .json("PUT", PATH_DEADLINE, br#"{"seconds":null}"#)
+        .await;
+    assert_eq!(cleared.remaining_ms, None);
+    let (status, _) = agent
+        .call("PUT", PATH_DEADLINE, br#"{"seconds":"soon"}"#, true)
+        .await;
+    assert_eq!(status, 400, "a malformed deadline is refused");
+    // A running command does not hold the sandbox past its deadline.
+    let mut ws = agent.ws().await;
+    exec(&mut ws, 1, argv(&["sleep", "100"])).await;
+    let _: DeadlineState = agent.json("PUT", PATH_DEADLINE, br#"{"seconds":1}"#).await;
+    let exited = agent.wait_exit(Duration::from_secs(20));
+    assert_eq!(exited, Some(0), "the agent exits cleanly at its deadline");
 }

@@ -11,8 +11,8 @@ use std::os::unix::fs::PermissionsExt;
 
 use silo_protocol::auth::body_sha256;
 use silo_protocol::files::{
-    FileKind, FileQuery, FileStat, Listing, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_STAT, PATH_TREE,
-    Removed, TreeWritten,
+    FileKind, FileQuery, FileStat, Listing, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_RENAME,
+    PATH_STAT, PATH_TREE, Removed, TreeWritten,
 };
 use silo_protocol::http::ErrorBody;
 
@@ -210,4 +210,71 @@ async fn trees_round_trip_and_hostile_tars_leave_nothing() {
     assert_eq!(before.len(), after.len());
     assert!(!agent.dir.join("dst/escape").exists());
     assert!(!agent.dir.join("escape").exists());
+}
+
+#[tokio::test]
+async fn rename_moves_a_path_atomically_and_refuses_what_it_cannot() {
+    let agent = Agent::start("files-rename", &[]);
+    let _: FileStat = agent.ok("PUT", PATH_FILE, &query("a.txt"), b"one").await;
+    let mut q = query("a.txt");
+    q.to = Some("deep/b.txt".into());
+    let (_, kind) = agent.refused("POST", PATH_RENAME, &q, b"").await;
+    assert_eq!(kind, "not_found", "the new name's parent is missing");
+    assert!(
+        agent.dir.join("a.txt").exists(),
+        "a refused rename moves nothing"
+    );
+    q.parents = true;
+    let st: FileStat = agent.ok("POST", PATH_RENAME, &q, b"").await;
+    assert_eq!(
+        (st.kind, st.size, st.path.as_str()),
+        (FileKind::File, 3, "deep/b.txt")
+    );
+    assert!(!agent.dir.join("a.txt").exists());
+    assert_eq!(std::fs::read(agent.dir.join("deep/b.txt")).unwrap(), b"one");
+
+    // A file at the new name is replaced; a directory moves whole.
+    let _: FileStat = agent.ok("PUT", PATH_FILE, &query("c.txt"), b"two").await;
+    let mut q = query("c.txt");
+    q.to = Some("deep/b.txt".into());
+    let _: FileStat = agent.ok("POST", PATH_RENAME, &q, b"").await;
+    assert_eq!(std::fs::read(agent.dir.join("deep/b.txt")).unwrap(), b"two");
+    let mut q = query("deep");
+    q.to = Some("moved".into());
+    let st: FileStat = agent.ok("POST", PATH_RENAME, &q, b"").await;
+    assert_eq!(st.kind, FileKind::Dir);
+    assert!(agent.dir.join("moved/b.txt").exists());
+
+    // No `to`, a missing source, a directory into itself, a non-empty
+    // directory in the way, and a confined rename out of its confine.
+    let (status, _) = agent
+        .refused("POST", PATH_RENAME, &query("moved"), b"")
+        .await;
+    assert_eq!(status, 400);
+    let mut q = query("nothing");
+    q.to = Some("else".into());
+    assert_eq!(
+        agent.refused("POST", PATH_RENAME, &q, b"").await.1,
+        "not_found"
+    );
+    let mut q = query("moved");
+    q.to = Some("moved/inside".into());
+    assert_eq!(agent.refused("POST", PATH_RENAME, &q, b"").await.0, 400);
+    std::fs::create_dir_all(agent.dir.join("full/x")).unwrap();
+    std::fs::create_dir_all(agent.dir.join("other")).unwrap();
+    let mut q = query("other");
+    q.to = Some("full".into());
+    assert_eq!(
+        agent.refused("POST", PATH_RENAME, &q, b"").await.1,
+        "not_empty"
+    );
+    let inside = agent.dir.join("moved/b.txt").display().to_string();
+    let mut q = query(&inside);
+    q.confine = Some(agent.dir.join("moved").display().to_string());
+    q.to = Some(agent.dir.join("escaped.txt").display().to_string());
+    assert_eq!(
+        agent.refused("POST", PATH_RENAME, &q, b"").await.1,
+        "outside_confine"
+    );
+    assert!(agent.dir.join("moved/b.txt").exists());
 }

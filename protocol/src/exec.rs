@@ -126,6 +126,12 @@ pub enum ClientMessage {
         exec_id: ExecId,
         /// First output byte offset wanted (0 for everything still held).
         from_seq: u64,
+        /// Where stdout and stderr each continue, counted per stream (new in
+        /// protocol 8, [`crate::version::Feature::StreamOffsets`]); when
+        /// set, it replaces `from_seq`: the replay starts at the first byte
+        /// either stream still wants, and the client drops what it has.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_streams: Option<StreamOffsets>,
     },
     /// SIGINT the exec's process group, wait `grace_ms`, then SIGKILL the group
     /// and any descendant that escaped it. Answered by [`AgentMessage::InterruptAck`];
@@ -177,6 +183,12 @@ pub enum ClientMessage {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         env: BTreeMap<String, String>,
     },
+    /// List the execs the agent holds, running and finished. Answered by
+    /// [`AgentMessage::ExecList`].
+    List {
+        /// Echoed in the reply.
+        tag: u64,
+    },
     /// List the sessions. Answered by [`AgentMessage::SessionList`].
     SessionList {
         /// Echoed in the reply.
@@ -220,6 +232,11 @@ impl ClientMessage {
                 features
             }
             Self::Resize { .. } => vec![Feature::Tty],
+            Self::List { .. } => vec![Feature::ExecList],
+            Self::Attach {
+                from_streams: Some(_),
+                ..
+            } => vec![Feature::Exec, Feature::StreamOffsets],
             Self::SessionOpen { .. }
             | Self::SessionList { .. }
             | Self::SessionClose { .. }
@@ -255,6 +272,10 @@ pub enum AgentMessage {
         next_seq: u64,
         /// Bytes between the requested offset and `next_seq` that the ring no longer holds.
         lost_bytes: u64,
+        /// Where each stream stands at `next_seq`: the stdout and stderr
+        /// bytes produced before it (agents of protocol 8 and later).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        streams: Option<StreamOffsets>,
     },
     /// The exec ended. Sent after its last output frame.
     Exit {
@@ -299,6 +320,13 @@ pub enum AgentMessage {
         /// Human-readable explanation.
         message: String,
     },
+    /// Reply to [`ClientMessage::List`].
+    ExecList {
+        /// The request's tag.
+        tag: u64,
+        /// Every exec the agent holds, by id.
+        execs: Vec<ExecSummary>,
+    },
     /// Reply to [`ClientMessage::SessionOpen`].
     SessionOpened {
         /// The request's tag.
@@ -334,6 +362,40 @@ pub enum AgentMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exec_id: Option<ExecId>,
     },
+}
+
+/// Output offsets counted per stream: bytes of stdout and of stderr.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StreamOffsets {
+    /// Stdout bytes.
+    pub stdout: u64,
+    /// Stderr bytes.
+    pub stderr: u64,
+}
+
+/// One exec as [`AgentMessage::ExecList`] describes it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExecSummary {
+    /// Its id.
+    pub exec_id: ExecId,
+    /// Its pid (and process group id).
+    pub pid: u32,
+    /// What it runs, as asked (a session run: the script's words).
+    pub argv: Vec<String>,
+    /// Its working directory.
+    pub cwd: String,
+    /// The session it runs in, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Whether it runs under a pseudo-terminal.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tty: bool,
+    /// Running or finished.
+    pub state: ExecState,
+    /// Milliseconds since it started.
+    pub age_ms: u64,
+    /// Output bytes produced so far.
+    pub output_bytes: u64,
 }
 
 /// Where an exec is in its life.

@@ -26,6 +26,7 @@
 //! | `GET` [`PATH_STAT`] | describes a path without following a final symlink | [`FileStat`] |
 //! | `GET` [`PATH_LIST`] | a directory's entries, sorted by name | [`Listing`] |
 //! | `POST` [`PATH_MKDIR`] | makes a directory; `mode`, `parents` | [`FileStat`] |
+//! | `POST` [`PATH_RENAME`] | moves `path` to `to` (`rename(2)`: atomic, same file system; an existing file at `to` is replaced, a directory only when empty); `parents` | [`FileStat`] of `to` |
 //! | `GET` [`PATH_TREE`] | a file or a tree as an uncompressed tar, entries named relative to the path's parent | tar bytes |
 //! | `PUT` [`PATH_TREE`] | unpacks a tar into the directory `path` (made if missing), merging; the push extract's rules apply to every entry | [`TreeWritten`] |
 //!
@@ -46,6 +47,8 @@ pub const PATH_STAT: &str = "/v1/files/stat";
 pub const PATH_LIST: &str = "/v1/files/list";
 /// `POST`: make a directory.
 pub const PATH_MKDIR: &str = "/v1/files/mkdir";
+/// `POST`: move a path to the name in `to` (new in protocol 8).
+pub const PATH_RENAME: &str = "/v1/files/rename";
 /// A tree as tar: `GET` downloads, `PUT` uploads.
 pub const PATH_TREE: &str = "/v1/files/tree";
 
@@ -67,6 +70,8 @@ pub struct FileQuery {
     pub parents: bool,
     /// Remove a directory with everything in it.
     pub recursive: bool,
+    /// Rename only: the new name (`confine` applies to it too).
+    pub to: Option<String>,
 }
 
 impl FileQuery {
@@ -87,6 +92,7 @@ impl FileQuery {
             .param_opt("mode", mode.as_deref())
             .flag("parents", self.parents)
             .flag("recursive", self.recursive)
+            .param_opt("to", self.to.as_deref())
             .finish()
     }
 
@@ -111,6 +117,7 @@ impl FileQuery {
             mode,
             parents: query.flag("parents")?,
             recursive: query.flag("recursive")?,
+            to: query.get("to")?.map(str::to_owned),
         })
     }
 }
@@ -188,6 +195,7 @@ mod tests {
             mode: Some(0o755),
             parents: true,
             recursive: true,
+            to: Some("new name/b.txt".into()),
         };
         for q in [FileQuery::new("/etc/hosts"), full] {
             let text = q.path_and_query(PATH_FILE);

@@ -25,6 +25,9 @@ pub const PATH_INDEX: &str = "/v1/index";
 /// In-place rewind endpoint (`POST`, JSON body; answers with the change
 /// list). New in protocol 3: see [`crate::rewind`].
 pub const PATH_REWIND: &str = "/v1/rewind";
+/// The sandbox's lifetime deadline: `GET` reads it, `PUT` sets or clears it
+/// ([`Deadline`] body; answers [`DeadlineState`]). New in protocol 8.
+pub const PATH_DEADLINE: &str = "/v1/deadline";
 
 /// On a request: the protocol version the client speaks (one the agent
 /// accepts, see [`crate::version`]). On every answer: the newest version
@@ -80,4 +83,21 @@ mod tests {
         let err = Outer(std::io::Error::other("root cause"));
         assert_eq!(error_chain(&err), "outer: root cause");
     }
+}
+
+/// Body of `PUT` [`PATH_DEADLINE`]: the agent stops the sandbox (as its idle
+/// timeout does: a clean exit, files kept) `seconds` from now, whatever
+/// runs; `None` clears the deadline. A later request replaces an earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deadline {
+    /// Seconds from now; `None` for no deadline.
+    pub seconds: Option<u64>,
+}
+
+/// Answer of [`PATH_DEADLINE`]: where the deadline stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadlineState {
+    /// Milliseconds until the agent stops the sandbox; `None` when no
+    /// deadline is set.
+    pub remaining_ms: Option<u64>,
 }

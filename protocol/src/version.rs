@@ -20,7 +20,7 @@ use std::fmt;
 use crate::{files, http};
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
@@ -68,11 +68,23 @@ pub enum Feature {
     /// that are not UTF-8, and the agent indexes, applies and keeps them
     /// like any other (older agents left them out).
     ByteNames,
+    /// [`crate::exec::ClientMessage::List`]: the execs the agent holds,
+    /// with what they run.
+    ExecList,
+    /// Output offsets per stream: an attach may name where stdout and
+    /// stderr each continue ([`crate::exec::StreamOffsets`]), and the
+    /// agent says where each stands at the replay's first byte.
+    StreamOffsets,
+    /// `POST` [`crate::files::PATH_RENAME`]: a path moved to another name.
+    FileRename,
+    /// [`crate::http::PATH_DEADLINE`]: a lifetime after which the agent
+    /// stops the sandbox, set and read at run time.
+    Deadline,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 17] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -86,6 +98,10 @@ impl Feature {
         Self::BaselineDigest,
         Self::WalkHint,
         Self::ByteNames,
+        Self::ExecList,
+        Self::StreamOffsets,
+        Self::FileRename,
+        Self::Deadline,
     ];
 
     /// The first protocol version that has this feature.
@@ -103,6 +119,7 @@ impl Feature {
             Self::BaselineDigest => 5,
             Self::WalkHint => 6,
             Self::ByteNames => 7,
+            Self::ExecList | Self::StreamOffsets | Self::FileRename | Self::Deadline => 8,
         }
     }
 
@@ -122,6 +139,8 @@ impl Feature {
             | files::PATH_LIST
             | files::PATH_MKDIR
             | files::PATH_TREE => Some(Self::Files),
+            files::PATH_RENAME => Some(Self::FileRename),
+            http::PATH_DEADLINE => Some(Self::Deadline),
             http::PATH_LAYERS => Some(Self::Layers),
             http::PATH_INDEX => Some(Self::Index),
             http::PATH_REWIND => Some(Self::Rewind),
@@ -150,6 +169,10 @@ impl Feature {
             Self::BaselineDigest => "baselines named by digest",
             Self::WalkHint => "walk hints",
             Self::ByteNames => "names as bytes",
+            Self::ExecList => "exec listing",
+            Self::StreamOffsets => "per-stream output offsets",
+            Self::FileRename => "file rename",
+            Self::Deadline => "lifetime deadline",
         }
     }
 }
@@ -312,9 +335,13 @@ mod tests {
         let newer = Versions { min: 1, max: 9 };
         assert_eq!(ours.common(newer), Ok(PROTOCOL_VERSION));
         // A newer agent that dropped ours, and a peer older than our oldest.
-        let dropped = Versions { min: 8, max: 9 };
+        let dropped = Versions {
+            min: PROTOCOL_VERSION + 1,
+            max: PROTOCOL_VERSION + 2,
+        };
         let err = ours.common(dropped).unwrap_err();
-        assert!(err.to_string().contains("8 to 9"), "{err}");
+        let range = format!("{} to {}", PROTOCOL_VERSION + 1, PROTOCOL_VERSION + 2);
+        assert!(err.to_string().contains(&range), "{err}");
         let ancient = Versions { min: 0, max: 0 };
         assert!(ours.common(ancient).is_err());
     }

@@ -14,7 +14,7 @@ use silo_protocol::exec::{Channel, ExecId, ExitInfo};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
-use super::record::{ExecRecord, Interrupter};
+use super::record::{ExecRecord, Interrupter, What};
 use super::run::{STDIN_QUEUE, feed_stdin, pump};
 use super::{EXEC_MARKER_VAR, ExecError, Execs, Inner, MAX_CONCURRENT_EXECS, Subscriber};
 use crate::process::Scope;
@@ -37,6 +37,7 @@ impl Execs {
         &self,
         pid: u32,
         stdin: bool,
+        what: What,
         sub: Subscriber,
         interrupter: Arc<dyn Interrupter>,
     ) -> Result<Adopted, ExecError> {
@@ -59,7 +60,8 @@ impl Execs {
         };
         let record = Arc::new(
             ExecRecord::new(id, pid, scope, self.inner.new_ring(), sub, stdin_tx)
-                .with_interrupter(interrupter),
+                .with_interrupter(interrupter)
+                .with_what(what),
         );
         self.inner.insert(Arc::clone(&record));
         Ok(Adopted {

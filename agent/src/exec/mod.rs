@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use nix::sys::signal::Signal;
-use silo_protocol::exec::{ErrorKind, ExecId, ExecSpec, ExecState, WindowSize};
+use silo_protocol::exec::{ErrorKind, ExecId, ExecSpec, ExecState, ExecSummary, WindowSize};
 use silo_protocol::limits::MAX_GRACE;
 use tokio::sync::Semaphore;
 
@@ -55,7 +55,7 @@ use crate::process::{ProcessOps, kill};
 use crate::reaper::Reaper;
 pub use adopt::Adopted;
 pub use fanout::{ConnId, Event, LagSignal, Subscriber};
-pub use record::{Attachment, ExecRecord, Interrupter, StatusReport};
+pub use record::{Attachment, ExecRecord, Interrupter, ReplayFrom, StatusReport, What};
 pub use run::LINGER;
 
 /// Most execs that may be unfinished at once.
@@ -353,14 +353,26 @@ impl Execs {
         })
     }
 
-    /// Replays from `from_seq` and follows what comes next (unless it has finished).
+    /// Replays from `from` and follows what comes next (unless it has finished).
     pub fn attach(
         &self,
         id: ExecId,
-        from_seq: u64,
+        from: ReplayFrom,
         sub: Subscriber,
     ) -> Result<Attachment, ExecError> {
-        Ok(self.get(id)?.attach(from_seq, sub))
+        Ok(self.get(id)?.attach(from, sub))
+    }
+
+    /// Every exec held, running and finished, by id.
+    pub fn list(&self) -> Vec<ExecSummary> {
+        let records: Vec<Arc<ExecRecord>> = {
+            let mut table = self.inner.lock();
+            table.evict(Instant::now(), self.inner.config.finished_output_budget);
+            table.execs.values().cloned().collect()
+        };
+        let mut execs: Vec<ExecSummary> = records.iter().map(|r| r.summary()).collect();
+        execs.sort_by_key(|e| e.exec_id);
+        execs
     }
 
     /// Stops sending an exec's output to a connection.

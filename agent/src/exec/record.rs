@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use silo_protocol::exec::{Channel, ExecId, ExecState, ExitInfo};
+use silo_protocol::exec::{Channel, ExecId, ExecState, ExecSummary, ExitInfo, StreamOffsets};
 use tokio::sync::{mpsc, watch};
 
 use super::fanout::{ConnId, Event, Fanout, Subscriber};
@@ -54,11 +54,23 @@ pub trait Interrupter: Send + Sync {
     fn interrupt(&self, grace: Duration);
 }
 
+/// Where an attach wants its replay to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayFrom {
+    /// At this offset of the combined output.
+    Seq(u64),
+    /// Where either stream first lacks a byte, given how much of each the
+    /// client has.
+    Streams(StreamOffsets),
+}
+
 /// Answer to an attach: what to replay, and the exit if it has already happened.
 #[derive(Debug)]
 pub struct Attachment {
     /// Held output from the requested offset.
     pub replay: Replay,
+    /// The bytes of each stream before the replay's first byte.
+    pub streams: StreamOffsets,
     /// Set when the exec has finished (the connection was not subscribed).
     pub exit: Option<ExitInfo>,
 }
@@ -72,6 +84,19 @@ pub struct StatusReport {
     pub exit: Option<ExitInfo>,
     /// Output bytes produced so far.
     pub output_bytes: u64,
+}
+
+/// What an exec runs, for listings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct What {
+    /// The command as asked (a session run: the script's words).
+    pub argv: Vec<String>,
+    /// Its working directory (empty when the session's shell decides).
+    pub cwd: String,
+    /// The session it runs in.
+    pub session: Option<String>,
+    /// Under a pseudo-terminal.
+    pub tty: bool,
 }
 
 /// One exec, live or finished.
@@ -97,6 +122,8 @@ pub struct ExecRecord {
     interrupter: Option<Arc<dyn Interrupter>>,
     /// The terminal of a PTY exec, for resizes; dropped when it finishes.
     pty: Mutex<Option<Arc<Master>>>,
+    /// What it runs.
+    what: What,
 }
 
 impl ExecRecord {
@@ -131,6 +158,29 @@ impl ExecRecord {
             stdin: Mutex::new(stdin),
             interrupter: None,
             pty: Mutex::new(None),
+            what: What::default(),
+        }
+    }
+
+    /// Records what it runs, for listings.
+    pub fn with_what(mut self, what: What) -> Self {
+        self.what = what;
+        self
+    }
+
+    /// The exec as a listing shows it.
+    pub fn summary(&self) -> ExecSummary {
+        let status = self.status();
+        ExecSummary {
+            exec_id: self.id,
+            pid: self.pid,
+            argv: self.what.argv.clone(),
+            cwd: self.what.cwd.clone(),
+            session: self.what.session.clone(),
+            tty: self.what.tty,
+            state: status.state,
+            age_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            output_bytes: status.output_bytes,
         }
     }
 
@@ -186,10 +236,20 @@ impl ExecRecord {
         self.publish_attached(&shared);
     }
 
-    /// Replays from `from_seq` and, unless finished, subscribes `sub` to what follows.
-    pub fn attach(&self, from_seq: u64, sub: Subscriber) -> Attachment {
+    /// Replays from `from` and, unless finished, subscribes `sub` to what follows.
+    pub fn attach(&self, from: ReplayFrom, sub: Subscriber) -> Attachment {
         let mut shared = self.lock();
-        let replay = shared.ring.replay(from_seq);
+        let replay = match from {
+            ReplayFrom::Seq(seq) => shared.ring.replay(seq),
+            ReplayFrom::Streams(have) => {
+                let (seq, lost_bytes) = shared.ring.seq_of(have);
+                Replay {
+                    lost_bytes,
+                    ..shared.ring.replay(seq)
+                }
+            }
+        };
+        let streams = shared.ring.streams_at(replay.next_seq);
         let exit = match &shared.phase {
             Phase::Finished(exit) => Some(exit.clone()),
             Phase::Running | Phase::Exited => {
@@ -198,7 +258,11 @@ impl ExecRecord {
             }
         };
         self.publish_attached(&shared);
-        Attachment { replay, exit }
+        Attachment {
+            replay,
+            streams,
+            exit,
+        }
     }
 
     /// Stops sending to a connection.

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use silo_protocol::exec::Channel;
+use silo_protocol::exec::{Channel, StreamOffsets};
 use silo_protocol::limits::MAX_FRAME_PAYLOAD;
 
 use super::blocks::Blocks;
@@ -102,6 +102,9 @@ pub struct Ring {
     capacity: usize,
     /// Offset of the next byte to be produced (total produced so far).
     end: u64,
+    /// Bytes of each stream produced before the oldest held byte, so an
+    /// offset in the combined output converts to one per stream.
+    gone: StreamOffsets,
     /// The agent-wide budget this ring is charged to, while it is.
     budget: Option<Arc<Budget>>,
 }
@@ -115,6 +118,7 @@ impl Ring {
             runs: VecDeque::new(),
             capacity,
             end: 0,
+            gone: StreamOffsets::default(),
             budget: None,
         }
     }
@@ -132,12 +136,19 @@ impl Ring {
         let seq = self.end;
         self.end += data.len() as u64;
         if data.is_empty() || self.capacity == 0 {
+            add(&mut self.gone, channel, data.len() as u64);
             return seq;
         }
         // More than the whole ring keeps only its tail.
         let skip = data.len().saturating_sub(self.capacity);
         let data = &data[skip..];
         let kept_seq = seq + skip as u64;
+        // What a single write drops of itself goes after everything held:
+        // the held runs are all older and are dropped first.
+        if skip > 0 {
+            self.discard();
+            add(&mut self.gone, channel, skip as u64);
+        }
         let before = self.charged();
         match self.runs.back_mut() {
             Some(last) if last.channel == channel && last.seq + last.len as u64 == kept_seq => {
@@ -204,6 +215,9 @@ impl Ring {
     pub fn discard(&mut self) {
         let before = self.charged();
         self.bytes.drain_front(usize::MAX);
+        for run in &self.runs {
+            add(&mut self.gone, run.channel, run.len as u64);
+        }
         self.runs.clear();
         self.runs.shrink_to_fit();
         self.account(before);
@@ -247,12 +261,54 @@ impl Ring {
         }
     }
 
+    /// The bytes of each stream produced before `seq` (clamped to what is
+    /// held: an offset before the oldest held byte counts from there).
+    pub fn streams_at(&self, seq: u64) -> StreamOffsets {
+        let mut at = self.gone;
+        for run in &self.runs {
+            if run.seq >= seq {
+                break;
+            }
+            let before = (seq - run.seq).min(run.len as u64);
+            add(&mut at, run.channel, before);
+        }
+        at
+    }
+
+    /// Where a replay for a client that has `have` of each stream starts:
+    /// the combined offset of the first byte either stream still lacks
+    /// (the oldest held byte when one is gone), and how many of the
+    /// wanted bytes the ring no longer holds.
+    pub fn seq_of(&self, have: StreamOffsets) -> (u64, u64) {
+        let lost = self.gone.stdout.saturating_sub(have.stdout)
+            + self.gone.stderr.saturating_sub(have.stderr);
+        if lost > 0 {
+            return (self.start(), lost);
+        }
+        let mut count = self.gone;
+        let mut first = self.end;
+        for run in &self.runs {
+            let (counted, wanted) = match run.channel {
+                Channel::Stderr => (&mut count.stderr, have.stderr),
+                _ => (&mut count.stdout, have.stdout),
+            };
+            let len = run.len as u64;
+            if wanted < *counted + len {
+                first = run.seq + wanted.saturating_sub(*counted);
+                break;
+            }
+            *counted += len;
+        }
+        (first, lost)
+    }
+
     /// Drops at least `want` of the oldest bytes (a whole run when that is
     /// less, or `want` is 0); false when nothing is left to drop.
     fn evict_oldest(&mut self, want: usize) -> bool {
         let Some(first) = self.runs.front_mut() else {
             return false;
         };
+        let channel = first.channel;
         let drop_bytes = if want > 0 && want < first.len {
             first.len -= want;
             first.seq += want as u64;
@@ -262,6 +318,7 @@ impl Ring {
             self.runs.pop_front();
             len
         };
+        add(&mut self.gone, channel, drop_bytes as u64);
         self.bytes.drain_front(drop_bytes);
         true
     }
@@ -288,6 +345,14 @@ impl Ring {
                 budget.refund(before - now);
             }
         }
+    }
+}
+
+/// Counts `bytes` more of `channel`'s output.
+fn add(offsets: &mut StreamOffsets, channel: Channel, bytes: u64) {
+    match channel {
+        Channel::Stderr => offsets.stderr += bytes,
+        _ => offsets.stdout += bytes,
     }
 }
 
@@ -321,6 +386,50 @@ mod tests {
             .iter()
             .map(|c| String::from_utf8_lossy(&c.data).into_owned())
             .collect()
+    }
+
+    #[test]
+    fn offsets_convert_between_the_combined_output_and_each_stream() {
+        // out "hello " (0..6), err "world" (6..11), out "!" (11..12)
+        let ring = ring_with(100, &["hello ", "world", "!"]);
+        let at = |seq| {
+            let s = ring.streams_at(seq);
+            (s.stdout, s.stderr)
+        };
+        assert_eq!(at(0), (0, 0));
+        assert_eq!(at(8), (6, 2));
+        assert_eq!(at(12), (7, 5));
+        let have = |stdout, stderr| ring.seq_of(StreamOffsets { stdout, stderr });
+        assert_eq!(have(0, 0), (0, 0));
+        assert_eq!(have(6, 0), (6, 0), "stderr from its first byte");
+        assert_eq!(have(6, 5), (11, 0), "stdout's last byte");
+        assert_eq!(have(3, 5), (3, 0), "the earlier of the two");
+        assert_eq!(have(7, 5), (12, 0), "nothing wanted: the end");
+    }
+
+    #[test]
+    fn stream_offsets_count_what_eviction_dropped() {
+        // out "aaaa" is evicted whole, err "bbbb" and out "cccc" stay.
+        let ring = ring_with(8, &["aaaa", "bbbb", "cccc"]);
+        let at = ring.streams_at(ring.start());
+        assert_eq!((at.stdout, at.stderr), (4, 0));
+        let have = |stdout, stderr| ring.seq_of(StreamOffsets { stdout, stderr });
+        assert_eq!(have(4, 0), (4, 0));
+        assert_eq!(have(1, 2), (4, 3), "3 stdout bytes gone");
+        assert_eq!(have(6, 4), (10, 0));
+        let mut big = Ring::new(4);
+        big.push(Channel::Stderr, b"xy");
+        big.push(Channel::Stdout, b"0123456789");
+        let at = big.streams_at(big.start());
+        assert_eq!(
+            (at.stdout, at.stderr),
+            (6, 2),
+            "a write larger than the ring"
+        );
+        let mut discarded = ring_with(100, &["ab", "c"]);
+        discarded.discard();
+        let at = discarded.streams_at(discarded.start());
+        assert_eq!((at.stdout, at.stderr), (2, 1));
     }
 
     #[test]

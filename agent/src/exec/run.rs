@@ -33,7 +33,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::detach::{self, DetachTimer};
 use super::pty;
-use super::record::ExecRecord;
+use super::record::{ExecRecord, What};
 use super::{EXEC_MARKER_VAR, ExecError, Inner, Subscriber};
 use crate::process::{Scope, new_session, spawn};
 use crate::reaper::ProcessExit;
@@ -124,7 +124,13 @@ pub(super) fn launch(
         }
         None => (None, None),
     };
-    let mut record = ExecRecord::new(id, pid, scope, inner.new_ring(), sub, stdin_tx);
+    let mut record =
+        ExecRecord::new(id, pid, scope, inner.new_ring(), sub, stdin_tx).with_what(What {
+            argv: spec.argv.clone(),
+            cwd: cwd.display().to_string(),
+            session: None,
+            tty: spec.tty,
+        });
     if let Output::Pty(reader) = &output {
         record = record.with_pty(Arc::clone(&reader.0));
     }

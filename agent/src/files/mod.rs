@@ -34,7 +34,7 @@ use crate::fs_error::FsError;
 use crate::push::extract::ExtractError;
 use crate::push::is_disk_full;
 
-pub use ops::{WriteSpec, list, make_dir, open_read, remove, stat, write_file};
+pub use ops::{WriteSpec, list, make_dir, open_read, remove, rename, stat, write_file};
 pub use path::Target;
 pub use tree::{Upload, check_download, download, upload};
 

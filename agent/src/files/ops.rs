@@ -207,6 +207,32 @@ pub fn make_dir(target: &Target, mode: Option<u32>, parents: bool) -> Result<Fil
     stat(target)
 }
 
+/// Moves `from` to `to` with one `rename(2)`: atomic, on one file system.
+/// A file at `to` is replaced, a directory only when empty; `from` itself
+/// is moved, not what a symlink there points to.
+pub fn rename(from: &Target, to: &Target, parents: bool) -> Result<FileStat, FilesError> {
+    from.check()?;
+    to.check()?;
+    lstat(&from.path)?;
+    let made = to.ensure_parent(parents)?;
+    if let Err(err) = std::fs::rename(&from.path, &to.path) {
+        undo(&made);
+        return Err(match err.raw_os_error() {
+            Some(libc::ENOTEMPTY | libc::EEXIST) => FilesError::NotEmpty(to.path.clone()),
+            Some(libc::EXDEV) => FilesError::BadPath {
+                path: to.shown.clone(),
+                reason: "is on another file system (a rename cannot cross file systems)",
+            },
+            Some(libc::EINVAL) => FilesError::BadPath {
+                path: to.shown.clone(),
+                reason: "is inside the directory being moved",
+            },
+            _ => FsError::new("rename", &from.path, err).into(),
+        });
+    }
+    stat(to)
+}
+
 /// Removes a file, a symlink (not what it points to) or an empty
 /// directory; with `recursive`, a directory and everything in it.
 pub fn remove(target: &Target, recursive: bool) -> Result<Removed, FilesError> {

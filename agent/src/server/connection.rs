@@ -34,7 +34,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::{AgentState, sessions};
 use crate::commands::{CommandError, Commands};
-use crate::exec::{Attachment, Event, LagSignal, Started, Subscriber};
+use crate::exec::{Attachment, Event, LagSignal, ReplayFrom, Started, Subscriber};
 use crate::shutdown::{self, Phase};
 use crate::snapshot::StartGate;
 
@@ -202,26 +202,15 @@ impl Writer {
                 tag,
                 exec_id,
                 from_seq,
-            } => match self
-                .commands
-                .execs()
-                .attach(exec_id, from_seq, self.sub.clone())
-            {
-                Ok(attachment) => {
-                    self.send_json(&AgentMessage::Attached {
-                        tag,
-                        exec_id,
-                        next_seq: attachment.replay.next_seq,
-                        lost_bytes: attachment.replay.lost_bytes,
-                    })
-                    .await?;
-                    self.replay(exec_id, attachment).await
-                }
-                Err(err) => {
-                    let reply = error_reply(Some(tag), Some(exec_id), err);
-                    self.send_json(&reply).await
-                }
-            },
+                from_streams,
+            } => {
+                let from = from_streams.map_or(ReplayFrom::Seq(from_seq), ReplayFrom::Streams);
+                self.attach(tag, exec_id, from).await
+            }
+            ClientMessage::List { tag } => {
+                let execs = self.commands.execs().list();
+                self.send_json(&AgentMessage::ExecList { tag, execs }).await
+            }
             ClientMessage::Interrupt {
                 tag,
                 exec_id,
@@ -266,6 +255,36 @@ impl Writer {
                 Some(reply) => self.send_json(&reply).await,
                 None => Ok(()),
             },
+        }
+    }
+
+    /// Attaches this connection to an exec and replays what it holds.
+    async fn attach(
+        &mut self,
+        tag: u64,
+        exec_id: ExecId,
+        from: ReplayFrom,
+    ) -> Result<(), ConnectionError> {
+        match self
+            .commands
+            .execs()
+            .attach(exec_id, from, self.sub.clone())
+        {
+            Ok(attachment) => {
+                self.send_json(&AgentMessage::Attached {
+                    tag,
+                    exec_id,
+                    next_seq: attachment.replay.next_seq,
+                    lost_bytes: attachment.replay.lost_bytes,
+                    streams: Some(attachment.streams),
+                })
+                .await?;
+                self.replay(exec_id, attachment).await
+            }
+            Err(err) => {
+                let reply = error_reply(Some(tag), Some(exec_id), err);
+                self.send_json(&reply).await
+            }
         }
     }
 
@@ -355,7 +374,7 @@ impl Writer {
             match self
                 .commands
                 .execs()
-                .attach(exec_id, from, self.sub.clone())
+                .attach(exec_id, ReplayFrom::Seq(from), self.sub.clone())
             {
                 Ok(attachment) => {
                     let lost = attachment.replay.lost_bytes;

@@ -16,7 +16,7 @@ use http_body_util::Either;
 use hyper::body::Incoming;
 use silo_protocol::ErrorKind;
 use silo_protocol::files::{
-    FileQuery, MAX_FILE_WRITE, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_STAT, PATH_TREE,
+    FileQuery, MAX_FILE_WRITE, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_RENAME, PATH_STAT, PATH_TREE,
 };
 use silo_protocol::http::error_chain;
 use tokio::runtime::Handle;
@@ -42,13 +42,22 @@ enum Op {
     Stat,
     List,
     Mkdir,
+    Rename,
     Download,
     Upload,
 }
 
 /// Whether `path` belongs to the file API.
 pub fn owns(path: &str) -> bool {
-    [PATH_FILE, PATH_STAT, PATH_LIST, PATH_MKDIR, PATH_TREE].contains(&path)
+    [
+        PATH_FILE,
+        PATH_STAT,
+        PATH_LIST,
+        PATH_MKDIR,
+        PATH_RENAME,
+        PATH_TREE,
+    ]
+    .contains(&path)
 }
 
 /// Handles one file request.
@@ -60,6 +69,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
         (PATH_STAT, &Method::GET) => Op::Stat,
         (PATH_LIST, &Method::GET) => Op::List,
         (PATH_MKDIR, &Method::POST) => Op::Mkdir,
+        (PATH_RENAME, &Method::POST) => Op::Rename,
         (PATH_TREE, &Method::GET) => Op::Download,
         (PATH_TREE, &Method::PUT) => Op::Upload,
         (path, method) => {
@@ -90,7 +100,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
     // A change to the tree waits while a snapshot reads it or a rewind
     // replaces it, and holds its pass until done (see `WriteGate`).
     let _writing = match op {
-        Op::Mkdir | Op::Remove | Op::Write | Op::Upload => {
+        Op::Mkdir | Op::Remove | Op::Write | Op::Upload | Op::Rename => {
             match state.snapshots.write_gate().pass().await {
                 Ok(pass) => Some(pass),
                 Err(replaced) => return failure(&replaced.into()),
@@ -107,6 +117,13 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
             json(blocking(move || files::make_dir(&target, query.mode, query.parents)).await)
         }
         Op::Remove => json(blocking(move || files::remove(&target, query.recursive)).await),
+        Op::Rename => {
+            let to = match rename_target(&query, state) {
+                Ok(to) => to,
+                Err(err) => return failure(&err),
+            };
+            json(blocking(move || files::rename(&target, &to, query.parents)).await)
+        }
         Op::Write => {
             let how = WriteSpec {
                 mode: query.mode,
@@ -125,6 +142,20 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Repl
     };
     drop(permit);
     answer
+}
+
+/// Where a rename goes: `to`, under the same confinement as `path`.
+fn rename_target(query: &FileQuery, state: &AgentState) -> Result<Target, FilesError> {
+    let to = query.to.clone().ok_or_else(|| FilesError::BadPath {
+        path: query.path.clone(),
+        reason: "a rename needs `to`, the new name",
+    })?;
+    let query = FileQuery {
+        path: to,
+        confine: query.confine.clone(),
+        ..FileQuery::default()
+    };
+    Target::resolve(&query, &state.files.config.workdir)
 }
 
 /// Streams a file's bytes or a tree's tar from a blocking writer.

@@ -25,6 +25,7 @@
 
 pub mod auth;
 mod connection;
+mod deadline;
 mod exec_ws;
 mod files;
 mod index;
@@ -54,8 +55,8 @@ use serde::Serialize;
 use silo_protocol::auth::Verifier;
 use silo_protocol::health::Health;
 use silo_protocol::http::{
-    ErrorBody, HEADER_PROTOCOL, HEADER_PROTOCOL_MIN, PATH_EXEC, PATH_HEALTHZ, PATH_INDEX,
-    PATH_LAYERS, PATH_PUSH, PATH_REWIND, PATH_SNAPSHOT,
+    ErrorBody, HEADER_PROTOCOL, HEADER_PROTOCOL_MIN, PATH_DEADLINE, PATH_EXEC, PATH_HEALTHZ,
+    PATH_INDEX, PATH_LAYERS, PATH_PUSH, PATH_REWIND, PATH_SNAPSHOT,
 };
 use silo_protocol::{ErrorKind, Versions};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -63,6 +64,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::activity::Activity;
 use crate::commands::Commands;
+use crate::deadline::Lifetime;
 use crate::exec::ConnId;
 use crate::files::Files;
 use crate::layers::Applier;
@@ -107,6 +109,8 @@ pub struct AgentState {
     pub files: Files,
     /// Use tracking for the idle timeout.
     pub activity: Arc<Activity>,
+    /// The lifetime deadline.
+    pub lifetime: Lifetime,
     /// When the agent started, for `uptime_ms`.
     pub started: Instant,
     /// Random per boot, reported by `/healthz`.
@@ -156,6 +160,7 @@ impl AgentState {
             rewinder,
             files,
             activity: Arc::new(Activity::default()),
+            lifetime: Lifetime::default(),
             started: Instant::now(),
             boot_id,
             next_conn: AtomicU64::new(1),
@@ -296,9 +301,10 @@ async fn route_whole(
         (PATH_PUSH, Method::POST) => push::handle(req, state).await,
         (PATH_LAYERS, Method::POST) => layers::handle(req, state).await,
         (PATH_REWIND, Method::POST) => rewind::handle(req, state).await,
+        (PATH_DEADLINE, Method::GET | Method::PUT) => deadline::handle(req, state).await,
         (
             PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT | PATH_LAYERS | PATH_INDEX
-            | PATH_REWIND,
+            | PATH_REWIND | PATH_DEADLINE,
             _,
         ) => error_response(
             ErrorKind::MethodNotAllowed,

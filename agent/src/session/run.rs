@@ -21,7 +21,7 @@ use tokio::time::{Instant, sleep_until};
 use super::line::{Ended, FAR_FUTURE, Line, fence, kill_shell};
 use super::script;
 use super::{Session, SessionError, Slot};
-use crate::exec::{Adopted, Execs, Interrupter, Started, Subscriber};
+use crate::exec::{Adopted, Execs, Interrupter, Started, Subscriber, What};
 use crate::process::ProcessOps;
 use crate::reaper::{ProcessExit, Reaper};
 
@@ -87,9 +87,19 @@ pub fn start(
         .pid
         .and_then(|pid| u32::try_from(pid).ok())
         .unwrap_or(0);
+    let what = What {
+        argv: spec.argv.clone(),
+        cwd: cwd
+            .as_deref()
+            .map(|dir| dir.display().to_string())
+            .unwrap_or_else(|| String::from_utf8_lossy(&session.state().saved.cwd).into_owned()),
+        session: Some(session.id.clone()),
+        tty: false,
+    };
     let adopted = execs.adopt(
         pid,
         spec.stdin,
+        what,
         sub,
         Arc::clone(&control) as Arc<dyn Interrupter>,
     )?;
