@@ -21,10 +21,12 @@ mod gc;
 mod image;
 mod ls;
 mod ls_files;
+mod mv;
 mod network;
 mod output;
 mod pause;
 mod pool;
+mod ps;
 mod push;
 mod rewind;
 mod rm;
@@ -36,6 +38,7 @@ mod spec_args;
 mod start;
 mod stop;
 mod terminal;
+mod timeout;
 mod up;
 
 use std::path::PathBuf;
@@ -111,8 +114,12 @@ enum Command {
     Ls(ls::Args),
     /// List a directory in a sandbox: name, kind, size, mode, modification time.
     LsFiles(ls_files::Args),
+    /// Rename a path in a sandbox in one step (atomic, within one file system).
+    Mv(mv::Args),
     /// Show a sandbox's outbound rules, or change them in place (e2b, daytona).
     Network(network::Args),
+    /// List the commands running in a sandbox (`--all`: also those that ended).
+    Ps(ps::Args),
     /// Push a directory's files to a mount path in sandboxes, atomically.
     Push(push::Args),
     /// Keep started sandboxes of a spec ready for `silo up NAME --pool POOL`.
@@ -139,6 +146,8 @@ enum Command {
     Start(start::Args),
     /// Stop a sandbox, keeping it for a later start.
     Stop(stop::Args),
+    /// Show, set or clear the time after which a sandbox stops, whatever runs.
+    Timeout(timeout::Args),
     /// Open a sandbox by name, or create it: attach, start, or make it fresh.
     Up(up::Args),
 }
@@ -184,6 +193,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Image(args) => image::run(&silo, &out, args).await,
         Command::Ls(args) => ls::run(&silo, &out, args).await,
         Command::LsFiles(args) => ls_files::run(&silo, &out, args).await,
+        Command::Mv(args) => mv::run(&silo, &out, args).await,
+        Command::Ps(args) => ps::run(&silo, &out, args).await,
+        Command::Timeout(args) => timeout::run(&silo, &out, args).await,
         Command::Push(args) => push::run(&silo, &out, args).await,
         Command::Rewind(args) => rewind::run(&silo, &out, args).await,
         Command::Rm(args) => rm::run(&silo, &out, args).await,

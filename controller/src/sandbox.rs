@@ -12,6 +12,8 @@ mod commands;
 mod files;
 mod snapshots;
 
+use std::time::Duration;
+
 use silo_protocol::bundle::FileSet;
 
 pub use address::AgentAddress;
@@ -108,6 +110,31 @@ impl Sandbox {
     /// and Daytona; a Docker sandbox publishes none, and the error says so.
     pub async fn port_url(&self, port: u16) -> Result<PortUrl, SiloError> {
         self.silo.port_url(&self.record, port).await
+    }
+
+    /// Stops it `after` from now, whatever runs (a lifetime beside the idle
+    /// timeout; its files stay, as with [`Sandbox::stop`]), or clears that
+    /// deadline (`None`). Its agent keeps the deadline, so it holds with
+    /// no client connected, and ends with the agent. Answers the time left.
+    pub async fn set_timeout(
+        &self,
+        after: Option<Duration>,
+    ) -> Result<Option<Duration>, SiloError> {
+        let client = self.silo.client(&self.record)?;
+        match client.set_deadline(after).await {
+            Ok(left) => Ok(left),
+            Err(source) => Err(self.silo.unreachable(&self.record, source).await),
+        }
+    }
+
+    /// The time left before it stops by [`Sandbox::set_timeout`]; `None`
+    /// when no deadline is set.
+    pub async fn timeout(&self) -> Result<Option<Duration>, SiloError> {
+        let client = self.silo.client(&self.record)?;
+        match client.deadline().await {
+            Ok(left) => Ok(left),
+            Err(source) => Err(self.silo.unreachable(&self.record, source).await),
+        }
     }
 
     /// Stops it; its files stay. Answers whether it was running.

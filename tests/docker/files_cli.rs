@@ -74,3 +74,86 @@ async fn cp_round_trips_a_tree_through_a_base_image_sandbox() {
         Some("run.sh")
     );
 }
+
+/// `silo mv`, `silo ps` and `silo timeout` on a Docker sandbox: a rename
+/// that lands in one step, the commands the agent runs, and a lifetime
+/// deadline that stops the sandbox with a command still running.
+#[tokio::test]
+async fn mv_ps_and_timeout_work_on_a_docker_sandbox() {
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "mvd", "--image", BASE_IMAGE]);
+    cli.ok(&["exec", "mvd", "--", "sh", "-c", "echo one > /tmp/a.txt"]);
+    let moved = json(&cli.ok(&["mv", "mvd", "/tmp/a.txt", "/tmp/new/b.txt", "--json"]));
+    assert_eq!(moved[0]["name"], "b.txt", "{moved}");
+    assert_eq!(cli.ok(&["cat", "mvd", "/tmp/new/b.txt"]), "one\n");
+    let missing = cli.fails(&["mv", "mvd", "/tmp/a.txt", "/tmp/c.txt"]);
+    assert!(
+        missing.contains("/tmp/a.txt") && missing.contains("does not exist"),
+        "{missing}"
+    );
+
+    // A command started from another process shows in `ps`, with its words.
+    let mut sleeper = cli
+        .command(&["exec", "mvd", "--", "sleep", "300"])
+        .spawn()
+        .unwrap();
+    let listed = (0..100)
+        .find_map(|_| {
+            let listed = json(&cli.ok(&["ps", "mvd", "--json"]));
+            let found = listed
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["argv"][0] == "sleep");
+            if found {
+                return Some(listed);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            None
+        })
+        .expect("the sleeper shows in ps");
+    let sleeping = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["argv"][0] == "sleep")
+        .unwrap();
+    assert_eq!(sleeping["argv"], serde_json::json!(["sleep", "300"]));
+    assert_eq!(sleeping["state"], "running");
+    let all = json(&cli.ok(&["ps", "mvd", "--all", "--json"]));
+    assert!(
+        all.as_array().unwrap().len() > listed.as_array().unwrap().len(),
+        "--all shows the commands that ended too: {all}"
+    );
+
+    // A deadline stops the sandbox though the sleeper runs; its files stay.
+    assert!(cli.ok(&["timeout", "mvd"]).contains("no lifetime deadline"));
+    let set = json(&cli.ok(&["timeout", "mvd", "3600", "--json"]));
+    assert!(set["remaining_ms"].as_u64().unwrap() > 3_590_000, "{set}");
+    assert!(
+        cli.ok(&["timeout", "mvd", "--clear"])
+            .contains("no lifetime deadline")
+    );
+    cli.ok(&["timeout", "mvd", "2"]);
+    let stopped = (0..150).any(|_| {
+        let listed = json(&cli.ok(&["ls", "--json"]));
+        let state = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "mvd")
+            .map(|s| s["status"].clone());
+        if state == Some(serde_json::json!("stopped")) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        false
+    });
+    assert!(stopped, "the sandbox stopped at its deadline");
+    let _ = sleeper.wait();
+    cli.ok(&["start", "mvd"]);
+    assert_eq!(cli.ok(&["cat", "mvd", "/tmp/new/b.txt"]), "one\n");
+}

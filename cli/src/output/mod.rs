@@ -22,6 +22,7 @@ use silo::{
     UpOutcome, human_bytes,
 };
 use silo::{PushEvent, PushProgressFn, PushReport};
+use silo_protocol::exec::{ExecState, ExecSummary};
 use silo_protocol::session::SessionInfo;
 
 /// The shell's exit code for a process killed by SIGPIPE, used when our own
@@ -412,6 +413,55 @@ impl Output {
             ]));
         }
         print_lines(&render(&table))
+    }
+
+    /// The commands an agent holds, as `silo ps` shows them.
+    pub fn execs(&self, execs: &[ExecSummary]) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(&execs);
+        }
+        let mut table = vec![row([
+            "ID", "PID", "STATE", "AGE", "SESSION", "CWD", "COMMAND",
+        ])];
+        for e in execs {
+            let state = match e.state {
+                ExecState::Running => "running",
+                ExecState::Finished => "ended",
+                ExecState::Unknown => "unknown",
+            };
+            let command = match (e.tty, e.argv.is_empty()) {
+                (true, true) => "(shell on a terminal)".to_owned(),
+                (true, false) => format!("{} (terminal)", e.argv.join(" ")),
+                (false, _) => e.argv.join(" "),
+            };
+            table.push(row([
+                &e.exec_id.to_string(),
+                &e.pid.to_string(),
+                state,
+                &format!("{:.1}s", e.age_ms as f64 / 1000.0),
+                e.session.as_deref().unwrap_or("-"),
+                &e.cwd,
+                &command,
+            ]));
+        }
+        print_lines(&render(&table))
+    }
+
+    /// A sandbox's lifetime deadline, as `silo timeout` shows it.
+    pub fn deadline(&self, sandbox: &str, left: Option<std::time::Duration>) -> anyhow::Result<()> {
+        if self.json {
+            return print_json(&serde_json::json!({
+                "sandbox": sandbox,
+                "remaining_ms": left.map(|left| left.as_millis()),
+            }));
+        }
+        match left {
+            Some(left) => print_lines(&format!(
+                "{sandbox} stops in {}s, whatever runs",
+                left.as_secs()
+            )),
+            None => print_lines(&format!("{sandbox} has no lifetime deadline")),
+        }
     }
 
     /// `silo doctor`'s findings: a line per check, the fix under each problem.

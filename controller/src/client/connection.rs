@@ -22,7 +22,8 @@ use std::time::Duration;
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use silo_protocol::exec::{
-    AgentMessage, Channel, ClientMessage, ExecId, ExecSpec, ExecState, ExitInfo, Frame, WindowSize,
+    AgentMessage, Channel, ClientMessage, ExecId, ExecSpec, ExecState, ExecSummary, ExitInfo,
+    Frame, StreamOffsets, WindowSize,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
@@ -129,21 +130,49 @@ impl ExecConnection {
         exec_id: ExecId,
         from_offset: u64,
     ) -> Result<(ExecHandle, u64), ClientError> {
+        let attached = self.attach_from(exec_id, from_offset, None).await?;
+        Ok((attached.handle, attached.lost_bytes))
+    }
+
+    /// Follows an exec from byte offset `from_offset`, or, with `streams`,
+    /// from the first byte either stream lacks (the caller drops what it
+    /// has of the other); answers where the replay starts.
+    pub async fn attach_from(
+        &self,
+        exec_id: ExecId,
+        from_offset: u64,
+        streams: Option<StreamOffsets>,
+    ) -> Result<Attached, ClientError> {
         let tag = self.tag();
-        let reply = self
-            .call(
-                tag,
-                ClientMessage::Attach {
-                    tag,
-                    exec_id,
-                    from_seq: from_offset,
-                },
-            )
-            .await?;
+        let request = ClientMessage::Attach {
+            tag,
+            exec_id,
+            from_seq: from_offset,
+            from_streams: streams,
+        };
+        let reply = self.call(tag, request).await?;
         match reply.message {
-            AgentMessage::Attached { lost_bytes, .. } => {
-                Ok((self.handle(exec_id, 0, reply.events)?, lost_bytes))
-            }
+            AgentMessage::Attached {
+                next_seq,
+                lost_bytes,
+                streams,
+                ..
+            } => Ok(Attached {
+                handle: self.handle(exec_id, 0, reply.events)?,
+                next_offset: next_seq,
+                lost_bytes,
+                streams,
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every exec the agent holds, running and finished, by id.
+    pub async fn list(&self) -> Result<Vec<ExecSummary>, ClientError> {
+        let tag = self.tag();
+        let reply = self.call(tag, ClientMessage::List { tag }).await?;
+        match reply.message {
+            AgentMessage::ExecList { execs, .. } => Ok(execs),
             other => Err(unexpected(other)),
         }
     }
@@ -307,6 +336,18 @@ impl Drop for Outgoing {
     }
 }
 
+/// An attach's answer: the followed exec and where its replay starts.
+pub struct Attached {
+    /// The exec, followed from `next_offset`.
+    pub handle: ExecHandle,
+    /// Offset of the first replayed byte.
+    pub next_offset: u64,
+    /// Requested bytes the agent no longer held.
+    pub lost_bytes: u64,
+    /// Each stream's bytes before `next_offset` (agents of protocol 8 on).
+    pub streams: Option<StreamOffsets>,
+}
+
 /// One exec followed on a connection.
 pub struct ExecHandle {
     exec_id: ExecId,
@@ -445,6 +486,7 @@ async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
         | AgentMessage::Attached { tag, .. }
         | AgentMessage::InterruptAck { tag, .. }
         | AgentMessage::Status { tag, .. }
+        | AgentMessage::ExecList { tag, .. }
         | AgentMessage::SessionOpened { tag, .. }
         | AgentMessage::SessionList { tag, .. }
         | AgentMessage::SessionClosed { tag, .. }

@@ -22,6 +22,7 @@
 
 mod baseline;
 mod connection;
+mod deadline;
 mod layers;
 mod negotiate;
 mod rewind;
@@ -45,7 +46,7 @@ use tokio_tungstenite::{WebSocketStream, tungstenite};
 use transport::Stream;
 
 pub use baseline::{BaselinePaths, BaselineSent};
-pub use connection::{ExecConnection, ExecEvent, ExecHandle, ExecOutput};
+pub use connection::{Attached, ExecConnection, ExecEvent, ExecHandle, ExecOutput};
 pub use negotiate::{REBAKE_HINT, Spoken};
 pub use rewind::RewindBegun;
 pub use session::SessionOptions;

@@ -11,7 +11,9 @@
 
 use std::time::Duration;
 
-use silo_protocol::exec::{Channel, ExecId, ExecSpec, ExecState, ExitInfo, WindowSize};
+use silo_protocol::exec::{
+    Channel, ExecId, ExecSpec, ExecState, ExecSummary, ExitInfo, StreamOffsets, WindowSize,
+};
 use silo_protocol::session::SessionInfo;
 
 use crate::client::{AgentClient, ClientError, ExecConnection, ExecEvent, ExecHandle};
@@ -103,17 +105,49 @@ impl Commands {
         spec: ExecSpec,
     ) -> Result<Execution, ClientError> {
         let handle = connection.exec(spec).await?;
-        Ok(Execution::new(self.client.clone(), connection, handle, 0))
+        let mut execution = Execution::new(self.client.clone(), connection, handle, 0);
+        execution.streams = Some(StreamOffsets::default());
+        Ok(execution)
     }
 
     /// Follows a command started earlier (by this process or another), from
     /// output offset `from` (0 for everything the agent still holds).
     pub async fn attach(&self, exec_id: ExecId, from: u64) -> Result<Execution, ClientError> {
         let connection = self.client.connect().await?;
-        let (handle, lost) = connection.attach(exec_id, from).await?;
-        let mut execution = Execution::new(self.client.clone(), connection, handle, from);
-        execution.note_lost(lost);
+        let attached = connection.attach_from(exec_id, from, None).await?;
+        let mut execution = Execution::new(self.client.clone(), connection, attached.handle, from);
+        execution.note_lost(attached.lost_bytes);
+        execution.streams = attached.streams;
         Ok(execution)
+    }
+
+    /// Follows a command from where each stream stands for the caller:
+    /// `have` bytes of stdout and of stderr already seen. Output arrives
+    /// from the next byte of each; what the agent no longer holds of them
+    /// comes first, as one [`CommandEvent::Lost`] just before the first
+    /// replayed byte.
+    pub async fn attach_streams(
+        &self,
+        exec_id: ExecId,
+        have: StreamOffsets,
+    ) -> Result<Execution, ClientError> {
+        let connection = self.client.connect().await?;
+        let attached = connection.attach_from(exec_id, 0, Some(have)).await?;
+        let streams = attached.streams.ok_or_else(|| {
+            ClientError::Protocol("the agent did not say where each stream stands".into())
+        })?;
+        let from = attached.next_offset.saturating_sub(attached.lost_bytes);
+        let mut execution = Execution::new(self.client.clone(), connection, attached.handle, from);
+        execution.note_lost(attached.lost_bytes);
+        execution.streams = Some(streams);
+        execution.floor = have;
+        Ok(execution)
+    }
+
+    /// Every command the agent holds, running and finished (for a while
+    /// after they end), by id.
+    pub async fn list(&self) -> Result<Vec<ExecSummary>, ClientError> {
+        self.client.connect().await?.list().await
     }
 
     /// Interrupts a command: SIGINT to its process group, `grace` (the
@@ -141,6 +175,11 @@ pub struct Execution {
     delivered: u64,
     /// Lost bytes noticed at the last attach, not yet reported.
     pending_lost: u64,
+    /// Each stream's bytes up to `delivered`, when the agent says.
+    streams: Option<StreamOffsets>,
+    /// Each stream's bytes the caller had before it attached: not handed
+    /// on again.
+    floor: StreamOffsets,
     /// The exit, once seen.
     finished: bool,
 }
@@ -158,6 +197,8 @@ impl Execution {
             handle,
             delivered,
             pending_lost: 0,
+            streams: None,
+            floor: StreamOffsets::default(),
             finished: false,
         }
     }
@@ -171,6 +212,13 @@ impl Execution {
     /// skipped).
     pub fn offset(&self) -> u64 {
         self.delivered
+    }
+
+    /// Each stream's bytes delivered (or skipped) so far, for
+    /// [`Commands::attach_streams`] from elsewhere; `None` when the agent
+    /// (older than protocol 8) does not say.
+    pub fn streams(&self) -> Option<StreamOffsets> {
+        self.streams
     }
 
     /// The next event; `Ok(None)` after the exit. An error means the agent
@@ -205,9 +253,13 @@ impl Execution {
                     };
                     let offset = self.delivered;
                     self.delivered += fresh.len() as u64;
+                    let had = self.counted(channel, fresh.len());
+                    let Some(fresh) = fresh.get(had..).filter(|d| !d.is_empty()) else {
+                        continue;
+                    };
                     return Ok(Some(CommandEvent::Output {
                         channel,
-                        offset,
+                        offset: offset + had as u64,
                         data: fresh.to_vec(),
                     }));
                 }
@@ -255,6 +307,21 @@ impl Execution {
         self.connection.interrupt(self.handle.id(), grace).await
     }
 
+    /// Counts `len` more bytes of `channel`; answers how many of them the
+    /// caller had before it attached.
+    fn counted(&mut self, channel: Channel, len: usize) -> usize {
+        let Some(streams) = &mut self.streams else {
+            return 0;
+        };
+        let (count, floor) = match channel {
+            Channel::Stderr => (&mut streams.stderr, self.floor.stderr),
+            _ => (&mut streams.stdout, self.floor.stdout),
+        };
+        let had = floor.saturating_sub(*count).min(len as u64);
+        *count += len as u64;
+        usize::try_from(had).unwrap_or(len)
+    }
+
     fn note_lost(&mut self, lost: u64) {
         self.pending_lost += lost;
     }
@@ -285,15 +352,21 @@ impl Execution {
             *attempts += 1;
             let attempt = async {
                 let connection = self.client.connect().await?;
-                let (handle, lost) = connection.attach(exec_id, self.delivered).await?;
-                Ok::<_, ClientError>((connection, handle, lost))
+                let attached = connection
+                    .attach_from(exec_id, self.delivered, None)
+                    .await?;
+                Ok::<_, ClientError>((connection, attached))
             };
             match attempt.await {
-                Ok((connection, handle, lost)) => {
+                Ok((connection, attached)) => {
+                    let lost = attached.lost_bytes;
                     tracing::debug!(exec_id, from = self.delivered, lost, "re-attached");
                     self.connection = connection;
-                    self.handle = handle;
+                    self.handle = attached.handle;
                     self.note_lost(lost);
+                    // Counts kept across a gap only when the agent says
+                    // where each stream stands after it.
+                    self.streams = attached.streams.or(self.streams.filter(|_| lost == 0));
                     return Ok(());
                 }
                 // A proxy in front of a pausing or resuming VM: waited out

@@ -15,8 +15,8 @@ use http::{Method, StatusCode};
 use silo_protocol::ErrorKind;
 use silo_protocol::auth::body_sha256;
 use silo_protocol::files::{
-    FileQuery, FileStat, Listing, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_STAT, PATH_TREE, Removed,
-    TreeWritten,
+    FileQuery, FileStat, Listing, PATH_FILE, PATH_LIST, PATH_MKDIR, PATH_RENAME, PATH_STAT,
+    PATH_TREE, Removed, TreeWritten,
 };
 use silo_protocol::http::ErrorBody;
 
@@ -128,6 +128,20 @@ impl Files {
         query.recursive = recursive;
         let answer = self.call(Method::DELETE, PATH_FILE, query, Bytes::new());
         Ok(decode::<Removed>(&answer.await?)?.entries)
+    }
+
+    /// Moves `from` to `to` in one step (atomic, on one file system),
+    /// making missing parents of `to`. A file at `to` is replaced, a
+    /// directory only when empty. Answers what is at `to` now.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<FileStat, FileError> {
+        let mut query = self.query(from);
+        query.to = Some(to.to_owned());
+        query.parents = true;
+        decode(
+            &self
+                .call(Method::POST, PATH_RENAME, query, Bytes::new())
+                .await?,
+        )
     }
 
     /// A file or a tree as an uncompressed tar, entries named from the
