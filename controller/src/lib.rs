@@ -117,8 +117,8 @@ pub use push::{
     PushEvent, PushFailure, PushOptions, PushProgressFn, PushReport, RetryPolicy, files_from_dir,
 };
 pub use sandbox::{
-    CommandEvent, CommandOutput, Commands, Copied, CopyError, Execution, FileError, Files, Sandbox,
-    Snapshots,
+    CommandEvent, CommandOutput, Commands, Copied, CopyError, Execution, FileError, FileStream,
+    Files, Sandbox, Snapshots,
 };
 pub use silo::{
     BaseStored, COMPACT_AT, Collected, Compacted, CreateRequest, DiffReport, DiffedPath,

@@ -18,7 +18,7 @@ use silo_protocol::bundle::FileSet;
 
 pub use address::AgentAddress;
 pub use commands::{CommandEvent, CommandOutput, Commands, Execution};
-pub use files::{Copied, CopyError, FileError, Files};
+pub use files::{Copied, CopyError, FileError, FileStream, Files};
 pub use snapshots::Snapshots;
 
 use crate::PortUrl;

@@ -30,6 +30,8 @@ from ._core import (
     EntryInfo,
     Event,
     PortUrl,
+    ProcessInfo,
+    PtySize,
     PushReport,
     RewindReport,
     SandboxInfo,
@@ -76,6 +78,18 @@ class AsyncCommandHandle:
     def id(self) -> int:
         """The same as ``pid``."""
         return self._process.id
+
+    @property
+    def stdout_offset(self) -> int | None:
+        """Stdout bytes delivered so far; see ``CommandHandle.stdout_offset``."""
+        streams = self._process.streams
+        return streams[0] if streams is not None else None
+
+    @property
+    def stderr_offset(self) -> int | None:
+        """Stderr bytes delivered so far; see ``CommandHandle.stdout_offset``."""
+        streams = self._process.streams
+        return streams[1] if streams is not None else None
 
     async def events(self) -> AsyncIterator[Event]:
         """Each event as it comes: ``Stdout``, ``Stderr``, ``Lost``, then ``Exit``."""
@@ -197,9 +211,32 @@ class AsyncCommands:
             return handle
         return await handle.wait(run.on_stdout, run.on_stderr, check=run.check)
 
-    async def connect(self, pid: int, offset: int = 0) -> AsyncCommandHandle:
-        """Follows a command from another handle or process, from ``offset``."""
-        return AsyncCommandHandle(await aio(self._native.attach, pid, offset))
+    async def connect(
+        self,
+        pid: int,
+        offset: int = 0,
+        *,
+        stdout_offset: int | None = None,
+        stderr_offset: int | None = None,
+    ) -> AsyncCommandHandle:
+        """Follows a command from another handle or process, from
+        ``offset``, or from ``stdout_offset`` and ``stderr_offset``; see
+        ``Commands.connect``."""
+        streams = _core.stream_offsets(stdout_offset, stderr_offset)
+        return AsyncCommandHandle(await aio(self._native.attach, pid, offset, streams))
+
+    async def list(self, *, all: bool = False) -> builtins.list[ProcessInfo]:
+        """The commands running in the sandbox (``all``: also ended ones)."""
+        listed = [_core.process_info(e) for e in await aio(self._native.commands)]
+        return [p for p in listed if all or p.running]
+
+    async def send_stdin(self, pid: int, data: str | bytes) -> None:
+        """Writes to a command's stdin by its id."""
+        await aio(self._native.send_input, pid, data.encode() if isinstance(data, str) else data)
+
+    async def close_stdin(self, pid: int) -> None:
+        """Closes a command's stdin by its id."""
+        await aio(self._native.send_input, pid, None)
 
     async def interrupt(self, pid: int, grace: float | None = None) -> None:
         """SIGINT to the command's group, ``grace`` seconds, then SIGKILL."""
@@ -213,7 +250,7 @@ class AsyncCommands:
         """A shell session of the sandbox (made on its first run)."""
         return AsyncSession(self, session_id)
 
-    async def sessions(self) -> list[SessionInfo]:
+    async def sessions(self) -> builtins.list[SessionInfo]:
         """The sandbox's shell sessions."""
         return [_core.session_info(s) for s in await aio(self._native.sessions)]
 
@@ -224,47 +261,99 @@ class AsyncFiles:
     def __init__(self, native: _native.Sandbox):
         self._native = native
 
-    async def read(self, path: str, format: Literal["text", "bytes"] = "text") -> str | bytes:
-        """A file's contents, as text (UTF-8) or bytes."""
-        data: bytes = await aio(self._native.file, "read", path)
+    @overload
+    async def read(self, path: str, format: Literal["text"] = "text") -> str: ...
+    @overload
+    async def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+    @overload
+    async def read(self, path: str, format: Literal["stream"]) -> AsyncIterator[bytes]: ...
+
+    async def read(self, path: str, format: Literal["text", "bytes", "stream"] = "text") -> str | bytes | AsyncIterator[bytes]:
+        """A file's contents, as text (UTF-8), bytes, or (``stream``) an
+        async iterator of byte chunks as they arrive."""
+        if format == "stream":
+            return _chunks(await aio(self._native.open_file, path))
+        data: bytes = await aio(self._native.read_file, path)
         return data if format == "bytes" else data.decode("utf-8", "replace")
 
     async def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
         """Writes atomically, making missing parents."""
         raw = data.encode() if isinstance(data, str) else data
-        return _core.entry(await aio(self._native.file, "write", path, raw, mode))
+        return _core.entry(await aio(self._native.write_file, path, raw, mode))
 
     async def list(self, path: str) -> builtins.list[EntryInfo]:
         """A directory's entries, sorted by name."""
-        return [_core.entry(e) for e in await aio(self._native.file, "list", path)]
+        return [_core.entry(e) for e in await aio(self._native.list_dir, path)]
 
     async def exists(self, path: str) -> bool:
         """Whether anything is at ``path``."""
-        return bool(await aio(self._native.file, "exists", path))
+        return bool(await aio(self._native.exists, path))
 
     async def get_info(self, path: str) -> EntryInfo:
         """What is at ``path``."""
-        return _core.entry(await aio(self._native.file, "stat", path))
+        return _core.entry(await aio(self._native.stat, path))
 
     stat = get_info
 
+    async def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        """Moves ``old_path`` to ``new_path`` in one step; see ``Files.rename``."""
+        return _core.entry(await aio(self._native.rename, old_path, new_path))
+
     async def remove(self, path: str, recursive: bool = True) -> int:
         """Removes a file, link or directory; answers how many paths went."""
-        return int(await aio(self._native.file, "remove", path, recursive=recursive))
+        return int(await aio(self._native.remove, path, recursive))
 
     async def make_dir(self, path: str, mode: int | None = None) -> bool:
         """Makes a directory and its parents; answers False if it existed."""
         existed = await self.exists(path)
-        await aio(self._native.file, "make_dir", path, mode=mode)
+        await aio(self._native.make_dir, path, mode)
         return not existed
 
     async def upload(self, local: HostPath, path: str) -> CopyReport:
         """Copies a host file or tree into the sandbox."""
-        return _core.copy_report(await aio(self._native.file, "upload", path, other=os.fspath(local)))
+        return _core.copy_report(await aio(self._native.upload, os.fspath(local), path))
 
     async def download(self, path: str, local: HostPath) -> CopyReport:
         """Copies a sandbox file or tree to the host."""
-        return _core.copy_report(await aio(self._native.file, "download", path, other=os.fspath(local)))
+        return _core.copy_report(await aio(self._native.download, path, os.fspath(local)))
+
+
+async def _chunks(reader: _native.FileReader) -> AsyncIterator[bytes]:
+    while (chunk := await aio(reader.next)) is not None:
+        yield chunk
+
+
+class AsyncPty:
+    """Commands under a pseudo-terminal; ``Pty``'s verbs, awaited."""
+
+    def __init__(self, native: _native.Sandbox):
+        self._native = native
+
+    async def create(
+        self,
+        size: PtySize = PtySize(),
+        *,
+        cmd: str | list[str] | None = None,
+        cwd: str | None = None,
+        envs: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> AsyncCommandHandle:
+        """Starts ``cmd`` (the sandbox's shell when ``None``) on a terminal
+        of ``size``; see ``Pty.create``."""
+        spec = _core.pty_spec(size, cmd, cwd, envs, timeout)
+        return AsyncCommandHandle(await aio(self._native.spawn, spec))
+
+    async def send_stdin(self, pid: int, data: str | bytes) -> None:
+        """Types ``data`` into the terminal."""
+        await aio(self._native.send_input, pid, data.encode() if isinstance(data, str) else data)
+
+    async def resize(self, pid: int, size: PtySize) -> None:
+        """Changes the terminal's size."""
+        await aio(self._native.resize, pid, size.rows, size.cols)
+
+    async def kill(self, pid: int) -> bool:
+        """Kills the terminal's program; answers whether it was running."""
+        return bool(await aio(self._native.interrupt, pid, 0.0) == "running")
 
 
 class AsyncSnapshots:
@@ -333,6 +422,8 @@ class AsyncSandbox:
         self.commands = AsyncCommands(native)
         #: Reading and writing files.
         self.files = AsyncFiles(native)
+        #: Commands under a pseudo-terminal.
+        self.pty = AsyncPty(native)
         #: Snapshots.
         self.snapshots = AsyncSnapshots(self)
 
@@ -420,6 +511,16 @@ class AsyncSandbox:
         """Stops it, keeping its files; answers whether it was running."""
         return bool(await aio(self._native.stop))
 
+    async def set_timeout(self, timeout: float | None) -> None:
+        """Stops it ``timeout`` seconds from now whatever runs; ``None``
+        lifts that. See ``Sandbox.set_timeout``."""
+        await aio(self._native.set_timeout, timeout)
+
+    async def get_timeout(self) -> float | None:
+        """Seconds left before ``set_timeout`` stops it; ``None`` when unset."""
+        left: float | None = await aio(self._native.timeout)
+        return left
+
     async def pause(self) -> bool:
         """Pauses it with its memory where the backend can (e2b)."""
         return bool(await aio(self._home.lifecycle, "pause", self.sandbox_id))
@@ -467,6 +568,7 @@ __all__ = [
     "AsyncCommandHandle",
     "AsyncCommands",
     "AsyncFiles",
+    "AsyncPty",
     "AsyncSandbox",
     "AsyncSession",
     "AsyncSnapshots",

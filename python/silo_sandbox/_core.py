@@ -16,7 +16,7 @@ import os
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypedDict, TypeVar, Union
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from 3.11
@@ -578,6 +578,85 @@ def session_info(data: dict[str, Any]) -> SessionInfo:
         command=data.get("command"),
         queued=int(data.get("queued", 0)),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessInfo:
+    """One command the sandbox's agent holds (E2B's ``ProcessInfo``, from
+    ``commands.list``)."""
+
+    #: Its id: what ``commands.connect``, ``kill`` and the ``pty`` calls take.
+    pid: int
+    #: Its process id inside the sandbox.
+    os_pid: int
+    #: The program (a session run: its script).
+    cmd: str
+    args: tuple[str, ...]
+    cwd: str
+    #: The shell session it runs in, if any.
+    session: str | None
+    #: Under a pseudo-terminal (``pty.create``).
+    tty: bool
+    #: Still running; ``commands.list(all=True)`` also lists ended ones.
+    running: bool
+    #: Seconds since it started.
+    age: float
+    #: Output bytes so far, stdout and stderr together.
+    output_bytes: int
+
+
+def process_info(data: dict[str, Any]) -> ProcessInfo:
+    argv = [str(a) for a in data.get("argv", [])]
+    return ProcessInfo(
+        pid=int(data["exec_id"]),
+        os_pid=int(data["pid"]),
+        cmd=argv[0] if argv else "",
+        args=tuple(argv[1:]),
+        cwd=data.get("cwd", ""),
+        session=data.get("session"),
+        tty=bool(data.get("tty", False)),
+        running=data.get("state") == "running",
+        age=int(data.get("age_ms", 0)) / 1000,
+        output_bytes=int(data.get("output_bytes", 0)),
+    )
+
+
+def stream_offsets(stdout: int | None, stderr: int | None) -> tuple[int, int] | None:
+    """Per-stream offsets for an attach, when either is given (the other
+    then counts from 0)."""
+    if stdout is None and stderr is None:
+        return None
+    if (stdout or 0) < 0 or (stderr or 0) < 0:
+        raise InvalidArgumentError("stream offsets are byte counts, 0 or more")
+    return (stdout or 0, stderr or 0)
+
+
+class PtySize(NamedTuple):
+    """A terminal's size in character cells (E2B's ``PtySize``)."""
+
+    rows: int = 24
+    cols: int = 80
+
+
+def pty_spec(size: PtySize, cmd: str | list[str] | None, cwd: str | None, envs: Mapping[str, str] | None, timeout: float | None) -> str:
+    """The exec spec of a command under a pseudo-terminal: ``cmd`` (a
+    shell line, a program and arguments, or the sandbox's shell when
+    ``None``), its window, stdin open, kept while nobody follows it."""
+    argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd or [])
+    spec: dict[str, Any] = {
+        "argv": argv,
+        "tty": True,
+        "stdin": True,
+        "window": {"rows": int(size.rows), "cols": int(size.cols)},
+        "detach_timeout_ms": 0,
+    }
+    if cwd is not None:
+        spec["cwd"] = cwd
+    if envs:
+        spec["env"] = dict(envs)
+    if timeout is not None:
+        spec["timeout_ms"] = int(timeout * 1000)
+    return json.dumps(spec)
 
 
 @dataclasses.dataclass(frozen=True)

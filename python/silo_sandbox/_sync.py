@@ -28,6 +28,8 @@ from ._core import (
     FillReport,
     PoolInfo,
     PortUrl,
+    ProcessInfo,
+    PtySize,
     PushReport,
     RewindReport,
     SandboxInfo,
@@ -90,6 +92,20 @@ class CommandHandle:
     def id(self) -> int:
         """The same as ``pid``."""
         return self._pid
+
+    @property
+    def stdout_offset(self) -> int | None:
+        """Stdout bytes this handle has delivered (or found lost): where
+        ``commands.connect(pid, stdout_offset=...)`` continues; ``None`` when
+        the sandbox's agent does not count streams apart."""
+        streams = self._process.streams if self._followed is not None else None
+        return streams[0] if streams is not None else None
+
+    @property
+    def stderr_offset(self) -> int | None:
+        """Stderr bytes this handle has delivered, as ``stdout_offset``."""
+        streams = self._process.streams if self._followed is not None else None
+        return streams[1] if streams is not None else None
 
     def events(self) -> Iterator[Event]:
         """Each event as it comes: ``Stdout``, ``Stderr``, ``Lost``, then ``Exit``."""
@@ -221,11 +237,35 @@ class Commands:
         )
         return _core.checked(_core.command_result(parts), run.check)
 
-    def connect(self, pid: int, offset: int = 0) -> CommandHandle:
+    def connect(
+        self,
+        pid: int,
+        offset: int = 0,
+        *,
+        stdout_offset: int | None = None,
+        stderr_offset: int | None = None,
+    ) -> CommandHandle:
         """Follows a running (or recently ended) command from another handle
-        or process, replaying its output from byte ``offset``; what the
+        or process, replaying its output from byte ``offset`` (stdout and
+        stderr counted together), or from ``stdout_offset`` and
+        ``stderr_offset`` bytes of each (a handle's own offsets); what the
         agent no longer holds is reported as ``Lost``, never skipped."""
-        return CommandHandle(self._native.attach(pid, offset), self._native)
+        streams = _core.stream_offsets(stdout_offset, stderr_offset)
+        return CommandHandle(self._native.attach(pid, offset, streams), self._native)
+
+    def list(self, *, all: bool = False) -> builtins.list[ProcessInfo]:
+        """The commands running in the sandbox (``all``: also those that
+        ended, while the agent holds their result), by id."""
+        listed = [_core.process_info(e) for e in self._native.commands()]
+        return [p for p in listed if all or p.running]
+
+    def send_stdin(self, pid: int, data: str | bytes) -> None:
+        """Writes to a command's stdin by its id (run with ``stdin=True``)."""
+        self._native.send_input(pid, data.encode() if isinstance(data, str) else data)
+
+    def close_stdin(self, pid: int) -> None:
+        """Closes a command's stdin by its id, so it reads EOF."""
+        self._native.send_input(pid, None)
 
     def interrupt(self, pid: int, grace: float | None = None) -> None:
         """SIGINT to the command's group, ``grace`` seconds, then SIGKILL."""
@@ -239,9 +279,45 @@ class Commands:
         """A shell session of the sandbox (made on its first run)."""
         return Session(self, session_id)
 
-    def sessions(self) -> list[SessionInfo]:
+    def sessions(self) -> builtins.list[SessionInfo]:
         """The sandbox's shell sessions."""
         return [_core.session_info(s) for s in self._native.sessions()]
+
+
+class Pty:
+    """Commands under a pseudo-terminal (E2B's ``sandbox.pty``): a shell
+    or program that sees a terminal, typed into with ``send_stdin``."""
+
+    def __init__(self, native: _native.Sandbox):
+        self._native = native
+
+    def create(
+        self,
+        size: PtySize = PtySize(),
+        *,
+        cmd: str | list[str] | None = None,
+        cwd: str | None = None,
+        envs: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> CommandHandle:
+        """Starts ``cmd`` (the sandbox's shell when ``None``) on a terminal
+        of ``size``; its output (echo included) is the handle's stdout. It
+        runs until it exits or is killed, followed or not."""
+        spec = _core.pty_spec(size, cmd, cwd, envs, timeout)
+        return CommandHandle(self._native.spawn(spec), self._native)
+
+    def send_stdin(self, pid: int, data: str | bytes) -> None:
+        """Types ``data`` into the terminal (``\\x03`` is Ctrl-C)."""
+        self._native.send_input(pid, data.encode() if isinstance(data, str) else data)
+
+    def resize(self, pid: int, size: PtySize) -> None:
+        """Changes the terminal's size (the program sees SIGWINCH)."""
+        self._native.resize(pid, size.rows, size.cols)
+
+    def kill(self, pid: int) -> bool:
+        """Kills the terminal's program and what it started; answers
+        whether it was running."""
+        return self._native.interrupt(pid, 0.0) == "running"
 
 
 class Files:
@@ -254,50 +330,67 @@ class Files:
     def read(self, path: str, format: Literal["text"] = "text") -> str: ...
     @overload
     def read(self, path: str, format: Literal["bytes"]) -> bytes: ...
+    @overload
+    def read(self, path: str, format: Literal["stream"]) -> Iterator[bytes]: ...
 
-    def read(self, path: str, format: Literal["text", "bytes"] = "text") -> str | bytes:
-        """A file's contents, as text (UTF-8) or bytes."""
-        data: bytes = self._native.file("read", path)
+    def read(self, path: str, format: Literal["text", "bytes", "stream"] = "text") -> str | bytes | Iterator[bytes]:
+        """A file's contents, as text (UTF-8), bytes, or (``stream``) an
+        iterator of byte chunks as they arrive, for a file too large to
+        hold; a missing file raises at the call, not at the first chunk."""
+        if format == "stream":
+            return _chunks(self._native.open_file(path))
+        data = self._native.read_file(path)
         return data if format == "bytes" else data.decode("utf-8", "replace")
 
     def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
         """Writes atomically (readers see the old file or the new one),
         making missing parents; answers what is there now."""
         raw = data.encode() if isinstance(data, str) else data
-        return _core.entry(self._native.file("write", path, raw, mode))
+        return _core.entry(self._native.write_file(path, raw, mode))
 
     def list(self, path: str) -> builtins.list[EntryInfo]:
         """A directory's entries, sorted by name."""
-        return [_core.entry(e) for e in self._native.file("list", path)]
+        return [_core.entry(e) for e in self._native.list_dir(path)]
 
     def exists(self, path: str) -> bool:
         """Whether anything is at ``path``."""
-        return bool(self._native.file("exists", path))
+        return bool(self._native.exists(path))
 
     def get_info(self, path: str) -> EntryInfo:
         """What is at ``path`` (a symlink is described, not followed)."""
-        return _core.entry(self._native.file("stat", path))
+        return _core.entry(self._native.stat(path))
 
     stat = get_info
+
+    def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        """Moves ``old_path`` to ``new_path`` in one step (atomic, within
+        one file system), making missing parents; a file there is replaced,
+        a directory only when empty. Answers what is at ``new_path``."""
+        return _core.entry(self._native.rename(old_path, new_path))
 
     def remove(self, path: str, recursive: bool = True) -> int:
         """Removes a file, link or directory (a non-empty one only when
         ``recursive``); answers how many paths went."""
-        return int(self._native.file("remove", path, recursive=recursive))
+        return int(self._native.remove(path, recursive))
 
     def make_dir(self, path: str, mode: int | None = None) -> bool:
         """Makes a directory and its parents; answers False if it existed."""
         existed = self.exists(path)
-        self._native.file("make_dir", path, mode=mode)
+        self._native.make_dir(path, mode)
         return not existed
 
     def upload(self, local: HostPath, path: str) -> CopyReport:
         """Copies a host file or tree into the sandbox (``docker cp``'s rules)."""
-        return _core.copy_report(self._native.file("upload", path, other=os.fspath(local)))
+        return _core.copy_report(self._native.upload(os.fspath(local), path))
 
     def download(self, path: str, local: HostPath) -> CopyReport:
         """Copies a sandbox file or tree to the host (``docker cp``'s rules)."""
-        return _core.copy_report(self._native.file("download", path, other=os.fspath(local)))
+        return _core.copy_report(self._native.download(path, os.fspath(local)))
+
+
+def _chunks(reader: _native.FileReader) -> Iterator[bytes]:
+    while (chunk := reader.next()) is not None:
+        yield chunk
 
 
 class Snapshots:
@@ -395,6 +488,8 @@ class Sandbox:
         self.commands = Commands(native)
         #: Reading and writing files.
         self.files = Files(native)
+        #: Commands under a pseudo-terminal.
+        self.pty = Pty(native)
         #: Taking, listing, rewinding to and forking from snapshots.
         self.snapshots = Snapshots(self)
 
@@ -491,6 +586,17 @@ class Sandbox:
     def stop(self) -> bool:
         """Stops it, keeping its files; answers whether it was running."""
         return self._native.stop()
+
+    def set_timeout(self, timeout: float | None) -> None:
+        """Stops it ``timeout`` seconds from now (rounded up to a whole
+        second) whatever runs, its files kept as with ``stop``; ``None``
+        lifts that. A later call replaces an earlier one. Beside the idle
+        ``timeout`` of ``create``, which counts only time without use."""
+        self._native.set_timeout(timeout)
+
+    def get_timeout(self) -> float | None:
+        """Seconds left before ``set_timeout`` stops it; ``None`` when unset."""
+        return self._native.timeout()
 
     def pause(self) -> bool:
         """Pauses it with its memory where the backend can (e2b); elsewhere
@@ -609,6 +715,7 @@ __all__ = [
     "Files",
     "LostOutput",
     "Pools",
+    "Pty",
     "Sandbox",
     "Session",
     "Snapshots",

@@ -11,11 +11,12 @@
 //! `KeyboardInterrupt` is raised. A second Ctrl-C while it ends kills it
 //! without grace.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use silo::silo_protocol::exec::StreamOffsets;
 use silo::{Execution, ExitInfo};
 use tokio::sync::Mutex;
 
@@ -33,6 +34,9 @@ pub struct ProcState {
     stderr: Vec<u8>,
     lost: u64,
     exit: Option<serde_json::Value>,
+    /// Each stream's bytes delivered so far, when the agent says; read
+    /// without waiting for a step under way.
+    streams: Arc<StdMutex<Option<StreamOffsets>>>,
 }
 
 impl ProcState {
@@ -40,6 +44,7 @@ impl ProcState {
         Self {
             pid: std::process::id(),
             offset: execution.offset(),
+            streams: Arc::new(StdMutex::new(execution.streams())),
             execution: Some(execution),
             stdout: Vec::new(),
             stderr: Vec::new(),
@@ -58,6 +63,7 @@ impl ProcState {
             stdout: Vec::new(),
             stderr: format!("{message}\n").into_bytes(),
             lost: 0,
+            streams: Arc::default(),
             exit: serde_json::to_value(ExitInfo {
                 code: Some(code),
                 ..ExitInfo::default()
@@ -74,7 +80,12 @@ impl ProcState {
         }
         let execution = self.execution(sandbox, id).await?;
         let step = bind::next_step(execution).await?;
-        self.offset = execution.offset();
+        let (offset, streams) = (execution.offset(), execution.streams());
+        self.offset = offset;
+        *self
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = streams;
         match &step {
             Some(Step::Output { stderr, data, .. }) => {
                 if *stderr {
@@ -168,14 +179,17 @@ pub struct Process {
     sandbox: Arc<SandboxRef>,
     id: u64,
     state: Arc<Mutex<ProcState>>,
+    streams: Arc<StdMutex<Option<StreamOffsets>>>,
 }
 
 impl Process {
     pub fn new(sandbox: Arc<SandboxRef>, execution: Execution) -> Self {
+        let state = ProcState::following(execution);
         Self {
-            id: execution.id(),
+            id: state.execution.as_ref().map_or(0, Execution::id),
             sandbox,
-            state: Arc::new(Mutex::new(ProcState::following(execution))),
+            streams: Arc::clone(&state.streams),
+            state: Arc::new(Mutex::new(state)),
         }
     }
 }
@@ -186,6 +200,18 @@ impl Process {
     #[getter]
     fn id(&self) -> u64 {
         self.id
+    }
+
+    /// `(stdout, stderr)`: each stream's bytes delivered so far, for an
+    /// `attach` by streams from elsewhere; `None` when the agent does not
+    /// say (older than protocol 8).
+    #[getter]
+    fn streams(&self) -> Option<(u64, u64)> {
+        let streams = *self
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        streams.map(|s| (s.stdout, s.stderr))
     }
 
     /// The next event: `("stdout" | "stderr", bytes, offset)`, `("lost",

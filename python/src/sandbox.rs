@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use silo::ExecSpec;
+use silo::silo_protocol::exec::{StreamOffsets, WindowSize};
+use silo::{ExecSpec, FileStream};
 
 use crate::bind::{FileAnswer, FileOp, SandboxRef, Started};
-use crate::errors::invalid;
+use crate::errors::{Failure, invalid};
 use crate::process::{Callbacks, ProcState, Process, seconds};
 use crate::runtime::{self, Answer, Signals};
 
@@ -106,18 +107,26 @@ impl Sandbox {
     }
 
     /// Follows a command started earlier (by any process) from output
-    /// offset `offset` (0: everything the agent still holds).
-    #[pyo3(signature = (exec_id, offset=0, aio=None))]
+    /// offset `offset` (0: everything the agent still holds), or, with
+    /// `streams`, from `(stdout, stderr)` bytes already seen of each.
+    #[pyo3(signature = (exec_id, offset=0, streams=None, aio=None))]
     fn attach(
         &self,
         py: Python<'_>,
         exec_id: u64,
         offset: u64,
+        streams: Option<(u64, u64)>,
         aio: Option<Bound<'_, PyTuple>>,
     ) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            let execution = sandbox.attach(exec_id, offset).await?;
+            let execution = match streams {
+                Some((stdout, stderr)) => {
+                    let have = StreamOffsets { stdout, stderr };
+                    sandbox.attach_streams(exec_id, have).await?
+                }
+                None => sandbox.attach(exec_id, offset).await?,
+            };
             Ok(process_answer(Process::new(sandbox, execution)))
         })
     }
@@ -147,60 +156,223 @@ impl Sandbox {
         })
     }
 
-    /// One file operation: `read`, `write`, `stat`, `exists`, `list`,
-    /// `make_dir`, `remove`, `upload` (host `other` into `path`) or
-    /// `download` (`path` to host `other`).
-    #[pyo3(signature = (op, path, data=None, mode=None, recursive=false, other=None, aio=None))]
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one entry point for every file verb"
-    )]
-    fn file(
+    /// A regular file's bytes.
+    #[pyo3(signature = (path, aio=None))]
+    fn read_file(
         &self,
         py: Python<'_>,
-        op: &str,
         path: String,
-        data: Option<Bound<'_, PyBytes>>,
-        mode: Option<u32>,
-        recursive: bool,
-        other: Option<PathBuf>,
         aio: Option<Bound<'_, PyTuple>>,
     ) -> PyResult<Py<PyAny>> {
-        let host = || {
-            other
-                .clone()
-                .ok_or_else(|| invalid(format!("{op} needs a host path")))
-        };
-        let op = match op {
-            "read" => FileOp::Read(path),
-            "write" => FileOp::Write {
-                path,
-                data: data.map(|d| d.as_bytes().to_vec()).unwrap_or_default(),
-                mode,
-            },
-            "stat" => FileOp::Stat(path),
-            "exists" => FileOp::Exists(path),
-            "list" => FileOp::List(path),
-            "make_dir" => FileOp::MakeDir { path, mode },
-            "remove" => FileOp::Remove { path, recursive },
-            "upload" => FileOp::Upload {
-                host: host()?,
-                sandbox: path,
-            },
-            "download" => FileOp::Download {
-                sandbox: path,
-                host: host()?,
-            },
-            other => return Err(invalid(format!("unknown file operation {other:?}"))),
-        };
+        self.file(py, aio, FileOp::Read(path))
+    }
+
+    /// A regular file's bytes as they arrive: a `FileReader`.
+    #[pyo3(signature = (path, aio=None))]
+    fn open_file(
+        &self,
+        py: Python<'_>,
+        path: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            match sandbox.file(op).await? {
-                FileAnswer::Bytes(data) => Ok(Box::new(move |py: Python<'_>| {
-                    Ok(PyBytes::new(py, &data).into_any().unbind())
-                }) as Answer),
-                FileAnswer::Json(value) => runtime::json(&value),
-            }
+            let stream = sandbox.read_stream(&path).await?;
+            Ok(object(FileReader::new(stream)))
+        })
+    }
+
+    /// Writes a file atomically, making missing parents; answers its stat.
+    #[pyo3(signature = (path, data, mode=None, aio=None))]
+    fn write_file(
+        &self,
+        py: Python<'_>,
+        path: String,
+        data: Bound<'_, PyBytes>,
+        mode: Option<u32>,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let data = data.as_bytes().to_vec();
+        self.file(py, aio, FileOp::Write { path, data, mode })
+    }
+
+    /// What is at `path`, a final symlink described, not followed.
+    #[pyo3(signature = (path, aio=None))]
+    fn stat(
+        &self,
+        py: Python<'_>,
+        path: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.file(py, aio, FileOp::Stat(path))
+    }
+
+    /// Whether anything is at `path`.
+    #[pyo3(signature = (path, aio=None))]
+    fn exists(
+        &self,
+        py: Python<'_>,
+        path: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.file(py, aio, FileOp::Exists(path))
+    }
+
+    /// A directory's entries, sorted by name.
+    #[pyo3(signature = (path, aio=None))]
+    fn list_dir(
+        &self,
+        py: Python<'_>,
+        path: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.file(py, aio, FileOp::List(path))
+    }
+
+    /// Makes a directory and its parents.
+    #[pyo3(signature = (path, mode=None, aio=None))]
+    fn make_dir(
+        &self,
+        py: Python<'_>,
+        path: String,
+        mode: Option<u32>,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.file(py, aio, FileOp::MakeDir { path, mode })
+    }
+
+    /// Removes a path (a non-empty directory only when `recursive`);
+    /// answers how many paths went.
+    #[pyo3(signature = (path, recursive=false, aio=None))]
+    fn remove(
+        &self,
+        py: Python<'_>,
+        path: String,
+        recursive: bool,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.file(py, aio, FileOp::Remove { path, recursive })
+    }
+
+    /// Moves `path` to `to` in one step; answers the stat of `to`.
+    #[pyo3(signature = (path, to, aio=None))]
+    fn rename(
+        &self,
+        py: Python<'_>,
+        path: String,
+        to: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.file(py, aio, FileOp::Rename { from: path, to })
+    }
+
+    /// Copies host `host` into the sandbox at `path` (`docker cp`'s rules).
+    #[pyo3(signature = (host, path, aio=None))]
+    fn upload(
+        &self,
+        py: Python<'_>,
+        host: PathBuf,
+        path: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.file(
+            py,
+            aio,
+            FileOp::Upload {
+                host,
+                sandbox: path,
+            },
+        )
+    }
+
+    /// Copies the sandbox's `path` to host `host` (`docker cp`'s rules).
+    #[pyo3(signature = (path, host, aio=None))]
+    fn download(
+        &self,
+        py: Python<'_>,
+        path: String,
+        host: PathBuf,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        self.file(
+            py,
+            aio,
+            FileOp::Download {
+                sandbox: path,
+                host,
+            },
+        )
+    }
+
+    /// Every command the agent holds, running and ended, as JSON data.
+    #[pyo3(signature = (aio=None))]
+    fn commands(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
+        let sandbox = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            runtime::json(&sandbox.execs().await?)
+        })
+    }
+
+    /// Sends bytes to a command's stdin by its id (a PTY's input); `None`
+    /// closes it.
+    #[pyo3(signature = (exec_id, data, aio=None))]
+    fn send_input(
+        &self,
+        py: Python<'_>,
+        exec_id: u64,
+        data: Option<Bound<'_, PyBytes>>,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let data = data.map(|d| d.as_bytes().to_vec());
+        let sandbox = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            sandbox.send_input(exec_id, data).await?;
+            Ok(runtime::value(()))
+        })
+    }
+
+    /// Changes a PTY command's window.
+    #[pyo3(signature = (exec_id, rows, cols, aio=None))]
+    fn resize(
+        &self,
+        py: Python<'_>,
+        exec_id: u64,
+        rows: u16,
+        cols: u16,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let sandbox = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            sandbox.resize(exec_id, WindowSize { rows, cols }).await?;
+            Ok(runtime::value(()))
+        })
+    }
+
+    /// Stops the sandbox `seconds` from now, whatever runs (`None`
+    /// clears the deadline); answers the seconds left.
+    #[pyo3(signature = (seconds, aio=None))]
+    fn set_timeout(
+        &self,
+        py: Python<'_>,
+        seconds: Option<f64>,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let after = seconds.map(crate::process::seconds).transpose()?;
+        let sandbox = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            let left = sandbox.set_timeout(after).await?;
+            Ok(runtime::value(left.map(|left| left.as_secs_f64())))
+        })
+    }
+
+    /// The seconds left before the sandbox stops by its deadline; `None`
+    /// when none is set.
+    #[pyo3(signature = (aio=None))]
+    fn timeout(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
+        let sandbox = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            let left = sandbox.timeout().await?;
+            Ok(runtime::value(left.map(|left| left.as_secs_f64())))
         })
     }
 
@@ -287,6 +459,63 @@ impl Sandbox {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
             runtime::json(&sandbox.address().await?)
+        })
+    }
+}
+
+impl Sandbox {
+    /// Runs one file operation; its answer as JSON data (bytes for a read).
+    fn file(
+        &self,
+        py: Python<'_>,
+        aio: Option<Bound<'_, PyTuple>>,
+        op: FileOp,
+    ) -> PyResult<Py<PyAny>> {
+        let sandbox = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            match sandbox.file(op).await? {
+                FileAnswer::Bytes(data) => Ok(Box::new(move |py: Python<'_>| {
+                    Ok(PyBytes::new(py, &data).into_any().unbind())
+                }) as Answer),
+                FileAnswer::Json(value) => runtime::json(&value),
+            }
+        })
+    }
+}
+
+/// A file read as it arrives (`Sandbox.open_file`).
+#[pyclass(frozen, module = "silo_sandbox._native")]
+pub struct FileReader {
+    stream: Arc<tokio::sync::Mutex<FileStream>>,
+}
+
+impl FileReader {
+    fn new(stream: FileStream) -> Self {
+        Self {
+            stream: Arc::new(tokio::sync::Mutex::new(stream)),
+        }
+    }
+}
+
+#[pymethods]
+impl FileReader {
+    /// The next chunk of bytes; `None` at the end of the file.
+    #[pyo3(signature = (aio=None))]
+    fn next(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
+        let stream = Arc::clone(&self.stream);
+        runtime::dispatch(py, aio, Signals::Interrupt, async move {
+            let chunk = stream
+                .lock()
+                .await
+                .next_chunk()
+                .await
+                .map_err(|e| PyErr::from(Failure::of(&e)))?;
+            Ok(Box::new(move |py: Python<'_>| {
+                Ok(match chunk {
+                    Some(data) => PyBytes::new(py, &data).into_any().unbind(),
+                    None => py.None(),
+                })
+            }) as Answer)
         })
     }
 }

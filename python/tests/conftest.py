@@ -8,11 +8,15 @@ elsewhere the tests that need it are skipped with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import signal
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -110,3 +114,52 @@ def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.Comple
     return subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, timeout=timeout, env=os.environ.copy()
     )
+
+
+#: Lines of `KEY=value` each mock prints before it serves.
+MOCK_ENV_LINES = 5
+MOCK_START_TIMEOUT = 60.0
+
+
+def start_mock(name: str, args: list[str]) -> tuple[subprocess.Popen, dict[str, str]]:
+    binary = silo_binary().parent / name
+    if not binary.exists():
+        pytest.fail(f"{binary} is not built (cargo build -p silo-mocks --bins)")
+    process = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    env: dict[str, str] = {}
+    deadline = time.monotonic() + MOCK_START_TIMEOUT
+    buffer = b""
+    while len(env) < MOCK_ENV_LINES:
+        ready, _, _ = select.select([process.stdout], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            process.kill()
+            pytest.fail(f"{name} printed no environment within {MOCK_START_TIMEOUT}s")
+        chunk = os.read(process.stdout.fileno(), 4096)
+        if not chunk:
+            pytest.fail(f"{name} exited before it served")
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            key, _, value = line.decode().partition("=")
+            env[key] = value
+    return process, env
+
+
+@contextlib.contextmanager
+def provider_mock(kind: str, base_image: str, monkeypatch: pytest.MonkeyPatch):
+    """The mock of provider ``kind`` (``e2b``, ``daytona``) running, its
+    variables exported, serving ``base`` as the base image; stopped after."""
+    if kind == "e2b":
+        process, env = start_mock("silo-mock-e2b", ["--template", f"base={base_image}", "--ports", "49999,8080"])
+    else:
+        process, env = start_mock("silo-mock-daytona", ["--snapshot", f"base={base_image}", "--ports", "49999,8080"])
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        yield
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()

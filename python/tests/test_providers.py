@@ -4,64 +4,18 @@ agent behind a TLS proxy, as the providers' VMs do."""
 
 from __future__ import annotations
 
-import os
-import select
-import signal
-import subprocess
-import time
-
 import pytest
 
 import silo_sandbox
-from conftest import silo_binary, unique
-
-#: Lines of `KEY=value` each mock prints before it serves.
-MOCK_ENV_LINES = 5
-MOCK_START_TIMEOUT = 60.0
-
-
-def start_mock(name: str, args: list[str]) -> tuple[subprocess.Popen, dict[str, str]]:
-    binary = silo_binary().parent / name
-    if not binary.exists():
-        pytest.fail(f"{binary} is not built (cargo build -p silo-mocks --bins)")
-    process = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    env: dict[str, str] = {}
-    deadline = time.monotonic() + MOCK_START_TIMEOUT
-    buffer = b""
-    while len(env) < MOCK_ENV_LINES:
-        ready, _, _ = select.select([process.stdout], [], [], max(deadline - time.monotonic(), 0))
-        if not ready:
-            process.kill()
-            pytest.fail(f"{name} printed no environment within {MOCK_START_TIMEOUT}s")
-        chunk = os.read(process.stdout.fileno(), 4096)
-        if not chunk:
-            pytest.fail(f"{name} exited before it served")
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            key, _, value = line.decode().partition("=")
-            env[key] = value
-    return process, env
+from conftest import provider_mock, unique
 
 
 @pytest.fixture(params=["e2b", "daytona"])
 def provider(request, base_image, monkeypatch, tmp_path):
     """A running mock of the provider, its variables exported, and a home
     of its own (a home reads the provider's settings when it opens)."""
-    if request.param == "e2b":
-        process, env = start_mock("silo-mock-e2b", ["--template", f"base={base_image}", "--ports", "49999,8080"])
-    else:
-        process, env = start_mock("silo-mock-daytona", ["--snapshot", f"base={base_image}", "--ports", "49999,8080"])
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    try:
+    with provider_mock(request.param, base_image, monkeypatch):
         yield request.param, tmp_path / "home"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def test_a_remote_sandbox_runs_commands_files_and_snapshots(provider):

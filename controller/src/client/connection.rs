@@ -167,6 +167,31 @@ impl ExecConnection {
         }
     }
 
+    /// Sends bytes to an exec's stdin (started with `stdin: true`, or a PTY
+    /// exec), whichever connection follows it.
+    pub async fn write_stdin(&self, exec_id: ExecId, data: &[u8]) -> Result<(), ClientError> {
+        for chunk in data.chunks(silo_protocol::limits::MAX_FRAME_PAYLOAD) {
+            let frame = Frame {
+                channel: Channel::Stdin,
+                exec_id,
+                seq: 0,
+                payload: chunk.to_vec(),
+            };
+            self.send_frame(frame).await?;
+        }
+        Ok(())
+    }
+
+    /// Changes the window of a PTY exec (the program sees SIGWINCH).
+    pub async fn resize(&self, exec_id: ExecId, window: WindowSize) -> Result<(), ClientError> {
+        self.send(ClientMessage::Resize { exec_id, window }).await
+    }
+
+    /// Closes an exec's stdin, so it reads EOF (a PTY exec gets ^D).
+    pub async fn close_stdin(&self, exec_id: ExecId) -> Result<(), ClientError> {
+        self.send(ClientMessage::CloseStdin { exec_id }).await
+    }
+
     /// Every exec the agent holds, running and finished, by id.
     pub async fn list(&self) -> Result<Vec<ExecSummary>, ClientError> {
         let tag = self.tag();
@@ -372,38 +397,19 @@ impl ExecHandle {
         self.events.recv().await
     }
 
-    /// Sends bytes to the exec's stdin (the exec must have been started with `stdin: true`).
+    /// Sends bytes to the exec's stdin, in frames of at most the protocol's size.
     pub async fn write_stdin(&self, data: &[u8]) -> Result<(), ClientError> {
-        for chunk in data.chunks(silo_protocol::limits::MAX_FRAME_PAYLOAD) {
-            self.connection
-                .send_frame(Frame {
-                    channel: Channel::Stdin,
-                    exec_id: self.exec_id,
-                    seq: 0,
-                    payload: chunk.to_vec(),
-                })
-                .await?;
-        }
-        Ok(())
+        self.connection.write_stdin(self.exec_id, data).await
     }
 
-    /// Changes the window of a PTY exec (the program sees SIGWINCH).
+    /// Changes the window of a PTY exec (it sees SIGWINCH).
     pub async fn resize(&self, window: WindowSize) -> Result<(), ClientError> {
-        self.connection
-            .send(ClientMessage::Resize {
-                exec_id: self.exec_id,
-                window,
-            })
-            .await
+        self.connection.resize(self.exec_id, window).await
     }
 
     /// Closes the exec's stdin, so it reads EOF (a PTY exec gets ^D).
     pub async fn close_stdin(&self) -> Result<(), ClientError> {
-        self.connection
-            .send(ClientMessage::CloseStdin {
-                exec_id: self.exec_id,
-            })
-            .await
+        self.connection.close_stdin(self.exec_id).await
     }
 
     /// Interrupts this exec; see [`ExecConnection::interrupt`].

@@ -202,6 +202,24 @@ impl AgentClient {
         .await
     }
 
+    /// Sends one signed request without a body and answers as soon as the
+    /// status arrives, the body left to stream (a large file read).
+    pub(crate) async fn get_for_stream(
+        &self,
+        path_and_query: &str,
+    ) -> Result<http::Response<hyper::body::Incoming>, ClientError> {
+        let spoken = self.speak_for(path_and_query).await?;
+        transport::send_for_stream(
+            &self.endpoint,
+            Some((&self.key, silo_protocol::auth::EMPTY_BODY_SHA256)),
+            spoken.version,
+            http::Method::GET,
+            path_and_query,
+            http_body_util::Empty::<bytes::Bytes>::new(),
+        )
+        .await
+    }
+
     /// Sends one signed request with a body whose SHA-256 is already known,
     /// streamed, with `sent` told of each chunk that goes out; refused
     /// without being sent like [`AgentClient::request`]. Hidden: the

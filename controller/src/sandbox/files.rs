@@ -20,6 +20,8 @@ use silo_protocol::files::{
 };
 use silo_protocol::http::ErrorBody;
 
+use http_body_util::BodyExt;
+
 use crate::client::{AgentClient, ClientError, Response};
 
 mod copy;
@@ -54,6 +56,36 @@ impl Files {
     pub async fn read(&self, path: &str) -> Result<Bytes, FileError> {
         let answer = self.call(Method::GET, PATH_FILE, self.query(path), Bytes::new());
         Ok(answer.await?.body)
+    }
+
+    /// A regular file's contents as they arrive, for a file too large to
+    /// hold at once. What the agent refuses (a missing file, a directory)
+    /// is refused here, before the first chunk.
+    pub async fn read_stream(&self, path: &str) -> Result<FileStream, FileError> {
+        let query = self.query(path);
+        let response = self
+            .client
+            .get_for_stream(&query.path_and_query(PATH_FILE))
+            .await?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(FileStream {
+                body: response.into_body(),
+            });
+        }
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(ClientError::http)?
+            .to_bytes();
+        let ErrorBody { kind, message } = Response { status, body }.error_body();
+        Err(FileError::Refused {
+            path: query.path,
+            status,
+            kind,
+            message,
+        })
     }
 
     /// Writes `data` to `path` atomically, with `mode` (0644 for a new file,
@@ -189,6 +221,27 @@ impl Files {
             kind,
             message,
         })
+    }
+}
+
+/// A file's bytes as the agent sends them ([`Files::read_stream`]).
+#[derive(Debug)]
+pub struct FileStream {
+    body: hyper::body::Incoming,
+}
+
+impl FileStream {
+    /// The next chunk; `None` at the end of the file.
+    pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, FileError> {
+        while let Some(frame) = self.body.frame().await {
+            let frame = frame.map_err(ClientError::http)?;
+            if let Ok(data) = frame.into_data()
+                && !data.is_empty()
+            {
+                return Ok(Some(data));
+            }
+        }
+        Ok(None)
     }
 }
 

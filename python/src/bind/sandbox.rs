@@ -1,13 +1,15 @@
 //! One sandbox of a home: its library handle and kept exec connection
 //! (per process id, see the parent module), and the verbs on it.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::{PyErr, PyResult};
 use silo::client::{ClientError, ExecConnection};
-use silo::{CommandEvent, Execution, Files};
+use silo::silo_protocol::exec::{StreamOffsets, WindowSize};
+use silo::{CommandEvent, Execution, FileStream, Files};
 use silo::{ErrorKind, ExecSpec};
 
 use super::{Home, PerPid};
@@ -158,6 +160,84 @@ impl SandboxRef {
             .map_err(|e| to_py(&e))
     }
 
+    /// Follows a command from where each stream stands for the caller.
+    pub async fn attach_streams(&self, exec_id: u64, have: StreamOffsets) -> PyResult<Execution> {
+        let sandbox = self.sandbox().await?;
+        sandbox
+            .commands()
+            .attach_streams(exec_id, have)
+            .await
+            .map_err(|e| to_py(&e))
+    }
+
+    /// Runs `call` on the kept exec connection; once more on a fresh one
+    /// when the kept one turns out closed.
+    async fn on_connection<T, F, Fut>(&self, call: F) -> PyResult<T>
+    where
+        F: Fn(ExecConnection) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let (connection, kept) = self.connection().await?;
+        match call(connection).await {
+            Err(ClientError::Disconnected | ClientError::Http(_)) if kept => {
+                self.forget();
+                let (connection, _) = self.connection().await?;
+                call(connection).await.map_err(|e| to_py(&e))
+            }
+            done => done.map_err(|e| to_py(&e)),
+        }
+    }
+
+    /// Every command the agent holds, by id, as JSON.
+    pub async fn execs(&self) -> PyResult<serde_json::Value> {
+        let execs = self
+            .on_connection(|connection| async move { connection.list().await })
+            .await?;
+        serde_json::to_value(execs).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// Sends bytes to a command's stdin by its id; `None` closes it.
+    pub async fn send_input(&self, exec_id: u64, data: Option<Vec<u8>>) -> PyResult<()> {
+        self.on_connection(|connection| {
+            let data = data.clone();
+            async move {
+                match data {
+                    Some(data) => connection.write_stdin(exec_id, &data).await,
+                    None => connection.close_stdin(exec_id).await,
+                }
+            }
+        })
+        .await
+    }
+
+    /// Changes a PTY command's window by its id.
+    pub async fn resize(&self, exec_id: u64, window: WindowSize) -> PyResult<()> {
+        self.on_connection(|connection| async move { connection.resize(exec_id, window).await })
+            .await
+    }
+
+    /// Sets (or, with `None`, clears) the lifetime deadline; answers the
+    /// time left.
+    pub async fn set_timeout(&self, after: Option<Duration>) -> PyResult<Option<Duration>> {
+        let sandbox = self.sandbox().await?;
+        sandbox.set_timeout(after).await.map_err(|e| to_py(&e))
+    }
+
+    /// The time left before the lifetime deadline, if one is set.
+    pub async fn timeout(&self) -> PyResult<Option<Duration>> {
+        let sandbox = self.sandbox().await?;
+        sandbox.timeout().await.map_err(|e| to_py(&e))
+    }
+
+    /// A file's bytes as they arrive.
+    pub async fn read_stream(&self, path: &str) -> PyResult<FileStream> {
+        let sandbox = self.sandbox().await?;
+        match sandbox.files().read_stream(path).await {
+            Ok(stream) => Ok(stream),
+            Err(error) => Err(self.file_failure(&sandbox, Failure::of(&error)).await),
+        }
+    }
+
     /// SIGINT, `grace`, SIGKILL; answers the command's state as JSON.
     pub async fn interrupt(
         &self,
@@ -191,14 +271,22 @@ impl SandboxRef {
     pub async fn file(&self, op: FileOp) -> PyResult<FileAnswer> {
         let sandbox = self.sandbox().await?;
         match file_op(sandbox.files(), op).await {
-            Err(failure) if failure.is_unreachable() => {
-                self.forget();
-                Err(match sandbox.down().await {
-                    Some(why) => to_py(&why),
-                    None => failure.into(),
-                })
-            }
-            answer => answer.map_err(PyErr::from),
+            Ok(answer) => Ok(answer),
+            Err(failure) => Err(self.file_failure(&sandbox, failure).await),
+        }
+    }
+
+    /// A failed file call as Python sees it: when the agent could not be
+    /// reached, why, if the sandbox is down (removed, stopped, its
+    /// machine gone).
+    async fn file_failure(&self, sandbox: &silo::Sandbox, failure: Failure) -> PyErr {
+        if !failure.is_unreachable() {
+            return failure.into();
+        }
+        self.forget();
+        match sandbox.down().await {
+            Some(why) => to_py(&why),
+            None => failure.into(),
         }
     }
 
@@ -305,6 +393,10 @@ pub enum FileOp {
         path: String,
         recursive: bool,
     },
+    Rename {
+        from: String,
+        to: String,
+    },
     Upload {
         host: PathBuf,
         sandbox: String,
@@ -395,6 +487,9 @@ async fn file_op(files: &Files, op: FileOp) -> Result<FileAnswer, Failure> {
                 .await
                 .map_err(|e| failed(&e))?,
         ),
+        FileOp::Rename { from, to } => {
+            json(files.rename(&from, &to).await.map_err(|e| failed(&e))?)
+        }
         FileOp::Upload { host, sandbox } => json(
             files
                 .copy_in(&host, &sandbox)

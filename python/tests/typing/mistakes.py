@@ -25,6 +25,14 @@ def sync_mistakes(sandbox: Sandbox) -> None:
     for pool in Pools.list():
         print(pool.readiness)  # error: ready
     sandbox.commands.session("s").run("true", timeout="5")  # error: seconds are a number
+    for process in sandbox.commands.list():
+        print(process.command)  # error: cmd and args
+    sandbox.pty.create((24, 80, 1))  # error: a PtySize of rows and cols
+    sandbox.files.rename("/tmp/a")  # error: the new name is missing
+    for chunk in sandbox.files.read("/tmp/a", format="stream"):
+        print(chunk.decode() + 1)  # error: chunks are bytes
+    sandbox.set_timeout("1h")  # error: seconds are a number
+    sandbox.commands.connect(1, stdout_offest=3)  # error: stdout_offset
 
 
 async def async_mistakes(sandbox: AsyncSandbox) -> None:
