@@ -33,6 +33,7 @@
 //! - `memory`: the sandbox's memory limit and the share of it output buffers may take.
 //! - `activity`: what counts as use, for `--idle-timeout`.
 //! - `deadline`: the lifetime deadline after which the agent stops the sandbox.
+//! - `watch`: directory watches (inotify), streamed to an exec connection.
 //! - `clock`: the machine's wall clock as the protocol reports it.
 //! - `shutdown`: the shutdown phases every long-lived task watches.
 //!
@@ -59,6 +60,7 @@ pub mod server;
 pub mod session;
 pub mod shutdown;
 pub mod snapshot;
+pub mod watch;
 pub mod workload;
 pub mod workload_handle;
 

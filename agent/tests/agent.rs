@@ -516,3 +516,75 @@ async fn a_lifetime_deadline_stops_the_agent_and_can_be_cleared() {
     let exited = agent.wait_exit(Duration::from_secs(20));
     assert_eq!(exited, Some(0), "the agent exits cleanly at its deadline");
 }
+
+#[tokio::test]
+async fn a_watch_streams_a_directorys_changes_until_unwatched() {
+    let agent = Agent::start("watch", &[]);
+    std::fs::create_dir_all(agent.dir.join("watched/sub")).unwrap();
+    let mut ws = agent.ws().await;
+    send(
+        &mut ws,
+        &ClientMessage::Watch {
+            tag: 1,
+            path: "missing".into(),
+            recursive: false,
+        },
+    )
+    .await;
+    match next(&mut ws).await {
+        In::Msg(AgentMessage::Error {
+            tag: Some(1), kind, ..
+        }) => {
+            assert_eq!(kind.to_string(), "not_found");
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    let watched = agent.dir.join("watched").display().to_string();
+    send(
+        &mut ws,
+        &ClientMessage::Watch {
+            tag: 2,
+            path: watched,
+            recursive: true,
+        },
+    )
+    .await;
+    let watch_id = match next(&mut ws).await {
+        In::Msg(AgentMessage::Watching { tag: 2, watch_id }) => watch_id,
+        other => panic!("expected watching, got {other:?}"),
+    };
+    std::fs::write(agent.dir.join("watched/sub/a.txt"), "a").unwrap();
+    let mut names = Vec::new();
+    while !names.contains(&"sub/a.txt".to_owned()) {
+        match next(&mut ws).await {
+            In::Msg(AgentMessage::FsEvents {
+                watch_id: id,
+                events,
+            }) => {
+                assert_eq!(id, watch_id);
+                names.extend(events.into_iter().map(|e| e.name));
+            }
+            other => panic!("expected events, got {other:?}"),
+        }
+    }
+    send(&mut ws, &ClientMessage::Unwatch { tag: 3, watch_id }).await;
+    loop {
+        match next(&mut ws).await {
+            In::Msg(AgentMessage::Unwatched {
+                tag: 3, existed, ..
+            }) => {
+                assert!(existed);
+                break;
+            }
+            In::Msg(AgentMessage::FsEvents { .. }) => {}
+            other => panic!("expected unwatched, got {other:?}"),
+        }
+    }
+    // Nothing more arrives for it.
+    std::fs::write(agent.dir.join("watched/b.txt"), "b").unwrap();
+    let quiet = tokio::time::timeout(Duration::from_millis(300), ws.next()).await;
+    assert!(
+        quiet.is_err() || matches!(quiet, Ok(Some(Ok(Message::Ping(_))))),
+        "{quiet:?}"
+    );
+}

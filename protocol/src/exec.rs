@@ -189,6 +189,27 @@ pub enum ClientMessage {
         /// Echoed in the reply.
         tag: u64,
     },
+    /// Watch a directory for changes (new in protocol 8,
+    /// [`crate::version::Feature::Watch`]). Answered by
+    /// [`AgentMessage::Watching`]; [`AgentMessage::FsEvents`] follow on this
+    /// connection until [`ClientMessage::Unwatch`], the end of the
+    /// connection, or [`AgentMessage::WatchEnded`].
+    Watch {
+        /// Echoed in the reply.
+        tag: u64,
+        /// The directory: absolute, or relative to the agent's workdir.
+        path: String,
+        /// Its subdirectories too, those made later included.
+        #[serde(default, skip_serializing_if = "is_false")]
+        recursive: bool,
+    },
+    /// Stop a watch. Answered by [`AgentMessage::Unwatched`].
+    Unwatch {
+        /// Echoed in the reply.
+        tag: u64,
+        /// The watch.
+        watch_id: u64,
+    },
     /// List the sessions. Answered by [`AgentMessage::SessionList`].
     SessionList {
         /// Echoed in the reply.
@@ -233,6 +254,7 @@ impl ClientMessage {
             }
             Self::Resize { .. } => vec![Feature::Tty],
             Self::List { .. } => vec![Feature::ExecList],
+            Self::Watch { .. } | Self::Unwatch { .. } => vec![Feature::Watch],
             Self::Attach {
                 from_streams: Some(_),
                 ..
@@ -327,6 +349,38 @@ pub enum AgentMessage {
         /// Every exec the agent holds, by id.
         execs: Vec<ExecSummary>,
     },
+    /// Reply to [`ClientMessage::Watch`]: the directory is watched.
+    Watching {
+        /// The request's tag.
+        tag: u64,
+        /// The watch, named by the events and by an unwatch.
+        watch_id: u64,
+    },
+    /// Changes in a watched directory, in the order the kernel reported
+    /// them (several at once when they came together).
+    FsEvents {
+        /// The watch.
+        watch_id: u64,
+        /// What changed.
+        events: Vec<FsEvent>,
+    },
+    /// A watch ended on its own: its directory was removed or moved, or
+    /// could no longer be watched. Nothing follows for it.
+    WatchEnded {
+        /// The watch.
+        watch_id: u64,
+        /// Why.
+        reason: String,
+    },
+    /// Reply to [`ClientMessage::Unwatch`].
+    Unwatched {
+        /// The request's tag.
+        tag: u64,
+        /// The watch named.
+        watch_id: u64,
+        /// False when there was no such watch on this connection.
+        existed: bool,
+    },
     /// Reply to [`ClientMessage::SessionOpen`].
     SessionOpened {
         /// The request's tag.
@@ -362,6 +416,38 @@ pub enum AgentMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exec_id: Option<ExecId>,
     },
+}
+
+/// One change in a watched directory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FsEvent {
+    /// What happened.
+    pub kind: FsEventKind,
+    /// The path changed, relative to the watched directory (empty for
+    /// the directory itself).
+    pub name: String,
+    /// The path is a directory.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dir: bool,
+}
+
+/// What happened to a watched path (E2B's event types, and one more).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FsEventKind {
+    /// Made, or moved in.
+    Create,
+    /// Its contents changed.
+    Write,
+    /// Removed.
+    Remove,
+    /// Moved away (its new name, if inside, arrives as a `create`).
+    Rename,
+    /// Its mode, owner or times changed.
+    Chmod,
+    /// The kernel's queue overflowed: changes were missed, and a client
+    /// that must know the tree has to look at it again.
+    Overflow,
 }
 
 /// Output offsets counted per stream: bytes of stdout and of stderr.

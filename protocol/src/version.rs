@@ -80,11 +80,14 @@ pub enum Feature {
     /// [`crate::http::PATH_DEADLINE`]: a lifetime after which the agent
     /// stops the sandbox, set and read at run time.
     Deadline,
+    /// [`crate::exec::ClientMessage::Watch`]: a directory's changes
+    /// streamed on the exec channel.
+    Watch,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -102,6 +105,7 @@ impl Feature {
         Self::StreamOffsets,
         Self::FileRename,
         Self::Deadline,
+        Self::Watch,
     ];
 
     /// The first protocol version that has this feature.
@@ -119,7 +123,11 @@ impl Feature {
             Self::BaselineDigest => 5,
             Self::WalkHint => 6,
             Self::ByteNames => 7,
-            Self::ExecList | Self::StreamOffsets | Self::FileRename | Self::Deadline => 8,
+            Self::ExecList
+            | Self::StreamOffsets
+            | Self::FileRename
+            | Self::Deadline
+            | Self::Watch => 8,
         }
     }
 
@@ -173,6 +181,7 @@ impl Feature {
             Self::StreamOffsets => "per-stream output offsets",
             Self::FileRename => "file rename",
             Self::Deadline => "lifetime deadline",
+            Self::Watch => "directory watches",
         }
     }
 }

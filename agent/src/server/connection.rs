@@ -27,6 +27,7 @@ use hyper_util::rt::TokioIo;
 use silo_protocol::exec::{
     AgentMessage, Channel, ClientMessage, ErrorKind, ExecId, ExecSpec, ExitInfo, Frame,
 };
+use silo_protocol::files::FileQuery;
 use silo_protocol::limits::KEEPALIVE_INTERVAL;
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::WebSocketStream;
@@ -35,8 +36,10 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use super::{AgentState, sessions};
 use crate::commands::{CommandError, Commands};
 use crate::exec::{Attachment, Event, LagSignal, ReplayFrom, Started, Subscriber};
+use crate::files::Target;
 use crate::shutdown::{self, Phase};
 use crate::snapshot::StartGate;
+use crate::watch::{Watch, Watched};
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
 
@@ -44,6 +47,9 @@ type Ws = WebSocketStream<TokioIo<Upgraded>>;
 const EVENT_QUEUE: usize = 256;
 /// Client requests queued between the reader and the writer.
 const COMMAND_QUEUE: usize = 64;
+/// Batches of directory changes queued for the writer; past them a watch
+/// waits, and the kernel's own queue (which reports its overflow) fills.
+const WATCH_QUEUE: usize = 64;
 /// A peer silent for this many keepalive intervals is considered gone.
 const DEAD_PEER_INTERVALS: u32 = 3;
 /// Longest a single write may wait for the peer to read; past it the peer is
@@ -108,6 +114,7 @@ pub async fn run(ws: Ws, state: Arc<AgentState>, phase: watch::Receiver<Phase>) 
     let (event_tx, event_rx) = mpsc::channel(EVENT_QUEUE);
     let lag = Arc::new(LagSignal::default());
     let (cmd_tx, cmd_rx) = mpsc::channel(COMMAND_QUEUE);
+    let (watch_tx, watch_rx) = mpsc::channel(WATCH_QUEUE);
     let heard = Arc::new(Heard::new());
     let reader = tokio::spawn(read_loop(
         stream,
@@ -125,10 +132,18 @@ pub async fn run(ws: Ws, state: Arc<AgentState>, phase: watch::Receiver<Phase>) 
             lag: Arc::clone(&lag),
         },
         follows: HashMap::new(),
+        watches: Watches {
+            workdir: state.files.config.workdir.clone(),
+            running: HashMap::new(),
+            next_id: 1,
+            tx: watch_tx,
+        },
         wrote: false,
     };
     tracing::debug!(conn, "exec connection opened");
-    let ended = writer.run(cmd_rx, event_rx, &lag, &heard, phase).await;
+    let ended = writer
+        .run(cmd_rx, event_rx, watch_rx, &lag, &heard, phase)
+        .await;
     reader.abort();
     writer.detach_all();
     match ended {
@@ -145,8 +160,34 @@ struct Writer {
     sub: Subscriber,
     /// Execs this connection follows → next output offset owed to the client.
     follows: HashMap<ExecId, u64>,
+    /// The directory watches this connection asked for.
+    watches: Watches,
     /// Something was written since the last keepalive tick.
     wrote: bool,
+}
+
+/// A connection's directory watches: they end with it.
+struct Watches {
+    /// Where relative paths start.
+    workdir: std::path::PathBuf,
+    running: HashMap<u64, Watch>,
+    next_id: u64,
+    /// Where the watches send what they see.
+    tx: mpsc::Sender<(u64, Watched)>,
+}
+
+impl Watches {
+    /// Starts watching `path`; answers the watch's id, or why not.
+    fn start(&mut self, path: &str, recursive: bool) -> Result<u64, (ErrorKind, String)> {
+        let target = Target::resolve(&FileQuery::new(path), &self.workdir)
+            .map_err(|e| (e.kind(), error_chain(&e)))?;
+        let id = self.next_id;
+        let watch = Watch::start(id, &target.path, recursive, self.tx.clone())
+            .map_err(|e| (e.kind(), error_chain(&e)))?;
+        self.next_id += 1;
+        self.running.insert(id, watch);
+        Ok(id)
+    }
 }
 
 impl Writer {
@@ -154,6 +195,7 @@ impl Writer {
         &mut self,
         mut cmd_rx: mpsc::Receiver<Cmd>,
         mut event_rx: mpsc::Receiver<Event>,
+        mut watch_rx: mpsc::Receiver<(u64, Watched)>,
         lag: &LagSignal,
         heard: &Heard,
         mut phase: watch::Receiver<Phase>,
@@ -174,6 +216,7 @@ impl Writer {
                     None => return Ok(()),
                 },
                 Some(event) = event_rx.recv() => self.event(event).await?,
+                Some((watch_id, watched)) = watch_rx.recv() => self.watched(watch_id, watched).await?,
                 () = lag.notified() => self.catch_up(lag).await?,
                 _ = keepalive.tick() => self.keepalive(heard).await?,
             }
@@ -206,6 +249,31 @@ impl Writer {
             } => {
                 let from = from_streams.map_or(ReplayFrom::Seq(from_seq), ReplayFrom::Streams);
                 self.attach(tag, exec_id, from).await
+            }
+            ClientMessage::Watch {
+                tag,
+                path,
+                recursive,
+            } => {
+                let reply = match self.watches.start(&path, recursive) {
+                    Ok(watch_id) => AgentMessage::Watching { tag, watch_id },
+                    Err((kind, message)) => AgentMessage::Error {
+                        tag: Some(tag),
+                        exec_id: None,
+                        kind,
+                        message,
+                    },
+                };
+                self.send_json(&reply).await
+            }
+            ClientMessage::Unwatch { tag, watch_id } => {
+                let existed = self.watches.running.remove(&watch_id).is_some();
+                self.send_json(&AgentMessage::Unwatched {
+                    tag,
+                    watch_id,
+                    existed,
+                })
+                .await
             }
             ClientMessage::List { tag } => {
                 let execs = self.commands.execs().list();
@@ -255,6 +323,25 @@ impl Writer {
                 Some(reply) => self.send_json(&reply).await,
                 None => Ok(()),
             },
+        }
+    }
+
+    /// Sends what a watch saw; an ended watch leaves the table.
+    async fn watched(&mut self, watch_id: u64, watched: Watched) -> Result<(), ConnectionError> {
+        if !self.watches.running.contains_key(&watch_id) {
+            // Unwatched meanwhile: what it saw last is no longer wanted.
+            return Ok(());
+        }
+        match watched {
+            Watched::Events(events) => {
+                self.send_json(&AgentMessage::FsEvents { watch_id, events })
+                    .await
+            }
+            Watched::Ended(reason) => {
+                self.watches.running.remove(&watch_id);
+                self.send_json(&AgentMessage::WatchEnded { watch_id, reason })
+                    .await
+            }
         }
     }
 
