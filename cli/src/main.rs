@@ -40,6 +40,7 @@ mod stop;
 mod terminal;
 mod timeout;
 mod up;
+mod watch;
 
 use std::path::PathBuf;
 
@@ -146,6 +147,8 @@ enum Command {
     Start(start::Args),
     /// Stop a sandbox, keeping it for a later start.
     Stop(stop::Args),
+    /// Print a directory's changes in a sandbox as they happen.
+    Watch(watch::Args),
     /// Show, set or clear the time after which a sandbox stops, whatever runs.
     Timeout(timeout::Args),
     /// Open a sandbox by name, or create it: attach, start, or make it fresh.
@@ -196,6 +199,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Mv(args) => mv::run(&silo, &out, args).await,
         Command::Ps(args) => ps::run(&silo, &out, args).await,
         Command::Timeout(args) => timeout::run(&silo, &out, args).await,
+        Command::Watch(args) => watch::run(&silo, &out, args).await,
         Command::Push(args) => push::run(&silo, &out, args).await,
         Command::Rewind(args) => rewind::run(&silo, &out, args).await,
         Command::Rm(args) => rm::run(&silo, &out, args).await,

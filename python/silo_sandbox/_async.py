@@ -29,6 +29,7 @@ from ._core import (
     OpenReport,
     EntryInfo,
     Event,
+    FilesystemEvent,
     PortUrl,
     ProcessInfo,
     PtySize,
@@ -299,6 +300,18 @@ class AsyncFiles:
         """Moves ``old_path`` to ``new_path`` in one step; see ``Files.rename``."""
         return _core.entry(await aio(self._native.rename, old_path, new_path))
 
+    async def watch_dir(
+        self,
+        path: str,
+        on_event: Callable[[FilesystemEvent], Any],
+        *,
+        recursive: bool = False,
+        on_exit: Callable[[str], Any] | None = None,
+    ) -> AsyncWatchHandle:
+        """Watches the directory ``path``, calling ``on_event`` (a function
+        or a coroutine function) for each change; see ``Files.watch_dir``."""
+        return AsyncWatchHandle(await aio(self._native.watch, path, recursive), on_event, on_exit)
+
     async def remove(self, path: str, recursive: bool = True) -> int:
         """Removes a file, link or directory; answers how many paths went."""
         return int(await aio(self._native.remove, path, recursive))
@@ -316,6 +329,44 @@ class AsyncFiles:
     async def download(self, path: str, local: HostPath) -> CopyReport:
         """Copies a sandbox file or tree to the host."""
         return _core.copy_report(await aio(self._native.download, path, os.fspath(local)))
+
+
+class AsyncWatchHandle:
+    """A watched directory (E2B's ``AsyncWatchHandle``): ``on_event`` is
+    called for each change from a task of the running loop until ``stop``
+    or the watch's end, when ``on_exit`` gets the reason."""
+
+    def __init__(
+        self,
+        watcher: _native.DirWatcher,
+        on_event: Callable[[FilesystemEvent], Any],
+        on_exit: Callable[[str], Any] | None,
+    ):
+        self._watcher = watcher
+        self._task = asyncio.get_running_loop().create_task(self._pump(on_event, on_exit))
+        #: Why the watch ended, once it has (``None`` while it runs).
+        self.ended: str | None = None
+
+    async def _pump(self, on_event: Callable[[FilesystemEvent], Any], on_exit: Callable[[str], Any] | None) -> None:
+        while self.ended is None:
+            step = _core.watch_step(await aio(self._watcher.next))
+            for event in step.events:
+                await _called(on_event, event)
+            self.ended = step.ended
+        if on_exit is not None:
+            await _called(on_exit, self.ended)
+
+    async def stop(self) -> None:
+        """Ends the watch; ``on_exit`` is not called."""
+        self._task.cancel()
+        self.ended = self.ended or "stopped"
+        await aio(self._watcher.stop)
+
+
+async def _called(callback: Callable[..., Any], *args: Any) -> None:
+    made = callback(*args)
+    if inspect.isawaitable(made):
+        await made
 
 
 async def _chunks(reader: _native.FileReader) -> AsyncIterator[bytes]:
@@ -572,5 +623,6 @@ __all__ = [
     "AsyncSandbox",
     "AsyncSession",
     "AsyncSnapshots",
+    "AsyncWatchHandle",
     "async_push_to_sandboxes",
 ]

@@ -11,6 +11,7 @@ import asyncio
 import codecs
 import dataclasses
 import datetime as _dt
+import enum
 import json
 import os
 import uuid
@@ -629,6 +630,47 @@ def stream_offsets(stdout: int | None, stderr: int | None) -> tuple[int, int] | 
     if (stdout or 0) < 0 or (stderr or 0) < 0:
         raise InvalidArgumentError("stream offsets are byte counts, 0 or more")
     return (stdout or 0, stderr or 0)
+
+
+class FilesystemEventType(str, enum.Enum):
+    """What happened to a watched path (E2B's ``FilesystemEventType``, and
+    ``OVERFLOW``: the kernel dropped changes; look at the tree again)."""
+
+    CREATE = "create"
+    WRITE = "write"
+    REMOVE = "remove"
+    #: Moved away; its new name, if inside the watch, comes as a ``CREATE``.
+    RENAME = "rename"
+    CHMOD = "chmod"
+    OVERFLOW = "overflow"
+
+
+@dataclasses.dataclass(frozen=True)
+class FilesystemEvent:
+    """One change in a watched directory (E2B's ``FilesystemEvent``)."""
+
+    #: The path, relative to the watched directory.
+    name: str
+    type: FilesystemEventType
+    #: The path is a directory.
+    is_dir: bool = False
+
+
+class WatchStep(NamedTuple):
+    """What one step of a native watch says: changes, or why it ended."""
+
+    events: list[FilesystemEvent]
+    #: Set when the watch ended (its directory went away, or the
+    #: connection to the agent did); nothing follows.
+    ended: str | None = None
+
+
+def watch_step(step: Any) -> WatchStep:
+    if step is None:
+        return WatchStep([], "the connection to the sandbox's agent was lost")
+    if isinstance(step, tuple) and step and step[0] == "ended":
+        return WatchStep([], str(step[1]))
+    return WatchStep([FilesystemEvent(str(name), FilesystemEventType(kind), bool(is_dir)) for kind, name, is_dir in step])
 
 
 class PtySize(NamedTuple):

@@ -25,6 +25,7 @@ from ._core import (
     OpenReport,
     EntryInfo,
     Event,
+    FilesystemEvent,
     FillReport,
     PoolInfo,
     PortUrl,
@@ -368,6 +369,13 @@ class Files:
         a directory only when empty. Answers what is at ``new_path``."""
         return _core.entry(self._native.rename(old_path, new_path))
 
+    def watch_dir(self, path: str, recursive: bool = False) -> WatchHandle:
+        """Watches the directory ``path`` (its subdirectories too with
+        ``recursive``, those made later included); see ``WatchHandle``.
+        A missing path raises ``NotFoundError``, a file
+        ``InvalidArgumentError``."""
+        return WatchHandle(self._native.watch(path, recursive))
+
     def remove(self, path: str, recursive: bool = True) -> int:
         """Removes a file, link or directory (a non-empty one only when
         ``recursive``); answers how many paths went."""
@@ -386,6 +394,37 @@ class Files:
     def download(self, path: str, local: HostPath) -> CopyReport:
         """Copies a sandbox file or tree to the host (``docker cp``'s rules)."""
         return _core.copy_report(self._native.download(path, os.fspath(local)))
+
+
+class WatchHandle:
+    """A watched directory (E2B's ``WatchHandle``): changes collect as they
+    happen until ``stop``, or until the directory goes away."""
+
+    def __init__(self, watcher: _native.DirWatcher):
+        self._watcher = watcher
+        #: Why the watch ended, once it has (``None`` while it runs).
+        self.ended: str | None = None
+
+    def get_new_events(self) -> builtins.list[FilesystemEvent]:
+        """The changes received since the last call, without waiting."""
+        events: builtins.list[FilesystemEvent] = []
+        for raw in self._watcher.take():
+            step = _core.watch_step(raw)
+            events.extend(step.events)
+            self.ended = self.ended or step.ended
+        return events
+
+    def __iter__(self) -> Iterator[FilesystemEvent]:
+        """Each change as it comes, waiting for it, until the watch ends."""
+        while self.ended is None:
+            step = _core.watch_step(self._watcher.next())
+            self.ended = step.ended
+            yield from step.events
+
+    def stop(self) -> None:
+        """Ends the watch."""
+        self._watcher.stop()
+        self.ended = self.ended or "stopped"
 
 
 def _chunks(reader: _native.FileReader) -> Iterator[bytes]:
@@ -719,6 +758,7 @@ __all__ = [
     "Sandbox",
     "Session",
     "Snapshots",
+    "WatchHandle",
     "push_to_sandboxes",
     "snapshots",
 ]

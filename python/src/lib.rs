@@ -301,6 +301,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Sandbox>()?;
     module.add_class::<process::Process>()?;
     module.add_class::<sandbox::FileReader>()?;
+    module.add_class::<sandbox::DirWatcher>()?;
     module.add("AGENT_TARGET", silo_embedded_agent::TARGET)?;
     runtime::register_stand_down(module)?;
     errors::register(module)

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use silo::silo_protocol::exec::{StreamOffsets, WindowSize};
+use silo::client::{DirWatch, WatchEvent};
+use silo::silo_protocol::exec::{FsEventKind, StreamOffsets, WindowSize};
 use silo::{ExecSpec, FileStream};
 
 use crate::bind::{FileAnswer, FileOp, SandboxRef, Started};
@@ -304,6 +305,23 @@ impl Sandbox {
         )
     }
 
+    /// Watches the directory `path` (its subdirectories too with
+    /// `recursive`): a `DirWatcher`.
+    #[pyo3(signature = (path, recursive=false, aio=None))]
+    fn watch(
+        &self,
+        py: Python<'_>,
+        path: String,
+        recursive: bool,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let sandbox = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            let watch = sandbox.watch(&path, recursive).await?;
+            Ok(object(DirWatcher::new(watch)))
+        })
+    }
+
     /// Every command the agent holds, running and ended, as JSON data.
     #[pyo3(signature = (aio=None))]
     fn commands(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
@@ -518,6 +536,93 @@ impl FileReader {
             }) as Answer)
         })
     }
+}
+
+/// A directory watch (`Sandbox.watch`). Its steps are lists of
+/// `(kind, name, is_dir)` changes, `("ended", reason)` when the directory
+/// went away, and `None` once nothing more can come.
+#[pyclass(frozen, module = "silo_sandbox._native")]
+pub struct DirWatcher {
+    watch: Arc<tokio::sync::Mutex<Option<DirWatch>>>,
+}
+
+impl DirWatcher {
+    fn new(watch: DirWatch) -> Self {
+        Self {
+            watch: Arc::new(tokio::sync::Mutex::new(Some(watch))),
+        }
+    }
+}
+
+#[pymethods]
+impl DirWatcher {
+    /// The next step, waiting for it.
+    #[pyo3(signature = (aio=None))]
+    fn next(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
+        let watch = Arc::clone(&self.watch);
+        runtime::dispatch(py, aio, Signals::Interrupt, async move {
+            let mut watch = watch.lock().await;
+            let step = match watch.as_mut() {
+                Some(running) => running.next().await,
+                None => None,
+            };
+            Ok(watch_step(step))
+        })
+    }
+
+    /// The steps already received, without waiting (none while another
+    /// call waits for one).
+    fn take(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        let mut steps = Vec::new();
+        if let Ok(mut watch) = self.watch.try_lock()
+            && let Some(running) = watch.as_mut()
+        {
+            while let Some(step) = running.try_next() {
+                steps.push(watch_step(Some(step))(py)?);
+            }
+        }
+        Ok(steps)
+    }
+
+    /// Ends the watch on the agent.
+    #[pyo3(signature = (aio=None))]
+    fn stop(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
+        let watch = Arc::clone(&self.watch);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            if let Some(running) = watch.lock().await.take() {
+                // A connection already gone has ended the watch with it.
+                let _ = running.stop().await;
+            }
+            Ok(runtime::value(()))
+        })
+    }
+}
+
+fn watch_step(step: Option<WatchEvent>) -> Answer {
+    Box::new(move |py| {
+        let made = match step {
+            None => return Ok(py.None()),
+            Some(WatchEvent::Ended(reason)) => ("ended", reason).into_pyobject(py)?.into_any(),
+            Some(WatchEvent::Changes(events)) => {
+                let changes = events
+                    .into_iter()
+                    .map(|event| {
+                        let kind = match event.kind {
+                            FsEventKind::Create => "create",
+                            FsEventKind::Write => "write",
+                            FsEventKind::Remove => "remove",
+                            FsEventKind::Rename => "rename",
+                            FsEventKind::Chmod => "chmod",
+                            FsEventKind::Overflow => "overflow",
+                        };
+                        (kind, event.name, event.dir)
+                    })
+                    .collect::<Vec<_>>();
+                changes.into_pyobject(py)?.into_any()
+            }
+        };
+        Ok(made.unbind())
+    })
 }
 
 /// An answer of a new native object.

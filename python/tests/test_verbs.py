@@ -5,12 +5,13 @@ a container running the real agent behind a TLS proxy)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 import silo_sandbox
-from silo_sandbox import PtySize
+from silo_sandbox import FilesystemEventType, PtySize
 from conftest import provider_mock, unique
 
 
@@ -130,3 +131,49 @@ def test_a_lifetime_deadline_stops_the_sandbox_whatever_runs(sandbox):
     sandbox.start()
     assert sandbox.files.read("/tmp/kept.txt") == "kept"
     assert sandbox.get_timeout() is None, "a new boot has no deadline"
+
+
+def test_watch_dir_reports_changes_in_new_subdirectories_too(sandbox):
+    sandbox.files.make_dir("/tmp/watched")
+    with pytest.raises(silo_sandbox.NotFoundError):
+        sandbox.files.watch_dir("/tmp/no-such-dir")
+    watch = sandbox.files.watch_dir("/tmp/watched", recursive=True)
+    sandbox.commands.run("mkdir /tmp/watched/new && sleep 0.3 && echo x > /tmp/watched/new/a.txt && mv /tmp/watched/new/a.txt /tmp/watched/b.txt")
+    seen: list[silo_sandbox.FilesystemEvent] = []
+
+    def has(kind: FilesystemEventType, name: str) -> bool:
+        return any(e.type == kind and e.name == name for e in seen)
+
+    def arrived() -> bool:
+        seen.extend(watch.get_new_events())
+        return has(FilesystemEventType.CREATE, "b.txt")
+
+    _until(arrived, "the move into the watched directory is seen")
+    assert has(FilesystemEventType.CREATE, "new") and any(e.is_dir for e in seen if e.name == "new")
+    assert has(FilesystemEventType.CREATE, "new/a.txt"), seen
+    assert has(FilesystemEventType.RENAME, "new/a.txt"), seen
+    watch.stop()
+    sandbox.files.write("/tmp/watched/after.txt", "x")
+    time.sleep(0.3)
+    assert watch.get_new_events() == [], "nothing after stop"
+
+
+def test_an_async_watch_calls_back_and_says_when_its_directory_goes(base_image):
+    async def main() -> tuple[list[silo_sandbox.FilesystemEvent], str]:
+        async with await silo_sandbox.AsyncSandbox.create(base_image, name=unique("py-watch-async")) as sandbox:
+            await sandbox.files.make_dir("/tmp/w")
+            seen: list[silo_sandbox.FilesystemEvent] = []
+            ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+            async def on_event(event: silo_sandbox.FilesystemEvent) -> None:
+                seen.append(event)
+
+            await sandbox.files.watch_dir("/tmp/w", on_event, on_exit=ended.set_result)
+            await sandbox.files.write("/tmp/w/a.txt", "a")
+            await sandbox.commands.run("sleep 0.3; rm -r /tmp/w")
+            return seen, await asyncio.wait_for(ended, 30)
+
+    seen, reason = asyncio.run(main())
+    # An atomic write lands as a move into place: a create of the name.
+    assert any(e.type == FilesystemEventType.CREATE and e.name == "a.txt" for e in seen), seen
+    assert "removed" in reason

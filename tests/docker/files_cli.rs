@@ -157,3 +157,66 @@ async fn mv_ps_and_timeout_work_on_a_docker_sandbox() {
     cli.ok(&["start", "mvd"]);
     assert_eq!(cli.ok(&["cat", "mvd", "/tmp/new/b.txt"]), "one\n");
 }
+
+/// `silo watch` prints a Docker sandbox's changes as they happen, those
+/// in a directory made after the watch began included.
+#[tokio::test]
+async fn watch_prints_changes_as_they_happen() {
+    use std::io::BufRead;
+    let Some(_engine) = engine_with_base().await else {
+        return;
+    };
+    let cli = crate::cli();
+    cli.ok(&["up", "watchd", "--image", BASE_IMAGE]);
+    cli.ok(&["exec", "watchd", "--", "mkdir", "-p", "/tmp/w"]);
+    let refused = cli.fails(&["watch", "watchd", "/tmp/none"]);
+    assert!(
+        refused.contains("/tmp/none") && refused.contains("does not exist"),
+        "{refused}"
+    );
+    let mut watcher = cli
+        .command(&["watch", "watchd", "/tmp/w", "--recursive", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = watcher.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(json(&line)).is_err() {
+                break;
+            }
+        }
+    });
+    // The watch is set up once the first change shows; make changes until then.
+    let first = (0..100).find_map(|i| {
+        cli.ok(&["exec", "watchd", "--", "touch", &format!("/tmp/w/probe{i}")]);
+        rx.recv_timeout(std::time::Duration::from_millis(200)).ok()
+    });
+    assert!(first.is_some(), "the watch reported nothing");
+    cli.ok(&[
+        "exec",
+        "watchd",
+        "--",
+        "sh",
+        "-c",
+        "mkdir /tmp/w/new && sleep 0.5 && echo x > /tmp/w/new/a.txt && rm /tmp/w/new/a.txt",
+    ]);
+    let mut seen = Vec::new();
+    let wanted = |seen: &[serde_json::Value], kind: &str, name: &str| {
+        seen.iter().any(|e| e["kind"] == kind && e["name"] == name)
+    };
+    while !wanted(&seen, "remove", "new/a.txt") {
+        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(event) => seen.push(event),
+            Err(_) => panic!("no removal seen: {seen:?}"),
+        }
+    }
+    assert!(wanted(&seen, "create", "new"), "{seen:?}");
+    assert!(wanted(&seen, "create", "new/a.txt"), "{seen:?}");
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+}

@@ -6,6 +6,7 @@ use anyhow::Context;
 
 use silo::Copied;
 use silo::human_bytes;
+use silo_protocol::exec::FsEvent;
 use silo_protocol::files::{FileKind, FileStat, TreeWritten};
 
 use super::{BROKEN_PIPE_CODE, Output, print_json, print_lines, render, row, utc};
@@ -60,6 +61,24 @@ impl Output {
             Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(BROKEN_PIPE_CODE),
             Err(err) => Err(err).context("writing to stdout"),
         }
+    }
+
+    /// Changes `silo watch` saw: a line each; answers the exit code to
+    /// leave with when stdout has gone away, else 0.
+    pub fn fs_events(&self, events: &[FsEvent]) -> anyhow::Result<i32> {
+        let mut text = String::new();
+        for event in events {
+            if self.json {
+                text += &serde_json::to_string(event).context("encoding an event")?;
+            } else {
+                let kind = serde_json::to_value(event.kind).context("encoding an event")?;
+                let kind = kind.as_str().unwrap_or("change");
+                let slash = if event.dir { "/" } else { "" };
+                text += &format!("{kind:<8} {}{slash}", event.name);
+            }
+            text.push('\n');
+        }
+        self.bytes(text.as_bytes())
     }
 
     /// Paths in a sandbox, as `silo ls-files` shows them.

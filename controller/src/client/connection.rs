@@ -23,7 +23,7 @@ use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use silo_protocol::exec::{
     AgentMessage, Channel, ClientMessage, ExecId, ExecSpec, ExecState, ExecSummary, ExitInfo,
-    Frame, StreamOffsets, WindowSize,
+    Frame, FsEvent, StreamOffsets, WindowSize,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
@@ -34,6 +34,8 @@ use super::{ClientError, Spoken, lock};
 
 /// Events queued per exec before the reader waits for the consumer.
 const EXEC_EVENT_QUEUE: usize = 1024;
+/// Batches of directory changes queued per watch.
+const WATCH_EVENT_QUEUE: usize = 256;
 
 type Sink = SplitSink<WebSocketStream<Box<dyn Stream>>, Message>;
 
@@ -65,10 +67,21 @@ pub struct ExecOutput {
     pub exit: ExitInfo,
 }
 
+/// What a directory watch reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchEvent {
+    /// Changes, in the order the kernel reported them.
+    Changes(Vec<FsEvent>),
+    /// The watch ended on the agent's side (its directory went away);
+    /// nothing follows.
+    Ended(String),
+}
+
 /// A reply to a tagged request, with the event queue the reader registered for it.
 pub(super) struct Reply {
     pub(super) message: AgentMessage,
     events: Option<mpsc::Receiver<ExecEvent>>,
+    watch: Option<mpsc::Receiver<WatchEvent>>,
 }
 
 /// State the reader task and the request side share.
@@ -78,6 +91,8 @@ struct Routes {
     pending: HashMap<u64, oneshot::Sender<Reply>>,
     /// Event queues of the execs this connection follows.
     execs: HashMap<ExecId, mpsc::Sender<ExecEvent>>,
+    /// Event queues of the directory watches this connection asked for.
+    watches: HashMap<u64, mpsc::Sender<WatchEvent>>,
     /// Set once the socket is gone; later requests fail at once.
     closed: bool,
 }
@@ -190,6 +205,26 @@ impl ExecConnection {
     /// Closes an exec's stdin, so it reads EOF (a PTY exec gets ^D).
     pub async fn close_stdin(&self, exec_id: ExecId) -> Result<(), ClientError> {
         self.send(ClientMessage::CloseStdin { exec_id }).await
+    }
+
+    /// Watches the directory `path` (its subdirectories too with
+    /// `recursive`) for as long as the answer and this connection live.
+    pub async fn watch(&self, path: &str, recursive: bool) -> Result<DirWatch, ClientError> {
+        let tag = self.tag();
+        let request = ClientMessage::Watch {
+            tag,
+            path: path.to_owned(),
+            recursive,
+        };
+        let reply = self.call(tag, request).await?;
+        match (reply.message, reply.watch) {
+            (AgentMessage::Watching { watch_id, .. }, Some(events)) => Ok(DirWatch {
+                connection: self.clone(),
+                watch_id,
+                events,
+            }),
+            (other, _) => Err(unexpected(other)),
+        }
     }
 
     /// Every exec the agent holds, running and finished, by id.
@@ -361,6 +396,38 @@ impl Drop for Outgoing {
     }
 }
 
+/// A directory watched through an exec connection
+/// ([`ExecConnection::watch`]); dropping it leaves the agent's watch to
+/// end with the connection, [`DirWatch::stop`] ends it at once.
+pub struct DirWatch {
+    connection: ExecConnection,
+    watch_id: u64,
+    events: mpsc::Receiver<WatchEvent>,
+}
+
+impl DirWatch {
+    /// The next batch of changes, or the watch's end; `None` when the
+    /// connection is gone (changes after that are not seen).
+    pub async fn next(&mut self) -> Option<WatchEvent> {
+        self.events.recv().await
+    }
+
+    /// A batch already received, without waiting.
+    pub fn try_next(&mut self) -> Option<WatchEvent> {
+        self.events.try_recv().ok()
+    }
+
+    /// Ends the watch on the agent.
+    pub async fn stop(self) -> Result<(), ClientError> {
+        let tag = self.connection.tag();
+        let request = ClientMessage::Unwatch {
+            tag,
+            watch_id: self.watch_id,
+        };
+        self.connection.call(tag, request).await.map(drop)
+    }
+}
+
 /// An attach's answer: the followed exec and where its replay starts.
 pub struct Attached {
     /// The exec, followed from `next_offset`.
@@ -484,6 +551,7 @@ async fn read_loop(
     routes.closed = true;
     routes.pending.clear();
     routes.execs.clear();
+    routes.watches.clear();
 }
 
 async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
@@ -493,6 +561,8 @@ async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
         | AgentMessage::InterruptAck { tag, .. }
         | AgentMessage::Status { tag, .. }
         | AgentMessage::ExecList { tag, .. }
+        | AgentMessage::Watching { tag, .. }
+        | AgentMessage::Unwatched { tag, .. }
         | AgentMessage::SessionOpened { tag, .. }
         | AgentMessage::SessionList { tag, .. }
         | AgentMessage::SessionClosed { tag, .. }
@@ -500,6 +570,16 @@ async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
         AgentMessage::Error { tag, .. } => *tag,
         AgentMessage::Exit { exec_id, exit } => {
             deliver(routes, *exec_id, ExecEvent::Exit(exit.clone()), true).await;
+            return;
+        }
+        AgentMessage::FsEvents { watch_id, events } => {
+            let event = WatchEvent::Changes(events.clone());
+            deliver_watch(routes, *watch_id, event, false).await;
+            return;
+        }
+        AgentMessage::WatchEnded { watch_id, reason } => {
+            let event = WatchEvent::Ended(reason.clone());
+            deliver_watch(routes, *watch_id, event, true).await;
             return;
         }
     };
@@ -524,16 +604,45 @@ async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
     let Some(waiter) = guard.pending.remove(&tag) else {
         return;
     };
-    let events = match &message {
+    let (mut events, mut watch) = (None, None);
+    match &message {
         AgentMessage::Started { exec_id, .. } | AgentMessage::Attached { exec_id, .. } => {
             let (tx, rx) = mpsc::channel(EXEC_EVENT_QUEUE);
             guard.execs.insert(*exec_id, tx);
-            Some(rx)
+            events = Some(rx);
         }
-        _ => None,
-    };
+        AgentMessage::Watching { watch_id, .. } => {
+            let (tx, rx) = mpsc::channel(WATCH_EVENT_QUEUE);
+            guard.watches.insert(*watch_id, tx);
+            watch = Some(rx);
+        }
+        AgentMessage::Unwatched { watch_id, .. } => {
+            guard.watches.remove(watch_id);
+        }
+        _ => {}
+    }
     drop(guard);
-    let _ = waiter.send(Reply { message, events });
+    let _ = waiter.send(Reply {
+        message,
+        events,
+        watch,
+    });
+}
+
+/// Hands a watch's event to its queue, waiting if the consumer is behind
+/// (the agent's queue, and then the kernel's, fill meanwhile).
+async fn deliver_watch(routes: &Mutex<Routes>, watch_id: u64, event: WatchEvent, last: bool) {
+    let queue = {
+        let mut guard = lock(routes);
+        if last {
+            guard.watches.remove(&watch_id)
+        } else {
+            guard.watches.get(&watch_id).cloned()
+        }
+    };
+    if let Some(queue) = queue {
+        let _ = queue.send(event).await;
+    }
 }
 
 /// Hands an event to its exec's queue, waiting if the consumer is behind.

@@ -46,7 +46,9 @@ use tokio_tungstenite::{WebSocketStream, tungstenite};
 use transport::Stream;
 
 pub use baseline::{BaselinePaths, BaselineSent};
-pub use connection::{Attached, ExecConnection, ExecEvent, ExecHandle, ExecOutput};
+pub use connection::{
+    Attached, DirWatch, ExecConnection, ExecEvent, ExecHandle, ExecOutput, WatchEvent,
+};
 pub use negotiate::{REBAKE_HINT, Spoken};
 pub use rewind::RewindBegun;
 pub use session::SessionOptions;

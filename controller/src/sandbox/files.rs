@@ -22,7 +22,7 @@ use silo_protocol::http::ErrorBody;
 
 use http_body_util::BodyExt;
 
-use crate::client::{AgentClient, ClientError, Response};
+use crate::client::{AgentClient, ClientError, DirWatch, Response};
 
 mod copy;
 mod host;
@@ -174,6 +174,28 @@ impl Files {
                 .call(Method::POST, PATH_RENAME, query, Bytes::new())
                 .await?,
         )
+    }
+
+    /// Watches the directory `path` (its subdirectories too with
+    /// `recursive`) on a connection of its own: changes stream until the
+    /// watch is stopped or dropped, or its directory goes away.
+    pub async fn watch(&self, path: &str, recursive: bool) -> Result<DirWatch, FileError> {
+        let connection = self.client.connect().await?;
+        match connection.watch(path, recursive).await {
+            Ok(watch) => Ok(watch),
+            // Refused on the exec channel: the status the same refusal
+            // has on the file API.
+            Err(ClientError::Agent { kind, message }) => Err(FileError::Refused {
+                path: path.to_owned(),
+                status: kind
+                    .status()
+                    .and_then(|code| StatusCode::from_u16(code).ok())
+                    .unwrap_or(StatusCode::BAD_REQUEST),
+                kind,
+                message,
+            }),
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// A file or a tree as an uncompressed tar, entries named from the

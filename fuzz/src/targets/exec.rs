@@ -5,7 +5,9 @@
 
 use fastrand::Rng;
 use serde_json::Value;
-use silo_protocol::exec::{AgentMessage, Channel, ClientMessage, ExecSpec, Frame, WindowSize};
+use silo_protocol::exec::{
+    AgentMessage, Channel, ClientMessage, ExecSpec, Frame, StreamOffsets, WindowSize,
+};
 use silo_protocol::session::{SessionInfo, check_id};
 
 use super::{Target, shape};
@@ -41,6 +43,20 @@ impl Exec {
                 tag: 2,
                 exec_id: 7,
                 from_seq: 0,
+                from_streams: Some(StreamOffsets {
+                    stdout: 3,
+                    stderr: 1,
+                }),
+            },
+            ClientMessage::List { tag: 5 },
+            ClientMessage::Watch {
+                tag: 6,
+                path: "/tmp".into(),
+                recursive: true,
+            },
+            ClientMessage::Unwatch {
+                tag: 7,
+                watch_id: 1,
             },
             ClientMessage::Interrupt {
                 tag: 3,

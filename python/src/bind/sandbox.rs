@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::{PyErr, PyResult};
-use silo::client::{ClientError, ExecConnection};
+use silo::client::{ClientError, DirWatch, ExecConnection};
 use silo::silo_protocol::exec::{StreamOffsets, WindowSize};
 use silo::{CommandEvent, Execution, FileStream, Files};
 use silo::{ErrorKind, ExecSpec};
@@ -227,6 +227,15 @@ impl SandboxRef {
     pub async fn timeout(&self) -> PyResult<Option<Duration>> {
         let sandbox = self.sandbox().await?;
         sandbox.timeout().await.map_err(|e| to_py(&e))
+    }
+
+    /// Watches a directory on a connection of its own.
+    pub async fn watch(&self, path: &str, recursive: bool) -> PyResult<DirWatch> {
+        let sandbox = self.sandbox().await?;
+        match sandbox.files().watch(path, recursive).await {
+            Ok(watch) => Ok(watch),
+            Err(error) => Err(self.file_failure(&sandbox, Failure::of(&error)).await),
+        }
     }
 
     /// A file's bytes as they arrive.
