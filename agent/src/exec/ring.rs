@@ -559,4 +559,85 @@ mod tests {
         // Released rings keep their bytes for replay, outside the budget.
         assert_eq!(quiet.held(), 600);
     }
+
+    /// The promise of per-stream offsets: whatever was written, on either
+    /// stream, however much the ring dropped, a client that has `have` of
+    /// each stream gets exactly the rest of each that is still held, and
+    /// the count of what is gone, once.
+    mod stream_offsets {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// One write: the stream and its length.
+        fn write() -> impl Strategy<Value = (bool, usize)> {
+            (any::<bool>(), 0usize..40)
+        }
+
+        fn channel(stderr: bool) -> Channel {
+            if stderr {
+                Channel::Stderr
+            } else {
+                Channel::Stdout
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn a_replay_by_stream_offsets_gives_each_stream_its_rest(
+                capacity in 0usize..96,
+                writes in proptest::collection::vec(write(), 0..40),
+                discard in any::<bool>(),
+                have in (0u64..400, 0u64..400),
+            ) {
+                let mut ring = Ring::new(capacity);
+                // Every byte ever written, per stream, numbered so that a
+                // misplaced one shows.
+                let (mut out, mut err): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+                let mut next = 0u8;
+                for (stderr, len) in writes {
+                    let data: Vec<u8> = (0..len).map(|_| { next = next.wrapping_add(1); next }).collect();
+                    if stderr { err.extend(&data) } else { out.extend(&data) }
+                    ring.push(channel(stderr), &data);
+                }
+                if discard {
+                    ring.discard();
+                }
+                let have = StreamOffsets {
+                    stdout: have.0.min(out.len() as u64),
+                    stderr: have.1.min(err.len() as u64),
+                };
+                let gone = ring.streams_at(ring.start());
+                let (seq, lost) = ring.seq_of(have);
+                let replay = ring.replay(seq);
+                prop_assert_eq!(
+                    lost,
+                    gone.stdout.saturating_sub(have.stdout) + gone.stderr.saturating_sub(have.stderr)
+                );
+                // The client's side: count each stream from where the agent
+                // says it stands, keep only what it lacks.
+                let mut at = ring.streams_at(replay.next_seq);
+                let (mut got_out, mut got_err): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+                let mut expect_seq = replay.next_seq;
+                for chunk in &replay.chunks {
+                    prop_assert_eq!(chunk.seq, expect_seq);
+                    expect_seq += chunk.data.len() as u64;
+                    let (count, wanted, got) = match chunk.channel {
+                        Channel::Stderr => (&mut at.stderr, have.stderr, &mut got_err),
+                        _ => (&mut at.stdout, have.stdout, &mut got_out),
+                    };
+                    let skip = wanted.saturating_sub(*count).min(chunk.data.len() as u64) as usize;
+                    got.extend_from_slice(&chunk.data[skip..]);
+                    *count += chunk.data.len() as u64;
+                }
+                prop_assert_eq!(expect_seq, ring.end());
+                prop_assert_eq!(at.stdout, out.len() as u64);
+                prop_assert_eq!(at.stderr, err.len() as u64);
+                let from_out = have.stdout.max(gone.stdout) as usize;
+                let from_err = have.stderr.max(gone.stderr) as usize;
+                prop_assert_eq!(&got_out[..], &out[from_out..]);
+                prop_assert_eq!(&got_err[..], &err[from_err..]);
+            }
+        }
+    }
 }
