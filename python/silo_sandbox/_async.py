@@ -555,7 +555,7 @@ class AsyncSandbox:
 
     async def kill(self) -> bool:
         """Removes the sandbox and its machine; answers True."""
-        await aio(self._home.lifecycle, "kill", self.sandbox_id)
+        await aio(self._home.kill, self.sandbox_id)
         return True
 
     async def stop(self) -> bool:
@@ -574,11 +574,11 @@ class AsyncSandbox:
 
     async def pause(self) -> bool:
         """Pauses it with its memory where the backend can (e2b)."""
-        return bool(await aio(self._home.lifecycle, "pause", self.sandbox_id))
+        return bool(await aio(self._home.pause, self.sandbox_id))
 
     async def start(self) -> None:
         """Starts it again after a stop or pause."""
-        await aio(self._home.lifecycle, "start", self.sandbox_id)
+        await aio(self._home.start, self.sandbox_id)
 
     async def info(self) -> SandboxRecord:
         """Its record: backend, spec, labels, where it came from."""

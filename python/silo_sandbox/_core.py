@@ -665,12 +665,12 @@ class WatchStep(NamedTuple):
     ended: str | None = None
 
 
-def watch_step(step: Any) -> WatchStep:
+def watch_step(step: list[tuple[str, str, bool]] | tuple[str, str] | None) -> WatchStep:
     if step is None:
         return WatchStep([], "the connection to the sandbox's agent was lost")
-    if isinstance(step, tuple) and step and step[0] == "ended":
-        return WatchStep([], str(step[1]))
-    return WatchStep([FilesystemEvent(str(name), FilesystemEventType(kind), bool(is_dir)) for kind, name, is_dir in step])
+    if isinstance(step, tuple):
+        return WatchStep([], step[1])
+    return WatchStep([FilesystemEvent(name, FilesystemEventType(kind), is_dir) for kind, name, is_dir in step])
 
 
 class PtySize(NamedTuple):

@@ -494,7 +494,7 @@ def _snapshot_id(snapshot: Snapshot | str) -> str:
 
 def _kill_by_id(sandbox_id: str, *, home: HostPath | None = None) -> bool:
     """``Sandbox.kill(id)``: removes the sandbox and its machine; answers True."""
-    _home(home).lifecycle("kill", sandbox_id)
+    _home(home).kill(sandbox_id)
     return True
 
 
@@ -617,7 +617,7 @@ class Sandbox:
 
     def _kill(self) -> bool:
         """Removes the sandbox and its machine; answers True."""
-        self._home.lifecycle("kill", self.sandbox_id)
+        self._home.kill(self.sandbox_id)
         return True
 
     kill = _either(_kill, lambda _owner, sandbox_id, *, home=None: _kill_by_id(sandbox_id, home=home))
@@ -640,11 +640,11 @@ class Sandbox:
     def pause(self) -> bool:
         """Pauses it with its memory where the backend can (e2b); elsewhere
         raises ``InvalidArgumentError`` (``stop`` keeps files only)."""
-        return bool(self._home.lifecycle("pause", self.sandbox_id))
+        return self._home.pause(self.sandbox_id)
 
     def start(self) -> None:
         """Starts it again after a stop or pause."""
-        self._home.lifecycle("start", self.sandbox_id)
+        self._home.start(self.sandbox_id)
 
     def is_running(self) -> bool:
         """Whether its machine runs now."""
@@ -700,27 +700,27 @@ class Pools:
         if snapshot is not None:
             if template is not None or backend is not None or spec is not None:
                 raise InvalidArgumentError("a pool on a snapshot has the snapshot's spec; leave out template, backend and spec")
-            made = home_.pool("create", name, None, size, _snapshot_id(snapshot))
+            made = home_.create_pool(name, size, snapshot=_snapshot_id(snapshot))
         else:
             spec_json = _core.spec_json(template, backend, None, None, None, None, spec)
-            made = home_.pool("create", name, spec_json, size)
-        filled = _core.fill_report(home_.pool("fill", name)) if fill else None
+            made = home_.create_pool(name, size, spec_json)
+        filled = _core.fill_report(home_.fill_pool(name)) if fill else None
         return _core.pool_info(made, filled)
 
     @staticmethod
     def fill(name: str, *, home: HostPath | None = None) -> FillReport:
         """Makes the members the pool lacks."""
-        return _core.fill_report(_home(home).pool("fill", name))
+        return _core.fill_report(_home(home).fill_pool(name))
 
     @staticmethod
     def list(*, home: HostPath | None = None) -> builtins.list[PoolInfo]:
         """Every pool with its ready members."""
-        return [_core.pool_info(p) for p in _home(home).pool("list")]
+        return [_core.pool_info(p) for p in _home(home).pools()]
 
     @staticmethod
     def remove(name: str, *, home: HostPath | None = None) -> int:
         """Removes a pool and its members; answers how many it had."""
-        return int(_home(home).pool("remove", name))
+        return _home(home).remove_pool(name)
 
 
 def push_to_sandboxes(

@@ -150,18 +150,46 @@ impl Home {
         })
     }
 
-    /// `kill`, `stop`, `start` or `pause` a sandbox by name or id.
-    #[pyo3(signature = (verb, name_or_id, aio=None))]
-    fn lifecycle(
+    /// Removes a sandbox by name or id; answers its record as JSON data.
+    #[pyo3(signature = (name_or_id, aio=None))]
+    fn kill(
         &self,
         py: Python<'_>,
-        verb: String,
         name_or_id: String,
         aio: Option<Bound<'_, PyTuple>>,
     ) -> PyResult<Py<PyAny>> {
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&bind::lifecycle(&home, &verb, &name_or_id).await?)
+            runtime::json(&bind::kill(&home, &name_or_id).await?)
+        })
+    }
+
+    /// Pauses a sandbox with its memory (e2b); answers whether it ran.
+    #[pyo3(signature = (name_or_id, aio=None))]
+    fn pause(
+        &self,
+        py: Python<'_>,
+        name_or_id: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let home = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            Ok(runtime::value(bind::pause(&home, &name_or_id).await?))
+        })
+    }
+
+    /// Starts a stopped or paused sandbox; answers what starting did as
+    /// JSON data.
+    #[pyo3(signature = (name_or_id, aio=None))]
+    fn start(
+        &self,
+        py: Python<'_>,
+        name_or_id: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let home = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            runtime::json(&bind::start(&home, &name_or_id).await?)
         })
     }
 
@@ -224,24 +252,51 @@ impl Home {
         })
     }
 
-    /// A pool verb: `create` (spec or snapshot, size), `fill`, `remove`, `list`.
-    #[pyo3(signature = (verb, name="", spec_json=None, size=0, snapshot=None, aio=None))]
-    #[allow(clippy::too_many_arguments, reason = "the module's keyword arguments")]
-    fn pool(
+    /// Records pool `name` of `size` sandboxes of `spec_json`, or (with
+    /// `snapshot`) of forks of it; answers it as JSON data.
+    #[pyo3(signature = (name, size, spec_json=None, snapshot=None))]
+    fn create_pool(
         &self,
         py: Python<'_>,
-        verb: String,
         name: &str,
-        spec_json: Option<&str>,
         size: u32,
-        snapshot: Option<String>,
-        aio: Option<Bound<'_, PyTuple>>,
+        spec_json: Option<&str>,
+        snapshot: Option<&str>,
     ) -> PyResult<Py<PyAny>> {
         let spec = spec(spec_json)?;
+        runtime::json(&bind::create_pool(&self.inner, name, spec, size, snapshot)?)?(py)
+    }
+
+    /// Makes the members pool `name` lacks; answers the report as JSON data.
+    #[pyo3(signature = (name, aio=None))]
+    fn fill_pool(
+        &self,
+        py: Python<'_>,
+        name: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
         let home = Arc::clone(&self.inner);
-        let name = name.to_owned();
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&bind::pool(&home, &verb, &name, spec, size, snapshot).await?)
+            runtime::json(&bind::fill_pool(&home, &name).await?)
+        })
+    }
+
+    /// Every pool with its ready members, as JSON data.
+    fn pools(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        runtime::json(&bind::pools(&self.inner)?)?(py)
+    }
+
+    /// Removes pool `name` and its members; answers how many it had.
+    #[pyo3(signature = (name, aio=None))]
+    fn remove_pool(
+        &self,
+        py: Python<'_>,
+        name: String,
+        aio: Option<Bound<'_, PyTuple>>,
+    ) -> PyResult<Py<PyAny>> {
+        let home = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            Ok(runtime::value(bind::remove_pool(&home, &name).await?))
         })
     }
 

@@ -218,21 +218,29 @@ pub async fn list(home: &Home) -> PyResult<serde_json::Value> {
     Ok(serde_json::Value::Array(rows))
 }
 
-/// A lifecycle verb on a sandbox by name or id: `kill`, `stop`, `start`, `pause`.
-pub async fn lifecycle(home: &Home, verb: &str, name_or_id: &str) -> PyResult<serde_json::Value> {
-    let silo = home.silo()?;
-    let answer = match verb {
-        "kill" => serde_json::to_value(silo.remove(name_or_id).await.map_err(|e| to_py(&e))?),
-        "stop" => Ok(serde_json::Value::Bool(
-            silo.stop(name_or_id).await.map_err(|e| to_py(&e))?,
-        )),
-        "pause" => Ok(serde_json::Value::Bool(
-            silo.pause(name_or_id).await.map_err(|e| to_py(&e))?,
-        )),
-        "start" => serde_json::to_value(silo.start(name_or_id).await.map_err(|e| to_py(&e))?),
-        other => return Err(invalid(format!("unknown lifecycle verb {other:?}"))),
-    };
-    answer.map_err(|e| invalid(e.to_string()))
+/// Removes a sandbox by name or id; answers its record.
+pub async fn kill(home: &Home, name_or_id: &str) -> PyResult<serde_json::Value> {
+    let removed = home
+        .silo()?
+        .remove(name_or_id)
+        .await
+        .map_err(|e| to_py(&e))?;
+    serde_json::to_value(removed).map_err(|e| invalid(e.to_string()))
+}
+
+/// Pauses a sandbox by name or id (memory kept, e2b); answers whether it ran.
+pub async fn pause(home: &Home, name_or_id: &str) -> PyResult<bool> {
+    home.silo()?.pause(name_or_id).await.map_err(|e| to_py(&e))
+}
+
+/// Starts a sandbox by name or id; answers what starting did.
+pub async fn start(home: &Home, name_or_id: &str) -> PyResult<serde_json::Value> {
+    let started = home
+        .silo()?
+        .start(name_or_id)
+        .await
+        .map_err(|e| to_py(&e))?;
+    serde_json::to_value(started).map_err(|e| invalid(e.to_string()))
 }
 
 /// Makes a sandbox `name` from `snapshot`, on another backend or image when given.
@@ -307,41 +315,44 @@ pub fn all_snapshots(home: &Home) -> PyResult<serde_json::Value> {
     serde_json::to_value(list).map_err(|e| invalid(e.to_string()))
 }
 
-/// A pool verb: `create` (with spec and size), `fill`, `remove`, `list`.
-pub async fn pool(
+/// Records pool `name` of `size`: of `spec`, or (with `snapshot`) of
+/// forks of that snapshot; answers it.
+pub fn create_pool(
     home: &Home,
-    verb: &str,
     name: &str,
     spec: Option<SandboxSpec>,
     size: u32,
-    snapshot: Option<String>,
+    snapshot: Option<&str>,
 ) -> PyResult<serde_json::Value> {
     let silo = home.silo()?;
-    let to_json = |value: Result<serde_json::Value, serde_json::Error>| {
-        value.map_err(|e| invalid(e.to_string()))
+    let made = match (snapshot, spec) {
+        (Some(snapshot), _) => silo.create_pool_on_snapshot(name, snapshot, size),
+        (None, Some(spec)) => silo.create_pool(name, spec, size),
+        (None, None) => return Err(invalid("a pool needs a spec or a snapshot")),
     };
-    match verb {
-        "create" => match snapshot {
-            Some(snapshot) => to_json(serde_json::to_value(
-                silo.create_pool_on_snapshot(name, &snapshot, size)
-                    .map_err(|e| to_py(&e))?,
-            )),
-            None => {
-                let spec = spec.ok_or_else(|| invalid("a pool needs a spec"))?;
-                to_json(serde_json::to_value(
-                    silo.create_pool(name, spec, size).map_err(|e| to_py(&e))?,
-                ))
-            }
-        },
-        "fill" => to_json(serde_json::to_value(
-            silo.fill_pool(name).await.map_err(|e| to_py(&e))?,
-        )),
-        "remove" => Ok(serde_json::Value::from(
-            silo.remove_pool(name).await.map_err(|e| to_py(&e))?,
-        )),
-        "list" => to_json(serde_json::to_value(silo.pools().map_err(|e| to_py(&e))?)),
-        other => Err(invalid(format!("unknown pool verb {other:?}"))),
-    }
+    serde_json::to_value(made.map_err(|e| to_py(&e))?).map_err(|e| invalid(e.to_string()))
+}
+
+/// Makes the members pool `name` lacks; answers the report.
+pub async fn fill_pool(home: &Home, name: &str) -> PyResult<serde_json::Value> {
+    let filled = home.silo()?.fill_pool(name).await.map_err(|e| to_py(&e))?;
+    serde_json::to_value(filled).map_err(|e| invalid(e.to_string()))
+}
+
+/// Every pool with its ready members.
+pub fn pools(home: &Home) -> PyResult<serde_json::Value> {
+    let pools = home.silo()?.pools().map_err(|e| to_py(&e))?;
+    serde_json::to_value(pools).map_err(|e| invalid(e.to_string()))
+}
+
+/// Removes pool `name` and its members; answers how many it had.
+pub async fn remove_pool(home: &Home, name: &str) -> PyResult<u64> {
+    let removed = home
+        .silo()?
+        .remove_pool(name)
+        .await
+        .map_err(|e| to_py(&e))?;
+    Ok(u64::try_from(removed).unwrap_or(u64::MAX))
 }
 
 /// One entry of a file set to push.
