@@ -15,7 +15,6 @@ import builtins
 import inspect
 import os
 import time
-import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -41,7 +40,8 @@ from ._core import (
     Snapshot,
     aio,
 )
-from ._sync import HostPath, LostOutput, PushFiles, _home, _snapshot_id
+from ._base import HandleBase, SandboxBase, SessionBase, push_home, raw
+from ._sync import HostPath, PushFiles, _home, _snapshot_id
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from 3.11
@@ -60,60 +60,20 @@ async def _deliver(callback: Callable[[str], Any] | None, decoder: Any, data: by
             await made
 
 
-class AsyncCommandHandle:
+class AsyncCommandHandle(HandleBase):
     """A command started with ``background=True`` or found again with
     ``commands.connect``; ``CommandHandle``'s verbs, awaited."""
 
-    def __init__(self, process: _native.Process):
-        self._process = process
-        self._decoders = _core.Decoders()
-        #: Output bytes reported lost so far.
-        self.lost_bytes = 0
-
-    @property
-    def pid(self) -> int:
-        """The command's id in the sandbox's agent."""
-        return self._process.id
-
-    @property
-    def id(self) -> int:
-        """The same as ``pid``."""
-        return self._process.id
-
-    @property
-    def stdout_offset(self) -> int | None:
-        """Stdout bytes delivered so far; see ``CommandHandle.stdout_offset``."""
-        streams = self._process.streams
-        return streams[0] if streams is not None else None
-
-    @property
-    def stderr_offset(self) -> int | None:
-        """Stderr bytes delivered so far; see ``CommandHandle.stdout_offset``."""
-        streams = self._process.streams
-        return streams[1] if streams is not None else None
-
     async def events(self) -> AsyncIterator[Event]:
         """Each event as it comes: ``Stdout``, ``Stderr``, ``Lost``, then ``Exit``."""
-        while True:
-            step = _core.event(await aio(self._process.next))
-            if step is None:
-                return
-            if isinstance(step, _core.Lost):
-                self.lost_bytes += step.count
-                warnings.warn(f"{step.count} output bytes at offset {step.offset} were lost", LostOutput, stacklevel=2)
-            yield step
+        while (event := self._seen(await aio(self._process.next))) is not None:
+            yield event
 
     async def __aiter__(self) -> AsyncIterator[tuple[str | None, str | None, None]]:
         """``(stdout, stderr, pty)`` text chunks, one side set."""
-        async for step in self.events():
-            if isinstance(step, _core.Stdout):
-                text = self._decoders.stdout.decode(step.data)
-                if text:
-                    yield text, None, None
-            elif isinstance(step, _core.Stderr):
-                text = self._decoders.stderr.decode(step.data)
-                if text:
-                    yield None, text, None
+        async for event in self.events():
+            if (texts := self._texts(event)) is not None:
+                yield texts
 
     async def wait(
         self,
@@ -149,20 +109,15 @@ class AsyncCommandHandle:
 
     async def send_stdin(self, data: str | bytes) -> None:
         """Writes to the command's stdin (run with ``stdin=True``)."""
-        await aio(self._process.send_stdin, data.encode() if isinstance(data, str) else data)
+        await aio(self._process.send_stdin, raw(data))
 
     async def close_stdin(self) -> None:
         """Closes the command's stdin, so it reads EOF."""
         await aio(self._process.send_stdin, None)
 
 
-class AsyncSession:
+class AsyncSession(SessionBase["AsyncCommands"]):
     """A shell session: cwd and variables carry over between runs."""
-
-    def __init__(self, commands: AsyncCommands, session_id: str):
-        self._commands = commands
-        #: The session's id.
-        self.id = session_id
 
     @overload
     async def run(self, cmd: str, background: Literal[False] = False, **options: Unpack[RunOptions]) -> CommandResult: ...
@@ -181,9 +136,8 @@ class AsyncSession:
 
     async def interrupt(self, grace: float | None = None) -> None:
         """Interrupts what the session runs; its shell survives."""
-        for info in await self._commands.sessions():
-            if info.id == self.id and info.running is not None:
-                await self._commands.interrupt(info.running, grace)
+        if (running := self._running(await self._commands.sessions())) is not None:
+            await self._commands.interrupt(running, grace)
 
 
 class AsyncCommands:
@@ -233,7 +187,7 @@ class AsyncCommands:
 
     async def send_stdin(self, pid: int, data: str | bytes) -> None:
         """Writes to a command's stdin by its id."""
-        await aio(self._native.send_input, pid, data.encode() if isinstance(data, str) else data)
+        await aio(self._native.send_input, pid, raw(data))
 
     async def close_stdin(self, pid: int) -> None:
         """Closes a command's stdin by its id."""
@@ -279,8 +233,7 @@ class AsyncFiles:
 
     async def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
         """Writes atomically, making missing parents."""
-        raw = data.encode() if isinstance(data, str) else data
-        return _core.entry(await aio(self._native.write_file, path, raw, mode))
+        return _core.entry(await aio(self._native.write_file, path, raw(data), mode))
 
     async def list(self, path: str) -> builtins.list[EntryInfo]:
         """A directory's entries, sorted by name."""
@@ -396,7 +349,7 @@ class AsyncPty:
 
     async def send_stdin(self, pid: int, data: str | bytes) -> None:
         """Types ``data`` into the terminal."""
-        await aio(self._native.send_input, pid, data.encode() if isinstance(data, str) else data)
+        await aio(self._native.send_input, pid, raw(data))
 
     async def resize(self, pid: int, size: PtySize) -> None:
         """Changes the terminal's size."""
@@ -459,16 +412,11 @@ class AsyncSnapshots:
         await aio(self._sandbox._home.remove_snapshot, _snapshot_id(snapshot))
 
 
-class AsyncSandbox:
+class AsyncSandbox(SandboxBase):
     """``Sandbox`` for asyncio: the same class methods and verbs, awaited."""
 
     def __init__(self, native: _native.Sandbox, home: _native.Home, made: ForkReport | OpenReport | None = None):
-        self._native = native
-        self._home = home
-        #: How this sandbox came to be, when this process made or opened
-        #: it: a ``ForkReport`` (from which pool, or why on a new machine)
-        #: or an ``OpenReport`` (the tier ``open`` took); else ``None``.
-        self.made = made
+        super().__init__(native, home, made)
         #: Running commands and sessions.
         self.commands = AsyncCommands(native)
         #: Reading and writing files.
@@ -477,19 +425,6 @@ class AsyncSandbox:
         self.pty = AsyncPty(native)
         #: Snapshots.
         self.snapshots = AsyncSnapshots(self)
-
-    @property
-    def sandbox_id(self) -> str:
-        """Its stable id (``sbx-…``)."""
-        return self._native.id
-
-    @property
-    def name(self) -> str:
-        """Its name."""
-        return self._native.name
-
-    def __repr__(self) -> str:
-        return f"AsyncSandbox(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -549,9 +484,7 @@ class AsyncSandbox:
     @staticmethod
     async def list(*, metadata: Mapping[str, str] | None = None, home: HostPath | None = None) -> list[SandboxInfo]:
         """Every sandbox of the home (with ``metadata``: carrying those labels)."""
-        rows = [_core.sandbox_info(r) for r in await aio(_home(home).list)]
-        wanted = dict(metadata or {})
-        return [r for r in rows if all(r.metadata.get(k) == v for k, v in wanted.items())]
+        return _core.labelled([_core.sandbox_info(r) for r in await aio(_home(home).list)], metadata)
 
     async def kill(self) -> bool:
         """Removes the sandbox and its machine; answers True."""
@@ -606,11 +539,7 @@ async def async_push_to_sandboxes(
     home: HostPath | None = None,
 ) -> PushReport:
     """``push_to_sandboxes`` for asyncio."""
-    home_ = _home(home)
-    for target in sandbox_files:
-        if isinstance(target, AsyncSandbox):
-            home_ = target._home
-            break
+    home_ = push_home(_home(home), sandbox_files)
     data = await aio(home_.push, mount_path, _core.push_targets(sandbox_files), concurrency)
     return _core.push_report(data)
 

@@ -797,6 +797,12 @@ def spec_json(
     return json.dumps(data)
 
 
+def labelled(rows: list[SandboxInfo], metadata: Mapping[str, str] | None) -> list[SandboxInfo]:
+    """The sandboxes carrying every label of ``metadata``."""
+    wanted = dict(metadata or {})
+    return [r for r in rows if all(r.metadata.get(k) == v for k, v in wanted.items())]
+
+
 def claim_name(name: str | None, pool: str | None) -> str | None:
     """The name a sandbox taken from ``pool`` gets when none is given."""
     if name is None and pool is not None:

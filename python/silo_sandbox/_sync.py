@@ -10,11 +10,11 @@ from __future__ import annotations
 import builtins
 import os
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from . import _core, _native
+from ._base import HandleBase, LostOutput, SandboxBase, SessionBase, push_home, raw
 from ._core import RunOptions
 from ._native import InvalidArgumentError
 from ._core import (
@@ -61,75 +61,20 @@ def _home(path: HostPath | None) -> _native.Home:
     return found
 
 
-class LostOutput(UserWarning):
-    """Output the agent no longer held when a handle came back for it."""
-
-
-class CommandHandle:
+class CommandHandle(HandleBase):
     """A command started with ``background=True`` or found again with
     ``commands.connect`` (E2B's ``CommandHandle``)."""
 
-    def __init__(self, process: _native.Process, sandbox: _native.Sandbox):
-        self._followed: _native.Process | None = process
-        self._sandbox = sandbox
-        self._pid = process.id
-        self._decoders = _core.Decoders()
-        #: Output bytes reported lost so far.
-        self.lost_bytes = 0
-
-    @property
-    def _process(self) -> _native.Process:
-        if self._followed is None:
-            raise InvalidArgumentError(f"command {self._pid} was disconnected; commands.connect({self._pid}) follows it again")
-        return self._followed
-
-    @property
-    def pid(self) -> int:
-        """The command's id in the sandbox's agent (E2B calls it ``pid``;
-        ``commands.connect(pid)`` finds it again from any process)."""
-        return self._pid
-
-    @property
-    def id(self) -> int:
-        """The same as ``pid``."""
-        return self._pid
-
-    @property
-    def stdout_offset(self) -> int | None:
-        """Stdout bytes this handle has delivered (or found lost): where
-        ``commands.connect(pid, stdout_offset=...)`` continues; ``None`` when
-        the sandbox's agent does not count streams apart."""
-        streams = self._process.streams if self._followed is not None else None
-        return streams[0] if streams is not None else None
-
-    @property
-    def stderr_offset(self) -> int | None:
-        """Stderr bytes this handle has delivered, as ``stdout_offset``."""
-        streams = self._process.streams if self._followed is not None else None
-        return streams[1] if streams is not None else None
-
     def events(self) -> Iterator[Event]:
         """Each event as it comes: ``Stdout``, ``Stderr``, ``Lost``, then ``Exit``."""
-        while True:
-            step = _core.event(self._process.next())
-            if step is None:
-                return
-            if isinstance(step, _core.Lost):
-                self.lost_bytes += step.count
-                warnings.warn(f"{step.count} output bytes at offset {step.offset} were lost", LostOutput, stacklevel=2)
-            yield step
+        while (event := self._seen(self._process.next())) is not None:
+            yield event
 
     def __iter__(self) -> Iterator[tuple[str | None, str | None, None]]:
         """E2B's shape: ``(stdout, stderr, pty)`` text chunks, one side set."""
-        for step in self.events():
-            if isinstance(step, _core.Stdout):
-                text = self._decoders.stdout.decode(step.data)
-                if text:
-                    yield text, None, None
-            elif isinstance(step, _core.Stderr):
-                text = self._decoders.stderr.decode(step.data)
-                if text:
-                    yield None, text, None
+        for event in self.events():
+            if (texts := self._texts(event)) is not None:
+                yield texts
 
     def wait(
         self,
@@ -156,25 +101,16 @@ class CommandHandle:
 
     def send_stdin(self, data: str | bytes) -> None:
         """Writes to the command's stdin (run with ``stdin=True``)."""
-        self._process.send_stdin(data.encode() if isinstance(data, str) else data)
+        self._process.send_stdin(raw(data))
 
     def close_stdin(self) -> None:
         """Closes the command's stdin, so it reads EOF."""
         self._process.send_stdin(None)
 
-    def disconnect(self) -> None:
-        """Stops following it here; it runs on (``commands.connect`` again)."""
-        self._followed = None
 
-
-class Session:
+class Session(SessionBase["Commands"]):
     """A shell session in the sandbox: cwd, exported variables and shell
     variables carry over between runs, from any process."""
-
-    def __init__(self, commands: Commands, session_id: str):
-        self._commands = commands
-        #: The session's id.
-        self.id = session_id
 
     @overload
     def run(self, cmd: str, background: Literal[False] = False, **options: Unpack[RunOptions]) -> CommandResult: ...
@@ -193,9 +129,8 @@ class Session:
 
     def interrupt(self, grace: float | None = None) -> None:
         """Interrupts what the session runs; its shell survives."""
-        for info in self._commands.sessions():
-            if info.id == self.id and info.running is not None:
-                self._commands.interrupt(info.running, grace)
+        if (running := self._running(self._commands.sessions())) is not None:
+            self._commands.interrupt(running, grace)
 
 
 class Commands:
@@ -229,7 +164,7 @@ class Commands:
         run = _core.run_options(options)
         spec = run.spec(cmd, background)
         if background:
-            return CommandHandle(self._native.spawn(spec), self._native)
+            return CommandHandle(self._native.spawn(spec))
         decoders = _core.Decoders()
         parts = self._native.run(
             spec,
@@ -252,7 +187,7 @@ class Commands:
         ``stderr_offset`` bytes of each (a handle's own offsets); what the
         agent no longer holds is reported as ``Lost``, never skipped."""
         streams = _core.stream_offsets(stdout_offset, stderr_offset)
-        return CommandHandle(self._native.attach(pid, offset, streams), self._native)
+        return CommandHandle(self._native.attach(pid, offset, streams))
 
     def list(self, *, all: bool = False) -> builtins.list[ProcessInfo]:
         """The commands running in the sandbox (``all``: also those that
@@ -262,7 +197,7 @@ class Commands:
 
     def send_stdin(self, pid: int, data: str | bytes) -> None:
         """Writes to a command's stdin by its id (run with ``stdin=True``)."""
-        self._native.send_input(pid, data.encode() if isinstance(data, str) else data)
+        self._native.send_input(pid, raw(data))
 
     def close_stdin(self, pid: int) -> None:
         """Closes a command's stdin by its id, so it reads EOF."""
@@ -305,11 +240,11 @@ class Pty:
         of ``size``; its output (echo included) is the handle's stdout. It
         runs until it exits or is killed, followed or not."""
         spec = _core.pty_spec(size, cmd, cwd, envs, timeout)
-        return CommandHandle(self._native.spawn(spec), self._native)
+        return CommandHandle(self._native.spawn(spec))
 
     def send_stdin(self, pid: int, data: str | bytes) -> None:
         """Types ``data`` into the terminal (``\\x03`` is Ctrl-C)."""
-        self._native.send_input(pid, data.encode() if isinstance(data, str) else data)
+        self._native.send_input(pid, raw(data))
 
     def resize(self, pid: int, size: PtySize) -> None:
         """Changes the terminal's size (the program sees SIGWINCH)."""
@@ -346,8 +281,7 @@ class Files:
     def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
         """Writes atomically (readers see the old file or the new one),
         making missing parents; answers what is there now."""
-        raw = data.encode() if isinstance(data, str) else data
-        return _core.entry(self._native.write_file(path, raw, mode))
+        return _core.entry(self._native.write_file(path, raw(data), mode))
 
     def list(self, path: str) -> builtins.list[EntryInfo]:
         """A directory's entries, sorted by name."""
@@ -408,8 +342,8 @@ class WatchHandle:
     def get_new_events(self) -> builtins.list[FilesystemEvent]:
         """The changes received since the last call, without waiting."""
         events: builtins.list[FilesystemEvent] = []
-        for raw in self._watcher.take():
-            step = _core.watch_step(raw)
+        for taken in self._watcher.take():
+            step = _core.watch_step(taken)
             events.extend(step.events)
             self.ended = self.ended or step.ended
         return events
@@ -512,17 +446,12 @@ class _either:
         return lambda *a, **k: self.on_instance(instance, *a, **k)
 
 
-class Sandbox:
+class Sandbox(SandboxBase):
     """One sandbox (E2B's ``Sandbox``), on the docker, podman, local, e2b
     or daytona backend, in the ``$SILO_HOME`` the ``silo`` command uses."""
 
     def __init__(self, native: _native.Sandbox, home: _native.Home, made: ForkReport | OpenReport | None = None):
-        self._native = native
-        self._home = home
-        #: How this sandbox came to be, when this process made or opened
-        #: it: a ``ForkReport`` (from which pool, or why on a new machine)
-        #: or an ``OpenReport`` (the tier ``open`` took); else ``None``.
-        self.made = made
+        super().__init__(native, home, made)
         #: Running commands and sessions.
         self.commands = Commands(native)
         #: Reading and writing files.
@@ -531,19 +460,6 @@ class Sandbox:
         self.pty = Pty(native)
         #: Taking, listing, rewinding to and forking from snapshots.
         self.snapshots = Snapshots(self)
-
-    @property
-    def sandbox_id(self) -> str:
-        """Its stable id (``sbx-…``)."""
-        return self._native.id
-
-    @property
-    def name(self) -> str:
-        """Its name (``silo ls`` shows it)."""
-        return self._native.name
-
-    def __repr__(self) -> str:
-        return f"Sandbox(name={self.name!r}, sandbox_id={self.sandbox_id!r})"
 
     def __enter__(self) -> Sandbox:
         return self
@@ -611,9 +527,7 @@ class Sandbox:
     def list(*, metadata: Mapping[str, str] | None = None, home: HostPath | None = None) -> list[SandboxInfo]:
         """Every sandbox of the home (with ``metadata``: those carrying
         every label given)."""
-        rows = [_core.sandbox_info(r) for r in _home(home).list()]
-        wanted = dict(metadata or {})
-        return [r for r in rows if all(r.metadata.get(k) == v for k, v in wanted.items())]
+        return _core.labelled([_core.sandbox_info(r) for r in _home(home).list()], metadata)
 
     def _kill(self) -> bool:
         """Removes the sandbox and its machine; answers True."""
@@ -735,11 +649,7 @@ def push_to_sandboxes(
     or ``{sandbox: host directory}``. Each distinct set is bundled once;
     the pushes run in parallel with retries; one failing target never stops
     the others, and the report says what happened to each."""
-    home_ = _home(home)
-    for target in sandbox_files:
-        if isinstance(target, Sandbox):
-            home_ = target._home
-            break
+    home_ = push_home(_home(home), sandbox_files)
     return _core.push_report(home_.push(mount_path, _core.push_targets(sandbox_files), concurrency))
 
 
