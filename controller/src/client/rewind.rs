@@ -4,7 +4,6 @@
 //! finishes it.
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use silo_protocol::Feature;
 use silo_protocol::auth::body_sha256;
 use silo_protocol::layers::ApplyResponse;
@@ -12,7 +11,7 @@ use silo_protocol::rewind::{self, Change, HEADER_REWIND, split_changes};
 use silo_protocol::snapshot::{HEADER_STOPPED, HEADER_UNSETTLED, SnapshotRequest};
 
 use super::snapshot::header;
-use super::{AgentClient, ClientError, rejection};
+use super::{AgentClient, ClientError, rejection, transport};
 
 /// A rewind the agent has begun: its sandbox is held until the layer.
 #[derive(Debug, Clone)]
@@ -52,12 +51,7 @@ impl AgentClient {
             header(&response, HEADER_STOPPED).unwrap_or(0),
             header(&response, HEADER_UNSETTLED).unwrap_or(0),
         );
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(ClientError::http)?
-            .to_bytes();
+        let body = transport::whole(response.into_body()).await?;
         if !status.is_success() {
             return Err(rejection(status.as_u16(), Some(&body)));
         }

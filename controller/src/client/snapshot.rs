@@ -1,7 +1,7 @@
 //! `POST /v1/snapshot`: the sandbox's changes since its image, as one image
 //! layer streamed from the agent.
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use silo_protocol::Feature;
 use silo_protocol::auth::body_sha256;
@@ -53,12 +53,7 @@ impl AgentClient {
                 stopped_at_ns,
             });
         }
-        let refusal = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(ClientError::http)?
-            .to_bytes();
+        let refusal = transport::whole(response.into_body()).await?;
         Err(rejection(status.as_u16(), Some(&refusal)))
     }
 

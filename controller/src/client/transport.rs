@@ -325,13 +325,13 @@ where
     let response =
         send_for_stream(endpoint, signing, version, method, path_and_query, body).await?;
     let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(ClientError::http)?
-        .to_bytes();
+    let body = whole(response.into_body()).await?;
     Ok(Response { status, body })
+}
+
+/// An answer's body read to its end.
+pub async fn whole(body: Incoming) -> Result<Bytes, ClientError> {
+    Ok(body.collect().await.map_err(ClientError::http)?.to_bytes())
 }
 
 /// Sends `body` on a fresh connection, signed with `key` over `sha256` when

@@ -22,7 +22,7 @@ use silo_protocol::http::ErrorBody;
 
 use http_body_util::BodyExt;
 
-use crate::client::{AgentClient, ClientError, DirWatch, Response};
+use crate::client::{AgentClient, ClientError, DirWatch, Response, transport};
 
 mod copy;
 mod host;
@@ -73,12 +73,7 @@ impl Files {
                 body: response.into_body(),
             });
         }
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(ClientError::http)?
-            .to_bytes();
+        let body = transport::whole(response.into_body()).await?;
         let ErrorBody { kind, message } = Response { status, body }.error_body();
         Err(FileError::Refused {
             path: query.path,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 
@@ -313,12 +313,7 @@ impl Rest {
             .await?;
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(ClientError::http)?
-            .to_bytes();
+        let body = transport::whole(response.into_body()).await?;
         Ok(Reply {
             status,
             headers,
