@@ -369,3 +369,77 @@ async fn sigterm_shuts_down_with_the_workload_status() {
     );
     assert!(started.elapsed() < Duration::from_secs(6));
 }
+
+/// Per-stream offsets through the library, with a ring too small for the
+/// output: each stream comes back as a suffix of what it printed, from
+/// where the caller stood when the ring still holds it, the rest counted
+/// as lost, and the execution ends standing at each stream's end.
+#[tokio::test]
+async fn an_attach_by_stream_offsets_gives_each_stream_its_rest_or_counts_it_lost() {
+    use silo::{CommandEvent, Commands};
+    use silo_protocol::exec::{Channel, StreamOffsets};
+
+    let agent = TestAgent::start_with(&["--ring-bytes", "4096"], &[]).await;
+    let commands = Commands::new(agent.client());
+    // More than the ring on both streams, then a short tail whose order the
+    // pauses fix, so the last bytes of each stream are surely held.
+    let script = "head -c 6000 /dev/zero; head -c 3000 /dev/zero >&2; \
+                  for i in 1 2 3 4 5; do echo out$i; sleep 0.01; echo err$i >&2; sleep 0.01; done";
+    let first = commands.spawn(sh(script)).await.unwrap();
+    let id = first.id();
+    let whole = first.collect().await.unwrap();
+    let (out, err) = (whole.stdout, whole.stderr);
+    assert_eq!(whole.lost_bytes, 0, "the first follower keeps up");
+
+    let cases = [
+        // Long gone from a 4 KiB ring: what is held comes, the rest is lost.
+        (10, 5),
+        // Inside what the ring holds: exactly the last bytes of each.
+        (out.len() - 20, err.len() - 30),
+        // One stream whole, the other from the start of the ring.
+        (out.len(), 0),
+    ];
+    for (have_out, have_err) in cases {
+        let have = StreamOffsets {
+            stdout: have_out as u64,
+            stderr: have_err as u64,
+        };
+        let mut execution = commands.attach_streams(id, have).await.unwrap();
+        let (mut got_out, mut got_err, mut lost) = (Vec::new(), Vec::new(), 0);
+        while let Some(event) = execution.next().await.unwrap() {
+            match event {
+                CommandEvent::Output {
+                    channel: Channel::Stderr,
+                    data,
+                    ..
+                } => got_err.extend(data),
+                CommandEvent::Output { data, .. } => got_out.extend(data),
+                CommandEvent::Lost { bytes, .. } => lost += bytes,
+                CommandEvent::Exit(_) => {}
+            }
+        }
+        assert!(
+            out.ends_with(&got_out) && err.ends_with(&got_err),
+            "suffixes"
+        );
+        let missing =
+            |total: usize, have: usize, got: usize| total.saturating_sub(have).saturating_sub(got);
+        assert_eq!(
+            lost as usize,
+            missing(out.len(), have_out, got_out.len())
+                + missing(err.len(), have_err, got_err.len()),
+            "with {have:?}: every wanted byte came or was counted lost"
+        );
+        let end = execution.streams().unwrap();
+        assert_eq!(
+            (end.stdout, end.stderr),
+            (out.len() as u64, err.len() as u64)
+        );
+        if have_out == out.len() - 20 {
+            assert_eq!((got_out.len(), got_err.len(), lost), (20, 30, 0));
+        }
+        if have_out == out.len() {
+            assert!(got_out.is_empty(), "nothing of a stream already whole");
+        }
+    }
+}
