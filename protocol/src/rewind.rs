@@ -30,6 +30,14 @@ pub const CHANGES_CONTENT_TYPE: &str = "application/octet-stream";
 pub const HEADER_REWIND: &str = "x-silo-rewind";
 /// The query key of a layer apply that finishes a rewind.
 pub const QUERY_REWIND: &str = "rewind";
+/// Query flag of a rewind's layer apply: once the layer is placed, the
+/// agent keeps the hold for [`crate::snapshot::CTIME_MARGIN_NS`] (and a
+/// millisecond) before it stamps `applied_at_ns`, so that every path it
+/// placed has a ctime before the next snapshot's margin and counts as
+/// unchanged by its noted identity. For a pool member made ahead, whose
+/// claim would otherwise take every path placed in the margin again. An
+/// agent older than protocol 8 ignores it.
+pub const QUERY_SETTLE: &str = "settle";
 /// How long the agent holds a sandbox for a rewind's layer before it lets
 /// it go unchanged.
 pub const HOLD_SECS: u64 = 60;
@@ -109,10 +117,12 @@ pub fn path() -> &'static str {
     PATH_REWIND
 }
 
-/// The path and query of the layer apply that finishes rewind `token`.
-pub fn apply_path(token: &str) -> String {
+/// The path and query of the layer apply that finishes rewind `token`
+/// (settling, with `settle`: see [`QUERY_SETTLE`]).
+pub fn apply_path(token: &str, settle: bool) -> String {
     crate::query::QueryBuilder::new(crate::layers::path())
         .param(QUERY_REWIND, token)
+        .flag(QUERY_SETTLE, settle)
         .finish()
 }
 
@@ -141,6 +151,7 @@ mod tests {
         assert_eq!(split_changes(b"xetc\0"), None, "unknown kind");
         assert_eq!(split_changes(b"f\0"), None, "empty path");
         assert_eq!(path(), "/v1/rewind");
-        assert_eq!(apply_path("ab12"), "/v1/layers?rewind=ab12");
+        assert_eq!(apply_path("ab12", false), "/v1/layers?rewind=ab12");
+        assert!(apply_path("ab12", true).starts_with("/v1/layers?rewind=ab12&settle"));
     }
 }

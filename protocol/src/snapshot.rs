@@ -59,6 +59,12 @@ pub const HEADER_UNSETTLED: &str = "x-silo-unsettled";
 /// kernel stamps ctimes with).
 pub const HEADER_STOPPED_AT: &str = "x-silo-stopped-at-ns";
 
+/// How far before a snapshot's or a rewind's moment a path's ctime still
+/// counts as changed: file times come from a coarse clock that ticks a few
+/// milliseconds behind the fine one the moments are read from. A margin
+/// can only make a snapshot larger, never miss a change.
+pub const CTIME_MARGIN_NS: i64 = 20_000_000;
+
 /// What the controller asks the agent to capture.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotRequest {

@@ -284,6 +284,13 @@ async fn a_pool_on_a_snapshot_hands_out_forks_that_stand_on_it_and_checks_them()
             "{name} is not the snapshot's tree: {differ:#?}"
         );
     }
+    // The untouched members changed nothing since their fill: the fill's
+    // rewind settled, so no path it placed counts as changed by its time.
+    let untouched = many
+        .iter()
+        .filter(|r| r["image"]["in_place"]["changed"] == 0)
+        .count();
+    assert_eq!(untouched, 2, "{many:#?}");
     assert!(members(&cli, "on").is_empty());
     // An empty pool on the snapshot: a new machine, and why.
     let fourth = json(&cli.ok(&["fork", &snap, "--name", "leaf-4", "--json"]));

@@ -41,13 +41,14 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
 use silo_protocol::ErrorKind;
 use silo_protocol::bundle::BundleLimits;
 use silo_protocol::http::error_chain;
 use silo_protocol::layers::{ApplyResponse, MAX_LAYER_BYTES, MAX_LAYER_ENTRIES, PlacedLayer};
+use silo_protocol::snapshot::CTIME_MARGIN_NS;
 use tokio::sync::mpsc;
 
 use crate::body::{self, BODY_CHANNEL_CHUNKS, BodyError, ChannelReader};
@@ -157,17 +158,24 @@ impl Applier {
     /// [`Applier::apply`] for a rewind, whose hold has the snapshot slot
     /// and the pushes already: the hold lasts until the layer is placed or
     /// refused, even if the client goes away meanwhile, and once the layer
-    /// is placed it keeps the tree the layer made.
+    /// is placed it keeps the tree the layer made. With `settle` the hold
+    /// also lasts the clock margin after the layer is in place, and the
+    /// answer's moment is read after it: every path placed then has a
+    /// ctime before the next snapshot's margin (see
+    /// `silo_protocol::rewind::QUERY_SETTLE`). Nothing can write meanwhile:
+    /// the sandbox's processes are ended and its writes and starts wait.
     pub async fn apply_held(
         &self,
         request: ApplyRequest,
         body: Incoming,
         held: Hold,
+        settle: bool,
     ) -> Result<ApplyResponse, ApplyError> {
         let started = Instant::now();
         check_declared(&request)?;
         let (held, staged) = self.stage_body(request, body, held).await?;
-        self.place_staged(staged, KeepAfter(held), started).await
+        self.place_staged(staged, KeepAfter { held, settle }, started)
+            .await
     }
 
     /// Streams `body` into a fresh staging directory and checks it, with
@@ -222,10 +230,14 @@ impl Applier {
         last.applying(&staged.sha256);
         let placed = tokio::task::spawn_blocking(move || {
             let mut held = held;
-            let placed = staged.place(&root);
-            match &placed {
+            let mut placed = staged.place(&root);
+            match &mut placed {
                 Ok(placed) => {
                     held.placed(&placed.changes);
+                    if let Some(margin) = held.settle() {
+                        std::thread::sleep(margin);
+                        placed.applied_at_ns = crate::clock::unix_ns_now().unwrap_or(0);
+                    }
                     last.placed(PlacedLayer {
                         sha256: placed.sha256.clone(),
                         applied_at_ns: placed.applied_at_ns,
@@ -254,6 +266,11 @@ impl Applier {
 trait Placing: Send + 'static {
     /// The layer is in place, with these changes to the tree.
     fn placed(&mut self, changes: &Changes);
+
+    /// How long to go on holding once the layer is in place, if at all.
+    fn settle(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl Placing
@@ -266,12 +283,22 @@ impl Placing
     fn placed(&mut self, _changes: &Changes) {}
 }
 
-/// A rewind's hold, which keeps the tree after its layer.
-struct KeepAfter(Hold);
+/// A rewind's hold, which keeps the tree after its layer (and, settling,
+/// lasts the clock margin past it).
+struct KeepAfter {
+    held: Hold,
+    settle: bool,
+}
 
 impl Placing for KeepAfter {
     fn placed(&mut self, changes: &Changes) {
-        self.0.keep_after(changes.clone());
+        self.held.keep_after(changes.clone());
+    }
+
+    fn settle(&self) -> Option<Duration> {
+        let margin = u64::try_from(CTIME_MARGIN_NS).unwrap_or(0);
+        self.settle
+            .then(|| Duration::from_nanos(margin) + Duration::from_millis(1))
     }
 }
 

@@ -12,7 +12,7 @@ use silo_protocol::ErrorKind;
 use silo_protocol::auth::is_sha256_hex;
 use silo_protocol::http::error_chain;
 use silo_protocol::query::Query;
-use silo_protocol::rewind::{HOLD_SECS, QUERY_REWIND};
+use silo_protocol::rewind::{HOLD_SECS, QUERY_REWIND, QUERY_SETTLE};
 
 use super::{AgentState, Body, auth, declared_length, error_response, json_response, log_failure};
 use crate::layers::{ApplyError, ApplyRequest};
@@ -28,9 +28,12 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body
     if !is_sha256_hex(&signed.content_sha256) {
         return failure(&ApplyError::BadHash);
     }
-    let rewind = match Query::parse(req.uri().query())
-        .and_then(|q| Ok(q.get(QUERY_REWIND)?.map(str::to_owned)))
-    {
+    let rewind = match Query::parse(req.uri().query()).and_then(|q| {
+        Ok((
+            q.get(QUERY_REWIND)?.map(str::to_owned),
+            q.flag(QUERY_SETTLE)?,
+        ))
+    }) {
         Ok(rewind) => rewind,
         Err(err) => return error_response(ErrorKind::Malformed, err.to_string()),
     };
@@ -39,13 +42,13 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body
         content_length: declared_length(req.headers()),
     };
     let applied = match rewind {
-        None => {
+        (None, _) => {
             state
                 .layers
                 .apply(request, req.into_body(), &state.snapshots, &state.pusher)
                 .await
         }
-        Some(token) => {
+        (Some(token), settle) => {
             let Some(hold) = state.rewinder.take(&token) else {
                 let reason = format!(
                     "no rewind {token:?} is waiting for its layer (a rewind waits {HOLD_SECS} s)"
@@ -55,7 +58,7 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body
             };
             state
                 .layers
-                .apply_held(request, req.into_body(), hold)
+                .apply_held(request, req.into_body(), hold, settle)
                 .await
         }
     };

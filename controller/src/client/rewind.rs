@@ -80,12 +80,24 @@ impl AgentClient {
         token: &str,
         layer: Bytes,
     ) -> Result<ApplyResponse, ClientError> {
+        self.finish_rewind_with(token, layer, false).await
+    }
+
+    /// [`AgentClient::finish_rewind`], the agent keeping its hold for the
+    /// clock margin once the layer is in place when `settle` (a pool member
+    /// made ahead; see [`silo_protocol::rewind::QUERY_SETTLE`]).
+    pub async fn finish_rewind_with(
+        &self,
+        token: &str,
+        layer: Bytes,
+        settle: bool,
+    ) -> Result<ApplyResponse, ClientError> {
         self.speak(Feature::Rewind).await?;
         let digest = body_sha256(&layer);
         let answer = self
             .request_streamed(
                 http::Method::POST,
-                &rewind::apply_path(token),
+                &rewind::apply_path(token, settle),
                 layer,
                 &digest,
                 None,

@@ -252,7 +252,7 @@ impl Silo {
             return Ok(member);
         };
         let snapshot = self.db().snapshot(on)?;
-        match self.rewind_in_place(&member, &snapshot, true).await? {
+        match self.fill_in_place(&member, &snapshot).await? {
             Ok(report) => Ok(report.sandbox),
             Err(NotInPlace(why)) => {
                 self.remove_member(&member).await?;

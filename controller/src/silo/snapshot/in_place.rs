@@ -101,6 +101,28 @@ impl Silo {
         snapshot: &Snapshot,
         fork: bool,
     ) -> Result<Result<RestoreReport, NotInPlace>, SiloError> {
+        self.in_place(sandbox, snapshot, fork, false).await
+    }
+
+    /// [`Silo::rewind_in_place`] of a pool member made ahead onto
+    /// `snapshot`, as a fork: the agent holds it for the clock margin once
+    /// the layer is in place, so a claim finds every path it placed
+    /// unchanged instead of taking those of the last 20 ms again.
+    pub(in crate::silo) async fn fill_in_place(
+        &self,
+        member: &SandboxRecord,
+        snapshot: &Snapshot,
+    ) -> Result<Result<RestoreReport, NotInPlace>, SiloError> {
+        self.in_place(member, snapshot, true, true).await
+    }
+
+    async fn in_place(
+        &self,
+        sandbox: &SandboxRecord,
+        snapshot: &Snapshot,
+        fork: bool,
+        settle: bool,
+    ) -> Result<Result<RestoreReport, NotInPlace>, SiloError> {
         let start = Instant::now();
         let Some(strategy) = self.strategy(sandbox.backend) else {
             return Ok(Err(NotInPlace(format!(
@@ -108,7 +130,10 @@ impl Silo {
                 sandbox.backend
             ))));
         };
-        let placed = match self.place_back(&strategy, sandbox, snapshot, fork).await {
+        let placed = match self
+            .place_back(&strategy, sandbox, snapshot, (fork, settle))
+            .await
+        {
             Ok(placed) => placed,
             Err(why) => return Ok(Err(why)),
         };
@@ -170,7 +195,7 @@ impl Silo {
         strategy: &SnapshotWay,
         sandbox: &SandboxRecord,
         snapshot: &Snapshot,
-        fork: bool,
+        (fork, settle): (bool, bool),
     ) -> Result<(i64, InPlace), NotInPlace> {
         let start = Instant::now();
         // The agent first: a stopped machine or an old agent says so at once.
@@ -249,7 +274,7 @@ impl Silo {
             .map_err(|e| NotInPlace(format!("recording the rewind under way: {e}")))?;
         faults::reached(faults::Point::RewindSending);
         let applied = client
-            .finish_rewind(&begun.token, Bytes::from(restoring.layer))
+            .finish_rewind_with(&begun.token, Bytes::from(restoring.layer), settle)
             .await
             .map_err(|e| NotInPlace(format!("placing the layer: {}", error_chain(&e))))?;
         faults::reached(faults::Point::RewindPlaced);

@@ -51,11 +51,10 @@ use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage, now_ms};
 use crate::store::squash::squash;
 use crate::store::{Index, LayerStats, Store, Written};
 
-/// How far before its container's creation a file's ctime still counts as
-/// changed. File times come from a clock that ticks a few milliseconds
-/// behind the one the engine stamps containers with; a margin can only make
-/// a snapshot larger, never miss a change.
-pub(super) const CTIME_MARGIN_NS: i64 = 20_000_000;
+/// How far before a moment (a container's creation, a snapshot, a rewind)
+/// a file's ctime still counts as changed; the agent settles a pool
+/// member's rewind by the same margin.
+pub(super) use silo_protocol::snapshot::CTIME_MARGIN_NS;
 
 impl Silo {
     /// Snapshots a sandbox's file system (starting it first if it is
