@@ -130,6 +130,18 @@ pub enum RestoreError {
 
 /// Computes and writes the restoring layer (blocking).
 pub fn restoring_layer(store: &Store, restore: &Restore<'_>) -> Result<Restoring, RestoreError> {
+    // The machine stands on the target and nothing changed since (a pool
+    // member made ahead, claimed untouched): no path can differ, so the
+    // layer is empty, and the trees need not be read.
+    if restore.changes.is_empty() && restore.from == restore.to {
+        let layer = tar::Builder::new(Vec::new())
+            .into_inner()
+            .map_err(RestoreError::Write)?;
+        return Ok(Restoring {
+            layer,
+            stats: RestoreStats::default(),
+        });
+    }
     let target = Tree::of(store, restore.to)?;
     let shared = restore
         .from

@@ -331,3 +331,29 @@ fn a_file_with_several_names_goes_back_with_all_of_them() {
         );
     }
 }
+
+#[test]
+fn a_machine_on_the_target_with_nothing_changed_gets_an_empty_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let base = stored_layer(
+        &store,
+        &[
+            E::Dir("etc"),
+            E::File("etc/passwd", "root:x:0:0"),
+            E::Dir("proc"),
+        ],
+    );
+    let work = stored_layer(&store, &[E::Dir("work"), E::File("work/a", "a")]);
+    let chain = [base, work];
+    let live = model(&store, &chain);
+    let (tree, stats) = rewind(&store, &chain, &chain, &live);
+    assert_eq!(outside_excluded(&tree), outside_excluded(&live));
+    assert_eq!(stats, RestoreStats::default());
+    // One path changed on the same chain: no shortcut, it comes back.
+    let mut moved = live.clone();
+    moved.remove("work/a");
+    let (tree, stats) = rewind(&store, &chain, &chain, &moved);
+    assert_eq!(outside_excluded(&tree), outside_excluded(&live));
+    assert_eq!(stats.restored, 1, "{stats:?}");
+}
