@@ -290,9 +290,10 @@ impl Tree {
             name: rel.to_string_lossy().into_owned(),
             dir: is_dir,
         });
+        // A directory gone again before it could be watched needs no word;
+        // one past the cap goes unwatched, which the client must know.
         if self.recursive && is_dir && kind == FsEventKind::Create {
-            let before = self.dirs.len();
-            if self.add(&rel, false).is_err() && self.dirs.len() == before {
+            if let Err(WatchError::TooLarge(_)) = self.add(&rel, false) {
                 batch.push(FsEvent {
                     kind: FsEventKind::Overflow,
                     name: rel.to_string_lossy().into_owned(),

@@ -17,10 +17,7 @@ import os
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypedDict, TypeVar, Union
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack from 3.11
+from typing import Any, Generic, NamedTuple, TypedDict, TypeVar, Union
 
 from . import _native
 from ._native import CommandExitError, InvalidArgumentError, SiloTimeoutError

@@ -184,9 +184,10 @@ pub struct Process {
 
 impl Process {
     pub fn new(sandbox: Arc<SandboxRef>, execution: Execution) -> Self {
+        let id = execution.id();
         let state = ProcState::following(execution);
         Self {
-            id: state.execution.as_ref().map_or(0, Execution::id),
+            id,
             sandbox,
             streams: Arc::clone(&state.streams),
             state: Arc::new(Mutex::new(state)),

@@ -143,13 +143,13 @@ impl Ring {
         let skip = data.len().saturating_sub(self.capacity);
         let data = &data[skip..];
         let kept_seq = seq + skip as u64;
+        let before = self.charged();
         // What a single write drops of itself goes after everything held:
         // the held runs are all older and are dropped first.
         if skip > 0 {
-            self.discard();
+            self.forget_held();
             add(&mut self.gone, channel, skip as u64);
         }
-        let before = self.charged();
         match self.runs.back_mut() {
             Some(last) if last.channel == channel && last.seq + last.len as u64 == kept_seq => {
                 last.len += data.len();
@@ -214,13 +214,19 @@ impl Ring {
     /// finished output); a replay then counts all of it as lost, exactly.
     pub fn discard(&mut self) {
         let before = self.charged();
+        self.forget_held();
+        self.runs.shrink_to_fit();
+        self.account(before);
+    }
+
+    /// Drops every held byte, counting each run's as gone (the caller
+    /// accounts for the memory).
+    fn forget_held(&mut self) {
         self.bytes.drain_front(usize::MAX);
         for run in &self.runs {
             add(&mut self.gone, run.channel, run.len as u64);
         }
         self.runs.clear();
-        self.runs.shrink_to_fit();
-        self.account(before);
     }
 
     /// Output from `from_seq` on, as far as it is still held. An offset past

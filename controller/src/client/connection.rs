@@ -538,7 +538,7 @@ async fn read_loop(
                         offset: frame.seq,
                         data: frame.payload,
                     };
-                    deliver(&routes, frame.exec_id, event, false).await;
+                    deliver(&routes, execs, frame.exec_id, event, false).await;
                 }
                 Err(error) => tracing::warn!(%error, "agent sent an unreadable frame"),
             },
@@ -555,6 +555,20 @@ async fn read_loop(
 }
 
 async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
+    let message = match message {
+        AgentMessage::Exit { exec_id, exit } => {
+            return deliver(routes, execs, exec_id, ExecEvent::Exit(exit), true).await;
+        }
+        AgentMessage::FsEvents { watch_id, events } => {
+            let event = WatchEvent::Changes(events);
+            return deliver(routes, watches, watch_id, event, false).await;
+        }
+        AgentMessage::WatchEnded { watch_id, reason } => {
+            let event = WatchEvent::Ended(reason);
+            return deliver(routes, watches, watch_id, event, true).await;
+        }
+        other => other,
+    };
     let tag = match &message {
         AgentMessage::Started { tag, .. }
         | AgentMessage::Attached { tag, .. }
@@ -568,20 +582,10 @@ async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
         | AgentMessage::SessionClosed { tag, .. }
         | AgentMessage::SessionInterrupted { tag, .. } => Some(*tag),
         AgentMessage::Error { tag, .. } => *tag,
-        AgentMessage::Exit { exec_id, exit } => {
-            deliver(routes, *exec_id, ExecEvent::Exit(exit.clone()), true).await;
-            return;
-        }
-        AgentMessage::FsEvents { watch_id, events } => {
-            let event = WatchEvent::Changes(events.clone());
-            deliver_watch(routes, *watch_id, event, false).await;
-            return;
-        }
-        AgentMessage::WatchEnded { watch_id, reason } => {
-            let event = WatchEvent::Ended(reason.clone());
-            deliver_watch(routes, *watch_id, event, true).await;
-            return;
-        }
+        // Events, not replies: delivered by value below.
+        AgentMessage::Exit { .. }
+        | AgentMessage::FsEvents { .. }
+        | AgentMessage::WatchEnded { .. } => None,
     };
     let Some(tag) = tag else {
         if matches!(
@@ -629,30 +633,33 @@ async fn route_message(routes: &Mutex<Routes>, message: AgentMessage) {
     });
 }
 
-/// Hands a watch's event to its queue, waiting if the consumer is behind
-/// (the agent's queue, and then the kernel's, fill meanwhile).
-async fn deliver_watch(routes: &Mutex<Routes>, watch_id: u64, event: WatchEvent, last: bool) {
-    let queue = {
-        let mut guard = lock(routes);
-        if last {
-            guard.watches.remove(&watch_id)
-        } else {
-            guard.watches.get(&watch_id).cloned()
-        }
-    };
-    if let Some(queue) = queue {
-        let _ = queue.send(event).await;
-    }
+/// The exec queues of [`Routes`], for [`deliver`].
+fn execs(routes: &mut Routes) -> &mut HashMap<ExecId, mpsc::Sender<ExecEvent>> {
+    &mut routes.execs
 }
 
-/// Hands an event to its exec's queue, waiting if the consumer is behind.
-async fn deliver(routes: &Mutex<Routes>, exec_id: ExecId, event: ExecEvent, last: bool) {
+/// The watch queues of [`Routes`], for [`deliver`].
+fn watches(routes: &mut Routes) -> &mut HashMap<u64, mpsc::Sender<WatchEvent>> {
+    &mut routes.watches
+}
+
+/// Hands an event to its queue among `queues` (the exec's, or the
+/// watch's), taken out with the last event, waiting if the consumer is
+/// behind (the agent's queue, and a watch's kernel queue, fill meanwhile).
+async fn deliver<K: Eq + std::hash::Hash, E>(
+    routes: &Mutex<Routes>,
+    queues: fn(&mut Routes) -> &mut HashMap<K, mpsc::Sender<E>>,
+    key: K,
+    event: E,
+    last: bool,
+) {
     let queue = {
         let mut guard = lock(routes);
+        let queues = queues(&mut guard);
         if last {
-            guard.execs.remove(&exec_id)
+            queues.remove(&key)
         } else {
-            guard.execs.get(&exec_id).cloned()
+            queues.get(&key).cloned()
         }
     };
     if let Some(queue) = queue {

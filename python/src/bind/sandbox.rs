@@ -138,9 +138,7 @@ impl SandboxRef {
         let (connection, kept) = self.connection().await?;
         let sandbox = self.sandbox().await?;
         match sandbox.commands().spawn_on(connection, spec.clone()).await {
-            Err(ClientError::Disconnected | ClientError::Http(_) | ClientError::Handshake(_))
-                if kept =>
-            {
+            Err(error) if kept && went_away(&error) => {
                 self.forget();
                 let (connection, _) = self.connection().await?;
                 let sandbox = self.sandbox().await?;
@@ -179,7 +177,7 @@ impl SandboxRef {
     {
         let (connection, kept) = self.connection().await?;
         match call(connection).await {
-            Err(ClientError::Disconnected | ClientError::Http(_)) if kept => {
+            Err(error) if kept && went_away(&error) => {
                 self.forget();
                 let (connection, _) = self.connection().await?;
                 call(connection).await.map_err(|e| to_py(&e))
@@ -367,6 +365,16 @@ impl SandboxRef {
         let address = sandbox.agent_address().map_err(|e| to_py(&e))?;
         serde_json::to_value(address).map_err(|e| invalid(e.to_string()))
     }
+}
+
+/// Whether a request on the kept connection failed because that
+/// connection is gone (the agent restarted, a rewind in another process),
+/// so a fresh one is worth one more try.
+fn went_away(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Disconnected | ClientError::Http(_) | ClientError::Handshake(_)
+    )
 }
 
 /// A command [`SandboxRef::start`] started, or the exit a shell would
