@@ -18,6 +18,7 @@ mod events;
 mod exec;
 mod fork;
 mod gc;
+mod hosts;
 mod image;
 mod ls;
 mod ls_files;
@@ -109,6 +110,8 @@ enum Command {
     Fork(fork::Args),
     /// Remove expired sandboxes, orphaned containers and unneeded snapshot blobs.
     Gc(gc::Args),
+    /// List the hosts sharing this state, with the sandboxes each made.
+    Hosts(hosts::Args),
     /// Build images: bake the agent into one, or make a registry-free base.
     Image(image::Args),
     /// List sandboxes.
@@ -193,6 +196,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Exec(args) => exec::run(&silo, args).await,
         Command::Fork(args) => fork::run(&silo, &out, agent.as_deref(), args).await,
         Command::Gc(args) => gc::run(&silo, &out, args).await,
+        Command::Hosts(args) => hosts::run(&silo, &out, args).await,
         Command::Image(args) => image::run(&silo, &out, args).await,
         Command::Ls(args) => ls::run(&silo, &out, args).await,
         Command::LsFiles(args) => ls_files::run(&silo, &out, args).await,

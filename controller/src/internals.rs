@@ -6,6 +6,7 @@
 
 pub use crate::agent_binary::{extract_embedded, is_static_executable};
 pub use crate::silo::Lease;
+pub use crate::state::ScratchSchema;
 
 /// The Docker backend's engine connection, names and labels.
 pub mod docker {

@@ -81,6 +81,7 @@ mod agent_binary;
 mod backend;
 mod bridge;
 mod faults;
+pub mod fleet;
 mod fsutil;
 mod home;
 mod image;
@@ -128,6 +129,8 @@ pub use silo::{
     UpRequest, no_progress,
 };
 pub use spec::{BackendKind, SandboxSpec};
-pub use state::{EventRecord, MasterKeyError, SandboxRecord, Snapshot, StateError};
+pub use state::{
+    EventRecord, HostRecord, MasterKeyError, SandboxRecord, Snapshot, StateError, StateLocation,
+};
 pub use store::{Aspect, PathChange};
 pub use timestamp::unix_ms_to_rfc3339;

@@ -22,12 +22,13 @@ use crate::backend::{
     E2bConfig, Machine, MachineState, NoMemoryFork, NoPortRoute, PortUrl,
 };
 use crate::client::{AgentClient, ClientError, ExecConnection};
+use crate::fleet::Fleet;
 use crate::home::{Home, HomeError};
 use crate::naming::{NamingError, generated_name, new_sandbox_id, validate_name};
 use crate::spec::{BackendKind, SandboxSpec};
 use crate::state::{
-    EventKind, EventRecord, MasterKeyError, NewSandbox, SandboxRecord, StateDb, StateError,
-    load_or_create_master_key, without_secrets,
+    EventKind, EventRecord, HostRecord, MasterKeyError, NewSandbox, SandboxRecord, StateDb,
+    StateError, load_or_create_master_key, without_secrets,
 };
 
 mod gc;
@@ -70,6 +71,9 @@ pub struct SiloOptions {
     /// How to reach Daytona; from the environment (`DAYTONA_API_KEY` …)
     /// when absent.
     pub daytona: Option<DaytonaConfig>,
+    /// This host's name and where the state lives; from the environment
+    /// (`SILO_HOST`, `SILO_STATE_URL`) when absent.
+    pub fleet: Option<Fleet>,
 }
 
 /// What to create.
@@ -118,6 +122,7 @@ pub struct Silo(Arc<Shared>);
 #[derive(Debug)]
 struct Shared {
     home: Home,
+    fleet: Fleet,
     db: Mutex<StateDb>,
     master: Key,
     backends: Backends,
@@ -140,8 +145,17 @@ impl Silo {
     pub fn open_with(options: SiloOptions) -> Result<Self, SiloError> {
         let home = Home::resolve(options.home)?;
         home.ensure()?;
-        let master = load_or_create_master_key(&home.master_key())?;
-        let db = StateDb::open(&home.state_db())?;
+        let fleet = match options.fleet {
+            Some(fleet) => fleet,
+            None => Fleet::from_env(&home.state_db())?,
+        };
+        let mut db = StateDb::open_at(&fleet.state)?;
+        let master = if fleet.state.is_shared() {
+            shared_master_key(&mut db)?
+        } else {
+            load_or_create_master_key(&home.master_key())?
+        };
+        db.host_seen(&fleet.host)?;
         let agent = Arc::new(AgentLocator::new(options.agent, home.bin_dir()));
         let backends = Backends::open(&BackendSetup {
             home: home.clone(),
@@ -152,6 +166,7 @@ impl Silo {
         Ok(Self(Arc::new(Shared {
             backends,
             home,
+            fleet,
             db: Mutex::new(db),
             master,
         })))
@@ -160,6 +175,16 @@ impl Silo {
     /// The home this handle works on.
     pub fn home(&self) -> &Home {
         &self.0.home
+    }
+
+    /// This host's name, and where the state it shares lives.
+    pub fn fleet(&self) -> &Fleet {
+        &self.0.fleet
+    }
+
+    /// Every host that has used this state, by name.
+    pub fn hosts(&self) -> Result<Vec<HostRecord>, SiloError> {
+        Ok(self.db().hosts()?)
     }
 
     /// Image builds on the engine the Docker backend uses.
@@ -312,7 +337,7 @@ impl Silo {
     /// What the sandbox's backend says about its machine now.
     pub async fn status(&self, sandbox: &SandboxRecord) -> Result<MachineState, SiloError> {
         let key = self.sandbox_key(sandbox);
-        self.backend(sandbox.backend)
+        self.backend_of(sandbox)?
             .status(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error("inspect", sandbox, e))
@@ -345,7 +370,7 @@ impl Silo {
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "stop").await?;
         let key = self.sandbox_key(&sandbox);
         let was_running = self
-            .backend(sandbox.backend)
+            .backend_of(&sandbox)?
             .stop(machine(&sandbox, &key))
             .await
             .map_err(|e| backend_error("stop", &sandbox, e))?;
@@ -382,7 +407,7 @@ impl Silo {
     pub async fn remove(&self, name_or_id: &str) -> Result<SandboxRecord, SiloError> {
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, RM_OP).await?;
         let key = self.sandbox_key(&sandbox);
-        self.backend(sandbox.backend)
+        self.backend_of(&sandbox)?
             .remove(machine(&sandbox, &key))
             .await
             .map_err(|e| backend_error("remove", &sandbox, e))?;
@@ -461,7 +486,7 @@ impl Silo {
     pub(crate) async fn down(&self, sandbox: &SandboxRecord) -> Option<SiloError> {
         let removing = self
             .db()
-            .lease_holder(&sandbox.name)
+            .lease_holder(&sandbox.name, &self.fleet().host)
             .ok()
             .flatten()
             .is_some_and(|holder| holder.op == RM_OP);
@@ -483,7 +508,7 @@ impl Silo {
     pub fn client(&self, sandbox: &SandboxRecord) -> Result<AgentClient, SiloError> {
         let key = self.sandbox_key(sandbox);
         let endpoint = self
-            .backend(sandbox.backend)
+            .backend_of(sandbox)?
             .endpoint(machine(sandbox, &key))
             .map_err(|e| backend_error("reach", sandbox, e))?;
         Ok(AgentClient::new(endpoint, key).for_sandbox(&sandbox.name))
@@ -497,7 +522,7 @@ impl Silo {
         port: u16,
     ) -> Result<PortUrl, SiloError> {
         let key = self.sandbox_key(sandbox);
-        self.backend(sandbox.backend)
+        self.backend_of(sandbox)?
             .port_url(machine(sandbox, &key), port)
             .await
             .map_err(|e| match e {
@@ -518,7 +543,7 @@ impl Silo {
     async fn start_machine(&self, sandbox: &SandboxRecord) -> Result<Started, SiloError> {
         let key = self.sandbox_key(sandbox);
         let started = self
-            .backend(sandbox.backend)
+            .backend_of(sandbox)?
             .start(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error("start", sandbox, e))?;
@@ -552,6 +577,7 @@ impl Silo {
                 name,
                 spec: request.spec,
                 origin_snapshot: origin,
+                host: self.fleet().host.clone(),
             };
             return Ok(self.db().insert_sandbox(&new)?);
         }
@@ -562,6 +588,7 @@ impl Silo {
                 name: generated_name(attempt)?,
                 spec: request.spec.clone(),
                 origin_snapshot: origin.clone(),
+                host: self.fleet().host.clone(),
             };
             match self.db().insert_sandbox(&new) {
                 Ok(sandbox) => return Ok(sandbox),
@@ -574,6 +601,20 @@ impl Silo {
 
     fn backend(&self, kind: BackendKind) -> AnyBackend {
         self.0.backends.get(kind)
+    }
+
+    /// The backend that operates `sandbox`'s machine, if this host may:
+    /// a container or local process made on another host of the fleet is
+    /// out of this host's reach, and left alone.
+    fn backend_of(&self, sandbox: &SandboxRecord) -> Result<AnyBackend, SiloError> {
+        if !self.fleet().may_operate(sandbox) {
+            return Err(SiloError::OtherHost {
+                name: sandbox.name.clone(),
+                host: sandbox.host.clone().unwrap_or_default(),
+                backend: sandbox.backend,
+            });
+        }
+        Ok(self.backend(sandbox.backend))
     }
 
     /// Every backend of this home.
@@ -630,6 +671,15 @@ fn backend_error(op: &'static str, sandbox: &SandboxRecord, source: BackendError
     }
 }
 
+/// The master key every host sharing `db` derives sandbox keys from:
+/// recorded in the database by the first host that opened it.
+fn shared_master_key(db: &mut StateDb) -> Result<Key, SiloError> {
+    let unreadable = |source| MasterKeyError::Shared { source };
+    let candidate = Key::generate().map_err(unreadable)?;
+    let hex = db.shared_master_key(&candidate.to_hex())?;
+    Ok(Key::from_hex(&hex).map_err(unreadable)?)
+}
+
 /// Why a [`Silo`] operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -674,6 +724,19 @@ pub enum SiloError {
     NoPause {
         /// The sandbox.
         name: String,
+        /// Its backend.
+        backend: BackendKind,
+    },
+    /// The sandbox's machine lives on another host of the fleet.
+    #[error(
+        "sandbox {name:?} runs on host {host:?} ({backend} backend), which alone can reach \
+         its machine; run this there (SILO_HOST={host})"
+    )]
+    OtherHost {
+        /// The sandbox.
+        name: String,
+        /// The host that holds its machine.
+        host: String,
         /// Its backend.
         backend: BackendKind,
     },
@@ -809,11 +872,68 @@ mod tests {
             origin_snapshot: None,
             baseline: None,
             checkpoint: None,
+            host: None,
         };
         let key = silo.sandbox_key(&sandbox);
         drop(silo);
         let again = Silo::open(Some(dir.path().join("home"))).unwrap();
         assert_eq!(again.sandbox_key(&sandbox), key);
+    }
+
+    #[tokio::test]
+    async fn hosts_of_one_shared_state_share_keys_and_keep_to_their_machines() {
+        let Some((_schema, url)) = crate::state::test_support::temp_postgres() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let open = |host: &str| {
+            Silo::open_with(SiloOptions {
+                home: Some(dir.path().join(host)),
+                fleet: Some(Fleet {
+                    host: host.into(),
+                    state: crate::state::StateLocation::Postgres(url.clone()),
+                }),
+                ..SiloOptions::default()
+            })
+            .unwrap()
+        };
+        let (a, b) = (open("a"), open("b"));
+        let new = |id: &str, name: &str, backend| NewSandbox {
+            id: id.into(),
+            name: name.into(),
+            spec: SandboxSpec::new(backend),
+            origin_snapshot: None,
+            host: "a".into(),
+        };
+        let local = a
+            .db()
+            .insert_sandbox(&new("sbx-00000000000a", "on-a", BackendKind::Local))
+            .unwrap();
+        let remote = a
+            .db()
+            .insert_sandbox(&new("sbx-00000000000b", "vm", BackendKind::E2b))
+            .unwrap();
+        // One master key for the fleet: b can reach a provider VM a made.
+        assert_eq!(a.sandbox_key(&remote), b.sandbox_key(&remote));
+        // A name is the fleet's: taken on a, refused on b.
+        let err = b
+            .db()
+            .insert_sandbox(&NewSandbox {
+                host: "b".into(),
+                ..new("sbx-00000000000c", "on-a", BackendKind::Local)
+            })
+            .unwrap_err();
+        assert!(matches!(err, StateError::NameTaken(_)), "{err}");
+        // a's local machine is a's to operate; b is told where it is.
+        let err = b.remove("on-a").await.unwrap_err();
+        assert!(
+            matches!(&err, SiloError::OtherHost { host, .. } if host == "a"),
+            "{err}"
+        );
+        assert!(err.to_string().contains(r#"host "a""#), "{err}");
+        assert_eq!(b.get("on-a").unwrap(), local, "refused, and left as it was");
+        let hosts: Vec<String> = b.hosts().unwrap().into_iter().map(|h| h.name).collect();
+        assert_eq!(hosts, ["a", "b"]);
     }
 
     #[tokio::test]

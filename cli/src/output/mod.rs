@@ -18,8 +18,8 @@ use serde::Serialize;
 use silo::doctor::{Check, Verdict};
 use silo::unix_ms_to_rfc3339;
 use silo::{
-    DiffReport, EventRecord, GcReport, MachineState, PathChange, SandboxRecord, Started, UpAction,
-    UpOutcome, human_bytes,
+    DiffReport, EventRecord, GcReport, HostRecord, MachineState, PathChange, SandboxRecord,
+    Started, UpAction, UpOutcome, human_bytes,
 };
 use silo::{PushEvent, PushProgressFn, PushReport};
 use silo_protocol::exec::{ExecState, ExecSummary};
@@ -47,8 +47,37 @@ pub struct DemoStep {
 struct SandboxView<'a> {
     #[serde(flatten)]
     sandbox: &'a SandboxRecord,
-    /// `None` when the backend could not be asked (shown as `unknown`).
+    /// `None` when the backend could not be asked (shown as `unknown`),
+    /// or the machine is on another host (`elsewhere`).
     status: Option<MachineState>,
+}
+
+/// What `silo ls` knows of a sandbox's machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    /// What its backend said.
+    State(MachineState),
+    /// Its backend could not be asked.
+    Unknown,
+    /// It lives on another host of the fleet, which alone can ask.
+    Elsewhere,
+}
+
+impl Listed {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::State(state) => state.as_str(),
+            Self::Unknown => "unknown",
+            Self::Elsewhere => "elsewhere",
+        }
+    }
+
+    fn state(self) -> Option<MachineState> {
+        match self {
+            Self::State(state) => Some(state),
+            Self::Unknown | Self::Elsewhere => None,
+        }
+    }
 }
 
 impl Output {
@@ -130,25 +159,73 @@ impl Output {
         print_lines(&lines.join("\n"))
     }
 
-    pub fn sandboxes(&self, rows: &[(SandboxRecord, Option<MachineState>)]) -> anyhow::Result<()> {
+    pub fn sandboxes(&self, rows: &[(SandboxRecord, Listed)]) -> anyhow::Result<()> {
         if self.json {
             let views: Vec<SandboxView<'_>> = rows
                 .iter()
                 .map(|(sandbox, status)| SandboxView {
                     sandbox,
-                    status: *status,
+                    status: status.state(),
                 })
                 .collect();
             return print_json(&views);
         }
-        let mut table = vec![row(["NAME", "ID", "BACKEND", "STATUS", "CREATED"])];
+        let mut table = vec![row(["NAME", "ID", "BACKEND", "STATUS", "CREATED", "HOST"])];
         for (sandbox, status) in rows {
             table.push(row([
                 &sandbox.name,
                 &sandbox.id,
                 sandbox.backend.as_str(),
-                status.map_or("unknown", MachineState::as_str),
+                status.as_str(),
                 &utc(sandbox.created_at_ms),
+                sandbox.host.as_deref().unwrap_or("-"),
+            ]));
+        }
+        print_lines(&render(&table))
+    }
+
+    /// Each host with the sandboxes it made (by name) and when it last
+    /// used the state; `this` marks the host running the command.
+    pub fn hosts(
+        &self,
+        this: &str,
+        hosts: &[HostRecord],
+        sandboxes: &[SandboxRecord],
+    ) -> anyhow::Result<()> {
+        let made_by = |host: &str| -> Vec<&str> {
+            sandboxes
+                .iter()
+                .filter(|s| s.host.as_deref() == Some(host))
+                .map(|s| s.name.as_str())
+                .collect()
+        };
+        if self.json {
+            let views: Vec<serde_json::Value> = hosts
+                .iter()
+                .map(|host| {
+                    serde_json::json!({
+                        "name": host.name,
+                        "this": host.name == this,
+                        "seen_at_ms": host.seen_at_ms,
+                        "sandboxes": made_by(&host.name),
+                    })
+                })
+                .collect();
+            return print_json(&views);
+        }
+        let mut table = vec![row(["HOST", "LAST SEEN (UTC)", "SANDBOXES", "NAMES"])];
+        for host in hosts {
+            let names = made_by(&host.name);
+            let marked = if host.name == this {
+                format!("{} (this host)", host.name)
+            } else {
+                host.name.clone()
+            };
+            table.push(row([
+                &marked,
+                &utc(host.seen_at_ms),
+                &names.len().to_string(),
+                &names.join(" "),
             ]));
         }
         print_lines(&render(&table))

@@ -58,7 +58,8 @@ impl Silo {
         let cutoff =
             now_ms().saturating_sub(i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX));
         for listed in self.list()? {
-            if listed.spec.idle_timeout_secs.is_none() {
+            // Each host of a fleet collects the machines it holds.
+            if listed.spec.idle_timeout_secs.is_none() || !self.fleet().may_operate(&listed) {
                 continue;
             }
             let Some(_lease) = self.try_lease(&listed.name, "gc").await? else {
@@ -110,7 +111,7 @@ impl Silo {
         machine_only: bool,
     ) -> Result<(), SiloError> {
         let key = self.sandbox_key(sandbox);
-        self.backend(sandbox.backend)
+        self.backend_of(sandbox)?
             .remove(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error("remove", sandbox, e))?;

@@ -91,7 +91,8 @@ impl Silo {
     ) -> Result<Result<Lease<'_>, LeaseHolder>, SiloError> {
         let mut token = [0u8; TOKEN_BYTES];
         getrandom::fill(&mut token).map_err(|_| crate::naming::NamingError::NoRandomness)?;
-        let owner = LeaseOwner::current(hex::encode(token)).ok_or(SiloError::NoProcessIdentity)?;
+        let owner = LeaseOwner::current(hex::encode(token), &self.fleet().host)
+            .ok_or(SiloError::NoProcessIdentity)?;
         let deadline = Deadline::after(wait, LEASE_POLL);
         let mut announced = false;
         loop {
@@ -120,8 +121,9 @@ impl Silo {
                         announced = true;
                         tracing::warn!(
                             sandbox = name,
-                            "waiting for silo process {} to finish `{}`",
+                            "waiting for silo process {} on host {} to finish `{}`",
                             holder.pid,
+                            holder.host,
                             holder.op
                         );
                     }
@@ -135,5 +137,8 @@ impl Silo {
 /// Who holds a lease, in words, for the busy error.
 fn holder_text(holder: &LeaseHolder) -> String {
     let age = crate::state::now_ms().saturating_sub(holder.since_ms) / 1000;
-    format!("silo process {} (`{}`, for {age} s)", holder.pid, holder.op)
+    format!(
+        "silo process {} on host {} (`{}`, for {age} s)",
+        holder.pid, holder.host, holder.op
+    )
 }

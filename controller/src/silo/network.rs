@@ -47,7 +47,7 @@ impl Silo {
             ..sandbox.clone()
         };
         let key = self.sandbox_key(&sandbox);
-        self.backend(sandbox.backend)
+        self.backend_of(&sandbox)?
             .set_egress(machine(&changed, &key))
             .await
             .map_err(|error| backend_error("change the network rules of", &sandbox, error))?;

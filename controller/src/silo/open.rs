@@ -182,7 +182,7 @@ impl Silo {
         }
         let key = self.sandbox_key(sandbox);
         let exit = self
-            .backend(sandbox.backend)
+            .backend_of(sandbox)?
             .last_exit(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error("inspect", sandbox, e))?;
@@ -246,7 +246,7 @@ impl Silo {
         notes: Vec<String>,
     ) -> Result<UpOutcome, SiloError> {
         let key = self.sandbox_key(&sandbox);
-        self.backend(sandbox.backend)
+        self.backend_of(&sandbox)?
             .remove(machine(&sandbox, &key))
             .await
             .map_err(|e| backend_error("remove", &sandbox, e))?;
@@ -259,7 +259,7 @@ impl Silo {
             self.db()
                 .replace_machine(&sandbox, &spec, None, (EventKind::Recreated, detail))?;
         let made = self.machine_to_make(&sandbox, &key);
-        let made = self.backend(sandbox.backend).create(made).await;
+        let made = self.backend_of(&sandbox)?.create(made).await;
         let sandbox = self.record_made(&sandbox, made).await?;
         Ok(outcome(sandbox, UpAction::Recreated, notes))
     }

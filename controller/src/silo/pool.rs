@@ -143,8 +143,7 @@ impl Silo {
         let _lease = self.lease(&pool_lease(name), "fill").await?;
         let pool = self.db().pool(name)?;
         let mut ready = 0usize;
-        // Bound first: the database guard must not live through the loop.
-        let members = self.db().pool_members(name)?;
+        let members = self.members_here(name)?;
         for member in members {
             let alive = member.machine_recorded()
                 && matches!(self.status(&member).await, Ok(MachineState::Running));
@@ -172,12 +171,34 @@ impl Silo {
         Ok(report)
     }
 
+    /// The members of `pool` this host may operate, its own first: on a
+    /// backend whose machines live on one host, each host of a fleet keeps
+    /// and claims members of its own; a provider's members are shared, and
+    /// a host takes those it made before others'. Claims stay single across
+    /// hosts because a claim is one conditional update of the member's row.
+    pub(crate) fn members_here(&self, pool: &str) -> Result<Vec<SandboxRecord>, SiloError> {
+        // Bound first: the database guard must not outlive this call.
+        let mut members = self.db().pool_members(pool)?;
+        let fleet = self.fleet();
+        members.retain(|member| fleet.may_operate(member));
+        members.sort_by_key(|member| member.host.as_deref() != Some(fleet.host.as_str()));
+        Ok(members)
+    }
+
     /// Removes a pool with its members' machines; answers how many members
-    /// it had.
+    /// it had. Refused while a member lives on another host of the fleet,
+    /// which alone can remove it.
     pub async fn remove_pool(&self, name: &str) -> Result<usize, SiloError> {
         let _lease = self.lease(&pool_lease(name), "remove").await?;
         self.db().pool(name)?;
         let members = self.db().pool_members(name)?;
+        if let Some(elsewhere) = members.iter().find(|m| !self.fleet().may_operate(m)) {
+            return Err(SiloError::OtherHost {
+                name: elsewhere.name.clone(),
+                host: elsewhere.host.clone().unwrap_or_default(),
+                backend: elsewhere.backend,
+            });
+        }
         for member in &members {
             self.remove_member(member).await?;
         }
@@ -204,8 +225,7 @@ impl Silo {
             Err(other) => return Err(other.into()),
         }
         let spec = self.db().pool(pool)?.spec;
-        // Bound first: the database guard must not live through the loop.
-        let members = self.db().pool_members(pool)?;
+        let members = self.members_here(pool)?;
         for member in members {
             if !member.machine_recorded() {
                 continue;
@@ -245,6 +265,7 @@ impl Silo {
             id,
             spec: pool.spec.clone(),
             origin_snapshot: None,
+            host: self.fleet().host.clone(),
         };
         let member = self.db().insert_pool_member(&pool.name, &new)?;
         let member = self.launch(member, None).await?;

@@ -4,7 +4,7 @@
 //! deletes, so the log survives the sandboxes it describes and a bug cannot
 //! rewrite history.
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use super::sql::{Param, Sql, ToParam, args};
 use serde::Serialize;
 
 use super::{StateDb, StateError, db, now_ms};
@@ -107,49 +107,46 @@ impl StateDb {
     pub fn events_of(&self, name_or_id: &str) -> Result<Vec<EventRecord>, StateError> {
         let id = match self.sandbox(name_or_id) {
             Ok(sandbox) => sandbox.id,
-            Err(StateError::UnknownSandbox(_)) => self
-                .conn
-                .query_row(
-                    "SELECT sandbox_id FROM events WHERE sandbox_id = ?1 OR sandbox_name = ?1 \
-                     ORDER BY sandbox_id = ?1 DESC, seq DESC LIMIT 1",
-                    [name_or_id],
-                    |row| row.get::<_, String>(0),
-                )
-                .optional()
-                .map_err(db("looking up a removed sandbox"))?
-                .ok_or_else(|| StateError::UnknownSandbox(name_or_id.to_owned()))?,
+            Err(StateError::UnknownSandbox(_)) => {
+                let what = "looking up a removed sandbox";
+                self.sql()
+                    .query_opt(
+                        "SELECT sandbox_id FROM events \
+                         WHERE sandbox_id = CAST(?1 AS TEXT) OR sandbox_name = CAST(?1 AS TEXT) \
+                         ORDER BY sandbox_id = CAST(?1 AS TEXT) DESC, seq DESC LIMIT 1",
+                        args![name_or_id],
+                    )
+                    .map_err(db(what))?
+                    .ok_or_else(|| StateError::UnknownSandbox(name_or_id.to_owned()))?
+                    .get::<String>(0)
+                    .map_err(db(what))?
+            }
             Err(other) => return Err(other),
         };
-        let mut stmt = self
-            .conn
-            .prepare(
+        let what = "reading events";
+        let rows = self
+            .sql()
+            .query(
                 "SELECT seq, sandbox_id, sandbox_name, at, kind, detail FROM events \
                  WHERE sandbox_id = ?1 ORDER BY seq",
+                args![id],
             )
-            .map_err(db("reading events"))?;
-        let rows = stmt
-            .query_map([&id], |row| {
-                Ok((
-                    EventRecord {
-                        seq: row.get(0)?,
-                        sandbox_id: row.get(1)?,
-                        sandbox_name: row.get(2)?,
-                        at_ms: row.get(3)?,
-                        kind: row.get(4)?,
-                        detail: serde_json::Value::Null,
-                    },
-                    row.get::<_, String>(5)?,
-                ))
-            })
-            .map_err(db("reading events"))?;
+            .map_err(db(what))?;
         let mut out = Vec::new();
         for row in rows {
-            let (mut event, detail) = row.map_err(db("reading events"))?;
-            event.detail = serde_json::from_str(&detail).map_err(|e| StateError::Corrupt {
-                id: id.clone(),
-                what: format!("event {}: {e}", event.seq),
-            })?;
-            out.push(event);
+            let seq = row.get(0).map_err(db(what))?;
+            let detail: String = row.get(5).map_err(db(what))?;
+            out.push(EventRecord {
+                seq,
+                sandbox_id: row.get(1).map_err(db(what))?,
+                sandbox_name: row.get(2).map_err(db(what))?,
+                at_ms: row.get(3).map_err(db(what))?,
+                kind: row.get(4).map_err(db(what))?,
+                detail: serde_json::from_str(&detail).map_err(|e| StateError::Corrupt {
+                    id: id.clone(),
+                    what: format!("event {seq}: {e}"),
+                })?,
+            });
         }
         Ok(out)
     }
@@ -163,26 +160,32 @@ impl StateDb {
         sandbox_id: &str,
         kinds: &[EventKind],
     ) -> Result<Option<(String, i64)>, StateError> {
-        let names: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
-        let names = serde_json::to_string(&names).map_err(|e| StateError::Corrupt {
-            id: sandbox_id.to_owned(),
-            what: e.to_string(),
-        })?;
-        self.conn
-            .query_row(
-                "SELECT kind, at FROM events WHERE sandbox_id = ?1 \
-                 AND kind IN (SELECT value FROM json_each(?2)) ORDER BY seq DESC LIMIT 1",
-                params![sandbox_id, names],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(db("reading the last event"))
+        if kinds.is_empty() {
+            return Ok(None);
+        }
+        // `kind IN (?2, ?3, …)`, one parameter per kind.
+        let wanted: Vec<String> = (2..kinds.len() + 2).map(|n| format!("?{n}")).collect();
+        let sql = format!(
+            "SELECT kind, at FROM events WHERE sandbox_id = ?1 AND kind IN ({}) \
+             ORDER BY seq DESC LIMIT 1",
+            wanted.join(", ")
+        );
+        let mut params = vec![sandbox_id.param()];
+        params.extend(kinds.iter().map(|k| Param::Text(k.as_str())));
+        let what = "reading the last event";
+        let Some(row) = self.sql().query_opt(&sql, &params).map_err(db(what))? else {
+            return Ok(None);
+        };
+        Ok(Some((
+            row.get(0).map_err(db(what))?,
+            row.get(1).map_err(db(what))?,
+        )))
     }
 }
 
 /// Inserts one event inside a caller's transaction.
 pub(super) fn insert_event(
-    tx: &Transaction<'_>,
+    tx: &dyn Sql,
     sandbox_id: &str,
     sandbox_name: &str,
     at_ms: i64,
@@ -196,7 +199,7 @@ pub(super) fn insert_event(
     tx.execute(
         "INSERT INTO events (sandbox_id, sandbox_name, at, kind, detail) \
          VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![sandbox_id, sandbox_name, at_ms, kind.as_str(), detail],
+        args![sandbox_id, sandbox_name, at_ms, kind.as_str(), detail],
     )
     .map_err(db("logging an event"))?;
     Ok(())
@@ -206,7 +209,7 @@ pub(super) fn insert_event(
 mod tests {
     use super::*;
     use crate::state::NewSandbox;
-    use crate::state::test_support::{local_sandbox, temp_db};
+    use crate::state::test_support::{local_sandbox, temp_dbs};
     use serde_json::json;
 
     fn kinds(events: &[EventRecord]) -> Vec<&str> {
@@ -215,35 +218,40 @@ mod tests {
 
     #[test]
     fn events_are_append_only_and_outlive_their_sandbox() {
-        let (_dir, mut db) = temp_db();
-        let new = local_sandbox("sbx-00000000000a", "a");
-        let a = db.insert_sandbox(&new).unwrap();
-        db.append_event(&a, EventKind::Started, &json!({ "pid": 1 }))
-            .unwrap();
-        db.delete_sandbox(&a, &json!({})).unwrap();
+        for (_scratch, mut db) in temp_dbs() {
+            let new = local_sandbox("sbx-00000000000a", "a");
+            let a = db.insert_sandbox(&new).unwrap();
+            db.append_event(&a, EventKind::Started, &json!({ "pid": 1 }))
+                .unwrap();
+            db.delete_sandbox(&a, &json!({})).unwrap();
 
-        let by_name = db.events_of("a").unwrap();
-        assert_eq!(kinds(&by_name), ["created", "started", "removed"]);
-        assert_eq!(by_name[1].detail, json!({ "pid": 1 }));
-        assert!(by_name.windows(2).all(|w| w[0].seq < w[1].seq));
-        assert_eq!(db.events_of("sbx-00000000000a").unwrap(), by_name);
+            let by_name = db.events_of("a").unwrap();
+            assert_eq!(kinds(&by_name), ["created", "started", "removed"]);
+            assert_eq!(by_name[1].detail, json!({ "pid": 1 }));
+            assert!(by_name.windows(2).all(|w| w[0].seq < w[1].seq));
+            assert_eq!(db.events_of("sbx-00000000000a").unwrap(), by_name);
 
-        // The schema itself refuses rewriting history.
-        assert!(db.conn.execute("UPDATE events SET kind = 'x'", []).is_err());
-        assert!(db.conn.execute("DELETE FROM events", []).is_err());
+            // The schema itself refuses rewriting history.
+            assert!(
+                db.sql()
+                    .execute("UPDATE events SET kind = 'x'", &[])
+                    .is_err()
+            );
+            assert!(db.sql().execute("DELETE FROM events", &[]).is_err());
 
-        // A new sandbox reusing the name shadows the removed one.
-        let b = db
-            .insert_sandbox(&NewSandbox {
-                id: "sbx-00000000000b".into(),
-                ..new
-            })
-            .unwrap();
-        assert_eq!(kinds(&db.events_of("a").unwrap()), ["created"]);
-        assert_eq!(db.events_of("a").unwrap()[0].sandbox_id, b.id);
-        assert!(matches!(
-            db.events_of("nobody"),
-            Err(StateError::UnknownSandbox(_))
-        ));
+            // A new sandbox reusing the name shadows the removed one.
+            let b = db
+                .insert_sandbox(&NewSandbox {
+                    id: "sbx-00000000000b".into(),
+                    ..new
+                })
+                .unwrap();
+            assert_eq!(kinds(&db.events_of("a").unwrap()), ["created"]);
+            assert_eq!(db.events_of("a").unwrap()[0].sandbox_id, b.id);
+            assert!(matches!(
+                db.events_of("nobody"),
+                Err(StateError::UnknownSandbox(_))
+            ));
+        }
     }
 }

@@ -68,6 +68,13 @@ fn create_key(path: &Path) -> Result<(), MasterKeyError> {
 /// Why the master key could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum MasterKeyError {
+    /// The fleet's key in the shared state could not be made or read.
+    #[error("the fleet's master key in the shared state is unusable")]
+    Shared {
+        /// Why.
+        #[source]
+        source: AuthError,
+    },
     /// The file exists but is readable by group or others.
     #[error(
         "master key {} is readable by group or others (mode {mode:o}); \

@@ -1,26 +1,37 @@
-//! The controller's durable state: one SQLite database under `$SILO_HOME`.
+//! The controller's durable state: one SQLite database under `$SILO_HOME`,
+//! or a fleet's shared PostgreSQL database (`SILO_STATE_URL`).
 //!
 //! It holds the sandboxes (spec, spec hash, and the backend's handle on the
 //! machine) and an append-only event log. Several `silo` processes may use it
-//! at once: the database runs in WAL mode (readers never block the writer),
-//! waits on a busy lock instead of failing, and takes the write lock at the
-//! start of every write transaction so two writers never deadlock on upgrading.
-//! Uniqueness (of ids and names) is left to the database's constraints rather
-//! than checked first, so a race between two processes cannot slip through.
+//! at once. SQLite runs in WAL mode (readers never block the writer), waits
+//! on a busy lock instead of failing, and takes the write lock at the start
+//! of every write transaction so two writers never deadlock on upgrading.
+//! PostgreSQL runs every write transaction `SERIALIZABLE` and runs one that
+//! lost a race again, which gives the same: each write sees the state as
+//! its own reads found it. Uniqueness (of ids and names) is left to the
+//! database's constraints rather than checked first, so a race between two
+//! processes, or two hosts, cannot slip through.
 //!
-//! Layout: `schema` (versioned migrations), `sandboxes` (the live set),
-//! `events` (the log), `leases` (who may run a lifecycle operation on a
-//! sandbox right now), `pools` (warm pools and their members), `snapshots` (snapshots and the base images whose
-//! layers the store keeps), `master_key` (the key every sandbox key derives from).
+//! Layout: `sql` (the interface the tables are written against, and the
+//! SQLite side of it), `postgres` (the PostgreSQL side), `schema`
+//! (versioned migrations, for both engines), `sandboxes` (the live set),
+//! `events` (the log), `hosts` (the hosts of a fleet, and what they
+//! share), `leases` (who may run a lifecycle operation on a
+//! sandbox right now), `pools` (warm pools and their members), `snapshots`
+//! (snapshots and the base images whose layers the store keeps),
+//! `master_key` (the key every sandbox key derives from).
 
 mod events;
+mod hosts;
 mod leases;
 mod master_key;
 mod pending;
 mod pools;
+mod postgres;
 mod sandboxes;
 mod schema;
 mod snapshots;
+pub(crate) mod sql;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,12 +39,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::retry::Deadline;
+use postgres::Postgres;
+use sql::{Sql, SqlError};
 
 pub use events::{EventKind, EventRecord};
+pub use hosts::HostRecord;
 pub use leases::{LeaseAttempt, LeaseHolder, LeaseOwner};
 pub use master_key::{MasterKeyError, load_or_create_master_key};
 pub use pending::PendingRewind;
 pub use pools::Pool;
+pub use postgres::ScratchSchema;
 pub use sandboxes::{Baseline, Checkpoint, NewSandbox, SandboxRecord, without_secrets};
 pub use snapshots::{Snapshot, StoredImage};
 
@@ -42,11 +57,24 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between tries to switch a new database to WAL mode.
 const WAL_RETRY: Duration = Duration::from_millis(10);
 
-/// An open state database. One per process is enough; it is not `Sync`, so
-/// share it behind a mutex.
+/// Tries of a PostgreSQL write transaction that keeps losing races with
+/// other hosts' before it is an error.
+const WRITE_TRIES: u32 = 20;
+
+/// An open state database. One per process is enough; share it behind a
+/// mutex.
 #[derive(Debug)]
 pub struct StateDb {
-    conn: Connection,
+    engine: Engine,
+}
+
+/// The database behind a [`StateDb`].
+#[derive(Debug)]
+enum Engine {
+    /// A home's own file.
+    Sqlite(Connection),
+    /// A fleet's shared database.
+    Postgres(Postgres),
 }
 
 impl StateDb {
@@ -82,12 +110,43 @@ impl StateDb {
     fn open_writable(path: &Path) -> Result<Self, StateError> {
         let conn = Connection::open(path).map_err(|source| StateError::Open {
             path: path.to_owned(),
-            source,
+            source: source.into(),
         })?;
-        let mut db = Self { conn };
-        db.configure()?;
-        schema::migrate(&mut db.conn)?;
-        Ok(db)
+        let mut conn = configure(conn)?;
+        schema::migrate_sqlite(&mut conn)?;
+        Ok(Self {
+            engine: Engine::Sqlite(conn),
+        })
+    }
+
+    /// Connects to a fleet's PostgreSQL database (`postgres://…`) and
+    /// brings its schema up to date.
+    pub fn connect(url: &str) -> Result<Self, StateError> {
+        let connect_error = |source| StateError::Connect {
+            url: redacted(url),
+            source,
+        };
+        let pg = Postgres::connect(url).map_err(connect_error)?;
+        schema::migrate_postgres(&pg)?;
+        Ok(Self {
+            engine: Engine::Postgres(pg),
+        })
+    }
+
+    /// Opens the database `location` names: a home's file, or a fleet's.
+    pub fn open_at(location: &StateLocation) -> Result<Self, StateError> {
+        match location {
+            StateLocation::Sqlite(path) => Self::open(path),
+            StateLocation::Postgres(url) => Self::connect(url),
+        }
+    }
+
+    /// The engine, for statements outside a write transaction.
+    fn sql(&self) -> &dyn Sql {
+        match &self.engine {
+            Engine::Sqlite(conn) => conn,
+            Engine::Postgres(pg) => pg,
+        }
     }
 
     /// The database as last checkpointed, read-only and without the WAL's
@@ -99,95 +158,118 @@ impl StateDb {
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .ok()?;
-        (version == schema::SCHEMA_VERSION).then_some(Self { conn })
+        (version == schema::SCHEMA_VERSION).then_some(Self {
+            engine: Engine::Sqlite(conn),
+        })
     }
 
-    fn configure(&mut self) -> Result<(), StateError> {
-        // The busy timeout goes first: switching to WAL itself needs a lock
-        // that another process may be holding.
-        self.conn
-            .busy_timeout(BUSY_TIMEOUT)
-            .map_err(db("setting the busy timeout"))?;
-        let mode = self.switch_to_wal()?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StateError::NoWal { mode });
-        }
-        // NORMAL is durable across application crashes in WAL mode; only a
-        // power loss can drop the last transactions, never corrupt the file.
-        self.conn
-            .pragma_update(None, "synchronous", "normal")
-            .map_err(db("setting synchronous mode"))?;
-        self.conn
-            .pragma_update(None, "foreign_keys", true)
-            .map_err(db("enabling foreign keys"))?;
-        self.keep_wal_files()
-    }
-
-    /// Keeps the `-wal` and `-shm` files, emptied, when the last connection
-    /// closes. A `silo` command is most often the only connection, so
-    /// otherwise each one created both files on open and deleted them on
-    /// close: two file creations and two unlinks per command (docs/benchmarks.md).
-    fn keep_wal_files(&self) -> Result<(), StateError> {
-        self.conn
-            .pragma_update(None, "journal_size_limit", 0)
-            .map_err(db("limiting the WAL's size"))?;
-        let mut persist: std::ffi::c_int = 1;
-        // SAFETY: the handle is this open connection's and outlives the
-        // call, "main" is a NUL-terminated schema name, and this opcode reads
-        // and writes one int through the pointer, which points at a local.
-        let code = unsafe {
-            rusqlite::ffi::sqlite3_file_control(
-                self.conn.handle(),
-                c"main".as_ptr(),
-                rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
-                (&raw mut persist).cast(),
-            )
-        };
-        if code == rusqlite::ffi::SQLITE_OK {
-            Ok(())
-        } else {
-            let source = rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
-            Err(db("keeping the WAL's files")(source))
-        }
-    }
-
-    /// Sets WAL mode and returns the mode in force. SQLite does not always
-    /// call the busy handler for this (two processes opening a new database
-    /// at once can get "database is locked" at once), so a busy answer is
-    /// retried here within the same timeout.
-    fn switch_to_wal(&self) -> Result<String, StateError> {
-        let deadline = Deadline::after(BUSY_TIMEOUT, WAL_RETRY);
-        loop {
-            let mode = self
-                .conn
-                .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0));
-            match mode {
-                Err(rusqlite::Error::SqliteFailure(e, _))
-                    if matches!(
-                        e.code,
-                        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-                    ) && !deadline.passed() =>
-                {
-                    deadline.pause_blocking();
-                }
-                other => return other.map_err(db("switching to WAL mode")),
-            }
-        }
-    }
-
-    /// Runs `f` in a transaction that holds the write lock from its start.
+    /// Runs `f` in one write transaction and commits it: on SQLite holding
+    /// the write lock from its start, on PostgreSQL serializable, run
+    /// again from its start when it lost a race with another writer.
     fn write<T>(
         &mut self,
         what: &'static str,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StateError>,
+        mut f: impl FnMut(&dyn Sql) -> Result<T, StateError>,
     ) -> Result<T, StateError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(db(what))?;
-        let value = f(&tx)?;
-        tx.commit().map_err(db(what))?;
-        Ok(value)
+        match &mut self.engine {
+            Engine::Sqlite(conn) => {
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(db(what))?;
+                let value = f(&*tx)?;
+                tx.commit().map_err(db(what))?;
+                Ok(value)
+            }
+            Engine::Postgres(pg) => {
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    let error = match pg.transaction(&mut f) {
+                        Ok(Ok(value)) => return Ok(value),
+                        Ok(Err(StateError::Db { source, .. })) | Err(source) => source,
+                        Ok(Err(other)) => return Err(other),
+                    };
+                    if !error.is_retryable() || tries >= WRITE_TRIES {
+                        return Err(StateError::Db {
+                            context: what,
+                            source: error,
+                        });
+                    }
+                    // Another host's transaction touched the same rows;
+                    // a short, growing pause lets it finish.
+                    std::thread::sleep(Duration::from_millis(u64::from(tries)));
+                }
+            }
+        }
+    }
+}
+
+/// Sets a new SQLite connection up as every state connection is.
+fn configure(conn: Connection) -> Result<Connection, StateError> {
+    // The busy timeout goes first: switching to WAL itself needs a lock
+    // that another process may be holding.
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(db("setting the busy timeout"))?;
+    let mode = switch_to_wal(&conn)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StateError::NoWal { mode });
+    }
+    // NORMAL is durable across application crashes in WAL mode; only a
+    // power loss can drop the last transactions, never corrupt the file.
+    conn.pragma_update(None, "synchronous", "normal")
+        .map_err(db("setting synchronous mode"))?;
+    conn.pragma_update(None, "foreign_keys", true)
+        .map_err(db("enabling foreign keys"))?;
+    keep_wal_files(&conn)?;
+    Ok(conn)
+}
+
+/// Keeps the `-wal` and `-shm` files, emptied, when the last connection
+/// closes. A `silo` command is most often the only connection, so
+/// otherwise each one created both files on open and deleted them on
+/// close: two file creations and two unlinks per command (docs/benchmarks.md).
+fn keep_wal_files(conn: &Connection) -> Result<(), StateError> {
+    conn.pragma_update(None, "journal_size_limit", 0)
+        .map_err(db("limiting the WAL's size"))?;
+    let mut persist: std::ffi::c_int = 1;
+    // SAFETY: the handle is this open connection's and outlives the
+    // call, "main" is a NUL-terminated schema name, and this opcode reads
+    // and writes one int through the pointer, which points at a local.
+    let code = unsafe {
+        rusqlite::ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+            (&raw mut persist).cast(),
+        )
+    };
+    if code == rusqlite::ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        let source = rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        Err(db("keeping the WAL's files")(source))
+    }
+}
+
+/// Sets WAL mode and returns the mode in force. SQLite does not always
+/// call the busy handler for this (two processes opening a new database
+/// at once can get "database is locked" at once), so a busy answer is
+/// retried here within the same timeout.
+fn switch_to_wal(conn: &Connection) -> Result<String, StateError> {
+    let deadline = Deadline::after(BUSY_TIMEOUT, WAL_RETRY);
+    loop {
+        let mode = conn.pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0));
+        match mode {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && !deadline.passed() =>
+            {
+                deadline.pause_blocking();
+            }
+            other => return other.map_err(db("switching to WAL mode")),
+        }
     }
 }
 
@@ -227,7 +309,16 @@ pub enum StateError {
         path: PathBuf,
         /// Why.
         #[source]
-        source: rusqlite::Error,
+        source: SqlError,
+    },
+    /// The fleet's database could not be reached.
+    #[error("cannot connect to the state database at {url}")]
+    Connect {
+        /// Its address, without the password.
+        url: String,
+        /// Why.
+        #[source]
+        source: SqlError,
     },
     /// The disk holding the home is full, so the database cannot be opened.
     #[error(
@@ -245,6 +336,9 @@ pub enum StateError {
         /// The journal mode it kept.
         mode: String,
     },
+    /// `SILO_STATE_URL` names no state silo can use.
+    #[error("{0}")]
+    Location(String),
     /// The database was written by a newer silo.
     #[error(
         "state database has schema version {found}, newer than the {known} this silo knows; \
@@ -269,13 +363,71 @@ pub enum StateError {
     Db {
         /// What was being done.
         context: &'static str,
-        /// The SQLite error.
+        /// The engine's error.
         #[source]
-        source: rusqlite::Error,
+        source: SqlError,
     },
 }
 
-/// Wraps a rusqlite error with what was being done.
+/// Where the state lives: `SILO_STATE_URL`, read once by the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateLocation {
+    /// A SQLite file (the home's `state.db` by default).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, by its `postgres://` URL.
+    Postgres(String),
+}
+
+impl StateLocation {
+    /// The location `url` names, the home's file `default` when it is
+    /// empty or `sqlite:`; `sqlite:PATH` names another file.
+    pub fn parse(url: &str, default: &Path) -> Result<Self, String> {
+        let url = url.trim();
+        if url.is_empty() || url == "sqlite:" {
+            return Ok(Self::Sqlite(default.to_owned()));
+        }
+        if let Some(path) = url.strip_prefix("sqlite:") {
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Self::Postgres(url.to_owned()));
+        }
+        Err(format!(
+            "SILO_STATE_URL {:?} is neither sqlite:[PATH] nor postgres://…",
+            redacted(url)
+        ))
+    }
+
+    /// Whether it is a fleet's shared database.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Self::Postgres(_))
+    }
+}
+
+impl std::fmt::Display for StateLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            Self::Postgres(url) => f.write_str(&redacted(url)),
+        }
+    }
+}
+
+/// A database URL without its password, as it may be shown.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split_once(':').map_or(user, |(name, _)| name);
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// A path as an SQLite URI path: `%`, `?` and `#` escaped, UTF-8 only.
 fn uri_path(path: &Path) -> Option<String> {
     let text = path.to_str()?;
@@ -286,8 +438,12 @@ fn uri_path(path: &Path) -> Option<String> {
     )
 }
 
-fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> StateError {
-    move |source| StateError::Db { context, source }
+/// Wraps an engine's error with what was being done.
+fn db<E: Into<SqlError>>(context: &'static str) -> impl FnOnce(E) -> StateError {
+    move |source| StateError::Db {
+        context,
+        source: source.into(),
+    }
 }
 
 #[cfg(test)]
@@ -301,6 +457,48 @@ pub(crate) mod test_support {
         (dir, db)
     }
 
+    /// What keeps a test's database alive: its directory, or its schema
+    /// in the test server.
+    pub enum Scratch {
+        Dir(#[allow(dead_code)] tempfile::TempDir),
+        Schema(#[allow(dead_code)] postgres::ScratchSchema),
+    }
+
+    /// The test server's URL (`SILO_TEST_POSTGRES_URL`, which
+    /// `scripts/fleet.sh up` prints); in CI its absence is an error.
+    pub fn test_postgres_url() -> Option<String> {
+        match std::env::var("SILO_TEST_POSTGRES_URL") {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "CI=true but SILO_TEST_POSTGRES_URL is not set: `scripts/fleet.sh up` starts \
+                     the test PostgreSQL and prints it"
+                );
+                None
+            }
+        }
+    }
+
+    /// An empty database on each engine this machine has: SQLite always,
+    /// PostgreSQL (a schema of its own) when the test server is set.
+    pub fn temp_dbs() -> Vec<(Scratch, StateDb)> {
+        let (dir, db) = temp_db();
+        let mut out = vec![(Scratch::Dir(dir), db)];
+        if let Some((scratch, url)) = temp_postgres() {
+            out.push((scratch, StateDb::connect(&url).unwrap()));
+        }
+        out
+    }
+
+    /// A fresh schema in the test server and a URL whose connections use
+    /// it, if the server is set.
+    pub fn temp_postgres() -> Option<(Scratch, String)> {
+        let schema = postgres::ScratchSchema::create(&test_postgres_url()?).unwrap();
+        let url = schema.url.clone();
+        Some((Scratch::Schema(schema), url))
+    }
+
     /// A local sandbox to insert, made from no snapshot.
     pub fn local_sandbox(id: &str, name: &str) -> NewSandbox {
         NewSandbox {
@@ -308,6 +506,7 @@ pub(crate) mod test_support {
             name: name.into(),
             spec: crate::spec::SandboxSpec::new(crate::spec::BackendKind::Local),
             origin_snapshot: None,
+            host: "test-host".into(),
         }
     }
 }
@@ -323,8 +522,10 @@ mod tests {
         let path = dir.path().join("state.db");
         let mut a = StateDb::open(&path).unwrap();
         let b = StateDb::open(&path).unwrap();
-        let mode: String = b
-            .conn
+        let Engine::Sqlite(conn) = &b.engine else {
+            unreachable!("opened from a file")
+        };
+        let mode: String = conn
             .pragma_query_value(None, "journal_mode", |row| row.get(0))
             .unwrap();
         assert_eq!(mode, "wal");
@@ -370,5 +571,52 @@ mod tests {
         });
         let db = StateDb::open(&path).unwrap();
         assert_eq!(db.sandboxes().unwrap().len(), 40);
+    }
+
+    #[test]
+    fn concurrent_migrators_and_writers_on_postgres_all_land() {
+        let Some((_scratch, url)) = test_support::temp_postgres() else {
+            return;
+        };
+        // Four hosts find the database new at once: one migrates it.
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let url = &url;
+                s.spawn(move || {
+                    let mut db = StateDb::connect(url).unwrap();
+                    for i in 0..10 {
+                        let new = local_sandbox(&format!("sbx-{t:06}{i:06}"), &format!("t{t}-{i}"));
+                        db.insert_sandbox(&new).unwrap();
+                    }
+                });
+            }
+        });
+        let db = StateDb::connect(&url).unwrap();
+        assert_eq!(db.sandboxes().unwrap().len(), 40);
+    }
+
+    #[test]
+    fn state_locations_and_their_passwords() {
+        let home = Path::new("/home/state.db");
+        assert_eq!(
+            StateLocation::parse("", home).unwrap(),
+            StateLocation::Sqlite(home.to_owned())
+        );
+        assert_eq!(
+            StateLocation::parse("sqlite:", home).unwrap(),
+            StateLocation::Sqlite(home.to_owned())
+        );
+        assert_eq!(
+            StateLocation::parse("sqlite:/elsewhere.db", home).unwrap(),
+            StateLocation::Sqlite("/elsewhere.db".into())
+        );
+        let pg = StateLocation::parse("postgres://silo:secret@127.0.0.1:5432/silo", home).unwrap();
+        assert!(pg.is_shared());
+        assert_eq!(pg.to_string(), "postgres://silo:***@127.0.0.1:5432/silo");
+        let err = StateLocation::parse("mysql://u:secret@h/db", home).unwrap_err();
+        assert!(
+            err.contains("mysql://u:***@h/db") && !err.contains("secret"),
+            "{err}"
+        );
     }
 }

@@ -5,8 +5,7 @@
 //! died in between; whoever opens the sandbox next settles it
 //! (`silo::snapshot::settle`).
 
-use rusqlite::{OptionalExtension, params};
-
+use super::sql::{Sql, args};
 use super::{StateDb, StateError, db};
 
 /// A rewind whose layer was sent, as recorded before it went out.
@@ -29,9 +28,11 @@ impl StateDb {
     pub fn begin_pending_rewind(&mut self, pending: &PendingRewind) -> Result<(), StateError> {
         self.write("recording a rewind under way", |tx| {
             tx.execute(
-                "INSERT OR REPLACE INTO pending_rewinds \
-                 (sandbox_id, snapshot, layer_sha256, fork, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
+                "INSERT INTO pending_rewinds \
+                 (sandbox_id, snapshot, layer_sha256, fork, at) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (sandbox_id) DO UPDATE SET snapshot = excluded.snapshot, \
+                 layer_sha256 = excluded.layer_sha256, fork = excluded.fork, at = excluded.at",
+                args![
                     pending.sandbox_id,
                     pending.snapshot,
                     pending.layer_sha256,
@@ -46,23 +47,25 @@ impl StateDb {
 
     /// The rewind under way on `sandbox_id`, if one was left unsettled.
     pub fn pending_rewind(&self, sandbox_id: &str) -> Result<Option<PendingRewind>, StateError> {
-        self.conn
-            .query_row(
+        let what = "reading a rewind under way";
+        let Some(row) = self
+            .sql()
+            .query_opt(
                 "SELECT sandbox_id, snapshot, layer_sha256, fork, at FROM pending_rewinds \
                  WHERE sandbox_id = ?1",
-                [sandbox_id],
-                |row| {
-                    Ok(PendingRewind {
-                        sandbox_id: row.get(0)?,
-                        snapshot: row.get(1)?,
-                        layer_sha256: row.get(2)?,
-                        fork: row.get(3)?,
-                        at_ms: row.get(4)?,
-                    })
-                },
+                args![sandbox_id],
             )
-            .optional()
-            .map_err(db("reading a rewind under way"))
+            .map_err(db(what))?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(PendingRewind {
+            sandbox_id: row.get(0).map_err(db(what))?,
+            snapshot: row.get(1).map_err(db(what))?,
+            layer_sha256: row.get(2).map_err(db(what))?,
+            fork: row.get(3).map_err(db(what))?,
+            at_ms: row.get(4).map_err(db(what))?,
+        }))
     }
 
     /// Forgets the rewind under way on `sandbox_id` (its layer never went in).
@@ -75,10 +78,10 @@ impl StateDb {
 
 /// Removes `sandbox_id`'s pending rewind inside a transaction that records
 /// its outcome.
-pub(super) fn clear_in(tx: &rusqlite::Transaction<'_>, sandbox_id: &str) -> Result<(), StateError> {
+pub(super) fn clear_in(tx: &dyn Sql, sandbox_id: &str) -> Result<(), StateError> {
     tx.execute(
         "DELETE FROM pending_rewinds WHERE sandbox_id = ?1",
-        [sandbox_id],
+        args![sandbox_id],
     )
     .map(drop)
     .map_err(db("forgetting a rewind under way"))

@@ -8,11 +8,11 @@
 //! member is claimed at most once and a claimed sandbox is a sandbox like
 //! any other, with its own id and key.
 
-use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::events::{EventKind, insert_event};
 use super::sandboxes::{COLUMNS, RawRow, name_taken_or, to_json};
+use super::sql::{Row, SqlError, args};
 use super::{NewSandbox, SandboxRecord, StateDb, StateError, db, now_ms};
 use crate::spec::SandboxSpec;
 
@@ -41,9 +41,9 @@ impl StateDb {
         self.write("recording a pool", |tx| {
             let inserted = tx
                 .execute(
-                    "INSERT OR IGNORE INTO pools (name, spec, size, created_at, snapshot) \
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![
+                    "INSERT INTO pools (name, spec, size, created_at, snapshot) \
+                     VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+                    args![
                         pool.name,
                         spec,
                         pool.size,
@@ -62,37 +62,35 @@ impl StateDb {
     /// The pool called `name`.
     pub fn pool(&self, name: &str) -> Result<Pool, StateError> {
         let row = self
-            .conn
-            .query_row(
+            .sql()
+            .query_opt(
                 &format!("SELECT {POOL_COLUMNS} FROM pools WHERE name = ?1"),
-                [name],
-                read_pool,
+                args![name],
             )
-            .optional()
             .map_err(db("looking up a pool"))?
             .ok_or_else(|| StateError::UnknownPool(name.to_owned()))?;
-        parse_pool(row)
+        parse_pool(read_pool(&row).map_err(db("looking up a pool"))?)
     }
 
     /// Every pool, by name.
     pub fn pools(&self) -> Result<Vec<Pool>, StateError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("SELECT {POOL_COLUMNS} FROM pools ORDER BY name"))
+        let rows = self
+            .sql()
+            .query(
+                &format!("SELECT {POOL_COLUMNS} FROM pools ORDER BY name"),
+                &[],
+            )
             .map_err(db("listing pools"))?;
-        let rows = stmt.query_map([], read_pool).map_err(db("listing pools"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            out.push(parse_pool(row.map_err(db("listing pools"))?)?);
-        }
-        Ok(out)
+        rows.iter()
+            .map(|row| parse_pool(read_pool(row).map_err(db("listing pools"))?))
+            .collect()
     }
 
     /// Forgets a pool. Its members must be removed first.
     pub fn delete_pool(&mut self, name: &str) -> Result<(), StateError> {
         self.write("removing a pool", |tx| {
             let deleted = tx
-                .execute("DELETE FROM pools WHERE name = ?1", [name])
+                .execute("DELETE FROM pools WHERE name = ?1", args![name])
                 .map_err(db("removing a pool"))?;
             match deleted {
                 0 => Err(StateError::UnknownPool(name.to_owned())),
@@ -112,33 +110,26 @@ impl StateDb {
 
     /// The members of `pool`, oldest first.
     pub fn pool_members(&self, pool: &str) -> Result<Vec<SandboxRecord>, StateError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
-                "SELECT {COLUMNS} FROM sandboxes WHERE pool = ?1 ORDER BY created_at, id"
-            ))
+        let rows = self
+            .sql()
+            .query(
+                &format!("SELECT {COLUMNS} FROM sandboxes WHERE pool = ?1 ORDER BY created_at, id"),
+                args![pool],
+            )
             .map_err(db("listing a pool's members"))?;
-        let rows = stmt
-            .query_map([pool], RawRow::read)
-            .map_err(db("listing a pool's members"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            out.push(row.map_err(db("listing a pool's members"))?.parse()?);
-        }
-        Ok(out)
+        RawRow::parse_all(&rows, "listing a pool's members")
     }
 
     /// The ids of every sandbox and pool member: what owns a machine.
     pub fn machine_owner_ids(&self) -> Result<Vec<String>, StateError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id FROM sandboxes")
-            .map_err(db("listing sandbox ids"))?;
-        let rows = stmt
-            .query_map([], |row| row.get(0))
-            .map_err(db("listing sandbox ids"))?;
-        rows.collect::<Result<_, _>>()
-            .map_err(db("listing sandbox ids"))
+        let what = "listing sandbox ids";
+        let rows = self
+            .sql()
+            .query("SELECT id FROM sandboxes", &[])
+            .map_err(db(what))?;
+        rows.iter()
+            .map(|row| row.get(0).map_err(db(what)))
+            .collect()
     }
 
     /// Makes `member` of `pool` the sandbox called `name` and logs
@@ -156,7 +147,7 @@ impl StateDb {
                 .execute(
                     "UPDATE sandboxes SET name = ?3, pool = NULL, updated_at = ?4 \
                      WHERE id = ?1 AND pool = ?2",
-                    params![member.id, pool, name, now],
+                    args![member.id, pool, name, now],
                 )
                 .map_err(|e| name_taken_or(e, name, "claiming a pool member"))?;
             if changed == 0 {
@@ -186,7 +177,7 @@ const POOL_COLUMNS: &str = "name, spec, size, created_at, snapshot";
 /// A pool's row, before its spec is parsed.
 type PoolRow = (String, String, u32, i64, Option<String>);
 
-fn read_pool(row: &rusqlite::Row<'_>) -> rusqlite::Result<PoolRow> {
+fn read_pool(row: &Row) -> Result<PoolRow, SqlError> {
     Ok((
         row.get(0)?,
         row.get(1)?,

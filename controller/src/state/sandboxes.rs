@@ -3,10 +3,10 @@
 //! Every change to a row is written in the same transaction as the event that
 //! describes it, so the log and the table never disagree.
 
-use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{EventKind, insert_event};
+use super::sql::{Row, SqlError, args};
 use super::{StateDb, StateError, db, now_ms};
 use crate::spec::{BackendKind, SandboxSpec};
 
@@ -43,6 +43,10 @@ pub struct SandboxRecord {
     /// builds on; `None` until one is taken, and whenever the machine is
     /// replaced.
     pub checkpoint: Option<Checkpoint>,
+    /// The host that made it (`SILO_HOST`); `None` for a sandbox made
+    /// before hosts were recorded. A machine that lives on one host is
+    /// operated from that host only.
+    pub host: Option<String>,
 }
 
 /// What the first snapshot of a machine measures its changes against when
@@ -92,10 +96,12 @@ pub struct NewSandbox {
     pub spec: SandboxSpec,
     /// The snapshot its first machine is made from (a fork), if any.
     pub origin_snapshot: Option<String>,
+    /// The host making it.
+    pub host: String,
 }
 
 pub(super) const COLUMNS: &str = "id, name, backend, spec, spec_hash, backend_ref, created_at, updated_at, \
-                       origin_snapshot, baseline, checkpoint";
+                       origin_snapshot, baseline, checkpoint, host";
 
 impl StateDb {
     /// Records a new sandbox (with an empty backend handle) and its `created`
@@ -120,9 +126,9 @@ impl StateDb {
             tx.execute(
                 &format!(
                     "INSERT INTO sandboxes ({COLUMNS}, pool) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6, ?7, NULL, NULL, ?8)"
+                     VALUES (?1, ?2, ?3, ?4, ?5, '{{}}', ?6, ?6, ?7, NULL, NULL, ?9, ?8)"
                 ),
-                params![
+                args![
                     new.id,
                     new.name,
                     backend.as_str(),
@@ -130,7 +136,8 @@ impl StateDb {
                     spec_hash,
                     now,
                     new.origin_snapshot,
-                    pool
+                    pool,
+                    new.host
                 ],
             )
             .map_err(|e| name_taken_or(e, &new.name, "recording a new sandbox"))?;
@@ -144,6 +151,7 @@ impl StateDb {
                     "backend": backend,
                     "spec_hash": spec_hash,
                     "from_snapshot": new.origin_snapshot,
+                    "host": new.host,
                 }),
             )?;
             Ok(())
@@ -160,41 +168,39 @@ impl StateDb {
             origin_snapshot: new.origin_snapshot.clone(),
             baseline: None,
             checkpoint: None,
+            host: Some(new.host.clone()),
         })
     }
 
     /// The live sandbox with this name or id.
     pub fn sandbox(&self, name_or_id: &str) -> Result<SandboxRecord, StateError> {
-        self.conn
-            .query_row(
+        let row = self
+            .sql()
+            .query_opt(
                 &format!(
                     "SELECT {COLUMNS} FROM sandboxes WHERE (id = ?1 OR name = ?1) AND pool IS NULL"
                 ),
-                [name_or_id],
-                RawRow::read,
+                args![name_or_id],
             )
-            .optional()
             .map_err(db("looking up a sandbox"))?
-            .ok_or_else(|| StateError::UnknownSandbox(name_or_id.to_owned()))?
+            .ok_or_else(|| StateError::UnknownSandbox(name_or_id.to_owned()))?;
+        RawRow::read(&row)
+            .map_err(db("looking up a sandbox"))?
             .parse()
     }
 
     /// Every live sandbox, oldest first (not the members of warm pools).
     pub fn sandboxes(&self) -> Result<Vec<SandboxRecord>, StateError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
-                "SELECT {COLUMNS} FROM sandboxes WHERE pool IS NULL ORDER BY created_at, id"
-            ))
+        let rows = self
+            .sql()
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM sandboxes WHERE pool IS NULL ORDER BY created_at, id"
+                ),
+                &[],
+            )
             .map_err(db("listing sandboxes"))?;
-        let rows = stmt
-            .query_map([], RawRow::read)
-            .map_err(db("listing sandboxes"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            out.push(row.map_err(db("listing sandboxes"))?.parse()?);
-        }
-        Ok(out)
+        RawRow::parse_all(&rows, "listing sandboxes")
     }
 
     /// Replaces a sandbox's backend handle and, when given, logs an event with it.
@@ -210,7 +216,7 @@ impl StateDb {
             let changed = tx
                 .execute(
                     "UPDATE sandboxes SET backend_ref = ?2, updated_at = ?3 WHERE id = ?1",
-                    params![sandbox.id, ref_json, now],
+                    args![sandbox.id, ref_json, now],
                 )
                 .map_err(db("updating a sandbox"))?;
             if changed == 0 {
@@ -248,7 +254,7 @@ impl StateDb {
                     "UPDATE sandboxes SET backend = ?2, spec = ?3, spec_hash = ?4, \
                      backend_ref = '{}', updated_at = ?5, origin_snapshot = ?6, \
                      baseline = NULL, checkpoint = NULL WHERE id = ?1",
-                    params![
+                    args![
                         sandbox.id,
                         spec.backend.as_str(),
                         spec_json,
@@ -295,7 +301,7 @@ impl StateDb {
             let changed = tx
                 .execute(
                     "UPDATE sandboxes SET spec = ?2, spec_hash = ?3, updated_at = ?4 WHERE id = ?1",
-                    params![sandbox.id, spec_json, spec_hash, now],
+                    args![sandbox.id, spec_json, spec_hash, now],
                 )
                 .map_err(db("updating a sandbox's spec"))?;
             if changed == 0 {
@@ -323,7 +329,7 @@ impl StateDb {
             let changed = tx
                 .execute(
                     "UPDATE sandboxes SET baseline = ?2 WHERE id = ?1",
-                    params![sandbox.id, text],
+                    args![sandbox.id, text],
                 )
                 .map_err(db("recording a sandbox's baseline"))?;
             match changed {
@@ -360,7 +366,7 @@ impl StateDb {
                 .execute(
                     "UPDATE sandboxes SET checkpoint = ?2, baseline = ?3, updated_at = ?4, \
                      origin_snapshot = COALESCE(?5, origin_snapshot) WHERE id = ?1",
-                    params![sandbox.id, text, baseline_text, now, origin],
+                    args![sandbox.id, text, baseline_text, now, origin],
                 )
                 .map_err(db("recording an in-place rewind"))?;
             if changed == 0 {
@@ -396,7 +402,7 @@ impl StateDb {
         let now = now_ms();
         self.write("removing a sandbox", |tx| {
             let changed = tx
-                .execute("DELETE FROM sandboxes WHERE id = ?1", [&sandbox.id])
+                .execute("DELETE FROM sandboxes WHERE id = ?1", args![sandbox.id])
                 .map_err(db("removing a sandbox"))?;
             if changed == 0 {
                 return Err(StateError::UnknownSandbox(sandbox.name.clone()));
@@ -427,10 +433,11 @@ pub(super) struct RawRow {
     origin_snapshot: Option<String>,
     baseline: Option<String>,
     checkpoint: Option<String>,
+    host: Option<String>,
 }
 
 impl RawRow {
-    pub(super) fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+    pub(super) fn read(row: &Row) -> Result<Self, SqlError> {
         Ok(Self {
             id: row.get(0)?,
             name: row.get(1)?,
@@ -443,7 +450,18 @@ impl RawRow {
             origin_snapshot: row.get(8)?,
             baseline: row.get(9)?,
             checkpoint: row.get(10)?,
+            host: row.get(11)?,
         })
+    }
+
+    /// Every row of a `SELECT {COLUMNS}`, parsed; `what` names the query.
+    pub(super) fn parse_all(
+        rows: &[Row],
+        what: &'static str,
+    ) -> Result<Vec<SandboxRecord>, StateError> {
+        rows.iter()
+            .map(|row| Self::read(row).map_err(db(what))?.parse())
+            .collect()
     }
 
     pub(super) fn parse(self) -> Result<SandboxRecord, StateError> {
@@ -475,6 +493,7 @@ impl RawRow {
             origin_snapshot: self.origin_snapshot,
             baseline,
             checkpoint,
+            host: self.host,
         })
     }
 }
@@ -516,17 +535,9 @@ fn optional_json<T: serde::de::DeserializeOwned>(
 }
 
 /// Maps a UNIQUE violation on the name column to [`StateError::NameTaken`].
-pub(super) fn name_taken_or(
-    error: rusqlite::Error,
-    name: &str,
-    context: &'static str,
-) -> StateError {
-    if let rusqlite::Error::SqliteFailure(code, Some(message)) = &error {
-        if code.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
-            && message.contains("sandboxes.name")
-        {
-            return StateError::NameTaken(name.to_owned());
-        }
+pub(super) fn name_taken_or(error: SqlError, name: &str, context: &'static str) -> StateError {
+    if error.violates_unique("sandboxes", "name") {
+        return StateError::NameTaken(name.to_owned());
     }
     StateError::Db {
         context,
@@ -537,7 +548,7 @@ pub(super) fn name_taken_or(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::test_support::{local_sandbox as new, temp_db};
+    use crate::state::test_support::{local_sandbox as new, temp_dbs};
 
     #[test]
     fn handles_are_shown_without_their_tokens() {
@@ -546,67 +557,70 @@ mod tests {
         });
         let shown = serde_json::json!({ "sandbox_id": "i1", "template": "base" });
         assert_eq!(without_secrets(&handle), shown);
-        let (_dir, mut db) = temp_db();
-        let record = db.insert_sandbox(&new("sbx-00000000000c", "c")).unwrap();
-        let record = db.update_backend_ref(&record, &handle, None).unwrap();
-        assert_eq!(
-            db.sandbox("c").unwrap().backend_ref,
-            handle,
-            "the database keeps it whole"
-        );
-        let json = serde_json::to_value(&record).unwrap();
-        assert_eq!(json["backend_ref"], shown);
+        for (_scratch, mut db) in temp_dbs() {
+            let record = db.insert_sandbox(&new("sbx-00000000000c", "c")).unwrap();
+            let record = db.update_backend_ref(&record, &handle, None).unwrap();
+            assert_eq!(
+                db.sandbox("c").unwrap().backend_ref,
+                handle,
+                "the database keeps it whole"
+            );
+            let json = serde_json::to_value(&record).unwrap();
+            assert_eq!(json["backend_ref"], shown);
+        }
     }
 
     #[test]
     fn create_get_list_update_remove() {
-        let (_dir, mut db) = temp_db();
-        let a = db.insert_sandbox(&new("sbx-00000000000a", "a")).unwrap();
-        db.insert_sandbox(&new("sbx-00000000000b", "b")).unwrap();
-        assert_eq!(db.sandbox("a").unwrap(), a);
-        assert_eq!(db.sandbox("sbx-00000000000a").unwrap(), a);
-        assert_eq!(a.spec_hash, a.spec.hash());
+        for (_scratch, mut db) in temp_dbs() {
+            let a = db.insert_sandbox(&new("sbx-00000000000a", "a")).unwrap();
+            db.insert_sandbox(&new("sbx-00000000000b", "b")).unwrap();
+            assert_eq!(db.sandbox("a").unwrap(), a);
+            assert_eq!(db.sandbox("sbx-00000000000a").unwrap(), a);
+            assert_eq!(a.spec_hash, a.spec.hash());
 
-        let names: Vec<String> = db
-            .sandboxes()
-            .unwrap()
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
-        assert_eq!(names, ["a", "b"]);
+            let names: Vec<String> = db
+                .sandboxes()
+                .unwrap()
+                .into_iter()
+                .map(|s| s.name)
+                .collect();
+            assert_eq!(names, ["a", "b"]);
 
-        let handle = serde_json::json!({ "pid": 42 });
-        let a2 = db
-            .update_backend_ref(
-                &a,
-                &handle,
-                Some((EventKind::Started, serde_json::json!({}))),
-            )
-            .unwrap();
-        assert_eq!(db.sandbox("a").unwrap(), a2);
-        assert_eq!(a2.backend_ref, handle);
+            let handle = serde_json::json!({ "pid": 42 });
+            let a2 = db
+                .update_backend_ref(
+                    &a,
+                    &handle,
+                    Some((EventKind::Started, serde_json::json!({}))),
+                )
+                .unwrap();
+            assert_eq!(db.sandbox("a").unwrap(), a2);
+            assert_eq!(a2.backend_ref, handle);
 
-        db.delete_sandbox(&a2, &serde_json::json!({})).unwrap();
-        assert!(matches!(db.sandbox("a"), Err(StateError::UnknownSandbox(n)) if n == "a"));
-        assert_eq!(db.sandboxes().unwrap().len(), 1);
-        // Once removed, the name is free again.
-        db.insert_sandbox(&new("sbx-00000000000c", "a")).unwrap();
+            db.delete_sandbox(&a2, &serde_json::json!({})).unwrap();
+            assert!(matches!(db.sandbox("a"), Err(StateError::UnknownSandbox(n)) if n == "a"));
+            assert_eq!(db.sandboxes().unwrap().len(), 1);
+            // Once removed, the name is free again.
+            db.insert_sandbox(&new("sbx-00000000000c", "a")).unwrap();
+        }
     }
 
     #[test]
     fn names_are_unique_and_unknown_sandboxes_are_named() {
-        let (_dir, mut db) = temp_db();
-        db.insert_sandbox(&new("sbx-00000000000a", "a")).unwrap();
-        let err = db
-            .insert_sandbox(&new("sbx-00000000000b", "a"))
-            .unwrap_err();
-        assert!(
-            matches!(&err, StateError::NameTaken(n) if n == "a"),
-            "{err}"
-        );
-        let err = db.sandbox("ghost").unwrap_err();
-        assert_eq!(err.to_string(), r#"unknown sandbox "ghost""#);
-        // A failed insert leaves no trace in the log.
-        assert_eq!(db.events_of("a").unwrap().len(), 1);
+        for (_scratch, mut db) in temp_dbs() {
+            db.insert_sandbox(&new("sbx-00000000000a", "a")).unwrap();
+            let err = db
+                .insert_sandbox(&new("sbx-00000000000b", "a"))
+                .unwrap_err();
+            assert!(
+                matches!(&err, StateError::NameTaken(n) if n == "a"),
+                "{err}"
+            );
+            let err = db.sandbox("ghost").unwrap_err();
+            assert_eq!(err.to_string(), r#"unknown sandbox "ghost""#);
+            // A failed insert leaves no trace in the log.
+            assert_eq!(db.events_of("a").unwrap().len(), 1);
+        }
     }
 }

@@ -1,16 +1,27 @@
-//! The database schema as an ordered list of migrations.
+//! The database schema as an ordered list of migrations, each written for
+//! both engines: the same tables, columns and constraints, in each one's
+//! DDL (SQLite's `STRICT` tables, PostgreSQL's `BIGINT` for every integer,
+//! since the state reads and writes 64-bit integers only).
 //!
-//! SQLite's `user_version` pragma records how many migrations a file has had.
-//! Migrations are only ever appended: the snapshot and lease tables arrive as
-//! new entries, and a released entry is never edited, because files out there
-//! already ran it.
+//! SQLite's `user_version` pragma records how many migrations a file has
+//! had; PostgreSQL's `silo_schema` table does the same for a database.
+//! Migrations are only ever appended: the snapshot and lease tables arrive
+//! as new entries, and a released entry is never edited, because databases
+//! out there already ran it.
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use super::postgres::Postgres;
+use super::sql::{Sql, args};
 use super::{StateError, db};
 
-/// Each entry moves the schema from version `index` to `index + 1`.
-const MIGRATIONS: &[&str] = &[
+/// How many migrations there are: each is written once per engine, in
+/// [`SQLITE`] and [`POSTGRES`], entry `i` moving a database from version
+/// `i` to `i + 1`.
+const MIGRATIONS: usize = 9;
+
+/// The migrations in SQLite's DDL.
+const SQLITE: [&str; MIGRATIONS] = [
     // 1: sandboxes and the event log.
     r#"
     CREATE TABLE sandboxes (
@@ -143,14 +154,153 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE pools ADD COLUMN snapshot TEXT;  -- the snapshot its members stand on, or NULL
     "#,
+    // 9: a fleet: several hosts on one database. A sandbox's `host` is the
+    // host that made it; on a backend whose machines live on one host only
+    // that host operates it. A lease's `owner_host` is its owner's host. `hosts` lists every
+    // host that opened the database and when it was last seen. `settings`
+    // holds what the hosts share: on a shared database, the master key
+    // every sandbox key derives from (a secret of the whole fleet).
+    r#"
+    ALTER TABLE sandboxes ADD COLUMN host TEXT;
+    ALTER TABLE leases ADD COLUMN owner_host TEXT;  -- NULL: taken before hosts were recorded
+    CREATE TABLE hosts (
+        name    TEXT PRIMARY KEY,
+        seen_at INTEGER NOT NULL  -- unix ms
+    ) STRICT;
+    CREATE TABLE settings (
+        name  TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) STRICT;
+    "#,
+];
+
+/// The migrations in PostgreSQL's DDL, step for step the SQLite ones
+/// (whose comments say what each column holds). SQLite's `rowid` and
+/// `AUTOINCREMENT` keys are identity columns here, under the same names,
+/// so the statements that order by them read the same on both.
+const POSTGRES: [&str; MIGRATIONS] = [
+    // 1
+    r#"
+    CREATE TABLE sandboxes (
+        id          TEXT PRIMARY KEY,
+        name        TEXT NOT NULL UNIQUE,
+        backend     TEXT NOT NULL,
+        spec        TEXT NOT NULL,
+        spec_hash   TEXT NOT NULL,
+        backend_ref TEXT NOT NULL,
+        created_at  BIGINT NOT NULL,
+        updated_at  BIGINT NOT NULL
+    );
+    CREATE TABLE events (
+        seq          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        sandbox_id   TEXT NOT NULL,
+        sandbox_name TEXT NOT NULL,
+        at           BIGINT NOT NULL,
+        kind         TEXT NOT NULL,
+        detail       TEXT NOT NULL
+    );
+    CREATE INDEX events_by_sandbox ON events (sandbox_id, seq);
+    CREATE INDEX events_by_name ON events (sandbox_name, seq);
+    CREATE FUNCTION events_are_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'events are append-only'; END $$;
+    CREATE TRIGGER events_are_append_only BEFORE UPDATE OR DELETE ON events
+    FOR EACH ROW EXECUTE FUNCTION events_are_append_only();
+    "#,
+    // 2
+    r#"
+    CREATE TABLE leases (
+        name        TEXT PRIMARY KEY,
+        owner_pid   BIGINT NOT NULL,
+        owner_start BIGINT NOT NULL,
+        owner_boot  TEXT NOT NULL,
+        owner_token TEXT NOT NULL,
+        op          TEXT NOT NULL,
+        acquired_at BIGINT NOT NULL
+    );
+    "#,
+    // 3
+    r#"
+    CREATE TABLE images (
+        image_id   TEXT PRIMARY KEY,
+        config     TEXT NOT NULL,
+        layers     TEXT NOT NULL,
+        index_blob TEXT NOT NULL,
+        bytes      BIGINT NOT NULL,
+        stored_at  BIGINT NOT NULL
+    );
+    CREATE TABLE snapshots (
+        rowid        BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
+        id           TEXT PRIMARY KEY,
+        sandbox_id   TEXT NOT NULL,
+        sandbox_name TEXT NOT NULL,
+        parent       TEXT,
+        spec         TEXT NOT NULL,
+        base_image   TEXT NOT NULL REFERENCES images (image_id),
+        layers       TEXT NOT NULL,
+        config       TEXT NOT NULL,
+        message      TEXT,
+        layer_bytes  BIGINT NOT NULL,
+        new_bytes    BIGINT NOT NULL,
+        created_at   BIGINT NOT NULL
+    );
+    CREATE INDEX snapshots_by_sandbox ON snapshots (sandbox_id, created_at);
+    ALTER TABLE sandboxes ADD COLUMN origin_snapshot TEXT;
+    "#,
+    // 4
+    r#"
+    ALTER TABLE images ADD COLUMN identity TEXT;
+    ALTER TABLE sandboxes ADD COLUMN baseline TEXT;
+    "#,
+    // 5
+    r#"
+    ALTER TABLE sandboxes ADD COLUMN checkpoint TEXT;
+    "#,
+    // 6
+    r#"
+    CREATE TABLE pools (
+        name       TEXT PRIMARY KEY,
+        spec       TEXT NOT NULL,
+        size       BIGINT NOT NULL,
+        created_at BIGINT NOT NULL
+    );
+    ALTER TABLE sandboxes ADD COLUMN pool TEXT;
+    CREATE INDEX sandboxes_by_pool ON sandboxes (pool);
+    "#,
+    // 7
+    r#"
+    CREATE TABLE pending_rewinds (
+        sandbox_id    TEXT PRIMARY KEY,
+        snapshot      TEXT NOT NULL,
+        layer_sha256  TEXT NOT NULL,
+        fork          BIGINT NOT NULL,
+        at            BIGINT NOT NULL
+    );
+    "#,
+    // 8
+    r#"
+    ALTER TABLE pools ADD COLUMN snapshot TEXT;
+    "#,
+    // 9
+    r#"
+    ALTER TABLE sandboxes ADD COLUMN host TEXT;
+    ALTER TABLE leases ADD COLUMN owner_host TEXT;
+    CREATE TABLE hosts (
+        name    TEXT PRIMARY KEY,
+        seen_at BIGINT NOT NULL
+    );
+    CREATE TABLE settings (
+        name  TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this build creates and understands.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+pub const SCHEMA_VERSION: i64 = MIGRATIONS as i64;
 
 /// Applies the migrations a file lacks, all in one transaction, so a process
 /// racing this one either sees the old schema or the new one.
-pub(super) fn migrate(conn: &mut Connection) -> Result<(), StateError> {
+pub(super) fn migrate_sqlite(conn: &mut Connection) -> Result<(), StateError> {
     // A file already at this build's version (every open after the first)
     // needs no write lock: versions only ever go up, so a plain read that
     // finds ours is final. Anything else is decided under the lock below.
@@ -173,7 +323,7 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StateError> {
         });
     }
     let start = usize::try_from(found).unwrap_or(0);
-    for sql in MIGRATIONS.iter().skip(start) {
+    for sql in SQLITE.iter().skip(start) {
         tx.execute_batch(sql).map_err(db("migrating the schema"))?;
     }
     if found < SCHEMA_VERSION {
@@ -181,6 +331,60 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StateError> {
             .map_err(db("recording the schema version"))?;
     }
     tx.commit().map_err(db("committing the schema migration"))
+}
+
+/// Applies the migrations a PostgreSQL database lacks, in one transaction
+/// under an advisory lock, so two hosts starting at once migrate it once.
+pub(super) fn migrate_postgres(pg: &Postgres) -> Result<(), StateError> {
+    // Every open after the first finds its version with one read (which
+    // fails on a new database, whose version table is not there yet).
+    if postgres_version(pg).ok() == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
+    // One lock for every silo migrating this database (the number is
+    // silo's own: "silo" in ASCII), taken before the transaction begins:
+    // a serializable transaction reads as of its first statement, so the
+    // version must be read after the lock is ours, not before.
+    pg.batch("SELECT pg_advisory_lock(1936288879)")
+        .map_err(db("locking the schema"))?;
+    let migrated = pg.transaction(|tx: &dyn Sql| {
+        tx.batch("CREATE TABLE IF NOT EXISTS silo_schema (version BIGINT NOT NULL)")
+            .map_err(db("creating the schema's version table"))?;
+        let found = postgres_version(tx)?;
+        if found > SCHEMA_VERSION {
+            return Err(StateError::NewerSchema {
+                found,
+                known: SCHEMA_VERSION,
+            });
+        }
+        let start = usize::try_from(found).unwrap_or(0);
+        for sql in POSTGRES.iter().skip(start) {
+            tx.batch(sql).map_err(db("migrating the schema"))?;
+        }
+        tx.execute("DELETE FROM silo_schema", &[])
+            .map_err(db("recording the schema version"))?;
+        tx.execute(
+            "INSERT INTO silo_schema (version) VALUES (?1)",
+            args![SCHEMA_VERSION],
+        )
+        .map_err(db("recording the schema version"))?;
+        Ok(())
+    });
+    // The lock goes with the connection if this fails.
+    let _ = pg.batch("SELECT pg_advisory_unlock(1936288879)");
+    migrated.map_err(db("committing the schema migration"))?
+}
+
+/// The version a PostgreSQL database's schema is at (0 when new).
+fn postgres_version(sql: &dyn Sql) -> Result<i64, StateError> {
+    let row = sql
+        .query_opt("SELECT max(version) FROM silo_schema", &[])
+        .map_err(db("reading the schema version"))?;
+    let version: Option<i64> = match row {
+        Some(row) => row.get(0).map_err(db("reading the schema version"))?,
+        None => None,
+    };
+    Ok(version.unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -194,7 +398,7 @@ mod tests {
         let path = dir.path().join("state.db");
         drop(StateDb::open(&path).unwrap());
         let mut conn = Connection::open(&path).unwrap();
-        migrate(&mut conn).unwrap();
+        migrate_sqlite(&mut conn).unwrap();
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .unwrap();

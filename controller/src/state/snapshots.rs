@@ -10,10 +10,10 @@
 
 use std::collections::BTreeSet;
 
-use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
 use super::events::{EventKind, insert_event};
+use super::sql::{Row, SqlError, args};
 use super::{Checkpoint, StateDb, StateError, db, now_ms};
 use crate::spec::SandboxSpec;
 
@@ -100,30 +100,31 @@ const SNAPSHOT_COLUMNS: &str = "id, sandbox_id, sandbox_name, parent, spec, base
 impl StateDb {
     /// The stored base image with this engine id, if its layers are stored.
     pub fn stored_image(&self, image_id: &str) -> Result<Option<StoredImage>, StateError> {
+        let what = "looking up a stored image";
         let row = self
-            .conn
-            .query_row(
+            .sql()
+            .query_opt(
                 "SELECT image_id, config, layers, index_blob, bytes, stored_at, identity \
                  FROM images WHERE image_id = ?1",
-                [image_id],
-                |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, String>(3)?,
-                        row.get::<_, i64>(4)?,
-                        row.get::<_, i64>(5)?,
-                        row.get::<_, Option<String>>(6)?,
-                    ))
-                },
+                args![image_id],
             )
-            .optional()
-            .map_err(db("looking up a stored image"))?;
-        let Some((image_id, config, layers, index_blob, bytes, stored_at_ms, identity)) = row
-        else {
+            .map_err(db(what))?;
+        let Some(row) = row else {
             return Ok(None);
         };
+        let read = |row: &Row| -> Result<_, SqlError> {
+            Ok((
+                row.get::<String>(0)?,
+                row.get::<String>(1)?,
+                row.get::<String>(2)?,
+                row.get::<String>(3)?,
+                row.get::<i64>(4)?,
+                row.get::<i64>(5)?,
+                row.get::<Option<String>>(6)?,
+            ))
+        };
+        let (image_id, config, layers, index_blob, bytes, stored_at_ms, identity) =
+            read(&row).map_err(db(what))?;
         let corrupt = |what: String| StateError::Corrupt {
             id: image_id.clone(),
             what,
@@ -144,16 +145,19 @@ impl StateDb {
         &self,
         prefix: &str,
     ) -> Result<Option<StoredImage>, StateError> {
+        let what = "looking up a stored image";
         let id: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT image_id FROM images WHERE substr(image_id, 1, length(?1)) = ?1 \
+            .sql()
+            .query_opt(
+                "SELECT image_id FROM images \
+                 WHERE substr(image_id, 1, length(CAST(?1 AS TEXT))) = CAST(?1 AS TEXT) \
                  ORDER BY stored_at DESC LIMIT 1",
-                [prefix],
-                |row| row.get(0),
+                args![prefix],
             )
-            .optional()
-            .map_err(db("looking up a stored image"))?;
+            .map_err(db(what))?
+            .map(|row| row.get(0))
+            .transpose()
+            .map_err(db(what))?;
         match id {
             Some(id) => self.stored_image(&id),
             None => Ok(None),
@@ -167,15 +171,15 @@ impl StateDb {
         let layers = json_text(&image.image_id, &image.layers)?;
         self.write("recording a stored image", |tx| {
             tx.execute(
-                "INSERT OR IGNORE INTO images \
+                "INSERT INTO images \
                  (image_id, config, layers, index_blob, bytes, stored_at, identity) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+                args![
                     image.image_id,
                     config,
                     layers,
                     image.index_blob,
-                    i64::try_from(image.bytes).unwrap_or(i64::MAX),
+                    image.bytes,
                     image.stored_at_ms,
                     image.identity
                 ],
@@ -203,7 +207,7 @@ impl StateDb {
                     "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
                 ),
-                params![
+                args![
                     snapshot.id,
                     snapshot.sandbox_id,
                     snapshot.sandbox_name,
@@ -213,8 +217,8 @@ impl StateDb {
                     layers,
                     snapshot.config,
                     snapshot.message,
-                    i64::try_from(snapshot.layer_bytes).unwrap_or(i64::MAX),
-                    i64::try_from(snapshot.new_bytes).unwrap_or(i64::MAX),
+                    snapshot.layer_bytes,
+                    snapshot.new_bytes,
                     snapshot.created_at_ms
                 ],
             )
@@ -223,7 +227,7 @@ impl StateDb {
             // moment to count from, on nothing it could trust).
             tx.execute(
                 "UPDATE sandboxes SET checkpoint = ?2 WHERE id = ?1",
-                params![snapshot.sandbox_id, checkpoint],
+                args![snapshot.sandbox_id, checkpoint],
             )
             .map_err(db("recording a snapshot"))?;
             insert_event(
@@ -239,18 +243,21 @@ impl StateDb {
 
     /// The snapshot with this id (or a unique prefix of it).
     pub fn snapshot(&self, id: &str) -> Result<Snapshot, StateError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
-                "SELECT {SNAPSHOT_COLUMNS} FROM snapshots \
-                 WHERE id = ?1 OR substr(id, 1, length(?1)) = ?1 LIMIT 2"
-            ))
-            .map_err(db("looking up a snapshot"))?;
-        let rows = stmt
-            .query_map([id], RawSnapshot::read)
-            .map_err(db("looking up a snapshot"))?
+        let what = "looking up a snapshot";
+        let rows = self
+            .sql()
+            .query(
+                &format!(
+                    "SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE id = CAST(?1 AS TEXT) \
+                     OR substr(id, 1, length(CAST(?1 AS TEXT))) = CAST(?1 AS TEXT) LIMIT 2"
+                ),
+                args![id],
+            )
+            .map_err(db(what))?
+            .iter()
+            .map(RawSnapshot::read)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(db("looking up a snapshot"))?;
+            .map_err(db(what))?;
         if let Some(exact) = rows.iter().find(|r| r.id == id) {
             return exact.clone().parse();
         }
@@ -263,21 +270,20 @@ impl StateDb {
 
     /// Snapshots, oldest first: of one sandbox (by id), or all of them.
     pub fn snapshots(&self, sandbox_id: Option<&str>) -> Result<Vec<Snapshot>, StateError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
-                "SELECT {SNAPSHOT_COLUMNS} FROM snapshots \
-                 WHERE ?1 IS NULL OR sandbox_id = ?1 ORDER BY created_at, rowid"
-            ))
-            .map_err(db("listing snapshots"))?;
-        let rows = stmt
-            .query_map([sandbox_id], RawSnapshot::read)
-            .map_err(db("listing snapshots"))?;
-        let mut out = Vec::new();
-        for row in rows {
-            out.push(row.map_err(db("listing snapshots"))?.parse()?);
-        }
-        Ok(out)
+        let what = "listing snapshots";
+        let rows = self
+            .sql()
+            .query(
+                &format!(
+                    "SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE CAST(?1 AS TEXT) IS NULL \
+                     OR sandbox_id = CAST(?1 AS TEXT) ORDER BY created_at, rowid"
+                ),
+                args![sandbox_id],
+            )
+            .map_err(db(what))?;
+        rows.iter()
+            .map(|row| RawSnapshot::read(row).map_err(db(what))?.parse())
+            .collect()
     }
 
     /// The newest snapshot of a sandbox (by id), if it has any.
@@ -287,16 +293,17 @@ impl StateDb {
 
     /// Names of the live sandboxes whose machine was made from a snapshot.
     pub fn sandboxes_made_from(&self, snapshot_id: &str) -> Result<Vec<String>, StateError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT name FROM sandboxes WHERE origin_snapshot = ?1 ORDER BY name")
-            .map_err(db("finding sandboxes made from a snapshot"))?;
-        let names = stmt
-            .query_map([snapshot_id], |row| row.get(0))
-            .map_err(db("finding sandboxes made from a snapshot"))?
-            .collect::<Result<Vec<String>, _>>()
-            .map_err(db("finding sandboxes made from a snapshot"))?;
-        Ok(names)
+        let what = "finding sandboxes made from a snapshot";
+        let rows = self
+            .sql()
+            .query(
+                "SELECT name FROM sandboxes WHERE origin_snapshot = ?1 ORDER BY name",
+                args![snapshot_id],
+            )
+            .map_err(db(what))?;
+        rows.iter()
+            .map(|row| row.get(0).map_err(db(what)))
+            .collect()
     }
 
     /// Replaces a snapshot's layers and config with an equivalent shorter
@@ -312,7 +319,7 @@ impl StateDb {
             let changed = tx
                 .execute(
                     "UPDATE snapshots SET layers = ?2, config = ?3 WHERE id = ?1",
-                    params![snapshot.id, text, config],
+                    args![snapshot.id, text, config],
                 )
                 .map_err(db("compacting a snapshot"))?;
             match changed {
@@ -333,7 +340,7 @@ impl StateDb {
         let now = now_ms();
         self.write("removing a snapshot", |tx| {
             let changed = tx
-                .execute("DELETE FROM snapshots WHERE id = ?1", [&snapshot.id])
+                .execute("DELETE FROM snapshots WHERE id = ?1", args![snapshot.id])
                 .map_err(db("removing a snapshot"))?;
             if changed == 0 {
                 return Err(StateError::UnknownSnapshot(snapshot.id.clone()));
@@ -354,24 +361,25 @@ impl StateDb {
     /// which its first snapshot needs); returns their ids. Their blobs become
     /// unnamed, for gc to remove.
     pub fn forget_unused_images(&mut self) -> Result<Vec<String>, StateError> {
-        self.write("forgetting unused images", |tx| {
+        let what = "forgetting unused images";
+        self.write(what, |tx| {
             // `NOT IN` a list holding NULL is never true: the baselines'
             // images are taken only where there is one.
-            let mut stmt = tx
-                .prepare(
-                    "DELETE FROM images WHERE image_id NOT IN \
-                     (SELECT base_image FROM snapshots) AND image_id NOT IN \
-                     (SELECT json_extract(baseline, '$.image') FROM sandboxes \
-                      WHERE json_extract(baseline, '$.image') IS NOT NULL) \
-                     RETURNING image_id",
+            let image = tx.dialect().json_text_field("baseline", "image");
+            let rows = tx
+                .query(
+                    &format!(
+                        "DELETE FROM images WHERE image_id NOT IN \
+                         (SELECT base_image FROM snapshots) AND image_id NOT IN \
+                         (SELECT {image} FROM sandboxes WHERE {image} IS NOT NULL) \
+                         RETURNING image_id"
+                    ),
+                    &[],
                 )
-                .map_err(db("forgetting unused images"))?;
-            let ids = stmt
-                .query_map([], |row| row.get(0))
-                .map_err(db("forgetting unused images"))?
-                .collect::<Result<Vec<String>, _>>()
-                .map_err(db("forgetting unused images"))?;
-            Ok(ids)
+                .map_err(db(what))?;
+            rows.iter()
+                .map(|row| row.get(0).map_err(db(what)))
+                .collect()
         })
     }
 
@@ -380,12 +388,8 @@ impl StateDb {
     pub fn named_blobs(&self) -> Result<BTreeSet<String>, StateError> {
         let mut named = BTreeSet::new();
         let mut add_layers = |sql: &str, what: &'static str| -> Result<(), StateError> {
-            let mut stmt = self.conn.prepare(sql).map_err(db(what))?;
-            let rows = stmt
-                .query_map([], |row| row.get::<_, String>(0))
-                .map_err(db(what))?;
-            for row in rows {
-                let text = row.map_err(db(what))?;
+            for row in self.sql().query(sql, &[]).map_err(db(what))? {
+                let text: String = row.get(0).map_err(db(what))?;
                 let layers: Vec<String> =
                     serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
                         id: what.to_owned(),
@@ -397,15 +401,13 @@ impl StateDb {
         };
         add_layers("SELECT layers FROM snapshots", "listing snapshot layers")?;
         add_layers("SELECT layers FROM images", "listing image layers")?;
-        let mut stmt = self
-            .conn
-            .prepare("SELECT index_blob FROM images")
-            .map_err(db("listing image indexes"))?;
-        let rows = stmt
-            .query_map([], |row| row.get::<_, String>(0))
-            .map_err(db("listing image indexes"))?;
-        for row in rows {
-            named.insert(row.map_err(db("listing image indexes"))?);
+        let what = "listing image indexes";
+        for row in self
+            .sql()
+            .query("SELECT index_blob FROM images", &[])
+            .map_err(db(what))?
+        {
+            named.insert(row.get(0).map_err(db(what))?);
         }
         Ok(named)
     }
@@ -429,7 +431,7 @@ struct RawSnapshot {
 }
 
 impl RawSnapshot {
-    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+    fn read(row: &Row) -> Result<Self, SqlError> {
         Ok(Self {
             id: row.get(0)?,
             sandbox_id: row.get(1)?,
@@ -482,7 +484,7 @@ fn json_text(id: &str, value: &impl Serialize) -> Result<String, StateError> {
 mod tests {
     use super::*;
     use crate::spec::BackendKind;
-    use crate::state::test_support::temp_db;
+    use crate::state::test_support::temp_dbs;
     use crate::state::{Baseline, NewSandbox};
 
     #[test]
@@ -524,123 +526,128 @@ mod tests {
 
     #[test]
     fn snapshots_are_found_listed_named_and_removed() {
-        let (_dir, mut db) = temp_db();
-        db.insert_image(&StoredImage {
-            image_id: "sha256:base".into(),
-            config: serde_json::json!({ "os": "linux" }),
-            layers: vec!["b1".into()],
-            index_blob: "i1".into(),
-            bytes: 5,
-            stored_at_ms: 1,
-            identity: Some("base-1".into()),
-        })
-        .unwrap();
-        let first = snapshot("snap-000000000001", &["b1", "l1"], 10);
-        let second = snapshot("snap-000000000002", &["b1", "l1", "l2"], 20);
-        db.insert_snapshot(&first, None, &serde_json::json!({}))
-            .unwrap();
-        db.insert_snapshot(&second, None, &serde_json::json!({}))
-            .unwrap();
-
-        assert_eq!(db.snapshot("snap-000000000001").unwrap(), first);
-        assert!(matches!(
-            db.snapshot("snap-0"),
-            Err(StateError::AmbiguousSnapshot(_))
-        ));
-        assert!(matches!(
-            db.snapshot("snap-9"),
-            Err(StateError::UnknownSnapshot(_))
-        ));
-        assert_eq!(
-            db.latest_snapshot("sbx-00000000000a").unwrap(),
-            Some(second.clone())
-        );
-        assert_eq!(db.snapshots(None).unwrap().len(), 2);
-        let named = db.named_blobs().unwrap();
-        assert_eq!(
-            named.into_iter().collect::<Vec<_>>(),
-            ["b1", "i1", "l1", "l2"]
-        );
-
-        let sandbox = db
-            .insert_sandbox(&NewSandbox {
-                id: "sbx-00000000000b".into(),
-                name: "b".into(),
-                spec: SandboxSpec::new(BackendKind::Docker),
-                origin_snapshot: Some(first.id.clone()),
+        for (_scratch, mut db) in temp_dbs() {
+            db.insert_image(&StoredImage {
+                image_id: "sha256:base".into(),
+                config: serde_json::json!({ "os": "linux" }),
+                layers: vec!["b1".into()],
+                index_blob: "i1".into(),
+                bytes: 5,
+                stored_at_ms: 1,
+                identity: Some("base-1".into()),
             })
             .unwrap();
-        assert_eq!(db.sandboxes_made_from(&first.id).unwrap(), ["b"]);
-        assert_eq!(sandbox.origin_snapshot.as_deref(), Some(first.id.as_str()));
+            let first = snapshot("snap-000000000001", &["b1", "l1"], 10);
+            let second = snapshot("snap-000000000002", &["b1", "l1", "l2"], 20);
+            db.insert_snapshot(&first, None, &serde_json::json!({}))
+                .unwrap();
+            db.insert_snapshot(&second, None, &serde_json::json!({}))
+                .unwrap();
 
-        // The base image stays while a snapshot stands on it.
-        db.delete_snapshot(&first).unwrap();
-        assert!(db.forget_unused_images().unwrap().is_empty());
-        db.delete_snapshot(&second).unwrap();
-        assert_eq!(db.forget_unused_images().unwrap(), ["sha256:base"]);
-        assert!(db.named_blobs().unwrap().is_empty());
-        let kinds: Vec<String> = db
-            .events_of("a")
-            .unwrap()
-            .into_iter()
-            .map(|e| e.kind)
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                "snapshot",
-                "snapshot",
-                "snapshot_removed",
-                "snapshot_removed"
-            ]
-        );
+            assert_eq!(db.snapshot("snap-000000000001").unwrap(), first);
+            assert!(matches!(
+                db.snapshot("snap-0"),
+                Err(StateError::AmbiguousSnapshot(_))
+            ));
+            assert!(matches!(
+                db.snapshot("snap-9"),
+                Err(StateError::UnknownSnapshot(_))
+            ));
+            assert_eq!(
+                db.latest_snapshot("sbx-00000000000a").unwrap(),
+                Some(second.clone())
+            );
+            assert_eq!(db.snapshots(None).unwrap().len(), 2);
+            let named = db.named_blobs().unwrap();
+            assert_eq!(
+                named.into_iter().collect::<Vec<_>>(),
+                ["b1", "i1", "l1", "l2"]
+            );
+
+            let sandbox = db
+                .insert_sandbox(&NewSandbox {
+                    id: "sbx-00000000000b".into(),
+                    name: "b".into(),
+                    spec: SandboxSpec::new(BackendKind::Docker),
+                    origin_snapshot: Some(first.id.clone()),
+                    host: "test-host".into(),
+                })
+                .unwrap();
+            assert_eq!(db.sandboxes_made_from(&first.id).unwrap(), ["b"]);
+            assert_eq!(sandbox.origin_snapshot.as_deref(), Some(first.id.as_str()));
+
+            // The base image stays while a snapshot stands on it.
+            db.delete_snapshot(&first).unwrap();
+            assert!(db.forget_unused_images().unwrap().is_empty());
+            db.delete_snapshot(&second).unwrap();
+            assert_eq!(db.forget_unused_images().unwrap(), ["sha256:base"]);
+            assert!(db.named_blobs().unwrap().is_empty());
+            let kinds: Vec<String> = db
+                .events_of("a")
+                .unwrap()
+                .into_iter()
+                .map(|e| e.kind)
+                .collect();
+            assert_eq!(
+                kinds,
+                [
+                    "snapshot",
+                    "snapshot",
+                    "snapshot_removed",
+                    "snapshot_removed"
+                ]
+            );
+        }
     }
 
     #[test]
     fn an_image_a_live_sandbox_started_from_is_kept() {
-        let (_dir, mut db) = temp_db();
-        let image = |id: &str, index: &str| StoredImage {
-            image_id: id.into(),
-            config: serde_json::json!({}),
-            layers: Vec::new(),
-            index_blob: index.into(),
-            bytes: 5,
-            stored_at_ms: 1,
-            identity: None,
-        };
-        db.insert_image(&image("e2b-template:t@base", "i1"))
-            .unwrap();
-        db.insert_image(&image("e2b-template:old@base", "i2"))
-            .unwrap();
-        let sandbox = db
-            .insert_sandbox(&NewSandbox {
-                id: "sbx-00000000000c".into(),
-                name: "c".into(),
-                spec: SandboxSpec::new(BackendKind::E2b),
+        for (_scratch, mut db) in temp_dbs() {
+            let image = |id: &str, index: &str| StoredImage {
+                image_id: id.into(),
+                config: serde_json::json!({}),
+                layers: Vec::new(),
+                index_blob: index.into(),
+                bytes: 5,
+                stored_at_ms: 1,
+                identity: None,
+            };
+            db.insert_image(&image("e2b-template:t@base", "i1"))
+                .unwrap();
+            db.insert_image(&image("e2b-template:old@base", "i2"))
+                .unwrap();
+            let sandbox = db
+                .insert_sandbox(&NewSandbox {
+                    id: "sbx-00000000000c".into(),
+                    name: "c".into(),
+                    spec: SandboxSpec::new(BackendKind::E2b),
+                    origin_snapshot: None,
+                    host: "test-host".into(),
+                })
+                .unwrap();
+            let baseline = Baseline {
+                image: "e2b-template:t@base".into(),
+                changed_since_ns: 1,
+            };
+            db.set_baseline(&sandbox, &baseline).unwrap();
+            // A sandbox with no baseline names nothing, and stops nothing going.
+            db.insert_sandbox(&NewSandbox {
+                id: "sbx-00000000000d".into(),
+                name: "d".into(),
+                spec: SandboxSpec::new(BackendKind::Docker),
                 origin_snapshot: None,
+                host: "test-host".into(),
             })
             .unwrap();
-        let baseline = Baseline {
-            image: "e2b-template:t@base".into(),
-            changed_since_ns: 1,
-        };
-        db.set_baseline(&sandbox, &baseline).unwrap();
-        // A sandbox with no baseline names nothing, and stops nothing going.
-        db.insert_sandbox(&NewSandbox {
-            id: "sbx-00000000000d".into(),
-            name: "d".into(),
-            spec: SandboxSpec::new(BackendKind::Docker),
-            origin_snapshot: None,
-        })
-        .unwrap();
 
-        assert_eq!(
-            db.forget_unused_images().unwrap(),
-            ["e2b-template:old@base"]
-        );
-        assert_eq!(
-            db.named_blobs().unwrap().into_iter().collect::<Vec<_>>(),
-            ["i1"]
-        );
+            assert_eq!(
+                db.forget_unused_images().unwrap(),
+                ["e2b-template:old@base"]
+            );
+            assert_eq!(
+                db.named_blobs().unwrap().into_iter().collect::<Vec<_>>(),
+                ["i1"]
+            );
+        }
     }
 }

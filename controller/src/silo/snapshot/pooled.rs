@@ -64,7 +64,7 @@ impl Silo {
         let mut why = None;
         for pool in pools {
             // Bound first: the database guard must not live through the loop.
-            let members = self.db().pool_members(&pool.name)?;
+            let members = self.members_here(&pool.name)?;
             let on_snapshot = pool.snapshot.is_some();
             for member in members {
                 if let Err(unfit) = self.fits(strategy, &member, snapshot, on_snapshot).await {

@@ -293,7 +293,7 @@ impl SnapshotWay {
                 // The old machine goes first, by its own handle (a
                 // provider's create would find and remove it anyway); the
                 // row then has no machine until the new one is recorded.
-                let backend = silo.backend(sandbox.backend);
+                let backend = silo.backend_of(sandbox)?;
                 backend
                     .remove(machine(sandbox, key))
                     .await
