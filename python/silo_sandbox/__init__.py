@@ -26,15 +26,14 @@ from ._async import (
     AsyncWatchHandle,
     async_push_to_sandboxes,
 )
-from ._core import (
+from ._core import Event, FilesystemEventType, PtySize
+from ._native import (  # the results: frozen classes, made in Rust from the library's reports
     CommandResult,
     CopyReport,
     Diff,
     EntryInfo,
-    Event,
     Exit,
     FilesystemEvent,
-    FilesystemEventType,
     FillReport,
     ForkReport,
     Lost,
@@ -43,7 +42,6 @@ from ._core import (
     PoolInfo,
     PortUrl,
     ProcessInfo,
-    PtySize,
     PushFailure,
     Pushed,
     PushReport,

@@ -14,31 +14,29 @@ import asyncio
 import builtins
 import inspect
 import os
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from . import _core, _native
-from ._core import RunOptions
-from ._core import (
+from ._core import Event, PtySize, RunOptions, aio
+from ._native import (
     CommandResult,
     CopyReport,
     Diff,
+    EntryInfo,
+    FilesystemEvent,
     ForkReport,
     OpenReport,
-    EntryInfo,
-    Event,
-    FilesystemEvent,
     PortUrl,
     ProcessInfo,
-    PtySize,
     PushReport,
     RewindReport,
     SandboxInfo,
     SandboxRecord,
     SessionInfo,
     Snapshot,
-    aio,
+    Stderr,
+    Stdout,
 )
 from ._base import HandleBase, SandboxBase, SessionBase, push_home, raw
 from ._sync import HostPath, PushFiles, _home, _snapshot_id
@@ -85,19 +83,17 @@ class AsyncCommandHandle(HandleBase):
         """Waits for the end; answers everything it printed since it started.
         Cancelling the wait interrupts the command."""
         try:
-            if on_stdout is None and on_stderr is None:
-                parts = await aio(self._process.wait)
-            else:
+            if on_stdout is not None or on_stderr is not None:
                 async for step in self.events():
-                    if isinstance(step, _core.Stdout):
+                    if isinstance(step, Stdout):
                         await _deliver(on_stdout, self._decoders.stdout, step.data)
-                    elif isinstance(step, _core.Stderr):
+                    elif isinstance(step, Stderr):
                         await _deliver(on_stderr, self._decoders.stderr, step.data)
-                parts = await aio(self._process.wait)
+            result = await aio(self._process.wait)
         except asyncio.CancelledError:
             await asyncio.shield(aio(self._process.interrupt, None))
             raise
-        return _core.checked(_core.command_result(parts), check)
+        return _core.checked(result, check)
 
     async def interrupt(self, grace: float | None = None) -> None:
         """SIGINT to its process group, ``grace`` seconds, then SIGKILL."""
@@ -105,7 +101,7 @@ class AsyncCommandHandle(HandleBase):
 
     async def kill(self) -> bool:
         """Kills it at once; answers whether it was running."""
-        return bool(await aio(self._process.interrupt, 0.0) == "running")
+        return await aio(self._process.interrupt, 0.0) == "running"
 
     async def send_stdin(self, data: str | bytes) -> None:
         """Writes to the command's stdin (run with ``stdin=True``)."""
@@ -182,8 +178,7 @@ class AsyncCommands:
 
     async def list(self, *, all: bool = False) -> builtins.list[ProcessInfo]:
         """The commands running in the sandbox (``all``: also ended ones)."""
-        listed = [_core.process_info(e) for e in await aio(self._native.commands)]
-        return [p for p in listed if all or p.running]
+        return [p for p in await aio(self._native.commands) if all or p.running]
 
     async def send_stdin(self, pid: int, data: str | bytes) -> None:
         """Writes to a command's stdin by its id."""
@@ -199,7 +194,7 @@ class AsyncCommands:
 
     async def kill(self, pid: int) -> bool:
         """Kills a command at once; answers whether it was running."""
-        return bool(await aio(self._native.interrupt, pid, 0.0) == "running")
+        return await aio(self._native.interrupt, pid, 0.0) == "running"
 
     def session(self, session_id: str) -> AsyncSession:
         """A shell session of the sandbox (made on its first run)."""
@@ -207,7 +202,7 @@ class AsyncCommands:
 
     async def sessions(self) -> builtins.list[SessionInfo]:
         """The sandbox's shell sessions."""
-        return [_core.session_info(s) for s in await aio(self._native.sessions)]
+        return await aio(self._native.sessions)
 
 
 class AsyncFiles:
@@ -228,30 +223,30 @@ class AsyncFiles:
         async iterator of byte chunks as they arrive."""
         if format == "stream":
             return _chunks(await aio(self._native.open_file, path))
-        data: bytes = await aio(self._native.read_file, path)
+        data = await aio(self._native.read_file, path)
         return data if format == "bytes" else data.decode("utf-8", "replace")
 
     async def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
         """Writes atomically, making missing parents."""
-        return _core.entry(await aio(self._native.write_file, path, raw(data), mode))
+        return await aio(self._native.write_file, path, raw(data), mode)
 
     async def list(self, path: str) -> builtins.list[EntryInfo]:
         """A directory's entries, sorted by name."""
-        return [_core.entry(e) for e in await aio(self._native.list_dir, path)]
+        return await aio(self._native.list_dir, path)
 
     async def exists(self, path: str) -> bool:
         """Whether anything is at ``path``."""
-        return bool(await aio(self._native.exists, path))
+        return await aio(self._native.exists, path)
 
     async def get_info(self, path: str) -> EntryInfo:
         """What is at ``path``."""
-        return _core.entry(await aio(self._native.stat, path))
+        return await aio(self._native.stat, path)
 
     stat = get_info
 
     async def rename(self, old_path: str, new_path: str) -> EntryInfo:
         """Moves ``old_path`` to ``new_path`` in one step; see ``Files.rename``."""
-        return _core.entry(await aio(self._native.rename, old_path, new_path))
+        return await aio(self._native.rename, old_path, new_path)
 
     async def watch_dir(
         self,
@@ -267,7 +262,7 @@ class AsyncFiles:
 
     async def remove(self, path: str, recursive: bool = True) -> int:
         """Removes a file, link or directory; answers how many paths went."""
-        return int(await aio(self._native.remove, path, recursive))
+        return await aio(self._native.remove, path, recursive)
 
     async def make_dir(self, path: str, mode: int | None = None) -> bool:
         """Makes a directory and its parents; answers False if it existed."""
@@ -277,11 +272,11 @@ class AsyncFiles:
 
     async def upload(self, local: HostPath, path: str) -> CopyReport:
         """Copies a host file or tree into the sandbox."""
-        return _core.copy_report(await aio(self._native.upload, os.fspath(local), path))
+        return await aio(self._native.upload, os.fspath(local), path)
 
     async def download(self, path: str, local: HostPath) -> CopyReport:
         """Copies a sandbox file or tree to the host."""
-        return _core.copy_report(await aio(self._native.download, path, os.fspath(local)))
+        return await aio(self._native.download, path, os.fspath(local))
 
 
 class AsyncWatchHandle:
@@ -302,10 +297,10 @@ class AsyncWatchHandle:
 
     async def _pump(self, on_event: Callable[[FilesystemEvent], Any], on_exit: Callable[[str], Any] | None) -> None:
         while self.ended is None:
-            step = _core.watch_step(await aio(self._watcher.next))
-            for event in step.events:
+            events, ended = await aio(self._watcher.next)
+            for event in events:
                 await _called(on_event, event)
-            self.ended = step.ended
+            self.ended = ended
         if on_exit is not None:
             await _called(on_exit, self.ended)
 
@@ -357,7 +352,7 @@ class AsyncPty:
 
     async def kill(self, pid: int) -> bool:
         """Kills the terminal's program; answers whether it was running."""
-        return bool(await aio(self._native.interrupt, pid, 0.0) == "running")
+        return await aio(self._native.interrupt, pid, 0.0) == "running"
 
 
 class AsyncSnapshots:
@@ -368,22 +363,21 @@ class AsyncSnapshots:
 
     async def take(self, message: str | None = None) -> Snapshot:
         """Captures the file system now."""
-        return _core.taken(await aio(self._sandbox._native.snapshot, message))
+        return await aio(self._sandbox._native.snapshot, message)
 
     async def list(self) -> list[Snapshot]:
         """Its snapshots, oldest first."""
-        return [_core.snapshot(s) for s in self._sandbox._native.snapshots()]
+        return self._sandbox._native.snapshots()
 
     async def diff(self, snapshot: Snapshot | str | None = None) -> Diff:
         """What differs between the files now and ``snapshot`` (see
         ``Snapshots.diff``)."""
         snapshot_id = None if snapshot is None else _snapshot_id(snapshot)
-        return _core.diff(await aio(self._sandbox._native.diff, snapshot_id))
+        return await aio(self._sandbox._native.diff, snapshot_id)
 
     async def rewind(self, snapshot: Snapshot | str) -> RewindReport:
         """Puts the file system back to ``snapshot``; its processes end."""
-        snapshot_id = _snapshot_id(snapshot)
-        return _core.rewind_report(await aio(self._sandbox._native.rewind, snapshot_id), snapshot_id)
+        return await aio(self._sandbox._native.rewind, _snapshot_id(snapshot))
 
     async def fork(
         self, snapshot: Snapshot | str, name: str, *, backend: str | None = None, template: str | None = None
@@ -391,7 +385,7 @@ class AsyncSnapshots:
         """A new sandbox ``name`` from ``snapshot``, on any backend."""
         home = self._sandbox._home
         native, report = await aio(home.fork, _snapshot_id(snapshot), name, backend, template)
-        return AsyncSandbox(native, home, _core.fork_report(report))
+        return AsyncSandbox(native, home, report)
 
     async def fork_many(
         self,
@@ -405,7 +399,7 @@ class AsyncSnapshots:
         """``count`` new sandboxes ``name-1`` .. ``name-count`` from ``snapshot``, made at once."""
         home = self._sandbox._home
         made = await aio(home.fork_many, _snapshot_id(snapshot), name, count, backend, template)
-        return [AsyncSandbox(native, home, _core.fork_report(report)) for native, report in made]
+        return [AsyncSandbox(native, home, report) for native, report in made]
 
     async def remove(self, snapshot: Snapshot | str) -> None:
         """Removes a snapshot."""
@@ -471,9 +465,8 @@ class AsyncSandbox(SandboxBase):
         """The sandbox ``name``, made if it does not exist; see ``Sandbox.open``."""
         home_ = _home(home)
         spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
-        begun = time.monotonic()
-        native, outcome = await aio(home_.up, name, spec_json, recreate)
-        return cls(native, home_, _core.open_report(outcome, (time.monotonic() - begun) * 1000))
+        native, opened = await aio(home_.up, name, spec_json, recreate)
+        return cls(native, home_, opened)
 
     @classmethod
     async def connect(cls, sandbox_id: str, *, start: bool = True, home: HostPath | None = None) -> AsyncSandbox:
@@ -484,7 +477,7 @@ class AsyncSandbox(SandboxBase):
     @staticmethod
     async def list(*, metadata: Mapping[str, str] | None = None, home: HostPath | None = None) -> list[SandboxInfo]:
         """Every sandbox of the home (with ``metadata``: carrying those labels)."""
-        return _core.labelled([_core.sandbox_info(r) for r in await aio(_home(home).list)], metadata)
+        return _core.labelled(await aio(_home(home).list), metadata)
 
     async def kill(self) -> bool:
         """Removes the sandbox and its machine; answers True."""
@@ -493,7 +486,7 @@ class AsyncSandbox(SandboxBase):
 
     async def stop(self) -> bool:
         """Stops it, keeping its files; answers whether it was running."""
-        return bool(await aio(self._native.stop))
+        return await aio(self._native.stop)
 
     async def set_timeout(self, timeout: float | None) -> None:
         """Stops it ``timeout`` seconds from now whatever runs; ``None``
@@ -502,12 +495,11 @@ class AsyncSandbox(SandboxBase):
 
     async def get_timeout(self) -> float | None:
         """Seconds left before ``set_timeout`` stops it; ``None`` when unset."""
-        left: float | None = await aio(self._native.timeout)
-        return left
+        return await aio(self._native.timeout)
 
     async def pause(self) -> bool:
         """Pauses it with its memory where the backend can (e2b)."""
-        return bool(await aio(self._home.pause, self.sandbox_id))
+        return await aio(self._home.pause, self.sandbox_id)
 
     async def start(self) -> None:
         """Starts it again after a stop or pause."""
@@ -515,7 +507,7 @@ class AsyncSandbox(SandboxBase):
 
     async def info(self) -> SandboxRecord:
         """Its record: backend, spec, labels, where it came from."""
-        return _core.sandbox_record(await aio(self._native.info))
+        return await aio(self._native.info)
 
     async def get_host(self, port: int) -> str:
         """Where ``port`` inside the sandbox is reached; see ``Sandbox.get_host``."""
@@ -523,12 +515,11 @@ class AsyncSandbox(SandboxBase):
 
     async def get_port_url(self, port: int) -> PortUrl:
         """``host``, ``url`` and ``headers`` of ``port``; see ``Sandbox.get_port_url``."""
-        return _core.port_url(await aio(self._native.port_url, _core.port_number(port)))
+        return await aio(self._native.port_url, _core.port_number(port))
 
     async def agent_address(self) -> dict[str, Any]:
         """How a client of its own reaches this sandbox's agent."""
-        address: dict[str, Any] = await aio(self._native.agent_address)
-        return address
+        return await aio(self._native.agent_address)
 
 
 async def async_push_to_sandboxes(
@@ -540,8 +531,7 @@ async def async_push_to_sandboxes(
 ) -> PushReport:
     """``push_to_sandboxes`` for asyncio."""
     home_ = push_home(_home(home), sandbox_files)
-    data = await aio(home_.push, mount_path, _core.push_targets(sandbox_files), concurrency)
-    return _core.push_report(data)
+    return await aio(home_.push, mount_path, _core.push_targets(sandbox_files), concurrency)
 
 
 __all__ = [

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import Generic, TypeVar
 
 from . import _core, _native
-from ._core import Event, ForkReport, OpenReport
-from ._native import InvalidArgumentError
+from ._core import Event
+from ._native import ForkReport, InvalidArgumentError, Lost, OpenReport, SessionInfo, Stderr, Stdout
 
 
 class LostOutput(UserWarning):
@@ -71,10 +71,9 @@ class HandleBase:
         """Stops following it here; it runs on (``commands.connect`` again)."""
         self._followed = None
 
-    def _seen(self, step: _native._Step) -> Event | None:
-        """The event a native step is; a loss is counted and warned of."""
-        event = _core.event(step)
-        if isinstance(event, _core.Lost):
+    def _seen(self, event: Event | None) -> Event | None:
+        """A native step's event as it is; a loss is counted and warned of."""
+        if isinstance(event, Lost):
             self.lost_bytes += event.count
             warnings.warn(f"{event.count} output bytes at offset {event.offset} were lost", LostOutput, stacklevel=3)
         return event
@@ -83,10 +82,10 @@ class HandleBase:
         """E2B's ``(stdout, stderr, pty)`` shape of an output event, one
         side set; ``None`` for other events and for bytes that end inside
         a character (they come with the next chunk)."""
-        if isinstance(event, _core.Stdout):
+        if isinstance(event, Stdout):
             text = self._decoders.stdout.decode(event.data)
             return (text, None, None) if text else None
-        if isinstance(event, _core.Stderr):
+        if isinstance(event, Stderr):
             text = self._decoders.stderr.decode(event.data)
             return (None, text, None) if text else None
         return None
@@ -103,7 +102,7 @@ class SessionBase(Generic[Commands]):
         #: The session's id.
         self.id = session_id
 
-    def _running(self, sessions: list[_core.SessionInfo]) -> int | None:
+    def _running(self, sessions: list[SessionInfo]) -> int | None:
         """The command this session runs now, among ``sessions``."""
         for info in sessions:
             if info.id == self.id:

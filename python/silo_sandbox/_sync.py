@@ -9,28 +9,25 @@ from __future__ import annotations
 
 import builtins
 import os
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from . import _core, _native
 from ._base import HandleBase, LostOutput, SandboxBase, SessionBase, push_home, raw
-from ._core import RunOptions
-from ._native import InvalidArgumentError
-from ._core import (
+from ._core import Event, PtySize, RunOptions
+from ._native import (
     CommandResult,
     CopyReport,
     Diff,
-    ForkReport,
-    OpenReport,
     EntryInfo,
-    Event,
     FilesystemEvent,
     FillReport,
+    ForkReport,
+    InvalidArgumentError,
+    OpenReport,
     PoolInfo,
     PortUrl,
     ProcessInfo,
-    PtySize,
     PushReport,
     RewindReport,
     SandboxInfo,
@@ -85,11 +82,11 @@ class CommandHandle(HandleBase):
     ) -> CommandResult:
         """Waits for the end; answers everything it printed since it started.
         Raises ``CommandExitError`` on a non-zero exit unless ``check=False``."""
-        parts = self._process.wait(
+        result = self._process.wait(
             self._decoders.text_callback("stdout", on_stdout),
             self._decoders.text_callback("stderr", on_stderr),
         )
-        return _core.checked(_core.command_result(parts), check)
+        return _core.checked(result, check)
 
     def interrupt(self, grace: float | None = None) -> None:
         """SIGINT to its process group, ``grace`` seconds, then SIGKILL."""
@@ -166,12 +163,12 @@ class Commands:
         if background:
             return CommandHandle(self._native.spawn(spec))
         decoders = _core.Decoders()
-        parts = self._native.run(
+        result = self._native.run(
             spec,
             decoders.text_callback("stdout", run.on_stdout),
             decoders.text_callback("stderr", run.on_stderr),
         )
-        return _core.checked(_core.command_result(parts), run.check)
+        return _core.checked(result, run.check)
 
     def connect(
         self,
@@ -192,8 +189,7 @@ class Commands:
     def list(self, *, all: bool = False) -> builtins.list[ProcessInfo]:
         """The commands running in the sandbox (``all``: also those that
         ended, while the agent holds their result), by id."""
-        listed = [_core.process_info(e) for e in self._native.commands()]
-        return [p for p in listed if all or p.running]
+        return [p for p in self._native.commands() if all or p.running]
 
     def send_stdin(self, pid: int, data: str | bytes) -> None:
         """Writes to a command's stdin by its id (run with ``stdin=True``)."""
@@ -217,7 +213,7 @@ class Commands:
 
     def sessions(self) -> builtins.list[SessionInfo]:
         """The sandbox's shell sessions."""
-        return [_core.session_info(s) for s in self._native.sessions()]
+        return self._native.sessions()
 
 
 class Pty:
@@ -281,19 +277,19 @@ class Files:
     def write(self, path: str, data: str | bytes, mode: int | None = None) -> EntryInfo:
         """Writes atomically (readers see the old file or the new one),
         making missing parents; answers what is there now."""
-        return _core.entry(self._native.write_file(path, raw(data), mode))
+        return self._native.write_file(path, raw(data), mode)
 
     def list(self, path: str) -> builtins.list[EntryInfo]:
         """A directory's entries, sorted by name."""
-        return [_core.entry(e) for e in self._native.list_dir(path)]
+        return self._native.list_dir(path)
 
     def exists(self, path: str) -> bool:
         """Whether anything is at ``path``."""
-        return bool(self._native.exists(path))
+        return self._native.exists(path)
 
     def get_info(self, path: str) -> EntryInfo:
         """What is at ``path`` (a symlink is described, not followed)."""
-        return _core.entry(self._native.stat(path))
+        return self._native.stat(path)
 
     stat = get_info
 
@@ -301,7 +297,7 @@ class Files:
         """Moves ``old_path`` to ``new_path`` in one step (atomic, within
         one file system), making missing parents; a file there is replaced,
         a directory only when empty. Answers what is at ``new_path``."""
-        return _core.entry(self._native.rename(old_path, new_path))
+        return self._native.rename(old_path, new_path)
 
     def watch_dir(self, path: str, recursive: bool = False) -> WatchHandle:
         """Watches the directory ``path`` (its subdirectories too with
@@ -313,7 +309,7 @@ class Files:
     def remove(self, path: str, recursive: bool = True) -> int:
         """Removes a file, link or directory (a non-empty one only when
         ``recursive``); answers how many paths went."""
-        return int(self._native.remove(path, recursive))
+        return self._native.remove(path, recursive)
 
     def make_dir(self, path: str, mode: int | None = None) -> bool:
         """Makes a directory and its parents; answers False if it existed."""
@@ -323,11 +319,11 @@ class Files:
 
     def upload(self, local: HostPath, path: str) -> CopyReport:
         """Copies a host file or tree into the sandbox (``docker cp``'s rules)."""
-        return _core.copy_report(self._native.upload(os.fspath(local), path))
+        return self._native.upload(os.fspath(local), path)
 
     def download(self, path: str, local: HostPath) -> CopyReport:
         """Copies a sandbox file or tree to the host (``docker cp``'s rules)."""
-        return _core.copy_report(self._native.download(path, os.fspath(local)))
+        return self._native.download(path, os.fspath(local))
 
 
 class WatchHandle:
@@ -342,18 +338,16 @@ class WatchHandle:
     def get_new_events(self) -> builtins.list[FilesystemEvent]:
         """The changes received since the last call, without waiting."""
         events: builtins.list[FilesystemEvent] = []
-        for taken in self._watcher.take():
-            step = _core.watch_step(taken)
-            events.extend(step.events)
-            self.ended = self.ended or step.ended
+        for taken, ended in self._watcher.take():
+            events.extend(taken)
+            self.ended = self.ended or ended
         return events
 
     def __iter__(self) -> Iterator[FilesystemEvent]:
         """Each change as it comes, waiting for it, until the watch ends."""
         while self.ended is None:
-            step = _core.watch_step(self._watcher.next())
-            self.ended = step.ended
-            yield from step.events
+            events, self.ended = self._watcher.next()
+            yield from events
 
     def stop(self) -> None:
         """Ends the watch."""
@@ -374,11 +368,11 @@ class Snapshots:
 
     def take(self, message: str | None = None) -> Snapshot:
         """Captures the file system now (processes and memory are not)."""
-        return _core.taken(self._sandbox._native.snapshot(message))
+        return self._sandbox._native.snapshot(message)
 
     def list(self) -> list[Snapshot]:
         """Its snapshots, oldest first."""
-        return [_core.snapshot(s) for s in self._sandbox._native.snapshots()]
+        return self._sandbox._native.snapshots()
 
     def diff(self, snapshot: Snapshot | str | None = None) -> Diff:
         """What differs between the files now and ``snapshot`` (the latest
@@ -387,19 +381,18 @@ class Snapshots:
         ``what``). The files now are captured as a snapshot first
         (``live``)."""
         snapshot_id = None if snapshot is None else _snapshot_id(snapshot)
-        return _core.diff(self._sandbox._native.diff(snapshot_id))
+        return self._sandbox._native.diff(snapshot_id)
 
     def rewind(self, snapshot: Snapshot | str) -> RewindReport:
         """Puts the file system back to ``snapshot``; its processes end."""
-        snapshot_id = _snapshot_id(snapshot)
-        return _core.rewind_report(self._sandbox._native.rewind(snapshot_id), snapshot_id)
+        return self._sandbox._native.rewind(_snapshot_id(snapshot))
 
     def fork(
         self, snapshot: Snapshot | str, name: str, *, backend: str | None = None, template: str | None = None
     ) -> Sandbox:
         """A new sandbox ``name`` from ``snapshot``, on any backend."""
         native, report = self._sandbox._home.fork(_snapshot_id(snapshot), name, backend, template)
-        return Sandbox(native, self._sandbox._home, _core.fork_report(report))
+        return Sandbox(native, self._sandbox._home, report)
 
     def fork_many(
         self,
@@ -415,7 +408,7 @@ class Snapshots:
         The first failure is raised; the sandboxes made are left."""
         home = self._sandbox._home
         made = home.fork_many(_snapshot_id(snapshot), name, count, backend, template)
-        return [Sandbox(native, home, _core.fork_report(report)) for native, report in made]
+        return [Sandbox(native, home, report) for native, report in made]
 
     def remove(self, snapshot: Snapshot | str) -> None:
         """Removes a snapshot (refused while another builds on it)."""
@@ -512,9 +505,8 @@ class Sandbox(SandboxBase):
         changed spec raises ``SpecDriftError`` unless ``recreate``."""
         home_ = _home(home)
         spec_json = _core.spec_json(template, backend, envs, metadata, cwd, timeout, spec)
-        begun = time.monotonic()
-        native, outcome = home_.up(name, spec_json, recreate)
-        return cls(native, home_, _core.open_report(outcome, (time.monotonic() - begun) * 1000))
+        native, opened = home_.up(name, spec_json, recreate)
+        return cls(native, home_, opened)
 
     @classmethod
     def connect(cls, sandbox_id: str, *, start: bool = True, home: HostPath | None = None) -> Sandbox:
@@ -527,7 +519,7 @@ class Sandbox(SandboxBase):
     def list(*, metadata: Mapping[str, str] | None = None, home: HostPath | None = None) -> list[SandboxInfo]:
         """Every sandbox of the home (with ``metadata``: those carrying
         every label given)."""
-        return _core.labelled([_core.sandbox_info(r) for r in _home(home).list()], metadata)
+        return _core.labelled(_home(home).list(), metadata)
 
     def _kill(self) -> bool:
         """Removes the sandbox and its machine; answers True."""
@@ -562,12 +554,11 @@ class Sandbox(SandboxBase):
 
     def is_running(self) -> bool:
         """Whether its machine runs now."""
-        rows = [_core.sandbox_info(r) for r in self._home.list()]
-        return any(r.sandbox_id == self.sandbox_id and r.state == "running" for r in rows)
+        return any(r.sandbox_id == self.sandbox_id and r.state == "running" for r in self._home.list())
 
     def info(self) -> SandboxRecord:
         """Its record: backend, spec, labels, where it came from."""
-        return _core.sandbox_record(self._native.info())
+        return self._native.info()
 
     def get_host(self, port: int) -> str:
         """``host:port`` (or a proxy host name) reaching ``port`` inside the
@@ -580,7 +571,7 @@ class Sandbox(SandboxBase):
         """Where ``port`` inside the sandbox is reached: ``host``, ``url``
         and the ``headers`` (name, value pairs) a client must send, such as
         daytona's preview token."""
-        return _core.port_url(self._native.port_url(_core.port_number(port)))
+        return self._native.port_url(_core.port_number(port))
 
     def agent_address(self) -> dict[str, Any]:
         """How a client of its own reaches this sandbox's agent: transport,
@@ -614,22 +605,19 @@ class Pools:
         if snapshot is not None:
             if template is not None or backend is not None or spec is not None:
                 raise InvalidArgumentError("a pool on a snapshot has the snapshot's spec; leave out template, backend and spec")
-            made = home_.create_pool(name, size, snapshot=_snapshot_id(snapshot))
-        else:
-            spec_json = _core.spec_json(template, backend, None, None, None, None, spec)
-            made = home_.create_pool(name, size, spec_json)
-        filled = _core.fill_report(home_.fill_pool(name)) if fill else None
-        return _core.pool_info(made, filled)
+            return home_.create_pool(name, size, snapshot=_snapshot_id(snapshot), fill=fill)
+        spec_json = _core.spec_json(template, backend, None, None, None, None, spec)
+        return home_.create_pool(name, size, spec_json, fill=fill)
 
     @staticmethod
     def fill(name: str, *, home: HostPath | None = None) -> FillReport:
         """Makes the members the pool lacks."""
-        return _core.fill_report(_home(home).fill_pool(name))
+        return _home(home).fill_pool(name)
 
     @staticmethod
     def list(*, home: HostPath | None = None) -> builtins.list[PoolInfo]:
         """Every pool with its ready members."""
-        return [_core.pool_info(p) for p in _home(home).pools()]
+        return _home(home).pools()
 
     @staticmethod
     def remove(name: str, *, home: HostPath | None = None) -> int:
@@ -650,12 +638,12 @@ def push_to_sandboxes(
     the pushes run in parallel with retries; one failing target never stops
     the others, and the report says what happened to each."""
     home_ = push_home(_home(home), sandbox_files)
-    return _core.push_report(home_.push(mount_path, _core.push_targets(sandbox_files), concurrency))
+    return home_.push(mount_path, _core.push_targets(sandbox_files), concurrency)
 
 
 def snapshots(*, home: HostPath | None = None) -> list[Snapshot]:
     """Every snapshot of the home, of every sandbox."""
-    return [_core.snapshot(s) for s in _home(home).snapshots()]
+    return _home(home).snapshots()
 
 
 __all__ = [

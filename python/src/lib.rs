@@ -1,12 +1,13 @@
 //! `silo_sandbox._native`: the `silo` library as a Python extension module.
 //!
 //! This is the private half of the `silo_sandbox` package. It answers plain
-//! values (bytes, tuples, JSON data) and raises the package's exception
-//! classes; the pure-Python half in front of it gives them E2B's names,
-//! types, docstrings and the async classes. Every call takes an optional
-//! last argument `aio`, an asyncio `(loop, future, resolve)` triple: without
-//! it the call blocks (the GIL released), with it the call returns at once
-//! and resolves the future from the runtime.
+//! values and the package's result classes (frozen, made here from the
+//! library's reports) and raises its exception classes; the pure-Python
+//! half in front of it gives E2B's names, the arguments' checks, docstrings
+//! and the async classes. Every call takes an optional last argument `aio`,
+//! an asyncio `(loop, future, resolve)` triple: without it the call blocks
+//! (the GIL released), with it the call returns at once and resolves the
+//! future from the runtime.
 //!
 //! # Layout
 //! - `bind`: every call into the `silo` library (the one module to adapt when
@@ -15,23 +16,33 @@
 //! - `runtime`: the tokio runtime per process id, blocking and asyncio waits,
 //!   Ctrl-C during a wait.
 //! - `errors`: the exception hierarchy and the mapping onto it.
+//! - `results`: the result classes (`CommandResult`, `EntryInfo`, ...),
+//!   each made from the library's own report.
 //! - `sandbox`: the `Sandbox` class (commands, files, snapshots).
 //! - `process`: the `Process` class (one command: events, wait, interrupt).
 
 mod bind;
 mod errors;
 mod process;
+mod results;
 mod runtime;
 mod sandbox;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
+use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use crate::bind::PushEntry;
 use crate::errors::invalid;
+use crate::results::pools::{FillReport, PoolInfo};
+use crate::results::push::PushReport;
+use crate::results::sandboxes::{ForkReport, OpenReport, SandboxInfo, SandboxRecord, action_name};
+use crate::results::snapshots::Snapshot;
+use crate::results::{answer, answer_each};
 use crate::runtime::{Answer, Signals};
 use crate::sandbox::Sandbox;
 
@@ -41,32 +52,29 @@ struct Home {
     inner: Arc<bind::Home>,
 }
 
-/// A sandbox handle and the JSON data that came with it.
-fn with_sandbox(made: (Arc<bind::SandboxRef>, serde_json::Value)) -> PyResult<Answer> {
-    let (inner, data) = made;
-    let data = runtime::json(&data)?;
-    Ok(Box::new(move |py| {
+/// A sandbox handle and the result `make` builds of what came with it.
+fn with_sandbox<T: Send + 'static, R: for<'py> IntoPyObject<'py> + 'static>(
+    (inner, made): (Arc<bind::SandboxRef>, T),
+    make: fn(Python<'_>, &T) -> PyResult<R>,
+) -> Answer {
+    Box::new(move |py| {
         let sandbox = Py::new(py, Sandbox { inner })?;
-        Ok((sandbox, data(py)?).into_pyobject(py)?.into_any().unbind())
-    }))
+        (sandbox, make(py, &made)?).into_py_any(py)
+    })
 }
 
-/// Sandbox handles with their JSON data, as a list of pairs.
-fn with_sandboxes(made: Vec<(Arc<bind::SandboxRef>, serde_json::Value)>) -> PyResult<Answer> {
-    let made = made
-        .into_iter()
-        .map(|(inner, data)| Ok((inner, runtime::json(&data)?)))
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok(Box::new(move |py| {
+/// Sandbox handles with the results `make` builds, as a list of pairs.
+fn with_sandboxes<T: Send + 'static, R: for<'py> IntoPyObject<'py> + 'static>(
+    made: Vec<(Arc<bind::SandboxRef>, T)>,
+    make: fn(Python<'_>, &T) -> PyResult<R>,
+) -> Answer {
+    Box::new(move |py| {
         let pairs = made
             .into_iter()
-            .map(|(inner, data)| {
-                let sandbox = Py::new(py, Sandbox { inner })?;
-                Ok((sandbox, data(py)?).into_pyobject(py)?.into_any().unbind())
-            })
-            .collect::<PyResult<Vec<Py<PyAny>>>>()?;
-        Ok(pairs.into_pyobject(py)?.into_any().unbind())
-    }))
+            .map(|(inner, made)| Ok((Py::new(py, Sandbox { inner })?, make(py, &made)?)))
+            .collect::<PyResult<Vec<_>>>()?;
+        pairs.into_py_any(py)
+    })
 }
 
 fn spec(spec_json: Option<&str>) -> PyResult<Option<silo::SandboxSpec>> {
@@ -90,7 +98,8 @@ impl Home {
     }
 
     /// Creates a sandbox (a taken name is an error), or takes one from a
-    /// warm `pool`; answers `(Sandbox, action)`.
+    /// warm `pool`; answers `(Sandbox, action)`, the action `created` or
+    /// `claimed`.
     #[pyo3(signature = (name=None, spec_json=None, pool=None, aio=None))]
     fn create(
         &self,
@@ -103,12 +112,15 @@ impl Home {
         let spec = spec(spec_json)?.unwrap_or_default();
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            with_sandbox(bind::create(home, name, spec, pool).await?)
+            let (inner, action) = bind::create(home, name, spec, pool).await?;
+            Ok(with_sandbox((inner, action), |_, action| {
+                Ok(action_name(*action))
+            }))
         })
     }
 
     /// Opens the sandbox `name`, or creates it (`silo up`); answers
-    /// `(Sandbox, outcome)`.
+    /// `(Sandbox, OpenReport)`.
     #[pyo3(signature = (name, spec_json=None, recreate=false, aio=None))]
     fn up(
         &self,
@@ -121,7 +133,10 @@ impl Home {
         let spec = spec(spec_json)?;
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            with_sandbox(bind::up(home, name, spec, recreate).await?)
+            let begun = Instant::now();
+            let (inner, outcome) = bind::up(home, name, spec, recreate).await?;
+            let ms = begun.elapsed().as_secs_f64() * 1000.0;
+            Ok(with_sandbox((inner, (outcome, ms)), OpenReport::of))
         })
     }
 
@@ -141,16 +156,16 @@ impl Home {
         })
     }
 
-    /// Every sandbox, with its machine's state, as JSON data.
+    /// Every sandbox, with its machine's state: `SandboxInfo`s.
     #[pyo3(signature = (aio=None))]
     fn list(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&bind::list(&home).await?)
+            Ok(answer_each(bind::list(&home).await?, SandboxInfo::of))
         })
     }
 
-    /// Removes a sandbox by name or id; answers its record as JSON data.
+    /// Removes a sandbox by name or id; answers its `SandboxRecord`.
     #[pyo3(signature = (name_or_id, aio=None))]
     fn kill(
         &self,
@@ -160,7 +175,10 @@ impl Home {
     ) -> PyResult<Py<PyAny>> {
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&bind::kill(&home, &name_or_id).await?)
+            Ok(answer(
+                bind::kill(&home, &name_or_id).await?,
+                SandboxRecord::of,
+            ))
         })
     }
 
@@ -178,8 +196,8 @@ impl Home {
         })
     }
 
-    /// Starts a stopped or paused sandbox; answers what starting did as
-    /// JSON data.
+    /// Starts a stopped or paused sandbox; answers whether it was running
+    /// already.
     #[pyo3(signature = (name_or_id, aio=None))]
     fn start(
         &self,
@@ -189,12 +207,12 @@ impl Home {
     ) -> PyResult<Py<PyAny>> {
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&bind::start(&home, &name_or_id).await?)
+            Ok(runtime::value(bind::start(&home, &name_or_id).await?))
         })
     }
 
     /// Makes sandbox `name` from `snapshot`, on `backend`/`image` when
-    /// given; answers `(Sandbox, report)`.
+    /// given; answers `(Sandbox, ForkReport)`.
     #[pyo3(signature = (snapshot, name, backend=None, image=None, aio=None))]
     fn fork(
         &self,
@@ -208,12 +226,13 @@ impl Home {
         let backend = backend.map(bind::backend).transpose()?;
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            with_sandbox(bind::fork(home, &snapshot, &name, backend, image).await?)
+            let made = bind::fork(home, &snapshot, &name, backend, image).await?;
+            Ok(with_sandbox(made, ForkReport::of))
         })
     }
 
     /// Makes `count` sandboxes `name-1`.. from `snapshot` at once, on
-    /// `backend`/`image` when given; answers `[(Sandbox, report)]`.
+    /// `backend`/`image` when given; answers `[(Sandbox, ForkReport)]`.
     #[pyo3(signature = (snapshot, name, count, backend=None, image=None, aio=None))]
     #[allow(clippy::too_many_arguments, reason = "Python's keyword arguments")]
     fn fork_many(
@@ -229,16 +248,17 @@ impl Home {
         let backend = backend.map(bind::backend).transpose()?;
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            with_sandboxes(bind::fork_many(home, &snapshot, &name, count, backend, image).await?)
+            let made = bind::fork_many(home, &snapshot, &name, count, backend, image).await?;
+            Ok(with_sandboxes(made, ForkReport::of))
         })
     }
 
-    /// Every snapshot of the home, as JSON data.
+    /// Every snapshot of the home: `Snapshot`s.
     fn snapshots(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        runtime::json(&bind::all_snapshots(&self.inner)?)?(py)
+        answer_each(bind::all_snapshots(&self.inner)?, Snapshot::of)(py)
     }
 
-    /// Removes a snapshot; answers it.
+    /// Removes a snapshot; answers its `Snapshot`.
     #[pyo3(signature = (snapshot, aio=None))]
     fn remove_snapshot(
         &self,
@@ -248,26 +268,38 @@ impl Home {
     ) -> PyResult<Py<PyAny>> {
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&bind::remove_snapshot(&home, &snapshot).await?)
+            Ok(answer(
+                bind::remove_snapshot(&home, &snapshot).await?,
+                Snapshot::of,
+            ))
         })
     }
 
     /// Records pool `name` of `size` sandboxes of `spec_json`, or (with
-    /// `snapshot`) of forks of it; answers it as JSON data.
-    #[pyo3(signature = (name, size, spec_json=None, snapshot=None))]
+    /// `snapshot`) of forks of it, and (`fill`) makes its members; answers
+    /// its `PoolInfo`, with the fill's report.
+    #[pyo3(signature = (name, size, spec_json=None, snapshot=None, fill=true, aio=None))]
+    #[allow(clippy::too_many_arguments, reason = "Python's keyword arguments")]
     fn create_pool(
         &self,
         py: Python<'_>,
-        name: &str,
+        name: String,
         size: u32,
         spec_json: Option<&str>,
-        snapshot: Option<&str>,
+        snapshot: Option<String>,
+        fill: bool,
+        aio: Option<Bound<'_, PyTuple>>,
     ) -> PyResult<Py<PyAny>> {
         let spec = spec(spec_json)?;
-        runtime::json(&bind::create_pool(&self.inner, name, spec, size, snapshot)?)?(py)
+        let home = Arc::clone(&self.inner);
+        runtime::dispatch(py, aio, Signals::Defer, async move {
+            let made =
+                bind::create_pool(&home, &name, spec, size, snapshot.as_deref(), fill).await?;
+            Ok(answer(made, PoolInfo::made))
+        })
     }
 
-    /// Makes the members pool `name` lacks; answers the report as JSON data.
+    /// Makes the members pool `name` lacks; answers a `FillReport`.
     #[pyo3(signature = (name, aio=None))]
     fn fill_pool(
         &self,
@@ -277,13 +309,13 @@ impl Home {
     ) -> PyResult<Py<PyAny>> {
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&bind::fill_pool(&home, &name).await?)
+            Ok(answer(bind::fill_pool(&home, &name).await?, FillReport::of))
         })
     }
 
-    /// Every pool with its ready members, as JSON data.
+    /// Every pool with its ready members: `PoolInfo`s.
     fn pools(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        runtime::json(&bind::pools(&self.inner)?)?(py)
+        answer_each(bind::pools(&self.inner)?, PoolInfo::of)(py)
     }
 
     /// Removes pool `name` and its members; answers how many it had.
@@ -304,8 +336,7 @@ impl Home {
     /// `(name_or_id, [(path, kind, payload, executable)])` with kind
     /// `bytes` (payload bytes), `path` (payload a host path), `dir`, or
     /// `tree` (payload a host directory whose whole tree is read by the
-    /// library's rules, as `silo push` reads one). Answers the report as
-    /// JSON data.
+    /// library's rules, as `silo push` reads one). Answers a `PushReport`.
     #[pyo3(signature = (mount, targets, concurrency=None, aio=None))]
     #[allow(clippy::type_complexity, reason = "the plain shape Python hands over")]
     fn push(
@@ -344,12 +375,15 @@ impl Home {
         }
         let home = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&bind::push(&home, &mount, sets, concurrency).await?)
+            Ok(answer(
+                bind::push(&home, &mount, sets, concurrency).await?,
+                PushReport::of,
+            ))
         })
     }
 }
 
-/// The module: the classes and the exception hierarchy.
+/// The module: the classes, the result classes and the exception hierarchy.
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Home>()?;
@@ -357,6 +391,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<process::Process>()?;
     module.add_class::<sandbox::FileReader>()?;
     module.add_class::<sandbox::DirWatcher>()?;
+    results::register(module)?;
     module.add("AGENT_TARGET", silo_embedded_agent::TARGET)?;
     runtime::register_stand_down(module)?;
     errors::register(module)

@@ -14,6 +14,7 @@
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
+use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use silo::silo_protocol::exec::StreamOffsets;
@@ -21,6 +22,7 @@ use silo::{Execution, ExitInfo};
 use tokio::sync::Mutex;
 
 use crate::bind::{self, SandboxRef, Step};
+use crate::results::commands::{CommandResult, Exit, Lost, Stderr, Stdout};
 use crate::runtime::{self, Answer, Signals};
 
 /// Everything a process has delivered, and where it stands.
@@ -33,7 +35,7 @@ pub struct ProcState {
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     lost: u64,
-    exit: Option<serde_json::Value>,
+    exit: Option<ExitInfo>,
     /// Each stream's bytes delivered so far, when the agent says; read
     /// without waiting for a step under way.
     streams: Arc<StdMutex<Option<StreamOffsets>>>,
@@ -64,11 +66,10 @@ impl ProcState {
             stderr: format!("{message}\n").into_bytes(),
             lost: 0,
             streams: Arc::default(),
-            exit: serde_json::to_value(ExitInfo {
+            exit: Some(ExitInfo {
                 code: Some(code),
                 ..ExitInfo::default()
-            })
-            .ok(),
+            }),
         }
     }
 
@@ -132,21 +133,14 @@ impl ProcState {
         Ok(())
     }
 
+    /// The `CommandResult` of everything delivered (an exit never seen
+    /// is a default one: code 255).
     pub fn answer(&self) -> Answer {
         let stdout = self.stdout.clone();
         let stderr = self.stderr.clone();
         let lost = self.lost;
         let exit = self.exit.clone().unwrap_or_default();
-        Box::new(move |py| {
-            let exit = runtime::json(&exit)?(py)?;
-            let parts = (
-                PyBytes::new(py, &stdout),
-                PyBytes::new(py, &stderr),
-                lost,
-                exit,
-            );
-            Ok(parts.into_pyobject(py)?.into_any().unbind())
-        })
+        Box::new(move |py| CommandResult::of(py, &stdout, &stderr, lost, &exit)?.into_py_any(py))
     }
 }
 
@@ -215,8 +209,8 @@ impl Process {
         streams.map(|s| (s.stdout, s.stderr))
     }
 
-    /// The next event: `("stdout" | "stderr", bytes, offset)`, `("lost",
-    /// offset, count)`, `("exit", info)`, or `None` after the exit.
+    /// The next event: `Stdout`, `Stderr`, `Lost`, `Exit`, or `None` after
+    /// the exit.
     #[pyo3(signature = (aio=None))]
     fn next(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.sandbox);
@@ -228,8 +222,8 @@ impl Process {
         })
     }
 
-    /// Follows the command to its end; answers `(stdout, stderr, lost,
-    /// exit)` with everything it printed since it started.
+    /// Follows the command to its end; answers its `CommandResult`, with
+    /// everything it printed since it started.
     #[pyo3(signature = (on_stdout=None, on_stderr=None, aio=None))]
     fn wait(
         &self,
@@ -340,23 +334,22 @@ pub fn seconds(value: f64) -> PyResult<Duration> {
         .map_err(|_| crate::errors::invalid(format!("{value} is not a number of seconds")))
 }
 
+/// A step as its event class: `Stdout`, `Stderr`, `Lost` or `Exit`;
+/// `None` after the exit.
 fn step_answer(step: Option<Step>) -> Answer {
-    Box::new(move |py| {
-        let Some(step) = step else {
-            return Ok(py.None());
-        };
-        let tuple = match step {
-            Step::Output {
-                stderr,
-                offset,
-                data,
-            } => {
-                let channel = if stderr { "stderr" } else { "stdout" };
-                (channel, PyBytes::new(py, &data), offset).into_pyobject(py)?
-            }
-            Step::Lost { offset, bytes } => ("lost", offset, bytes).into_pyobject(py)?,
-            Step::Exit(exit) => ("exit", runtime::json(&exit)?(py)?).into_pyobject(py)?,
-        };
-        Ok(tuple.into_any().unbind())
+    Box::new(move |py| match step {
+        None => Ok(py.None()),
+        Some(Step::Output {
+            stderr: false,
+            offset,
+            data,
+        }) => Stdout::of(py, &data, offset).into_py_any(py),
+        Some(Step::Output {
+            stderr: true,
+            offset,
+            data,
+        }) => Stderr::of(py, &data, offset).into_py_any(py),
+        Some(Step::Lost { offset, bytes }) => Lost::of(offset, bytes).into_py_any(py),
+        Some(Step::Exit(exit)) => Exit::of(py, &exit)?.into_py_any(py),
     })
 }

@@ -283,13 +283,27 @@ where
 }
 
 /// An answer of JSON data, as `json.loads` makes it (dicts, lists, str,
-/// int, float, bool, None).
+/// int, float, bool, None); serialised before the GIL is taken.
 pub fn json<T: serde::Serialize>(data: &T) -> PyResult<Answer> {
-    let text = serde_json::to_string(data).map_err(|e| {
-        crate::errors::SiloException::new_err(format!("unserialisable answer: {e}"))
-    })?;
-    Ok(Box::new(move |py| {
-        let loads = py.import("json")?.getattr("loads")?;
-        Ok(loads.call1((text,))?.unbind())
-    }))
+    let text = json_text(data)?;
+    Ok(Box::new(move |py| Ok(json_loads(py, &text)?.unbind())))
+}
+
+/// JSON data as Python objects, as [`json`] makes them: for a free-form
+/// field of a result (a spec, a whole report).
+pub fn json_object<'py, T: serde::Serialize>(
+    py: Python<'py>,
+    data: &T,
+) -> PyResult<Bound<'py, PyAny>> {
+    json_loads(py, &json_text(data)?)
+}
+
+fn json_text<T: serde::Serialize>(data: &T) -> PyResult<String> {
+    serde_json::to_string(data)
+        .map_err(|e| crate::errors::SiloException::new_err(format!("unserialisable answer: {e}")))
+}
+
+/// The one way JSON data becomes Python objects: Python's own `json.loads`.
+fn json_loads<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.getattr("loads")?.call1((text,))
 }

@@ -1,19 +1,26 @@
 //! `Sandbox`: the native handle on one sandbox, its commands, files and
 //! snapshots. Each method takes plain values (an exec spec as JSON, paths,
-//! bytes) and an optional asyncio triple; see `runtime::dispatch`.
+//! bytes) and an optional asyncio triple (see `runtime::dispatch`), and
+//! answers plain values or the result classes of `crate::results`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use silo::client::{DirWatch, WatchEvent};
-use silo::silo_protocol::exec::{FsEventKind, StreamOffsets, WindowSize};
+use silo::silo_protocol::exec::{StreamOffsets, WindowSize};
 use silo::{ExecSpec, FileStream};
 
 use crate::bind::{FileAnswer, FileOp, SandboxRef, Started};
 use crate::errors::{Failure, invalid};
 use crate::process::{Callbacks, ProcState, Process, seconds};
+use crate::results::commands::{ProcessInfo, SessionInfo};
+use crate::results::files::{CopyReport, EntryInfo, FilesystemEvent};
+use crate::results::sandboxes::{PortUrl, SandboxRecord};
+use crate::results::snapshots::{Diff, RewindReport, Snapshot};
+use crate::results::{answer, answer_each};
 use crate::runtime::{self, Answer, Signals};
 
 /// One sandbox.
@@ -40,16 +47,16 @@ impl Sandbox {
         self.inner.name()
     }
 
-    /// Its record (backend, spec, labels), as JSON data.
+    /// Its record (backend, spec, labels): a `SandboxRecord`.
     #[pyo3(signature = (aio=None))]
     fn info(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&sandbox.record().await?)
+            Ok(answer(sandbox.record().await?, SandboxRecord::of))
         })
     }
 
-    /// Runs a command to its end; answers `(stdout, stderr, lost, exit)`.
+    /// Runs a command to its end; answers its `CommandResult`.
     /// Ctrl-C during a blocking run interrupts the command in the sandbox.
     #[pyo3(signature = (spec_json, on_stdout=None, on_stderr=None, aio=None))]
     fn run(
@@ -148,12 +155,12 @@ impl Sandbox {
         })
     }
 
-    /// The shell sessions, as JSON data.
+    /// The shell sessions: `SessionInfo`s.
     #[pyo3(signature = (aio=None))]
     fn sessions(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&sandbox.sessions().await?)
+            Ok(answer_each(sandbox.sessions().await?, SessionInfo::of))
         })
     }
 
@@ -322,12 +329,12 @@ impl Sandbox {
         })
     }
 
-    /// Every command the agent holds, running and ended, as JSON data.
+    /// Every command the agent holds, running and ended: `ProcessInfo`s.
     #[pyo3(signature = (aio=None))]
     fn commands(&self, py: Python<'_>, aio: Option<Bound<'_, PyTuple>>) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&sandbox.execs().await?)
+            Ok(answer_each(sandbox.execs().await?, ProcessInfo::of))
         })
     }
 
@@ -394,7 +401,8 @@ impl Sandbox {
         })
     }
 
-    /// Takes a snapshot of its file system; answers the report.
+    /// Takes a snapshot of its file system; answers the `Snapshot`, with
+    /// the report of its taking.
     #[pyo3(signature = (message=None, aio=None))]
     fn snapshot(
         &self,
@@ -404,17 +412,17 @@ impl Sandbox {
     ) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&sandbox.snapshot(message).await?)
+            Ok(answer(sandbox.snapshot(message).await?, Snapshot::taken))
         })
     }
 
     /// Its snapshots, oldest first (a quick read of the state database).
     fn snapshots(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        runtime::json(&self.inner.snapshots()?)?(py)
+        answer_each(self.inner.snapshots()?, Snapshot::of)(py)
     }
 
     /// What differs between its files and `snapshot` (its latest when
-    /// `None`), path by path; answers the report.
+    /// `None`), path by path: a `Diff`.
     #[pyo3(signature = (snapshot=None, aio=None))]
     fn diff(
         &self,
@@ -424,11 +432,11 @@ impl Sandbox {
     ) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&sandbox.diff(snapshot.as_deref()).await?)
+            Ok(answer(sandbox.diff(snapshot.as_deref()).await?, Diff::of))
         })
     }
 
-    /// Puts it back to `snapshot`; answers the report.
+    /// Puts it back to `snapshot`; answers a `RewindReport`.
     #[pyo3(signature = (snapshot, aio=None))]
     fn rewind(
         &self,
@@ -438,7 +446,7 @@ impl Sandbox {
     ) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&sandbox.rewind(&snapshot).await?)
+            Ok(answer(sandbox.rewind(&snapshot).await?, RewindReport::of))
         })
     }
 
@@ -451,8 +459,8 @@ impl Sandbox {
         })
     }
 
-    /// Where `port` inside it is reached from the host (`host`, `url`,
-    /// `headers`), as its backend routes it.
+    /// Where `port` inside it is reached from the host, as its backend
+    /// routes it: a `PortUrl`.
     #[pyo3(signature = (port, aio=None))]
     fn port_url(
         &self,
@@ -462,7 +470,7 @@ impl Sandbox {
     ) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            runtime::json(&sandbox.port_url(port).await?)
+            Ok(answer(sandbox.port_url(port).await?, PortUrl::of))
         })
     }
 
@@ -482,7 +490,8 @@ impl Sandbox {
 }
 
 impl Sandbox {
-    /// Runs one file operation; its answer as JSON data (bytes for a read).
+    /// Runs one file operation: its answer is bytes (a read), an
+    /// `EntryInfo` or a list of them, a bool, a count, or a `CopyReport`.
     fn file(
         &self,
         py: Python<'_>,
@@ -491,12 +500,17 @@ impl Sandbox {
     ) -> PyResult<Py<PyAny>> {
         let sandbox = Arc::clone(&self.inner);
         runtime::dispatch(py, aio, Signals::Defer, async move {
-            match sandbox.file(op).await? {
-                FileAnswer::Bytes(data) => Ok(Box::new(move |py: Python<'_>| {
-                    Ok(PyBytes::new(py, &data).into_any().unbind())
-                }) as Answer),
-                FileAnswer::Json(value) => runtime::json(&value),
-            }
+            Ok(match sandbox.file(op).await? {
+                FileAnswer::Bytes(data) => {
+                    Box::new(move |py: Python<'_>| Ok(PyBytes::new(py, &data).into_any().unbind()))
+                        as Answer
+                }
+                FileAnswer::Stat(stat) => answer(stat, EntryInfo::of),
+                FileAnswer::Listing(stats) => answer_each(stats, EntryInfo::of),
+                FileAnswer::Exists(exists) => runtime::value(exists),
+                FileAnswer::Removed(count) => runtime::value(count),
+                FileAnswer::Copied(copied) => answer(copied, CopyReport::of),
+            })
         })
     }
 }
@@ -538,9 +552,10 @@ impl FileReader {
     }
 }
 
-/// A directory watch (`Sandbox.watch`). Its steps are lists of
-/// `(kind, name, is_dir)` changes, `("ended", reason)` when the directory
-/// went away, and `None` once nothing more can come.
+/// A directory watch (`Sandbox.watch`). Each step is `(events, ended)`:
+/// the `FilesystemEvent`s received, and why the watch ended once it has
+/// (its directory went away, or the connection to the agent did), else
+/// `None`.
 #[pyclass(frozen, module = "silo_sandbox._native")]
 pub struct DirWatcher {
     watch: Arc<tokio::sync::Mutex<Option<DirWatch>>>,
@@ -598,32 +613,24 @@ impl DirWatcher {
     }
 }
 
+/// A watch's step as Python sees it: `(events, ended)`.
 fn watch_step(step: Option<WatchEvent>) -> Answer {
     Box::new(move |py| {
-        let made = match step {
-            None => return Ok(py.None()),
-            Some(WatchEvent::Ended(reason)) => ("ended", reason).into_pyobject(py)?.into_any(),
-            Some(WatchEvent::Changes(events)) => {
-                let changes = events
-                    .into_iter()
-                    .map(|event| {
-                        let kind = match event.kind {
-                            FsEventKind::Create => "create",
-                            FsEventKind::Write => "write",
-                            FsEventKind::Remove => "remove",
-                            FsEventKind::Rename => "rename",
-                            FsEventKind::Chmod => "chmod",
-                            FsEventKind::Overflow => "overflow",
-                        };
-                        (kind, event.name, event.dir)
-                    })
-                    .collect::<Vec<_>>();
-                changes.into_pyobject(py)?.into_any()
-            }
+        let (events, ended) = match step {
+            None => (Vec::new(), Some(GONE.to_owned())),
+            Some(WatchEvent::Ended(reason)) => (Vec::new(), Some(reason)),
+            Some(WatchEvent::Changes(events)) => (events, None),
         };
-        Ok(made.unbind())
+        let events = events
+            .iter()
+            .map(|event| FilesystemEvent::of(py, event))
+            .collect::<PyResult<Vec<_>>>()?;
+        (events, ended).into_py_any(py)
     })
 }
+
+/// Why a watch ended when its connection did.
+const GONE: &str = "the connection to the sandbox's agent was lost";
 
 /// An answer of a new native object.
 pub fn object<T>(value: T) -> Answer

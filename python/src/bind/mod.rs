@@ -7,8 +7,8 @@
 //! across a fork) nor its sockets, so the first call in a child opens its
 //! own, and the parent's copies are left untouched (not even dropped).
 //!
-//! Results that are plain records travel to Python as JSON data
-//! (`runtime::json`); the pure-Python package gives them their types.
+//! Results leave as the library's own types (a `RestoreReport`, a
+//! `FileStat`); `crate::results` makes the Python objects of them.
 //!
 //! Layout: this file holds the home and its verbs (create, open, list,
 //! lifecycle, fork, pools, push); `sandbox` one sandbox's (commands, files,
@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex};
 use pyo3::PyResult;
 use silo::silo_protocol::bundle::{FileEntry, FileSource};
 use silo::{
-    BackendKind, CreateRequest, FileSet, ForkTarget, PushOptions, RestoreReport, SandboxSpec, Silo,
-    SiloOptions, UpRequest,
+    BackendKind, CreateRequest, FileSet, FillReport, ForkTarget, PoolStatus, PushOptions,
+    PushReport, RestoreReport, SandboxRecord, SandboxSpec, Silo, SiloOptions, Snapshot, UpAction,
+    UpOutcome, UpRequest,
 };
 
 use crate::errors::{invalid, to_py};
@@ -131,13 +132,14 @@ pub fn backend(name: &str) -> PyResult<BackendKind> {
 }
 
 /// Creates a sandbox (a strict create: a taken name is an error), or takes
-/// one from `pool`; answers its handle and what was done, as JSON.
+/// one from `pool`; answers its handle and what was done (created or
+/// claimed).
 pub async fn create(
     home: Arc<Home>,
     name: Option<String>,
     spec: SandboxSpec,
     pool: Option<String>,
-) -> PyResult<(Arc<SandboxRef>, serde_json::Value)> {
+) -> PyResult<(Arc<SandboxRef>, UpAction)> {
     let silo = home.silo()?;
     let (record, action) = match pool {
         Some(pool) => {
@@ -146,15 +148,14 @@ pub async fn create(
                 .up_from_pool(&name, &pool)
                 .await
                 .map_err(|e| to_py(&e))?;
-            let action = serde_json::to_value(outcome.action).unwrap_or_default();
-            (outcome.sandbox, action)
+            (outcome.sandbox, outcome.action)
         }
         None => {
             let record = silo
                 .create(CreateRequest { name, spec })
                 .await
                 .map_err(|e| to_py(&e))?;
-            (record, serde_json::Value::from("created"))
+            (record, UpAction::Created)
         }
     };
     let sandbox = silo
@@ -170,7 +171,7 @@ pub async fn up(
     name: String,
     spec: Option<SandboxSpec>,
     recreate: bool,
-) -> PyResult<(Arc<SandboxRef>, serde_json::Value)> {
+) -> PyResult<(Arc<SandboxRef>, UpOutcome)> {
     let silo = home.silo()?;
     let (sandbox, outcome) = silo
         .up_sandbox(UpRequest {
@@ -180,7 +181,6 @@ pub async fn up(
         })
         .await
         .map_err(|e| to_py(&e))?;
-    let outcome = serde_json::to_value(outcome).map_err(|e| invalid(e.to_string()))?;
     Ok((SandboxRef::new(home, sandbox), outcome))
 }
 
@@ -196,36 +196,27 @@ pub async fn connect(home: Arc<Home>, name_or_id: &str, start: bool) -> PyResult
     Ok(SandboxRef::new(home, sandbox))
 }
 
-/// Every sandbox of the home, with what its backend says of it now.
-pub async fn list(home: &Home) -> PyResult<serde_json::Value> {
+/// Every sandbox of the home, with what its backend says of its machine
+/// now (`running`, `stopped`, `missing`, or `unknown: ` and why).
+pub async fn list(home: &Home) -> PyResult<Vec<(SandboxRecord, String)>> {
     let silo = home.silo()?;
     let records = silo.list().map_err(|e| to_py(&e))?;
     let mut rows = Vec::with_capacity(records.len());
-    for record in &records {
+    for record in records {
         // One at a time: `statuses`' concurrent future is not `Send`, and
         // the asyncio path runs this on the runtime's workers.
-        let state = silo.status(record).await;
-        let mut row = serde_json::to_value(record).map_err(|e| invalid(e.to_string()))?;
-        let state = match state {
-            Ok(state) => serde_json::to_value(state).unwrap_or_default(),
-            Err(error) => serde_json::Value::from(format!("unknown: {error}")),
+        let state = match silo.status(&record).await {
+            Ok(state) => state.as_str().to_owned(),
+            Err(error) => format!("unknown: {error}"),
         };
-        if let Some(object) = row.as_object_mut() {
-            object.insert("state".into(), state);
-        }
-        rows.push(row);
+        rows.push((record, state));
     }
-    Ok(serde_json::Value::Array(rows))
+    Ok(rows)
 }
 
 /// Removes a sandbox by name or id; answers its record.
-pub async fn kill(home: &Home, name_or_id: &str) -> PyResult<serde_json::Value> {
-    let removed = home
-        .silo()?
-        .remove(name_or_id)
-        .await
-        .map_err(|e| to_py(&e))?;
-    serde_json::to_value(removed).map_err(|e| invalid(e.to_string()))
+pub async fn kill(home: &Home, name_or_id: &str) -> PyResult<SandboxRecord> {
+    home.silo()?.remove(name_or_id).await.map_err(|e| to_py(&e))
 }
 
 /// Pauses a sandbox by name or id (memory kept, e2b); answers whether it ran.
@@ -233,14 +224,14 @@ pub async fn pause(home: &Home, name_or_id: &str) -> PyResult<bool> {
     home.silo()?.pause(name_or_id).await.map_err(|e| to_py(&e))
 }
 
-/// Starts a sandbox by name or id; answers what starting did.
-pub async fn start(home: &Home, name_or_id: &str) -> PyResult<serde_json::Value> {
+/// Starts a sandbox by name or id; answers whether it was running already.
+pub async fn start(home: &Home, name_or_id: &str) -> PyResult<bool> {
     let started = home
         .silo()?
         .start(name_or_id)
         .await
         .map_err(|e| to_py(&e))?;
-    serde_json::to_value(started).map_err(|e| invalid(e.to_string()))
+    Ok(started.was_running)
 }
 
 /// Makes a sandbox `name` from `snapshot`, on another backend or image when given.
@@ -250,29 +241,28 @@ pub async fn fork(
     name: &str,
     backend: Option<BackendKind>,
     image: Option<String>,
-) -> PyResult<(Arc<SandboxRef>, serde_json::Value)> {
+) -> PyResult<(Arc<SandboxRef>, RestoreReport)> {
     let silo = home.silo()?;
     let target = ForkTarget { backend, image };
     let report = silo
         .fork(snapshot, name, &target, &silo::no_progress())
         .await
         .map_err(|e| to_py(&e))?;
-    forked(&home, &silo, &report).await
+    forked(&home, &silo, report).await
 }
 
 /// What Python gets of one fork: a handle on its running sandbox and the
-/// report as JSON data.
+/// report.
 async fn forked(
     home: &Arc<Home>,
     silo: &Silo,
-    report: &RestoreReport,
-) -> PyResult<(Arc<SandboxRef>, serde_json::Value)> {
-    let json = serde_json::to_value(report).map_err(|e| invalid(e.to_string()))?;
+    report: RestoreReport,
+) -> PyResult<(Arc<SandboxRef>, RestoreReport)> {
     let sandbox = silo
         .running_sandbox(&report.sandbox.id)
         .await
         .map_err(|e| to_py(&e))?;
-    Ok((SandboxRef::new(Arc::clone(home), sandbox), json))
+    Ok((SandboxRef::new(Arc::clone(home), sandbox), report))
 }
 
 /// Makes `count` sandboxes `name-1`.. from `snapshot` at once (see
@@ -284,7 +274,7 @@ pub async fn fork_many(
     count: u32,
     backend: Option<BackendKind>,
     image: Option<String>,
-) -> PyResult<Vec<(Arc<SandboxRef>, serde_json::Value)>> {
+) -> PyResult<Vec<(Arc<SandboxRef>, RestoreReport)>> {
     let silo = home.silo()?;
     let target = ForkTarget { backend, image };
     let mut made = Vec::new();
@@ -294,55 +284,62 @@ pub async fn fork_many(
         .map_err(|e| to_py(&e))?;
     for (_, outcome) in outcomes {
         let report = outcome.map_err(|e| to_py(&e))?;
-        made.push(forked(&home, &silo, &report).await?);
+        made.push(forked(&home, &silo, report).await?);
     }
     Ok(made)
 }
 
-/// Removes a snapshot (refused while another builds on it).
-pub async fn remove_snapshot(home: &Home, id: &str) -> PyResult<serde_json::Value> {
-    let removed = home
-        .silo()?
+/// Removes a snapshot (refused while another builds on it); answers it.
+pub async fn remove_snapshot(home: &Home, id: &str) -> PyResult<Snapshot> {
+    home.silo()?
         .remove_snapshot(id)
         .await
-        .map_err(|e| to_py(&e))?;
-    serde_json::to_value(removed).map_err(|e| invalid(e.to_string()))
+        .map_err(|e| to_py(&e))
 }
 
 /// Every snapshot of the home (of every sandbox).
-pub fn all_snapshots(home: &Home) -> PyResult<serde_json::Value> {
-    let list = home.silo()?.snapshots(None).map_err(|e| to_py(&e))?;
-    serde_json::to_value(list).map_err(|e| invalid(e.to_string()))
+pub fn all_snapshots(home: &Home) -> PyResult<Vec<Snapshot>> {
+    home.silo()?.snapshots(None).map_err(|e| to_py(&e))
 }
 
 /// Records pool `name` of `size`: of `spec`, or (with `snapshot`) of
-/// forks of that snapshot; answers it.
-pub fn create_pool(
+/// forks of that snapshot; then, when `fill`, makes its members. Answers
+/// the pool, as many members ready as the fill made, and the fill.
+pub async fn create_pool(
     home: &Home,
     name: &str,
     spec: Option<SandboxSpec>,
     size: u32,
     snapshot: Option<&str>,
-) -> PyResult<serde_json::Value> {
+    fill: bool,
+) -> PyResult<(PoolStatus, Option<FillReport>)> {
     let silo = home.silo()?;
     let made = match (snapshot, spec) {
         (Some(snapshot), _) => silo.create_pool_on_snapshot(name, snapshot, size),
         (None, Some(spec)) => silo.create_pool(name, spec, size),
         (None, None) => return Err(invalid("a pool needs a spec or a snapshot")),
     };
-    serde_json::to_value(made.map_err(|e| to_py(&e))?).map_err(|e| invalid(e.to_string()))
+    let mut status = PoolStatus {
+        pool: made.map_err(|e| to_py(&e))?,
+        ready: 0,
+        members: Vec::new(),
+    };
+    if !fill {
+        return Ok((status, None));
+    }
+    let filled = fill_pool(home, name).await?;
+    status.ready = filled.made;
+    Ok((status, Some(filled)))
 }
 
 /// Makes the members pool `name` lacks; answers the report.
-pub async fn fill_pool(home: &Home, name: &str) -> PyResult<serde_json::Value> {
-    let filled = home.silo()?.fill_pool(name).await.map_err(|e| to_py(&e))?;
-    serde_json::to_value(filled).map_err(|e| invalid(e.to_string()))
+pub async fn fill_pool(home: &Home, name: &str) -> PyResult<FillReport> {
+    home.silo()?.fill_pool(name).await.map_err(|e| to_py(&e))
 }
 
 /// Every pool with its ready members.
-pub fn pools(home: &Home) -> PyResult<serde_json::Value> {
-    let pools = home.silo()?.pools().map_err(|e| to_py(&e))?;
-    serde_json::to_value(pools).map_err(|e| invalid(e.to_string()))
+pub fn pools(home: &Home) -> PyResult<Vec<PoolStatus>> {
+    home.silo()?.pools().map_err(|e| to_py(&e))
 }
 
 /// Removes pool `name` and its members; answers how many it had.
@@ -389,7 +386,7 @@ pub async fn push(
     mount: &str,
     targets: Vec<(String, FileSet)>,
     concurrency: Option<usize>,
-) -> PyResult<serde_json::Value> {
+) -> PyResult<PushReport> {
     let silo = home.silo()?;
     let mut resolved = Vec::with_capacity(targets.len());
     for (name_or_id, files) in targets {
@@ -399,9 +396,7 @@ pub async fn push(
     if let Some(concurrency) = concurrency {
         options.concurrency = concurrency;
     }
-    let report = silo
-        .push_to_sandboxes(mount, resolved, &options)
+    silo.push_to_sandboxes(mount, resolved, &options)
         .await
-        .map_err(|e| to_py(&e))?;
-    serde_json::to_value(report).map_err(|e| invalid(e.to_string()))
+        .map_err(|e| to_py(&e))
 }

@@ -8,9 +8,13 @@ use std::time::Duration;
 
 use pyo3::{PyErr, PyResult};
 use silo::client::{ClientError, DirWatch, ExecConnection};
-use silo::silo_protocol::exec::{StreamOffsets, WindowSize};
-use silo::{CommandEvent, Execution, FileStream, Files};
-use silo::{ErrorKind, ExecSpec};
+use silo::silo_protocol::exec::{ExecSummary, StreamOffsets, WindowSize};
+use silo::silo_protocol::session::SessionInfo;
+use silo::{CommandEvent, Copied, Execution, ExitInfo, FileStat, FileStream, Files};
+use silo::{
+    DiffReport, ErrorKind, ExecSpec, PortUrl, RestoreReport, SandboxRecord, Snapshot,
+    SnapshotReport,
+};
 
 use super::{Home, PerPid};
 use crate::errors::{Failure, invalid, to_py};
@@ -186,12 +190,10 @@ impl SandboxRef {
         }
     }
 
-    /// Every command the agent holds, by id, as JSON.
-    pub async fn execs(&self) -> PyResult<serde_json::Value> {
-        let execs = self
-            .on_connection(|connection| async move { connection.list().await })
-            .await?;
-        serde_json::to_value(execs).map_err(|e| invalid(e.to_string()))
+    /// Every command the agent holds, by id.
+    pub async fn execs(&self) -> PyResult<Vec<ExecSummary>> {
+        self.on_connection(|connection| async move { connection.list().await })
+            .await
     }
 
     /// Sends bytes to a command's stdin by its id; `None` closes it.
@@ -261,20 +263,18 @@ impl SandboxRef {
     }
 
     /// The sandbox's shell sessions.
-    pub async fn sessions(&self) -> PyResult<serde_json::Value> {
-        let sessions = self
-            .sandbox()
+    pub async fn sessions(&self) -> PyResult<Vec<SessionInfo>> {
+        self.sandbox()
             .await?
             .commands()
             .sessions()
             .await
-            .map_err(|e| to_py(&e))?;
-        serde_json::to_value(sessions).map_err(|e| invalid(e.to_string()))
+            .map_err(|e| to_py(&e))
     }
 
-    /// One file operation, its answer as JSON (bytes for `read`). When the
-    /// agent cannot be reached, the error says why when the sandbox is down
-    /// (removed, stopped, its machine gone).
+    /// One file operation and its answer. When the agent cannot be
+    /// reached, the error says why when the sandbox is down (removed,
+    /// stopped, its machine gone).
     pub async fn file(&self, op: FileOp) -> PyResult<FileAnswer> {
         let sandbox = self.sandbox().await?;
         match file_op(sandbox.files(), op).await {
@@ -298,49 +298,42 @@ impl SandboxRef {
     }
 
     /// What the state database recorded of it.
-    pub async fn record(&self) -> PyResult<serde_json::Value> {
-        let sandbox = self.sandbox().await?;
-        serde_json::to_value(sandbox.record()).map_err(|e| invalid(e.to_string()))
+    pub async fn record(&self) -> PyResult<SandboxRecord> {
+        Ok(self.sandbox().await?.record().clone())
     }
 
     /// Takes a snapshot; answers its report.
-    pub async fn snapshot(&self, message: Option<String>) -> PyResult<serde_json::Value> {
-        let report = self
-            .sandbox()
+    pub async fn snapshot(&self, message: Option<String>) -> PyResult<SnapshotReport> {
+        self.sandbox()
             .await?
             .snapshots()
             .take(message)
             .await
-            .map_err(|e| to_py(&e))?;
-        serde_json::to_value(report).map_err(|e| invalid(e.to_string()))
+            .map_err(|e| to_py(&e))
     }
 
     /// The sandbox's snapshots, oldest first.
-    pub fn snapshots(&self) -> PyResult<serde_json::Value> {
-        let list = self
-            .home
+    pub fn snapshots(&self) -> PyResult<Vec<Snapshot>> {
+        self.home
             .silo()?
             .snapshots(Some(&self.id))
-            .map_err(|e| to_py(&e))?;
-        serde_json::to_value(list).map_err(|e| invalid(e.to_string()))
+            .map_err(|e| to_py(&e))
     }
 
     /// What differs between its live tree and `snapshot` (its latest when
     /// `None`); answers the report.
-    pub async fn diff(&self, snapshot: Option<&str>) -> PyResult<serde_json::Value> {
+    pub async fn diff(&self, snapshot: Option<&str>) -> PyResult<DiffReport> {
         let report = self.sandbox().await?.snapshots().diff(snapshot).await;
-        let report = report.map_err(|e| to_py(&e))?;
-        serde_json::to_value(report).map_err(|e| invalid(e.to_string()))
+        report.map_err(|e| to_py(&e))
     }
 
     /// Puts the sandbox back to `snapshot`; answers the report.
-    pub async fn rewind(&self, snapshot: &str) -> PyResult<serde_json::Value> {
+    pub async fn rewind(&self, snapshot: &str) -> PyResult<RestoreReport> {
         let report = self.sandbox().await?.snapshots().rewind(snapshot).await;
         // Its processes ended and its machine may be another: the kept
         // connection and record are stale either way.
         self.forget();
-        let report = report.map_err(|e| to_py(&e))?;
-        serde_json::to_value(report).map_err(|e| invalid(e.to_string()))
+        report.map_err(|e| to_py(&e))
     }
 
     /// Stops it; answers whether it was running.
@@ -352,10 +345,9 @@ impl SandboxRef {
 
     /// Where `port` inside it is reached from the host: `host`, `url` and
     /// the `headers` a client must send.
-    pub async fn port_url(&self, port: u16) -> PyResult<serde_json::Value> {
+    pub async fn port_url(&self, port: u16) -> PyResult<PortUrl> {
         let sandbox = self.sandbox().await?;
-        let url = sandbox.port_url(port).await.map_err(|e| to_py(&e))?;
-        serde_json::to_value(url).map_err(|e| invalid(e.to_string()))
+        sandbox.port_url(port).await.map_err(|e| to_py(&e))
     }
 
     /// What a third-party client needs to talk to its agent (see
@@ -426,8 +418,18 @@ pub enum FileOp {
 
 /// What a file operation answers.
 pub enum FileAnswer {
+    /// A file's contents.
     Bytes(Vec<u8>),
-    Json(serde_json::Value),
+    /// One path described (stat, write, mkdir, rename).
+    Stat(FileStat),
+    /// A directory's entries.
+    Listing(Vec<FileStat>),
+    /// Whether anything is at a path.
+    Exists(bool),
+    /// Paths removed.
+    Removed(u64),
+    /// What a copy moved.
+    Copied(Copied),
 }
 
 /// An execution's event in the shape the native module hands out.
@@ -441,7 +443,7 @@ pub enum Step {
         offset: u64,
         bytes: u64,
     },
-    Exit(serde_json::Value),
+    Exit(ExitInfo),
 }
 
 /// The next event of an execution; `None` after its exit.
@@ -458,7 +460,7 @@ pub async fn next_step(execution: &mut Execution) -> PyResult<Option<Step>> {
             data,
         },
         CommandEvent::Lost { offset, bytes } => Step::Lost { offset, bytes },
-        CommandEvent::Exit(exit) => Step::Exit(serde_json::to_value(exit).unwrap_or_default()),
+        CommandEvent::Exit(exit) => Step::Exit(exit),
     }))
 }
 
@@ -474,50 +476,46 @@ pub async fn close_stdin(execution: &Execution) -> PyResult<()> {
 
 /// Runs one file operation.
 async fn file_op(files: &Files, op: FileOp) -> Result<FileAnswer, Failure> {
-    fn json<T: serde::Serialize>(value: T) -> Result<FileAnswer, Failure> {
-        serde_json::to_value(value)
-            .map(FileAnswer::Json)
-            .map_err(|e| Failure::invalid(e.to_string()))
-    }
     let failed = |error: &(dyn std::error::Error + 'static)| Failure::of(error);
-    match op {
-        FileOp::Read(path) => files
-            .read(&path)
-            .await
-            .map(|data| FileAnswer::Bytes(data.to_vec()))
-            .map_err(|e| failed(&e)),
-        FileOp::Write { path, data, mode } => json(
+    let answer = match op {
+        FileOp::Read(path) => {
+            FileAnswer::Bytes(files.read(&path).await.map_err(|e| failed(&e))?.to_vec())
+        }
+        FileOp::Write { path, data, mode } => FileAnswer::Stat(
             files
                 .write(&path, data, mode)
                 .await
                 .map_err(|e| failed(&e))?,
         ),
-        FileOp::Stat(path) => json(files.stat(&path).await.map_err(|e| failed(&e))?),
-        FileOp::Exists(path) => json(files.exists(&path).await.map_err(|e| failed(&e))?),
-        FileOp::List(path) => json(files.list(&path).await.map_err(|e| failed(&e))?),
-        FileOp::MakeDir { path, mode } => {
-            json(files.mkdir(&path, mode).await.map_err(|e| failed(&e))?)
+        FileOp::Stat(path) => FileAnswer::Stat(files.stat(&path).await.map_err(|e| failed(&e))?),
+        FileOp::Exists(path) => {
+            FileAnswer::Exists(files.exists(&path).await.map_err(|e| failed(&e))?)
         }
-        FileOp::Remove { path, recursive } => json(
+        FileOp::List(path) => FileAnswer::Listing(files.list(&path).await.map_err(|e| failed(&e))?),
+        FileOp::MakeDir { path, mode } => {
+            FileAnswer::Stat(files.mkdir(&path, mode).await.map_err(|e| failed(&e))?)
+        }
+        FileOp::Remove { path, recursive } => FileAnswer::Removed(
             files
                 .remove(&path, recursive)
                 .await
                 .map_err(|e| failed(&e))?,
         ),
         FileOp::Rename { from, to } => {
-            json(files.rename(&from, &to).await.map_err(|e| failed(&e))?)
+            FileAnswer::Stat(files.rename(&from, &to).await.map_err(|e| failed(&e))?)
         }
-        FileOp::Upload { host, sandbox } => json(
+        FileOp::Upload { host, sandbox } => FileAnswer::Copied(
             files
                 .copy_in(&host, &sandbox)
                 .await
                 .map_err(|e| failed(&e))?,
         ),
-        FileOp::Download { sandbox, host } => json(
+        FileOp::Download { sandbox, host } => FileAnswer::Copied(
             files
                 .copy_out(&sandbox, &host)
                 .await
                 .map_err(|e| failed(&e))?,
         ),
-    }
+    };
+    Ok(answer)
 }
