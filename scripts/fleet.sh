@@ -105,8 +105,8 @@ SQL
 # -------------------------------------------------------------------- Garage
 
 garage_bin() {
-  if command -v garage >/dev/null 2>&1; then
-    command -v garage
+  if type -P garage >/dev/null 2>&1; then
+    type -P garage
   else
     printf '%s\n' "${CARGO_HOME:-$HOME/.cargo}/bin/garage"
   fi
@@ -115,7 +115,7 @@ garage_bin() {
 garage_install() {
   local bin
   bin=$(garage_bin)
-  if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "v$GARAGE_VERSION"; then
+  if [ -x "$bin" ] && [[ "$("$bin" --version 2>/dev/null)" == *"$GARAGE_VERSION"* ]]; then
     return 0
   fi
   log "building Garage $GARAGE_VERSION from crates.io (first use only; several minutes)"
@@ -124,7 +124,7 @@ garage_install() {
     --features bundled-libs,sqlite
 }
 
-garage() { "$(garage_bin)" -c "$DIR/garage.toml" "$@"; }
+garage_run() { "$(garage_bin)" -c "$DIR/garage.toml" "$@"; }
 
 garage_config() {
   [ -f "$DIR/garage.toml" ] && return 0
@@ -156,7 +156,7 @@ s3_start() {
   nohup "$(garage_bin)" -c "$DIR/garage.toml" server >>"$DIR/garage.log" 2>&1 &
   echo $! >"$DIR/garage.pid"
   for _ in $(seq 1 100); do
-    garage status >/dev/null 2>&1 && return 0
+    garage_run status >/dev/null 2>&1 && return 0
     s3_running || break
     sleep 0.1
   done
@@ -177,16 +177,18 @@ s3_stop() {
 # A one-node layout, the bucket, and a key of ours allowed on it (imported,
 # so its id and secret are known without parsing Garage's output).
 s3_bucket() {
-  if ! garage layout show 2>/dev/null | grep -q "Current cluster layout version: [1-9]"; then
+  local layout
+  layout=$(garage_run layout show 2>/dev/null || true)
+  if [[ "$layout" != *"Current cluster layout version: "[1-9]* ]]; then
     local node
-    node=$(garage node id -q 2>/dev/null | cut -d@ -f1)
-    garage layout assign -z local -c 10G "$node" >/dev/null
-    garage layout apply --version 1 >/dev/null
+    node=$(garage_run node id -q 2>/dev/null | cut -d@ -f1)
+    garage_run layout assign -z local -c 10G "$node" >/dev/null
+    garage_run layout apply --version 1 >/dev/null
   fi
-  garage bucket info "$BUCKET" >/dev/null 2>&1 || garage bucket create "$BUCKET" >/dev/null
-  garage key info "$S3_KEY_ID" >/dev/null 2>&1 ||
-    garage key import --yes -n silo "$S3_KEY_ID" "$S3_SECRET" >/dev/null
-  garage bucket allow --read --write --owner "$BUCKET" --key "$S3_KEY_ID" >/dev/null
+  garage_run bucket info "$BUCKET" >/dev/null 2>&1 || garage_run bucket create "$BUCKET" >/dev/null
+  garage_run key info "$S3_KEY_ID" >/dev/null 2>&1 ||
+    garage_run key import --yes -n silo "$S3_KEY_ID" "$S3_SECRET" >/dev/null
+  garage_run bucket allow --read --write --owner "$BUCKET" --key "$S3_KEY_ID" >/dev/null
 }
 
 # --------------------------------------------------------------------- state

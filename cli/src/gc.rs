@@ -10,7 +10,9 @@ use super::output::Output;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Only sandboxes whose TTL expired at least this long ago (e.g. 90s, 30m, 12h, 7d).
+    /// Only sandboxes whose TTL expired at least this long ago, and blobs of
+    /// a fleet's shared store put there at least this long ago (e.g. 90s,
+    /// 30m, 12h, 7d).
     #[arg(long, value_name = "AGE", default_value = "1d", value_parser = parse_age)]
     older_than: Duration,
     /// Show what would be removed, and remove nothing.

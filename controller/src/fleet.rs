@@ -1,5 +1,6 @@
-//! What makes several hosts one fleet: this host's name (`SILO_HOST`) and
-//! where the state every host shares lives (`SILO_STATE_URL`).
+//! What makes several hosts one fleet: this host's name (`SILO_HOST`),
+//! where the state every host shares lives (`SILO_STATE_URL`), and the
+//! bucket their snapshots' blobs share (`SILO_STORE_URL`).
 //!
 //! Unset, silo is one host: its home's SQLite database, named after the
 //! machine. Set, every host that points at the same PostgreSQL database
@@ -12,6 +13,8 @@ use std::path::Path;
 
 use crate::spec::BackendKind;
 use crate::state::{SandboxRecord, StateError, StateLocation};
+
+pub use crate::store::shared::STORE_URL_ENV;
 
 /// Names this host in a fleet; the machine's host name when unset.
 pub const HOST_ENV: &str = "SILO_HOST";
@@ -26,6 +29,9 @@ pub struct Fleet {
     pub host: String,
     /// Where the state lives.
     pub state: StateLocation,
+    /// The shared store's bucket (`s3://bucket/prefix`), if there is one;
+    /// the home's store alone otherwise.
+    pub store: Option<String>,
 }
 
 impl Fleet {
@@ -34,9 +40,14 @@ impl Fleet {
     pub fn from_env(home_db: &Path) -> Result<Self, StateError> {
         let url = std::env::var(STATE_URL_ENV).unwrap_or_default();
         let state = StateLocation::parse(&url, home_db).map_err(StateError::Location)?;
+        let store = std::env::var(STORE_URL_ENV)
+            .ok()
+            .map(|url| url.trim().to_owned())
+            .filter(|url| !url.is_empty());
         Ok(Self {
             host: this_host(),
             state,
+            store,
         })
     }
 
@@ -98,6 +109,7 @@ mod tests {
         let fleet = Fleet {
             host: "b".into(),
             state: StateLocation::Postgres("postgres://db/silo".into()),
+            store: None,
         };
         assert!(!fleet.may_operate(&record(BackendKind::Docker, Some("a"))));
         assert!(!fleet.may_operate(&record(BackendKind::Local, Some("a"))));

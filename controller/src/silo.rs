@@ -123,6 +123,8 @@ pub struct Silo(Arc<Shared>);
 struct Shared {
     home: Home,
     fleet: Fleet,
+    /// The fleet's shared blob store, when it has one.
+    shared_store: Option<crate::store::SharedStore>,
     db: Mutex<StateDb>,
     master: Key,
     backends: Backends,
@@ -156,6 +158,11 @@ impl Silo {
             load_or_create_master_key(&home.master_key())?
         };
         db.host_seen(&fleet.host)?;
+        let shared_store = fleet
+            .store
+            .as_deref()
+            .map(crate::store::SharedStore::open)
+            .transpose()?;
         let agent = Arc::new(AgentLocator::new(options.agent, home.bin_dir()));
         let backends = Backends::open(&BackendSetup {
             home: home.clone(),
@@ -167,6 +174,7 @@ impl Silo {
             backends,
             home,
             fleet,
+            shared_store,
             db: Mutex::new(db),
             master,
         })))
@@ -180,6 +188,11 @@ impl Silo {
     /// This host's name, and where the state it shares lives.
     pub fn fleet(&self) -> &Fleet {
         &self.0.fleet
+    }
+
+    /// The fleet's shared blob store, when it has one.
+    pub(crate) fn shared_store(&self) -> Option<&crate::store::SharedStore> {
+        self.0.shared_store.as_ref()
     }
 
     /// Every host that has used this state, by name.
@@ -693,6 +706,9 @@ pub enum SiloError {
     /// The master key is unusable.
     #[error(transparent)]
     MasterKey(#[from] MasterKeyError),
+    /// The fleet's shared store cannot be used as configured.
+    #[error(transparent)]
+    SharedStore(#[from] crate::store::SharedError),
     /// A name or id could not be made or accepted.
     #[error(transparent)]
     Naming(#[from] NamingError),
@@ -892,6 +908,7 @@ mod tests {
                 fleet: Some(Fleet {
                     host: host.into(),
                     state: crate::state::StateLocation::Postgres(url.clone()),
+                    store: None,
                 }),
                 ..SiloOptions::default()
             })

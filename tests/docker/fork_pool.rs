@@ -133,7 +133,7 @@ async fn forks_take_warm_sandboxes_and_say_when_they_cannot() {
     let differ = differences(&want, &entries(&cli, "one"));
     assert!(differ.is_empty(), "not the snapshot's tree: {differ:#?}");
     assert!(!runs_left_over(&cli, "one"), "a process of before is gone");
-    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let silo = cli.silo();
     let key = |name: &str| silo.sandbox_key(&silo.get(name).unwrap());
     assert!(key("one") != key("src") && key("one") != key("lone"));
     // It is a sandbox like another: snapshots and rewinds build on the fork.

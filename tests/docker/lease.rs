@@ -81,7 +81,7 @@ async fn a_held_lease_makes_others_wait_and_names_its_holder() {
     };
     let cli = crate::cli();
     cli.ok(&["up", "held", "--image", BASE_IMAGE]);
-    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let silo = cli.silo();
     let lease = silo.lease("held", "test").await.unwrap();
 
     let stop = cli
@@ -117,7 +117,7 @@ async fn a_lease_left_by_a_killed_process_is_taken_over() {
         return;
     };
     let cli = crate::cli();
-    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let silo = cli.silo();
     // A real `silo up` killed mid-create, once its container exists: it
     // holds the lease then (create and boot run under it).
     let mut doomed = cli

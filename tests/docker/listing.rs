@@ -12,7 +12,6 @@
 )]
 
 use crate::sh;
-use silo::Silo;
 use silo_tests::Cli;
 use silo_tests::docker::{engine_with_base, unique_image};
 use silo_tests::json;
@@ -23,7 +22,7 @@ fn snapshot(cli: &Cli, name: &str) -> serde_json::Value {
 
 /// The listing of its image the sandbox's baseline names, if any.
 fn listing(cli: &Cli, name: &str) -> Option<String> {
-    let silo = Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let silo = cli.silo();
     let baseline = silo.get(name).unwrap().baseline?;
     assert!(
         baseline.image.starts_with("docker-listing:"),

@@ -12,6 +12,7 @@ mod e2b_routes;
 mod e2b_snapshots;
 mod exact;
 mod files_cli;
+mod fleet;
 mod fork_pool;
 mod image;
 mod incremental;

@@ -63,7 +63,7 @@ async fn a_claimed_sandbox_is_its_own_and_the_pool_refills_behind_it() {
     assert_eq!(b["action"], "claimed", "{b}");
     let b_id = b["sandbox"]["id"].as_str().unwrap().to_owned();
     assert_ne!(a_id, b_id);
-    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let silo = cli.silo();
     let (sa, sb) = (silo.get("a").unwrap(), silo.get("b").unwrap());
     assert!(
         silo.sandbox_key(&sa) != silo.sandbox_key(&sb),

@@ -8,7 +8,6 @@
     reason = "a test should fail loudly at the first surprise"
 )]
 
-use silo::Silo;
 use silo_tests::Cli;
 use silo_tests::docker::{BASE_IMAGE, container_id, engine_with_base};
 use silo_tests::json;
@@ -94,7 +93,7 @@ async fn push_fans_out_to_docker_sandboxes_and_refuses_hostile_bundles() {
     );
 
     // A hostile bundle straight to one agent: refused, nothing written.
-    let silo = Silo::open(Some(cli.home.path().to_path_buf())).unwrap();
+    let silo = cli.silo();
     let client = silo.client(&silo.get("d1").unwrap()).unwrap();
     let listing = |cli: &Cli| {
         cli.ok(&[
@@ -289,7 +288,7 @@ async fn an_undeclared_bundle_over_the_entry_cap_is_refused_in_seconds_and_leave
     };
     let cli = crate::cli();
     cli.ok(&["up", "caps", "--image", BASE_IMAGE]);
-    let silo = Silo::open(Some(cli.home.path().to_path_buf())).unwrap();
+    let silo = cli.silo();
     let client = silo.client(&silo.get("caps").unwrap()).unwrap();
     // 200,000 empty files: 100 MiB of headers, well under the body cap
     // once compressed.

@@ -178,7 +178,7 @@ async fn an_e2b_vm_rewinds_in_place_to_each_snapshot_of_a_chain() {
     assert!(creates(&mock.requests()) <= before + 1);
     let differ = differences(&want, &entries(&cli, "branch"));
     assert!(differ.is_empty(), "not the snapshot's tree: {differ:#?}");
-    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let silo = cli.silo();
     let key = |name: &str| silo.sandbox_key(&silo.get(name).unwrap());
     assert!(key("branch") != key("vm"), "the fork has its own key");
     drop(silo);

@@ -36,7 +36,7 @@ fn up(cli: &Cli, name: &str) -> String {
 
 /// The key and socket of a sandbox's agent, for requests made by hand.
 fn agent_of(cli: &Cli, name: &str, id: &str) -> (silo_protocol::auth::Key, PathBuf) {
-    let silo = silo::Silo::open(Some(cli.home.path().to_owned())).unwrap();
+    let silo = cli.silo();
     let key = silo.sandbox_key(&silo.get(name).unwrap());
     let socket = cli
         .home
@@ -519,11 +519,7 @@ async fn a_full_store_fails_the_snapshot_and_keeps_everything_else() {
         return;
     };
     // Dropped before the disk, so its cleanup still finds its home.
-    let cli = Cli {
-        home: tempfile::tempdir_in(disk.path()).unwrap(),
-        binary: crate::SILO.into(),
-        env: Vec::new(),
-    };
+    let cli = Cli::in_home(crate::SILO, tempfile::tempdir_in(disk.path()).unwrap());
     cli.ok(&["up", "full", "--image", BASE_IMAGE]);
     let base = snapshot_id(&snapshot(&cli, "full", "base"));
     sh(&cli, "full", "echo kept > /root/kept");

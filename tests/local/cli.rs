@@ -362,14 +362,12 @@ fn a_full_home_still_reads_and_names_the_full_disk() {
     let Some(disk) = silo_tests::disk::SmallDisk::mount(32 << 20) else {
         return;
     };
-    let cli = Cli {
-        home: tempfile::Builder::new()
-            .prefix("home-")
-            .tempdir_in(disk.path())
-            .unwrap(),
-        binary: crate::SILO.into(),
-        env: Vec::new(),
-    };
+    let home = tempfile::Builder::new()
+        .prefix("home-")
+        .tempdir_in(disk.path())
+        .unwrap();
+    // The home's own database is what fills up here.
+    let cli = Cli::in_home(crate::SILO, home).with_home_state();
     cli.ok(&["create", "--backend", "local", "--name", "before"]);
     let filler = fill(disk.path());
 

@@ -247,10 +247,16 @@ impl Drop for Tmux {
     }
 }
 
-/// `silo ARGS` as a shell command line for the pane.
+/// `silo ARGS` as a shell command line for the pane, with the CLI's
+/// environment (its shared state's URL, when it has one).
 fn silo_line(cli: &Cli, args: &str) -> String {
+    let env: String = cli
+        .env
+        .iter()
+        .map(|(name, value)| format!("{name}='{value}' "))
+        .collect();
     format!(
-        "env -u SILO_AGENT SILO_HOME={} {} {args}",
+        "env -u SILO_AGENT {env}SILO_HOME={} {} {args}",
         cli.home.path().display(),
         std::path::Path::new(crate::SILO).display()
     )

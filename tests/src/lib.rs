@@ -260,6 +260,14 @@ fn process_ppid(stat: &str) -> Option<u32> {
     stat_fields(stat).get(1).and_then(|s| s.parse().ok())
 }
 
+/// When set (a PostgreSQL database's URL), every [`Cli`] keeps its state
+/// there, in a schema of its own, instead of in its home: the suite run
+/// once more on a fleet's shared state (`.ci/run`).
+pub const TEST_STATE_URL_ENV: &str = "SILO_TEST_STATE_URL";
+/// When set too (`s3://bucket/prefix`), every [`Cli`]'s snapshots go to a
+/// prefix of their own in that bucket (the `AWS_*` variables reach it).
+pub const TEST_STORE_URL_ENV: &str = "SILO_TEST_STORE_URL";
+
 /// Runs the `silo` CLI against one scratch `$SILO_HOME`.
 pub struct Cli {
     /// The scratch state directory.
@@ -269,19 +277,78 @@ pub struct Cli {
     /// Environment every command gets besides the home (a provider's
     /// endpoints and key, say), clean-up included.
     pub env: Vec<(String, String)>,
+    /// Its schema in the shared state, when [`TEST_STATE_URL_ENV`] is set;
+    /// dropped (with everything in it) after the clean-up.
+    state: Option<silo::internals::ScratchSchema>,
 }
 
 impl Cli {
     /// The CLI at `binary` with an empty state directory.
     pub fn new(binary: impl Into<PathBuf>) -> Self {
-        Self {
-            home: tempfile::Builder::new()
-                .prefix("silo-home-")
-                .tempdir()
-                .expect("tempdir"),
-            binary: binary.into(),
-            env: Vec::new(),
+        let home = tempfile::Builder::new()
+            .prefix("silo-home-")
+            .tempdir()
+            .expect("tempdir");
+        Self::in_home(binary, home)
+    }
+
+    /// The CLI at `binary` on the (empty) state directory `home`.
+    pub fn in_home(binary: impl Into<PathBuf>, home: tempfile::TempDir) -> Self {
+        let state = std::env::var(TEST_STATE_URL_ENV)
+            .ok()
+            .filter(|url| !url.is_empty())
+            .map(|url| {
+                silo::internals::ScratchSchema::create(&url)
+                    .expect("a schema for this test's state in SILO_TEST_STATE_URL")
+            });
+        let mut env: Vec<(String, String)> = state
+            .iter()
+            .map(|schema| (silo::fleet::STATE_URL_ENV.to_owned(), schema.url.clone()))
+            .collect();
+        if let (Some(schema), Ok(bucket)) = (&state, std::env::var(TEST_STORE_URL_ENV)) {
+            if !bucket.is_empty() {
+                let prefix = schema.name();
+                env.push((
+                    silo::fleet::STORE_URL_ENV.to_owned(),
+                    format!("{}/{prefix}", bucket.trim_end_matches('/')),
+                ));
+            }
         }
+        Self {
+            home,
+            binary: binary.into(),
+            env,
+            state,
+        }
+    }
+
+    /// The same CLI with its state in its home whatever the run: for a
+    /// test of the home's own database (a full disk under it, say).
+    pub fn with_home_state(mut self) -> Self {
+        self.env.retain(|(name, _)| {
+            name != silo::fleet::STATE_URL_ENV && name != silo::fleet::STORE_URL_ENV
+        });
+        self.state = None;
+        self
+    }
+
+    /// The library on this CLI's home and state.
+    pub fn silo(&self) -> silo::Silo {
+        let fleet = self.state.as_ref().map(|schema| silo::fleet::Fleet {
+            host: silo::fleet::this_host(),
+            state: silo::StateLocation::Postgres(schema.url.clone()),
+            store: self
+                .env
+                .iter()
+                .find(|(name, _)| name == silo::fleet::STORE_URL_ENV)
+                .map(|(_, url)| url.clone()),
+        });
+        silo::Silo::open_with(silo::SiloOptions {
+            home: Some(self.home.path().to_owned()),
+            fleet,
+            ..silo::SiloOptions::default()
+        })
+        .expect("opening the CLI's home as a library")
     }
 
     /// The same CLI with `env` added to every command's environment.

@@ -435,6 +435,20 @@ impl Output {
                 store.temps_removed
             ));
         }
+        if store.shared_blobs_removed > 0 {
+            lines.push(format!(
+                "{verb} {} unnamed blobs ({}) from the shared store",
+                store.shared_blobs_removed,
+                human_bytes(store.shared_bytes_freed)
+            ));
+        }
+        if store.cache_evicted > 0 {
+            lines.push(format!(
+                "{verb} {} blobs ({}) from this host's cache: the shared store keeps them",
+                store.cache_evicted,
+                human_bytes(store.cache_bytes_evicted)
+            ));
+        }
         lines.extend(
             store
                 .engine_images_removed

@@ -29,6 +29,9 @@ const DIRS: &[(&str, u32)] = &[
     ("etc", 0o755),
     ("home", 0o755),
     ("root", 0o700),
+    // Engines mount their own files under it (Podman's `.containerenv`),
+    // and make it when an image lacks it: here it is the image's on each.
+    ("run", 0o755),
     ("tmp", 0o1777),
     ("var", 0o755),
     ("var/tmp", 0o1777),

@@ -99,6 +99,8 @@ impl Silo {
             }
         }
         report.store = self.gc_store(dry_run).await?;
+        self.gc_shared_store(older_than, dry_run, &mut report.store)
+            .await?;
         Ok(report)
     }
 

@@ -106,6 +106,9 @@ impl Silo {
             }
             Err(other) => return Err(other.into()),
         };
+        // Another host's machine: where it is says more than how its spec
+        // differs (nothing here could act on either).
+        self.backend_of(&existing)?;
 
         let wanted = request.spec.unwrap_or_else(|| existing.spec.clone());
         let mut notes = Vec::new();

@@ -15,12 +15,14 @@
 //! Layout: `sql` (the interface the tables are written against, and the
 //! SQLite side of it), `postgres` (the PostgreSQL side), `schema`
 //! (versioned migrations, for both engines), `sandboxes` (the live set),
-//! `events` (the log), `hosts` (the hosts of a fleet, and what they
+//! `events` (the log), `blobs` (holds on a shared store's blobs against
+//! gc), `hosts` (the hosts of a fleet, and what they
 //! share), `leases` (who may run a lifecycle operation on a
 //! sandbox right now), `pools` (warm pools and their members), `snapshots`
 //! (snapshots and the base images whose layers the store keeps),
 //! `master_key` (the key every sandbox key derives from).
 
+mod blobs;
 mod events;
 mod hosts;
 mod leases;
@@ -39,7 +41,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::retry::Deadline;
-use postgres::Postgres;
+use postgres::{Outcome, Postgres};
 use sql::{Sql, SqlError};
 
 pub use events::{EventKind, EventRecord};
@@ -185,18 +187,31 @@ impl StateDb {
                 loop {
                     tries += 1;
                     let error = match pg.transaction(&mut f) {
-                        Ok(Ok(value)) => return Ok(value),
-                        Ok(Err(StateError::Db { source, .. })) | Err(source) => source,
-                        Ok(Err(other)) => return Err(other),
+                        Outcome::Done(value) => return Ok(value),
+                        Outcome::Failed(StateError::Db { source, .. }) | Outcome::Begin(source) => {
+                            source
+                        }
+                        Outcome::Failed(other) => return Err(other),
+                        // The server rolled it back; a lost connection
+                        // leaves its outcome unknown, so it is not run again.
+                        Outcome::Commit(source) if source.is_retryable() => source,
+                        Outcome::Commit(source) => {
+                            return Err(StateError::Db {
+                                context: "committing (whether it committed is unknown)",
+                                source,
+                            });
+                        }
                     };
-                    if !error.is_retryable() || tries >= WRITE_TRIES {
+                    let again = error.is_retryable() || error.is_connection_lost();
+                    if !again || tries >= WRITE_TRIES {
                         return Err(StateError::Db {
                             context: what,
                             source: error,
                         });
                     }
-                    // Another host's transaction touched the same rows;
-                    // a short, growing pause lets it finish.
+                    // Another host's transaction touched the same rows, or
+                    // the server went away (the next try waits for it): a
+                    // short, growing pause first.
                     std::thread::sleep(Duration::from_millis(u64::from(tries)));
                 }
             }

@@ -7,9 +7,12 @@
 //! small runtime, and a statement is a request sent to it: the caller
 //! waits for the answer with a plain executor, on whichever thread it is.
 //!
-//! A lost connection (the server restarted) is made again by the next
-//! statement outside a transaction; a transaction never moves to a new
-//! connection half way, it fails and is rolled back by the server.
+//! A lost connection (the server restarted) is made again, the server
+//! waited for up to [`RECONNECT_WAIT`]: a statement outside a transaction
+//! is sent again on the new connection, and a transaction that lost its
+//! connection before its commit was sent (the server rolled it back) is
+//! run again from its start. One that lost it during the commit fails:
+//! whether it committed cannot be known, so it is not run twice.
 //! Transactions are `SERIALIZABLE`, so what SQLite's single writer gives
 //! (read, decide, write) holds across hosts too; one that loses a race
 //! fails with a retryable error and is run again from its start
@@ -17,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, NoTls, Statement};
@@ -26,6 +29,24 @@ use super::sql::{Dialect, Param, Row, Sql, SqlError, Value};
 
 /// How long connecting may take before it is an error.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a server that went away is waited for: a restart takes a
+/// second or two.
+pub const RECONNECT_WAIT: Duration = Duration::from_secs(15);
+/// Pause between tries to reach it again.
+const RECONNECT_POLL: Duration = Duration::from_millis(100);
+
+/// How a transaction ended.
+pub enum Outcome<T> {
+    /// Committed.
+    Done(T),
+    /// Its work failed, and it was rolled back.
+    Failed(super::StateError),
+    /// It could not begin.
+    Begin(SqlError),
+    /// Its commit failed: rolled back when the server said so, unknown
+    /// when the connection went.
+    Commit(SqlError),
+}
 
 /// A fleet's database: its address, and the connection when one is open.
 pub struct Postgres {
@@ -64,35 +85,69 @@ impl Postgres {
         Ok(db)
     }
 
-    /// The open connection, made again if it was lost.
+    /// The open connection, made again if it was lost: the first one is
+    /// made at once or not at all (a wrong address is said at once), a
+    /// lost one is waited for.
     fn connection(&self) -> Result<Arc<Connection>, SqlError> {
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(conn) = live.as_ref().filter(|c| !c.client.is_closed()) {
             return Ok(Arc::clone(conn));
         }
-        let conn = Arc::new(open(self.config.clone())?);
+        let wait = if live.is_some() {
+            RECONNECT_WAIT
+        } else {
+            Duration::ZERO
+        };
+        let deadline = Instant::now() + wait;
+        let conn = loop {
+            match open(self.config.clone()) {
+                Ok(conn) => break Arc::new(conn),
+                Err(error) if error.is_connection_lost() && Instant::now() < deadline => {
+                    std::thread::sleep(RECONNECT_POLL);
+                }
+                Err(error) => return Err(error),
+            }
+        };
         *live = Some(Arc::clone(&conn));
         Ok(conn)
+    }
+
+    /// `statement` on the connection, sent again on a new one when the
+    /// old one turns out lost (a read, or DDL that is all or nothing).
+    fn again_if_lost<T>(
+        &self,
+        statement: impl Fn(&Connection) -> Result<T, SqlError>,
+    ) -> Result<T, SqlError> {
+        match statement(self.connection()?.as_ref()) {
+            Err(error) if error.is_connection_lost() => statement(self.connection()?.as_ref()),
+            outcome => outcome,
+        }
     }
 
     /// Runs `f` in one serializable transaction on one connection.
     pub fn transaction<T>(
         &self,
         f: impl FnOnce(&dyn Sql) -> Result<T, super::StateError>,
-    ) -> Result<Result<T, super::StateError>, SqlError> {
-        let conn = self.connection()?;
-        conn.batch("BEGIN ISOLATION LEVEL SERIALIZABLE")?;
+    ) -> Outcome<T> {
+        let begun = self.connection().and_then(|conn| {
+            conn.batch("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                .map(|()| conn)
+        });
+        let conn = match begun {
+            Ok(conn) => conn,
+            Err(error) => return Outcome::Begin(error),
+        };
         let tx = Transaction(&conn);
         match f(&tx) {
-            Ok(value) => {
-                conn.batch("COMMIT")?;
-                Ok(Ok(value))
-            }
+            Ok(value) => match conn.batch("COMMIT") {
+                Ok(()) => Outcome::Done(value),
+                Err(error) => Outcome::Commit(error),
+            },
             Err(error) => {
                 // A connection gone takes its transaction with it; nothing
                 // else is left to undo.
                 let _ = conn.batch("ROLLBACK");
-                Ok(Err(error))
+                Outcome::Failed(error)
             }
         }
     }
@@ -123,6 +178,13 @@ impl ScratchSchema {
             admin: admin.to_owned(),
             schema,
         })
+    }
+}
+
+impl ScratchSchema {
+    /// The schema's name (unique: it serves as a test's prefix elsewhere).
+    pub fn name(&self) -> &str {
+        &self.schema
     }
 }
 
@@ -231,21 +293,23 @@ impl Connection {
     }
 }
 
+/// Outside a transaction the state only reads (and migrates, all or
+/// nothing), so a statement whose connection was lost is sent again.
 impl Sql for Postgres {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }
 
     fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, SqlError> {
-        self.connection()?.execute(sql, params)
+        self.again_if_lost(|conn| conn.execute(sql, params))
     }
 
     fn query(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, SqlError> {
-        self.connection()?.query(sql, params)
+        self.again_if_lost(|conn| conn.query(sql, params))
     }
 
     fn batch(&self, sql: &str) -> Result<(), SqlError> {
-        self.connection()?.batch(sql)
+        self.again_if_lost(|conn| conn.batch(sql))
     }
 }
 

@@ -11,7 +11,7 @@
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::postgres::Postgres;
+use super::postgres::{Outcome, Postgres};
 use super::sql::{Sql, args};
 use super::{StateError, db};
 
@@ -160,6 +160,8 @@ const SQLITE: [&str; MIGRATIONS] = [
     // host that opened the database and when it was last seen. `settings`
     // holds what the hosts share: on a shared database, the master key
     // every sandbox key derives from (a secret of the whole fleet).
+    // `blob_holds` and `blob_deletions` keep a shared store's gc from
+    // deleting a blob a snapshot being recorded names (see `blobs`).
     r#"
     ALTER TABLE sandboxes ADD COLUMN host TEXT;
     ALTER TABLE leases ADD COLUMN owner_host TEXT;  -- NULL: taken before hosts were recorded
@@ -170,6 +172,16 @@ const SQLITE: [&str; MIGRATIONS] = [
     CREATE TABLE settings (
         name  TEXT PRIMARY KEY,
         value TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE blob_holds (
+        digest TEXT NOT NULL,
+        holder TEXT NOT NULL,     -- host, pid and a token of the holding call
+        at     INTEGER NOT NULL,  -- unix ms
+        PRIMARY KEY (digest, holder)
+    ) STRICT;
+    CREATE TABLE blob_deletions (
+        digest TEXT PRIMARY KEY,
+        at     INTEGER NOT NULL   -- unix ms
     ) STRICT;
     "#,
 ];
@@ -292,6 +304,16 @@ const POSTGRES: [&str; MIGRATIONS] = [
         name  TEXT PRIMARY KEY,
         value TEXT NOT NULL
     );
+    CREATE TABLE blob_holds (
+        digest TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        at     BIGINT NOT NULL,
+        PRIMARY KEY (digest, holder)
+    );
+    CREATE TABLE blob_deletions (
+        digest TEXT PRIMARY KEY,
+        at     BIGINT NOT NULL
+    );
     "#,
 ];
 
@@ -372,7 +394,14 @@ pub(super) fn migrate_postgres(pg: &Postgres) -> Result<(), StateError> {
     });
     // The lock goes with the connection if this fails.
     let _ = pg.batch("SELECT pg_advisory_unlock(1936288879)");
-    migrated.map_err(db("committing the schema migration"))?
+    match migrated {
+        Outcome::Done(()) => Ok(()),
+        Outcome::Failed(error) => Err(error),
+        Outcome::Begin(source) | Outcome::Commit(source) => Err(StateError::Db {
+            context: "committing the schema migration",
+            source,
+        }),
+    }
 }
 
 /// The version a PostgreSQL database's schema is at (0 when new).

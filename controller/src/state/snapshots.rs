@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 
 use super::events::{EventKind, insert_event};
-use super::sql::{Row, SqlError, args};
+use super::sql::{Row, Sql, SqlError, args};
 use super::{Checkpoint, StateDb, StateError, db, now_ms};
 use crate::spec::SandboxSpec;
 
@@ -386,31 +386,35 @@ impl StateDb {
     /// Every blob a row names: the layers of every snapshot, and the layers
     /// and index of every stored image. gc keeps exactly these.
     pub fn named_blobs(&self) -> Result<BTreeSet<String>, StateError> {
-        let mut named = BTreeSet::new();
-        let mut add_layers = |sql: &str, what: &'static str| -> Result<(), StateError> {
-            for row in self.sql().query(sql, &[]).map_err(db(what))? {
-                let text: String = row.get(0).map_err(db(what))?;
-                let layers: Vec<String> =
-                    serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
-                        id: what.to_owned(),
-                        what: e.to_string(),
-                    })?;
-                named.extend(layers);
-            }
-            Ok(())
-        };
-        add_layers("SELECT layers FROM snapshots", "listing snapshot layers")?;
-        add_layers("SELECT layers FROM images", "listing image layers")?;
-        let what = "listing image indexes";
-        for row in self
-            .sql()
-            .query("SELECT index_blob FROM images", &[])
-            .map_err(db(what))?
-        {
-            named.insert(row.get(0).map_err(db(what))?);
-        }
-        Ok(named)
+        named_blobs_in(self.sql())
     }
+}
+
+/// [`StateDb::named_blobs`], read through `sql` (a transaction's, say).
+pub(super) fn named_blobs_in(sql: &dyn Sql) -> Result<BTreeSet<String>, StateError> {
+    let mut named = BTreeSet::new();
+    let mut add_layers = |query: &str, what: &'static str| -> Result<(), StateError> {
+        for row in sql.query(query, &[]).map_err(db(what))? {
+            let text: String = row.get(0).map_err(db(what))?;
+            let layers: Vec<String> =
+                serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+                    id: what.to_owned(),
+                    what: e.to_string(),
+                })?;
+            named.extend(layers);
+        }
+        Ok(())
+    };
+    add_layers("SELECT layers FROM snapshots", "listing snapshot layers")?;
+    add_layers("SELECT layers FROM images", "listing image layers")?;
+    let what = "listing image indexes";
+    for row in sql
+        .query("SELECT index_blob FROM images", &[])
+        .map_err(db(what))?
+    {
+        named.insert(row.get(0).map_err(db(what))?);
+    }
+    Ok(named)
 }
 
 /// A snapshot row as stored, before its JSON columns are parsed.

@@ -258,6 +258,27 @@ impl SqlError {
         }
     }
 
+    /// Whether the connection to the server was lost or refused (it went
+    /// away, or is restarting): the server is worth waiting for.
+    pub fn is_connection_lost(&self) -> bool {
+        use tokio_postgres::error::SqlState;
+        let Self::Postgres(error) = self else {
+            return false;
+        };
+        match error.code() {
+            Some(code) => {
+                code == &SqlState::ADMIN_SHUTDOWN
+                    || code == &SqlState::CRASH_SHUTDOWN
+                    || code == &SqlState::CANNOT_CONNECT_NOW
+            }
+            None => {
+                error.is_closed()
+                    || std::error::Error::source(error)
+                        .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some())
+            }
+        }
+    }
+
     /// Whether the transaction lost a race with another one and may be
     /// run again from its start (PostgreSQL's serializable isolation).
     pub fn is_retryable(&self) -> bool {

@@ -36,6 +36,9 @@
 //! - [`table`]: a layer's entries by path (cached), and a stack of layers
 //!   read as one tree.
 //! - [`rewind`]: the layer that brings a live tree back to a stored one.
+//! - [`shared`]: [`SharedStore`], a fleet's bucket on the S3 API behind
+//!   this store, which then caches it: a blob missing here is fetched from
+//!   there when first read ([`Store::open_blob`], [`Store::size`]).
 
 mod diff;
 mod digest;
@@ -45,6 +48,7 @@ pub mod load_archive;
 mod lock;
 pub mod rewind;
 pub mod save_archive;
+pub mod shared;
 pub mod squash;
 pub mod table;
 mod writer;
@@ -64,12 +68,15 @@ pub use index::{Index, IndexError, LayerDelta, LayerStats};
 pub use load_archive::{LoadArchiveError, LoadPlan};
 pub use lock::{ExclusiveLock, SharedLock};
 pub use save_archive::IngestError;
+pub use shared::{SharedError, SharedStore};
 pub use writer::{BlobTee, BlobWriter, Written};
 
-/// The blob store rooted at one directory (`$SILO_HOME/store`).
+/// The blob store rooted at one directory (`$SILO_HOME/store`), caching a
+/// fleet's shared store when it has one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Store {
     root: PathBuf,
+    shared: Option<SharedStore>,
 }
 
 impl Store {
@@ -84,7 +91,19 @@ impl Store {
         // One spelling of the root, so a lock from another `Store` value of
         // the same directory is recognised as this store's.
         let root = fs::canonicalize(&root).map_err(io_err("resolve", &root))?;
-        Ok(Self { root })
+        Ok(Self { root, shared: None })
+    }
+
+    /// This store as the cache of `shared`: what it lacks is fetched from
+    /// there when read.
+    pub fn caching(mut self, shared: Option<SharedStore>) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// The fleet's shared store behind this one, if any.
+    pub fn shared(&self) -> Option<&SharedStore> {
+        self.shared.as_ref()
     }
 
     /// The store's directory.
@@ -109,19 +128,53 @@ impl Store {
         path.try_exists().map_err(io_err("look for", &path))
     }
 
-    /// The blob's length in bytes.
+    /// The blob's length in bytes (fetched first from the shared store,
+    /// if this one lacks it).
     pub fn size(&self, digest: &Digest) -> Result<u64, StoreError> {
         let path = self.path(digest);
-        fs::metadata(&path)
+        self.reading(digest, || fs::metadata(&path))
             .map(|meta| meta.len())
             .map_err(|e| self.missing_or(e, digest, "stat", &path))
     }
 
-    /// Opens the blob for reading. (Named apart from [`Store::open`], which
-    /// opens the store.)
+    /// Opens the blob for reading (fetched first from the shared store, if
+    /// this one lacks it). (Named apart from [`Store::open`], which opens
+    /// the store.)
     pub fn open_blob(&self, digest: &Digest) -> Result<File, StoreError> {
         let path = self.path(digest);
-        File::open(&path).map_err(|e| self.missing_or(e, digest, "open", &path))
+        let file = self
+            .reading(digest, || File::open(&path))
+            .map_err(|e| self.missing_or(e, digest, "open", &path))?;
+        if self.shared.is_some() {
+            // When it was last read, for the cache's eviction: the bytes
+            // never change, so the modification time is free to say it.
+            let _ = file.set_modified(std::time::SystemTime::now());
+        }
+        Ok(file)
+    }
+
+    /// When the blob was last read through [`Store::open_blob`] (with a
+    /// shared store behind; else when it was written).
+    pub fn last_read(&self, digest: &Digest) -> Result<std::time::SystemTime, StoreError> {
+        let path = self.path(digest);
+        fs::metadata(&path)
+            .and_then(|meta| meta.modified())
+            .map_err(|e| self.missing_or(e, digest, "stat", &path))
+    }
+
+    /// `read`, and again after fetching the blob from the shared store when
+    /// the first try finds it missing. A fetch that fails says why in the
+    /// error (the blob stays missing).
+    fn reading<T>(&self, digest: &Digest, read: impl Fn() -> io::Result<T>) -> io::Result<T> {
+        match (read(), &self.shared) {
+            (Err(e), Some(shared)) if e.kind() == io::ErrorKind::NotFound => {
+                shared
+                    .fetch_blocking(self, digest)
+                    .map_err(|e| io::Error::new(io::ErrorKind::NotFound, e))?;
+                read()
+            }
+            (outcome, _) => outcome,
+        }
     }
 
     /// Every blob with its size, sorted by digest. Names that are not

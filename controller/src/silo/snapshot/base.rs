@@ -73,7 +73,7 @@ impl Silo {
             bytes: saved.bytes_stored + index.size,
             stored_at_ms: now_ms(),
         };
-        self.db().insert_image(&image)?;
+        self.record_image(store, &image).await?;
         let stored = BaseStored {
             image_id: image_id.to_owned(),
             layers: image.layers.len(),

@@ -135,7 +135,7 @@ impl Silo {
                     stored_at_ms: now_ms(),
                     identity: base_id,
                 };
-                self.db().insert_image(&image)?;
+                self.record_image(&store, &image).await?;
                 image
             }
         };
@@ -181,7 +181,7 @@ impl Silo {
                 .await
                 .map_err(agent_error(sandbox))?;
             let (index_blob, bytes, _) = store_index(&store, listed).await?;
-            self.db().insert_image(&StoredImage {
+            let image = StoredImage {
                 image_id: image_id.clone(),
                 config: serde_json::json!({}),
                 layers: Vec::new(),
@@ -189,7 +189,8 @@ impl Silo {
                 bytes,
                 stored_at_ms: now_ms(),
                 identity: None,
-            })?;
+            };
+            self.record_image(&store, &image).await?;
         }
         let baseline = Baseline {
             image: image_id,

@@ -58,6 +58,8 @@
 //!   the store has no index of its image (an image's listing, a template
 //!   baseline), base ids, and applying a snapshot's layers onto remote VMs;
 //! - `diff`: what differs between a sandbox's live tree and a snapshot;
+//! - `publish`: blobs put in a fleet's shared store (and held against its
+//!   gc) before a row names them;
 //! - `gc`: the store's half of `silo gc`.
 
 mod base;
@@ -68,6 +70,7 @@ mod gc;
 mod in_place;
 mod layer;
 mod pooled;
+mod publish;
 mod remembered;
 mod restore;
 mod settle;
@@ -245,6 +248,15 @@ pub struct StoreGc {
     pub images_forgotten: Vec<String>,
     /// Engine images of deleted snapshots, removed.
     pub engine_images_removed: Vec<String>,
+    /// Blobs the fleet's shared store held that nothing names, removed.
+    pub shared_blobs_removed: usize,
+    /// Bytes they took there.
+    pub shared_bytes_freed: u64,
+    /// Blobs the shared store keeps that this home's cache let go (the
+    /// least recently used, past `SILO_CACHE_BYTES`).
+    pub cache_evicted: usize,
+    /// Bytes they took here.
+    pub cache_bytes_evicted: u64,
 }
 
 /// Why a snapshot operation failed.
@@ -392,6 +404,24 @@ pub enum SnapshotError {
     /// The blob store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The fleet's shared store failed or did not answer in time; what
+    /// needed it was not recorded.
+    #[error(transparent)]
+    Shared(Box<crate::store::SharedError>),
+    /// The fleet's shared store did not answer within the wait.
+    #[error(
+        "the shared store at {url} did not take the blobs within {waited:?}, so nothing \
+         was recorded; try again once it answers (SILO_STORE_WAIT_SECS sets the wait)"
+    )]
+    SharedUnavailable {
+        /// The bucket's URL.
+        url: String,
+        /// How long it was waited for.
+        waited: std::time::Duration,
+        /// The last error.
+        #[source]
+        source: Box<crate::store::SharedError>,
+    },
     /// The state database failed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -432,6 +462,12 @@ pub enum SnapshotError {
     Task(String),
 }
 
+impl From<crate::store::SharedError> for SnapshotError {
+    fn from(error: crate::store::SharedError) -> Self {
+        Self::Shared(Box::new(error))
+    }
+}
+
 impl From<SnapshotError> for SiloError {
     fn from(error: SnapshotError) -> Self {
         SiloError::Snapshot(Box::new(error))
@@ -466,9 +502,11 @@ fn ms_since(start: Instant) -> f64 {
 }
 
 impl Silo {
-    /// The content-addressed store under this home.
+    /// The content-addressed store under this home (the cache of the
+    /// fleet's shared store, when there is one).
     pub fn store(&self) -> Result<Store, SiloError> {
-        Ok(Store::open(self.home().store_dir()).map_err(SnapshotError::from)?)
+        let store = Store::open(self.home().store_dir()).map_err(SnapshotError::from)?;
+        Ok(store.caching(self.shared_store().cloned()))
     }
 
     /// The engine `kind`'s machines are made from, for a snapshot that
@@ -500,6 +538,11 @@ impl Silo {
         let Some(image) = self.db().stored_image(image_id)? else {
             return Ok(None);
         };
+        // A row of a fleet's state names only blobs its shared store holds
+        // (they are put there first): missing here, they are fetched.
+        if store.shared().is_some() {
+            return Ok(Some(image));
+        }
         let blobs: Vec<String> = image
             .layers
             .iter()

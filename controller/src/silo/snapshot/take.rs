@@ -210,6 +210,11 @@ impl<'a> Snapshotter<'a> {
         let captured = self.capture(plan.request, &plan.baseline).await?;
         let captured_ms = ms_since(start);
         let footing = self.store_base(plan.on).await?;
+        // Durable in the fleet's shared store before the row names it.
+        let _hold = self
+            .silo
+            .publish(&self.store, std::slice::from_ref(&captured.written.digest))
+            .await?;
         let snapshot = self.record(&footing, &captured, message)?;
         let durable_ms = ms_since(start);
         let (snapshot, compacted) = self.compact(&footing.base, snapshot).await;
@@ -529,6 +534,10 @@ impl<'a> Snapshotter<'a> {
         let mut layers = base.layers.clone();
         layers.push(squashed.digest.to_string());
         let config = squashed_config(snapshot, &layers, count)?;
+        let _hold = self
+            .silo
+            .publish(&self.store, std::slice::from_ref(&squashed.digest))
+            .await?;
         let snapshot = self
             .silo
             .db()
