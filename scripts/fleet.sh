@@ -9,6 +9,11 @@
 #                           the `export` lines a fleet's hosts (and the
 #                           tests) use
 #   scripts/fleet.sh env    prints those lines again
+#   scripts/fleet.sh test-env
+#                           prints what the tests use instead: the servers'
+#                           addresses for tests to make schemas and
+#                           prefixes of their own (SILO_TEST_POSTGRES_URL,
+#                           SILO_TEST_S3_URL) and the AWS_* variables
 #   scripts/fleet.sh down   stops both (their data stays for the next `up`)
 #   scripts/fleet.sh pg-stop / pg-start
 #                           stops or starts PostgreSQL alone (the tests that
@@ -119,9 +124,13 @@ garage_install() {
     return 0
   fi
   log "building Garage $GARAGE_VERSION from crates.io (first use only; several minutes)"
-  # Its metadata on SQLite; no metrics exporter, no K2V API: a smaller build.
-  cargo install --quiet --locked "garage@$GARAGE_VERSION" --no-default-features \
-    --features bundled-libs,sqlite
+  # Its metadata on SQLite; no metrics exporter, no K2V API: a smaller
+  # build. SILO_FLEET_GARAGE_DEBUG=1 builds it unoptimised, in about half
+  # the time (CI's choice: its blobs are small).
+  local profile=()
+  [ "${SILO_FLEET_GARAGE_DEBUG:-}" = 1 ] && profile=(--debug)
+  cargo install --quiet --locked "${profile[@]}" "garage@$GARAGE_VERSION" \
+    --no-default-features --features bundled-libs,sqlite
 }
 
 garage_run() { "$(garage_bin)" -c "$DIR/garage.toml" "$@"; }
@@ -208,17 +217,29 @@ secrets() {
   . "$DIR/secrets"
 }
 
-print_env() {
+print_aws() {
   cat <<ENV
-export SILO_STATE_URL=postgres://silo:$PG_PASSWORD@127.0.0.1:$PG_PORT/silo
-export SILO_STORE_URL=s3://$BUCKET/fleet
 export AWS_ENDPOINT_URL=http://127.0.0.1:$S3_PORT
 export AWS_ACCESS_KEY_ID=$S3_KEY_ID
 export AWS_SECRET_ACCESS_KEY=$S3_SECRET
 export AWS_REGION=$REGION
+ENV
+}
+
+print_env() {
+  cat <<ENV
+export SILO_STATE_URL=postgres://silo:$PG_PASSWORD@127.0.0.1:$PG_PORT/silo
+export SILO_STORE_URL=s3://$BUCKET/fleet
+ENV
+  print_aws
+}
+
+print_test_env() {
+  cat <<ENV
 export SILO_TEST_POSTGRES_URL=postgres://silo:$PG_PASSWORD@127.0.0.1:$PG_PORT/silo
 export SILO_TEST_S3_URL=s3://$BUCKET/test
 ENV
+  print_aws
 }
 
 secrets
@@ -236,6 +257,7 @@ case "${1:-}" in
     print_env
     ;;
   env) print_env ;;
+  test-env) print_test_env ;;
   down)
     s3_stop
     pg_stop
@@ -244,5 +266,5 @@ case "${1:-}" in
   pg-start) pg_start ;;
   s3-stop) s3_stop ;;
   s3-start) s3_start ;;
-  *) die "usage: scripts/fleet.sh up|env|down|pg-stop|pg-start|s3-stop|s3-start" ;;
+  *) die "usage: scripts/fleet.sh up|env|test-env|down|pg-stop|pg-start|s3-stop|s3-start" ;;
 esac

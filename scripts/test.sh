@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: every test silo has, against the real agent, a
-# real Docker engine, a real Podman engine and real SQLite, then the providers' own SDKs against
-# the mock E2B and Daytona. Under CI=true a missing engine or tool fails the
-# run instead of skipping what needs it.
+# real Docker engine, a real Podman engine, real SQLite, and a fleet's real
+# PostgreSQL and S3 server (Garage), then the providers' own SDKs against
+# the mock E2B and Daytona; then the CLI suites once more with every
+# sandbox's state and snapshots on the fleet's services. Under CI=true a
+# missing engine or tool fails the run instead of skipping what needs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,5 +87,26 @@ sdk_journeys
 log "the Python package against its installed wheel"
 python_package
 
+log "a fleet's services: PostgreSQL and Garage on loopback"
+# scripts/fleet.sh installs them on first use (Garage from crates.io) and
+# prints where the tests find them; the tests make a schema and a bucket
+# prefix each.
+if scripts/fleet.sh up >/dev/null; then
+  eval "$(scripts/fleet.sh test-env)"
+elif in_ci; then
+  echo "CI=true but scripts/fleet.sh could not start PostgreSQL and Garage" >&2
+  exit 1
+else
+  echo "the fleet tests are skipped: scripts/fleet.sh up failed (CI=true makes this fail)" >&2
+fi
+
 log "Rust workspace"
 cargo test --workspace "$@"
+
+log "the CLI suites once more, on the fleet's shared state and store"
+# Each CLI a test makes keeps its state in a schema of its own and its
+# snapshots under a prefix of its own (tests/src/lib.rs).
+if [ -n "${SILO_TEST_POSTGRES_URL:-}" ]; then
+  SILO_TEST_STATE_URL=$SILO_TEST_POSTGRES_URL SILO_TEST_STORE_URL=$SILO_TEST_S3_URL \
+    cargo test -p silo-cli --test docker --test local "$@"
+fi

@@ -26,6 +26,7 @@ mod exec_floor;
 mod exec_memory;
 mod exec_rtt;
 mod files;
+mod fleet;
 mod footprint;
 mod fork_many_pool;
 mod fork_pool;
@@ -78,6 +79,7 @@ const SCENARIOS: &[&str] = &[
     "gvisor",
     "e2b",
     "daytona",
+    "fleet",
 ];
 
 #[derive(Parser)]
@@ -106,7 +108,10 @@ struct Args {
     /// (tti, exec rtt and snapshot under runsc beside runc), e2b (time to
     /// interactive, exec and resume beside E2B's own API, through the mock
     /// E2B), daytona (the same beside Daytona's own API and toolbox, through
-    /// the mock Daytona). The Docker ones are skipped, with a note, when no engine
+    /// the mock Daytona), fleet (on a fleet's PostgreSQL and S3 server,
+    /// from `scripts/fleet.sh up`, beside the home's SQLite and store:
+    /// checkpoint durability, a cold-cache fork on another host, a pool
+    /// claim, `silo ls` with 1,000 records). The Docker ones are skipped, with a note, when no engine
     /// answers outside CI. A scenario that cannot run is named with its
     /// error after the table, and the run exits 1.
     scenarios: Vec<String>,
@@ -194,6 +199,7 @@ async fn run(scenario: &str, quick: bool) -> anyhow::Result<Vec<report::Row>> {
         "push-many" => long_use::push_many(quick).await?,
         "e2b" => e2b::run(quick).await?,
         "daytona" => daytona::run(quick).await?,
+        "fleet" => fleet::run(quick).await?,
         "gvisor" => docker_gvisor::run(quick).await?,
         other => anyhow::bail!("no scenario {other:?}"),
     })

@@ -158,7 +158,11 @@ async fn two_homes_on_one_engine_never_touch_each_others_containers() {
     let Some(engine) = engine_with_base().await else {
         return;
     };
-    let (a, b) = (crate::cli(), crate::cli());
+    // Each home's own database, which A then loses.
+    let (a, b) = (
+        crate::cli().with_home_state(),
+        crate::cli().with_home_state(),
+    );
     let in_a = id_of(&a, &["up", "same", "--image", BASE_IMAGE, "--json"]);
     let in_b = id_of(&b, &["up", "same", "--image", BASE_IMAGE, "--json"]);
     assert_ne!(in_a, in_b);
