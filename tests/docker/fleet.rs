@@ -79,6 +79,25 @@ fn fleet() -> Option<Fleet> {
     })
 }
 
+/// [`fleet`] for a test that stops one of the services: not in the suite's
+/// run on the shared services (`SILO_TEST_STATE_URL`), where every test
+/// uses them; it runs in the suite's first pass.
+fn fleet_alone() -> Option<Fleet> {
+    if std::env::var(silo_tests::TEST_STATE_URL_ENV).is_ok_and(|v| !v.is_empty()) {
+        return None;
+    }
+    fleet()
+}
+
+/// `silo ARGS`, started with its output piped, not waited for.
+fn spawn(cli: &Cli, args: &[&str]) -> Child {
+    cli.command(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// `scripts/fleet.sh COMMAND` (stopping or starting one of the services).
 fn fleet_sh(command: &str) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fleet.sh");
@@ -124,16 +143,10 @@ async fn tree_of(engine: &bollard::Docker, cli: &Cli, name: &str) -> listing::Li
 
 /// Deletes every snapshot `cli` lists.
 fn remove_snapshots(cli: &Cli) {
-    let listed = json(&cli.ok(&["snapshots", "--json"]));
-    let ids: Vec<&str> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap())
-        .collect();
+    let ids = cli.listed(&["snapshots", "--json"], "id");
     if !ids.is_empty() {
         let mut args = vec!["snapshot", "rm"];
-        args.extend(ids);
+        args.extend(ids.iter().map(String::as_str));
         cli.ok(&args);
     }
 }
@@ -256,12 +269,7 @@ async fn two_hosts_claiming_from_one_pool_never_share_a_member() {
         .map(|i| {
             let (cli, host) = if i % 2 == 0 { (&a, "a") } else { (&b, "b") };
             let name = format!("job-{host}-{i}");
-            let child = cli
-                .command(&["up", &name, "--pool", "warm", "--json"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
+            let child = spawn(cli, &["up", &name, "--pool", "warm", "--json"]);
             (name, child)
         })
         .collect();
@@ -339,12 +347,7 @@ async fn gc_on_one_host_keeps_what_a_snapshot_on_another_reuses() {
         // there and sends nothing, while gc on b judges them.
         remove_snapshots(a);
         crate::sh(a, "box", &format!("echo {round} > /root/round"));
-        let snapshotting = a
-            .command(&["snapshot", "box", "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let snapshotting = spawn(a, &["snapshot", "box", "--json"]);
         let gc = b.ok(&["gc", "--older-than", "0s"]);
         if gc.contains("from the shared store") {
             collected += 1;
@@ -374,22 +377,12 @@ async fn postgres_restarted_under_up_and_snapshot_leaves_whole_records() {
     let Some(_docker) = silo_tests::docker::engine_with_base().await else {
         return;
     };
-    if std::env::var(silo_tests::TEST_STATE_URL_ENV).is_ok_and(|v| !v.is_empty()) {
-        // The suite's run on shared state: every test uses the server this
-        // restarts. It runs in the suite's first pass.
-        return;
-    }
-    let Some(fleet) = fleet() else {
+    let Some(fleet) = fleet_alone() else {
         return;
     };
     let a = &fleet.a;
     let restart_under = |args: &[&str]| {
-        let child = a
-            .command(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawn(a, args);
         std::thread::sleep(Duration::from_millis(100));
         fleet_sh("pg-stop");
         std::thread::sleep(Duration::from_millis(500));
@@ -427,11 +420,7 @@ async fn a_snapshot_waits_for_the_store_and_fails_cleanly_without_it() {
     let Some(_docker) = silo_tests::docker::engine_with_base().await else {
         return;
     };
-    if std::env::var(silo_tests::TEST_STATE_URL_ENV).is_ok_and(|v| !v.is_empty()) {
-        // Stops the S3 server every test of the suite's shared run uses.
-        return;
-    }
-    let Some(fleet) = fleet() else {
+    let Some(fleet) = fleet_alone() else {
         return;
     };
     let a = fleet.a.with_env([("SILO_STORE_WAIT_SECS", "3".to_owned())]);
@@ -455,12 +444,7 @@ async fn a_snapshot_waits_for_the_store_and_fails_cleanly_without_it() {
     // Down for less than the wait: the snapshot completes once it is back.
     let patient = a.with_env([("SILO_STORE_WAIT_SECS", "60".to_owned())]);
     fleet_sh("s3-stop");
-    let child = patient
-        .command(&["snapshot", "box", "-m", "back", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn(&patient, &["snapshot", "box", "-m", "back", "--json"]);
     std::thread::sleep(Duration::from_secs(2));
     fleet_sh("s3-start");
     let out = child.wait_with_output().unwrap();

@@ -397,7 +397,7 @@ impl Cli {
 impl Cli {
     /// `field` of each item a `--json` listing prints; none when it fails
     /// (for cleanup, which goes on whatever happens).
-    fn listed(&self, args: &[&str], field: &str) -> Vec<String> {
+    pub fn listed(&self, args: &[&str], field: &str) -> Vec<String> {
         let out = self.command(args).output();
         out.ok()
             .and_then(|out| serde_json::from_slice::<serde_json::Value>(&out.stdout).ok())
