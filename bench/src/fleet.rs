@@ -300,9 +300,7 @@ async fn ls_p50(
         Ok(ls.percentile(50.0))
     };
     let here = time_ls(home, env)?;
-    let there = other
-        .map(|(home, env)| time_ls(home, env))
-        .transpose()?;
+    let there = other.map(|(home, env)| time_ls(home, env)).transpose()?;
     let all = silo.list()?;
     let removed: Vec<_> = stream::iter(all)
         .map(|sandbox| async move { silo.remove(&sandbox.id).await })
@@ -331,7 +329,11 @@ async fn listing(homes: &Homes, quick: bool) -> anyhow::Result<Vec<Row>> {
         .fleet_env
         .iter()
         .map(|(name, value)| {
-            let value = if name == silo::fleet::HOST_ENV { "b" } else { value };
+            let value = if name == silo::fleet::HOST_ENV {
+                "b"
+            } else {
+                value
+            };
             (name.clone(), value.to_owned())
         })
         .collect();
