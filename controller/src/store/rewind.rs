@@ -16,7 +16,12 @@
 //! - everything the target has under a path where something was replaced
 //!   wholesale: a path the change list says is gone or is no longer a
 //!   directory, and a path such a layer hides, makes opaque or puts a
-//!   non-directory at. Whatever the live tree lost below it comes back.
+//!   non-directory at. Whatever the live tree lost below it comes back;
+//! - and, where the target has a directory at such a path, everything the
+//!   anchor has under it: a directory the target's layers removed and made
+//!   again holds none of what the anchor has below it from the layers both
+//!   share, which the live tree still has (those layers name it, so no
+//!   rule above would look at it), and which must go.
 //!
 //! Each of those paths, but those under one of the machine's excluded
 //! roots, goes into the layer as the target has it (from the topmost layer
@@ -45,7 +50,6 @@
 use std::collections::{BTreeSet, HashMap, HashSet, hash_map};
 use std::fs::File;
 use std::io;
-use std::sync::Arc;
 
 use serde::Serialize;
 use silo_protocol::rewind::Change;
@@ -53,7 +57,7 @@ use silo_protocol::snapshot::{WHITEOUT_PREFIX, join_child, split_parent};
 use tar::{EntryType, Header};
 
 use super::squash::{append_marker, as_path};
-use super::table::{DataError, Entry, LayerTable, TableError, Tree, ancestors};
+use super::table::{DataError, Entry, TableError, Tree, ancestors};
 use super::{Digest, Index, Store, StoreError};
 
 /// What to bring back, and from what.
@@ -150,7 +154,8 @@ pub fn restoring_layer(store: &Store, restore: &Restore<'_>) -> Result<Restoring
         .take_while(|(a, b)| a == b)
         .count();
     let anchor_only = Tree::of(store, &restore.from[shared..])?;
-    let paths = paths_to_restore(&target, &target.layers()[shared..], &anchor_only, restore);
+    let anchor = Tree::on(&target.layers()[..shared], &anchor_only);
+    let paths = paths_to_restore(&target, shared, &anchor, restore);
     let mut stats = RestoreStats {
         changed: restore.changes.len() as u64,
         looked_at: paths.len() as u64,
@@ -209,28 +214,32 @@ pub fn restoring_layer(store: &Store, restore: &Restore<'_>) -> Result<Restoring
 }
 
 /// Every path the live tree may differ from the target at, sorted, none
-/// under an excluded root (see the module docs).
+/// under an excluded root (see the module docs). The two trees share their
+/// bottom `shared` layers.
 fn paths_to_restore(
     target: &Tree,
-    target_only: &[Arc<LayerTable>],
-    anchor_only: &Tree,
+    shared: usize,
+    anchor: &Tree,
     restore: &Restore<'_>,
 ) -> BTreeSet<Vec<u8>> {
     let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
-    let mut replaced: BTreeSet<&[u8]> = BTreeSet::new();
-    for layer in target_only.iter().chain(anchor_only.layers()) {
+    let mut replaced: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let target_only = target.layers().get(shared..).unwrap_or_default();
+    let anchor_only = anchor.layers().get(shared..).unwrap_or_default();
+    for layer in target_only.iter().chain(anchor_only) {
         paths.extend(layer.paths().map(<[u8]>::to_vec));
-        replaced.extend(layer.replaced());
+        replaced.extend(layer.replaced().map(<[u8]>::to_vec));
     }
     for (change, path) in restore.changes {
         paths.insert(path.to_vec());
         if *change != Change::Dir {
-            replaced.insert(path);
+            replaced.insert(path.to_vec());
         }
     }
-    for path in replaced {
+    for path in &replaced {
         if target.lookup(path).is_some_and(|(_, entry)| entry.is_dir()) {
             paths.extend(target.subtree(path));
+            paths.extend(anchor.subtree(path));
         }
     }
     // A file with several names goes back whole: every name the target has

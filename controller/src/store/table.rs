@@ -378,6 +378,14 @@ impl Tree {
         Ok(Self { layers })
     }
 
+    /// The tree of `top` stacked on `bottom`'s layers (tables read
+    /// already, shared).
+    pub fn on(bottom: &[Arc<LayerTable>], top: &Tree) -> Self {
+        Self {
+            layers: bottom.iter().chain(&top.layers).cloned().collect(),
+        }
+    }
+
     /// Its layers, bottom first.
     pub fn layers(&self) -> &[Arc<LayerTable>] {
         &self.layers

@@ -357,3 +357,35 @@ fn a_machine_on_the_target_with_nothing_changed_gets_an_empty_layer() {
     assert_eq!(outside_excluded(&tree), outside_excluded(&live));
     assert_eq!(stats.restored, 1, "{stats:?}");
 }
+
+#[test]
+fn a_directory_the_target_removed_and_made_again_loses_what_the_shared_layers_had_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let base = stored_layer(&store, &[E::Dir("top")]);
+    // The anchor's snapshot made a deep tree; the target's chain then
+    // removed the directory holding it and made it again, empty but for
+    // one new entry.
+    let made = stored_layer(
+        &store,
+        &[
+            E::Dir("top/d"),
+            E::Dir("top/d/old"),
+            E::Dir("top/d/old/deeper"),
+            E::File("top/d/old/deeper/f", "old"),
+            E::File("top/d/kept-name", "old"),
+        ],
+    );
+    let removed = stored_layer(&store, &[E::Whiteout("top/d")]);
+    let again = stored_layer(&store, &[E::Dir("top/d"), E::File("top/d/new", "new")]);
+    // The machine was rewound to the first snapshot (the layers both share)
+    // and changed nothing since; the target is the chain's newest.
+    let anchor = [base.clone(), made.clone()];
+    let target = [base, made, removed, again];
+    let live = model(&store, &anchor);
+    let (restored, _) = rewind(&store, &anchor, &target, &live);
+    assert_eq!(restored, model(&store, &target));
+    assert!(!restored.contains_key("top/d/old/deeper/f"));
+    assert!(!restored.contains_key("top/d/kept-name"));
+    assert!(restored.contains_key("top/d/new"));
+}
