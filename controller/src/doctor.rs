@@ -2,7 +2,8 @@
 //! the command that fixes it. It checks the home (state database, key), the
 //! disk under it, the agent binary silo would run (static, musl or glibc),
 //! the Docker engine, the registry-free base image, the Podman engine's API
-//! socket, and E2B when a key is set. It changes nothing
+//! socket, E2B when a key is set, and the fleet this host is part of (its
+//! name, the state's location, and whether the shared store answers). It changes nothing
 //! beyond what any first command does (the home, the extracted agent).
 
 use std::path::{Path, PathBuf};
@@ -116,12 +117,36 @@ pub async fn diagnose(options: SiloOptions) -> Vec<Check> {
     };
     checks.push(agent(options.agent, home.bin_dir()));
     if let Some(silo) = silo {
+        checks.push(fleet(&silo).await);
         checks.extend(engine(&silo).await);
     }
     checks.push(podman().await);
     checks.push(e2b().await);
     checks.push(daytona().await);
     checks
+}
+
+/// This host's name, where the state lives, and whether the fleet's
+/// shared store (when there is one) answers.
+async fn fleet(silo: &Silo) -> Check {
+    let fleet = silo.fleet();
+    let detail = format!("host {}, state {}", fleet.host, fleet.state);
+    let Some(shared) = silo.shared_store() else {
+        return Check::ok("fleet", format!("{detail}, snapshots in this home's store"));
+    };
+    match shared.has(&crate::store::Digest::of(b"")).await {
+        Ok(_) => Check::ok(
+            "fleet",
+            format!("{detail}, shared store {} answers", shared.url()),
+        ),
+        Err(error) => Check::bad(
+            "fleet",
+            Verdict::Fail,
+            format!("{detail}: {}", silo_protocol::http::error_chain(&error)),
+            "start the S3 server, or check SILO_STORE_URL and the AWS_* variables \
+             (docs/fleet.md)",
+        ),
+    }
 }
 
 /// The Podman backend's engine: its API socket, where silo looks for it,
