@@ -176,7 +176,7 @@ async fn plain_sandbox(api: &Api, config: &DaytonaConfig) -> anyhow::Result<(Str
             network_allow_list: None,
             domain_allow_list: None,
             auto_stop_interval: 0,
-            target: config.target.clone(),
+            target: config.own.target.clone(),
         })
         .await?;
     let started = api.wait_for(&created.id, "started").await?;

@@ -2,7 +2,10 @@
 //!
 //! An agent listens on a Unix socket (local and Docker sandboxes), on TCP, or
 //! on TCP with TLS (remote VMs behind a provider's proxy). Everything above
-//! this module sees one boxed stream type and does not care which.
+//! this module sees one boxed stream type and does not care which. The
+//! HTTP/1 exchange on a fresh connection ([`exchange`]) and reading an
+//! answer whole ([`read_whole`]) live here once, for the agent's client and
+//! the providers' REST client alike.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -324,14 +327,24 @@ where
 {
     let response =
         send_for_stream(endpoint, signing, version, method, path_and_query, body).await?;
-    let status = response.status();
-    let body = whole(response.into_body()).await?;
-    Ok(Response { status, body })
+    let (head, body) = read_whole(response).await?;
+    Ok(Response {
+        status: head.status,
+        body,
+    })
 }
 
 /// An answer's body read to its end.
 pub async fn whole(body: Incoming) -> Result<Bytes, ClientError> {
     Ok(body.collect().await.map_err(ClientError::http)?.to_bytes())
+}
+
+/// An answer read to its end: its head (status, headers) and its whole body.
+pub async fn read_whole(
+    response: http::Response<Incoming>,
+) -> Result<(http::response::Parts, Bytes), ClientError> {
+    let (head, body) = response.into_parts();
+    Ok((head, whole(body).await?))
 }
 
 /// Sends `body` on a fresh connection, signed with `key` over `sha256` when
@@ -350,15 +363,6 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let stream = open(endpoint).await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(ClientError::http)?;
-    // The connection future drives the socket; it ends when the request is done.
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-
     let mut builder = http::Request::builder()
         .method(method.as_str())
         .uri(path_and_query)
@@ -375,6 +379,30 @@ where
     let request = builder
         .body(body)
         .map_err(|e| ClientError::Protocol(format!("building request: {e}")))?;
+    exchange(endpoint, request).await
+}
+
+/// Sends `request` on a fresh HTTP/1 connection to `endpoint` and answers
+/// as soon as the status arrives; the connection lives until the answer's
+/// body has been read or dropped. Every client of the controller (an
+/// agent's, a provider's REST API) opens its connections here, so TLS, the
+/// handshake and the connection's lifetime are set up in one place.
+pub async fn exchange<B>(
+    endpoint: &Endpoint,
+    request: http::Request<B>,
+) -> Result<http::Response<Incoming>, ClientError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = open(endpoint).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(ClientError::http)?;
+    // The connection future drives the socket; it ends when the request is done.
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
     sender
         .send_request(request)
         .await

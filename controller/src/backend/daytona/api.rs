@@ -4,6 +4,8 @@
 //! spec of Daytona's public repository (`libs/api-client-go/api/
 //! openapi.yaml`; the repository stopped receiving updates in June 2026).
 //!
+//! The client is the one every provider has ([`ProviderApi`]), speaking
+//! Daytona's [`DaytonaDialect`]; what is here is only Daytona's.
 //! Per-sandbox work (files, processes) is not here: it goes to the sandbox's
 //! toolbox, another host ([`super::toolbox`]).
 
@@ -11,20 +13,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http::{Method, StatusCode};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
 
-use super::config::DaytonaConfig;
+use super::config::NAME;
 use super::error::DaytonaError;
-use crate::backend::remote::rest::{Reply, Rest};
+use crate::backend::remote::api::{Dialect, Hints, Page, ProviderApi};
+use crate::backend::remote::rest::{Reply, RestError, encode};
 use crate::retry::Deadline;
 
-/// How long `silo doctor`'s check of the key may retry.
-const CHECK_BUDGET: Duration = Duration::from_secs(3);
 /// Most sandboxes asked for per page when listing (the spec's maximum).
 const PAGE_LIMIT: u32 = 200;
-/// Most pages followed when listing (40,000 sandboxes).
-const MAX_PAGES: usize = 200;
 /// Longest wait for a sandbox to reach a state (a snapshot being pulled
 /// onto a runner takes a while).
 pub const STATE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -154,107 +152,90 @@ const TRANSITIONS: &[&str] = &[
     "unknown",
 ];
 
-/// The control plane, with this home's key.
-#[derive(Debug, Clone)]
-pub struct Api {
-    rest: Rest,
+/// Whether a sandbox the API still shows is gone: a deleted sandbox may
+/// linger in it as `destroyed`.
+fn destroyed(sandbox: &Sandbox) -> bool {
+    matches!(sandbox.state(), "destroyed" | "destroying")
+}
+
+/// Daytona's control plane, with this home's key.
+pub type Api = ProviderApi<DaytonaDialect>;
+
+/// What Daytona's control plane says its own way: the key as a bearer
+/// token, sandboxes found by labels, pages followed by a cursor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DaytonaDialect;
+
+impl Dialect for DaytonaDialect {
+    const NAME: &'static str = NAME;
+    const CHECK_ROUTE: &'static str = "/sandbox?limit=1";
+    const HINTS: Hints = Hints {
+        unauthorized: " (check DAYTONA_API_KEY)",
+        forbidden: " (the key's organization may not do this)",
+        not_found: " (check the snapshot name: silo up --image SNAPSHOT)",
+        too_many: " (the organization's quota or rate limit; remove sandboxes or wait)",
+    };
+    /// 40,000 sandboxes.
+    const MAX_PAGES: usize = 200;
+    type Error = DaytonaError;
+
+    fn auth_header(key: &str) -> (String, String) {
+        ("Authorization".to_owned(), format!("Bearer {key}"))
+    }
+
+    /// Sandboxes by labels: one JSON object as one query parameter.
+    fn page_route(labels: &BTreeMap<String, String>, cursor: Option<&str>) -> String {
+        let filter = serde_json::to_string(labels).unwrap_or_default();
+        let mut route = format!("/sandbox?labels={}&limit={PAGE_LIMIT}", encode(&filter));
+        if let Some(cursor) = cursor {
+            route.push_str(&format!("&cursor={}", encode(cursor)));
+        }
+        route
+    }
+
+    /// `ListSandboxesResponse`: the sandboxes not destroyed, and the next
+    /// page's cursor.
+    fn read_page(reply: &Reply) -> Result<Page, RestError> {
+        let page: SandboxPage = reply.json("the sandbox list")?;
+        Ok(Page {
+            machines: page
+                .items
+                .into_iter()
+                .filter(|sandbox| !destroyed(sandbox))
+                .map(|sandbox| (sandbox.id, sandbox.labels))
+                .collect(),
+            next: page.next_cursor,
+        })
+    }
 }
 
 impl Api {
-    /// A client for the control plane `config` names.
-    pub fn new(config: &DaytonaConfig) -> Result<Self, DaytonaError> {
-        let key = config.api_key()?;
-        let rest = Rest::new(
-            "the Daytona API",
-            &config.api_url,
-            config.ca_pem.clone(),
-            vec![("Authorization".to_owned(), format!("Bearer {key}"))],
-        )?;
-        Ok(Self { rest })
-    }
-
     /// Makes a sandbox (Daytona answers at once, before it has started).
     pub async fn create(&self, new: &NewSandbox) -> Result<Sandbox, DaytonaError> {
         let body = serde_json::to_value(new).unwrap_or_default();
         let reply = self
-            .rest
+            .rest()
             .json(Method::POST, "/sandbox", Some(&body))
             .await?;
         match reply.status {
             StatusCode::OK | StatusCode::CREATED => Ok(reply.json("the created sandbox")?),
-            _ => Err(refused("create a sandbox", &reply)),
+            _ => Err(self.refused("create a sandbox", &reply).into()),
         }
     }
 
     /// The sandbox now: `None` when Daytona does not know it.
     pub async fn get(&self, id: &str) -> Result<Option<Sandbox>, DaytonaError> {
         let reply = self
-            .rest
+            .rest()
             .json(Method::GET, &format!("/sandbox/{}", encode(id)), None)
             .await?;
         match reply.status {
             StatusCode::OK => {
                 let sandbox: Sandbox = reply.json("a sandbox")?;
-                // A deleted sandbox may linger in the API as `destroyed`.
-                Ok(Some(sandbox).filter(|s| !matches!(s.state(), "destroyed" | "destroying")))
+                Ok(Some(sandbox).filter(|sandbox| !destroyed(sandbox)))
             }
             StatusCode::NOT_FOUND => Ok(None),
-            _ => Err(refused("look at a sandbox", &reply)),
-        }
-    }
-
-    /// Every sandbox whose labels include all of `labels`: one JSON object
-    /// as one query parameter, cursor by cursor.
-    pub async fn find(
-        &self,
-        labels: &BTreeMap<String, String>,
-    ) -> Result<Vec<Sandbox>, DaytonaError> {
-        let filter = serde_json::to_string(labels).unwrap_or_default();
-        let mut found = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_PAGES {
-            let mut query = format!("/sandbox?labels={}&limit={PAGE_LIMIT}", encode(&filter));
-            if let Some(cursor) = &cursor {
-                query.push_str(&format!("&cursor={}", encode(cursor)));
-            }
-            let reply = self.rest.json(Method::GET, &query, None).await?;
-            if reply.status != StatusCode::OK {
-                return Err(refused("list sandboxes", &reply));
-            }
-            let page: SandboxPage = reply.json("the sandbox list")?;
-            found.extend(
-                page.items
-                    .into_iter()
-                    .filter(|s| !matches!(s.state(), "destroyed" | "destroying")),
-            );
-            cursor = page.next_cursor.filter(|c| !c.is_empty());
-            if cursor.is_none() {
-                break;
-            }
-        }
-        Ok(found)
-    }
-
-    /// The same client, retrying for `budget` at most: for work that can
-    /// wait for the next run (gc's sweep), so an unreachable API costs
-    /// seconds, not the full retry budget.
-    pub fn with_retry_budget(mut self, budget: std::time::Duration) -> Self {
-        self.rest = self.rest.with_retry_budget(budget);
-        self
-    }
-
-    /// Whether the key is accepted: one list call of one sandbox, retried
-    /// for a few seconds at most.
-    pub async fn check(&self) -> Result<(), DaytonaError> {
-        let reply = self
-            .rest
-            .clone()
-            .with_retry_budget(CHECK_BUDGET)
-            .json(Method::GET, "/sandbox?limit=1", None)
-            .await?;
-        match reply.status {
-            StatusCode::OK => Ok(()),
-            _ => Err(refused("list sandboxes", &reply)),
+            _ => Err(self.refused("look at a sandbox", &reply).into()),
         }
     }
 
@@ -280,11 +261,11 @@ impl Api {
         what: &'static str,
     ) -> Result<(), DaytonaError> {
         let path = format!("/sandbox/{}/{action}", encode(id));
-        let reply = self.rest.json(Method::POST, &path, None).await?;
+        let reply = self.rest().json(Method::POST, &path, None).await?;
         match reply.status {
             StatusCode::OK | StatusCode::CREATED | StatusCode::NO_CONTENT => Ok(()),
             StatusCode::NOT_FOUND => Err(DaytonaError::Gone(id.to_owned())),
-            _ => Err(refused(what, &reply)),
+            _ => Err(self.refused(what, &reply).into()),
         }
     }
 
@@ -298,32 +279,34 @@ impl Api {
     ) -> Result<(), DaytonaError> {
         let path = format!("/sandbox/{}/network-settings", encode(id));
         let body = serde_json::to_value(settings).unwrap_or_default();
-        let reply = self.rest.json(Method::POST, &path, Some(&body)).await?;
+        let reply = self.rest().json(Method::POST, &path, Some(&body)).await?;
         match reply.status {
             StatusCode::OK | StatusCode::CREATED | StatusCode::NO_CONTENT => Ok(()),
             StatusCode::NOT_FOUND => Err(DaytonaError::Gone(id.to_owned())),
-            _ => Err(refused("change a sandbox's network rules", &reply)),
+            _ => Err(self
+                .refused("change a sandbox's network rules", &reply)
+                .into()),
         }
     }
 
     /// Deletes a sandbox; one Daytona no longer knows is not an error.
     pub async fn delete(&self, id: &str) -> Result<(), DaytonaError> {
         let path = format!("/sandbox/{}", encode(id));
-        let reply = self.rest.json(Method::DELETE, &path, None).await?;
+        let reply = self.rest().json(Method::DELETE, &path, None).await?;
         match reply.status {
             StatusCode::OK | StatusCode::NO_CONTENT | StatusCode::NOT_FOUND => Ok(()),
-            _ => Err(refused("delete a sandbox", &reply)),
+            _ => Err(self.refused("delete a sandbox", &reply).into()),
         }
     }
 
     /// The preview URL of `port` and its token (new after every start).
     pub async fn preview_url(&self, id: &str, port: u16) -> Result<PreviewUrl, DaytonaError> {
         let path = format!("/sandbox/{}/ports/{port}/preview-url", encode(id));
-        let reply = self.rest.json(Method::GET, &path, None).await?;
+        let reply = self.rest().json(Method::GET, &path, None).await?;
         match reply.status {
             StatusCode::OK => Ok(reply.json("a preview URL")?),
             StatusCode::NOT_FOUND => Err(DaytonaError::Gone(id.to_owned())),
-            _ => Err(refused("give a preview URL", &reply)),
+            _ => Err(self.refused("give a preview URL", &reply).into()),
         }
     }
 
@@ -358,54 +341,6 @@ impl Api {
             }
         }
     }
-}
-
-/// The error for an answer Daytona gave instead of doing what was asked.
-/// The control plane answers `{statusCode, message, error}` (`message` may
-/// be a list); the toolbox answers `{error}` or plain text.
-pub fn refused(what: &'static str, reply: &Reply) -> DaytonaError {
-    DaytonaError::Refused {
-        what,
-        status: reply.status.as_u16(),
-        message: error_message(reply),
-    }
-}
-
-/// The message of an error answer, from either service's shape.
-pub fn error_message(reply: &Reply) -> String {
-    serde_json::from_slice::<serde_json::Value>(&reply.body)
-        .ok()
-        .and_then(|body| {
-            let text = |v: &serde_json::Value| match v {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Array(items) => Some(
-                    items
-                        .iter()
-                        .filter_map(|i| i.as_str())
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                ),
-                _ => None,
-            };
-            body.get("message")
-                .and_then(text)
-                .or_else(|| body.get("error").and_then(text))
-                .or_else(|| body.get("errors").and_then(text))
-        })
-        .unwrap_or_else(|| reply.text())
-}
-
-/// What a URL component keeps as it is: RFC 3986's unreserved characters
-/// (Daytona's ids are UUIDs, whose dashes stay dashes).
-const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-/// A value as one URL component.
-pub fn encode(text: &str) -> String {
-    utf8_percent_encode(text, COMPONENT).to_string()
 }
 
 #[cfg(test)]
@@ -452,9 +387,9 @@ mod tests {
     #[test]
     fn the_label_filter_is_one_json_parameter() {
         let labels = BTreeMap::from([("silo.home".to_owned(), "h 1".to_owned())]);
-        let filter = serde_json::to_string(&labels).unwrap();
-        assert_eq!(filter, r#"{"silo.home":"h 1"}"#);
-        assert_eq!(encode(&filter), "%7B%22silo.home%22%3A%22h%201%22%7D");
-        assert_eq!(encode("ad36be6c-39b4"), "ad36be6c-39b4");
+        assert_eq!(
+            DaytonaDialect::page_route(&labels, Some("c 2")),
+            "/sandbox?labels=%7B%22silo.home%22%3A%22h%201%22%7D&limit=200&cursor=c%202"
+        );
     }
 }

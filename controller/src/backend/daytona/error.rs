@@ -1,8 +1,10 @@
 //! [`DaytonaError`]: why a Daytona backend operation failed, each naming
 //! what was asked and what Daytona (its API, its toolbox, or the agent)
-//! answered.
+//! answered. What every provider shares (its configuration, a call that
+//! failed or was refused, a step every remote backend takes) is wrapped
+//! whole; the rest is Daytona's own.
 
-use super::config::DaytonaConfigError;
+use crate::backend::remote::config::ProviderConfigError;
 use crate::backend::remote::error::RemoteError;
 use crate::backend::remote::rest::RestError;
 
@@ -12,35 +14,11 @@ use crate::backend::remote::rest::RestError;
 pub enum DaytonaError {
     /// The configuration is incomplete or wrong.
     #[error(transparent)]
-    Config(#[from] DaytonaConfigError),
-    /// Daytona could not be reached, or kept saying "later".
+    Config(#[from] ProviderConfigError),
+    /// Daytona (its API, a toolbox) could not be reached, kept saying
+    /// "later", or refused.
     #[error(transparent)]
     Rest(#[from] RestError),
-    /// The control plane or the toolbox answered with an error.
-    #[error("Daytona refused to {what} ({status}): {message}{}", hint(*status))]
-    Refused {
-        /// What was asked.
-        what: &'static str,
-        /// Its HTTP status.
-        status: u16,
-        /// Daytona's message.
-        message: String,
-    },
-    /// A sandbox's toolbox answered with an error.
-    #[error(
-        "the toolbox of Daytona sandbox {id} refused to {what} ({status}): {}",
-        if message.is_empty() { "it gave no reason" } else { message.as_str() }
-    )]
-    ToolboxRefused {
-        /// The Daytona sandbox id.
-        id: String,
-        /// What was asked.
-        what: String,
-        /// Its HTTP status.
-        status: u16,
-        /// The toolbox's message.
-        message: String,
-    },
     /// Daytona no longer knows the sandbox.
     #[error("Daytona has no sandbox {0} any more (deleted, or auto-deleted)")]
     Gone(String),
@@ -77,15 +55,4 @@ pub enum DaytonaError {
     /// A step every remote backend takes failed.
     #[error(transparent)]
     Remote(#[from] RemoteError),
-}
-
-/// What to do about an answer, when the status says it.
-fn hint(status: u16) -> &'static str {
-    match status {
-        401 => " (check DAYTONA_API_KEY)",
-        403 => " (the key's organization may not do this)",
-        404 => " (check the snapshot name: silo up --image SNAPSHOT)",
-        429 => " (the organization's quota or rate limit; remove sandboxes or wait)",
-        _ => "",
-    }
 }

@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
+use super::remote::config::ProviderConfigError;
 use super::remote::{
     AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, tls_route, url_route,
 };
@@ -42,7 +43,7 @@ use crate::client::Endpoint;
 use crate::spec::{BackendKind, SandboxSpec, egress};
 
 pub use api::Api;
-pub use config::{DaytonaConfig, DaytonaConfigError};
+pub use config::DaytonaConfig;
 pub use error::DaytonaError;
 pub use toolbox::Toolbox;
 
@@ -64,7 +65,7 @@ const AGENT_SESSION: &str = "silo-agent";
 pub struct Daytona {
     /// Read once from the environment; an error is kept and told on use,
     /// so a home without Daytona settings still opens.
-    config: Result<DaytonaConfig, DaytonaConfigError>,
+    config: Result<DaytonaConfig, ProviderConfigError>,
 }
 
 /// What silo keeps to find its Daytona sandbox again.
@@ -144,7 +145,7 @@ impl Daytona {
 impl Provider for Daytona {
     type Ref = DaytonaRef;
     type Error = DaytonaError;
-    const NAME: &'static str = "Daytona";
+    const NAME: &'static str = config::NAME;
     const KIND: BackendKind = BackendKind::Daytona;
     /// A VM sandbox's stop is Daytona's pause ([`Provider::pause`]).
     fn stop_keeps_processes(daytona: &DaytonaRef) -> bool {
@@ -210,8 +211,8 @@ impl Provider for Daytona {
                 network_block_all: machine.spec.offline(),
                 network_allow_list: listed(&cidrs),
                 domain_allow_list: listed(&hosts),
-                auto_stop_interval: config.auto_stop_minutes,
-                target: config.target.clone(),
+                auto_stop_interval: config.own.auto_stop_minutes,
+                target: config.own.target.clone(),
             })
             .await?;
         let id = created.id.clone();
@@ -305,15 +306,7 @@ impl Provider for Daytona {
         if sweeping {
             api = api.with_retry_budget(SWEEP_RETRY_BUDGET);
         }
-        Ok(api
-            .find(labels)
-            .await?
-            .into_iter()
-            .map(|mut sandbox| {
-                let owner = sandbox.labels.remove(super::labels::LABEL_SANDBOX_ID);
-                (sandbox.id, owner)
-            })
-            .collect())
+        api.find(labels).await
     }
 
     async fn upload(

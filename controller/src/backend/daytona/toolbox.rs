@@ -13,10 +13,11 @@ use http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::api::{encode, error_message};
+use super::api::DaytonaDialect;
 use super::config::DaytonaConfig;
 use super::error::DaytonaError;
-use crate::backend::remote::rest::{Reply, Rest, RestError};
+use crate::backend::remote::api::Dialect;
+use crate::backend::remote::rest::{Call, Reply, Rest, RestError, encode};
 
 /// The boundary of upload bodies: never inside an agent binary or a key
 /// that silo sends, which are all the toolbox is given.
@@ -90,7 +91,6 @@ pub struct Executed {
 #[derive(Debug, Clone)]
 pub struct Toolbox {
     rest: Rest,
-    id: String,
 }
 
 impl Toolbox {
@@ -103,23 +103,16 @@ impl Toolbox {
             format!("the toolbox of Daytona sandbox {id}"),
             &url,
             config.ca_pem.clone(),
-            vec![("Authorization".to_owned(), format!("Bearer {key}"))],
+            // The control plane's key, sent the same way.
+            vec![DaytonaDialect::auth_header(key)],
         )?
         .via(config.proxy.as_ref());
-        Ok(Self {
-            rest,
-            id: id.to_owned(),
-        })
+        Ok(Self { rest })
     }
 
     /// The error for an answer the toolbox gave instead of doing `what`.
     fn refused(&self, what: impl Into<String>, reply: &Reply) -> DaytonaError {
-        DaytonaError::ToolboxRefused {
-            id: self.id.clone(),
-            what: what.into(),
-            status: reply.status.as_u16(),
-            message: error_message(reply),
-        }
+        self.rest.refused(what, reply).into()
     }
 
     /// Writes `data` to `path` in the sandbox through
@@ -129,16 +122,9 @@ impl Toolbox {
     /// `POST /files/upload`.
     pub async fn upload(&self, path: &str, data: Bytes) -> Result<(), DaytonaError> {
         let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
-        let sent = self
-            .rest
-            .send(
-                Method::POST,
-                "/files/bulk-upload",
-                Some(&content_type),
-                &[],
-                bulk_body(path, &data),
-            )
-            .await;
+        let call = Call::new(Method::POST, "/files/bulk-upload")
+            .body(&content_type, bulk_body(path, &data));
+        let sent = self.rest.send(&call).await;
         let reply = match sent {
             Ok(reply) => reply,
             // A daemon without the route may answer 404 before reading a
@@ -165,16 +151,9 @@ impl Toolbox {
         put_part(&mut body, "file", Some("upload"), &data);
         body.put_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
         let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
-        let reply = self
-            .rest
-            .send(
-                Method::POST,
-                &format!("/files/upload?path={}", encode(path)),
-                Some(&content_type),
-                &[],
-                body.freeze(),
-            )
-            .await?;
+        let route = format!("/files/upload?path={}", encode(path));
+        let call = Call::new(Method::POST, &route).body(&content_type, body.freeze());
+        let reply = self.rest.send(&call).await?;
         match reply.status {
             StatusCode::OK | StatusCode::CREATED | StatusCode::NO_CONTENT => Ok(()),
             _ => Err(self.refused(format!("upload {path}"), &reply)),

@@ -11,6 +11,9 @@
 //! first and falls back to v1 when the route is not there; the generation
 //! that answered is remembered ([`Generation`]) so later calls go straight
 //! to it, and each sandbox keeps the one that made it.
+//!
+//! The client is the one every provider has ([`ProviderApi`]), speaking
+//! E2B's [`E2bDialect`]; what is here is only E2B's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,22 +21,18 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use http::{Method, StatusCode};
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::config::E2bConfig;
+use super::config::NAME;
 use super::error::E2bError;
-use crate::backend::remote::rest::{Reply, Rest};
+use crate::backend::remote::api::{Dialect, Hints, Page, ProviderApi};
+use crate::backend::remote::rest::{Call, Reply, RestError, encode};
 use crate::spec::SandboxSpec;
 use crate::spec::egress::ALL_TRAFFIC;
 
-/// How long `silo doctor`'s check of the key may retry.
-const CHECK_BUDGET: std::time::Duration = std::time::Duration::from_secs(3);
 /// Most sandboxes asked for per page when listing.
 const PAGE_LIMIT: u32 = 100;
-/// Most pages followed when listing (10,000 sandboxes).
-const MAX_PAGES: usize = 100;
 /// How long a kill waits out `409` (the sandbox is between states: being
 /// paused, resumed or snapshotted) before it reports the conflict.
 const KILL_CONFLICT_BUDGET: Duration = Duration::from_secs(20);
@@ -123,7 +122,7 @@ impl Version {
             Self::V1 => "",
             Self::V2 => "/v2",
         };
-        format!("{prefix}/sandboxes/{}/connect", path_part(id))
+        format!("{prefix}/sandboxes/{}/connect", encode(id))
     }
 
     /// Newest first: the order to try them in when none is known.
@@ -138,7 +137,7 @@ impl Version {
 /// Which generation of the create and connect routes this E2B serves, once
 /// learnt; shared by every [`Api`] of one backend.
 #[derive(Debug, Default)]
-pub struct Generation(AtomicU8);
+struct Generation(AtomicU8);
 
 impl Generation {
     fn get(&self) -> Option<Version> {
@@ -199,79 +198,102 @@ pub struct ListedSandbox {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// E2B's error body (`Error`): `code`, `message` and, on newer answers, a
-/// machine-readable `error_code`.
-#[derive(Debug, Clone, Deserialize)]
-struct ErrorBody {
-    message: String,
-    #[serde(default)]
-    error_code: Option<String>,
-}
+/// E2B's control plane, with this home's key.
+pub type Api = ProviderApi<E2bDialect>;
 
-/// The control plane, with this home's key.
-#[derive(Debug, Clone)]
-pub struct Api {
-    rest: Rest,
+/// What E2B's control plane says its own way: the key in `X-API-Key`,
+/// sandboxes found by metadata, pages followed by `x-next-token`; and which
+/// generation of its create and connect routes it serves, once learnt
+/// (shared by the clones of one backend's dialect).
+#[derive(Debug, Clone, Default)]
+pub struct E2bDialect {
     generation: Arc<Generation>,
 }
 
-impl Api {
-    /// A client for the control plane `config` names.
-    pub fn new(config: &E2bConfig) -> Result<Self, E2bError> {
-        let key = config.api_key()?;
-        let rest = Rest::new(
-            "the E2B API",
-            &config.api_url,
-            config.ca_pem.clone(),
-            vec![("X-API-Key".to_owned(), key.to_owned())],
-        )?;
-        Ok(Self {
-            rest,
-            generation: Arc::default(),
+impl Dialect for E2bDialect {
+    const NAME: &'static str = NAME;
+    const CHECK_ROUTE: &'static str = "/v2/sandboxes?limit=1";
+    const HINTS: Hints = Hints {
+        unauthorized: " (check E2B_API_KEY)",
+        forbidden: " (the key's team may not use this)",
+        not_found: " (check the template name: silo up --image TEMPLATE)",
+        too_many: " (the team's sandbox or rate limit; remove sandboxes or wait)",
+    };
+    /// 10,000 sandboxes.
+    const MAX_PAGES: usize = 100;
+    type Error = E2bError;
+
+    fn auth_header(key: &str) -> (String, String) {
+        ("X-API-Key".to_owned(), key.to_owned())
+    }
+
+    /// Running and paused sandboxes by metadata: the filter is `k=v&k=v`
+    /// with each part encoded, then the whole encoded again as one query
+    /// value.
+    fn page_route(metadata: &BTreeMap<String, String>, cursor: Option<&str>) -> String {
+        let filter = metadata
+            .iter()
+            .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut route = format!(
+            "/v2/sandboxes?metadata={}&state=running,paused&limit={PAGE_LIMIT}",
+            encode(&filter)
+        );
+        if let Some(token) = cursor {
+            route.push_str(&format!("&nextToken={}", encode(token)));
+        }
+        route
+    }
+
+    /// A list of sandboxes; the next page's token in `x-next-token`.
+    fn read_page(reply: &Reply) -> Result<Page, RestError> {
+        let listed: Vec<ListedSandbox> = reply.json("the sandbox list")?;
+        Ok(Page {
+            machines: listed
+                .into_iter()
+                .map(|sandbox| (sandbox.sandbox_id, sandbox.metadata))
+                .collect(),
+            next: reply
+                .headers
+                .get("x-next-token")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
         })
     }
+}
 
-    /// The same client, remembering the routes' generation in `generation`
-    /// (shared with other clients of the same E2B).
-    pub fn sharing(mut self, generation: Arc<Generation>) -> Self {
-        self.generation = generation;
-        self
-    }
-
+impl Api {
     /// Makes a sandbox: `POST /v2/sandboxes`, or `POST /sandboxes` where
     /// only that is served. One `Idempotency-Key` covers every retry, so
     /// a create whose answer was lost does not make a second sandbox.
     pub async fn create(&self, new: &NewSandbox) -> Result<SandboxCreated, E2bError> {
         let key = idempotency_key()?;
+        let generation = &self.dialect().generation;
         let mut missed = Vec::new();
-        for version in Version::in_order(self.generation.get()) {
+        for version in Version::in_order(generation.get()) {
             let mut body = serde_json::to_value(new).unwrap_or_default();
             if version == Version::V1 {
                 // v1 secures envd only when asked; silo always asks.
                 body["secure"] = json!(true);
             }
-            let reply = self
-                .rest
-                .send(
-                    Method::POST,
-                    version.create_path(),
-                    Some("application/json"),
-                    &[(IDEMPOTENCY_HEADER, &key)],
-                    serde_json::to_vec(&body).unwrap_or_default().into(),
-                )
-                .await?;
+            let body = serde_json::to_vec(&body).unwrap_or_default();
+            let call = Call::new(Method::POST, version.create_path())
+                .body("application/json", body.into())
+                .header(IDEMPOTENCY_HEADER, &key);
+            let reply = self.rest().send(&call).await?;
             if route_missing(&reply, "template") {
-                missed.push((version.create_route(), message_of(&reply)));
+                missed.push((version.create_route(), reply.message()));
                 continue;
             }
             return match reply.status {
                 StatusCode::CREATED | StatusCode::OK => {
-                    self.generation.learn(version);
+                    generation.learn(version);
                     let mut created: SandboxCreated = reply.json("the created sandbox")?;
                     created.version = Some(version);
                     Ok(created)
                 }
-                _ => Err(refused("create a sandbox", &reply)),
+                _ => Err(self.refused("create a sandbox", &reply).into()),
             };
         }
         Err(no_route("create a sandbox", missed))
@@ -280,90 +302,26 @@ impl Api {
     /// The sandbox now: `None` when E2B does not know it (killed, timed out).
     pub async fn get(&self, id: &str) -> Result<Option<ListedSandbox>, E2bError> {
         let reply = self
-            .rest
-            .json(Method::GET, &format!("/sandboxes/{}", path_part(id)), None)
+            .rest()
+            .json(Method::GET, &format!("/sandboxes/{}", encode(id)), None)
             .await?;
         match reply.status {
             StatusCode::OK => Ok(Some(reply.json("a sandbox's details")?)),
             StatusCode::NOT_FOUND => Ok(None),
-            _ => Err(refused("look at a sandbox", &reply)),
-        }
-    }
-
-    /// Every running or paused sandbox whose metadata has all of `metadata`.
-    pub async fn find(
-        &self,
-        metadata: &BTreeMap<String, String>,
-    ) -> Result<Vec<ListedSandbox>, E2bError> {
-        // The filter is `k=v&k=v` with each part encoded, then the whole
-        // encoded again as one query value.
-        let filter = metadata
-            .iter()
-            .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
-            .collect::<Vec<_>>()
-            .join("&");
-        let mut found = Vec::new();
-        let mut next: Option<String> = None;
-        for _ in 0..MAX_PAGES {
-            let mut query = format!(
-                "/v2/sandboxes?metadata={}&state=running,paused&limit={PAGE_LIMIT}",
-                encode(&filter)
-            );
-            if let Some(token) = &next {
-                query.push_str(&format!("&nextToken={}", encode(token)));
-            }
-            let reply = self.rest.json(Method::GET, &query, None).await?;
-            if reply.status != StatusCode::OK {
-                return Err(refused("list sandboxes", &reply));
-            }
-            let page: Vec<ListedSandbox> = reply.json("the sandbox list")?;
-            found.extend(page);
-            next = reply
-                .headers
-                .get("x-next-token")
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned);
-            if next.is_none() {
-                return Ok(found);
-            }
-        }
-        Ok(found)
-    }
-
-    /// The same client, retrying for `budget` at most: for work that can
-    /// wait for the next run (gc's sweep), so an unreachable API costs
-    /// seconds, not the full retry budget.
-    pub fn with_retry_budget(mut self, budget: std::time::Duration) -> Self {
-        self.rest = self.rest.with_retry_budget(budget);
-        self
-    }
-
-    /// Whether the key is accepted: one list call of one sandbox, retried
-    /// for a few seconds at most.
-    pub async fn check(&self) -> Result<(), E2bError> {
-        let reply = self
-            .rest
-            .clone()
-            .with_retry_budget(CHECK_BUDGET)
-            .json(Method::GET, "/v2/sandboxes?limit=1", None)
-            .await?;
-        match reply.status {
-            StatusCode::OK => Ok(()),
-            _ => Err(refused("list sandboxes", &reply)),
+            _ => Err(self.refused("look at a sandbox", &reply).into()),
         }
     }
 
     /// Pauses a running sandbox (memory and processes kept). Answers whether
     /// it was running; a sandbox already paused is not an error.
     pub async fn pause(&self, id: &str) -> Result<bool, E2bError> {
-        let path = format!("/sandboxes/{}/pause", path_part(id));
-        let reply = self.rest.json(Method::POST, &path, None).await?;
+        let path = format!("/sandboxes/{}/pause", encode(id));
+        let reply = self.rest().json(Method::POST, &path, None).await?;
         match reply.status {
             StatusCode::NO_CONTENT | StatusCode::OK => Ok(true),
             StatusCode::CONFLICT => Ok(false),
             StatusCode::NOT_FOUND => Err(E2bError::Gone(id.to_owned())),
-            _ => Err(refused("pause a sandbox", &reply)),
+            _ => Err(self.refused("pause a sandbox", &reply).into()),
         }
     }
 
@@ -378,21 +336,22 @@ impl Api {
         made_by: Option<Version>,
     ) -> Result<(SandboxCreated, bool), E2bError> {
         let body = json!({ "timeout": timeout_secs });
+        let generation = &self.dialect().generation;
         let mut missed = Vec::new();
-        for version in Version::in_order(made_by.or(self.generation.get())) {
+        for version in Version::in_order(made_by.or(generation.get())) {
             let path = version.connect_path(id);
-            let reply = self.rest.json(Method::POST, &path, Some(&body)).await?;
+            let reply = self.rest().json(Method::POST, &path, Some(&body)).await?;
             if route_missing(&reply, "sandbox") {
-                missed.push((version.connect_route(), message_of(&reply)));
+                missed.push((version.connect_route(), reply.message()));
                 continue;
             }
             let resumed = match reply.status {
                 StatusCode::OK => false,
                 StatusCode::CREATED => true,
                 StatusCode::NOT_FOUND => return Err(E2bError::Gone(id.to_owned())),
-                _ => return Err(refused("resume a sandbox", &reply)),
+                _ => return Err(self.refused("resume a sandbox", &reply).into()),
             };
-            self.generation.learn(version);
+            generation.learn(version);
             let mut connected: SandboxCreated = reply.json("the connected sandbox")?;
             connected.version = Some(version);
             return Ok((connected, resumed));
@@ -410,9 +369,9 @@ impl Api {
             #[serde(rename = "snapshotID")]
             snapshot_id: String,
         }
-        let path = format!("/sandboxes/{}/snapshots", path_part(id));
+        let path = format!("/sandboxes/{}/snapshots", encode(id));
         let body = json!({ "name": name, "memory": true });
-        let reply = self.rest.json(Method::POST, &path, Some(&body)).await?;
+        let reply = self.rest().json(Method::POST, &path, Some(&body)).await?;
         match reply.status {
             StatusCode::CREATED | StatusCode::OK => {
                 let info: SnapshotInfo = reply.json("the snapshot")?;
@@ -420,7 +379,7 @@ impl Api {
             }
             // A paused sandbox is not among the running ones E2B snapshots.
             StatusCode::NOT_FOUND => Err(E2bError::NotRunning(id.to_owned())),
-            _ => Err(refused("snapshot a sandbox", &reply)),
+            _ => Err(self.refused("snapshot a sandbox", &reply).into()),
         }
     }
 
@@ -432,12 +391,14 @@ impl Api {
         id: &str,
         rules: &serde_json::Value,
     ) -> Result<(), E2bError> {
-        let path = format!("/sandboxes/{}/network", path_part(id));
-        let reply = self.rest.json(Method::PUT, &path, Some(rules)).await?;
+        let path = format!("/sandboxes/{}/network", encode(id));
+        let reply = self.rest().json(Method::PUT, &path, Some(rules)).await?;
         match reply.status {
             StatusCode::NO_CONTENT | StatusCode::OK => Ok(()),
             StatusCode::NOT_FOUND => Err(E2bError::Gone(id.to_owned())),
-            _ => Err(refused("change a sandbox's network rules", &reply)),
+            _ => Err(self
+                .refused("change a sandbox's network rules", &reply)
+                .into()),
         }
     }
 
@@ -445,10 +406,10 @@ impl Api {
     /// no longer knows is not an error.
     pub async fn delete_template(&self, snapshot_id: &str) -> Result<(), E2bError> {
         let path = format!("/templates/{}", encode(snapshot_id));
-        let reply = self.rest.json(Method::DELETE, &path, None).await?;
+        let reply = self.rest().json(Method::DELETE, &path, None).await?;
         match reply.status {
             StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::NOT_FOUND => Ok(()),
-            _ => Err(refused("delete a snapshot's template", &reply)),
+            _ => Err(self.refused("delete a snapshot's template", &reply).into()),
         }
     }
 
@@ -456,16 +417,16 @@ impl Api {
     /// longer knows is not an error; one between states (`409`: being
     /// paused, resumed or snapshotted) is killed once it settles.
     pub async fn kill(&self, id: &str) -> Result<(), E2bError> {
-        let path = format!("/sandboxes/{}", path_part(id));
+        let path = format!("/sandboxes/{}", encode(id));
         let deadline = tokio::time::Instant::now() + KILL_CONFLICT_BUDGET;
         loop {
-            let reply = self.rest.json(Method::DELETE, &path, None).await?;
+            let reply = self.rest().json(Method::DELETE, &path, None).await?;
             match reply.status {
                 StatusCode::NO_CONTENT | StatusCode::OK | StatusCode::NOT_FOUND => return Ok(()),
                 StatusCode::CONFLICT if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(KILL_CONFLICT_PAUSE).await;
                 }
-                _ => return Err(refused("kill a sandbox", &reply)),
+                _ => return Err(self.refused("kill a sandbox", &reply).into()),
             }
         }
     }
@@ -483,7 +444,7 @@ fn idempotency_key() -> Result<String, E2bError> {
 /// on these routes name what they did not find.
 fn route_missing(reply: &Reply, noun: &str) -> bool {
     reply.status == StatusCode::NOT_FOUND && {
-        let message = message_of(reply).to_lowercase();
+        let message = reply.message().to_lowercase();
         !message.contains(noun) || message.contains("/sandboxes")
     }
 }
@@ -498,37 +459,6 @@ fn no_route(what: &'static str, missed: Vec<(&'static str, String)>) -> E2bError
             .collect::<Vec<_>>()
             .join("; "),
     }
-}
-
-/// E2B's message in an answer, with its `error_code` when it gave one.
-fn message_of(reply: &Reply) -> String {
-    match serde_json::from_slice::<ErrorBody>(&reply.body) {
-        Ok(ErrorBody {
-            message,
-            error_code: Some(code),
-        }) => format!("{message} [{code}]"),
-        Ok(body) => body.message,
-        Err(_) => reply.text(),
-    }
-}
-
-/// The error for an answer E2B gave instead of doing what was asked.
-pub fn refused(what: &'static str, reply: &Reply) -> E2bError {
-    E2bError::Refused {
-        what,
-        status: reply.status.as_u16(),
-        message: message_of(reply),
-    }
-}
-
-fn encode(text: &str) -> String {
-    utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
-}
-
-/// An id as one path segment (E2B's ids are `[a-z0-9]`; anything else is
-/// encoded rather than trusted).
-fn path_part(id: &str) -> String {
-    encode(id)
 }
 
 #[cfg(test)]
@@ -596,13 +526,23 @@ mod tests {
     }
 
     #[test]
-    fn errors_carry_the_providers_error_code() {
+    fn refusals_carry_the_providers_error_code_and_a_hint() {
+        let config = super::super::E2bConfig::from_lookup(|name| {
+            (name == super::super::config::ENV_API_KEY).then(|| "e2b_x".to_owned())
+        })
+        .unwrap();
+        let api = Api::new(&config).unwrap();
         let conflict = reply(
             409,
             r#"{"code":409,"message":"busy","error_code":"sandbox_busy"}"#,
         );
-        let error = refused("kill a sandbox", &conflict).to_string();
-        assert!(error.contains("(409): busy [sandbox_busy]"), "{error}");
+        let error = api.refused("kill a sandbox", &conflict).to_string();
+        assert_eq!(
+            error,
+            "E2B refused to kill a sandbox (409): busy [sandbox_busy]"
+        );
+        let error = api.refused("list sandboxes", &reply(401, "{}")).to_string();
+        assert!(error.ends_with(" (check E2B_API_KEY)"), "{error}");
         let error = no_route(
             "create a sandbox",
             vec![
@@ -619,8 +559,11 @@ mod tests {
 
     #[test]
     fn the_metadata_filter_is_encoded_twice() {
-        let filter = format!("{}={}", encode("silo.home"), encode("a b"));
-        assert_eq!(filter, "silo%2Ehome=a%20b");
-        assert_eq!(encode(&filter), "silo%252Ehome%3Da%2520b");
+        let metadata = BTreeMap::from([("silo.home".to_owned(), "a b".to_owned())]);
+        assert_eq!(
+            E2bDialect::page_route(&metadata, Some("t/1")),
+            "/v2/sandboxes?metadata=silo.home%3Da%2520b&state=running,paused&limit=100\
+             &nextToken=t%2F1"
+        );
     }
 }

@@ -1,14 +1,19 @@
-//! Where E2B is and how to reach it, from the environment variables E2B's
-//! own SDKs read (`E2B_API_KEY`, `E2B_DOMAIN`, `E2B_API_URL`) plus silo's
-//! for reaching the sandbox proxy a different way (a test proxy on loopback
-//! with its own CA).
+//! Where E2B is and how to reach it ([`E2bConfig`]: the configuration
+//! every provider has, with E2B's own [`E2bSettings`]), from the environment
+//! variables E2B's own SDKs read (`E2B_API_KEY`, `E2B_DOMAIN`,
+//! `E2B_API_URL`) plus silo's for reaching the sandbox proxy a different way
+//! (a test proxy on loopback with its own CA) and for a sandbox's timeout.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::backend::remote::{connect_to, parse_host_port, tls_route};
+use crate::backend::remote::config::{
+    Env, ProviderConfig, ProviderConfigError, Settings, whole_number,
+};
+use crate::backend::remote::{connect_to, tls_route};
 use crate::client::Endpoint;
 
+/// The provider, as people know it.
+pub const NAME: &str = "E2B";
 /// The API key.
 pub const ENV_API_KEY: &str = "E2B_API_KEY";
 /// The sandbox domain (`e2b.app` by default).
@@ -33,61 +38,44 @@ pub const DEFAULT_TEMPLATE: &str = "base";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How to reach E2B.
+pub type E2bConfig = ProviderConfig<E2bSettings>;
+
+/// What only E2B's configuration has.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct E2bConfig {
-    /// The API key; `None` until one is set, and then every call says so.
-    pub api_key: Option<String>,
+pub struct E2bSettings {
     /// The sandbox domain.
     pub domain: String,
-    /// The control plane's URL.
-    pub api_url: String,
-    /// Where to connect for sandbox hosts, when not by their names.
-    pub proxy: Option<(String, u16)>,
-    /// Roots to trust instead of the system's.
-    pub ca_pem: Option<PathBuf>,
     /// A sandbox's timeout, renewed on every start.
     pub timeout: Duration,
 }
 
-impl E2bConfig {
-    /// The configuration the environment describes.
-    pub fn from_env() -> Result<Self, E2bConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
-    }
+impl Settings for E2bSettings {
+    const ENV: Env = Env {
+        provider: NAME,
+        api_key: ENV_API_KEY,
+        key_from: "from the E2B dashboard, e2b_…",
+        api_url: ENV_API_URL,
+        proxy: ENV_PROXY,
+        ca: ENV_CA,
+    };
 
-    /// The configuration `lookup` describes (the environment, in tests a map).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, E2bConfigError> {
-        let domain = lookup(ENV_DOMAIN).unwrap_or_else(|| DEFAULT_DOMAIN.to_owned());
-        let api_url = lookup(ENV_API_URL).unwrap_or_else(|| format!("https://api.{domain}"));
-        let proxy = match lookup(ENV_PROXY) {
-            None => None,
-            Some(text) => Some(parse_host_port(&text).ok_or(E2bConfigError::Proxy(text))?),
-        };
-        let timeout = match lookup(ENV_TIMEOUT) {
-            None => DEFAULT_TIMEOUT,
-            Some(text) => match text.parse::<u64>() {
-                Ok(secs) if secs > 0 => Duration::from_secs(secs),
-                _ => return Err(E2bConfigError::Timeout(text)),
-            },
-        };
+    fn read(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ProviderConfigError> {
+        let timeout = whole_number(lookup, ENV_TIMEOUT, 1, "a positive number of seconds")?;
         Ok(Self {
-            api_key: lookup(ENV_API_KEY),
-            domain,
-            api_url,
-            proxy,
-            ca_pem: lookup(ENV_CA).map(PathBuf::from),
-            timeout,
+            domain: lookup(ENV_DOMAIN).unwrap_or_else(|| DEFAULT_DOMAIN.to_owned()),
+            timeout: timeout.map_or(DEFAULT_TIMEOUT, Duration::from_secs),
         })
     }
 
-    /// The key, or the error that says how to set one.
-    pub fn api_key(&self) -> Result<&str, E2bConfigError> {
-        self.api_key.as_deref().ok_or(E2bConfigError::NoApiKey)
+    fn default_api_url(&self) -> String {
+        format!("https://api.{}", self.domain)
     }
+}
 
+impl E2bConfig {
     /// The host name of `port` of sandbox `id`, as E2B's proxy routes it.
     pub fn sandbox_host(&self, port: u16, id: &str, domain: Option<&str>) -> String {
-        format!("{port}-{id}.{}", domain.unwrap_or(&self.domain))
+        format!("{port}-{id}.{}", domain.unwrap_or(&self.own.domain))
     }
 
     /// Where to connect for `host` (port 443 of the name itself, unless a
@@ -95,9 +83,7 @@ impl E2bConfig {
     pub fn connect_to(&self, host: &str) -> (String, u16) {
         connect_to(self.proxy.as_ref(), host)
     }
-}
 
-impl E2bConfig {
     /// The route through E2B's proxy to `port` of sandbox `id`, carrying
     /// `headers` (an access token) on every request.
     pub fn route(
@@ -117,39 +103,24 @@ impl E2bConfig {
     }
 }
 
-/// What is wrong with the E2B configuration.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum E2bConfigError {
-    /// No API key.
-    #[error("{ENV_API_KEY} is not set: E2B needs an API key (from the E2B dashboard, e2b_…)")]
-    NoApiKey,
-    /// The proxy address is not `HOST:PORT`.
-    #[error("{ENV_PROXY}={0:?} is not HOST:PORT")]
-    Proxy(String),
-    /// The timeout is not a positive number of seconds.
-    #[error("{ENV_TIMEOUT}={0:?} is not a positive number of seconds")]
-    Timeout(String),
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
     use super::*;
-    use std::collections::HashMap;
+    use crate::backend::remote::config::tests::lookup;
 
-    fn config(vars: &[(&str, &str)]) -> Result<E2bConfig, E2bConfigError> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        E2bConfig::from_lookup(|name| vars.get(name).cloned())
+    fn config(vars: &[(&str, &str)]) -> Result<E2bConfig, ProviderConfigError> {
+        E2bConfig::from_lookup(lookup(vars))
     }
 
     #[test]
     fn defaults_follow_e2b_and_overrides_are_checked() {
         let plain = config(&[]).unwrap();
         assert_eq!(plain.api_url, "https://api.e2b.app");
-        assert_eq!(plain.api_key(), Err(E2bConfigError::NoApiKey));
+        assert_eq!(
+            plain.api_key().unwrap_err().to_string(),
+            "E2B_API_KEY is not set: E2B needs an API key (from the E2B dashboard, e2b_…)"
+        );
         assert_eq!(
             plain.sandbox_host(49999, "iabc", None),
             "49999-iabc.e2b.app"
@@ -168,15 +139,15 @@ mod tests {
         .unwrap();
         assert_eq!(test.api_url, "https://api.e2b.test");
         assert_eq!(test.connect_to("whatever"), ("127.0.0.1".into(), 8443));
-        assert_eq!(test.timeout, Duration::from_secs(60));
+        assert_eq!(test.own.timeout, Duration::from_secs(60));
 
         assert_eq!(
-            config(&[(ENV_PROXY, "nope")]),
-            Err(E2bConfigError::Proxy("nope".into()))
+            config(&[(ENV_PROXY, "nope")]).unwrap_err().to_string(),
+            r#"SILO_E2B_PROXY_ADDR="nope" is not HOST:PORT"#
         );
-        assert!(matches!(
-            config(&[(ENV_TIMEOUT, "0")]),
-            Err(E2bConfigError::Timeout(_))
-        ));
+        assert_eq!(
+            config(&[(ENV_TIMEOUT, "0")]).unwrap_err().to_string(),
+            r#"SILO_E2B_TIMEOUT="0" is not a positive number of seconds"#
+        );
     }
 }

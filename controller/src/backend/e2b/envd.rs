@@ -19,11 +19,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::E2bRef;
-use super::api::refused;
 use super::config::E2bConfig;
 use super::error::E2bError;
-use crate::backend::remote::rest::Rest;
-use crate::client::ClientError;
+use crate::backend::remote::rest::{Call, Reply, Rest, encode};
+use crate::client::{ClientError, transport};
 
 /// envd's port.
 pub const ENVD_PORT: u16 = 49983;
@@ -76,23 +75,12 @@ impl Envd {
 
     /// Writes `bytes` to `path` in the sandbox, parents made, as root.
     pub async fn upload(&self, path: &str, bytes: Bytes) -> Result<(), E2bError> {
-        let query = format!(
-            "/files?path={}&username={USER}",
-            percent_encoding::utf8_percent_encode(path, percent_encoding::NON_ALPHANUMERIC)
-        );
-        let reply = self
-            .rest
-            .send(
-                Method::POST,
-                &query,
-                Some("application/octet-stream"),
-                &[],
-                bytes,
-            )
-            .await?;
+        let query = format!("/files?path={}&username={USER}", encode(path));
+        let call = Call::new(Method::POST, &query).body("application/octet-stream", bytes);
+        let reply = self.rest.send(&call).await?;
         match reply.status {
             StatusCode::OK => Ok(()),
-            _ => Err(refused("upload a file through envd", &reply)),
+            _ => Err(self.rest.refused(format!("upload {path}"), &reply).into()),
         }
     }
 
@@ -182,33 +170,29 @@ impl Envd {
         });
         let body = envelope(&serde_json::to_vec(&request).unwrap_or_default());
         let auth = format!("Basic {}", basic_user(USER));
-        let response = self
-            .rest
-            .open_stream(
-                Method::POST,
-                "/process.Process/Start",
-                Some("application/connect+json"),
-                &[("Connect-Protocol-Version", "1"), ("Authorization", &auth)],
-                body,
-            )
-            .await
-            .map_err(|source| E2bError::EnvdUnreachable {
-                what: self.rest.what().to_owned(),
-                source,
-            })?;
-        if response.status() != StatusCode::OK {
-            let status = response.status();
-            let body = response
-                .into_body()
-                .collect()
+        let call = Call::new(Method::POST, "/process.Process/Start")
+            .body("application/connect+json", body)
+            .header("Connect-Protocol-Version", "1")
+            .header("Authorization", &auth);
+        let response =
+            self.rest
+                .open_stream(&call)
                 .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            return Err(E2bError::Refused {
-                what: "start a process through envd",
-                status: status.as_u16(),
-                message: String::from_utf8_lossy(&body).trim().to_owned(),
-            });
+                .map_err(|source| E2bError::EnvdUnreachable {
+                    what: self.rest.what().to_owned(),
+                    source,
+                })?;
+        if response.status() != StatusCode::OK {
+            let (head, body) = response.into_parts();
+            // The body is only for the refusal's message: one cut off
+            // leaves the message empty, not the refusal untold.
+            let body = transport::whole(body).await.unwrap_or_default();
+            let reply = Reply {
+                status: head.status,
+                headers: head.headers,
+                body,
+            };
+            return Err(self.rest.refused("start a process", &reply).into());
         }
         Ok(ProcessStream {
             body: response.into_body(),

@@ -1,7 +1,9 @@
 //! [`E2bError`]: why an E2B backend operation failed, each naming what was
-//! asked and what E2B (or envd, or the agent) answered.
+//! asked and what E2B (or envd, or the agent) answered. What every provider
+//! shares (its configuration, a call that failed or was refused, a step
+//! every remote backend takes) is wrapped whole; the rest is E2B's own.
 
-use super::config::E2bConfigError;
+use crate::backend::remote::config::ProviderConfigError;
 use crate::backend::remote::error::RemoteError;
 use crate::backend::remote::rest::RestError;
 use crate::client::ClientError;
@@ -12,20 +14,10 @@ use crate::client::ClientError;
 pub enum E2bError {
     /// The configuration is incomplete or wrong.
     #[error(transparent)]
-    Config(#[from] E2bConfigError),
-    /// E2B could not be reached, or kept saying "later".
+    Config(#[from] ProviderConfigError),
+    /// E2B (or envd) could not be reached, kept saying "later", or refused.
     #[error(transparent)]
     Rest(#[from] RestError),
-    /// E2B answered with an error.
-    #[error("E2B refused to {what} ({status}): {message}{}", hint(*status))]
-    Refused {
-        /// What was asked.
-        what: &'static str,
-        /// Its HTTP status.
-        status: u16,
-        /// E2B's message.
-        message: String,
-    },
     /// E2B served none of the generations of a route silo knows.
     #[error("E2B cannot {what}: it serves none of the routes silo knows ({tried})")]
     NoRoute {
@@ -58,15 +50,4 @@ pub enum E2bError {
     /// A step every remote backend takes failed.
     #[error(transparent)]
     Remote(#[from] RemoteError),
-}
-
-/// What to do about an answer, when the status says it.
-fn hint(status: u16) -> &'static str {
-    match status {
-        401 => " (check E2B_API_KEY)",
-        403 => " (the key's team may not use this)",
-        404 => " (check the template name: silo up --image TEMPLATE)",
-        429 => " (the team's sandbox or rate limit; remove sandboxes or wait)",
-        _ => "",
-    }
 }

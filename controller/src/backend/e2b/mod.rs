@@ -26,13 +26,13 @@ pub mod envd;
 pub mod error;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::BackendSetup;
 use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
+use super::remote::config::ProviderConfigError;
 use super::remote::error::RemoteError;
 use super::remote::{AGENT_PATH, AGENT_PORT, SWEEP_RETRY_BUDGET, agent_command, wait_for_agent};
 use super::{Machine, PortUrl};
@@ -41,7 +41,7 @@ use crate::image::BAKED_AGENT_PATH;
 use crate::spec::{BackendKind, SandboxSpec};
 
 pub use api::Api;
-pub use config::{E2bConfig, E2bConfigError};
+pub use config::E2bConfig;
 pub use envd::Envd;
 pub use error::E2bError;
 
@@ -67,10 +67,10 @@ const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 pub struct E2b {
     /// Read once from the environment; an error is kept and told on use,
     /// so a home without E2B settings still opens.
-    config: Result<E2bConfig, E2bConfigError>,
-    /// Which generation of the create and connect routes E2B serves, once
-    /// a call has found out.
-    generation: Arc<api::Generation>,
+    config: Result<E2bConfig, ProviderConfigError>,
+    /// What the API clients learn of E2B's routes (which generation of the
+    /// create and connect routes it serves), shared by all of them.
+    dialect: api::E2bDialect,
 }
 
 /// What silo keeps to find its E2B sandbox again.
@@ -120,7 +120,7 @@ impl E2b {
     }
 
     fn api(&self) -> Result<Api, E2bError> {
-        Ok(Api::new(self.config()?)?.sharing(Arc::clone(&self.generation)))
+        Api::speaking(self.config()?, self.dialect.clone())
     }
 
     fn envd(&self, e2b: &E2bRef) -> Result<Envd, E2bError> {
@@ -137,14 +137,14 @@ impl E2b {
     }
 
     fn timeout_secs(&self) -> Result<u32, E2bError> {
-        Ok(u32::try_from(self.config()?.timeout.as_secs()).unwrap_or(u32::MAX))
+        Ok(u32::try_from(self.config()?.own.timeout.as_secs()).unwrap_or(u32::MAX))
     }
 }
 
 impl Provider for E2b {
     type Ref = E2bRef;
     type Error = E2bError;
-    const NAME: &'static str = "E2B";
+    const NAME: &'static str = config::NAME;
     const KIND: BackendKind = BackendKind::E2b;
     const FORKS_MEMORY: bool = true;
 
@@ -155,7 +155,7 @@ impl Provider for E2b {
     fn open(setup: &BackendSetup) -> Self {
         Self {
             config: setup.e2b.clone().map_or_else(E2bConfig::from_env, Ok),
-            generation: Arc::default(),
+            dialect: api::E2bDialect::default(),
         }
     }
 
@@ -276,15 +276,7 @@ impl Provider for E2b {
         if sweeping {
             api = api.with_retry_budget(SWEEP_RETRY_BUDGET);
         }
-        Ok(api
-            .find(metadata)
-            .await?
-            .into_iter()
-            .map(|mut vm| {
-                let owner = vm.metadata.remove(super::labels::LABEL_SANDBOX_ID);
-                (vm.sandbox_id, owner)
-            })
-            .collect())
+        api.find(metadata).await
     }
 
     async fn upload(&self, e2b: &E2bRef, path: &str, bytes: Vec<u8>) -> Result<(), E2bError> {

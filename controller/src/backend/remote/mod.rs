@@ -15,8 +15,24 @@
 //! *machine agent*: a child subreaper that freezes only what it started
 //! when it snapshots. Its key reaches it as a file it deletes once read,
 //! never through the VM's environment or metadata, which the provider lists.
+//!
+//! Layout:
+//! - [`backend`]: [`backend::RemoteBackend`], the one backend of every
+//!   provider, over [`backend::Provider`], a provider's API mapping.
+//! - [`api`]: [`api::ProviderApi`], the one client of a provider's control
+//!   plane, over its [`api::Dialect`].
+//! - [`config`]: [`config::ProviderConfig`], how to reach a provider, read
+//!   from the environment the same way for every one.
+//! - [`rest`]: [`rest::Rest`], the REST client under every provider's
+//!   clients, and [`rest::RestError`], a refusal among its errors.
+//! - [`error`]: [`error::RemoteError`], why a step every provider takes the
+//!   same way failed.
+//! - Here: the agent's place and command line in a VM, the routes through a
+//!   provider's proxy, waiting for the agent behind it, and the sweep.
 
+pub mod api;
 pub mod backend;
+pub mod config;
 pub mod error;
 pub mod rest;
 

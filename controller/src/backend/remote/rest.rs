@@ -1,20 +1,22 @@
-//! A small JSON-over-HTTP(S) client for providers' REST APIs (a control
-//! plane, an in-VM daemon reached through a proxy).
+//! [`Rest`]: the one JSON-over-HTTP(S) client of providers' REST APIs (a
+//! control plane, an in-VM daemon reached through a proxy), and
+//! [`RestError`], why a call to one did not do what was asked, a service's
+//! refusal ([`RestError::Refused`]) among them.
 //!
 //! Each call opens a fresh connection through the agent client's transport
-//! (so TLS, trusted roots and the `Host` header of a proxy are set up in one
-//! place), sends one request and reads the whole answer. Calls that fail in
-//! a way worth another try (no connection, a timeout, 429, 502, 503, 504)
-//! are retried with exponential backoff inside [`RETRY_BUDGET`]; a provider's
-//! `Retry-After` is honoured. Nothing else is retried: 4xx answers mean the
-//! request itself is wrong.
+//! ([`transport::exchange`]: TLS, trusted roots and the HTTP/1 handshake are
+//! set up there once), sends one request and reads the whole answer. Calls
+//! that fail in a way worth another try (no connection, a timeout, 429, 502,
+//! 503, 504) are retried with exponential backoff inside [`RETRY_BUDGET`]; a
+//! provider's `Retry-After` is honoured. Nothing else is retried: 4xx answers
+//! mean the request itself is wrong.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use http_body_util::Full;
-use hyper_util::rt::TokioIo;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;
 
 use crate::client::{ClientError, Endpoint, transport};
@@ -40,6 +42,45 @@ pub struct Rest {
     base_path: String,
     headers: Vec<(String, String)>,
     retry_budget: Duration,
+}
+
+/// One request to a service: what [`Rest::send`] retries and
+/// [`Rest::open_stream`] opens. Besides the client's own headers it carries
+/// `headers`, and `body` as `content_type` when it has one.
+#[derive(Debug, Clone)]
+pub struct Call<'a> {
+    method: Method,
+    path_and_query: &'a str,
+    content_type: Option<&'a str>,
+    headers: Vec<(&'a str, &'a str)>,
+    body: Bytes,
+}
+
+impl<'a> Call<'a> {
+    /// `method` on `path_and_query` (under the client's base path), with no
+    /// body.
+    pub fn new(method: Method, path_and_query: &'a str) -> Self {
+        Self {
+            method,
+            path_and_query,
+            content_type: None,
+            headers: Vec::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// The same call, carrying `body` as `content_type`.
+    pub fn body(mut self, content_type: &'a str, body: Bytes) -> Self {
+        self.content_type = Some(content_type);
+        self.body = body;
+        self
+    }
+
+    /// The same call, carrying header `name` too.
+    pub fn header(mut self, name: &'a str, value: &'a str) -> Self {
+        self.headers.push((name, value));
+        self
+    }
 }
 
 /// A whole answer.
@@ -69,6 +110,38 @@ impl Reply {
         match text.char_indices().nth(500) {
             Some((cut, _)) => format!("{}…", &text[..cut]),
             None => text.to_owned(),
+        }
+    }
+
+    /// The message of an error answer, in any of the shapes providers'
+    /// services answer: `{message}` (a string, or a list joined), `{error}`
+    /// or `{errors}`, with E2B's machine-readable `error_code` after it when
+    /// given; the text of any other body.
+    pub fn message(&self) -> String {
+        let Ok(body) = serde_json::from_slice::<serde_json::Value>(&self.body) else {
+            return self.text();
+        };
+        let text = |value: &serde_json::Value| match value {
+            serde_json::Value::String(text) => Some(text.clone()),
+            serde_json::Value::Array(items) => Some(
+                items
+                    .iter()
+                    .filter_map(|item| item.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            _ => None,
+        };
+        let message = ["message", "error", "errors"]
+            .iter()
+            .find_map(|field| body.get(field).and_then(text));
+        match (
+            message,
+            body.get("error_code").and_then(|code| code.as_str()),
+        ) {
+            (Some(message), Some(code)) => format!("{message} [{code}]"),
+            (Some(message), None) => message,
+            (None, _) => self.text(),
         }
     }
 }
@@ -110,6 +183,24 @@ pub enum RestError {
         /// Why.
         #[source]
         source: serde_json::Error,
+    },
+    /// The service answered with an error instead of doing what was asked.
+    #[error(
+        "{who} refused to {what} ({status}): {}{hint}",
+        if message.is_empty() { "it gave no reason" } else { message.as_str() }
+    )]
+    Refused {
+        /// Who answered: the provider ("E2B"), or a service of one of its
+        /// sandboxes ("the toolbox of Daytona sandbox …").
+        who: String,
+        /// What was asked.
+        what: String,
+        /// Its HTTP status.
+        status: u16,
+        /// The service's message.
+        message: String,
+        /// What to do about it, when the status says (empty otherwise).
+        hint: &'static str,
     },
 }
 
@@ -187,6 +278,17 @@ impl Rest {
         &self.what
     }
 
+    /// The error for an answer this service gave instead of doing `what`.
+    pub fn refused(&self, what: impl Into<String>, reply: &Reply) -> RestError {
+        RestError::Refused {
+            who: self.what.clone(),
+            what: what.into(),
+            status: reply.status.as_u16(),
+            message: reply.message(),
+            hint: "",
+        }
+    }
+
     /// Sends a JSON body (or none) and reads the answer, retrying what is
     /// worth retrying. Any status comes back as a [`Reply`]; only failing
     /// to get one is an error.
@@ -196,38 +298,27 @@ impl Rest {
         path_and_query: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<Reply, RestError> {
-        let body = match body {
-            Some(value) => Bytes::from(serde_json::to_vec(value).unwrap_or_default()),
-            None => Bytes::new(),
-        };
-        let content_type = (!body.is_empty()).then_some("application/json");
-        self.send(method, path_and_query, content_type, &[], body)
-            .await
+        let mut call = Call::new(method, path_and_query);
+        if let Some(value) = body {
+            let body = serde_json::to_vec(value).unwrap_or_default();
+            call = call.body("application/json", body.into());
+        }
+        self.send(&call).await
     }
 
-    /// Sends `body` with `content_type` and extra `headers`, retrying what
-    /// is worth retrying.
-    pub async fn send(
-        &self,
-        method: Method,
-        path_and_query: &str,
-        content_type: Option<&str>,
-        headers: &[(&str, &str)],
-        body: Bytes,
-    ) -> Result<Reply, RestError> {
+    /// Sends `call`, retrying what is worth retrying. Any status comes back
+    /// as a [`Reply`]; only failing to get one is an error.
+    pub async fn send(&self, call: &Call<'_>) -> Result<Reply, RestError> {
         let deadline = Instant::now() + self.retry_budget;
         let mut tries = 0u32;
         loop {
-            let attempt = tokio::time::timeout(
-                REQUEST_TIMEOUT,
-                self.once(&method, path_and_query, content_type, headers, body.clone()),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                Err(ClientError::Timeout {
-                    what: format!("{} {path_and_query}", self.what),
-                })
-            });
+            let attempt = tokio::time::timeout(REQUEST_TIMEOUT, self.once(call))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ClientError::Timeout {
+                        what: format!("{} {}", self.what, call.path_and_query),
+                    })
+                });
             let pause = match attempt {
                 Ok(reply) if !retryable(reply.status) => return Ok(reply),
                 Ok(reply) => {
@@ -258,26 +349,15 @@ impl Rest {
         }
     }
 
-    /// Opens a request and answers as soon as its status arrives, for
+    /// Opens `call` and answers as soon as its status arrives, for
     /// streamed answers; not retried.
     pub async fn open_stream(
         &self,
-        method: Method,
-        path_and_query: &str,
-        content_type: Option<&str>,
-        headers: &[(&str, &str)],
-        body: Bytes,
+        call: &Call<'_>,
     ) -> Result<http::Response<hyper::body::Incoming>, ClientError> {
-        let stream = transport::open(&self.endpoint).await?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(ClientError::http)?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         let mut builder = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path_and_query}", self.base_path))
+            .method(call.method.clone())
+            .uri(format!("{}{}", self.base_path, call.path_and_query))
             .header(http::header::HOST, self.host_header());
         for (name, value) in self.endpoint.extra_headers() {
             builder = builder.header(name.as_str(), value.as_str());
@@ -285,38 +365,24 @@ impl Rest {
         for (name, value) in &self.headers {
             builder = builder.header(name.as_str(), value.as_str());
         }
-        for (name, value) in headers {
+        for (name, value) in &call.headers {
             builder = builder.header(*name, *value);
         }
-        if let Some(content_type) = content_type {
+        if let Some(content_type) = call.content_type {
             builder = builder.header(http::header::CONTENT_TYPE, content_type);
         }
         let request = builder
-            .body(Full::new(body))
+            .body(Full::new(call.body.clone()))
             .map_err(|e| ClientError::Protocol(format!("building a request: {e}")))?;
-        sender
-            .send_request(request)
-            .await
-            .map_err(ClientError::http)
+        transport::exchange(&self.endpoint, request).await
     }
 
-    async fn once(
-        &self,
-        method: &Method,
-        path_and_query: &str,
-        content_type: Option<&str>,
-        headers: &[(&str, &str)],
-        body: Bytes,
-    ) -> Result<Reply, ClientError> {
-        let response = self
-            .open_stream(method.clone(), path_and_query, content_type, headers, body)
-            .await?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = transport::whole(response.into_body()).await?;
+    async fn once(&self, call: &Call<'_>) -> Result<Reply, ClientError> {
+        let response = self.open_stream(call).await?;
+        let (head, body) = transport::read_whole(response).await?;
         Ok(Reply {
-            status,
-            headers,
+            status: head.status,
+            headers: head.headers,
             body,
         })
     }
@@ -344,6 +410,19 @@ fn unreachable_reason(error: &ClientError) -> String {
 /// reach the backend for a moment.
 fn retryable(status: StatusCode) -> bool {
     matches!(status.as_u16(), 429 | 502 | 503 | 504)
+}
+
+/// What a URL component keeps as it is: RFC 3986's unreserved characters
+/// (ids that are UUIDs keep their dashes).
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A value (an id, a path, a filter) as one URL path segment or query value.
+pub fn encode(text: &str) -> String {
+    utf8_percent_encode(text, COMPONENT).to_string()
 }
 
 /// A `Retry-After` in seconds (the form providers use), capped.
@@ -389,5 +468,49 @@ mod tests {
         assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
         headers.insert(http::header::RETRY_AFTER, "3600".parse().unwrap());
         assert_eq!(retry_after(&headers), Some(BACKOFF.max));
+    }
+
+    fn reply(status: u16, body: &str) -> Reply {
+        Reply {
+            status: StatusCode::from_u16(status).unwrap(),
+            headers: HeaderMap::new(),
+            body: body.to_owned().into(),
+        }
+    }
+
+    #[test]
+    fn every_providers_error_shape_gives_its_message() {
+        let e2b = reply(
+            409,
+            r#"{"code":409,"message":"busy","error_code":"sandbox_busy"}"#,
+        );
+        assert_eq!(e2b.message(), "busy [sandbox_busy]");
+        let daytona = reply(
+            400,
+            r#"{"statusCode":400,"message":["a","b"],"error":"Bad"}"#,
+        );
+        assert_eq!(daytona.message(), "a; b");
+        assert_eq!(
+            reply(400, r#"{"error":"no such file"}"#).message(),
+            "no such file"
+        );
+        assert_eq!(
+            reply(404, "404 page not found\n").message(),
+            "404 page not found"
+        );
+        assert_eq!(reply(500, r#"["x"]"#).message(), r#"["x"]"#);
+        let rest = Rest::new("the toolbox of sandbox s", "http://h", None, vec![]).unwrap();
+        let refused = rest.refused("run a command", &reply(500, "")).to_string();
+        assert_eq!(
+            refused,
+            "the toolbox of sandbox s refused to run a command (500): it gave no reason"
+        );
+    }
+
+    #[test]
+    fn a_component_keeps_only_unreserved_characters() {
+        assert_eq!(encode("ad36be6c-39b4"), "ad36be6c-39b4");
+        assert_eq!(encode("silo.home=a b&c"), "silo.home%3Da%20b%26c");
+        assert_eq!(encode("/.silo/key"), "%2F.silo%2Fkey");
     }
 }
