@@ -29,6 +29,10 @@
 //! - [`daytona`]: Daytona's control plane, proxy (previews and toolbox) and
 //!   toolbox daemon, as its last published spec has them; [`MockDaytona`]
 //!   starts them all.
+//! - [`kubernetes`]: a Kubernetes API server (pods as containers running
+//!   their own command, Secrets, NetworkPolicies, watches, port-forward
+//!   over WebSocket and SPDY) typed by `k8s-openapi`; [`MockKubernetes`]
+//!   starts it and writes a kubeconfig.
 
 pub mod cli;
 pub mod containers;
@@ -38,9 +42,11 @@ pub mod faults;
 pub mod http;
 pub mod instance;
 pub mod journal;
+pub mod kubernetes;
 pub mod proxy;
 pub mod secret;
 
 pub use daytona::{MockDaytona, MockDaytonaConfig};
 pub use e2b::{MockE2b, MockE2bConfig};
 pub use instance::MockError;
+pub use kubernetes::{MockKubernetes, MockKubernetesConfig};

@@ -156,11 +156,7 @@ impl Engine {
                 (format!("{port}/tcp"), Some(vec![binding]))
             })
             .collect::<HashMap<_, _>>();
-        let labels = HashMap::from([
-            (LABEL_MOCK.to_owned(), self.kind.clone()),
-            (LABEL_INSTANCE.to_owned(), self.instance.clone()),
-            (LABEL_SANDBOX.to_owned(), spec.sandbox_id.to_owned()),
-        ]);
+        let labels = self.labels(spec.sandbox_id);
         let mut cmd = vec![
             "/bin/sh".to_owned(),
             "-c".to_owned(),
@@ -208,6 +204,23 @@ impl Engine {
         }
     }
 
+    /// The labels that mark a container or an image as this instance's,
+    /// backing `sandbox_id`: what [`Engine::remove_all`] finds.
+    pub fn labels(&self, sandbox_id: &str) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_MOCK.to_owned(), self.kind.clone()),
+            (LABEL_INSTANCE.to_owned(), self.instance.clone()),
+            (LABEL_SANDBOX.to_owned(), sandbox_id.to_owned()),
+        ])
+    }
+
+    /// The engine's client, for a provider whose containers are not
+    /// keep-alive sandboxes (a Kubernetes pod runs its own command); what
+    /// it makes must carry [`Engine::labels`].
+    pub(crate) fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
     /// Whether the engine has `image` (nothing is pulled).
     pub async fn has_image(&self, image: &str) -> Result<bool, ContainerError> {
         match self.docker.inspect_image(image).await {
@@ -232,11 +245,7 @@ impl Engine {
             .container(&container.id)
             .pause(true)
             .build();
-        let labels = HashMap::from([
-            (LABEL_MOCK.to_owned(), self.kind.clone()),
-            (LABEL_INSTANCE.to_owned(), self.instance.clone()),
-            (LABEL_SANDBOX.to_owned(), sandbox_id.to_owned()),
-        ]);
+        let labels = self.labels(sandbox_id);
         let config = ContainerConfig {
             labels: Some(labels),
             ..Default::default()
