@@ -15,10 +15,11 @@ in_ci() { [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; }
 # Ctrl-C and PTY tests type into), dash (the POSIX sh the session tests
 # compare with bash), bash-static (the bash of the SDK journeys' sandbox
 # image: E2B runs every command as `bash -l -c`) and python3-venv (the SDK
-# journeys' virtual environment) and podman (the Podman backend's engine,
-# whose API socket setup.sh starts). setup.sh only checks when they are there
-# already.
-scripts/setup.sh tmux dash bash-static python3-venv podman
+# journeys' virtual environment), podman (the Podman backend's engine,
+# whose API socket setup.sh starts) and kubectl (the real client the
+# Kubernetes tests and journeys run against the mock API server). setup.sh
+# only checks when they are there already.
+scripts/setup.sh tmux dash bash-static python3-venv podman kubectl
 
 # Whether python3 can make virtual environments: 0 if so; else 1 (skip,
 # with a note) or 2 (fail, under CI=true).

@@ -55,6 +55,10 @@ pub struct Args {
     /// PEM private key for --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Copy this agent's executable to PATH (mode 0755) and exit: how an
+    /// init container puts the agent into a pod's shared volume.
+    #[arg(long, value_name = "PATH", exclusive = true)]
+    pub install_to: Option<PathBuf>,
     /// File holding the sandbox key (64 hex digits); overrides SILO_AGENT_KEY.
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,

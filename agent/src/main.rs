@@ -57,6 +57,15 @@ fn main() -> ExitCode {
     let env_key = take_key_from_env();
     let args = parse_args();
     init_logging();
+    if let Some(path) = &args.install_to {
+        return match install_to(path) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                tracing::error!("{err:#}");
+                ExitCode::from(EXIT_BOOT_FAILURE)
+            }
+        };
+    }
     match run(args, env_key) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
@@ -74,6 +83,21 @@ fn take_key_from_env() -> Option<OsString> {
     // other thread exists, so nothing can read the environment concurrently.
     unsafe { std::env::remove_var(KEY_ENV) };
     key
+}
+
+/// Copies this executable to `path` (mode 0755), through a temporary file
+/// beside it, so a reader never sees half an agent.
+fn install_to(path: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let own = std::env::current_exe().context("cannot find this executable")?;
+    let partial = path.with_extension("partial");
+    std::fs::copy(&own, &partial)
+        .with_context(|| format!("cannot copy {} to {}", own.display(), partial.display()))?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("cannot make {} executable", partial.display()))?;
+    std::fs::rename(&partial, path)
+        .with_context(|| format!("cannot move the agent into place at {}", path.display()))?;
+    Ok(())
 }
 
 fn parse_args() -> Args {

@@ -33,6 +33,14 @@ enum Command {
         #[arg(long, default_value = DEFAULT_LISTEN)]
         listen: String,
     },
+    /// Build an image holding only the static agent (at /silo-agent): the
+    /// Kubernetes backend's init containers copy it into pods made from
+    /// any image (SILO_KUBERNETES_AGENT_IMAGE).
+    Agent {
+        /// The tag to give it.
+        #[arg(short = 't', long = "tag")]
+        tag: String,
+    },
     /// Build a small base image: FROM scratch plus a static busybox.
     Base {
         /// The tag to give it.
@@ -56,6 +64,10 @@ pub async fn run(silo: &Silo, out: &Output, args: Args) -> anyhow::Result<i32> {
     let (tag, id) = match args.command {
         Command::Bake { base, tag, listen } => {
             let id = images.bake(&base, &tag, &listen, &mut progress).await?;
+            (tag, id)
+        }
+        Command::Agent { tag } => {
+            let id = images.build_agent_image(&tag, &mut progress).await?;
             (tag, id)
         }
         Command::Base { tag, busybox } => {

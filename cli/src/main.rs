@@ -61,6 +61,15 @@ pub struct Cli {
     /// silo-agent binary to run instead of the built-in one.
     #[arg(long, global = true, env = "SILO_AGENT", value_name = "PATH")]
     agent: Option<PathBuf>,
+    /// The Kubernetes namespace of sandboxes made on the kubernetes backend
+    /// (default: the kubeconfig context's).
+    #[arg(
+        long,
+        global = true,
+        env = "SILO_KUBERNETES_NAMESPACE",
+        value_name = "NS"
+    )]
+    namespace: Option<String>,
     /// Print machine-readable JSON instead of tables (the same as `-o json`).
     #[arg(long, global = true)]
     json: bool,
@@ -167,9 +176,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     // A process this one starts in the background (a pool refill) uses the
     // same agent.
     let agent = cli.agent.clone();
+    let kubernetes = cli
+        .namespace
+        .as_deref()
+        .map(silo::KubernetesConfig::in_namespace)
+        .transpose()?;
     let options = SiloOptions {
         home: cli.home,
         agent: cli.agent,
+        kubernetes,
         ..SiloOptions::default()
     };
     // These need no home, or report on it rather than failing with it.

@@ -123,7 +123,33 @@ pub async fn diagnose(options: SiloOptions) -> Vec<Check> {
     checks.push(podman().await);
     checks.push(e2b().await);
     checks.push(daytona().await);
+    checks.push(kubernetes().await);
     checks
+}
+
+/// The Kubernetes backend: off without a cluster configured (no failure),
+/// else whether its API server answers, the namespace, and how agents are
+/// reached (at pods' addresses from inside the cluster, else through
+/// port-forward).
+async fn kubernetes() -> Check {
+    use crate::backend::kubernetes::{config::cluster_configured, survey};
+    if !cluster_configured() {
+        return Check::ok(
+            "kubernetes",
+            "off (no KUBECONFIG, ~/.kube/config or service account; set one to run \
+             sandboxes as pods)"
+                .into(),
+        );
+    }
+    match survey().await {
+        Ok(found) => Check::ok("kubernetes", found),
+        Err(err) => Check::bad(
+            "kubernetes",
+            Verdict::Fail,
+            silo_protocol::http::error_chain(&err),
+            "check KUBECONFIG and the SILO_KUBERNETES_* settings it names",
+        ),
+    }
 }
 
 /// This host's name, where the state lives, and whether the fleet's

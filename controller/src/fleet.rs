@@ -63,9 +63,13 @@ impl Fleet {
 
 /// Whether a backend's machines live on the host that made them (a
 /// container in its engine, a process of its own), so only that host can
-/// reach them; a provider's VMs are reached from anywhere.
+/// reach them; a provider's VMs and a cluster's pods are reached from
+/// anywhere.
 pub fn held_by_one_host(kind: BackendKind) -> bool {
-    !matches!(kind.machines(), crate::spec::Machines::ProviderVm)
+    !matches!(
+        kind.machines(),
+        crate::spec::Machines::ProviderVm | crate::spec::Machines::Pod
+    )
 }
 
 /// `SILO_HOST`, else the machine's host name, else `localhost`.

@@ -35,6 +35,11 @@ pub mod daytona {
     pub use crate::backend::daytona::{Api, DaytonaConfig, Toolbox};
 }
 
+/// The Kubernetes backend's settings, as the benchmarks set them.
+pub mod kubernetes {
+    pub use crate::backend::kubernetes::config::{ENV_AGENT_IMAGE, ENV_REACH};
+}
+
 /// Image builds on an engine connection of the caller's.
 pub mod image {
     pub use crate::image::{

@@ -105,6 +105,7 @@ pub use silo_protocol::bundle::FileSet;
 pub use silo_protocol::exec::{ExecSpec, ExitInfo};
 pub use silo_protocol::files::FileStat;
 
+pub use backend::kubernetes::KubernetesConfig;
 pub use backend::{DaytonaConfig, E2bConfig, MachineState, NoMemoryFork, NoPortRoute, PortUrl};
 pub use fsutil::human_bytes;
 pub use home::{Home, HomeError};

@@ -16,6 +16,7 @@ use serde_json::json;
 use silo_protocol::auth::{Key, derive_sandbox_key};
 
 use crate::agent_binary::AgentLocator;
+use crate::backend::kubernetes::KubernetesConfig;
 use crate::backend::podman::PodmanError;
 use crate::backend::{
     AnyBackend, Backend, BackendError, BackendSetup, Backends, DaytonaConfig, DockerError,
@@ -57,6 +58,9 @@ pub const STATUS_CONCURRENCY: usize = 32;
 
 /// Tries at drawing a free generated name before giving up.
 const NAME_ATTEMPTS: u32 = 8;
+/// The message of the snapshot a stop takes of a sandbox whose stop
+/// deletes its machine.
+pub const STOP_SNAPSHOT_MESSAGE: &str = "taken by silo stop: the machine is deleted";
 
 /// How to open a [`Silo`].
 #[derive(Debug, Clone, Default)]
@@ -71,6 +75,9 @@ pub struct SiloOptions {
     /// How to reach Daytona; from the environment (`DAYTONA_API_KEY` …)
     /// when absent.
     pub daytona: Option<DaytonaConfig>,
+    /// silo's Kubernetes settings; from the environment
+    /// (`SILO_KUBERNETES_*`) when absent.
+    pub kubernetes: Option<KubernetesConfig>,
     /// This host's name and where the state lives; from the environment
     /// (`SILO_HOST`, `SILO_STATE_URL`) when absent.
     pub fleet: Option<Fleet>,
@@ -169,6 +176,7 @@ impl Silo {
             agent,
             e2b: options.e2b,
             daytona: options.daytona,
+            kubernetes: options.kubernetes,
         });
         Ok(Self(Arc::new(Shared {
             backends,
@@ -382,8 +390,14 @@ impl Silo {
     pub async fn stop(&self, name_or_id: &str) -> Result<bool, SiloError> {
         let (_lease, sandbox) = self.lease_sandbox(name_or_id, "stop").await?;
         let key = self.sandbox_key(&sandbox);
-        let was_running = self
-            .backend_of(&sandbox)?
+        let backend = self.backend_of(&sandbox)?;
+        if !backend.stop_keeps_files() && self.status(&sandbox).await? == MachineState::Running {
+            // The stop deletes the machine (a pod): its files go into a
+            // snapshot first, which a start makes it anew from.
+            self.snapshot_leased(sandbox.clone(), Some(STOP_SNAPSHOT_MESSAGE.into()))
+                .await?;
+        }
+        let was_running = backend
             .stop(machine(&sandbox, &key))
             .await
             .map_err(|e| backend_error("stop", &sandbox, e))?;
@@ -555,8 +569,11 @@ impl Silo {
 
     async fn start_machine(&self, sandbox: &SandboxRecord) -> Result<Started, SiloError> {
         let key = self.sandbox_key(sandbox);
-        let started = self
-            .backend_of(sandbox)?
+        let backend = self.backend_of(sandbox)?;
+        if !backend.stop_keeps_files() && self.status(sandbox).await? != MachineState::Running {
+            return self.start_anew(sandbox).await;
+        }
+        let started = backend
             .start(machine(sandbox, &key))
             .await
             .map_err(|e| backend_error("start", sandbox, e))?;
@@ -572,6 +589,30 @@ impl Silo {
         Ok(Started {
             sandbox,
             was_running: started.was_running,
+        })
+    }
+
+    /// Starts a sandbox whose stop deleted its machine: a new machine from
+    /// its latest snapshot (the one its stop took), or a fresh one when it
+    /// has none (its machine ended by itself before any snapshot).
+    async fn start_anew(&self, sandbox: &SandboxRecord) -> Result<Started, SiloError> {
+        let sandbox = match self.restore_latest(sandbox, "started").await? {
+            Some(restored) => restored.sandbox,
+            None => {
+                let spec = sandbox.spec.clone();
+                self.recreate(
+                    sandbox.clone(),
+                    spec,
+                    "started with no snapshot",
+                    Vec::new(),
+                )
+                .await?
+                .sandbox
+            }
+        };
+        Ok(Started {
+            sandbox,
+            was_running: false,
         })
     }
 

@@ -52,6 +52,9 @@ macro_rules! backends {
             /// A container on a Podman engine, as on Docker, through Podman's
             /// Docker-compatible API socket.
             Podman = "podman", Container, Unenforced => podman: PodmanBackend, PodmanError;
+            /// A pod in a Kubernetes cluster, the agent its PID 1, reached at the
+            /// pod's address or through the API server's port-forward.
+            Kubernetes = "kubernetes", Pod, Unenforced => kubernetes: KubernetesBackend, KubernetesError;
         }
     };
 }
@@ -66,6 +69,8 @@ pub enum Machines {
     Container,
     /// A provider's VM made from its template, with internet or none.
     ProviderVm,
+    /// A pod in a cluster: an image, with the settings a pod spec has.
+    Pod,
 }
 
 /// Which outbound rules (`allow_out`, `deny_out`) a backend's provider

@@ -219,7 +219,9 @@ fn classify(error: &(dyn std::error::Error + 'static)) -> Class {
             // Host processes and containers fail for the host's reasons; a
             // provider's VM is a provider refusing, with its hint in the chain.
             _ if error.is_missing_image() => Class::ImageNotFound,
-            SiloError::Backend { backend, .. } if backend.machines() == Machines::ProviderVm => {
+            SiloError::Backend { backend, .. }
+                if matches!(backend.machines(), Machines::ProviderVm | Machines::Pod) =>
+            {
                 Class::Provider
             }
             SiloError::Busy { .. } => Class::Busy,

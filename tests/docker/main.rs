@@ -16,6 +16,7 @@ mod fleet;
 mod fork_pool;
 mod image;
 mod incremental;
+mod kubernetes;
 mod lease;
 mod listing;
 mod long_use;

@@ -18,6 +18,7 @@
 pub mod daytona;
 pub mod docker;
 pub mod e2b;
+pub mod kubernetes;
 pub mod labels;
 pub mod local;
 pub mod podman;
@@ -229,6 +230,14 @@ pub trait Backend {
         false
     }
 
+    /// Whether a stopped machine keeps its files for a start; `false` where
+    /// a stop deletes the machine (a pod cannot stop), so the caller
+    /// snapshots it before a stop and a start makes it anew from that
+    /// snapshot.
+    fn stop_keeps_files(&self) -> bool {
+        true
+    }
+
     /// Whether a running machine can be captured whole, memory and
     /// processes with its files, for a new machine to start from
     /// ([`Backend::capture_memory`]).
@@ -371,6 +380,8 @@ pub(crate) struct BackendSetup {
     pub e2b: Option<E2bConfig>,
     /// How to reach Daytona, when not from the environment.
     pub daytona: Option<DaytonaConfig>,
+    /// silo's Kubernetes settings, when not from the environment.
+    pub kubernetes: Option<kubernetes::KubernetesConfig>,
 }
 
 /// The registration of every backend this build has, from the lines of
@@ -403,6 +414,10 @@ macro_rules! register_backends {
 
             fn forks_memory(&self) -> bool {
                 match self { $(AnyBackend::$variant(b) => b.forks_memory(),)+ }
+            }
+
+            fn stop_keeps_files(&self) -> bool {
+                match self { $(AnyBackend::$variant(b) => b.stop_keeps_files(),)+ }
             }
 
             async fn capture_memory(&self, source: Machine<'_>, name: &str) -> Result<String, BackendError> {

@@ -18,6 +18,7 @@
 //! added files has more layers, one that changed only settings has the same
 //! files.
 
+mod agent;
 mod bake;
 mod base;
 mod context;
@@ -62,6 +63,7 @@ fn base_id(inputs: &[&[u8]]) -> String {
     hex::encode(hash.finalize())
 }
 
+pub use agent::build_agent_image;
 pub use bake::{BAKED_AGENT_PATH, BakeRequest, DEFAULT_LISTEN, bake};
 pub use base::{DEFAULT_BASE_TAG, DEFAULT_BUSYBOX, build_base};
 pub use context::Context;

@@ -66,6 +66,18 @@ impl Images {
         bake(engine, self.docker.flavor(), &request, progress).await
     }
 
+    /// Builds an image holding only this silo's agent (for a cluster's init
+    /// containers) as `tag`; answers its id.
+    pub async fn build_agent_image(
+        &self,
+        tag: &str,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<String, ImageError> {
+        let engine = self.docker.engine().await?;
+        let agent = self.docker.agent_binary()?;
+        super::build_agent_image(engine, &agent, tag, progress).await
+    }
+
     /// Builds the small base image from the static busybox at `busybox` as
     /// `tag`; answers its id.
     pub async fn build_base(

@@ -241,7 +241,7 @@ impl Silo {
 
     /// Tier 3 for an existing sandbox: removes its machine (if any) and makes
     /// a fresh one with `spec` under the same id, name and history.
-    async fn recreate(
+    pub(super) async fn recreate(
         &self,
         sandbox: SandboxRecord,
         spec: SandboxSpec,

@@ -23,7 +23,72 @@ impl SandboxSpec {
             Machines::HostProcess => self.check_local(),
             Machines::Container => self.check_container(),
             Machines::ProviderVm => self.check_remote(),
+            Machines::Pod => self.check_pod(),
         }
+    }
+
+    /// A pod: an image, and what a pod spec has a field for (see
+    /// `backend::kubernetes::pod` for the mapping); the rest is refused by
+    /// name.
+    fn check_pod(&self) -> Result<(), SpecError> {
+        let mapped = [
+            "image",
+            "workdir",
+            "user",
+            "network",
+            "cpus",
+            "memory",
+            "cap-add",
+            "privileged",
+            "new-privileges",
+            "runtime",
+            "label",
+        ];
+        let unsupported: Vec<&str> = self
+            .container_settings()
+            .into_iter()
+            .filter(|name| !mapped.contains(name))
+            .collect();
+        if !unsupported.is_empty() {
+            return Err(SpecError::Unsupported {
+                backend: self.backend,
+                settings: unsupported.join(", "),
+            });
+        }
+        let invalid =
+            |setting: &'static str, reason: String| SpecError::Invalid { setting, reason };
+        match self.image.as_deref() {
+            None => return Err(SpecError::NoImage(self.backend)),
+            Some(image) if image.trim().is_empty() => {
+                return Err(invalid("image", "it is empty".into()));
+            }
+            Some(_) => {}
+        }
+        if let Some(network) = self.network.as_deref() {
+            if !matches!(network, "none" | "bridge") {
+                return Err(invalid(
+                    "network",
+                    format!("{network:?}: a pod has the cluster's network (bridge) or none"),
+                ));
+            }
+        }
+        if let Some(user) = self.user.as_deref() {
+            if crate::backend::kubernetes::pod::numeric_user(user).is_none() {
+                return Err(invalid(
+                    "user",
+                    format!("{user:?}: a pod runs as a numeric UID[:GID], not a name"),
+                ));
+            }
+        }
+        if let Some(dir) = &self.workdir {
+            if !dir.starts_with('/') {
+                return Err(invalid(
+                    "workdir",
+                    format!("{dir:?} is not an absolute path"),
+                ));
+            }
+        }
+        self.check_egress()
     }
 
     /// A provider VM: made from a template (the spec's image), with or

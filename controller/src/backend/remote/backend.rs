@@ -68,6 +68,9 @@ pub trait Provider: std::fmt::Debug + Send + Sync + Sized + 'static {
     /// Whether the provider can capture a running machine with its memory
     /// for another to start from ([`Provider::capture_memory`]).
     const FORKS_MEMORY: bool = false;
+    /// Whether a stopped machine keeps its files; a provider whose stop
+    /// deletes the machine (a cluster's pod) says not.
+    const STOP_KEEPS_FILES: bool = true;
 
     /// Whether a stop of the machine `reference` names keeps memory and
     /// processes (a pause), so a start resumes them as they were.
@@ -435,6 +438,10 @@ impl<P: Provider> Backend for RemoteBackend<P> {
 
     fn forks_memory(&self) -> bool {
         P::FORKS_MEMORY
+    }
+
+    fn stop_keeps_files(&self) -> bool {
+        P::STOP_KEEPS_FILES
     }
 
     async fn capture_memory(

@@ -72,6 +72,20 @@ impl Silo {
             .take(start, message)
             .await
     }
+
+    /// Snapshots a sandbox whose lease the caller holds (a stop that
+    /// deletes the machine, which keeps its files this way).
+    pub(crate) async fn snapshot_leased(
+        &self,
+        sandbox: SandboxRecord,
+        message: Option<String>,
+    ) -> Result<SnapshotReport, SiloError> {
+        let start = Instant::now();
+        Snapshotter::ready(self, sandbox, &super::no_progress())
+            .await?
+            .take(start, message)
+            .await
+    }
 }
 
 /// One snapshot of one sandbox, taken in named phases (see the module
