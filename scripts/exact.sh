@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 seed=${1:-${SILO_EXACT_SEED:-$(date +%s%N)}}
 shift || true
 backends=("$@")
-[ ${#backends[@]} -gt 0 ] || backends=(docker podman e2b daytona)
+[ ${#backends[@]} -gt 0 ] || backends=(docker podman e2b daytona kubernetes)
 export SILO_EXACT_SEED=$seed
 export SILO_EXACT_REWINDS=${SILO_EXACT_REWINDS:-2000}
 export SILO_EXACT_FORKS=${SILO_EXACT_FORKS:-200}
@@ -27,8 +27,8 @@ export SILO_EXACT_SHRINK_SECS=${SILO_EXACT_SHRINK_SECS:-1800}
 echo "exact: SILO_EXACT_SEED=$seed, $SILO_EXACT_REWINDS rewinds, $SILO_EXACT_FORKS forks on ${backends[*]}" >&2
 for backend in "${backends[@]}"; do
   case $backend in
-    docker | podman | e2b | daytona) ;;
-    *) echo "exact: no backend $backend (docker, podman, e2b, daytona)" >&2; exit 2 ;;
+    docker | podman | e2b | daytona | kubernetes) ;;
+    *) echo "exact: no backend $backend (docker, podman, e2b, daytona, kubernetes)" >&2; exit 2 ;;
   esac
   # One run at a time: each backend's has the machine to itself.
   cargo test -p silo-cli --test docker \

@@ -3,8 +3,8 @@
 //! (`silo_tests::exact`): a designed case (a file two levels below an
 //! image directory no step touched) and the property itself, seeded
 //! random steps with snapshots, rewinds and forks, on the Docker and
-//! Podman backends and on the E2B and Daytona mocks (whose VMs are
-//! containers on the Docker engine, each running a real agent). `SILO_EXACT_SEED`, `SILO_EXACT_KINDS`,
+//! Podman backends and on the E2B, Daytona and Kubernetes mocks (whose VMs
+//! and pods are containers on the Docker engine, each running a real agent). `SILO_EXACT_SEED`, `SILO_EXACT_KINDS`,
 //! `SILO_EXACT_REWINDS`, `SILO_EXACT_FORKS`, `SILO_EXACT_SHRINK_SECS` and
 //! `SILO_EXACT_NANOS` steer the property (`scripts/exact.sh` runs it long);
 //! `SILO_EXACT_AGENT` holds another build of the agent to the same promise.
@@ -16,7 +16,9 @@
 
 use std::time::Instant;
 
-use silo_mocks::{MockDaytona, MockDaytonaConfig, MockE2b, MockE2bConfig};
+use silo_mocks::{
+    MockDaytona, MockDaytonaConfig, MockE2b, MockE2bConfig, MockKubernetes, MockKubernetesConfig,
+};
 use silo_tests::Cli;
 use silo_tests::docker::BASE_IMAGE;
 use silo_tests::exact::listing::{Compare, Listing, diff};
@@ -187,6 +189,32 @@ async fn every_rewind_and_fork_gives_back_exactly_what_its_snapshot_saw_on_dayto
         backend: Backend::Daytona,
     };
     check(&target, &settings, "exact-day").await;
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_rewind_and_fork_gives_back_exactly_what_its_snapshot_saw_on_kubernetes() {
+    let Some(engine) = silo_tests::docker::engine_with_base().await else {
+        return;
+    };
+    let mock = MockKubernetes::start(MockKubernetesConfig::default())
+        .await
+        .unwrap();
+    // Pods of the plain base image, the agent copied in by an init
+    // container from the agent image.
+    let agent_image = "silo-test-exact-agent:latest";
+    let cli = cli()
+        .with_env(mock.env())
+        .with_env([("SILO_KUBERNETES_AGENT_IMAGE", agent_image.to_owned())]);
+    cli.ok(&["image", "agent", "-t", agent_image]);
+    let settings = Settings::from_env(MOCK_BUDGET.0, MOCK_BUDGET.1);
+    let target = Target {
+        cli: &cli,
+        engine: &engine,
+        backend: Backend::Kubernetes,
+    };
+    check(&target, &settings, "exact-k8s").await;
     drop(cli);
     mock.shutdown().await.unwrap();
 }

@@ -118,7 +118,10 @@ pub async fn check(target: &Target<'_>, settings: &Settings, name: &str) {
         kinds.join(",")
     );
     let budget = (settings.rewinds, settings.forks);
-    let plan = plan::generate(seed, &settings.kinds, budget, !target.backend.is_remote());
+    let mut plan = plan::generate(seed, &settings.kinds, budget, !target.backend.is_remote());
+    if target.backend.stop_deletes_machines() {
+        plan = plan::with_restarts(plan, seed);
+    }
     let started = Instant::now();
     let failure = match target.play(&plan, name, settings.compare, true).await {
         Ok(stats) => {

@@ -35,6 +35,9 @@ pub enum Action {
     /// `silo fork` of the snapshot of this label; the fork's tree must be
     /// the one it recorded.
     Fork(u32),
+    /// `silo stop NAME` then `silo start NAME` on a backend whose stop
+    /// deletes the machine (a pod): the tree must be as it was before.
+    Restart,
 }
 
 impl Action {
@@ -42,7 +45,7 @@ impl Action {
     pub fn needs(&self) -> Option<u32> {
         match self {
             Self::Rewind(label) | Self::Fork(label) => Some(*label),
-            Self::Step(_) | Self::Snapshot(_) => None,
+            Self::Step(_) | Self::Snapshot(_) | Self::Restart => None,
         }
     }
 
@@ -56,6 +59,7 @@ impl Action {
             Self::Snapshot(label) => format!("snapshot s{label}"),
             Self::Rewind(label) => format!("rewind to s{label}"),
             Self::Fork(label) => format!("fork of s{label}"),
+            Self::Restart => "stop and start".to_owned(),
         }
     }
 }
@@ -114,6 +118,25 @@ pub fn generate(
     plan
 }
 
+/// How often a stop and start follows a rewind or a fork, in percent.
+const RESTART_PERCENT: u64 = 30;
+
+/// `plan` with a stop and start after some of its rewinds and forks, drawn
+/// from `seed` apart from the plan's own draws (so a seed's plan is the
+/// same on every backend but for these).
+pub fn with_restarts(plan: Vec<Action>, seed: u64) -> Vec<Action> {
+    let mut rng = Rng::new(seed ^ 0x5245_5354_4152_5421);
+    let mut out = Vec::with_capacity(plan.len());
+    for action in plan {
+        let after = matches!(action, Action::Rewind(_) | Action::Fork(_));
+        out.push(action);
+        if after && rng.chance(RESTART_PERCENT) {
+            out.push(Action::Restart);
+        }
+    }
+    out
+}
+
 /// Whether every rewind and fork names a snapshot taken before it.
 pub fn is_valid(plan: &[Action]) -> bool {
     let mut taken = std::collections::HashSet::new();
@@ -153,6 +176,11 @@ pub fn render(plan: &[Action], name: &str, backend: Backend) -> String {
                 "# {index}: the fork's tree must be s{label}'s\n\
                  silo fork \"$s{label}\" --name {name}-fork{index} && silo rm {name}-fork{index}"
             ),
+            Action::Restart => writeln!(
+                out,
+                "# {index}: the tree must be as before the stop\n\
+                 silo stop {name} && silo start {name}"
+            ),
         };
     }
     out
@@ -168,6 +196,18 @@ mod tests {
         assert_eq!(a, generate(42, &OpKind::ALL, (10, 3), true));
         assert_ne!(a, generate(43, &OpKind::ALL, (10, 3), true));
         assert_ne!(a, generate(42, &OpKind::ALL, (10, 3), false));
+        // Stops and starts go after rewinds and forks, the plan's own
+        // actions kept in order.
+        let restarted = with_restarts(a.clone(), 42);
+        assert!(restarted.len() > a.len());
+        let own: Vec<&Action> = restarted
+            .iter()
+            .filter(|x| !matches!(x, Action::Restart))
+            .collect();
+        assert_eq!(own, a.iter().collect::<Vec<_>>());
+        assert!(restarted.windows(2).all(|w| {
+            !matches!(w[1], Action::Restart) || matches!(w[0], Action::Rewind(_) | Action::Fork(_))
+        }));
         let count = |f: fn(&Action) -> bool| a.iter().filter(|x| f(x)).count();
         assert_eq!(count(|x| matches!(x, Action::Rewind(_))), 10);
         assert_eq!(count(|x| matches!(x, Action::Fork(_))), 3);

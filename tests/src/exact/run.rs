@@ -32,6 +32,10 @@ pub enum Backend {
     E2b,
     /// silo's Daytona backend, against the Daytona mock.
     Daytona,
+    /// silo's Kubernetes backend, against the mock API server (its pods
+    /// are containers on the Docker engine, the agent their PID 1, copied
+    /// in by an init container from the image the test names).
+    Kubernetes,
 }
 
 impl Backend {
@@ -42,6 +46,7 @@ impl Backend {
             Self::Podman => "podman",
             Self::E2b => "e2b",
             Self::Daytona => "daytona",
+            Self::Kubernetes => "kubernetes",
         }
     }
 
@@ -52,6 +57,7 @@ impl Backend {
             Self::Podman => &["--image", BASE_IMAGE, "--backend", "podman"],
             Self::E2b => &["--backend", "e2b", "--template", MOCK_BASE],
             Self::Daytona => &["--backend", "daytona", "--image", MOCK_BASE],
+            Self::Kubernetes => &["--backend", "kubernetes", "--image", BASE_IMAGE],
         }
     }
 
@@ -64,12 +70,19 @@ impl Backend {
         }
     }
 
-    /// Whether a sandbox's machine is a mock's VM: the provider's template
+    /// Whether a sandbox's machine is a mock's VM or pod: the template
     /// files are not in silo's store, so changing one makes a rewind to
     /// before it take a new VM (docs/snapshots.md), and the run leaves
     /// them alone.
     pub fn is_remote(self) -> bool {
-        matches!(self, Self::E2b | Self::Daytona)
+        matches!(self, Self::E2b | Self::Daytona | Self::Kubernetes)
+    }
+
+    /// Whether a stop deletes its machines, so a stop and start brings the
+    /// tree back from the snapshot the stop took (a promise its plans test
+    /// too).
+    pub fn stop_deletes_machines(self) -> bool {
+        self == Self::Kubernetes
     }
 }
 
@@ -241,14 +254,25 @@ impl Target<'_> {
     }
 
     /// The container holding the live tree of sandbox `name`: silo's own
-    /// on Docker and Podman, and the mock's VM (`silo-mock-KIND-PROVIDER_ID`)
-    /// on E2B and Daytona, as `silo ls` names it.
-    fn container_of(&self, name: &str) -> Result<String, (Class, String)> {
+    /// on Docker and Podman, the mock's VM (`silo-mock-KIND-PROVIDER_ID`)
+    /// on E2B and Daytona, and the pod's `sandbox` container (found by the
+    /// labels the mock gives it) on Kubernetes, as `silo ls` names them.
+    async fn container_of(&self, name: &str) -> Result<String, (Class, String)> {
         let rows = self.silo_json(&["ls", "--json"])?;
         let row = rows
             .as_array()
             .and_then(|rows| rows.iter().find(|row| row["name"] == name))
             .ok_or_else(|| (Class::Silo, format!("{name} is not listed")))?;
+        if self.backend == Backend::Kubernetes {
+            let pod = row["backend_ref"]["pod"].as_str().unwrap_or_default();
+            let pod = pod.split_once('/').map_or(pod, |(_, name)| name);
+            return pod_container(self.engine, pod).await.ok_or_else(|| {
+                (
+                    Class::Silo,
+                    format!("pod {pod} of {name} has no running container"),
+                )
+            });
+        }
         Ok(if self.backend.is_remote() {
             let vm = row["backend_ref"]["sandbox_id"]
                 .as_str()
@@ -282,6 +306,7 @@ impl Player<'_> {
                 Action::Snapshot(label) => self.snapshot(*label).await,
                 Action::Rewind(label) => self.rewind(*label).await,
                 Action::Fork(label) => self.fork(*label, at).await,
+                Action::Restart => self.restart().await,
             };
             let took = started.elapsed();
             match done {
@@ -370,6 +395,24 @@ impl Player<'_> {
         ))
     }
 
+    /// A stop and a start: on a backend whose stop deletes the machine, a
+    /// new one from the snapshot the stop took, whose tree must be the
+    /// one before.
+    async fn restart(&mut self) -> Done {
+        let name = self.name.clone();
+        let before = self.listing(&name).await?;
+        self.target.silo(&["stop", &name])?;
+        self.target.silo(&["start", &name])?;
+        self.containers.remove(&name);
+        let after = self.listing(&name).await?;
+        self.differ(
+            &before,
+            &after,
+            "after a stop and start, the tree is not as before",
+        )?;
+        Ok(String::new())
+    }
+
     async fn fork(&mut self, label: u32, at: usize) -> Done {
         let snapshot = self.snapshot_id(label)?;
         let fork = format!("{}-fork{at}", self.name);
@@ -404,7 +447,7 @@ impl Player<'_> {
         let container = match self.containers.get(name) {
             Some(container) => container.clone(),
             None => {
-                let container = self.target.container_of(name)?;
+                let container = self.target.container_of(name).await?;
                 self.containers.insert(name.to_owned(), container.clone());
                 container
             }
@@ -445,4 +488,25 @@ impl Player<'_> {
             let _ = self.target.silo(&args);
         }
     }
+}
+
+/// The running `sandbox` container of pod `pod` on the mock API server's
+/// engine.
+async fn pod_container(engine: &Docker, pod: &str) -> Option<String> {
+    let filters = HashMap::from([(
+        "label".to_owned(),
+        vec![
+            format!("io.kubernetes.pod.name={pod}"),
+            "io.kubernetes.container.name=sandbox".to_owned(),
+        ],
+    )]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::new()
+        .filters(&filters)
+        .build();
+    let found = engine.list_containers(Some(options)).await.ok()?;
+    found.into_iter().find_map(|c| {
+        c.names?
+            .first()
+            .map(|n| n.trim_start_matches('/').to_owned())
+    })
 }
