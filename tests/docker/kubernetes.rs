@@ -111,6 +111,14 @@ fn nothing_left(mock: &MockKubernetes, cli: &Cli) {
     }
 }
 
+/// The end of a test: nothing left, then the CLI's own clean-up (which
+/// talks to the mock) before the mock stops.
+async fn finish(mock: MockKubernetes, cli: Cli) {
+    nothing_left(&mock, &cli);
+    drop(cli);
+    mock.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sandbox_lives_as_a_pod_reached_through_port_forward() {
     let Some((mock, k8s)) = cluster(&[("SILO_KUBERNETES_REACH", "port-forward")]).await else {
@@ -264,9 +272,7 @@ async fn a_sandbox_lives_as_a_pod_reached_through_port_forward() {
     assert_eq!(sh(&k8s, "box", "cat /work/kept"), "kept\n");
 
     k8s.ok(&["rm", "box"]);
-    nothing_left(&mock, &k8s);
-    drop(k8s);
-    mock.shutdown().await.unwrap();
+    finish(mock, k8s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -330,9 +336,7 @@ async fn pods_are_reached_at_their_addresses_with_the_agent_copied_in() {
     assert_eq!(policy["spec"]["egress"], serde_json::json!([]), "{policy}");
 
     k8s.ok(&["rm", "box", "offline"]);
-    nothing_left(&mock, &k8s);
-    drop(k8s);
-    mock.shutdown().await.unwrap();
+    finish(mock, k8s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -360,9 +364,7 @@ async fn a_pod_deleted_outside_silo_comes_back_from_its_latest_snapshot() {
     );
 
     k8s.ok(&["rm", "box"]);
-    nothing_left(&mock, &k8s);
-    drop(k8s);
-    mock.shutdown().await.unwrap();
+    finish(mock, k8s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -399,7 +401,5 @@ async fn what_a_pod_has_no_field_for_is_refused_by_name_and_nothing_is_made() {
         "silo-test-no-such-image:1",
     ]);
     assert!(refused.contains("silo-test-no-such-image"), "{refused}");
-    nothing_left(&mock, &k8s);
-    drop(k8s);
-    mock.shutdown().await.unwrap();
+    finish(mock, k8s).await;
 }

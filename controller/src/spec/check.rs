@@ -44,17 +44,7 @@ impl SandboxSpec {
             "runtime",
             "label",
         ];
-        let unsupported: Vec<&str> = self
-            .container_settings()
-            .into_iter()
-            .filter(|name| !mapped.contains(name))
-            .collect();
-        if !unsupported.is_empty() {
-            return Err(SpecError::Unsupported {
-                backend: self.backend,
-                settings: unsupported.join(", "),
-            });
-        }
+        self.only(&mapped)?;
         let invalid =
             |setting: &'static str, reason: String| SpecError::Invalid { setting, reason };
         match self.image.as_deref() {
@@ -95,18 +85,7 @@ impl SandboxSpec {
     /// without internet; the template fixes its size, and there is no host
     /// file system to mount.
     fn check_remote(&self) -> Result<(), SpecError> {
-        let honoured = ["image", "workdir", "network", "allow-out", "deny-out"];
-        let unsupported: Vec<&str> = self
-            .container_settings()
-            .into_iter()
-            .filter(|name| !honoured.contains(name))
-            .collect();
-        if !unsupported.is_empty() {
-            return Err(SpecError::Unsupported {
-                backend: self.backend,
-                settings: unsupported.join(", "),
-            });
-        }
+        self.only(&["image", "workdir", "network", "allow-out", "deny-out"])?;
         if let Some(network) = self.network.as_deref() {
             if !matches!(network, "none" | "bridge") {
                 return Err(SpecError::Invalid {
@@ -263,9 +242,13 @@ impl SandboxSpec {
             .collect()
     }
 
-    fn check_local(&self) -> Result<(), SpecError> {
-        self.check_egress()?;
-        let unsupported = self.container_settings();
+    /// Refuses, by name, every setting that is set but not `honoured`.
+    fn only(&self, honoured: &[&str]) -> Result<(), SpecError> {
+        let unsupported: Vec<&str> = self
+            .container_settings()
+            .into_iter()
+            .filter(|name| !honoured.contains(name))
+            .collect();
         if unsupported.is_empty() {
             return Ok(());
         }
@@ -273,6 +256,11 @@ impl SandboxSpec {
             backend: self.backend,
             settings: unsupported.join(", "),
         })
+    }
+
+    fn check_local(&self) -> Result<(), SpecError> {
+        self.check_egress()?;
+        self.only(&[])
     }
 
     fn check_container(&self) -> Result<(), SpecError> {
