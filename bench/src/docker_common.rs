@@ -161,3 +161,23 @@ pub async fn remove(engine: &Docker, name: &str) -> anyhow::Result<()> {
     engine.remove_container(name, Some(options)).await?;
     Ok(())
 }
+
+/// Bakes this build's agent into the base image as `tag` (a template or
+/// image that carries the agent).
+pub async fn bake_base(tag: &str) -> anyhow::Result<()> {
+    let engine = silo::internals::docker::connect().await?;
+    let baked = silo::internals::image::BakeRequest {
+        base: silo_tests::docker::BASE_IMAGE,
+        tag,
+        agent: silo_tests::agent_binary(),
+        listen: silo::DEFAULT_LISTEN,
+    };
+    silo::internals::image::bake(
+        &engine,
+        &silo::internals::docker::DOCKER,
+        &baked,
+        &mut |_| {},
+    )
+    .await?;
+    Ok(())
+}

@@ -52,20 +52,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     if silo_tests::docker::engine_with_base().await.is_none() {
         return Ok(Vec::new());
     }
-    let engine = silo::internals::docker::connect().await?;
-    let baked = silo::internals::image::BakeRequest {
-        base: silo_tests::docker::BASE_IMAGE,
-        tag: BAKED_IMAGE,
-        agent: silo_tests::agent_binary(),
-        listen: silo::DEFAULT_LISTEN,
-    };
-    silo::internals::image::bake(
-        &engine,
-        &silo::internals::docker::DOCKER,
-        &baked,
-        &mut |_| {},
-    )
-    .await?;
+    crate::docker_common::bake_base(BAKED_IMAGE).await?;
     let mut mock_config = MockE2bConfig::default();
     mock_config
         .templates

@@ -34,20 +34,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     if silo_tests::docker::engine_with_base().await.is_none() {
         return Ok(Vec::new());
     }
-    let engine = silo::internals::docker::connect().await?;
-    let baked = silo::internals::image::BakeRequest {
-        base: silo_tests::docker::BASE_IMAGE,
-        tag: BAKED_IMAGE,
-        agent: silo_tests::agent_binary(),
-        listen: silo::DEFAULT_LISTEN,
-    };
-    silo::internals::image::bake(
-        &engine,
-        &silo::internals::docker::DOCKER,
-        &baked,
-        &mut |_| {},
-    )
-    .await?;
+    crate::docker_common::bake_base(BAKED_IMAGE).await?;
     let mock = MockKubernetes::start(MockKubernetesConfig::default()).await?;
     // The kube client reads KUBECONFIG like every Kubernetes client; this
     // process has no other cluster.

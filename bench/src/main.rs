@@ -31,6 +31,7 @@ mod footprint;
 mod fork_many_pool;
 mod fork_pool;
 mod interrupt;
+mod kubernetes;
 mod long_use;
 mod nonce_window;
 mod pool;
@@ -80,6 +81,7 @@ const SCENARIOS: &[&str] = &[
     "e2b",
     "daytona",
     "fleet",
+    "kubernetes",
 ];
 
 #[derive(Parser)]
@@ -111,7 +113,9 @@ struct Args {
     /// the mock Daytona), fleet (on a fleet's PostgreSQL and S3 server,
     /// from `scripts/fleet.sh up`, beside the home's SQLite and store:
     /// checkpoint durability, a cold-cache fork on another host, a pool
-    /// claim, `silo ls` with 1,000 records). The Docker ones are skipped, with a note, when no engine
+    /// claim, `silo ls` with 1,000 records), kubernetes (time to
+    /// interactive, exec and pool claim beside `kubectl run`, `wait` and
+    /// `exec`, through the mock API server). The Docker ones are skipped, with a note, when no engine
     /// answers outside CI. A scenario that cannot run is named with its
     /// error after the table, and the run exits 1.
     scenarios: Vec<String>,
@@ -200,6 +204,7 @@ async fn run(scenario: &str, quick: bool) -> anyhow::Result<Vec<report::Row>> {
         "e2b" => e2b::run(quick).await?,
         "daytona" => daytona::run(quick).await?,
         "fleet" => fleet::run(quick).await?,
+        "kubernetes" => kubernetes::run(quick).await?,
         "gvisor" => docker_gvisor::run(quick).await?,
         other => anyhow::bail!("no scenario {other:?}"),
     })
