@@ -403,3 +403,54 @@ async fn what_a_pod_has_no_field_for_is_refused_by_name_and_nothing_is_made() {
     assert!(refused.contains("silo-test-no-such-image"), "{refused}");
     finish(mock, k8s).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gc_deletes_this_homes_orphans_and_nothing_else() {
+    let Some((mock, k8s)) = cluster(&[]).await else {
+        return;
+    };
+    k8s.ok(&["up", "box", "--backend", "kubernetes", "--image", BAKED]);
+    let pod = pod_of(&k8s, "box");
+    let home = std::fs::read_to_string(k8s.home.path().join("home-id")).unwrap();
+    // What a create cut short leaves (a Secret of a sandbox silo never
+    // recorded), and another home's Secret.
+    let secret = |name: &str, home: &str| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": name, "labels": {
+                "app.kubernetes.io/managed-by": "silo",
+                "silo.home": home,
+                "silo.sandbox.id": "sbx-000000000000",
+            }},
+            "data": { "key": "eA==" },
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (name, home) in [("silo-orphan", home.trim()), ("silo-other-home", "another")] {
+        let file = dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, secret(name, home).to_string()).unwrap();
+        kubectl(
+            &mock,
+            &["create", "--validate=false", "-f", file.to_str().unwrap()],
+        );
+    }
+    let dry = k8s.ok(&["gc", "--dry-run"]);
+    assert!(
+        dry.contains("silo-orphan") && !dry.contains("silo-other-home"),
+        "{dry}"
+    );
+    k8s.ok(&["gc"]);
+    let mut secrets = managed(&mock, "secrets");
+    secrets.sort();
+    let mut want = [pod.clone(), "silo-other-home".to_owned()];
+    want.sort();
+    assert_eq!(secrets, want);
+    assert_eq!(
+        sh(&k8s, "box", "echo alive"),
+        "alive\n",
+        "gc left the live pod"
+    );
+    kubectl(&mock, &["delete", "secret", "silo-other-home"]);
+    k8s.ok(&["rm", "box"]);
+    finish(mock, k8s).await;
+}
