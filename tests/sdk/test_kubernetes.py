@@ -22,7 +22,7 @@ import time
 import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
-from kubernetes.stream import portforward
+from kubernetes.stream import portforward, stream
 
 from conftest import binary, docker, route, start_mock, unavailable
 
@@ -98,13 +98,13 @@ def test_python_client_journey(kubeconfig):
 
     phases = []
     with route("GET /api/v1/namespaces/default/pods?watch=true"):
-        stream = watch.Watch()
-        for event in stream.stream(
+        watcher = watch.Watch()
+        for event in watcher.stream(
             api.list_namespaced_pod, "default", label_selector=selector, timeout_seconds=PHASE_TIMEOUT
         ):
             phases.append((event["type"], event["object"].status.phase))
             if event["object"].status.phase == "Running":
-                stream.stop()
+                watcher.stop()
     assert phases[0] == ("ADDED", "Pending") or phases[0] == ("ADDED", "Running"), phases
     assert phases[-1][1] == "Running", phases
 
@@ -127,6 +127,41 @@ def test_python_client_journey(kubeconfig):
 
     with route("GET /api/v1/namespaces/default/pods/py-hello/log"):
         assert api.read_namespaced_pod_log("py-hello", "default") == "started\n"
+
+    # Exec over WebSocket channels (the client offers v5 and v4): the
+    # output of both streams, as the client collects it.
+    with route("GET /api/v1/namespaces/default/pods/py-hello/exec (WebSocket)"):
+        printed = stream(
+            api.connect_get_namespaced_pod_exec,
+            "py-hello",
+            "default",
+            command=["sh", "-c", "echo from exec; echo to stderr >&2"],
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+        )
+    assert "from exec\n" in printed and "to stderr\n" in printed, printed
+
+    # Stdin written as the client writes a string (a text message), and
+    # the exit code read from the error channel's Status.
+    with route("GET /api/v1/namespaces/default/pods/py-hello/exec (stdin, exit code)"):
+        session = stream(
+            api.connect_get_namespaced_pod_exec,
+            "py-hello",
+            "default",
+            command=["sh", "-c", "read line; echo got $line; exit 3"],
+            stderr=True,
+            stdin=True,
+            stdout=True,
+            tty=False,
+            _preload_content=False,
+        )
+        session.write_stdin("hello\n")
+        session.run_forever(timeout=PHASE_TIMEOUT)
+        assert not session.is_open()
+        assert session.read_stdout() == "got hello\n"
+        assert session.returncode == 3
 
     with route("DELETE /api/v1/namespaces/default/pods/py-hello"):
         deleted = api.delete_namespaced_pod("py-hello", "default", grace_period_seconds=1)
@@ -212,6 +247,35 @@ def test_kubectl_journey(kubeconfig):
         assert re.search(r"kubectl-hello\s+1/1\s+Running\s+0\s+\S+\s+127\.77\.", wide), wide
         with route("kubectl logs"):
             assert run("logs", "kubectl-hello") == "started\n"
+
+        # kubectl exec: WebSocket v5 first (its default since 1.30), SPDY
+        # when told not to use WebSockets; the command's exit code is
+        # kubectl's.
+        def kubectl_exec(*args: str, stdin: str | None = None, spdy: bool = False):
+            env = dict(os.environ)
+            if spdy:
+                env["KUBECTL_REMOTE_COMMAND_WEBSOCKETS"] = "false"
+            return subprocess.run(
+                [kubectl, "--kubeconfig", kubeconfig, "--cache-dir", cache, "exec", *args],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=90,
+                env=env,
+            )
+
+        for spdy in (False, True):
+            with route(f"kubectl exec -- sh -c 'echo hi; exit 3' (spdy={spdy})"):
+                done = kubectl_exec("kubectl-hello", "--", "sh", "-c", "echo hi; exit 3", spdy=spdy)
+            assert (done.returncode, done.stdout) == (3, "hi\n"), done
+            assert "command terminated with exit code 3" in done.stderr, done.stderr
+            with route(f"kubectl exec -- true (spdy={spdy})"):
+                done = kubectl_exec("kubectl-hello", "--", "true", spdy=spdy)
+            assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), done
+            with route(f"kubectl exec -i -- cat (spdy={spdy})"):
+                done = kubectl_exec("-i", "kubectl-hello", "--", "cat", stdin="piped in\n", spdy=spdy)
+            assert (done.returncode, done.stdout) == (0, "piped in\n"), done
 
         with route("kubectl port-forward"):
             forward = subprocess.Popen(

@@ -7,9 +7,9 @@
 //!
 //! Layout:
 //! - [`containers`]: sandboxes as containers (create with published ports,
-//!   files in and out, `docker exec` with in-container pids, signals to a
-//!   process or a process tree, pause, stop and start, removal by instance
-//!   label). Shared by every provider.
+//!   files in and out, `docker exec` with in-container pids, on a terminal
+//!   if asked, signals to a process or a process tree, pause, stop and
+//!   start, removal by instance label). Shared by every provider.
 //! - [`proxy`]: the TLS side of a provider's port proxy (a test CA and a
 //!   wildcard certificate) and the relay to a published port, WebSocket
 //!   upgrades spliced byte for byte. Shared.
@@ -30,8 +30,8 @@
 //!   toolbox daemon, as its last published spec has them; [`MockDaytona`]
 //!   starts them all.
 //! - [`kubernetes`]: a Kubernetes API server (pods as containers running
-//!   their own command, Secrets, NetworkPolicies, watches, port-forward
-//!   over WebSocket and SPDY) typed by `k8s-openapi`; [`MockKubernetes`]
+//!   their own command, Secrets, NetworkPolicies, watches, exec and
+//!   port-forward over WebSocket and SPDY) typed by `k8s-openapi`; [`MockKubernetes`]
 //!   starts it and writes a kubeconfig.
 
 pub mod cli;

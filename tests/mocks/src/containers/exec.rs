@@ -5,8 +5,9 @@
 //! a fixed shim script changes directory, checks the program, prints its
 //! own pid on stdout and `exec`s the program, so the pid is the program's.
 //! The engine only knows host pids, and those are not what a client sees.
-//! Output streams as the engine delivers it; the exit code comes from the
-//! exec's inspection once its streams end. Signals go through the
+//! Output streams as the engine delivers it (one stream on a terminal,
+//! [`SpawnRequest::tty`], resized with [`Container::resize`]); the exit
+//! code comes from the exec's inspection once its streams end. Signals go through the
 //! container's own `kill`, to one process ([`Container::signal`]) or to a
 //! process tree found by `/proc` parent links ([`Container::signal_tree`],
 //! [`Container::terminate_tree`]): the engine cannot see inside.
@@ -16,7 +17,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::exec::{ResizeExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tokio::io::AsyncWrite;
@@ -81,6 +83,13 @@ pub struct SpawnRequest {
     /// Keep the process's stdin open (as a pipe nobody writes to until
     /// [`Spawned::input`] is used) instead of `/dev/null`.
     pub stdin: bool,
+    /// Run it on a terminal (the engine's pseudo-TTY): stdout and stderr
+    /// become one stream, reported as [`Output::Stdout`], and its size is
+    /// set with [`Container::resize`].
+    pub tty: bool,
+    /// The terminal's size from the start (columns, rows), so the
+    /// program never sees it unset.
+    pub size: Option<(u16, u16)>,
 }
 
 /// Why a process did not start although the engine is fine.
@@ -127,6 +136,8 @@ impl Spawned {
             match self.output.next().await? {
                 Ok(LogOutput::StdOut { message }) => return Some(Ok(Output::Stdout(message))),
                 Ok(LogOutput::StdErr { message }) => return Some(Ok(Output::Stderr(message))),
+                // A terminal's one stream.
+                Ok(LogOutput::Console { message }) => return Some(Ok(Output::Stdout(message))),
                 Ok(_) => continue,
                 Err(error) => return Some(Err(engine("read a process's output")(error))),
             }
@@ -164,7 +175,8 @@ impl Container {
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        let (exec_id, output, input) = self.start_exec(cmd, env, request.stdin).await?;
+        let terminal = request.tty.then_some(request.size);
+        let (exec_id, output, input) = self.start_exec(cmd, env, request.stdin, terminal).await?;
         let mut spawned = Spawned {
             pid: 0,
             exec_id,
@@ -216,10 +228,23 @@ impl Container {
         }
     }
 
+    /// Sets the terminal size of an exec started with [`SpawnRequest::tty`].
+    pub async fn resize(
+        &self,
+        exec_id: &str,
+        width: u16,
+        height: u16,
+    ) -> Result<(), ContainerError> {
+        self.docker
+            .resize_exec(exec_id, ResizeExecOptions { height, width })
+            .await
+            .map_err(engine(format!("resize exec {exec_id}")))
+    }
+
     /// Runs `argv` to the end and collects its output.
     pub async fn run(&self, argv: &[&str]) -> Result<Finished, ContainerError> {
         let cmd = argv.iter().map(|s| (*s).to_owned()).collect();
-        let (exec_id, mut output, _input) = self.start_exec(cmd, Vec::new(), false).await?;
+        let (exec_id, mut output, _input) = self.start_exec(cmd, Vec::new(), false, None).await?;
         let mut finished = Finished::default();
         while let Some(chunk) = output.next().await {
             match chunk.map_err(engine("read a command's output"))? {
@@ -296,12 +321,18 @@ impl Container {
         cmd: Vec<String>,
         env: Vec<String>,
         stdin: bool,
+        terminal: Option<Option<(u16, u16)>>,
     ) -> Result<(String, OutputStream, Pin<Box<dyn AsyncWrite + Send>>), ContainerError> {
-        let options = CreateExecOptions {
+        let tty = terminal.is_some();
+        let options = ExecConfig {
             attach_stdin: Some(stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
-            tty: Some(false),
+            tty: Some(tty),
+            // The engine's order: rows, then columns.
+            console_size: terminal
+                .flatten()
+                .map(|(columns, rows)| vec![usize::from(rows), usize::from(columns)]),
             env: Some(env),
             cmd: Some(cmd),
             ..Default::default()
@@ -313,7 +344,14 @@ impl Container {
             .map_err(engine(format!("create an exec in {}", self.id)))?;
         let started = self
             .docker
-            .start_exec(&created.id, None::<StartExecOptions>)
+            .start_exec(
+                &created.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty,
+                    output_capacity: None,
+                }),
+            )
             .await
             .map_err(engine(format!("start exec {}", created.id)))?;
         match started {
@@ -346,14 +384,16 @@ async fn control_line(spawned: &mut Spawned, container: &str) -> Result<String, 
             });
         };
         match chunk.map_err(engine("read a starting process's output"))? {
-            LogOutput::StdOut { message } => {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
                 if let Some(end) = message.iter().position(|b| *b == b'\n') {
                     line.extend_from_slice(&message[..end]);
                     let rest = message.slice(end + 1..);
                     if !rest.is_empty() {
                         spawned.pending.push_back(Output::Stdout(rest));
                     }
-                    return Ok(String::from_utf8_lossy(&line).into_owned());
+                    // A terminal ends lines with CR LF.
+                    let text = String::from_utf8_lossy(&line);
+                    return Ok(text.trim_end_matches('\r').to_owned());
                 }
                 line.extend_from_slice(&message);
             }

@@ -221,6 +221,17 @@ impl Engine {
         &self.docker
     }
 
+    /// A handle on a running container this instance made without
+    /// [`Engine::create`] (a Kubernetes pod's, made by its runtime), so
+    /// processes can be started in it; no ports are known.
+    pub fn container(&self, id: &str) -> Container {
+        Container {
+            docker: self.docker.clone(),
+            id: id.to_owned(),
+            ports: BTreeMap::new(),
+        }
+    }
+
     /// Whether the engine has `image` (nothing is pulled).
     pub async fn has_image(&self, image: &str) -> Result<bool, ContainerError> {
         match self.docker.inspect_image(image).await {

@@ -16,7 +16,7 @@ use super::discovery::{self, NETWORKING};
 use super::model::Key;
 use super::status::{bad_request, method_not_allowed, no_such_path, unauthorized};
 use super::table::{self, Include};
-use super::{Cluster, namespaces, objects, pods, portforward};
+use super::{Cluster, exec, namespaces, objects, pods, portforward};
 use crate::http::{Body, Handler, header, query_pairs, query_value, read_body};
 use crate::secret::same_secret;
 
@@ -133,6 +133,14 @@ impl Handler for Api {
                 let key = Key::new(ns, name);
                 if matches!(method, Method::GET | Method::POST) {
                     portforward::handle(cluster, &key, request, &pairs)
+                } else {
+                    method_not_allowed()
+                }
+            }
+            (_, ["api", "v1", "namespaces", ns, "pods", name, "exec"]) => {
+                let key = Key::new(ns, name);
+                if matches!(method, Method::GET | Method::POST) {
+                    exec::handle(cluster, &key, request, &pairs)
                 } else {
                     method_not_allowed()
                 }

@@ -1,6 +1,6 @@
 //! Discovery, as much as kubectl and the client libraries read: the server
 //! version, the core group (`/api`, `/api/v1`) with pods (and their
-//! `portforward`, `status` and `log` subresources), Secrets and
+//! `exec`, `portforward`, `status` and `log` subresources), Secrets and
 //! namespaces, and the groups (`/apis`) with `networking.k8s.io/v1`
 //! NetworkPolicies. Every answer is the legacy (unaggregated) form, which
 //! clients fall back to when the aggregated one is not offered. Verbs
@@ -104,6 +104,7 @@ pub fn core_resources() -> Response<Body> {
         resources: vec![
             namespaces,
             pods,
+            resource("pods/exec", "", "PodExecOptions", true, &["create", "get"]),
             resource("pods/log", "", "Pod", true, &["get"]),
             resource(
                 "pods/portforward",

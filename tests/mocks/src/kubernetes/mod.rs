@@ -1,6 +1,6 @@
 //! A mock of the Kubernetes API server, for what a sandbox controller
 //! uses: pods that are real Docker containers running their real command,
-//! Secrets, NetworkPolicies (recorded, not enforced), watches, and
+//! Secrets, NetworkPolicies (recorded, not enforced), watches, exec and
 //! port-forward (WebSocket channels, and SPDY as kubectl speaks it). The
 //! API is followed field for field as `k8s-openapi` (API version 1.33)
 //! types it: every object, list, event and `Status` is serialized by its
@@ -18,7 +18,8 @@
 //! Layout: [`api`] routes; [`discovery`]; [`pods`] (with [`admission`]
 //! for its checks and defaults, [`kubelet`] for a pod's life and [`pod_status`] for what it reports, [`runtime`] for its containers, [`volumes`] for
 //! `emptyDir` and `secret` volumes); [`objects`] with [`secrets`] and
-//! [`policies`]; [`namespaces`]; [`watch`]; [`portforward`] and [`spdy`];
+//! [`policies`]; [`namespaces`]; [`watch`]; [`exec`] and [`portforward`]
+//! (with [`upgrade`] and [`spdy`]);
 //! [`store`] (objects, resource versions, events); [`selectors`];
 //! [`table`] (kubectl's server-side printing); [`status`]; [`model`];
 //! [`quantity`]; [`kubeconfig`].
@@ -27,6 +28,7 @@ pub mod addresses;
 pub mod admission;
 pub mod api;
 pub mod discovery;
+pub mod exec;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod model;
@@ -44,6 +46,7 @@ pub mod spdy;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod upgrade;
 pub mod volumes;
 pub mod watch;
 
@@ -54,6 +57,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -115,6 +119,8 @@ pub struct Cluster {
     pub api_addr: SocketAddr,
     /// When the mock started (namespaces' creation time).
     pub started: Time,
+    /// One permit per exec session running ([`exec::MAX_EXECS`]).
+    pub execs: Arc<Semaphore>,
     kubelets: Mutex<JoinSet<()>>,
 }
 
@@ -191,6 +197,7 @@ impl MockKubernetes {
             cancel: instance.cancel_token(),
             api_addr,
             started: model::now(),
+            execs: Arc::new(Semaphore::new(exec::MAX_EXECS)),
             kubelets: Mutex::new(JoinSet::new()),
         });
         let api = Arc::new(Api {

@@ -22,8 +22,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use http::header::{CONNECTION, UPGRADE};
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,7 +30,6 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_util::sync::CancellationToken;
 
@@ -39,11 +37,12 @@ use super::Cluster;
 use super::model::Key;
 use super::pods::PODS;
 use super::spdy::{self, Target};
-use super::status::{bad_request, failure, not_found};
-use crate::http::{Body, empty};
+use super::status::{bad_request, not_found};
+use super::upgrade::{
+    CHANNEL_V4, Offer, negotiate_spdy, offer, switch_to_spdy, switch_to_websocket,
+};
+use crate::http::Body;
 
-/// The channel subprotocol (binary).
-pub const CHANNEL_V4: &str = "v4.channel.k8s.io";
 /// SPDY tunnelled over WebSocket, as kubectl asks for it.
 pub const SPDY_TUNNEL: &str = "SPDY/3.1+portforward.k8s.io";
 /// The port-forward protocol over SPDY.
@@ -60,27 +59,6 @@ enum Protocol {
     Channels(Option<&'static str>),
     Tunnel,
     Spdy,
-}
-
-/// The subprotocols a WebSocket request offers, in its order.
-fn offered<B>(request: &Request<B>) -> Vec<String> {
-    request
-        .headers()
-        .get_all("sec-websocket-protocol")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|p| p.trim().to_owned())
-        .filter(|p| !p.is_empty())
-        .collect()
-}
-
-fn upgrade_to<B>(request: &Request<B>) -> Option<String> {
-    request
-        .headers()
-        .get(UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_ascii_lowercase)
 }
 
 /// The ports of a `ports` query (repeated or comma-joined).
@@ -125,9 +103,8 @@ pub fn handle(
         namespace: key.namespace.clone(),
         uid: pod.metadata.uid.clone().unwrap_or_default(),
     };
-    let protocol = match upgrade_to(&request).as_deref() {
-        Some("websocket") => {
-            let offers = offered(&request);
+    let protocol = match offer(&request) {
+        Ok(Offer::WebSocket(offers)) => {
             match offers
                 .iter()
                 .find(|p| *p == SPDY_TUNNEL || *p == CHANNEL_V4)
@@ -142,98 +119,61 @@ pub fn handle(
                 }
             }
         }
-        Some(upgrade) if upgrade.starts_with("spdy/3.1") => {
-            let versions: Vec<String> = request
-                .headers()
-                .get_all("x-stream-protocol-version")
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .map(|v| v.trim().to_owned())
-                .collect();
-            if !versions.iter().any(|v| v == PORTFORWARD_V1) {
-                return failure(
-                    StatusCode::FORBIDDEN,
-                    "Forbidden",
-                    format!(
-                        "unable to upgrade: unable to negotiate protocol: client supports {versions:?}, server accepts [\"{PORTFORWARD_V1}\"]"
-                    ),
-                    None,
-                );
-            }
-            Protocol::Spdy
-        }
-        _ => return bad_request("Upgrade request required"),
+        Ok(Offer::Spdy(versions)) => match negotiate_spdy(&versions, &[PORTFORWARD_V1]) {
+            Ok(_) => Protocol::Spdy,
+            Err(refusal) => return refusal.answer(),
+        },
+        Err(refusal) => return refusal.answer(),
     };
     let upgrade = hyper::upgrade::on(&mut request);
     let cancel = cluster.cancel.clone();
-    let mut response = Response::new(empty());
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let headers = response.headers_mut();
-    headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
-    match protocol {
-        Protocol::Spdy => {
-            headers.insert(UPGRADE, HeaderValue::from_static("SPDY/3.1"));
-            headers.insert(
-                "x-stream-protocol-version",
-                HeaderValue::from_static(PORTFORWARD_V1),
-            );
-            tokio::spawn(async move {
-                match upgrade.await {
-                    Ok(upgraded) => spdy::serve(TokioIo::new(upgraded), target, cancel).await,
-                    Err(error) => tracing::debug!(%error, "a port-forward upgrade failed"),
-                }
-            });
-        }
-        Protocol::Tunnel | Protocol::Channels(_) => {
-            let Some(key) = request.headers().get("sec-websocket-key") else {
-                return bad_request("missing Sec-WebSocket-Key");
-            };
-            let accept = derive_accept_key(key.as_bytes());
-            headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
-            if let Ok(accept) = HeaderValue::from_str(&accept) {
-                headers.insert("sec-websocket-accept", accept);
+    if let Protocol::Spdy = protocol {
+        tokio::spawn(async move {
+            match upgrade.await {
+                Ok(upgraded) => spdy::serve(TokioIo::new(upgraded), target, cancel).await,
+                Err(error) => tracing::debug!(%error, "a port-forward upgrade failed"),
             }
-            let chosen = match protocol {
-                Protocol::Tunnel => Some(SPDY_TUNNEL),
-                Protocol::Channels(p) => p,
-                Protocol::Spdy => None,
-            };
-            if let Some(chosen) = chosen {
-                headers.insert("sec-websocket-protocol", HeaderValue::from_static(chosen));
-            }
-            let tunnel = matches!(protocol, Protocol::Tunnel);
-            let ports = match ports(pairs) {
-                Ok(ports) if tunnel || !ports.is_empty() && ports.len() <= MAX_PORTS => ports,
-                Ok(ports) if ports.is_empty() => {
-                    return bad_request("query parameter \"ports\" is required");
-                }
-                Ok(_) => {
-                    return bad_request(format!(
-                        "at most {MAX_PORTS} ports may be forwarded at once"
-                    ));
-                }
-                Err(message) => return bad_request(message),
-            };
-            tokio::spawn(async move {
-                let upgraded = match upgrade.await {
-                    Ok(upgraded) => upgraded,
-                    Err(error) => {
-                        tracing::debug!(%error, "a port-forward upgrade failed");
-                        return;
-                    }
-                };
-                let socket =
-                    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None)
-                        .await;
-                if tunnel {
-                    tunnel_spdy(socket, target, cancel).await;
-                } else {
-                    channels(socket, target, ports, cancel).await;
-                }
-            });
-        }
+        });
+        return switch_to_spdy(PORTFORWARD_V1);
     }
+    let tunnel = matches!(protocol, Protocol::Tunnel);
+    let chosen = match protocol {
+        Protocol::Tunnel => Some(SPDY_TUNNEL),
+        Protocol::Channels(p) => p,
+        Protocol::Spdy => None,
+    };
+    let response = match switch_to_websocket(&request, chosen) {
+        Ok(response) => response,
+        Err(refusal) => return refusal.answer(),
+    };
+    let ports = match ports(pairs) {
+        Ok(ports) if tunnel || !ports.is_empty() && ports.len() <= MAX_PORTS => ports,
+        Ok(ports) if ports.is_empty() => {
+            return bad_request("query parameter \"ports\" is required");
+        }
+        Ok(_) => {
+            return bad_request(format!(
+                "at most {MAX_PORTS} ports may be forwarded at once"
+            ));
+        }
+        Err(message) => return bad_request(message),
+    };
+    tokio::spawn(async move {
+        let upgraded = match upgrade.await {
+            Ok(upgraded) => upgraded,
+            Err(error) => {
+                tracing::debug!(%error, "a port-forward upgrade failed");
+                return;
+            }
+        };
+        let socket =
+            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+        if tunnel {
+            tunnel_spdy(socket, target, cancel).await;
+        } else {
+            channels(socket, target, ports, cancel).await;
+        }
+    });
     response
 }
 

@@ -1,8 +1,8 @@
 //! The mock Kubernetes against the real Docker engine (required when
 //! `CI=true`): pods that run their command, reach Running, serve on their
 //! own address and are deleted with a grace period; watches; Secrets and
-//! `emptyDir` volumes shared with init containers; port-forward over
-//! WebSocket channels and over SPDY; the API's refusals (`Status` bodies),
+//! `emptyDir` volumes shared with init containers; exec and port-forward
+//! over WebSocket channels and over SPDY; the API's refusals (`Status` bodies),
 //! selectors, discovery and tables; the binary. One test binary, one
 //! module per area.
 #![allow(
@@ -20,6 +20,7 @@ mod common;
 mod api;
 mod binary;
 mod client;
+mod exec;
 mod lifecycle;
 mod portforward;
 mod volumes;

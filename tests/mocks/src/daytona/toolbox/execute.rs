@@ -79,6 +79,8 @@ pub async fn execute(call: &Call<'_>, request: Request<Incoming>) -> Response<Bo
         env,
         cwd: cwd.clone(),
         stdin: false,
+        tty: false,
+        size: None,
     };
     let container = &call.record.container;
     let mut spawned = match container.spawn(spawn).await {

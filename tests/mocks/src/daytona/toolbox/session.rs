@@ -151,6 +151,8 @@ pub async fn create(call: &Call<'_>, request: Request<Incoming>) -> Response<Bod
         env: call.user_env(),
         cwd: call.record.home(),
         stdin: true,
+        tty: false,
+        size: None,
     };
     let container = &call.record.container;
     let mut spawned = match container.spawn(spawn).await {

@@ -194,6 +194,8 @@ pub async fn start(
         env,
         cwd: cwd.clone(),
         stdin: message.stdin.unwrap_or(true),
+        tty: false,
+        size: None,
     };
     let spawned = match record.container.spawn(spawn).await {
         Ok(Ok(spawned)) => spawned,

@@ -1,22 +1,25 @@
-//! The server side of SPDY/3.1 for port-forward, what kubectl speaks: over
-//! a plain `Upgrade: SPDY/3.1` connection, or tunnelled in WebSocket
-//! binary messages (`SPDY/3.1+portforward.k8s.io`, kubectl's default).
+//! SPDY/3.1, the server side, as kubectl speaks it: the framing
+//! ([`frame`]), header compression ([`zlib`]) and one session's plumbing
+//! ([`session`]), shared by exec and port-forward; and port-forward's
+//! streams ([`serve`]), over a plain `Upgrade: SPDY/3.1` connection or
+//! tunnelled in WebSocket binary messages (`SPDY/3.1+portforward.k8s.io`,
+//! kubectl's default).
 //!
-//! For every local connection the client opens two streams (SYN_STREAM)
-//! carrying `streamtype` (`error` or `data`), `port` and `requestid`; the
-//! server answers each (SYN_REPLY) and, once both of a request are there,
-//! connects to `podIP:port` and relays: the data stream both ways, the
-//! client's FIN closing the pod connection's write side, the pod's EOF a
-//! FIN on the data stream. The error stream carries a message if the
-//! connection fails, and is closed (FIN) when the request is done, which
-//! is what the client waits for. PINGs are echoed; a GOAWAY, a broken
-//! frame or the connection's end ends the session.
+//! For every forwarded connection the client opens two streams
+//! (SYN_STREAM) carrying `streamtype` (`error` or `data`), `port` and
+//! `requestid`; once both of a request are there, the server connects to
+//! `podIP:port` and relays: the data stream both ways, the client's FIN
+//! closing the pod connection's write side, the pod's EOF a FIN on the
+//! data stream. The error stream carries a message if the connection
+//! fails, and is closed (FIN) when the request is done, which is what the
+//! client waits for.
 //!
 //! Not modelled: flow control (the client does not enforce windows, so no
 //! WINDOW_UPDATE is sent and those received are ignored), SETTINGS,
 //! HEADERS after the first, server-initiated streams and pings.
 
 pub mod frame;
+pub mod session;
 pub mod zlib;
 
 use std::collections::HashMap;
@@ -24,16 +27,13 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::frame::{CANCEL, FLAG_FIN, Frame, GOAWAY, PING, RST_STREAM, SYN_REPLY, SYN_STREAM};
-use self::zlib::{Deflater, Inflater, decode_pairs, encode_pairs};
+use self::session::{Event, Session, Writer};
 
-/// Frames waiting for the writer before senders wait.
-const OUTGOING_QUEUE: usize = 64;
 /// Inbound data frames buffered per stream before the reader waits.
 const INBOUND_QUEUE: usize = 16;
 /// Most bytes one outbound data frame carries.
@@ -82,18 +82,6 @@ impl Target {
     }
 }
 
-/// What the writer sends.
-enum Outgoing {
-    Reply(u32),
-    Data {
-        stream: u32,
-        bytes: Bytes,
-        fin: bool,
-    },
-    Ping(Bytes),
-    Reset(u32),
-}
-
 /// What a data stream's relay gets from the client.
 enum Inbound {
     Data(Bytes),
@@ -115,65 +103,30 @@ struct Pending {
     port: Option<u16>,
 }
 
-/// Serves one SPDY session on `io` until it ends or `cancel` fires.
+/// Serves one port-forward SPDY session on `io` until it ends or `cancel` fires.
 pub async fn serve<IO>(io: IO, target: Target, cancel: CancellationToken)
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (reader, writer) = tokio::io::split(io);
-    let mut reader = BufReader::new(reader);
-    let (out, queued) = mpsc::channel(OUTGOING_QUEUE);
-    let session = cancel.child_token();
-    let writing = tokio::spawn(write_frames(writer, queued, session.clone()));
-    let mut inflater = Inflater::default();
+    let mut session = Session::start(io, &cancel);
+    let writer = session.writer();
+    let token = session.token();
     let mut inbound: HashMap<u32, mpsc::Sender<Inbound>> = HashMap::new();
     let mut pending: HashMap<String, Pending> = HashMap::new();
-    loop {
-        let next = tokio::select! {
-            () = session.cancelled() => break,
-            next = frame::read(&mut reader) => next,
-        };
-        let frame = match next {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(error) => {
-                tracing::debug!(%error, "a spdy session ended");
-                break;
-            }
-        };
-        match frame {
-            Frame::Control {
-                kind: SYN_STREAM,
-                payload,
-                ..
-            } => {
-                let Some(stream) = frame::stream_id(&payload) else {
-                    break;
-                };
-                // Stream id, associated stream id, priority and slot: 10 bytes.
-                let pairs = match payload.get(10..).map(|block| inflater.block(block)) {
-                    Some(Ok(raw)) => decode_pairs(&raw).unwrap_or_default(),
-                    _ => break,
-                };
-                if out.send(Outgoing::Reply(stream)).await.is_err() {
-                    break;
-                }
-                let header = |name: &str| {
-                    pairs
-                        .iter()
-                        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                        .map(|(_, v)| v.clone())
-                };
+    while let Some(event) = session.next().await {
+        match event {
+            Event::Opened { stream, headers } => {
+                let header = |name: &str| Event::header(&headers, name).map(str::to_owned);
                 let kind = match header("streamtype").as_deref() {
                     Some("data") => Kind::Data,
                     Some("error") => Kind::Error,
                     _ => {
-                        let _ = out.send(Outgoing::Reset(stream)).await;
+                        writer.reset(stream).await;
                         continue;
                     }
                 };
                 if inbound.len() + pending.len() >= MAX_STREAMS {
-                    let _ = out.send(Outgoing::Reset(stream)).await;
+                    writer.reset(stream).await;
                     continue;
                 }
                 let request = header("requestid").unwrap_or_default();
@@ -203,93 +156,33 @@ where
                             data,
                             error,
                             rx,
-                            out.clone(),
-                            session.clone(),
+                            writer.clone(),
+                            token.clone(),
                         ));
                     }
                 }
             }
-            Frame::Data {
-                stream,
-                flags,
-                payload,
-            } => {
+            Event::Data { stream, bytes, fin } => {
                 if let Some(tx) = inbound.get(&stream) {
-                    if !payload.is_empty() {
+                    if !bytes.is_empty() {
                         // A relay that is gone no longer wants it.
-                        let _ = tx.send(Inbound::Data(payload)).await;
+                        let _ = tx.send(Inbound::Data(bytes)).await;
                     }
-                    if flags & FLAG_FIN != 0 {
+                    if fin {
                         let _ = tx.send(Inbound::Fin).await;
                         inbound.remove(&stream);
                     }
                 }
             }
-            Frame::Control {
-                kind: RST_STREAM,
-                payload,
-                ..
-            } => {
-                if let Some(stream) = frame::stream_id(&payload) {
-                    if let Some(tx) = inbound.remove(&stream) {
-                        let _ = tx.try_send(Inbound::Reset);
-                    }
+            Event::Reset(stream) => {
+                if let Some(tx) = inbound.remove(&stream) {
+                    let _ = tx.try_send(Inbound::Reset);
                 }
             }
-            Frame::Control {
-                kind: PING,
-                payload,
-                ..
-            } => {
-                if out.send(Outgoing::Ping(payload)).await.is_err() {
-                    break;
-                }
-            }
-            Frame::Control { kind: GOAWAY, .. } => break,
-            // SETTINGS, WINDOW_UPDATE, HEADERS: nothing the server needs.
-            Frame::Control { .. } => {}
         }
     }
-    session.cancel();
-    drop(out);
     drop(inbound);
-    writing.await.ok();
-}
-
-async fn write_frames<W: AsyncWrite + Unpin>(
-    mut writer: W,
-    mut queued: mpsc::Receiver<Outgoing>,
-    session: CancellationToken,
-) {
-    let mut deflater = Deflater::default();
-    loop {
-        let next = tokio::select! {
-            next = queued.recv() => next,
-            () = session.cancelled() => None,
-        };
-        let Some(outgoing) = next else { break };
-        let bytes = match outgoing {
-            Outgoing::Reply(stream) => {
-                let mut payload = stream.to_be_bytes().to_vec();
-                payload.extend(deflater.block(&encode_pairs(&[])));
-                frame::control(SYN_REPLY, 0, &payload)
-            }
-            Outgoing::Data { stream, bytes, fin } => {
-                frame::data(stream, if fin { FLAG_FIN } else { 0 }, &bytes)
-            }
-            Outgoing::Ping(payload) => frame::control(PING, 0, &payload),
-            Outgoing::Reset(stream) => {
-                let mut payload = stream.to_be_bytes().to_vec();
-                payload.extend_from_slice(&CANCEL.to_be_bytes());
-                frame::control(RST_STREAM, 0, &payload)
-            }
-        };
-        if writer.write_all(&bytes).await.is_err() || writer.flush().await.is_err() {
-            session.cancel();
-            break;
-        }
-    }
-    let _ = writer.shutdown().await;
+    session.close().await;
 }
 
 /// Relays one forwarded connection between its streams and the pod's port.
@@ -299,40 +192,23 @@ async fn relay(
     data: u32,
     error: u32,
     mut inbound: mpsc::Receiver<Inbound>,
-    out: mpsc::Sender<Outgoing>,
+    out: Writer,
     session: CancellationToken,
 ) {
-    let close = |stream| Outgoing::Data {
-        stream,
-        bytes: Bytes::new(),
-        fin: true,
-    };
     let Some(port) = port else {
         let message = "unable to parse port: the port header is missing or invalid";
-        let _ = out
-            .send(Outgoing::Data {
-                stream: error,
-                bytes: Bytes::from(message),
-                fin: false,
-            })
-            .await;
-        let _ = out.send(close(data)).await;
-        let _ = out.send(close(error)).await;
+        out.data(error, Bytes::from(message), false).await;
+        out.finish(data).await;
+        out.finish(error).await;
         return;
     };
     let tcp = match target.connect(port).await {
         Ok(tcp) => tcp,
         Err(cause) => {
             let message = target.refusal(port, &cause);
-            let _ = out
-                .send(Outgoing::Data {
-                    stream: error,
-                    bytes: Bytes::from(message),
-                    fin: false,
-                })
-                .await;
-            let _ = out.send(close(data)).await;
-            let _ = out.send(close(error)).await;
+            out.data(error, Bytes::from(message), false).await;
+            out.finish(data).await;
+            out.finish(error).await;
             return;
         }
     };
@@ -342,17 +218,12 @@ async fn relay(
         loop {
             match from_pod.read(&mut buffer).await {
                 Ok(0) | Err(_) => {
-                    let _ = out.send(close(data)).await;
+                    out.finish(data).await;
                     return;
                 }
                 Ok(n) => {
                     let bytes = Bytes::copy_from_slice(&buffer[..n]);
-                    let frame = Outgoing::Data {
-                        stream: data,
-                        bytes,
-                        fin: false,
-                    };
-                    if out.send(frame).await.is_err() {
+                    if !out.data(data, bytes, false).await {
                         return;
                     }
                 }
@@ -381,11 +252,13 @@ async fn relay(
         () = downstream => {}
         () = session.cancelled() => return,
     }
-    let _ = out.send(close(error)).await;
+    out.finish(error).await;
 }
 
 #[cfg(test)]
 mod tests {
+    use super::frame::{FLAG_FIN, Frame, PING, SYN_REPLY, SYN_STREAM};
+    use super::zlib::{Deflater, Inflater, decode_pairs, encode_pairs};
     use super::*;
     use tokio::net::TcpListener;
 
