@@ -44,18 +44,20 @@ pub async fn run(quick: bool) -> anyhow::Result<Vec<Row>> {
     let home = tempfile::Builder::new()
         .prefix("silo-bench-kubernetes-")
         .tempdir()?;
-    let open = |reach: &str, dir: &str| -> anyhow::Result<Silo> {
+    // Two handles on one home, each reaching agents its way (as two
+    // processes, one inside the cluster and one outside, would).
+    let open = |reach: &str| -> anyhow::Result<Silo> {
         let config = KubernetesConfig::from_vars(|name| {
             (name == silo::internals::kubernetes::ENV_REACH).then(|| reach.to_owned())
         })?;
         Ok(Silo::open_with(SiloOptions {
-            home: Some(home.path().join(dir)),
+            home: Some(home.path().join("home")),
             kubernetes: Some(config),
             ..SiloOptions::default()
         })?)
     };
-    let forwarded = open("port-forward", "forwarded")?;
-    let direct = open("pod-ip", "direct")?;
+    let forwarded = open("port-forward")?;
+    let direct = open("pod-ip")?;
     let kubectl = Kubectl(mock.kubeconfig_path().to_owned());
 
     // Time to interactive, one untimed round first for each.
