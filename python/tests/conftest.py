@@ -121,7 +121,7 @@ MOCK_ENV_LINES = 5
 MOCK_START_TIMEOUT = 60.0
 
 
-def start_mock(name: str, args: list[str]) -> tuple[subprocess.Popen, dict[str, str]]:
+def start_mock(name: str, args: list[str], lines: int = MOCK_ENV_LINES) -> tuple[subprocess.Popen, dict[str, str]]:
     binary = silo_binary().parent / name
     if not binary.exists():
         pytest.fail(f"{binary} is not built (cargo build -p silo-mocks --bins)")
@@ -129,7 +129,7 @@ def start_mock(name: str, args: list[str]) -> tuple[subprocess.Popen, dict[str, 
     env: dict[str, str] = {}
     deadline = time.monotonic() + MOCK_START_TIMEOUT
     buffer = b""
-    while len(env) < MOCK_ENV_LINES:
+    while len(env) < lines:
         ready, _, _ = select.select([process.stdout], [], [], max(deadline - time.monotonic(), 0))
         if not ready:
             process.kill()
