@@ -39,6 +39,17 @@ pub enum KubernetesError {
         /// What its status said last.
         why: String,
     },
+    /// A pod deleted to stop its sandbox is still there.
+    #[error(
+        "pod {pod} was deleted but is still there after {:?}: {why}",
+        crate::backend::remote::READY_TIMEOUT
+    )]
+    NotStopped {
+        /// Its `namespace/name`.
+        pod: String,
+        /// What its status says.
+        why: String,
+    },
     /// Something a VM provider does that a pod has no way to.
     #[error("a Kubernetes pod cannot {0}")]
     Unsupported(&'static str),

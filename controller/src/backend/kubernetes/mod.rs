@@ -55,6 +55,9 @@ pub type KubernetesBackend = RemoteBackend<Kubernetes>;
 
 /// The annotation on a Secret whose pod silo deleted to stop the sandbox.
 pub const STOPPED_ANNOTATION: &str = "silo.stopped";
+/// The grace a stop gives the agent: the least that is not a forced
+/// delete (its files are in the stop's snapshot already).
+const STOP_GRACE_SECS: u32 = 1;
 /// Pause between looks at a pod that is starting.
 const POLL: Duration = Duration::from_millis(25);
 
@@ -251,6 +254,30 @@ impl Kubernetes {
                 return Err(KubernetesError::NotStarted {
                     pod: pod.to_string(),
                     why: format!("still not running after {READY_TIMEOUT:?}: {last}"),
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits for a deleted pod to be gone: until then its container may
+    /// still run and answer (and, on a stop, take in what its snapshot
+    /// no longer holds).
+    async fn wait_gone(&self, pod: &PodName) -> Result<(), KubernetesError> {
+        let pods: Api<Pod> = self.api(&pod.namespace).await?;
+        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+        loop {
+            let found = pods
+                .get_opt(&pod.name)
+                .await
+                .map_err(|e| KubernetesError::api(format!("read pod {pod}"), e))?;
+            let Some(found) = found else {
+                return Ok(());
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(KubernetesError::NotStopped {
+                    pod: pod.to_string(),
+                    why: describe(&found),
                 });
             }
             tokio::time::sleep(POLL).await;
@@ -510,8 +537,9 @@ impl Provider for Kubernetes {
         }
     }
 
-    /// Marks the Secret stopped, then deletes the pod at once: its files
-    /// were snapshotted by the caller.
+    /// Marks the Secret stopped, then deletes the pod (its files were
+    /// snapshotted by the caller) and waits for it to be gone, so nothing
+    /// reaches its agent after the stop.
     async fn pause(&self, id: &str) -> Result<bool, KubernetesError> {
         let pod = PodName::parse(id)?;
         let was_running = self.power(id).await? == Some(Power::Running);
@@ -529,14 +557,23 @@ impl Provider for Kubernetes {
                 return Err(KubernetesError::api(format!("mark secret {pod}"), error));
             }
         }
-        self.delete_object::<Pod>(&pod, "pod", 0).await?;
+        // A grace of 0 is a forced delete: the API forgets the pod at once
+        // while its container may run on. One second keeps the pod listed
+        // until the kubelet has ended it, which is what is waited for.
+        self.delete_object::<Pod>(&pod, "pod", STOP_GRACE_SECS)
+            .await?;
+        self.wait_gone(&pod).await?;
         Ok(was_running)
     }
 
     async fn delete(&self, id: &str) -> Result<(), KubernetesError> {
         let pod = PodName::parse(id)?;
         let grace = u32::try_from(pod::GRACE_SECS).unwrap_or(0);
-        self.delete_object::<Pod>(&pod, "pod", grace).await?;
+        // Gone once it answers, as `kubectl delete` waits: nothing of the
+        // sandbox runs on after `silo rm`.
+        if self.delete_object::<Pod>(&pod, "pod", grace).await? {
+            self.wait_gone(&pod).await?;
+        }
         self.delete_object::<Secret>(&pod, "secret", 0).await?;
         self.delete_object::<NetworkPolicy>(&pod, "networkpolicy", 0)
             .await?;
