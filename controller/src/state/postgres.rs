@@ -98,6 +98,30 @@ impl Postgres {
         } else {
             Duration::ZERO
         };
+        self.open_into(&mut live, wait)
+    }
+
+    /// A new connection in place of `lost`, which a statement found gone
+    /// (its client may not say it is closed yet): the server waited for up
+    /// to [`RECONNECT_WAIT`]. One another caller made meanwhile is taken.
+    fn reconnect(&self, lost: &Arc<Connection>) -> Result<Arc<Connection>, SqlError> {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(conn) = live
+            .as_ref()
+            .filter(|c| !Arc::ptr_eq(c, lost) && !c.client.is_closed())
+        {
+            return Ok(Arc::clone(conn));
+        }
+        self.open_into(&mut live, RECONNECT_WAIT)
+    }
+
+    /// Opens a connection into `live`, trying for `wait` while the server
+    /// cannot be reached.
+    fn open_into(
+        &self,
+        live: &mut Option<Arc<Connection>>,
+        wait: Duration,
+    ) -> Result<Arc<Connection>, SqlError> {
         let deadline = Instant::now() + wait;
         let conn = loop {
             match open(self.config.clone()) {
@@ -118,8 +142,9 @@ impl Postgres {
         &self,
         statement: impl Fn(&Connection) -> Result<T, SqlError>,
     ) -> Result<T, SqlError> {
-        match statement(self.connection()?.as_ref()) {
-            Err(error) if error.is_connection_lost() => statement(self.connection()?.as_ref()),
+        let conn = self.connection()?;
+        match statement(conn.as_ref()) {
+            Err(error) if error.is_connection_lost() => statement(self.reconnect(&conn)?.as_ref()),
             outcome => outcome,
         }
     }
@@ -129,9 +154,18 @@ impl Postgres {
         &self,
         f: impl FnOnce(&dyn Sql) -> Result<T, super::StateError>,
     ) -> Outcome<T> {
-        let begun = self.connection().and_then(|conn| {
+        // A connection found lost at BEGIN has run nothing: made again,
+        // and begun on.
+        let begin = |conn: Arc<Connection>| {
             conn.batch("BEGIN ISOLATION LEVEL SERIALIZABLE")
-                .map(|()| conn)
+                .map(|()| Arc::clone(&conn))
+                .map_err(|error| (error, conn))
+        };
+        let begun = self.connection().and_then(|conn| match begin(conn) {
+            Err((error, lost)) if error.is_connection_lost() => {
+                begin(self.reconnect(&lost)?).map_err(|(error, _)| error)
+            }
+            other => other.map_err(|(error, _)| error),
         });
         let conn = match begun {
             Ok(conn) => conn,

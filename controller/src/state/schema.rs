@@ -355,9 +355,28 @@ pub(super) fn migrate_sqlite(conn: &mut Connection) -> Result<(), StateError> {
     tx.commit().map_err(db("committing the schema migration"))
 }
 
+/// How many times a migration whose connection was lost is tried.
+const MIGRATE_TRIES: u32 = 5;
+
+/// Applies the migrations a PostgreSQL database lacks (see
+/// [`migrate_postgres_once`]), again when the server went away under it:
+/// its transaction rolled back, or committed, which the next try's read of
+/// the version tells (the connection is made again, the server waited for).
+pub(super) fn migrate_postgres(pg: &Postgres) -> Result<(), StateError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match migrate_postgres_once(pg) {
+            Err(StateError::Db { source, .. })
+                if source.is_connection_lost() && tries < MIGRATE_TRIES => {}
+            outcome => return outcome,
+        }
+    }
+}
+
 /// Applies the migrations a PostgreSQL database lacks, in one transaction
 /// under an advisory lock, so two hosts starting at once migrate it once.
-pub(super) fn migrate_postgres(pg: &Postgres) -> Result<(), StateError> {
+fn migrate_postgres_once(pg: &Postgres) -> Result<(), StateError> {
     // Every open after the first finds its version with one read (which
     // fails on a new database, whose version table is not there yet).
     if postgres_version(pg).ok() == Some(SCHEMA_VERSION) {
