@@ -47,13 +47,7 @@ impl SandboxSpec {
         self.only(&mapped)?;
         let invalid =
             |setting: &'static str, reason: String| SpecError::Invalid { setting, reason };
-        match self.image.as_deref() {
-            None => return Err(SpecError::NoImage(self.backend)),
-            Some(image) if image.trim().is_empty() => {
-                return Err(invalid("image", "it is empty".into()));
-            }
-            Some(_) => {}
-        }
+        self.check_image_and_workdir()?;
         if let Some(network) = self.network.as_deref() {
             if !matches!(network, "none" | "bridge") {
                 return Err(invalid(
@@ -67,14 +61,6 @@ impl SandboxSpec {
                 return Err(invalid(
                     "user",
                     format!("{user:?}: a pod runs as a numeric UID[:GID], not a name"),
-                ));
-            }
-        }
-        if let Some(dir) = &self.workdir {
-            if !dir.starts_with('/') {
-                return Err(invalid(
-                    "workdir",
-                    format!("{dir:?} is not an absolute path"),
                 ));
             }
         }
@@ -258,12 +244,9 @@ impl SandboxSpec {
         })
     }
 
-    fn check_local(&self) -> Result<(), SpecError> {
-        self.check_egress()?;
-        self.only(&[])
-    }
-
-    fn check_container(&self) -> Result<(), SpecError> {
+    /// An image is named and not empty, and a working directory, if any,
+    /// is an absolute path (a container's and a pod's).
+    fn check_image_and_workdir(&self) -> Result<(), SpecError> {
         let invalid =
             |setting: &'static str, reason: String| SpecError::Invalid { setting, reason };
         match self.image.as_deref() {
@@ -273,14 +256,24 @@ impl SandboxSpec {
             }
             Some(_) => {}
         }
-        if let Some(dir) = &self.workdir {
-            if !dir.starts_with('/') {
-                return Err(invalid(
-                    "workdir",
-                    format!("{dir:?} is not an absolute path"),
-                ));
-            }
+        match &self.workdir {
+            Some(dir) if !dir.starts_with('/') => Err(invalid(
+                "workdir",
+                format!("{dir:?} is not an absolute path"),
+            )),
+            _ => Ok(()),
         }
+    }
+
+    fn check_local(&self) -> Result<(), SpecError> {
+        self.check_egress()?;
+        self.only(&[])
+    }
+
+    fn check_container(&self) -> Result<(), SpecError> {
+        let invalid =
+            |setting: &'static str, reason: String| SpecError::Invalid { setting, reason };
+        self.check_image_and_workdir()?;
         if self.network.as_deref().is_some_and(str::is_empty) {
             return Err(invalid("network", "it is empty".into()));
         }
