@@ -37,7 +37,7 @@ pub mod daytona {
 
 /// The Kubernetes backend's settings, as the benchmarks set them.
 pub mod kubernetes {
-    pub use crate::backend::kubernetes::config::{ENV_AGENT_IMAGE, ENV_REACH};
+    pub use crate::backend::kubernetes::config::ENV_REACH;
 }
 
 /// Image builds on an engine connection of the caller's.

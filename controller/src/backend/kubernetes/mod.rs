@@ -43,7 +43,7 @@ use super::remote::AGENT_PORT;
 use super::remote::READY_TIMEOUT;
 use super::remote::backend::{Power, Provider, RemoteBackend, Woke};
 use super::{BackendSetup, Machine, PortUrl};
-use crate::backend::labels::{LABEL_HOME, LABEL_SANDBOX_ID};
+use crate::backend::labels::LABEL_SANDBOX_ID;
 use crate::client::Endpoint;
 use crate::spec::{BackendKind, SandboxSpec};
 
@@ -66,6 +66,9 @@ const POLL: Duration = Duration::from_millis(25);
 pub struct Kubernetes {
     /// Read once from the environment; an error is told on use.
     config: Result<KubernetesConfig, KubernetesConfigError>,
+    /// How agents are reached, decided on first use and kept (auto looks
+    /// at the process's environment and files).
+    reach: std::sync::OnceLock<Reach>,
     cluster: Arc<Cluster>,
     forwards: forward::Forwards,
 }
@@ -177,7 +180,8 @@ impl Kubernetes {
 
     /// How this process reaches agents (for `silo doctor` too).
     pub fn reach(&self) -> Result<Reach, KubernetesError> {
-        Ok(self.config()?.reach())
+        let config = self.config()?;
+        Ok(*self.reach.get_or_init(|| config.reach()))
     }
 
     /// The namespace new pods go in.
@@ -229,59 +233,72 @@ impl Kubernetes {
         }
     }
 
-    /// Waits for the pod to run with an address; the error says what its
-    /// status said last.
-    async fn wait_running(&self, pod: &PodName) -> Result<String, KubernetesError> {
+    /// The pod, if the API server has it.
+    async fn get_pod(&self, pod: &PodName) -> Result<Option<Pod>, KubernetesError> {
         let pods: Api<Pod> = self.api(&pod.namespace).await?;
+        pods.get_opt(&pod.name)
+            .await
+            .map_err(|e| KubernetesError::api(format!("read pod {pod}"), e))
+    }
+
+    /// Looks at the pod every [`POLL`] until `look` has its answer, for
+    /// [`READY_TIMEOUT`] at most; then `late` makes the error of the last
+    /// look's words.
+    async fn poll_pod<T>(
+        &self,
+        pod: &PodName,
+        look: impl Fn(Option<Pod>) -> Result<Looked<T>, KubernetesError>,
+        late: impl FnOnce(String) -> KubernetesError,
+    ) -> Result<T, KubernetesError> {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
-            let found = pods
-                .get_opt(&pod.name)
-                .await
-                .map_err(|e| KubernetesError::api(format!("read pod {pod}"), e))?
-                .ok_or_else(|| KubernetesError::Gone(pod.to_string()))?;
-            let last = match started(&found) {
-                Ok(Some(ip)) => return Ok(ip),
-                Ok(None) => describe(&found),
-                Err(why) => {
-                    return Err(KubernetesError::NotStarted {
-                        pod: pod.to_string(),
-                        why,
-                    });
-                }
+            let last = match look(self.get_pod(pod).await?)? {
+                Looked::Done(answer) => return Ok(answer),
+                Looked::Waiting(last) => last,
             };
             if tokio::time::Instant::now() >= deadline {
-                return Err(KubernetesError::NotStarted {
-                    pod: pod.to_string(),
-                    why: format!("still not running after {READY_TIMEOUT:?}: {last}"),
-                });
+                return Err(late(last));
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// Waits for the pod to run with an address; the error says what its
+    /// status said last.
+    async fn wait_running(&self, pod: &PodName) -> Result<String, KubernetesError> {
+        let not_started = |why| KubernetesError::NotStarted {
+            pod: pod.to_string(),
+            why,
+        };
+        let look = |found: Option<Pod>| {
+            let found = found.ok_or_else(|| KubernetesError::Gone(pod.to_string()))?;
+            match started(&found) {
+                Ok(Some(ip)) => Ok(Looked::Done(ip)),
+                Ok(None) => Ok(Looked::Waiting(describe(&found))),
+                Err(why) => Err(not_started(why)),
+            }
+        };
+        self.poll_pod(pod, look, |last| {
+            not_started(format!("still not running after {READY_TIMEOUT:?}: {last}"))
+        })
+        .await
     }
 
     /// Waits for a deleted pod to be gone: until then its container may
     /// still run and answer (and, on a stop, take in what its snapshot
     /// no longer holds).
     async fn wait_gone(&self, pod: &PodName) -> Result<(), KubernetesError> {
-        let pods: Api<Pod> = self.api(&pod.namespace).await?;
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            let found = pods
-                .get_opt(&pod.name)
-                .await
-                .map_err(|e| KubernetesError::api(format!("read pod {pod}"), e))?;
-            let Some(found) = found else {
-                return Ok(());
-            };
-            if tokio::time::Instant::now() >= deadline {
-                return Err(KubernetesError::NotStopped {
-                    pod: pod.to_string(),
-                    why: describe(&found),
-                });
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        let look = |found: Option<Pod>| {
+            Ok(match found {
+                None => Looked::Done(()),
+                Some(found) => Looked::Waiting(describe(&found)),
+            })
+        };
+        self.poll_pod(pod, look, |why| KubernetesError::NotStopped {
+            pod: pod.to_string(),
+            why,
+        })
+        .await
     }
 
     /// The names of this home's objects of one kind carrying `selector`,
@@ -319,6 +336,14 @@ impl Kubernetes {
             })
             .collect())
     }
+}
+
+/// What a look at a pod found.
+enum Looked<T> {
+    /// What was waited for.
+    Done(T),
+    /// Not yet: what its status says.
+    Waiting(String),
 }
 
 /// The pod's address once it runs; `None` while it is on its way; an error
@@ -417,6 +442,7 @@ impl Provider for Kubernetes {
                 .kubernetes
                 .clone()
                 .map_or_else(KubernetesConfig::from_env, Ok),
+            reach: std::sync::OnceLock::new(),
             cluster: Arc::default(),
             forwards: forward::Forwards::default(),
         }
@@ -444,11 +470,6 @@ impl Provider for Kubernetes {
             namespace: self.namespace().await?,
             name: format!("silo-{}-{}", machine.id, suffix()?),
         };
-        let selected: BTreeMap<String, String> = labels
-            .iter()
-            .filter(|(key, _)| key.as_str() == LABEL_HOME || key.as_str() == LABEL_SANDBOX_ID)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
         let image = machine
             .image
             .or(machine.spec.image.as_deref())
@@ -457,7 +478,7 @@ impl Provider for Kubernetes {
             name: &pod.name,
             spec: machine.spec,
             image,
-            labels: selected,
+            labels: pod::selecting(&labels),
             annotations: labels,
             key_hex: machine.key.to_hex(),
             agent_image: config.agent_image.as_deref(),
@@ -498,12 +519,7 @@ impl Provider for Kubernetes {
 
     async fn power(&self, id: &str) -> Result<Option<Power>, KubernetesError> {
         let pod = PodName::parse(id)?;
-        let pods: Api<Pod> = self.api(&pod.namespace).await?;
-        let found = pods
-            .get_opt(&pod.name)
-            .await
-            .map_err(|e| KubernetesError::api(format!("read pod {pod}"), e))?;
-        if let Some(found) = found {
+        if let Some(found) = self.get_pod(&pod).await? {
             let running = found.metadata.deletion_timestamp.is_none()
                 && found.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
             return Ok(Some(if running {

@@ -324,11 +324,20 @@ pub fn numeric_user(user: &str) -> Option<(i64, Option<i64>)> {
     Some((uid, gid))
 }
 
-/// The labels that select a sandbox's objects, and only this home's.
-pub fn selector(labels: &BTreeMap<String, String>) -> String {
+/// Of silo's marks, those that select a sandbox's objects (and only this
+/// home's): the labels its objects carry; the rest go in annotations.
+pub fn selecting(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     labels
         .iter()
         .filter(|(key, _)| key.as_str() == LABEL_HOME || key.as_str() == LABEL_SANDBOX_ID)
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+/// The label selector of [`selecting`]'s labels.
+pub fn selector(labels: &BTreeMap<String, String>) -> String {
+    selecting(labels)
+        .iter()
         .map(|(key, value)| format!("{key}={value}"))
         .collect::<Vec<_>>()
         .join(",")
