@@ -154,6 +154,16 @@ pub fn list<T: Stored>(
                 })
         })
         .collect();
+    listing(items, revision, query)
+}
+
+/// A list's answer: a `Table` when the client asked for one (kubectl
+/// get), else the kind's `List` at the store's resource version.
+pub fn listing<T: ListableResource + Printable>(
+    items: Vec<T>,
+    revision: u64,
+    query: &ListQuery,
+) -> Response<Body> {
     if query.table {
         return json(
             StatusCode::OK,

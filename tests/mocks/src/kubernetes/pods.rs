@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
-use k8s_openapi::List;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ListMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions;
 
 use super::Cluster;
 use super::admission::{DEFAULT_GRACE_SECONDS, decode, default_spec, validate};
@@ -176,20 +175,7 @@ pub fn list(cluster: &Cluster, namespace: Option<&str>, query: &ListQuery) -> Re
         .filter(|p| selection.selects(p))
         .map(|p| (**p).clone())
         .collect();
-    if query.table {
-        return json(
-            StatusCode::OK,
-            &table::table(&items, revision, query.include),
-        );
-    }
-    let list = List {
-        items,
-        metadata: ListMeta {
-            resource_version: Some(revision.to_string()),
-            ..Default::default()
-        },
-    };
-    object(StatusCode::OK, &list)
+    super::objects::listing(items, revision, query)
 }
 
 /// The grace period of a deletion: the body's, else the query's, else the spec's.
