@@ -75,31 +75,31 @@ fn managed(mock: &MockKubernetes, kind: &str) -> Vec<String> {
         .collect()
 }
 
-/// The pod of a sandbox, from `silo ls --json`.
-fn pod_of(cli: &Cli, name: &str) -> String {
+/// A sandbox's row of `silo ls --json`.
+fn row_of(cli: &Cli, name: &str) -> serde_json::Value {
     let listed = json(&cli.ok(&["ls", "--json"]));
-    let row = listed
+    listed
         .as_array()
         .unwrap()
         .iter()
         .find(|row| row["name"] == name)
         .unwrap_or_else(|| panic!("{name} not listed: {listed}"))
-        .clone();
+        .clone()
+}
+
+/// The pod of a sandbox, from `silo ls --json`.
+fn pod_of(cli: &Cli, name: &str) -> String {
+    let row = row_of(cli, name);
     let pod = row["backend_ref"]["pod"].as_str().unwrap();
     pod.split_once('/').unwrap().1.to_owned()
 }
 
 /// The state `silo ls` shows for a sandbox.
 fn state_of(cli: &Cli, name: &str) -> String {
-    let listed = json(&cli.ok(&["ls", "--json"]));
-    let row = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|row| row["name"] == name)
-        .unwrap()
-        .clone();
-    row["status"].as_str().unwrap_or_default().to_owned()
+    row_of(cli, name)["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Nothing silo made is left in the cluster once its sandboxes are removed
