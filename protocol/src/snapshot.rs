@@ -199,10 +199,12 @@ pub fn paths_under(paths: &BTreeSet<Vec<u8>>, dir: &[u8]) -> Vec<Vec<u8>> {
 
 /// What one layer does to a tree of paths (the path index's form:
 /// relative, joined by one `/`, names as bytes): the paths it hides with everything under
-/// them (`.wh.NAME`), the directories it empties of what was below
-/// (`.wh..wh..opq`; `""` is the root), and the paths it adds, each with its
-/// parent directories, as a marker's directory is added too. Removals go
-/// before additions. The controller's store reads it from a layer's
+/// them (`.wh.NAME`), the paths it empties of what lower layers had below
+/// them (a directory's `.wh..wh..opq`, `""` being the root, and every
+/// entry that is not a directory: a file or link put where a directory
+/// was replaces it whole, as every engine applies it), and the paths it
+/// adds, each with its parent directories, as a marker's directory is
+/// added too. Removals go before additions. The controller's store reads it from a layer's
 /// headers and the agent from what it wrote or placed; both apply it to
 /// the trees they name by [`tree_digest`], so it is recorded by one set of
 /// rules.
@@ -235,12 +237,31 @@ impl LayerPaths {
         self.opaque.push(dir.to_vec());
     }
 
+    /// An entry at `path` that is not a directory: it is added, and
+    /// whatever lower layers had below `path` is gone (a directory that
+    /// became a symlink or a file leaves none of its entries behind).
+    pub fn replace(&mut self, path: &[u8]) {
+        self.entry(path);
+        self.opaque.push(path.to_vec());
+    }
+
+    /// An entry at `path`, a directory or not ([`LayerPaths::entry`] or
+    /// [`LayerPaths::replace`]).
+    pub fn entry_of_kind(&mut self, path: &[u8], is_dir: bool) {
+        if is_dir {
+            self.entry(path);
+        } else {
+            self.replace(path);
+        }
+    }
+
     /// The paths hidden with everything under them, in the layer's order.
     pub fn hidden(&self) -> &[Vec<u8>] {
         &self.hidden
     }
 
-    /// The directories emptied of what was below them.
+    /// The paths emptied of what lower layers had below them (opaque
+    /// directories and entries that are not directories).
     pub fn opaque(&self) -> &[Vec<u8>] {
         &self.opaque
     }
@@ -303,6 +324,16 @@ mod tests {
         assert_eq!(split_parent(b"a/b/c"), (&b"a/b"[..], &b"c"[..]));
         assert_eq!(split_parent(b"c"), (&b""[..], &b"c"[..]));
         assert_eq!(join_child(b"a/b", b"c"), b"a/b/c");
+    }
+
+    #[test]
+    fn an_entry_that_is_not_a_directory_empties_its_path() {
+        let mut layer = LayerPaths::default();
+        layer.entry_of_kind(b"w/d", false);
+        layer.entry_of_kind(b"w/e", true);
+        assert_eq!(layer.opaque(), [b"w/d"]);
+        let added: Vec<&[u8]> = layer.added().iter().map(Vec::as_slice).collect();
+        assert_eq!(added, [&b"w"[..], b"w/d", b"w/e"]);
     }
 
     #[test]

@@ -178,11 +178,11 @@ impl Plan {
         }
         for step in &self.steps {
             match step {
-                Step::Dir { path, .. }
-                | Step::File { path, .. }
+                Step::Dir { path, .. } => changes.entry(path, true),
+                Step::File { path, .. }
                 | Step::Symlink { path, .. }
                 | Step::Fifo { path, .. }
-                | Step::HardLink { path, .. } => changes.entry(path),
+                | Step::HardLink { path, .. } => changes.entry(path, false),
             }
         }
         if self.skipped_count > 0 {

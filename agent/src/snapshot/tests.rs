@@ -672,3 +672,56 @@ fn a_layer_carries_times_to_the_nanosecond_and_extended_attributes() {
         u32::try_from(std::os::unix::fs::MetadataExt::mtime_nsec(&on_disk)).unwrap()
     );
 }
+
+/// One snapshot of `root` against `kept`: its layer's names, and the
+/// baseline kept after it; a tick passes after it.
+fn snapshot_against(root: &Path, kept: Baseline, since: i64) -> (Vec<String>, Baseline) {
+    let mut spec = WalkSpec {
+        baseline: kept,
+        ..spec(since, &[], &[])
+    };
+    let mut out = Vec::new();
+    let (_, mut changes) = write_layer(root, &spec, &mut out).unwrap();
+    let tree = tree::Tree::of_list(Vec::new()).unwrap();
+    let (_, kept) = Source::Tree(tree)
+        .after(&mut changes, &mut spec.baseline)
+        .unwrap();
+    std::thread::sleep(TICK);
+    let names = read_layer(&out).into_iter().map(|seen| seen.path).collect();
+    (names, kept)
+}
+
+#[test]
+fn a_directory_swapped_for_a_symlink_and_back_is_captured_whole() {
+    // s1 holds w/d with entries; s2 has a symlink at w/d (hiding them);
+    // s3 has the directory back, so its layer must hold every entry again:
+    // below s2's symlink, nothing of s1's w/d shows.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    fs::create_dir_all(root.join("w/d/sub")).unwrap();
+    fs::write(root.join("w/d/sub/f"), "a").unwrap();
+    symlink("x", root.join("w/d/sub/l")).unwrap();
+    fs::write(root.join("w/d/t"), "top").unwrap();
+    std::thread::sleep(TICK);
+    let (s1, kept) = snapshot_against(root, Baseline::new(&[]), now_ns() - 1_000_000_000_000);
+    assert!(s1.contains(&"w/d/sub/f".to_owned()), "{s1:?}");
+
+    let since = now_ns();
+    std::thread::sleep(TICK);
+    fs::rename(root.join("w/d"), root.join("w/held")).unwrap();
+    symlink("/etc", root.join("w/d")).unwrap();
+    let (s2, kept) = snapshot_against(root, kept, since);
+    assert!(s2.contains(&"w/d".to_owned()), "{s2:?}");
+
+    let since = now_ns();
+    std::thread::sleep(TICK);
+    fs::remove_file(root.join("w/d")).unwrap();
+    fs::rename(root.join("w/held"), root.join("w/d")).unwrap();
+    let (s3, _) = snapshot_against(root, kept, since);
+    for path in ["w/d", "w/d/sub", "w/d/sub/f", "w/d/sub/l", "w/d/t"] {
+        assert!(
+            s3.iter().any(|seen| seen.trim_end_matches('/') == path),
+            "{path} missing from {s3:?}"
+        );
+    }
+}

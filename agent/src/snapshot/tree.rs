@@ -191,9 +191,10 @@ impl Changes {
         self.paths.added()
     }
 
-    /// An entry of the layer at `path` (relative to the root).
-    pub fn entry(&mut self, path: &[u8]) {
-        self.paths.entry(path);
+    /// An entry of the layer at `path` (relative to the root), a
+    /// directory or not: one that is not replaces whatever was below it.
+    pub fn entry(&mut self, path: &[u8], is_dir: bool) {
+        self.paths.entry_of_kind(path, is_dir);
     }
 
     /// A whiteout of `path` (without the marker prefix).
@@ -212,14 +213,14 @@ impl Changes {
         self.unfollowable = true;
     }
 
-    /// A layer entry as the walk hands it to its sink: a path, or a
-    /// whiteout marker in its parent directory.
-    fn record(&mut self, rel: &Path, whiteout: bool) {
+    /// A layer entry as the walk hands it to its sink: a path (a
+    /// directory or not), or a whiteout marker in its parent directory.
+    fn record(&mut self, rel: &Path, entry: Recorded) {
         let path = rel.as_os_str().as_bytes();
-        if !whiteout {
-            self.entry(path);
+        let Recorded::Whiteout = entry else {
+            self.entry(path, entry == Recorded::Dir);
             return;
-        }
+        };
         let (dir, name) = split_parent(path);
         if name == OPAQUE_WHITEOUT.as_bytes() {
             self.make_opaque(dir);
@@ -227,6 +228,14 @@ impl Changes {
             self.hide(&join_child(dir, hidden));
         }
     }
+}
+
+/// What the walk handed its sink at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recorded {
+    Dir,
+    NotDir,
+    Whiteout,
 }
 
 /// A sink that passes everything on to `inner` and notes it in `changes`,
@@ -241,13 +250,18 @@ pub struct Recording<'a, S> {
 impl<S: Sink> Sink for Recording<'_, S> {
     fn entry(&mut self, rel: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
         self.inner.entry(rel, meta)?;
-        self.changes.record(rel, false);
+        let kind = if meta.is_dir() {
+            Recorded::Dir
+        } else {
+            Recorded::NotDir
+        };
+        self.changes.record(rel, kind);
         Ok(())
     }
 
     fn whiteout(&mut self, rel: &Path) -> std::io::Result<()> {
         self.inner.whiteout(rel)?;
-        self.changes.record(rel, true);
+        self.changes.record(rel, Recorded::Whiteout);
         Ok(())
     }
 
@@ -383,11 +397,11 @@ mod tests {
         let tree = Tree::of_list(start).unwrap();
         let mut changes = Changes::default();
         // In layer order: the walk names parents first, whiteouts in place.
-        changes.record(Path::new("a"), false);
-        changes.record(Path::new("a/.wh.old"), true);
-        changes.record(Path::new("a/new/f"), false);
-        changes.record(Path::new("c/.wh..wh..opq"), true);
-        changes.record(Path::new("c/d2"), false);
+        changes.record(Path::new("a"), Recorded::Dir);
+        changes.record(Path::new("a/.wh.old"), Recorded::Whiteout);
+        changes.record(Path::new("a/new/f"), Recorded::NotDir);
+        changes.record(Path::new("c/.wh..wh..opq"), Recorded::Whiteout);
+        changes.record(Path::new("c/d2"), Recorded::Dir);
         let tree = tree.apply(&changes, &mut baseline).unwrap();
         let expected = [
             "a", "a/new", "a/new/f", "a/oldish", "b", "b/keep", "c", "c/d2",
@@ -404,12 +418,12 @@ mod tests {
         let mut baseline = Baseline::new(&start);
         let tree = Tree::of_list(start).unwrap();
         let mut changes = Changes::default();
-        changes.record(Path::new(".wh.top"), true);
+        changes.record(Path::new(".wh.top"), Recorded::Whiteout);
         let tree = tree.apply(&changes, &mut baseline).unwrap();
         assert_eq!(paths(&tree), ["other"]);
         let mut changes = Changes::default();
         changes.make_opaque(b"");
-        changes.entry(b"fresh");
+        changes.entry(b"fresh", false);
         let tree = tree.apply(&changes, &mut baseline).unwrap();
         assert_eq!(paths(&tree), ["fresh"]);
         assert_eq!(baseline, Baseline::new(&list(&["fresh"])));

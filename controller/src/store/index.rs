@@ -10,7 +10,9 @@
 //! - `<dir>/.wh..wh..opq` ([`OPAQUE_WHITEOUT`]) hides everything under
 //!   `<dir>` from lower layers;
 //! - every other entry is added, with its parent directories (as the engine
-//!   creates missing parents, whiteouts' parents included).
+//!   creates missing parents, whiteouts' parents included); one that is not
+//!   a directory also hides everything lower layers had under its path (a
+//!   symlink put where a directory was leaves none of its entries).
 //!
 //! A layer's markers hide only lower layers' paths, never its own, so a
 //! delta's removals are applied before its additions. The engine's AUFS
@@ -127,7 +129,8 @@ impl LayerDelta {
                 if matches!(kind, tar::EntryType::Regular | tar::EntryType::Continuous) {
                     delta.stats.file_bytes += entry.size();
                 }
-                delta.paths.entry(&path);
+                // A file or link where a directory was replaces it whole.
+                delta.paths.entry_of_kind(&path, kind.is_dir());
             }
         }
         Ok(delta)
