@@ -23,6 +23,7 @@
 //! - [`exact`]: a tar entry's contents read to exactly the size its header declared.
 //! - [`extras`]: what a layer entry carries beyond its header (time to the
 //!   nanosecond, extended attributes), as PAX records.
+//! - [`link`]: a symlink's target written into a layer entry verbatim.
 //! - [`snapshot`]: the snapshot request and the layer format of its answer.
 //! - [`layers`]: a layer applied onto the machine (new with remote backends):
 //!   its limits, answer and error kinds.
@@ -46,6 +47,7 @@ pub mod http;
 pub mod index;
 pub mod layers;
 pub mod limits;
+pub mod link;
 pub mod push;
 pub mod query;
 pub mod replay;

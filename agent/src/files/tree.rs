@@ -3,12 +3,14 @@
 
 use std::fs::{Metadata, OpenOptions, Permissions};
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use silo_protocol::bundle::BundleLimits;
 use silo_protocol::files::TreeWritten;
+use silo_protocol::link::append_symlink;
 
 use super::ops::lstat;
 use super::path::{Target, undo};
@@ -61,10 +63,7 @@ fn add<W: Write>(
     header.set_metadata_in_mode(meta, tar::HeaderMode::Complete);
     if file_type.is_symlink() {
         let target = std::fs::read_link(path).map_err(FsError::at("read link", path))?;
-        header.set_size(0);
-        builder
-            .append_link(&mut header, name, target)
-            .map_err(send)?;
+        append_symlink(builder, &mut header, name, target.as_os_str().as_bytes()).map_err(send)?;
     } else if file_type.is_file() {
         let file = OpenOptions::new()
             .read(true)

@@ -2,11 +2,12 @@
 //!
 //! [`Layer`] is the walk's [`Sink`]: a directory becomes a header with its
 //! mode, owner and mtime; a regular file its header and exactly the bytes its
-//! header announces; a symlink its target; a second name of an inode already
-//! in the layer a hard link to the first; fifos and devices their headers; a
-//! deletion an empty `.wh.` file. A time with a fraction of a second goes
-//! before its entry as a PAX `mtime` record, and extended attributes as
-//! `SCHILY.xattr.` records ([`Extras`]). Long names use the GNU extension. The tar
+//! header announces; a symlink its target, verbatim ([`append_symlink`]); a
+//! second name of an inode already in the layer a hard link to the first;
+//! fifos and devices their headers; a deletion an empty `.wh.` file. A time
+//! with a fraction of a second goes before its entry as a PAX `mtime`
+//! record, and extended attributes as `SCHILY.xattr.` records
+//! ([`Extras`]). Long names use the GNU extension. The tar
 //! end marker is written by [`Layer::finish`] alone: a layer dropped after an
 //! error, or unfinished for any other reason, ends without it, so a reader
 //! can tell it was cut short.
@@ -20,15 +21,13 @@ use std::path::{Path, PathBuf};
 
 use silo_protocol::exact::ExactReader;
 use silo_protocol::extras::{Extras, MAX_XATTR_BYTES, Mtime, Xattr};
+use silo_protocol::link::append_symlink;
 use tar::{Builder, EntryType, Header, HeaderMode};
 
 use super::walk::Sink;
 
 /// Mode of a whiteout entry.
 const WHITEOUT_MODE: u32 = 0o644;
-/// Longest link target that fits the header itself; longer ones use the GNU
-/// extension.
-const HEADER_LINK_BYTES: usize = 100;
 
 /// What a finished layer holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -106,14 +105,12 @@ impl<W: Write> Layer<W> {
             self.builder.append_data(&mut header, rel, io::empty())?;
         } else if kind.is_symlink() {
             let target = fs::read_link(self.root.join(rel))?;
-            let bytes = target.as_os_str().as_bytes();
-            if bytes.len() <= HEADER_LINK_BYTES {
-                // Verbatim: `append_link` would tidy the target's components.
-                header.set_link_name_literal(bytes)?;
-                self.builder.append_data(&mut header, rel, io::empty())?;
-            } else {
-                self.builder.append_link(&mut header, rel, &target)?;
-            }
+            append_symlink(
+                &mut self.builder,
+                &mut header,
+                rel,
+                target.as_os_str().as_bytes(),
+            )?;
         } else if kind.is_file() {
             let file = open_same(&self.root.join(rel), meta)?;
             header.set_size(meta.len());

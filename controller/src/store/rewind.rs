@@ -52,6 +52,7 @@ use std::fs::File;
 use std::io;
 
 use serde::Serialize;
+use silo_protocol::link::append_symlink;
 use silo_protocol::rewind::Change;
 use silo_protocol::snapshot::{WHITEOUT_PREFIX, join_child, split_parent};
 use tar::{EntryType, Header};
@@ -353,8 +354,8 @@ impl Writer<'_> {
                 0
             }
             EntryType::Symlink => {
-                let target = as_path(original.link.as_deref().unwrap_or_default());
-                write(self.builder.append_link(&mut header, name, target))?;
+                let target = original.link.as_deref().unwrap_or_default();
+                write(append_symlink(&mut self.builder, &mut header, name, target))?;
                 0
             }
             _ => self.file(path, layer, &original)?,

@@ -30,6 +30,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use silo_protocol::extras::Extras;
+use silo_protocol::link::append_symlink;
 use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, join_child, split_parent};
 use tar::{EntryType, Header};
 
@@ -298,19 +299,8 @@ fn write_found(
     found: &Found,
 ) -> Result<(), SquashError> {
     match (found.header.entry_type(), &found.link) {
-        (EntryType::Symlink, Some(target)) if target.len() <= 100 => {
-            header
-                .set_link_name_literal(target)
-                .map_err(SquashError::Write)?;
-            builder
-                .append_data(&mut header, name, io::empty())
-                .map_err(SquashError::Write)
-        }
         (EntryType::Symlink, Some(target)) => {
-            let target = as_path(target);
-            builder
-                .append_link(&mut header, name, target)
-                .map_err(SquashError::Write)
+            append_symlink(builder, &mut header, name, target).map_err(SquashError::Write)
         }
         _ => {
             let data = data_of(sources, found)?;

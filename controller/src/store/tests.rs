@@ -205,8 +205,13 @@ pub(super) fn stored_layer(store: &Store, entries: &[E<'_>]) -> Digest {
                 builder.append_link(&mut header, path, target).unwrap();
             }
             E::Symlink(path, target) => {
-                header.set_entry_type(EntryType::Symlink);
-                builder.append_link(&mut header, path, target).unwrap();
+                silo_protocol::link::append_symlink(
+                    &mut builder,
+                    &mut header,
+                    Path::new(path),
+                    target.as_bytes(),
+                )
+                .unwrap();
             }
             E::Whiteout(path) => {
                 let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
