@@ -29,8 +29,9 @@ use silo_protocol::snapshot::WHITEOUT_PREFIX;
 
 use super::archive::{Meter, Packing, Unpack, read_archive};
 use crate::fs_error::FsError;
-/// Buffer for copying one file's bytes to disk.
-const COPY_BUFFER: usize = 256 * 1024;
+/// Buffer for copying one file's bytes to disk: a whole number of
+/// [`HOLE_BLOCK`]s, so each full read ends on a block boundary.
+const COPY_BUFFER: usize = 64 * HOLE_BLOCK;
 /// Permission bits kept from an entry's mode: no setuid, setgid or sticky.
 const MODE_MASK: u32 = 0o777;
 /// Bits every extracted directory gets, so the agent can always fill and
@@ -311,7 +312,7 @@ pub fn write_new_file<R: Read>(
         .map_err(write_error("create", target))?;
     let mut at = 0u64;
     loop {
-        let n = entry.read(buf).map_err(|e| meter.read_error(e))?;
+        let n = fill(entry, buf).map_err(|e| meter.read_error(e))?;
         if n == 0 {
             break;
         }
@@ -325,6 +326,23 @@ pub fn write_new_file<R: Read>(
     file.set_permissions(Permissions::from_mode(mode))
         .map_err(write_error("chmod", target))?;
     Ok(file)
+}
+
+/// Reads into `buf` until it is full or the entry ends; how many bytes.
+/// Every read but the last then ends on a block boundary (the buffer is a
+/// whole number of blocks), so a block of zeros is never split between
+/// two reads and written as data: a body arrives in chunks of any size.
+fn fill(entry: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match entry.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(filled)
 }
 
 /// Writes `data` at offset `at` of `file`, skipping its whole blocks of
@@ -579,6 +597,65 @@ mod tests {
     use super::*;
     use sha2::{Digest, Sha256};
     use silo_protocol::bundle::{Bundle, FileEntry, FileSet};
+
+    /// Hands out at most `chunk` bytes a read, as a body arriving in
+    /// chunks does.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        chunk: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.chunk).min(self.bytes.len());
+            buf[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_sparse_file_read_in_odd_chunks_stays_sparse() {
+        use std::os::unix::fs::MetadataExt as _;
+        // 1 MiB: a block of data at the start and one at the end, zeros
+        // between, read back a few hundred bytes at a time.
+        let mut content = vec![0u8; 1 << 20];
+        content[..HOLE_BLOCK].fill(b'a');
+        let end = content.len() - HOLE_BLOCK;
+        content[end..].fill(b'z');
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, "sparse", content.as_slice())
+            .unwrap();
+        let tar = builder.into_inner().unwrap();
+        let mut archive = tar::Archive::new(Trickle {
+            bytes: &tar,
+            chunk: 1000,
+        });
+        let mut entries = archive.entries().unwrap();
+        let mut entry = entries.next().unwrap().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("sparse");
+        let meter = Meter::default();
+        let file = write_new_file(
+            &mut entry,
+            &target,
+            0o644,
+            Zeros::Holes,
+            &mut copy_buffer(),
+            &meter,
+        )
+        .unwrap();
+        drop(file);
+        assert_eq!(std::fs::read(&target).unwrap(), content);
+        // Two blocks of data, in 512-byte units; a file system may add a
+        // block of its own, never the zeros between.
+        let blocks = std::fs::metadata(&target).unwrap().blocks();
+        assert!(blocks <= 3 * (HOLE_BLOCK as u64 / 512), "{blocks} blocks");
+    }
 
     fn run(
         bytes: &[u8],
