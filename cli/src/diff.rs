@@ -7,6 +7,16 @@ use silo::Silo;
 use super::output::Output;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Each line is a path: + added since the snapshot, - removed, ~ changed, with how \
+(kind, mode, owner, content, target, xattrs, mtime, links). Names are escaped: \
+\\\\ for a backslash, \\n \\t \\r, and \\xNN for any other control character and \
+every byte that is not UTF-8.
+
+With --json each path is {\"path\", \"change\"} (and \"what\" when changed); \"path\" \
+is exact when it is UTF-8. A path that is not UTF-8 also has \"path_raw\", its exact \
+bytes as an array of numbers (\"path\" then shows each bad byte as U+FFFD): decode \
+with bytes(p[\"path_raw\"]) if \"path_raw\" in p else p[\"path\"].encode().")]
 pub struct Args {
     /// The sandbox (name or id).
     #[arg(value_name = "SANDBOX")]

@@ -1,8 +1,9 @@
 //! Everything the CLI prints on success, in one place: aligned tables for
 //! people, JSON (`--json`) for scripts. Errors go to stderr as `silo: …`.
-//! Snapshot results and their progress bar are in `snapshots`, file results
-//! (`cp`, `cat`, `ls-files`) in `files`.
+//! Snapshot results and their progress bar are in `snapshots`, `silo diff`'s
+//! paths in `diff`, file results (`cp`, `cat`, `ls-files`) in `files`.
 
+mod diff;
 mod files;
 mod pools;
 mod snapshots;
@@ -18,8 +19,8 @@ use serde::Serialize;
 use silo::doctor::{Check, Verdict};
 use silo::unix_ms_to_rfc3339;
 use silo::{
-    DiffReport, EventRecord, GcReport, HostRecord, MachineState, PathChange, SandboxRecord,
-    Started, UpAction, UpOutcome, human_bytes,
+    EventRecord, GcReport, HostRecord, MachineState, SandboxRecord, Started, UpAction, UpOutcome,
+    human_bytes,
 };
 use silo::{PushEvent, PushProgressFn, PushReport};
 use silo_protocol::exec::{ExecState, ExecSummary};
@@ -250,41 +251,6 @@ impl Output {
             ]));
         }
         print_lines(&render(&table))
-    }
-
-    /// What differs between a sandbox's live tree and a snapshot: a line
-    /// a path (`+` added since the snapshot, `-` removed, `~` changed,
-    /// with how).
-    pub fn diff(&self, report: &DiffReport) -> anyhow::Result<()> {
-        if self.json {
-            return print_json(report);
-        }
-        let mut lines = vec![format!(
-            "{} against snapshot {} ({} paths differ; its files now are snapshot {})",
-            report.sandbox,
-            report.snapshot,
-            report.paths.len(),
-            report.live
-        )];
-        for path in &report.paths {
-            lines.push(match &path.change {
-                PathChange::Added => format!("+ {}", path.path),
-                PathChange::Removed => format!("- {}", path.path),
-                PathChange::Changed { what } => {
-                    let what: Vec<String> = what
-                        .iter()
-                        .map(|aspect| {
-                            serde_json::to_value(aspect)
-                                .ok()
-                                .and_then(|v| v.as_str().map(str::to_owned))
-                                .unwrap_or_default()
-                        })
-                        .collect();
-                    format!("~ {} ({})", path.path, what.join(", "))
-                }
-            });
-        }
-        print_lines(&lines.join("\n"))
     }
 
     /// Shows a demo step as it completes (people only; JSON waits for the end).

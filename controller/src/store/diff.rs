@@ -4,6 +4,13 @@
 //! whiteout, an opaque directory), or below a path such a layer replaces
 //! wholesale; each of those paths is looked up in both trees and compared
 //! by what it is, its metadata and its bytes (hashed from the layers).
+//!
+//! A file with several names is one inode: every name a layer links to a
+//! path looked at is looked at too, in both trees, and a name whose file
+//! has other names in one tree than in the other differs in its links
+//! ([`Aspect::Links`]), as a listing of the machine would show. A name
+//! left in a layer below a new entry of another name of its file is the
+//! case this catches: the new entry split the file in two.
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -48,6 +55,8 @@ pub enum Aspect {
     Xattrs,
     /// Modification time (to the nanosecond).
     Mtime,
+    /// Which other names the file has (its hard links).
+    Links,
 }
 
 /// A path that differs, relative to `/`, as bytes (not always UTF-8).
@@ -89,6 +98,12 @@ pub fn diff(store: &Store, from: &[Digest], to: &[Digest]) -> Result<Vec<PathDif
         paths.extend(a.subtree(dir));
         paths.extend(b.subtree(dir));
     }
+    let linked: Vec<Vec<u8>> = paths
+        .iter()
+        .flat_map(|path| [link_names(&a, path), link_names(&b, path)])
+        .flatten()
+        .collect();
+    paths.extend(linked);
     let mut out = Vec::new();
     for path in paths {
         let change = match (a.lookup(&path), b.lookup(&path)) {
@@ -150,9 +165,29 @@ fn differences(
     if a.kind != EntryType::Directory && a.extras.mtime != b.extras.mtime {
         what.push(Aspect::Mtime);
     }
+    if !a.is_dir() && !b.is_dir() && link_names(old.1, path) != link_names(new.1, path) {
+        what.push(Aspect::Links);
+    }
     what.sort();
     what.dedup();
     Ok(what)
+}
+
+/// Every name `tree` gives the file at `path` (`path` included), sorted:
+/// the names its layer links together there that no layer above covers
+/// (nothing when the tree has nothing at `path`).
+fn link_names(tree: &Tree, path: &[u8]) -> Vec<Vec<u8>> {
+    let Some((layer, _)) = tree.lookup(path) else {
+        return Vec::new();
+    };
+    let mut names: Vec<Vec<u8>> = tree.layers()[layer]
+        .link_group(path)
+        .into_iter()
+        .filter(|name| tree.lookup(name).is_some_and(|(at, _)| at == layer))
+        .map(<[u8]>::to_vec)
+        .collect();
+    names.sort();
+    names
 }
 
 /// A regular file and its hard links are one kind.
@@ -206,4 +241,156 @@ fn hash(
         hasher.update(&buf[..n]);
     }
     Ok(hasher.finalize().into())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use std::ffi::OsStr;
+    use std::io::{self, Write as _};
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::path::PathBuf;
+
+    use silo_protocol::extras::{Extras, Mtime};
+    use tar::Header;
+
+    use super::*;
+
+    /// One entry of a test layer, with its extended attributes.
+    enum T<'a> {
+        Dir(&'a [u8], &'a [(&'a str, &'a [u8])]),
+        File(&'a [u8], &'a [u8], &'a [(&'a str, &'a [u8])]),
+        Link(&'a [u8], &'a [u8], &'a [(&'a str, &'a [u8])]),
+    }
+
+    fn stored(store: &Store, entries: &[T<'_>]) -> Digest {
+        let mut builder = tar::Builder::new(Vec::new());
+        for entry in entries {
+            let xattrs = match entry {
+                T::Dir(_, x) | T::File(_, _, x) | T::Link(_, _, x) => x,
+            };
+            Extras {
+                mtime: Mtime {
+                    secs: 1_700_000_000,
+                    nanos: 0,
+                },
+                xattrs: xattrs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
+                    .collect(),
+            }
+            .append(&mut builder)
+            .unwrap();
+            let mut header = Header::new_gnu();
+            header.set_mode(0o644);
+            header.set_mtime(1_700_000_000);
+            header.set_size(0);
+            let as_path = |p: &[u8]| PathBuf::from(OsStr::from_bytes(p));
+            match entry {
+                T::Dir(path, _) => {
+                    header.set_entry_type(EntryType::Directory);
+                    header.set_mode(0o755);
+                    builder
+                        .append_data(&mut header, as_path(path), io::empty())
+                        .unwrap();
+                }
+                T::File(path, data, _) => {
+                    header.set_size(data.len() as u64);
+                    builder
+                        .append_data(&mut header, as_path(path), *data)
+                        .unwrap();
+                }
+                T::Link(path, target, _) => {
+                    header.set_entry_type(EntryType::Link);
+                    builder
+                        .append_link(&mut header, as_path(path), as_path(target))
+                        .unwrap();
+                }
+            }
+        }
+        let bytes = builder.into_inner().unwrap();
+        let mut writer = store.writer().unwrap();
+        writer.write_all(&bytes).unwrap();
+        writer.finish().unwrap().digest
+    }
+
+    const X: &[(&str, &[u8])] = &[("user.k", b"v")];
+
+    fn changes(found: &[PathDiff]) -> Vec<(&[u8], &PathChange)> {
+        found
+            .iter()
+            .map(|found| (found.path.as_slice(), &found.change))
+            .collect()
+    }
+
+    fn changed(what: &[Aspect]) -> PathChange {
+        PathChange::Changed {
+            what: what.to_vec(),
+        }
+    }
+
+    #[test]
+    fn an_xattr_change_on_a_second_link_name_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let base = stored(
+            &store,
+            &[
+                T::Dir(b"w", &[]),
+                T::File(b"w/a", b"x", &[]),
+                T::Link(b"w/b", b"w/a", &[]),
+            ],
+        );
+        // Both names captured again: the inode's change on each.
+        let both = stored(
+            &store,
+            &[
+                T::Dir(b"w", &[]),
+                T::File(b"w/a", b"x", X),
+                T::Link(b"w/b", b"w/a", X),
+            ],
+        );
+        let found = diff(&store, std::slice::from_ref(&base), &[base.clone(), both]).unwrap();
+        assert_eq!(
+            changes(&found),
+            [
+                (&b"w/a"[..], &changed(&[Aspect::Xattrs])),
+                (&b"w/b"[..], &changed(&[Aspect::Xattrs])),
+            ]
+        );
+        // The second name alone captured (an overlay copies up the name
+        // written through, alone): the other name is no longer its file's.
+        let second = stored(&store, &[T::Dir(b"w", &[]), T::File(b"w/b", b"x", X)]);
+        let found = diff(&store, std::slice::from_ref(&base), &[base.clone(), second]).unwrap();
+        assert_eq!(
+            changes(&found),
+            [
+                (&b"w/a"[..], &changed(&[Aspect::Links])),
+                (&b"w/b"[..], &changed(&[Aspect::Xattrs, Aspect::Links])),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_new_name_of_a_file_changes_the_links_of_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let base = stored(&store, &[T::Dir(b"w", &[]), T::File(b"w/a", b"x", &[])]);
+        let linked = stored(
+            &store,
+            &[
+                T::Dir(b"w", &[]),
+                T::File(b"w/a", b"x", &[]),
+                T::Link(b"w/c", b"w/a", &[]),
+            ],
+        );
+        let found = diff(&store, std::slice::from_ref(&base), &[base.clone(), linked]).unwrap();
+        assert_eq!(
+            changes(&found),
+            [
+                (&b"w/a"[..], &changed(&[Aspect::Links])),
+                (&b"w/c"[..], &PathChange::Added),
+            ]
+        );
+    }
 }

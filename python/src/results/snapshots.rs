@@ -2,7 +2,7 @@
 //! (`RewindReport`), and what differs from one (`Diff` of `PathChange`s).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDateTime, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDateTime, PyDict, PyTuple};
 use silo::{
     Aspect, DiffReport, DiffedPath, ImageSource, PathChange as Change, RestoreReport,
     Snapshot as Recorded, SnapshotReport,
@@ -98,6 +98,9 @@ result_class! {
         change: String,
         /// For ``changed``: what differs (``content``, ``mode``, ``kind``, ...).
         what: Py<PyTuple> = { no_items() },
+        /// The path's exact bytes when it is not UTF-8 (``path`` then shows
+        /// each bad byte as U+FFFD); ``None`` when ``path`` is exact.
+        path_raw: Option<Py<PyBytes>> = None,
     }
 }
 
@@ -113,6 +116,10 @@ impl PathChange {
             path: diffed.path.clone(),
             change: change.to_owned(),
             what: PyTuple::new(py, what)?.unbind(),
+            path_raw: diffed
+                .path_raw
+                .as_deref()
+                .map(|raw| PyBytes::new(py, raw).unbind()),
         })
     }
 }
@@ -127,6 +134,7 @@ fn aspect(aspect: Aspect) -> &'static str {
         Aspect::Target => "target",
         Aspect::Xattrs => "xattrs",
         Aspect::Mtime => "mtime",
+        Aspect::Links => "links",
     }
 }
 

@@ -4,6 +4,12 @@
 //! checkpoint the sandbox can be rewound to), so both sides are stored
 //! trees and every path is compared exactly, bytes included, from the
 //! store alone (`store::diff`).
+//!
+//! A path is bytes, as a name is on Linux. The report names it as the
+//! protocol names a baseline's paths: a string when it is UTF-8, and its
+//! bytes beside it when it is not (`path_raw`, an array of byte values in
+//! JSON), so two names that differ only in bytes that are not UTF-8 stay
+//! apart.
 
 use serde::Serialize;
 
@@ -31,11 +37,42 @@ pub struct DiffReport {
 /// One path that differs.
 #[derive(Debug, Clone, Serialize)]
 pub struct DiffedPath {
-    /// Absolute; bytes that are not UTF-8 shown as U+FFFD.
+    /// Absolute. Exact when it is UTF-8; otherwise each byte that is not
+    /// shown as U+FFFD, and the exact path is `path_raw`.
     pub path: String,
+    /// The path's bytes, only when it is not UTF-8 (left out of JSON
+    /// otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_raw: Option<Vec<u8>>,
     /// How it differs.
     #[serde(flatten)]
     pub change: PathChange,
+}
+
+impl DiffedPath {
+    /// `path` (relative to `/`, as bytes) differing as `change`.
+    pub fn new(path: &[u8], change: PathChange) -> Self {
+        let mut absolute = Vec::with_capacity(path.len() + 1);
+        absolute.push(b'/');
+        absolute.extend_from_slice(path);
+        match String::from_utf8(absolute) {
+            Ok(path) => Self {
+                path,
+                path_raw: None,
+                change,
+            },
+            Err(raw) => Self {
+                path: String::from_utf8_lossy(raw.as_bytes()).into_owned(),
+                path_raw: Some(raw.into_bytes()),
+                change,
+            },
+        }
+    }
+
+    /// The path's exact bytes.
+    pub fn path_bytes(&self) -> &[u8] {
+        self.path_raw.as_deref().unwrap_or(self.path.as_bytes())
+    }
 }
 
 impl Silo {
@@ -70,10 +107,7 @@ impl Silo {
         let found = blocking(move || Ok(diff(&store, &from, &to)?)).await?;
         let paths = found
             .into_iter()
-            .map(|found| DiffedPath {
-                path: format!("/{}", String::from_utf8_lossy(&found.path)),
-                change: found.change,
-            })
+            .map(|found| DiffedPath::new(&found.path, found.change))
             .collect();
         Ok(DiffReport {
             sandbox: sandbox.name,
@@ -81,5 +115,37 @@ impl Silo {
             live: live.id,
             paths,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn json_diff_keeps_non_utf8_names_apart() {
+        let paths: Vec<DiffedPath> = [&b"w/\xff\xfe"[..], b"w/\xfe\xff", b"w/a\nb"]
+            .into_iter()
+            .map(|path| DiffedPath::new(path, PathChange::Added))
+            .collect();
+        let json: Vec<serde_json::Value> = paths
+            .iter()
+            .map(|path| serde_json::to_value(path).unwrap())
+            .collect();
+        assert_ne!(json[0], json[1]);
+        // What a script does: the bytes when given, else the string's.
+        let decoded: Vec<Vec<u8>> = json
+            .iter()
+            .map(|value| match value.get("path_raw") {
+                Some(raw) => serde_json::from_value(raw.clone()).unwrap(),
+                None => value["path"].as_str().unwrap().as_bytes().to_vec(),
+            })
+            .collect();
+        assert_eq!(decoded, [&b"/w/\xff\xfe"[..], b"/w/\xfe\xff", b"/w/a\nb"]);
+        assert_eq!(json[2]["path"], "/w/a\nb");
+        assert_eq!(json[2]["change"], "added");
+        assert_eq!(paths[0].path_bytes(), b"/w/\xff\xfe");
+        assert_eq!(paths[2].path_bytes(), b"/w/a\nb");
     }
 }
