@@ -120,6 +120,62 @@ async fn a_file_two_levels_below_an_untouched_image_directory_is_captured() {
     eprintln!("designed case: {:.1} s", started.elapsed().as_secs_f64());
 }
 
+/// The blocks `path` takes in sandbox `name`, as `stat` counts them.
+fn blocks(cli: &Cli, name: &str, path: &str) -> u64 {
+    let out = cli.ok(&["exec", name, "--", "stat", "-c", "%b", path]);
+    out.trim().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_directory_swapped_for_a_symlink_and_back_odd_link_targets_and_sparse_files_come_back() {
+    let Some(engine) = silo_tests::docker::engine_with_base().await else {
+        return;
+    };
+    let cli = cli();
+    let up = json(&cli.ok(&["up", "t", "--image", BASE_IMAGE, "--json"]));
+    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    sh(
+        &cli,
+        "t",
+        "mkdir -p /w/d/sub && echo a > /w/d/sub/f && ln -s x /w/d/sub/l && echo top > /w/d/t \
+         && ln -s / /w/root && ln -s // /w/slashes && ln -s . /w/dot && ln -s .. /w/up \
+         && ln -s 'a//b/' /w/tidy && truncate -s 1M /w/sparse \
+         && printf x | dd of=/w/sparse bs=1 seek=524288 conv=notrunc 2>/dev/null",
+    );
+    let sparse_blocks = blocks(&cli, "t", "/w/sparse");
+    snapshot(&cli, "t");
+    sh(&cli, "t", "mv /w/d /w/held && ln -s /etc /w/d");
+    snapshot(&cli, "t");
+    sh(&cli, "t", "rm /w/d && mv /w/held /w/d");
+    let s3 = snapshot(&cli, "t");
+    let at_s3 = listing_of(&engine, &id).await.unwrap();
+    for path in ["/w/d/sub/f", "/w/d/sub/l", "/w/d/t"] {
+        assert!(at_s3.contains_key(path.as_bytes()), "{path} was made");
+    }
+
+    sh(
+        &cli,
+        "t",
+        "rm -rf /w/d /w/root /w/slashes /w/dot /w/up /w/tidy /w/sparse && mkdir /w/d",
+    );
+    let rewound = json(&cli.ok(&["rewind", "t", &s3, "--json"]));
+    assert!(rewound["new_machine_because"].is_null(), "{rewound}");
+    let live = listing_of(&engine, &id).await.unwrap();
+    assert_same(&at_s3, &live, "after the rewind, the tree is not s3's");
+    assert_eq!(
+        blocks(&cli, "t", "/w/sparse"),
+        sparse_blocks,
+        "the sparse file came back with other blocks"
+    );
+
+    let fork = json(&cli.ok(&["fork", &s3, "--name", "t-fork", "--json"]));
+    let fork_id = fork["sandbox"]["id"].as_str().unwrap().to_owned();
+    let forked = listing_of(&engine, &fork_id).await.unwrap();
+    assert_same(&at_s3, &forked, "the fork's tree is not s3's");
+    cli.ok(&["rm", "t-fork"]);
+    cli.ok(&["rm", "t"]);
+}
+
 #[tokio::test]
 async fn every_rewind_and_fork_gives_back_exactly_what_its_snapshot_saw_on_docker() {
     let Some(engine) = silo_tests::docker::engine_with_base().await else {

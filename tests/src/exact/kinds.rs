@@ -45,11 +45,19 @@ pub enum OpKind {
     RmImage,
     /// A file replaced by a directory at the same path, or the other way.
     Replace,
+    /// A directory moved aside and a symlink put in its place, or the
+    /// swap undone (the directory back where the link was).
+    SwapLink,
+    /// A file of megabytes: written, changed in the middle, appended to
+    /// or cut short.
+    BigFile,
+    /// A sparse file, with holes at both ends, or a byte written into one.
+    Sparse,
 }
 
 impl OpKind {
     /// Every kind, in the order `SILO_EXACT_KINDS` documents them.
-    pub const ALL: [OpKind; 19] = [
+    pub const ALL: [OpKind; 22] = [
         Self::Write,
         Self::Append,
         Self::Truncate,
@@ -69,6 +77,9 @@ impl OpKind {
         Self::Deep,
         Self::RmImage,
         Self::Replace,
+        Self::SwapLink,
+        Self::BigFile,
+        Self::Sparse,
     ];
 
     /// Its name in `SILO_EXACT_KINDS`.
@@ -93,6 +104,9 @@ impl OpKind {
             Self::Deep => "deep",
             Self::RmImage => "rmimage",
             Self::Replace => "replace",
+            Self::SwapLink => "swaplink",
+            Self::BigFile => "bigfile",
+            Self::Sparse => "sparse",
         }
     }
 

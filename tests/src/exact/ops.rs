@@ -160,6 +160,9 @@ impl Model {
             OpKind::Deep => self.deep(rng),
             OpKind::RmImage => self.rm_image(rng),
             OpKind::Replace => self.replace(rng),
+            OpKind::SwapLink => self.swap_link(rng),
+            OpKind::BigFile => self.big_file(rng),
+            OpKind::Sparse => self.sparse(rng),
         };
         Op { kind, shell }
     }
@@ -326,7 +329,7 @@ impl Model {
     /// Never an image directory, so no path the model makes runs through
     /// a link into the image.
     fn link_target(&mut self, rng: &mut Rng) -> String {
-        match rng.below(5) {
+        match rng.below(6) {
             0 => self
                 .some_file(rng)
                 .map(|f| f.rsplit('/').next().unwrap_or("x").to_owned())
@@ -334,6 +337,7 @@ impl Model {
             1 => format!("../{}", self.fresh("up")),
             2 => self.some_file(rng).unwrap_or_else(|| WORK.to_owned()),
             3 => format!("/nowhere/{}", self.fresh("n")),
+            4 => odd_target(rng),
             _ => odd_bytes(rng),
         }
     }
@@ -470,6 +474,92 @@ impl Model {
             self.files.push(path.clone());
             format!("rm -rf \"{path}\" && {}", write_file(rng, &path))
         }
+    }
+
+    /// A directory moved aside to `DIR.held` and a symlink put at its
+    /// path (to a target the model never writes through into the image),
+    /// or, where that was done, the link removed and the directory put
+    /// back: its entries must come back with it.
+    fn swap_link(&mut self, rng: &mut Rng) -> String {
+        let Some(dir) = self.made_dir(rng) else {
+            return self.mkdir(rng);
+        };
+        let target = odd_target(rng);
+        format!(
+            "if [ -L \"{dir}\" ] && [ -d \"{dir}.held\" ]; then rm -f \"{dir}\" && mv \"{dir}.held\" \"{dir}\"; \
+             elif [ -d \"{dir}\" ] && [ ! -L \"{dir}\" ] && [ ! -e \"{dir}.held\" ]; then \
+             mv \"{dir}\" \"{dir}.held\" && ln -s \"{target}\" \"{dir}\"; fi"
+        )
+    }
+
+    /// A file of one to four megabytes made, or one changed in place: a
+    /// few bytes in the middle, a megabyte appended, or cut shorter.
+    fn big_file(&mut self, rng: &mut Rng) -> String {
+        let made: Vec<String> = self
+            .files
+            .iter()
+            .filter(|f| f.contains("/big"))
+            .cloned()
+            .collect();
+        if made.is_empty() || rng.chance(30) {
+            let path = format!("{}/{}", self.some_dir(rng), self.fresh("big"));
+            self.files.push(path.clone());
+            let size = rng.between(1 << 20, 4 << 20);
+            return format!("yes {:016x} | head -c {size} > \"{path}\"", rng.next_u64());
+        }
+        let path = rng.pick(&made).clone();
+        let guard = format!("[ -f \"{path}\" ] && [ ! -L \"{path}\" ]");
+        match rng.below(3) {
+            0 => {
+                let len = rng.between(1, 48);
+                let bytes = content(rng, len);
+                let at = rng.below(4 << 20);
+                format!(
+                    "{guard} && {bytes} | dd of=\"{path}\" bs=1 seek={at} conv=notrunc 2>/dev/null"
+                )
+            }
+            1 => format!(
+                "{guard} && yes {:016x} | head -c {} >> \"{path}\"",
+                rng.next_u64(),
+                rng.between(1, 1 << 20)
+            ),
+            _ => format!("{guard} && truncate -s {} \"{path}\"", rng.below(4 << 20)),
+        }
+    }
+
+    /// A sparse file: a size set by `truncate` (a hole to its end) and a
+    /// few bytes written into the middle, so it has a hole at each end; or
+    /// bytes written into a hole of one there.
+    fn sparse(&mut self, rng: &mut Rng) -> String {
+        let size = rng.between(64 << 10, 2 << 20);
+        let at = rng.between(8 << 10, size - (8 << 10));
+        let len = rng.between(1, 48);
+        let bytes = content(rng, len);
+        match self.some_file(rng).filter(|f| f.contains("/sparse")) {
+            Some(path) if rng.chance(40) => format!(
+                "[ -f \"{path}\" ] && [ ! -L \"{path}\" ] && {bytes} | dd of=\"{path}\" bs=1 seek={at} conv=notrunc 2>/dev/null"
+            ),
+            _ => {
+                let path = format!("{}/{}", self.some_dir(rng), self.fresh("sparse"));
+                self.files.push(path.clone());
+                format!(
+                    "truncate -s {size} \"{path}\" && {bytes} | dd of=\"{path}\" bs=1 seek={at} conv=notrunc 2>/dev/null"
+                )
+            }
+        }
+    }
+}
+
+/// A link target that a path tool would tidy (the root, doubled slashes,
+/// `.` and `..`, a trailing slash) or a long one; none leads a step's
+/// write into the image.
+fn odd_target(rng: &mut Rng) -> String {
+    let long = format!("/nowhere/{}", "t/".repeat(rng.between(60, 120) as usize));
+    let targets = ["/", "//", ".", "..", "./", "a//b", "dir/", "/nowhere//x/."];
+    if rng.chance(20) {
+        long
+    } else {
+        (*rng.pick(&targets)).to_owned()
     }
 }
 
