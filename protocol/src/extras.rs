@@ -6,13 +6,15 @@
 //! squash) puts one PAX block before an entry that needs it: `mtime`
 //! (`SECONDS.NANOSECONDS`) when the time has a fraction, and
 //! `SCHILY.xattr.NAME` for each extended attribute, as engines write and
-//! read them; every reader (the agent's apply, the store's tables) takes
-//! them from there. An entry without a block has the header's seconds and
-//! no attributes.
+//! read them, each record prefixed with its length so that a value may
+//! hold any byte (a newline, a NUL) or none. Every reader (the agent's
+//! apply, the store's tables, squash and index) takes them through
+//! [`crate::members`], which reads records by that length. An entry
+//! without a block has the header's seconds and no attributes.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
-use tar::{Builder, Entry};
+use tar::Builder;
 
 /// The PAX key of an entry's modification time.
 pub const PAX_MTIME: &str = "mtime";
@@ -35,53 +37,21 @@ pub struct Extras {
 }
 
 impl Extras {
-    /// What `entry` carries: its PAX records where it has them, else its
-    /// header's seconds and no attributes.
-    pub fn of_entry<R: Read>(entry: &mut Entry<'_, R>) -> io::Result<Self> {
-        let mut extras = Self {
-            mtime: Mtime::of_header(entry.header())?,
-            xattrs: Vec::new(),
-        };
-        let Some(records) = entry.pax_extensions()? else {
-            return Ok(extras);
-        };
-        let mut bytes = 0usize;
-        for record in records {
-            let record = record?;
-            let key = record.key_bytes();
-            if key == PAX_MTIME.as_bytes() {
-                if let Some(mtime) = parse(record.value_bytes()) {
-                    extras.mtime = mtime;
-                }
-            } else if let Some(name) = key.strip_prefix(PAX_XATTR_PREFIX.as_bytes()) {
-                let Ok(name) = std::str::from_utf8(name) else {
-                    continue;
-                };
-                bytes = bytes.saturating_add(name.len() + record.value_bytes().len());
-                if bytes > MAX_XATTR_BYTES {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "an entry carries over {MAX_XATTR_BYTES} bytes of extended attributes"
-                        ),
-                    ));
-                }
-                extras
-                    .xattrs
-                    .push((name.to_owned(), record.value_bytes().to_vec()));
-            }
-        }
-        Ok(extras)
-    }
-
     /// Writes the PAX block this entry needs to `builder`, before the
-    /// entry; nothing when its header says it all.
+    /// entry; nothing when its header says it all. An attribute whose
+    /// name holds `=` or a NUL cannot be a PAX key, and is refused.
     pub fn append<W: Write>(&self, builder: &mut Builder<W>) -> io::Result<()> {
         let mut records: Vec<(String, Vec<u8>)> = Vec::new();
         if self.mtime.nanos != 0 || self.mtime.secs < 0 {
             records.push((PAX_MTIME.to_owned(), format(self.mtime).into_bytes()));
         }
         for (name, value) in &self.xattrs {
+            if !is_pax_name(name) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("extended attribute {name:?} cannot be a pax record's key"),
+                ));
+            }
             records.push((format!("{PAX_XATTR_PREFIX}{name}"), value.clone()));
         }
         if records.is_empty() {
@@ -114,6 +84,12 @@ impl Mtime {
     }
 }
 
+/// Whether an attribute named `name` can be written as a PAX record: its
+/// key ends at the first `=`, and a NUL ends names on Linux.
+pub fn is_pax_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['=', '\0'])
+}
+
 /// `SECONDS.NANOSECONDS`, nine digits after the point.
 fn format(time: Mtime) -> String {
     format!("{}.{:09}", time.secs, time.nanos)
@@ -121,7 +97,7 @@ fn format(time: Mtime) -> String {
 
 /// Reads `SECONDS[.FRACTION]` (a fraction of up to nine digits used, more
 /// cut off); `None` if it is not that.
-fn parse(value: &[u8]) -> Option<Mtime> {
+pub(crate) fn parse_mtime(value: &[u8]) -> Option<Mtime> {
     let text = std::str::from_utf8(value).ok()?;
     let (secs, fraction) = text.split_once('.').unwrap_or((text, ""));
     let secs: i64 = secs.parse().ok()?;
@@ -177,10 +153,8 @@ mod tests {
         }
         let bytes = builder.into_inner().unwrap();
         let mut archive = tar::Archive::new(bytes.as_slice());
-        let read: Vec<Extras> = archive
-            .entries()
-            .unwrap()
-            .map(|entry| Extras::of_entry(&mut entry.unwrap()).unwrap())
+        let read: Vec<Extras> = crate::members::Members::new(archive.entries().unwrap())
+            .map(|member| member.unwrap().extras)
             .collect();
         assert_eq!(read.iter().map(|e| e.mtime).collect::<Vec<_>>(), times);
         assert_eq!(read[0].xattrs, [("user.note".to_owned(), b"a\0b".to_vec())]);
@@ -190,21 +164,21 @@ mod tests {
     #[test]
     fn fractions_of_any_length_are_read() {
         assert_eq!(
-            parse(b"12.5"),
+            parse_mtime(b"12.5"),
             Some(Mtime {
                 secs: 12,
                 nanos: 500_000_000
             })
         );
-        assert_eq!(parse(b"12"), Some(Mtime { secs: 12, nanos: 0 }));
+        assert_eq!(parse_mtime(b"12"), Some(Mtime { secs: 12, nanos: 0 }));
         assert_eq!(
-            parse(b"12.1234567891"),
+            parse_mtime(b"12.1234567891"),
             Some(Mtime {
                 secs: 12,
                 nanos: 123_456_789
             })
         );
-        assert_eq!(parse(b"x.1"), None);
-        assert_eq!(parse(b"1.x"), None);
+        assert_eq!(parse_mtime(b"x.1"), None);
+        assert_eq!(parse_mtime(b"1.x"), None);
     }
 }

@@ -4,8 +4,10 @@
 //! be built at different times, so every type that crosses the wire lives here
 //! and carries the protocol version. This crate has no server code, no async
 //! runtime, no Docker and no SQLite: it is plain data, pure functions, the
-//! bundle builder (blocking `std::io`, which reads the files it bundles) and
-//! one small piece of state (the replay guard behind [`auth::Verifier`]).
+//! bundle builder (blocking `std::io`, which reads the files it bundles),
+//! the reader of a tar's entries that both sides' layer readers share
+//! (blocking `std::io` over a reader it is handed) and one small piece of
+//! state (the replay guard behind [`auth::Verifier`]).
 //!
 //! # Layout
 //! - [`version`]: protocol versions, their negotiation, and the features of each.
@@ -24,6 +26,8 @@
 //! - [`extras`]: what a layer entry carries beyond its header (time to the
 //!   nanosecond, extended attributes), as PAX records.
 //! - [`link`]: a symlink's target written into a layer entry verbatim.
+//! - [`members`]: a tar's entries with their whole names, link targets and
+//!   [`extras`], PAX records read by their lengths (every layer reader's).
 //! - [`snapshot`]: the snapshot request and the layer format of its answer.
 //! - [`layers`]: a layer applied onto the machine (new with remote backends):
 //!   its limits, answer and error kinds.
@@ -48,6 +52,7 @@ pub mod index;
 pub mod layers;
 pub mod limits;
 pub mod link;
+pub mod members;
 pub mod push;
 pub mod query;
 pub mod replay;

@@ -14,7 +14,8 @@
 //! same way, and so are FIFOs. Directories, hard links (to an earlier file,
 //! symlink or FIFO of this layer only), whiteouts and opaque markers become steps of the
 //! [`Plan`]. Times come to the nanosecond and extended attributes with
-//! them ([`Extras`]). Names are bytes, UTF-8 or not. Devices, the
+//! them ([`silo_protocol::extras::Extras`], read by
+//! [`silo_protocol::members`]). Names are bytes, UTF-8 or not. Devices, the
 //! engine's own `.wh..wh.` files and the root's own entry are left out and
 //! listed.
 
@@ -33,10 +34,11 @@ use nix::unistd::mkfifo;
 use nix::unistd::{Gid, Uid, fchownat};
 use serde::{Deserialize, Serialize};
 use silo_protocol::bundle::MAX_NAME_BYTES;
-use silo_protocol::extras::{Extras, Mtime, Xattr};
+use silo_protocol::extras::{Mtime, Xattr};
 use silo_protocol::layers::{
     MAX_SKIPPED_LISTED, OPAQUE_WHITEOUT, SkipReason, Skipped, WHITEOUT_PREFIX,
 };
+use silo_protocol::members::Member;
 use tar::EntryType;
 
 use crate::fs_error::FsError;
@@ -494,15 +496,11 @@ impl<'a> Stager<'a> {
 impl Unpack for Stager<'_> {
     fn add<R: Read>(
         &mut self,
-        entry: &mut tar::Entry<'_, R>,
+        entry: &mut Member<'_, R>,
         meter: &Meter,
     ) -> Result<(), ExtractError> {
-        let raw = entry.path_bytes().into_owned();
-        let kind = entry.header().entry_type();
-        if kind.is_pax_global_extensions() {
-            return Ok(());
-        }
-        let extras = Extras::of_entry(entry);
+        let raw = std::mem::take(&mut entry.path);
+        let kind = entry.header.entry_type();
         // The name as errors show it; the path keeps its bytes.
         let name = shown(&raw);
         let Some(path) = normalize_bytes(&raw).map_err(|why| reject(&name, why))? else {
@@ -535,11 +533,9 @@ impl Unpack for Stager<'_> {
         }
         self.check_excluded(&name, &path)?;
         self.check_parents(&name, &path)?;
-        let extras =
-            extras.map_err(|_| reject(&name, Reject::BadName("unreadable PAX records")))?;
-        let meta = meta_of(entry.header(), extras.mtime).map_err(|why| reject(&name, why))?;
-        let xattrs = extras.xattrs;
-        let link = entry.link_name_bytes().map(|link| link.into_owned());
+        let meta = meta_of(&entry.header, entry.extras.mtime).map_err(|why| reject(&name, why))?;
+        let xattrs = std::mem::take(&mut entry.extras.xattrs);
+        let link = entry.link.take();
         match kind {
             EntryType::Directory => {
                 self.known.insert(path.clone(), Known::Dir);
@@ -549,7 +545,7 @@ impl Unpack for Stager<'_> {
             EntryType::Symlink => self.stage_symlink(&name, link, path, meta, &xattrs),
             EntryType::Link => self.stage_hard_link(&name, link, path),
             EntryType::Fifo => self.stage_fifo(path, meta, &xattrs),
-            _ => self.stage_file(entry, path, meta, &xattrs, meter),
+            _ => self.stage_file(&mut entry.data, path, meta, &xattrs, meter),
         }
     }
 }

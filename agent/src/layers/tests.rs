@@ -855,3 +855,40 @@ fn a_directory_tree_goes_back_where_a_file_replaced_it() {
     assert_eq!(now["plain"], "dir 755");
     assert_eq!(now["plain/d3/d4/f"], "file 644 y");
 }
+
+#[test]
+fn an_empty_xattr_on_a_directory_is_put_back() {
+    use crate::snapshot::walk::Sink;
+    // A snapshot's layer of a directory and a file, each with an attribute
+    // whose value is empty (which is not an absent one) and one whose
+    // value holds newlines.
+    let source = tempfile::tempdir().unwrap();
+    fs::create_dir(source.path().join("etc")).unwrap();
+    fs::write(source.path().join("etc/keep"), "kept").unwrap();
+    let lines = b"\n19 path=/etc/passwd\n";
+    for rel in ["etc", "etc/keep"] {
+        xattr::set(source.path().join(rel), "user.empty", b"").unwrap();
+        xattr::set(source.path().join(rel), "user.lines", lines).unwrap();
+    }
+    let mut bytes = Vec::new();
+    let mut snapshot = crate::snapshot::layer::Layer::new(source.path(), &mut bytes);
+    for rel in ["etc", "etc/keep"] {
+        let meta = fs::symlink_metadata(source.path().join(rel)).unwrap();
+        snapshot.entry(Path::new(rel), &meta).unwrap();
+    }
+    snapshot.finish().unwrap();
+    // Put back in place: `etc` is there, without the empty attribute and
+    // with one the snapshot lacks.
+    let (_dir, root) = machine();
+    xattr::set(root.join("etc"), "user.gone", b"old").unwrap();
+    xattr::set(root.join("etc"), "user.lines", b"other").unwrap();
+    apply(&root, &bytes).unwrap();
+    for rel in ["etc", "etc/keep"] {
+        let path = root.join(rel);
+        let get = |name: &str| xattr::get(&path, name).unwrap();
+        assert_eq!(get("user.empty").as_deref(), Some(&b""[..]), "{rel}");
+        assert_eq!(get("user.lines").as_deref(), Some(&lines[..]), "{rel}");
+        assert_eq!(get("user.gone"), None, "{rel}");
+    }
+    assert!(!root.join("etc/passwd").exists());
+}

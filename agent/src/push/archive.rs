@@ -4,7 +4,8 @@
 //! [`read_archive`] reads the body once, as it arrives: the raw reader
 //! hashes and counts what comes in (the body cap), for gzip the decoder
 //! inflates and the inflate meter counts what came out (the decompression
-//! ratio), and the tar reader splits entries, up to the entry cap, for an
+//! ratio), and the tar reader splits entries ([`Members`]: whole names,
+//! link targets and PAX records read exactly), up to the entry cap, for an
 //! [`Unpack`]: the push tree (`extract`), a layer's staging
 //! (`crate::layers`). The hash is compared to the signed one only at the
 //! end, so whatever an [`Unpack`] wrote is untrusted until it returns `Ok`.
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
 use silo_protocol::bundle::{BundleLimits, RATIO_FLOOR_BYTES};
+use silo_protocol::members::{Member, Members};
 
 use super::extract::ExtractError;
 
@@ -35,11 +37,12 @@ pub enum Packing {
 /// What takes a checked archive's entries, one at a time: the push tree
 /// (`extract`), a layer's staging (`crate::layers`).
 pub trait Unpack {
-    /// Takes one entry; errors reading its contents go through `meter`, so
-    /// a cap hit mid-entry is answered as that cap.
+    /// Takes one entry (its name, link target and extras as its
+    /// extensions gave them); errors reading its contents go through
+    /// `meter`, so a cap hit mid-entry is answered as that cap.
     fn add<R: Read>(
         &mut self,
-        entry: &mut tar::Entry<'_, R>,
+        entry: &mut Member<'_, R>,
         meter: &Meter,
     ) -> Result<(), ExtractError>;
 }
@@ -109,7 +112,7 @@ fn unpack_all<R: Read>(
 ) -> Result<(), ExtractError> {
     let mut archive = tar::Archive::new(tar);
     let mut entries = 0u64;
-    for entry in archive.entries().map_err(|e| meter.read_error(e))? {
+    for entry in Members::new(archive.entries().map_err(|e| meter.read_error(e))?) {
         if cancelled.load(Ordering::Relaxed) {
             return Err(ExtractError::Cancelled);
         }

@@ -25,6 +25,7 @@ use std::sync::atomic::AtomicBool;
 
 use silo_protocol::ErrorKind;
 use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES};
+use silo_protocol::members::Member;
 use silo_protocol::snapshot::WHITEOUT_PREFIX;
 
 use super::archive::{Meter, Packing, Unpack, read_archive};
@@ -127,12 +128,12 @@ struct Counter<'a> {
 impl Unpack for Counter<'_> {
     fn add<R: Read>(
         &mut self,
-        entry: &mut tar::Entry<'_, R>,
+        entry: &mut Member<'_, R>,
         _meter: &Meter,
     ) -> Result<(), ExtractError> {
         self.counted.entries += 1;
-        if entry.header().entry_type().is_file() {
-            self.counted.unpacked = self.counted.unpacked.saturating_add(entry.size());
+        if entry.header.entry_type().is_file() {
+            self.counted.unpacked = self.counted.unpacked.saturating_add(entry.data.size());
             if self.counted.unpacked > self.limits.max_unpacked_bytes {
                 return Err(ExtractError::UnpackedTooLarge {
                     limit: self.limits.max_unpacked_bytes,
@@ -180,14 +181,14 @@ impl<'a> Tree<'a> {
 impl Unpack for Tree<'_> {
     fn add<R: Read>(
         &mut self,
-        entry: &mut tar::Entry<'_, R>,
+        entry: &mut Member<'_, R>,
         meter: &Meter,
     ) -> Result<(), ExtractError> {
-        let raw = entry.path_bytes().into_owned();
+        let raw = entry.path.clone();
         let Ok(name) = String::from_utf8(raw.clone()) else {
             return Err(reject(&String::from_utf8_lossy(&raw), Reject::NotUtf8));
         };
-        let is_dir = match entry.header().entry_type() {
+        let is_dir = match entry.header.entry_type() {
             tar::EntryType::Regular => false,
             tar::EntryType::Directory => true,
             tar::EntryType::Symlink => return Err(reject(&name, Reject::Symlink)),
@@ -206,12 +207,12 @@ impl Unpack for Tree<'_> {
                 Err(reject(&name, Reject::BadName("empty path")))
             };
         };
-        let mode = entry.header().mode().map_err(ExtractError::Malformed)? & MODE_MASK;
+        let mode = entry.header.mode().map_err(ExtractError::Malformed)? & MODE_MASK;
         self.make_parents(&name, &path)?;
         if is_dir {
             return self.add_dir(&name, path, mode);
         }
-        let size = entry.size();
+        let size = entry.data.size();
         if size > self.limits.max_file_bytes {
             return Err(ExtractError::FileTooLarge {
                 entry: name,
@@ -228,7 +229,14 @@ impl Unpack for Tree<'_> {
             return Err(reject(&name, Reject::Duplicate));
         }
         let target = self.dest.join(&path);
-        write_new_file(entry, &target, mode, Zeros::Written, &mut self.buf, meter)?;
+        write_new_file(
+            &mut entry.data,
+            &target,
+            mode,
+            Zeros::Written,
+            &mut self.buf,
+            meter,
+        )?;
         self.files += 1;
         self.bytes += size;
         Ok(())

@@ -20,7 +20,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use silo_protocol::exact::ExactReader;
-use silo_protocol::extras::{Extras, MAX_XATTR_BYTES, Mtime, Xattr};
+use silo_protocol::extras::{Extras, MAX_XATTR_BYTES, Mtime, Xattr, is_pax_name};
 use silo_protocol::link::append_symlink;
 use tar::{Builder, EntryType, Header, HeaderMode};
 
@@ -221,8 +221,9 @@ pub(crate) fn carried(name: &str) -> bool {
 }
 
 /// The extended attributes of `path` (not following a symlink), those
-/// whose names are UTF-8 and not the file system's own; none where the
-/// file system has none.
+/// whose names are UTF-8, can be PAX keys (no `=`) and are not the file
+/// system's own; none where the file system has none. An empty value is
+/// carried as one (`lgetxattr` tells it from an absent attribute).
 fn xattrs_of(path: &Path) -> io::Result<Vec<Xattr>> {
     let names = match xattr::list(path) {
         Ok(names) => names,
@@ -232,7 +233,7 @@ fn xattrs_of(path: &Path) -> io::Result<Vec<Xattr>> {
     let mut out = Vec::new();
     let mut bytes = 0usize;
     for name in names {
-        let Some(name) = name.to_str() else {
+        let Some(name) = name.to_str().filter(|name| is_pax_name(name)) else {
             continue;
         };
         if !carried(name) {

@@ -641,19 +641,21 @@ fn a_layer_carries_times_to_the_nanosecond_and_extended_attributes() {
     fs::write(root.join("d/f"), "x").unwrap();
     xattr::set(root.join("d/f"), "user.silo", b"value\0bytes").unwrap();
     xattr::set(root.join("d"), "user.dir", b"d").unwrap();
+    // An empty value is carried (it is not an absent one), and a value
+    // with newlines byte for byte.
+    xattr::set(root.join("d"), "user.empty", b"").unwrap();
+    xattr::set(root.join("d"), "user.lines", b"\n19 path=/etc/passwd\n").unwrap();
     let mut out = Vec::new();
     write_layer(root, &spec(0, &[], &[]), &mut out).unwrap();
     let mut archive = tar::Archive::new(out.as_slice());
-    let found: Vec<(String, silo_protocol::extras::Extras)> = archive
-        .entries()
-        .unwrap()
-        .map(|entry| {
-            let mut entry = entry.unwrap();
-            let extras = silo_protocol::extras::Extras::of_entry(&mut entry).unwrap();
-            let path = entry.path().unwrap().to_string_lossy().into_owned();
-            (path, extras)
-        })
-        .collect();
+    let found: Vec<(String, silo_protocol::extras::Extras)> =
+        silo_protocol::members::Members::new(archive.entries().unwrap())
+            .map(|member| {
+                let member = member.unwrap();
+                let path = String::from_utf8(member.path).unwrap();
+                (path, member.extras)
+            })
+            .collect();
     let of = |name: &str| {
         &found
             .iter()
@@ -665,7 +667,14 @@ fn a_layer_carries_times_to_the_nanosecond_and_extended_attributes() {
         of("d/f").xattrs,
         [("user.silo".to_owned(), b"value\0bytes".to_vec())]
     );
-    assert_eq!(of("d").xattrs, [("user.dir".to_owned(), b"d".to_vec())]);
+    assert_eq!(
+        of("d").xattrs,
+        [
+            ("user.dir".to_owned(), b"d".to_vec()),
+            ("user.empty".to_owned(), Vec::new()),
+            ("user.lines".to_owned(), b"\n19 path=/etc/passwd\n".to_vec()),
+        ]
+    );
     let on_disk = fs::symlink_metadata(root.join("d/f")).unwrap();
     assert_eq!(
         of("d/f").mtime.nanos,

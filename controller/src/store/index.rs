@@ -29,6 +29,7 @@ use std::io::{self, Read, Write};
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
+use silo_protocol::members::Members;
 use silo_protocol::snapshot::{
     LayerPaths, OPAQUE_WHITEOUT, WHITEOUT_PREFIX, join_child, paths_under, split_parent,
 };
@@ -100,13 +101,10 @@ impl LayerDelta {
     pub fn read(reader: impl Read) -> Result<Self, IndexError> {
         let mut archive = tar::Archive::new(reader);
         let mut delta = Self::default();
-        for entry in archive.entries().map_err(IndexError::Layer)? {
+        for entry in Members::new(archive.entries().map_err(IndexError::Layer)?) {
             let entry = entry.map_err(IndexError::Layer)?;
-            let kind = entry.header().entry_type();
-            if kind.is_pax_global_extensions() {
-                continue;
-            }
-            let raw = entry.path_bytes();
+            let kind = entry.header.entry_type();
+            let raw = entry.path;
             let Some(path) = normal(&raw)? else {
                 continue; // the root directory
             };
@@ -127,7 +125,7 @@ impl LayerDelta {
             } else {
                 delta.stats.entries += 1;
                 if matches!(kind, tar::EntryType::Regular | tar::EntryType::Continuous) {
-                    delta.stats.file_bytes += entry.size();
+                    delta.stats.file_bytes += entry.data.size();
                 }
                 // A file or link where a directory was replaces it whole.
                 delta.paths.entry_of_kind(&path, kind.is_dir());

@@ -31,6 +31,7 @@ use std::path::Path;
 
 use silo_protocol::extras::Extras;
 use silo_protocol::link::append_symlink;
+use silo_protocol::members::Members;
 use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, join_child, split_parent};
 use tar::{EntryType, Header};
 
@@ -161,15 +162,11 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
         entries: Vec::new(),
     };
     let mut seen: HashMap<Vec<u8>, Origin> = HashMap::new();
-    for (ordinal, entry) in archive.entries_with_seek().map_err(read_err)?.enumerate() {
-        let mut entry = entry.map_err(read_err)?;
-        let kind = entry.header().entry_type();
-        if kind.is_pax_global_extensions() {
-            continue;
-        }
-        let extras = Extras::of_entry(&mut entry).map_err(read_err)?;
-        let raw = entry.path_bytes();
-        let path = match named(&raw).ok_or_else(|| bad_path(&raw))? {
+    let members = Members::new(archive.entries_with_seek().map_err(read_err)?);
+    for (ordinal, member) in members.enumerate() {
+        let member = member.map_err(read_err)?;
+        let kind = member.header.entry_type();
+        let path = match named(&member.path).ok_or_else(|| bad_path(&member.path))? {
             Named::Nothing => continue,
             Named::Opaque(dir) => {
                 out.opaque.push(dir);
@@ -182,7 +179,7 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
             Named::Path(path) => path,
         };
         let origin = Origin { layer, ordinal };
-        let link = entry.link_name_bytes().map(|l| l.into_owned());
+        let link = member.link;
         let hard_target = match (&link, kind) {
             (Some(target), EntryType::Link) => {
                 let target = normalize(target).ok_or_else(|| bad_path(target))?;
@@ -192,11 +189,11 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
         };
         let found = Found {
             origin,
-            header: entry.header().clone(),
-            extras,
+            data: (member.data.raw_file_position(), member.data.size()),
+            header: member.header,
+            extras: member.extras,
             link,
             hard_target,
-            data: (entry.raw_file_position(), entry.size()),
         };
         seen.insert(path.clone(), origin);
         out.entries.push((path, found));

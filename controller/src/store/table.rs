@@ -24,6 +24,7 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use silo_protocol::extras::Extras;
+use silo_protocol::members::{Member, Members};
 use silo_protocol::snapshot::split_parent;
 use tar::EntryType;
 
@@ -152,15 +153,15 @@ impl LayerTable {
         };
         let mut archive = tar::Archive::new(BufReader::new(store.open_blob(digest)?));
         let mut table = Self::default();
-        for entry in archive.entries_with_seek().map_err(read_err)? {
-            let mut entry = entry.map_err(read_err)?;
-            let extras = Extras::of_entry(&mut entry).map_err(read_err)?;
-            let header = entry.header();
+        for member in Members::new(archive.entries_with_seek().map_err(read_err)?) {
+            let Member {
+                header,
+                path: raw,
+                link,
+                extras,
+                data,
+            } = member.map_err(read_err)?;
             let kind = header.entry_type();
-            if kind.is_pax_global_extensions() {
-                continue;
-            }
-            let raw = entry.path_bytes();
             let path = match named(&raw).ok_or_else(|| bad_path(&raw))? {
                 Named::Nothing => continue,
                 Named::Opaque(dir) => {
@@ -173,11 +174,11 @@ impl LayerTable {
                 }
                 Named::Path(path) => path,
             };
-            let link = match (kind, entry.link_name_bytes()) {
+            let link = match (kind, link) {
                 (EntryType::Link, Some(target)) => normalize(&target)
                     .ok_or_else(|| bad_path(&target))?
                     .map(Vec::into_boxed_slice),
-                (_, target) => target.map(|t| t.into_owned().into_boxed_slice()),
+                (_, target) => target.map(Vec::into_boxed_slice),
             };
             // An empty numeric field (some writers leave the owner blank)
             // reads as the engine reads it: zero.
@@ -187,8 +188,8 @@ impl LayerTable {
                 uid: header.uid().unwrap_or(0),
                 gid: header.gid().unwrap_or(0),
                 extras,
-                size: entry.size(),
-                data_at: entry.raw_file_position(),
+                size: data.size(),
+                data_at: data.raw_file_position(),
                 link,
             };
             if let (EntryType::Link, Some(file)) = (entry.kind, &entry.link) {
