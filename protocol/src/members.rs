@@ -167,49 +167,16 @@ impl<'a, R: 'a + Read> Members<'a, R> {
                 mtime: crate::extras::Mtime::of_header(&header)?,
                 xattrs: Vec::new(),
             };
-            let mut pax_path: Option<&[u8]> = None;
-            let mut pax_link: Option<&[u8]> = None;
-            if let Some(block) = &pax {
-                let mut xattr_bytes = 0usize;
-                for record in Records::new(block) {
-                    let (key, value) = record?;
-                    if key == PAX_PATH {
-                        pax_path = Some(value);
-                    } else if key == PAX_LINKPATH {
-                        pax_link = Some(value);
-                    } else if key == PAX_SIZE {
-                        check_size(value, entry.size())?;
-                    } else if key == PAX_UID {
-                        if let Some(uid) = parse_number(value) {
-                            header.set_uid(uid);
-                        }
-                    } else if key == PAX_GID {
-                        if let Some(gid) = parse_number(value) {
-                            header.set_gid(gid);
-                        }
-                    } else if key == PAX_MTIME.as_bytes() {
-                        if let Some(mtime) = parse_mtime(value) {
-                            extras.mtime = mtime;
-                        }
-                    } else if let Some(name) = key.strip_prefix(PAX_XATTR_PREFIX.as_bytes()) {
-                        // A name that is not UTF-8 cannot be an attribute's here.
-                        let Ok(name) = std::str::from_utf8(name) else {
-                            continue;
-                        };
-                        xattr_bytes = xattr_bytes.saturating_add(name.len() + value.len());
-                        if xattr_bytes > MAX_XATTR_BYTES {
-                            return Err(MemberError::XattrsTooLarge.into());
-                        }
-                        extras.xattrs.push((name.to_owned(), value.to_vec()));
-                    }
-                }
-            }
-            let path = match (long_name, pax_path) {
+            let said = match &pax {
+                Some(block) => apply_pax(block, &mut header, &mut extras, entry.size())?,
+                None => Pax::default(),
+            };
+            let path = match (long_name, said.path) {
                 (Some(name), _) => until_nul(name),
                 (None, Some(path)) => path.to_vec(),
                 (None, None) => entry.path_bytes().into_owned(),
             };
-            let link = match (long_link, pax_link) {
+            let link = match (long_link, said.link) {
                 (Some(link), _) => Some(until_nul(link)),
                 (None, Some(link)) => Some(link.to_vec()),
                 (None, None) => entry.link_name_bytes().map(Cow::into_owned),
@@ -238,6 +205,64 @@ impl<'a, R: 'a + Read> Iterator for Members<'a, R> {
         }
         next.transpose()
     }
+}
+
+/// The name and link target a PAX block gives the entry after it.
+#[derive(Default)]
+struct Pax<'b> {
+    path: Option<&'b [u8]>,
+    link: Option<&'b [u8]>,
+}
+
+/// Applies a PAX `block` to the entry after it: its owner to `header`,
+/// its time and attributes to `extras`; checks a `size` record against the
+/// header's `size`; answers the name and link target it gives.
+fn apply_pax<'b>(
+    block: &'b [u8],
+    header: &mut Header,
+    extras: &mut Extras,
+    size: u64,
+) -> Result<Pax<'b>, MemberError> {
+    let mut said = Pax::default();
+    let mut xattr_bytes = 0usize;
+    for record in Records::new(block) {
+        let (key, value) = record?;
+        match key {
+            PAX_PATH => said.path = Some(value),
+            PAX_LINKPATH => said.link = Some(value),
+            PAX_SIZE => check_size(value, size)?,
+            PAX_UID => {
+                if let Some(uid) = parse_number(value) {
+                    header.set_uid(uid);
+                }
+            }
+            PAX_GID => {
+                if let Some(gid) = parse_number(value) {
+                    header.set_gid(gid);
+                }
+            }
+            _ if key == PAX_MTIME.as_bytes() => {
+                if let Some(mtime) = parse_mtime(value) {
+                    extras.mtime = mtime;
+                }
+            }
+            _ => {
+                // A name that is not UTF-8 cannot be an attribute's here.
+                let Some(Ok(name)) = key
+                    .strip_prefix(PAX_XATTR_PREFIX.as_bytes())
+                    .map(std::str::from_utf8)
+                else {
+                    continue;
+                };
+                xattr_bytes = xattr_bytes.saturating_add(name.len() + value.len());
+                if xattr_bytes > MAX_XATTR_BYTES {
+                    return Err(MemberError::XattrsTooLarge);
+                }
+                extras.xattrs.push((name.to_owned(), value.to_vec()));
+            }
+        }
+    }
+    Ok(said)
 }
 
 /// An extension entry's data, up to [`MAX_EXTENSION_BYTES`].
