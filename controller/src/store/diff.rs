@@ -246,73 +246,8 @@ fn hash(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
-    use std::ffi::OsStr;
-    use std::io::{self, Write as _};
-    use std::os::unix::ffi::OsStrExt as _;
-    use std::path::PathBuf;
-
-    use silo_protocol::extras::{Extras, Mtime};
-    use tar::Header;
-
     use super::*;
-
-    /// One entry of a test layer, with its extended attributes.
-    enum T<'a> {
-        Dir(&'a [u8], &'a [(&'a str, &'a [u8])]),
-        File(&'a [u8], &'a [u8], &'a [(&'a str, &'a [u8])]),
-        Link(&'a [u8], &'a [u8], &'a [(&'a str, &'a [u8])]),
-    }
-
-    fn stored(store: &Store, entries: &[T<'_>]) -> Digest {
-        let mut builder = tar::Builder::new(Vec::new());
-        for entry in entries {
-            let xattrs = match entry {
-                T::Dir(_, x) | T::File(_, _, x) | T::Link(_, _, x) => x,
-            };
-            Extras {
-                mtime: Mtime {
-                    secs: 1_700_000_000,
-                    nanos: 0,
-                },
-                xattrs: xattrs
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
-                    .collect(),
-            }
-            .append(&mut builder)
-            .unwrap();
-            let mut header = Header::new_gnu();
-            header.set_mode(0o644);
-            header.set_mtime(1_700_000_000);
-            header.set_size(0);
-            let as_path = |p: &[u8]| PathBuf::from(OsStr::from_bytes(p));
-            match entry {
-                T::Dir(path, _) => {
-                    header.set_entry_type(EntryType::Directory);
-                    header.set_mode(0o755);
-                    builder
-                        .append_data(&mut header, as_path(path), io::empty())
-                        .unwrap();
-                }
-                T::File(path, data, _) => {
-                    header.set_size(data.len() as u64);
-                    builder
-                        .append_data(&mut header, as_path(path), *data)
-                        .unwrap();
-                }
-                T::Link(path, target, _) => {
-                    header.set_entry_type(EntryType::Link);
-                    builder
-                        .append_link(&mut header, as_path(path), as_path(target))
-                        .unwrap();
-                }
-            }
-        }
-        let bytes = builder.into_inner().unwrap();
-        let mut writer = store.writer().unwrap();
-        writer.write_all(&bytes).unwrap();
-        writer.finish().unwrap().digest
-    }
+    use crate::store::tests::{E, stored_layer as stored};
 
     const X: &[(&str, &[u8])] = &[("user.k", b"v")];
 
@@ -335,19 +270,15 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         let base = stored(
             &store,
-            &[
-                T::Dir(b"w", &[]),
-                T::File(b"w/a", b"x", &[]),
-                T::Link(b"w/b", b"w/a", &[]),
-            ],
+            &[E::Dir("w"), E::File("w/a", "x"), E::Link("w/b", "w/a")],
         );
         // Both names captured again: the inode's change on each.
         let both = stored(
             &store,
             &[
-                T::Dir(b"w", &[]),
-                T::File(b"w/a", b"x", X),
-                T::Link(b"w/b", b"w/a", X),
+                E::Dir("w"),
+                E::Xattrs(&E::File("w/a", "x"), X),
+                E::Xattrs(&E::Link("w/b", "w/a"), X),
             ],
         );
         let found = diff(&store, std::slice::from_ref(&base), &[base.clone(), both]).unwrap();
@@ -360,7 +291,7 @@ mod tests {
         );
         // The second name alone captured (an overlay copies up the name
         // written through, alone): the other name is no longer its file's.
-        let second = stored(&store, &[T::Dir(b"w", &[]), T::File(b"w/b", b"x", X)]);
+        let second = stored(&store, &[E::Dir("w"), E::Xattrs(&E::File("w/b", "x"), X)]);
         let found = diff(&store, std::slice::from_ref(&base), &[base.clone(), second]).unwrap();
         assert_eq!(
             changes(&found),
@@ -375,14 +306,10 @@ mod tests {
     fn a_new_name_of_a_file_changes_the_links_of_the_old_one() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let base = stored(&store, &[T::Dir(b"w", &[]), T::File(b"w/a", b"x", &[])]);
+        let base = stored(&store, &[E::Dir("w"), E::File("w/a", "x")]);
         let linked = stored(
             &store,
-            &[
-                T::Dir(b"w", &[]),
-                T::File(b"w/a", b"x", &[]),
-                T::Link(b"w/c", b"w/a", &[]),
-            ],
+            &[E::Dir("w"), E::File("w/a", "x"), E::Link("w/c", "w/a")],
         );
         let found = diff(&store, std::slice::from_ref(&base), &[base.clone(), linked]).unwrap();
         assert_eq!(

@@ -174,62 +174,80 @@ pub(super) enum E<'a> {
     Symlink(&'a str, &'a str),
     Whiteout(&'a str),
     Opaque(&'a str),
+    /// An entry with these extended attributes.
+    Xattrs(&'a E<'a>, &'a [(&'a str, &'a [u8])]),
 }
 
 pub(super) fn stored_layer(store: &Store, entries: &[E<'_>]) -> Digest {
     let mut builder = tar::Builder::new(store.writer().unwrap());
     for entry in entries {
-        let mut header = Header::new_gnu();
-        header.set_mode(0o644);
-        header.set_size(0);
-        match entry {
-            E::Dir(path) | E::DirMode(path, _) => {
-                header.set_entry_type(EntryType::Directory);
-                header.set_mode(match entry {
-                    E::DirMode(_, mode) => *mode,
-                    _ => 0o755,
-                });
-                builder.append_data(&mut header, path, io::empty()).unwrap();
-            }
-            E::File(path, text) | E::FileMode(path, text, _) => {
-                if let E::FileMode(_, _, mode) = entry {
-                    header.set_mode(*mode);
-                }
-                header.set_size(text.len() as u64);
-                builder
-                    .append_data(&mut header, path, text.as_bytes())
-                    .unwrap();
-            }
-            E::Link(path, target) => {
-                header.set_entry_type(EntryType::Link);
-                builder.append_link(&mut header, path, target).unwrap();
-            }
-            E::Symlink(path, target) => {
-                silo_protocol::link::append_symlink(
-                    &mut builder,
-                    &mut header,
-                    Path::new(path),
-                    target.as_bytes(),
-                )
-                .unwrap();
-            }
-            E::Whiteout(path) => {
-                let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
-                let marker = format!("{parent}/{WHITEOUT_PREFIX}{name}");
-                let marker = marker.trim_start_matches('/');
-                builder
-                    .append_data(&mut header, marker, io::empty())
-                    .unwrap();
-            }
-            E::Opaque(dir) => {
-                let marker = format!("{dir}/{OPAQUE_WHITEOUT}");
-                builder
-                    .append_data(&mut header, marker, io::empty())
-                    .unwrap();
-            }
-        }
+        append_entry(&mut builder, entry);
     }
     builder.into_inner().unwrap().finish().unwrap().digest
+}
+
+fn append_entry(builder: &mut tar::Builder<impl io::Write>, entry: &E<'_>) {
+    let mut header = Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(0);
+    match entry {
+        E::Dir(path) | E::DirMode(path, _) => {
+            header.set_entry_type(EntryType::Directory);
+            header.set_mode(match entry {
+                E::DirMode(_, mode) => *mode,
+                _ => 0o755,
+            });
+            builder.append_data(&mut header, path, io::empty()).unwrap();
+        }
+        E::File(path, text) | E::FileMode(path, text, _) => {
+            if let E::FileMode(_, _, mode) = entry {
+                header.set_mode(*mode);
+            }
+            header.set_size(text.len() as u64);
+            builder
+                .append_data(&mut header, path, text.as_bytes())
+                .unwrap();
+        }
+        E::Link(path, target) => {
+            header.set_entry_type(EntryType::Link);
+            builder.append_link(&mut header, path, target).unwrap();
+        }
+        E::Symlink(path, target) => {
+            silo_protocol::link::append_symlink(
+                builder,
+                &mut header,
+                Path::new(path),
+                target.as_bytes(),
+            )
+            .unwrap();
+        }
+        E::Whiteout(path) => {
+            let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+            let marker = format!("{parent}/{WHITEOUT_PREFIX}{name}");
+            let marker = marker.trim_start_matches('/');
+            builder
+                .append_data(&mut header, marker, io::empty())
+                .unwrap();
+        }
+        E::Opaque(dir) => {
+            let marker = format!("{dir}/{OPAQUE_WHITEOUT}");
+            builder
+                .append_data(&mut header, marker, io::empty())
+                .unwrap();
+        }
+        E::Xattrs(inner, xattrs) => {
+            silo_protocol::extras::Extras {
+                mtime: silo_protocol::extras::Mtime::default(),
+                xattrs: xattrs
+                    .iter()
+                    .map(|(name, value)| ((*name).to_owned(), value.to_vec()))
+                    .collect(),
+            }
+            .append(builder)
+            .unwrap();
+            append_entry(builder, inner);
+        }
+    }
 }
 
 /// What a reader of the file system sees at a path (with the permission
