@@ -225,8 +225,14 @@ fn write_squashed(
                     .map_err(SquashError::Write)?;
             }
             Some(Node::Entry(found)) => {
-                append_entry(&mut builder, &mut sources, path, found, by_origin, &written)?;
-                written.insert(found.origin, path.clone());
+                append_entry(
+                    &mut builder,
+                    &mut sources,
+                    path,
+                    found,
+                    by_origin,
+                    &mut written,
+                )?;
             }
             None => {}
         }
@@ -245,46 +251,46 @@ fn append_entry(
     path: &[u8],
     found: &Found,
     by_origin: &HashMap<Origin, Found>,
-    written: &HashMap<Origin, Vec<u8>>,
+    written: &mut HashMap<Origin, Vec<u8>>,
 ) -> Result<(), SquashError> {
     let name = as_path(path);
-    let mut header = found.header.clone();
-    match (found.header.entry_type(), &found.link) {
-        (EntryType::Link, Some(_)) => {
-            // Still the entry it pointed to, and already out: a link.
-            let target = found
-                .hard_target
-                .and_then(|t| written.get(&t).map(|p| (t, p)));
-            if let Some((_, target)) = target {
-                let target = as_path(target);
-                found.extras.append(builder).map_err(SquashError::Write)?;
-                builder
-                    .append_link(&mut header, name, target)
-                    .map_err(SquashError::Write)?;
-                return Ok(());
-            }
-            // Otherwise the file it pointed to, as it was.
-            let Some(original) = found.hard_target.and_then(|t| by_origin.get(&t)) else {
-                return Err(SquashError::Write(io::Error::other(format!(
-                    "hard link {} points to no earlier entry of its layer",
-                    name.display()
-                ))));
-            };
-            let mut header = original.header.clone();
-            original
-                .extras
-                .append(builder)
-                .map_err(SquashError::Write)?;
-            let data = data_of(sources, original)?;
-            builder
-                .append_data(&mut header, name, data)
-                .map_err(SquashError::Write)
-        }
-        _ => {
-            found.extras.append(builder).map_err(SquashError::Write)?;
-            write_found(builder, sources, name, header, found)
-        }
+    // The file this entry is a name of: a hard link's target as its layer
+    // had it (kept even where a later layer replaced that path), else
+    // the entry itself.
+    let mut file = found.origin;
+    let mut original = Some(found);
+    while let Some(link) = original.filter(|f| f.header.entry_type() == EntryType::Link) {
+        original = link.hard_target.and_then(|target| {
+            file = target;
+            by_origin.get(&target)
+        });
     }
+    let Some(original) = original else {
+        return Err(SquashError::Write(io::Error::other(format!(
+            "hard link {} points to no earlier entry of its layer",
+            name.display()
+        ))));
+    };
+    // Every name carries the file's time: an engine sets the times of a
+    // link it makes too.
+    original
+        .extras
+        .append(builder)
+        .map_err(SquashError::Write)?;
+    if let Some(first) = written.get(&file) {
+        // Another name of a file already out: a link to it.
+        let mut header = original.header.clone();
+        header.set_entry_type(EntryType::Link);
+        header.set_size(0);
+        return builder
+            .append_link(&mut header, name, as_path(first))
+            .map_err(SquashError::Write);
+    }
+    write_found(builder, sources, name, original.header.clone(), original)?;
+    if !original.is_dir() {
+        written.insert(file, path.to_vec());
+    }
+    Ok(())
 }
 
 /// Writes a found entry that is not a hard link, its time record already out.
@@ -511,5 +517,42 @@ mod tests {
         let climbing = layer(&store, &[E::Whiteout("..")]);
         let err = squash(&store, &[climbing]).unwrap_err();
         assert!(err.to_string().contains("not a path inside"), "{err}");
+    }
+
+    /// A layer lists a file's names in the order the walk met the file, so
+    /// a name that sorts first can come last, as a link. Squashed into path
+    /// order, the names must stay one file (they became two copies).
+    #[test]
+    fn names_of_one_file_stay_one_file_whatever_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let run = [
+            layer(
+                &store,
+                &[
+                    E::Dir("b"),
+                    E::File("b/f", "shared"),
+                    E::Dir("a"),
+                    E::Link("a/x", "b/f"),
+                    E::Link("c", "b/f"),
+                ],
+            ),
+            layer(&store, &[E::Dir("d")]),
+        ];
+        let squashed = squash(&store, &run).unwrap();
+        let mut archive = tar::Archive::new(store.open_blob(&squashed.digest).unwrap());
+        let mut kinds = BTreeMap::new();
+        for entry in archive.entries().unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path().unwrap().to_string_lossy().into_owned();
+            let target = entry
+                .link_name()
+                .unwrap()
+                .map(|t| t.to_string_lossy().into_owned());
+            kinds.insert(path, (entry.header().entry_type(), target));
+        }
+        assert_eq!(kinds["a/x"], (EntryType::Regular, None));
+        assert_eq!(kinds["b/f"], (EntryType::Link, Some("a/x".to_owned())));
+        assert_eq!(kinds["c"], (EntryType::Link, Some("a/x".to_owned())));
     }
 }
