@@ -97,7 +97,9 @@ pub fn push_record(out: &mut Vec<u8>, kind: Change, path: &[u8]) {
 }
 
 /// Splits a change list into its records; `None` if it is not one (a
-/// record without its end, an unknown kind, an empty path, a NUL inside).
+/// record without its end, an unknown kind, an empty path but a
+/// directory's, a NUL inside). A directory with the empty path is the root
+/// itself: its own metadata changed.
 pub fn split_changes(body: &[u8]) -> Option<Vec<(Change, &[u8])>> {
     if body.is_empty() {
         return Some(Vec::new());
@@ -106,8 +108,9 @@ pub fn split_changes(body: &[u8]) -> Option<Vec<(Change, &[u8])>> {
     body.split(|&b| b == RECORD_END)
         .map(|record| {
             let (&kind, path) = record.split_first()?;
-            (!path.is_empty()).then_some(())?;
-            Some((Change::from_byte(kind)?, path))
+            let kind = Change::from_byte(kind)?;
+            (!path.is_empty() || kind == Change::Dir).then_some(())?;
+            Some((kind, path))
         })
         .collect()
 }
@@ -150,6 +153,11 @@ mod tests {
         assert_eq!(split_changes(b"fetc"), None, "cut inside a record");
         assert_eq!(split_changes(b"xetc\0"), None, "unknown kind");
         assert_eq!(split_changes(b"f\0"), None, "empty path");
+        assert_eq!(
+            split_changes(b"d\0").unwrap(),
+            [(Change::Dir, &b""[..])],
+            "the root"
+        );
         assert_eq!(path(), "/v1/rewind");
         assert_eq!(apply_path("ab12", false), "/v1/layers?rewind=ab12");
         assert!(apply_path("ab12", true).starts_with("/v1/layers?rewind=ab12&settle"));

@@ -44,6 +44,11 @@ use crate::http::PATH_SNAPSHOT;
 pub const WHITEOUT_PREFIX: &str = ".wh.";
 /// Name of the marker that hides every lower entry of its directory.
 pub const OPAQUE_WHITEOUT: &str = ".wh..wh..opq";
+/// Name of the root directory's own entry in a layer: its mode, owner,
+/// time and extended attributes. Every snapshot layer and restoring layer
+/// has one, first; an engine ignores it (a container's root is its own
+/// upper directory), so the agent applies it after the layer's entries.
+pub const ROOT_ENTRY: &str = "./";
 /// Content type of the answer.
 pub const LAYER_CONTENT_TYPE: &str = "application/x-tar";
 /// Answer header: how many processes the agent stopped for the layer.

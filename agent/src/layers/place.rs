@@ -12,7 +12,9 @@
 //! first; across file systems it is copied beside and renamed), a hard link
 //! is made beside and renamed; last, every directory of the layer gets its
 //! owner, mode and time, deepest first, so placing entries in it neither
-//! moves its time nor is refused by its mode. A plan placed again after
+//! moves its time nor is refused by its mode, and the root directory its
+//! own (the layer's [`silo_protocol::snapshot::ROOT_ENTRY`]) after them
+//! all. A plan placed again after
 //! the agent died half way ([`Resume`]) skips the removals once they were
 //! done and the staged entries already renamed into place.
 
@@ -39,7 +41,7 @@ use nix::unistd::{
 use silo_protocol::extras::Xattr;
 use silo_protocol::snapshot::split_parent;
 
-use super::stage::{Meta, Plan, Removal, Step, set_xattrs};
+use super::stage::{Meta, Plan, Removal, RootDir, Step, set_xattrs};
 use crate::fs_error::FsError;
 use crate::paths::as_path;
 use crate::snapshot::layer::carried;
@@ -135,6 +137,9 @@ pub fn place(
         if let Step::Dir { path, meta, xattrs } = step {
             placer.finish_dir(path, meta, xattrs)?;
         }
+    }
+    if let Some(root) = &plan.root {
+        placer.finish_root(root)?;
     }
     Ok(placer.placed)
 }
@@ -393,20 +398,51 @@ impl Placer<'_> {
         let (parent, name) = split_parent(path);
         let at = self.dirs.dir(parent, false)?.ok_or_else(|| gone(&shown))?;
         let fd = open_dir(at, name).map_err(|err| not_a_dir(&shown, err))?;
+        self.set_dir_meta(&fd, meta, xattrs, &shown)
+    }
+
+    /// Gives the root directory its own metadata, last: placing anything
+    /// in it moves its time.
+    fn finish_root(&mut self, root: &RootDir) -> Result<(), FsError> {
+        let shown = self.guard.root.to_path_buf();
+        let fd = self
+            .dirs
+            .root
+            .try_clone()
+            .map_err(FsError::at("open", &shown))?;
+        // An agent that is not root may only change a root it owns (a
+        // provider's machine where it runs as a user): elsewhere the root
+        // stays as the machine has it.
+        let owner = nix::sys::stat::fstat(&fd).map_err(sys("inspect", &shown))?;
+        if !self.owners && owner.st_uid != nix::unistd::geteuid().as_raw() {
+            tracing::warn!(path = %shown.display(), "root directory's metadata left as it is: not ours to change");
+            return Ok(());
+        }
+        self.set_dir_meta(&fd, &root.meta, &root.xattrs, &shown)?;
+        self.placed.dirs += 1;
+        Ok(())
+    }
+
+    fn set_dir_meta(
+        &self,
+        fd: &OwnedFd,
+        meta: &Meta,
+        xattrs: &[Xattr],
+        shown: &Path,
+    ) -> Result<(), FsError> {
         if self.owners {
             fchown(
-                &fd,
+                fd,
                 Some(Uid::from_raw(meta.uid)),
                 Some(Gid::from_raw(meta.gid)),
             )
-            .map_err(sys("chown", &shown))?;
+            .map_err(sys("chown", shown))?;
         }
-        fchmod(&fd, Mode::from_bits_truncate(meta.mode)).map_err(sys("chmod", &shown))?;
-        let dir = File::from(fd.try_clone().map_err(FsError::at("open", &shown))?);
-        set_dir_xattrs(&dir, xattrs, &shown)
-            .map_err(FsError::at("set the attributes of", &shown))?;
+        fchmod(fd, Mode::from_bits_truncate(meta.mode)).map_err(sys("chmod", shown))?;
+        let dir = File::from(fd.try_clone().map_err(FsError::at("open", shown))?);
+        set_dir_xattrs(&dir, xattrs, shown).map_err(FsError::at("set the attributes of", shown))?;
         let time = meta.time();
-        futimens(&fd, &time, &time).map_err(sys("set the time of", &shown))
+        futimens(fd, &time, &time).map_err(sys("set the time of", shown))
     }
 }
 

@@ -164,6 +164,19 @@ pub struct Plan {
     /// as empty).
     #[serde(default)]
     pub sha256: String,
+    /// The root directory's own metadata, set after everything else (a
+    /// journal from before it was kept, or a layer without it: none).
+    #[serde(default)]
+    pub root: Option<RootDir>,
+}
+
+/// The root directory's own entry ([`silo_protocol::snapshot::ROOT_ENTRY`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootDir {
+    /// What to set.
+    pub meta: Meta,
+    /// Its extended attributes: those it has that are not here go.
+    pub xattrs: Vec<Xattr>,
 }
 
 impl Plan {
@@ -504,7 +517,16 @@ impl Unpack for Stager<'_> {
         // The name as errors show it; the path keeps its bytes.
         let name = shown(&raw);
         let Some(path) = normalize_bytes(&raw).map_err(|why| reject(&name, why))? else {
-            self.skip(&raw, SkipReason::Root);
+            // The root's own metadata, set last; as anything but a
+            // directory it means nothing.
+            if kind != EntryType::Directory {
+                self.skip(&raw, SkipReason::Root);
+                return Ok(());
+            }
+            let meta =
+                meta_of(&entry.header, entry.extras.mtime).map_err(|why| reject(&name, why))?;
+            let xattrs = std::mem::take(&mut entry.extras.xattrs);
+            self.plan.root = Some(RootDir { meta, xattrs });
             return Ok(());
         };
         if self.whiteout(&name, &path)? {

@@ -174,7 +174,7 @@ fn assert_no_staging_left(root: &Path) {
 fn a_layer_is_placed_with_its_metadata() {
     let (_dir, root) = machine();
     let bytes = layer(&[
-        E::Dir("./", 0o755),
+        E::Dir("./", 0o751),
         E::Dir("usr", 0o755),
         E::Dir("usr/bin", 0o555),
         E::File("usr/bin/tool", b"#!/bin/sh\n", 0o4755),
@@ -192,18 +192,15 @@ fn a_layer_is_placed_with_its_metadata() {
             answer.symlinks,
             answer.hard_links
         ),
-        (3, 2, 1, 1)
+        (4, 2, 1, 1)
     );
     assert_eq!(answer.bytes, 13);
-    assert_eq!(answer.entries, 7);
+    assert_eq!(answer.entries, 8);
     assert_eq!(answer.sha256, sha(&bytes));
-    // The root's own entry is the machine's, and said so.
-    assert_eq!(answer.skipped_count, 1);
-    assert_eq!(
-        answer.skipped[0].reason,
-        silo_protocol::layers::SkipReason::Root
-    );
+    assert_eq!(answer.skipped_count, 0);
     let meta = |rel: &str| fs::symlink_metadata(root.join(rel)).unwrap();
+    // The root's own entry is set last, so its time is the layer's too.
+    assert_eq!(meta("").mode() & 0o7777, 0o751);
     assert_eq!(fs::read(root.join("usr/bin/tool")).unwrap(), b"#!/bin/sh\n");
     assert_eq!(meta("usr/bin/tool").mode() & 0o7777, 0o4755);
     assert_eq!(meta("usr/bin/tool").ino(), meta("usr/bin/tool2").ino());
@@ -215,7 +212,7 @@ fn a_layer_is_placed_with_its_metadata() {
     );
     assert_eq!(fs::read(root.join("etc/keep")).unwrap(), b"new");
     // Times are the layer's, directories' too (set after their entries).
-    for rel in ["usr/bin/tool", "usr/bin", "usr/bin/sh", "tmp"] {
+    for rel in ["usr/bin/tool", "usr/bin", "usr/bin/sh", "tmp", ""] {
         assert_eq!(meta(rel).mtime(), MTIME as i64, "{rel}");
     }
     let (uid, gid) = owner();

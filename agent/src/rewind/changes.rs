@@ -5,7 +5,8 @@
 //!
 //! A path the walk would put in a layer is listed with what it is now; a
 //! whiteout the walk finds (a baseline path gone from a changed directory)
-//! is listed as gone, under its own name. The list is held in memory up to
+//! is listed as gone, under its own name; the root's own metadata, when it
+//! changed, under the empty path. The list is held in memory up to
 //! [`MAX_CHANGES_BYTES`]: a sandbox that changed more than that is better
 //! made again than rewound in place.
 
@@ -55,6 +56,15 @@ impl Listed {
 }
 
 impl Sink for Listed {
+    fn root(&mut self, _meta: &Metadata, changed: bool) -> io::Result<()> {
+        // The root's own metadata, listed under the empty path.
+        if changed {
+            self.present += 1;
+            self.push(Change::Dir, b"")?;
+        }
+        Ok(())
+    }
+
     fn entry(&mut self, rel: &Path, meta: &Metadata) -> io::Result<()> {
         let kind = meta.file_type();
         let kind = if kind.is_dir() {
@@ -130,6 +140,7 @@ mod tests {
         assert_eq!(
             shown,
             [
+                (Change::Dir, ""),
                 (Change::Dir, "etc"),
                 (Change::Gone, "etc/group"),
                 (Change::Dir, "etc/apt"),
@@ -137,6 +148,6 @@ mod tests {
                 (Change::File, "etc/passwd"),
             ]
         );
-        assert_eq!((listed.present, listed.gone), (4, 1));
+        assert_eq!((listed.present, listed.gone), (5, 1));
     }
 }

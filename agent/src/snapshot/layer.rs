@@ -4,7 +4,8 @@
 //! mode, owner and mtime; a regular file its header and exactly the bytes its
 //! header announces; a symlink its target, verbatim ([`append_symlink`]); a
 //! second name of an inode already in the layer a hard link to the first;
-//! fifos and devices their headers; a deletion an empty `.wh.` file. A time
+//! fifos and devices their headers; a deletion an empty `.wh.` file; the
+//! root directory's own metadata an entry named [`ROOT_ENTRY`]. A time
 //! with a fraction of a second goes before its entry as a PAX `mtime`
 //! record, and extended attributes as `SCHILY.xattr.` records
 //! ([`Extras`]). Long names use the GNU extension. The tar
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 use silo_protocol::exact::ExactReader;
 use silo_protocol::extras::{Extras, MAX_XATTR_BYTES, Mtime, Xattr, is_pax_name};
 use silo_protocol::link::append_symlink;
+use silo_protocol::snapshot::ROOT_ENTRY;
 use tar::{Builder, EntryType, Header, HeaderMode};
 
 use super::walk::Sink;
@@ -74,6 +76,12 @@ impl<W: Write> Layer<W> {
             // Sockets (and anything stranger) are no part of an image.
             return Ok(());
         }
+        // The root directory's own entry has a name of its own.
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(ROOT_ENTRY)
+        } else {
+            rel
+        };
         let mut header = Header::new_gnu();
         header.set_metadata_in_mode(meta, HeaderMode::Complete);
         // Permission bits only (setuid, setgid and sticky included): the type
@@ -157,6 +165,11 @@ impl<W: Write> Layer<W> {
 }
 
 impl<W: Write> Sink for Layer<W> {
+    fn root(&mut self, meta: &Metadata, _changed: bool) -> io::Result<()> {
+        let result = self.append(Path::new(""), meta);
+        self.seal_on_error(result)
+    }
+
     fn entry(&mut self, rel: &Path, meta: &Metadata) -> io::Result<()> {
         let result = self.append(rel, meta);
         self.seal_on_error(result)

@@ -22,7 +22,19 @@ struct Seen {
     content: Vec<u8>,
 }
 
+/// The entries of a layer after the root's own, which every layer starts
+/// with.
 fn read_layer(bytes: &[u8]) -> Vec<Seen> {
+    let mut seen = read_whole_layer(bytes);
+    let root = seen.remove(0);
+    assert_eq!(
+        (root.path.as_str(), root.kind),
+        ("./", EntryType::Directory)
+    );
+    seen
+}
+
+fn read_whole_layer(bytes: &[u8]) -> Vec<Seen> {
     // A complete layer ends with the end marker.
     assert!(bytes.len() >= 1024 && bytes.ends_with(&[0; 1024]));
     let mut archive = tar::Archive::new(bytes);
@@ -152,6 +164,24 @@ fn layer_of(root: &Path, spec: &WalkSpec) -> Vec<Seen> {
     let mut out = Vec::new();
     write_layer(root, spec, &mut out).unwrap();
     read_layer(&out)
+}
+
+#[test]
+fn every_layer_starts_with_the_root_s_own_metadata() {
+    let (dir, since, baseline) = sandbox();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o751)).unwrap();
+    let mut out = Vec::new();
+    write_layer(dir.path(), &spec(since, &baseline, &[]), &mut out).unwrap();
+    let seen = read_whole_layer(&out);
+    assert_eq!(
+        (seen[0].path.as_str(), seen[0].kind, seen[0].mode),
+        ("./", EntryType::Directory, 0o751)
+    );
+    // With nothing changed since, it goes in all the same.
+    std::thread::sleep(TICK);
+    let mut out = Vec::new();
+    write_layer(dir.path(), &spec(now_ns(), &baseline, &[]), &mut out).unwrap();
+    assert_eq!(names(&read_whole_layer(&out))[0], "./");
 }
 
 #[test]
@@ -314,7 +344,9 @@ fn every_directory_is_walked_and_nothing_is_older_than_the_threshold() {
 #[test]
 fn excluding_the_root_gives_an_empty_layer_and_bad_exclusions_are_refused() {
     let (dir, since, baseline) = sandbox();
-    assert!(layer_of(dir.path(), &spec(since, &baseline, &[""])).is_empty());
+    let mut out = Vec::new();
+    write_layer(dir.path(), &spec(since, &baseline, &[""]), &mut out).unwrap();
+    assert!(read_whole_layer(&out).is_empty());
     let ok = excluded(&["/etc/hosts".into(), "/.silo/".into(), "/".into()]).unwrap();
     assert!(ok.contains(Path::new("etc/hosts")) && ok.contains(Path::new(".silo")));
     assert!(ok.contains(Path::new("")));

@@ -248,6 +248,11 @@ pub struct Recording<'a, S> {
 }
 
 impl<S: Sink> Sink for Recording<'_, S> {
+    fn root(&mut self, meta: &std::fs::Metadata, changed: bool) -> std::io::Result<()> {
+        // Not a path of the tree: its names are.
+        self.inner.root(meta, changed)
+    }
+
     fn entry(&mut self, rel: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
         self.inner.entry(rel, meta)?;
         let kind = if meta.is_dir() {

@@ -7,7 +7,8 @@
 //! so each directory comes before what is in it and a walk that takes
 //! everything is the sorted path index. A changed path whose parent
 //! directories did not change still gets them first, with their own
-//! metadata, so whoever applies the layer never has to invent one.
+//! metadata, so whoever applies the layer never has to invent one. The
+//! root's own metadata is handed first, every time ([`Sink::root`]).
 //! Excluded paths (the request's, plus every mount point but the root) are
 //! skipped with everything under them.
 //!
@@ -364,6 +365,12 @@ pub fn relative(path: &Path) -> Option<PathBuf> {
 
 /// Where the walk's findings go, in order.
 pub trait Sink {
+    /// The root directory itself, as it is now (handed once, first, and
+    /// `changed` when its ctime is at or after the threshold): its own
+    /// metadata, which no path under it carries.
+    fn root(&mut self, _meta: &Metadata, _changed: bool) -> io::Result<()> {
+        Ok(())
+    }
     /// A path to put in the layer as it is now; `meta` is its `lstat`.
     fn entry(&mut self, rel: &Path, meta: &Metadata) -> io::Result<()>;
     /// A deletion marker (`rel` already carries the whiteout prefix).
@@ -452,9 +459,12 @@ pub fn walk(root: &Path, spec: &WalkSpec, sink: &mut impl Sink) -> Result<(), Sn
     let meta = fs::symlink_metadata(root).map_err(FsError::at("stat", root))?;
     let mut stack = Vec::new();
     let mut links = LinkGroups::default();
-    // The root is never emitted; its names are compared as any changed
-    // directory's are.
+    // The root's own metadata goes in whole, changed or not: it is one
+    // header, and a tree rebuilt by an engine has lost it (see
+    // `ROOT_ENTRY`). Its names are compared as any changed directory's are.
     let root_changed = spec.changed(&meta);
+    sink.root(&meta, root_changed)
+        .map_err(FsError::at("add", root))?;
     enter(
         root,
         spec,

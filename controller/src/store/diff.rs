@@ -83,8 +83,9 @@ pub enum DiffError {
 }
 
 /// What differs from the tree of `from` to the tree of `to`, sorted by
-/// path (blocking). Directories' times are left out: they move whenever
-/// an entry of theirs does, which the entry's own line says.
+/// path (blocking), the root directory's own metadata first (the empty
+/// path). Directories' times are left out: they move whenever an entry of
+/// theirs does, which the entry's own line says.
 pub fn diff(store: &Store, from: &[Digest], to: &[Digest]) -> Result<Vec<PathDiff>, DiffError> {
     let shared = from.iter().zip(to).take_while(|(a, b)| a == b).count();
     let (a, b) = (Tree::of(store, from)?, Tree::of(store, to)?);
@@ -105,6 +106,17 @@ pub fn diff(store: &Store, from: &[Digest], to: &[Digest]) -> Result<Vec<PathDif
         .collect();
     paths.extend(linked);
     let mut out = Vec::new();
+    // The root's own metadata, under the empty path, where both trees
+    // know it.
+    if let (Some(old), Some(new)) = (a.root(), b.root()) {
+        let what = metadata_differences(old, new);
+        if !what.is_empty() {
+            out.push(PathDiff {
+                path: Vec::new(),
+                change: PathChange::Changed { what },
+            });
+        }
+    }
     for path in paths {
         let change = match (a.lookup(&path), b.lookup(&path)) {
             (None, None) => continue,
@@ -136,16 +148,7 @@ fn differences(
 ) -> Result<Vec<Aspect>, DiffError> {
     let (old_file, new_file) = (file_of(old, path), file_of(new, path));
     let (a, b) = (old_file.1, new_file.1);
-    let mut what = Vec::new();
-    if kind(a) != kind(b) {
-        what.push(Aspect::Kind);
-    }
-    if a.mode != b.mode {
-        what.push(Aspect::Mode);
-    }
-    if (a.uid, a.gid) != (b.uid, b.gid) {
-        what.push(Aspect::Owner);
-    }
+    let mut what = metadata_differences(a, b);
     if kind(a) == EntryType::Regular && kind(b) == EntryType::Regular {
         // One entry of one layer on both sides has the same bytes.
         let same = old.0[old_file.0] == new.0[new_file.0] && a == b;
@@ -159,18 +162,34 @@ fn differences(
     if a.kind == EntryType::Symlink && a.link != b.link {
         what.push(Aspect::Target);
     }
-    if a.extras.xattrs != b.extras.xattrs {
-        what.push(Aspect::Xattrs);
-    }
-    if a.kind != EntryType::Directory && a.extras.mtime != b.extras.mtime {
-        what.push(Aspect::Mtime);
-    }
     if !a.is_dir() && !b.is_dir() && link_names(old.1, path) != link_names(new.1, path) {
         what.push(Aspect::Links);
     }
     what.sort();
     what.dedup();
     Ok(what)
+}
+
+/// How two entries differ in what every entry has: kind, mode, owner,
+/// extended attributes, and a time unless both are directories.
+fn metadata_differences(a: &Entry, b: &Entry) -> Vec<Aspect> {
+    let mut what = Vec::new();
+    if kind(a) != kind(b) {
+        what.push(Aspect::Kind);
+    }
+    if a.mode != b.mode {
+        what.push(Aspect::Mode);
+    }
+    if (a.uid, a.gid) != (b.uid, b.gid) {
+        what.push(Aspect::Owner);
+    }
+    if a.extras.xattrs != b.extras.xattrs {
+        what.push(Aspect::Xattrs);
+    }
+    if !(a.is_dir() && b.is_dir()) && a.extras.mtime != b.extras.mtime {
+        what.push(Aspect::Mtime);
+    }
+    what
 }
 
 /// Every name `tree` gives the file at `path` (`path` included), sorted:
@@ -262,6 +281,24 @@ mod tests {
         PathChange::Changed {
             what: what.to_vec(),
         }
+    }
+
+    #[test]
+    fn the_root_s_own_metadata_is_compared_under_the_empty_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (before, after) = (E::DirMode("./", 0o755), E::DirMode("./", 0o1777));
+        let a = stored(&store, &[before, E::Dir("w")]);
+        let b = stored(&store, &[E::Xattrs(&after, X), E::Dir("w")]);
+        let found = diff(&store, std::slice::from_ref(&a), &[b]).unwrap();
+        assert_eq!(
+            changes(&found),
+            [(&b""[..], &changed(&[Aspect::Mode, Aspect::Xattrs]))]
+        );
+        // A tree that knows nothing of its root (no layer has one) is not
+        // said to differ there.
+        let none = stored(&store, &[E::Dir("w")]);
+        assert!(diff(&store, &[a], &[none]).unwrap().is_empty());
     }
 
     #[test]

@@ -33,7 +33,8 @@
 //! links to it (the agent links only within one layer). Devices cannot be made by the agent:
 //! a path the target has as one is removed, and counted. Times go to the
 //! nanosecond and extended attributes with them, as PAX records
-//! ([`silo_protocol::extras`]).
+//! ([`silo_protocol::extras`]). The target's root directory entry, where
+//! its layers have one, always goes in first: it is one header.
 //!
 //! A target whose bottom is a listing of paths the store holds no files
 //! of (a provider's template, see [`Restore::unheld_base`]) can only be
@@ -54,7 +55,7 @@ use std::io;
 use serde::Serialize;
 use silo_protocol::link::append_symlink;
 use silo_protocol::rewind::Change;
-use silo_protocol::snapshot::{WHITEOUT_PREFIX, join_child, split_parent};
+use silo_protocol::snapshot::{ROOT_ENTRY, WHITEOUT_PREFIX, join_child, split_parent};
 use tar::{EntryType, Header};
 
 use super::squash::{append_marker, as_path};
@@ -174,6 +175,10 @@ pub fn restoring_layer(store: &Store, restore: &Restore<'_>) -> Result<Restoring
         .iter()
         .map(|(change, path)| (*path, *change))
         .collect();
+    // The root's own metadata, whatever changed: one header.
+    if let Some(root) = target.root() {
+        writer.root(root)?;
+    }
     let mut covered: HashSet<&[u8]> = HashSet::new();
     for path in &paths {
         if ancestors(path).any(|dir| covered.contains(dir)) {
@@ -243,9 +248,17 @@ fn paths_to_restore(
             paths.extend(anchor.subtree(path));
         }
     }
-    // A file with several names goes back whole: every name the target has
-    // of it from the same layer, or the ones put back would be a file of
-    // their own.
+    with_link_groups(target, &mut paths);
+    // The root itself (its own metadata changed) is no path: its entry
+    // always goes in.
+    paths.retain(|path| !path.is_empty() && !is_excluded(path, restore.excluded));
+    paths
+}
+
+/// Adds to `paths` every other name the target has of each file among
+/// them from the same layer: a file with several names goes back whole,
+/// or the names put back would be a file of their own.
+fn with_link_groups(target: &Tree, paths: &mut BTreeSet<Vec<u8>>) {
     let names: Vec<Vec<u8>> = paths
         .iter()
         .filter_map(|path| {
@@ -262,8 +275,60 @@ fn paths_to_restore(
         .flatten()
         .collect();
     paths.extend(names);
-    paths.retain(|path| !is_excluded(path, restore.excluded));
-    paths
+}
+
+/// The layer that gives a machine whose tree an engine built from
+/// `layers` what the engine leaves out of it, for its agent to apply:
+/// the root directory's own metadata (a container's root is the engine's
+/// own directory, whatever the layers say) and every extended attribute
+/// with an empty value (the engine's tar reader drops them), each entry
+/// that has one going in whole with its other names. `None` when the
+/// tree has neither (blocking).
+pub fn engine_gaps(store: &Store, layers: &[Digest]) -> Result<Option<Restoring>, RestoreError> {
+    let target = Tree::of(store, layers)?;
+    let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for (at, layer) in target.layers().iter().enumerate() {
+        let lost = layer.entries().filter(|(_, entry)| {
+            entry
+                .extras
+                .xattrs
+                .iter()
+                .any(|(_, value)| value.is_empty())
+        });
+        for (path, _) in lost {
+            if target.lookup(path).is_some_and(|(from, _)| from == at) {
+                paths.insert(path.to_vec());
+            }
+        }
+    }
+    let root = target.root();
+    if root.is_none() && paths.is_empty() {
+        return Ok(None);
+    }
+    with_link_groups(&target, &mut paths);
+    let mut writer = Writer {
+        store,
+        layers,
+        open: HashMap::new(),
+        builder: tar::Builder::new(Vec::new()),
+        written: HashMap::new(),
+    };
+    let mut stats = RestoreStats {
+        looked_at: paths.len() as u64,
+        ..RestoreStats::default()
+    };
+    if let Some(root) = root {
+        writer.root(root)?;
+    }
+    for path in &paths {
+        let found = target.lookup(path);
+        if let Some((layer, entry)) = found.filter(|(_, entry)| is_made_by_agent(entry.kind)) {
+            stats.bytes += writer.put(&target, path, layer, entry)?;
+            stats.restored += 1;
+        }
+    }
+    let layer = writer.builder.into_inner().map_err(RestoreError::Write)?;
+    Ok(Some(Restoring { layer, stats }))
 }
 
 /// Whether the target has `path` only from a base whose files the store
@@ -384,6 +449,17 @@ impl Writer<'_> {
     }
 
     /// Writes a whiteout of `path`.
+    /// Writes the root directory's own entry.
+    fn root(&mut self, entry: &Entry) -> Result<(), RestoreError> {
+        let write = |result: io::Result<()>| result.map_err(RestoreError::Write);
+        write(entry.extras.append(&mut self.builder))?;
+        let mut header = header_of(entry);
+        write(
+            self.builder
+                .append_data(&mut header, ROOT_ENTRY, io::empty()),
+        )
+    }
+
     fn remove(&mut self, path: &[u8]) -> Result<(), RestoreError> {
         let (parent, name) = split_parent(path);
         let mut marker = WHITEOUT_PREFIX.as_bytes().to_vec();

@@ -16,10 +16,13 @@
 //!
 //! Like in [`super::index`], a layer's markers hide only lower layers, so
 //! each layer's removals go before its additions. The output lists paths
-//! in byte order (a directory before its entries), each directory's opaque
-//! marker right after it. A hard link is kept when its target is still the
-//! entry it pointed to and comes first; otherwise it becomes a copy of the
-//! file it pointed to, which is what a reader of the link saw.
+//! in byte order (a directory before its entries), the root directory's own
+//! entry first (the topmost layer's), each directory's opaque
+//! marker right after it. The names of one file stay one file: the first
+//! of them in path order carries its data and the others link to it (a
+//! layer lists a file's later-found names after it, out of path order), and
+//! a link whose target has since been replaced keeps the file it pointed
+//! to, which is what a reader of the link saw.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
@@ -32,7 +35,9 @@ use std::path::Path;
 use silo_protocol::extras::Extras;
 use silo_protocol::link::append_symlink;
 use silo_protocol::members::Members;
-use silo_protocol::snapshot::{OPAQUE_WHITEOUT, WHITEOUT_PREFIX, join_child, split_parent};
+use silo_protocol::snapshot::{
+    OPAQUE_WHITEOUT, ROOT_ENTRY, WHITEOUT_PREFIX, join_child, split_parent,
+};
 use tar::{EntryType, Header};
 
 use super::{Digest, Store, StoreError, Written};
@@ -105,8 +110,10 @@ pub fn squash(store: &Store, layers: &[Digest]) -> Result<Written, SquashError> 
     let mut map: BTreeMap<Vec<u8>, Node> = BTreeMap::new();
     let mut opaque: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut by_origin: HashMap<Origin, Found> = HashMap::new();
+    let mut root = None;
     for (index, digest) in layers.iter().enumerate() {
         let layer = read_layer(store, digest, index)?;
+        root = layer.root.or(root);
         for path in &layer.hidden {
             remove_with_descendants(&mut map, &mut opaque, path);
             map.insert(path.clone(), Node::Whiteout);
@@ -135,11 +142,13 @@ pub fn squash(store: &Store, layers: &[Digest]) -> Result<Written, SquashError> 
         }
         opaque.extend(layer.opaque);
     }
-    write_squashed(store, layers, &map, &opaque, &by_origin)
+    write_squashed(store, layers, root.as_ref(), &map, &opaque, &by_origin)
 }
 
 /// One layer read headers-only: its markers and its entries.
 struct Layer {
+    /// The root directory's own entry.
+    root: Option<Found>,
     hidden: Vec<Vec<u8>>,
     opaque: Vec<Vec<u8>>,
     entries: Vec<(Vec<u8>, Found)>,
@@ -157,6 +166,7 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
     let file = store.open_blob(digest)?;
     let mut archive = tar::Archive::new(BufReader::new(file));
     let mut out = Layer {
+        root: None,
         hidden: Vec::new(),
         opaque: Vec::new(),
         entries: Vec::new(),
@@ -167,7 +177,8 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
         let member = member.map_err(read_err)?;
         let kind = member.header.entry_type();
         let path = match named(&member.path).ok_or_else(|| bad_path(&member.path))? {
-            Named::Nothing => continue,
+            Named::Root if kind == EntryType::Directory => Vec::new(),
+            Named::Root | Named::Nothing => continue,
             Named::Opaque(dir) => {
                 out.opaque.push(dir);
                 continue;
@@ -195,6 +206,10 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
             link,
             hard_target,
         };
+        if path.is_empty() {
+            out.root = Some(found);
+            continue;
+        }
         seen.insert(path.clone(), origin);
         out.entries.push((path, found));
     }
@@ -204,6 +219,7 @@ fn read_layer(store: &Store, digest: &Digest, layer: usize) -> Result<Layer, Squ
 fn write_squashed(
     store: &Store,
     layers: &[Digest],
+    root: Option<&Found>,
     map: &BTreeMap<Vec<u8>, Node>,
     opaque: &BTreeSet<Vec<u8>>,
     by_origin: &HashMap<Origin, Found>,
@@ -214,6 +230,14 @@ fn write_squashed(
         .collect::<Result<Vec<File>, StoreError>>()?;
     let mut builder = tar::Builder::new(store.writer()?);
     let mut written: HashMap<Origin, Vec<u8>> = HashMap::new();
+    if let Some(root) = root {
+        // The topmost layer's root entry: each holds the whole of it.
+        root.extras
+            .append(&mut builder)
+            .map_err(SquashError::Write)?;
+        let name = Path::new(ROOT_ENTRY);
+        write_found(&mut builder, &mut sources, name, root.header.clone(), root)?;
+    }
     let paths: BTreeSet<&Vec<u8>> = map.keys().chain(opaque.iter()).collect();
     for path in paths {
         match map.get(path) {
@@ -375,8 +399,10 @@ fn remove_with_descendants(
 /// What a layer entry's name says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Named {
-    /// The root directory itself, or the engine's own bookkeeping
-    /// (`.wh..wh.*` but the opaque marker): nothing to take.
+    /// The root directory's own entry ([`ROOT_ENTRY`]).
+    Root,
+    /// The engine's own bookkeeping (`.wh..wh.*` but the opaque marker):
+    /// nothing to take.
     Nothing,
     /// `DIR/.wh..wh..opq`: what lower layers have in the directory is hidden.
     Opaque(Vec<u8>),
@@ -390,7 +416,7 @@ pub(super) enum Named {
 /// out of the image or a whiteout that names nothing.
 pub(super) fn named(raw: &[u8]) -> Option<Named> {
     let Some(path) = normalize(raw)? else {
-        return Some(Named::Nothing);
+        return Some(Named::Root);
     };
     let (parent, name) = split_parent(&path);
     if name == OPAQUE_WHITEOUT.as_bytes() {

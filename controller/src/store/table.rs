@@ -11,6 +11,10 @@
 //! table out first), and a harness that rewinds again and again reads a
 //! base image's headers once.
 //!
+//! The root directory's own entry ([`silo_protocol::snapshot::ROOT_ENTRY`])
+//! is kept apart from the paths: it is no path of the tree, and no marker
+//! hides it; the topmost layer's counts.
+//!
 //! A [`Tree`] is a stack of tables, bottom first, and answers with the
 //! rules of [`super::index`] and [`super::squash`], exactly: the topmost
 //! layer with an entry at a path gives it, unless a layer above hides the
@@ -129,6 +133,8 @@ pub enum TableError {
 /// One layer's entries and markers, by path.
 #[derive(Debug, Default)]
 pub struct LayerTable {
+    /// The root directory's own entry, if the layer has one.
+    root: Option<Entry>,
     /// Entries by normalized path (relative to `/`).
     entries: BTreeMap<Box<[u8]>, Entry>,
     /// Paths hidden with everything under them (`.wh.NAME`).
@@ -163,7 +169,8 @@ impl LayerTable {
             } = member.map_err(read_err)?;
             let kind = header.entry_type();
             let path = match named(&raw).ok_or_else(|| bad_path(&raw))? {
-                Named::Nothing => continue,
+                Named::Root if kind == EntryType::Directory => Vec::new(),
+                Named::Root | Named::Nothing => continue,
                 Named::Opaque(dir) => {
                     table.opaque.insert(dir.into());
                     continue;
@@ -192,6 +199,10 @@ impl LayerTable {
                 data_at: data.raw_file_position(),
                 link,
             };
+            if path.is_empty() {
+                table.root = Some(entry);
+                continue;
+            }
             if let (EntryType::Link, Some(file)) = (entry.kind, &entry.link) {
                 table
                     .links
@@ -227,6 +238,18 @@ impl LayerTable {
             names.extend(links.iter().map(AsRef::as_ref));
         }
         names
+    }
+
+    /// The root directory's own entry, if this layer has one.
+    pub fn root(&self) -> Option<&Entry> {
+        self.root.as_ref()
+    }
+
+    /// Its entries, by path.
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+        self.entries
+            .iter()
+            .map(|(path, entry)| (path.as_ref(), entry))
     }
 
     /// The entry at `path`, if this layer has one.
@@ -390,6 +413,12 @@ impl Tree {
     /// Its layers, bottom first.
     pub fn layers(&self) -> &[Arc<LayerTable>] {
         &self.layers
+    }
+
+    /// The root directory's own entry, from the topmost layer that has
+    /// one (a tree none of whose layers has one knows nothing of it).
+    pub fn root(&self) -> Option<&Entry> {
+        self.layers.iter().rev().find_map(|layer| layer.root())
     }
 
     /// What the tree has at `path`, and the layer it comes from.

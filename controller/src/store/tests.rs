@@ -270,6 +270,10 @@ pub(super) fn engine_apply(tree: &mut BTreeMap<String, Seen>, store: &Store, dig
         let mut entry = entry.unwrap();
         let path = String::from_utf8(entry.path_bytes().into_owned()).unwrap();
         let path = path.trim_end_matches('/').to_owned();
+        if path == "." {
+            // A container's root is the engine's own directory.
+            continue;
+        }
         let (parent, name) = path.rsplit_once('/').unwrap_or(("", &path));
         let under = |dir: &str| format!("{dir}/").trim_start_matches('/').to_owned();
         if name == OPAQUE_WHITEOUT {

@@ -309,7 +309,7 @@ async fn store_index(store: &Store, listed: Bytes) -> Result<(String, u64, bool)
     .await
 }
 
-fn agent_error(sandbox: &SandboxRecord) -> impl Fn(ClientError) -> SnapshotError + '_ {
+pub(super) fn agent_error(sandbox: &SandboxRecord) -> impl Fn(ClientError) -> SnapshotError + '_ {
     move |source| SnapshotError::Agent {
         name: sandbox.name.clone(),
         source: Box::new(source),

@@ -457,6 +457,10 @@ pub enum SnapshotError {
     /// Two stored trees could not be compared.
     #[error(transparent)]
     Diff(#[from] crate::store::DiffError),
+    /// A layer that puts back what the engine left out of a tree could not
+    /// be made.
+    #[error("putting back what the engine left out of the tree")]
+    EngineGaps(#[from] crate::store::rewind::RestoreError),
     /// A blocking step panicked or was cancelled.
     #[error("a snapshot step failed to run: {0}")]
     Task(String),

@@ -9,6 +9,11 @@
 //! Docker they go on top of the engine image that carries its base's base
 //! id (the snapshot is *rebased* onto that image's stored layers), on a VM
 //! they are applied onto a fresh machine whose template carries it.
+//!
+//! A machine an engine built from a snapshot's image lacks what an engine
+//! cannot build (the root directory's own metadata, extended attributes
+//! with an empty value): its agent applies that as one small layer before
+//! the machine is handed out ([`Silo::fill_engine_gaps`]).
 
 use std::io;
 use std::sync::Arc;
@@ -16,11 +21,12 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use super::baseline::agent_error;
 use super::config::snapshot_config;
 use super::layer::CountingWriter;
 use super::{
-    ImageSource, RestoreReport, SnapshotError, SnapshotProgress, SnapshotProgressFn, engine,
-    ms_since, no_progress, parse_digest,
+    ImageSource, RestoreReport, SnapshotError, SnapshotProgress, SnapshotProgressFn, blocking,
+    digests, engine, ms_since, no_progress, parse_digest,
 };
 use crate::backend::{Backend, EngineImages};
 use crate::bridge;
@@ -28,6 +34,7 @@ use crate::naming::validate_name;
 use crate::silo::{Silo, SiloError, machine};
 use crate::spec::BackendKind;
 use crate::state::{SandboxRecord, Snapshot};
+use crate::store::rewind::engine_gaps;
 use crate::store::{LoadPlan, Store, load_archive};
 
 /// Most forks [`Silo::fork_many`] makes at once: each is a sandbox whose
@@ -364,6 +371,29 @@ impl Silo {
         })
     }
 
+    /// Gives `sandbox`'s machine, which an engine just built from
+    /// `snapshot`'s image, what the engine leaves out of a tree
+    /// (`store::rewind::engine_gaps`), through its agent; nothing to send
+    /// for a snapshot that has none of it.
+    pub(super) async fn fill_engine_gaps(
+        &self,
+        sandbox: &SandboxRecord,
+        snapshot: &Snapshot,
+    ) -> Result<(), SiloError> {
+        let store = self.store()?;
+        let layers = digests(&snapshot.layers)?;
+        let gaps = blocking(move || Ok(engine_gaps(&store, &layers)?)).await?;
+        let Some(gaps) = gaps else {
+            return Ok(());
+        };
+        let client = self.client(sandbox)?;
+        client
+            .apply_layer(gaps.layer.into())
+            .await
+            .map_err(agent_error(sandbox))?;
+        Ok(())
+    }
+
     /// Applies the snapshot onto the sandbox's fresh machine; when that
     /// fails, removes the machine (the sandbox stays, machineless, for the
     /// next `up`) and says why.
@@ -380,16 +410,23 @@ impl Silo {
         match self.apply_snapshot(&sandbox, snapshot).await {
             Ok(applied) => Ok(applied),
             Err(error) => {
-                let key = self.sandbox_key(&sandbox);
-                if let Err(cleanup) = self
-                    .backend(sandbox.backend)
-                    .remove(machine(&sandbox, &key))
-                    .await
-                {
-                    tracing::warn!(sandbox = sandbox.name, "removing its machine: {cleanup}");
-                }
+                self.remove_failed_machine(&sandbox).await;
                 Err(error)
             }
+        }
+    }
+
+    /// Removes the machine of a sandbox whose making failed after it
+    /// started; a failure to is only logged (the error that matters is the
+    /// one that made it fail).
+    pub(super) async fn remove_failed_machine(&self, sandbox: &SandboxRecord) {
+        let key = self.sandbox_key(sandbox);
+        if let Err(cleanup) = self
+            .backend(sandbox.backend)
+            .remove(machine(sandbox, &key))
+            .await
+        {
+            tracing::warn!(sandbox = sandbox.name, "removing its machine: {cleanup}");
         }
     }
 

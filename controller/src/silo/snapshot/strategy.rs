@@ -318,7 +318,9 @@ impl SnapshotWay {
                     ..machine(&sandbox, key)
                 };
                 let made = images.replace(made).await.map_err(BackendError::from);
-                Ok((silo.record_made(&sandbox, made).await?, source))
+                let sandbox = silo.record_made(&sandbox, made).await?;
+                silo.fill_engine_gaps(&sandbox, snapshot).await?;
+                Ok((sandbox, source))
             }
         }
     }
@@ -364,7 +366,14 @@ impl SnapshotWay {
                     total: None,
                 });
                 let sandbox = silo.reserve(request(spec), Some(snapshot.id.clone()))?;
-                Ok((silo.launch(sandbox, Some(&image_id)).await?, source))
+                let sandbox = silo.launch(sandbox, Some(&image_id)).await?;
+                match silo.fill_engine_gaps(&sandbox, on_engine).await {
+                    Ok(()) => Ok((sandbox, source)),
+                    Err(error) => {
+                        silo.remove_failed_machine(&sandbox).await;
+                        Err(silo.forget_failed(&sandbox, "fork", error)?)
+                    }
+                }
             }
             SnapshotWay::AgentLayers(_) => {
                 spec.check()?;

@@ -417,3 +417,107 @@ fn symlink_targets_come_back_byte_for_byte() {
     let (restored, _) = rewind(&store, &chain, &chain, &live);
     assert_eq!(restored, snapshot);
 }
+
+/// The entries of a layer written in memory, in order: path, kind, mode,
+/// link target and extended attributes.
+type Listed = Vec<(
+    String,
+    EntryType,
+    u32,
+    Option<String>,
+    Vec<(String, Vec<u8>)>,
+)>;
+
+fn listed(layer: &[u8]) -> Listed {
+    let mut archive = tar::Archive::new(std::io::Cursor::new(layer));
+    let members = silo_protocol::members::Members::new(archive.entries_with_seek().unwrap());
+    members
+        .map(|member| {
+            let member = member.unwrap();
+            (
+                String::from_utf8(member.path).unwrap(),
+                member.header.entry_type(),
+                member.header.mode().unwrap(),
+                member.link.map(|t| String::from_utf8(t).unwrap()),
+                member.extras.xattrs,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_root_goes_back_first_with_its_own_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let root = E::DirMode("./", 0o1777);
+    let snap = stored_layer(
+        &store,
+        &[E::Xattrs(&root, &[("user.r", b"v")]), E::Dir("w")],
+    );
+    let chain = [snap];
+    // Only the root's own metadata changed (chmod /): listed under "".
+    let changes = [(Change::Dir, &b""[..])];
+    let restoring = restoring_layer(
+        &store,
+        &Restore {
+            from: &chain,
+            to: &chain,
+            changes: &changes,
+            excluded: &[],
+            unheld_base: None,
+        },
+    )
+    .unwrap();
+    let entries = listed(&restoring.layer);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let (path, kind, mode, _, xattrs) = &entries[0];
+    assert_eq!(
+        (path.as_str(), *kind, *mode),
+        ("./", EntryType::Directory, 0o1777)
+    );
+    assert_eq!(xattrs, &[("user.r".to_owned(), b"v".to_vec())]);
+}
+
+#[test]
+fn engine_gaps_hold_the_root_and_every_empty_xattr_with_its_file_s_other_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let empty: &[(&str, &[u8])] = &[("user.e", b"")];
+    let (d, f) = (E::Dir("d"), E::File("d/f", "data"));
+    let base = stored_layer(
+        &store,
+        &[
+            E::Xattrs(&d, empty),
+            E::Xattrs(&f, empty),
+            E::Link("d/g", "d/f"),
+            E::File("d/plain", "p"),
+            E::File("gone", "x"),
+        ],
+    );
+    // Nothing an engine leaves out: no layer to send.
+    let plain = stored_layer(&store, &[E::Dir("d"), E::File("d/plain", "p")]);
+    assert!(engine_gaps(&store, &[plain]).unwrap().is_none());
+
+    let (root, gone) = (E::DirMode("./", 0o700), E::File("gone", "y"));
+    let top = stored_layer(&store, &[E::Xattrs(&root, &[("user.r", b"")]), gone]);
+    let gaps = engine_gaps(&store, &[base, top]).unwrap().unwrap();
+    let shown: Vec<(String, EntryType, Option<String>)> = listed(&gaps.layer)
+        .into_iter()
+        .map(|(path, kind, _, link, _)| (path, kind, link))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("./".to_owned(), EntryType::Directory, None),
+            ("d".to_owned(), EntryType::Directory, None),
+            ("d/f".to_owned(), EntryType::Regular, None),
+            ("d/g".to_owned(), EntryType::Link, Some("d/f".to_owned())),
+        ],
+        "the root, the entries with an empty value and the file's other name; \
+         nothing else"
+    );
+    assert_eq!(
+        listed(&gaps.layer)[1].4,
+        [("user.e".to_owned(), Vec::new())]
+    );
+}
