@@ -177,6 +177,67 @@ async fn a_directory_swapped_for_a_symlink_and_back_odd_link_targets_and_sparse_
 }
 
 #[tokio::test]
+async fn the_root_s_own_metadata_and_empty_xattrs_come_back_in_place_and_in_a_fork() {
+    use silo_tests::exact::behind::{remove_xattr, set_xattr};
+    let Some(engine) = silo_tests::docker::engine_with_base().await else {
+        return;
+    };
+    let cli = cli();
+    let up = json(&cli.ok(&["up", "t", "--image", BASE_IMAGE, "--json"]));
+    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    sh(
+        &cli,
+        "t",
+        "mkdir -p /w/d && echo f > /w/f && ln /w/f /w/g && chmod 1777 / && chown 1000:1000 /",
+    );
+    let pid = silo_tests::docker::init_pid(&engine, &id).await;
+    let xattrs: [(&[u8], &str, &[u8]); 5] = [
+        (b"/", "user.root", b"v"),
+        (b"/", "user.empty", b""),
+        (b"/w/d", "user.empty", b""),
+        (b"/w/f", "user.empty", b""),
+        (
+            b"/w/f", "user.nl", b"a
+b",
+        ),
+    ];
+    for (path, name, value) in xattrs {
+        set_xattr(pid, path, name, value).unwrap();
+    }
+    let s1 = snapshot(&cli, "t");
+    let at_s1 = listing_of(&engine, &id).await.unwrap();
+    let root = &at_s1[&b"/"[..]];
+    assert_eq!(root.xattrs.len(), 2, "{root:?}");
+
+    sh(&cli, "t", "chmod 755 / && chown 0:0 / && rm /w/g");
+    for (path, name, _) in xattrs {
+        remove_xattr(pid, path, name).unwrap();
+    }
+    let diff = json(&cli.ok(&["diff", "t", &s1, "--json"]));
+    let paths: Vec<&str> = diff["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    for path in ["/", "/w/d", "/w/f", "/w/g"] {
+        assert!(paths.contains(&path), "silo diff misses {path}: {diff}");
+    }
+
+    let rewound = json(&cli.ok(&["rewind", "t", &s1, "--json"]));
+    assert!(rewound["new_machine_because"].is_null(), "{rewound}");
+    let live = listing_of(&engine, &id).await.unwrap();
+    assert_same(&at_s1, &live, "after the rewind, the tree is not s1's");
+
+    let fork = json(&cli.ok(&["fork", &s1, "--name", "t-fork", "--json"]));
+    let fork_id = fork["sandbox"]["id"].as_str().unwrap().to_owned();
+    let forked = listing_of(&engine, &fork_id).await.unwrap();
+    assert_same(&at_s1, &forked, "the fork's tree is not s1's");
+    cli.ok(&["rm", "t-fork"]);
+    cli.ok(&["rm", "t"]);
+}
+
+#[tokio::test]
 async fn every_rewind_and_fork_gives_back_exactly_what_its_snapshot_saw_on_docker() {
     let Some(engine) = silo_tests::docker::engine_with_base().await else {
         return;

@@ -19,6 +19,7 @@
 //! [`check`] ties them together for a test; [`Settings`] reads the
 //! environment that steers a run (`SILO_EXACT_*`).
 
+pub mod behind;
 pub mod kinds;
 pub mod listing;
 pub mod ops;

@@ -134,7 +134,9 @@ pub fn of_pid(pid: u32) -> io::Result<Listing> {
     let mut inodes: HashMap<(u64, u64), Vec<Vec<u8>>> = HashMap::new();
     // `root` is the kernel's link to the container's root: followed once.
     let meta = fs::metadata(&root)?;
-    listing.insert(b"/".to_vec(), entry(&root, &meta)?);
+    // With a trailing slash, so that the attribute calls (which never
+    // follow a link) read the root's and not the kernel link's.
+    listing.insert(b"/".to_vec(), entry(&root.join(""), &meta)?);
     let mut dirs = vec![b"/".to_vec()];
     while let Some(dir) = dirs.pop() {
         for child in fs::read_dir(host_path(&root, &dir))? {
