@@ -447,7 +447,10 @@ impl Placer<'_> {
 }
 
 /// Gives directory `dir` exactly the extended attributes `xattrs` (but the
-/// file system's own, which no layer carries).
+/// file system's own, which no layer carries). Every value that is not the
+/// wanted one goes before any is set: the space beside an inode is small
+/// (about 4 KiB on ext4), and the old values and the new ones together may
+/// not fit where either set alone does.
 fn set_dir_xattrs(dir: &File, xattrs: &[Xattr], shown: &Path) -> io::Result<()> {
     use xattr::FileExt;
     let present = match dir.list_xattr() {
@@ -455,19 +458,30 @@ fn set_dir_xattrs(dir: &File, xattrs: &[Xattr], shown: &Path) -> io::Result<()> 
         Err(err) if err.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(()),
         Err(err) => return Err(err),
     };
+    let mut kept = Vec::new();
     for name in present {
-        let wanted = name
-            .to_str()
-            .is_some_and(|name| !carried(name) || xattrs.iter().any(|(n, _)| n == name));
-        if !wanted {
-            match dir.remove_xattr(&name) {
-                Ok(()) => {}
-                Err(err) if matches!(err.raw_os_error(), Some(libc::EPERM | libc::ENODATA)) => {}
-                Err(err) => return Err(err),
+        if let Some(text) = name.to_str() {
+            if !carried(text) {
+                continue;
+            }
+            let wanted = xattrs.iter().find(|(n, _)| n == text).map(|(_, v)| v);
+            if wanted.is_some() && dir.get_xattr(&name)?.as_ref() == wanted {
+                kept.push(text.to_owned());
+                continue;
             }
         }
+        match dir.remove_xattr(&name) {
+            Ok(()) => {}
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EPERM | libc::ENODATA)) => {}
+            Err(err) => return Err(err),
+        }
     }
-    set_xattrs(shown, xattrs, |name, value| dir.set_xattr(name, value))
+    let missing: Vec<Xattr> = xattrs
+        .iter()
+        .filter(|(name, _)| !kept.contains(name))
+        .cloned()
+        .collect();
+    set_xattrs(shown, &missing, |name, value| dir.set_xattr(name, value))
 }
 
 /// Removes a directory at `name` in `at`, which a file or link replaces.

@@ -889,3 +889,31 @@ fn an_empty_xattr_on_a_directory_is_put_back() {
     }
     assert!(!root.join("etc/passwd").exists());
 }
+
+#[test]
+fn a_directory_s_attributes_are_replaced_without_overflowing_the_inode_s_space() {
+    use crate::snapshot::walk::Sink;
+    // Each value alone fits beside an inode (about 4 KiB on ext4); the
+    // old one and the new one together do not.
+    let (big, small) = (vec![b'x'; 3000], b"s".to_vec());
+    let source = tempfile::tempdir().unwrap();
+    fs::create_dir(source.path().join("etc")).unwrap();
+    xattr::set(source.path().join("etc"), "user.a", &big).unwrap();
+    xattr::set(source.path().join("etc"), "user.b", &small).unwrap();
+    let mut bytes = Vec::new();
+    let mut snapshot = crate::snapshot::layer::Layer::new(source.path(), &mut bytes);
+    let meta = fs::symlink_metadata(source.path().join("etc")).unwrap();
+    snapshot.entry(Path::new("etc"), &meta).unwrap();
+    snapshot.finish().unwrap();
+
+    let (_dir, root) = machine();
+    xattr::set(root.join("etc"), "user.b", &big).unwrap();
+    if xattr::set(root.join("etc"), "user.a", &big).is_ok() {
+        // A file system with room for both proves nothing here.
+        return;
+    }
+    apply(&root, &bytes).unwrap();
+    let get = |name: &str| xattr::get(root.join("etc"), name).unwrap();
+    assert_eq!(get("user.a"), Some(big));
+    assert_eq!(get("user.b"), Some(small));
+}
