@@ -190,7 +190,7 @@ async fn the_root_s_own_metadata_and_empty_xattrs_come_back_in_place_and_in_a_fo
         "t",
         "mkdir -p /w/d && echo f > /w/f && ln /w/f /w/g && chmod 1777 / && chown 1000:1000 /",
     );
-    let pid = silo_tests::docker::init_pid(&engine, &id).await;
+    let pid = silo_tests::exact::run::pid_of(&engine, &id).await.unwrap();
     let xattrs: [(&[u8], &str, &[u8]); 5] = [
         (b"/", "user.root", b"v"),
         (b"/", "user.empty", b""),

@@ -87,17 +87,6 @@ pub async fn container(engine: &Docker, sandbox_id: &str) -> Option<ContainerIns
         .ok()
 }
 
-/// The host pid of a sandbox's container's init; panics if it runs none.
-pub async fn init_pid(engine: &Docker, sandbox_id: &str) -> u32 {
-    container(engine, sandbox_id)
-        .await
-        .and_then(|c| c.state)
-        .and_then(|s| s.pid)
-        .and_then(|pid| u32::try_from(pid).ok())
-        .filter(|pid| *pid > 0)
-        .unwrap_or_else(|| panic!("sandbox {sandbox_id} has no running container"))
-}
-
 /// The id of a sandbox's container; panics if there is none.
 pub async fn container_id(engine: &Docker, sandbox_id: &str) -> String {
     container(engine, sandbox_id)

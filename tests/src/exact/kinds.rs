@@ -53,11 +53,17 @@ pub enum OpKind {
     BigFile,
     /// A sparse file, with holes at both ends, or a byte written into one.
     Sparse,
+    /// `chmod` or `chown` of the root directory itself.
+    Root,
+    /// An extended attribute set (any bytes, empty included) or removed
+    /// from the host, behind the agent's back, on a file, a directory or
+    /// the root.
+    Xattr,
 }
 
 impl OpKind {
     /// Every kind, in the order `SILO_EXACT_KINDS` documents them.
-    pub const ALL: [OpKind; 22] = [
+    pub const ALL: [OpKind; 24] = [
         Self::Write,
         Self::Append,
         Self::Truncate,
@@ -80,6 +86,8 @@ impl OpKind {
         Self::SwapLink,
         Self::BigFile,
         Self::Sparse,
+        Self::Root,
+        Self::Xattr,
     ];
 
     /// Its name in `SILO_EXACT_KINDS`.
@@ -107,6 +115,8 @@ impl OpKind {
             Self::SwapLink => "swaplink",
             Self::BigFile => "bigfile",
             Self::Sparse => "sparse",
+            Self::Root => "root",
+            Self::Xattr => "xattr",
         }
     }
 

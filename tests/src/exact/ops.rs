@@ -70,13 +70,96 @@ const PATH_BUDGET: usize = 3000;
 /// Largest file a step writes.
 const FILE_MAX: u64 = 64 * 1024;
 
-/// One operation: its kind and its line of `sh`.
+/// Extended attribute names the xattr steps use: few, so that steps set
+/// one again, change it and remove it.
+const XATTR_NAMES: [&str; 3] = ["user.x0", "user.x1", "user.x2"];
+/// Sizes of the values they set: empty, tiny, and more than fits beside
+/// an inode; the largest is over what the file system takes, and the
+/// step then does nothing.
+const XATTR_SIZES: [usize; 7] = [0, 0, 1, 3, 300, 3000, 65536];
+
+/// One operation: its kind and its line of `sh`, or what it does from the
+/// host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Op {
     /// What it does.
     pub kind: OpKind,
     /// The line; a path that vanished makes it do nothing, never fail.
     pub shell: String,
+    /// Done from the host instead, after the step's lines.
+    pub behind: Option<Behind>,
+}
+
+/// A change made from the host, through the container's
+/// `/proc/<pid>/root` ([`super::behind`]); one the file system refuses
+/// (a value too large, a symlink, a path gone) does nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Behind {
+    /// Sets attribute `name` of `path` to `value`.
+    SetXattr {
+        /// Absolute in the sandbox.
+        path: Vec<u8>,
+        /// The attribute.
+        name: &'static str,
+        /// Any bytes.
+        value: Vec<u8>,
+    },
+    /// Removes attribute `name` of `path`.
+    RemoveXattr {
+        /// Absolute in the sandbox.
+        path: Vec<u8>,
+        /// The attribute.
+        name: &'static str,
+    },
+}
+
+impl Behind {
+    /// What it does, in a few words (the step's script shows it as a
+    /// comment-like no-op line).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::SetXattr { path, name, value } => format!(
+                "from the host, set {name} ({} bytes) on {}",
+                value.len(),
+                String::from_utf8_lossy(path)
+            ),
+            Self::RemoveXattr { path, name } => format!(
+                "from the host, remove {name} from {}",
+                String::from_utf8_lossy(path)
+            ),
+        }
+    }
+}
+
+impl Behind {
+    /// The command that does it on the host, as root, with `PID` the
+    /// container's init.
+    pub fn command(&self) -> String {
+        let at = |path: &[u8]| format!("\"/proc/$PID/root{}\"", String::from_utf8_lossy(path));
+        match self {
+            Self::SetXattr { path, name, value } => {
+                let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
+                let value = if hex.is_empty() {
+                    "\"\"".to_owned()
+                } else {
+                    format!("0x{hex}")
+                };
+                format!("setfattr -h -n {name} -v {value} {}", at(path))
+            }
+            Self::RemoveXattr { path, name } => format!("setfattr -h -x {name} {}", at(path)),
+        }
+    }
+}
+
+/// `chmod` or `chown` of the root directory itself.
+fn root(rng: &mut Rng) -> String {
+    if rng.chance(50) {
+        let mode = rng.pick(&[0o755, 0o1777, 0o700, 0o751, 0o2755, 0o775]);
+        format!("chmod {mode:o} /")
+    } else {
+        let id = rng.pick(&[0, 1000, 65534]);
+        format!("chown {id}:{id} /")
+    }
 }
 
 impl Op {
@@ -85,6 +168,7 @@ impl Op {
         Self {
             kind: OpKind::Mkdir,
             shell: format!("mkdir -p {WORK}"),
+            behind: None,
         }
     }
 
@@ -140,6 +224,14 @@ impl Model {
 
     /// One operation of `kind`.
     pub fn op(&mut self, rng: &mut Rng, kind: OpKind) -> Op {
+        if kind == OpKind::Xattr {
+            let behind = self.xattr(rng);
+            return Op {
+                kind,
+                shell: format!(": '{}'", behind.describe()),
+                behind: Some(behind),
+            };
+        }
         let shell = match kind {
             OpKind::Write => self.write(rng),
             OpKind::Append => self.append(rng),
@@ -163,8 +255,45 @@ impl Model {
             OpKind::SwapLink => self.swap_link(rng),
             OpKind::BigFile => self.big_file(rng),
             OpKind::Sparse => self.sparse(rng),
+            OpKind::Root => root(rng),
+            OpKind::Xattr => unreachable!("done from the host, above"),
         };
-        Op { kind, shell }
+        Op {
+            kind,
+            shell,
+            behind: None,
+        }
+    }
+
+    /// An attribute set or removed on the root, a directory or a file a
+    /// step made (one whose name is plain: the host takes it as it is).
+    fn xattr(&mut self, rng: &mut Rng) -> Behind {
+        let plain = |path: &&String| !path.contains('$') && !path.contains('\\');
+        let path = if rng.chance(20) {
+            "/".to_owned()
+        } else if rng.chance(40) {
+            let dirs: Vec<&String> = self.dirs.iter().filter(plain).collect();
+            (*rng.pick(&dirs)).clone()
+        } else {
+            let files: Vec<&String> = self.files.iter().filter(plain).collect();
+            match files.is_empty() {
+                true => WORK.to_owned(),
+                false => (*rng.pick(&files)).clone(),
+            }
+        };
+        let (path, name) = (path.into_bytes(), *rng.pick(&XATTR_NAMES));
+        if rng.chance(25) {
+            return Behind::RemoveXattr { path, name };
+        }
+        let size = *rng.pick(&XATTR_SIZES);
+        // Bytes a text parser trips on, often: newlines, NULs, `=`, high bytes.
+        let value = (0..size)
+            .map(|_| match rng.below(4) {
+                0 => *rng.pick(&[b'\n', 0, b'=', 0xff]),
+                _ => rng.below(256) as u8,
+            })
+            .collect();
+        Behind::SetXattr { path, name, value }
     }
 
     fn fresh(&mut self, prefix: &str) -> String {

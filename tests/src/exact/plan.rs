@@ -159,8 +159,12 @@ pub fn render(plan: &[Action], name: &str, backend: Backend) -> String {
             // A quoted here-document: the script exactly as the step ran it.
             Action::Step(ops) => writeln!(
                 out,
-                "# {index}: step\nsilo exec {name} -- sh -c \"$(cat <<'STEP'\n{}\nSTEP\n)\"",
-                script(ops)
+                "# {index}: step\nsilo exec {name} -- sh -c \"$(cat <<'STEP'\n{}\nSTEP\n)\"{}",
+                script(ops),
+                ops.iter()
+                    .filter_map(|op| op.behind.as_ref())
+                    .map(|behind| format!("\n{}", behind.command()))
+                    .collect::<String>()
             ),
             Action::Snapshot(label) => writeln!(
                 out,

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use silo::internals::docker::container_name;
 
+use super::behind::{remove_xattr, set_xattr};
 use super::listing::{self, Compare, Listing};
+use super::ops::{Behind, Op};
 use super::plan::{self, Action};
 use crate::Cli;
 use crate::docker::{BASE_IMAGE, container};
@@ -167,21 +169,27 @@ impl fmt::Display for Stats {
 /// The host's listing of a sandbox's live tree, through its container's
 /// init (`/proc/<pid>/root`).
 pub async fn listing_of(engine: &Docker, sandbox_id: &str) -> Result<Listing, String> {
-    let found = container(engine, sandbox_id).await;
-    listing_of_container(found, sandbox_id)
+    let pid = pid_of(engine, sandbox_id).await?;
+    listing::of_pid(pid).map_err(|e| format!("listing sandbox {sandbox_id}: {e}"))
 }
 
-/// The listing of the container `found` (named `what` in errors).
-fn listing_of_container(
+/// The host pid of the init of a sandbox's container.
+pub async fn pid_of(engine: &Docker, sandbox_id: &str) -> Result<u32, String> {
+    init_pid(container(engine, sandbox_id).await, sandbox_id)
+}
+
+/// The host pid of the init of the container `found` (named `what` in
+/// errors).
+fn init_pid(
     found: Option<bollard::models::ContainerInspectResponse>,
     what: &str,
-) -> Result<Listing, String> {
-    let pid = found
+) -> Result<u32, String> {
+    found
         .and_then(|c| c.state)
         .and_then(|s| s.pid)
+        .and_then(|pid| u32::try_from(pid).ok())
         .filter(|pid| *pid > 0)
-        .ok_or_else(|| format!("sandbox {what} has no running container"))?;
-    listing::of_pid(pid as u32).map_err(|e| format!("listing sandbox {what}: {e}"))
+        .ok_or_else(|| format!("sandbox {what} has no running container"))
 }
 
 /// A snapshot taken during a play: its id and the tree it saw.
@@ -286,8 +294,14 @@ impl Target<'_> {
     /// The host's listing of the live tree in `container` (for sandbox
     /// `name`, in errors).
     async fn listing_in(&self, container: &str, name: &str) -> Result<Listing, (Class, String)> {
+        let pid = self.pid_in(container, name).await?;
+        listing::of_pid(pid).map_err(|e| (Class::Silo, format!("listing sandbox {name}: {e}")))
+    }
+
+    /// The host pid of `container`'s init (for sandbox `name`, in errors).
+    async fn pid_in(&self, container: &str, name: &str) -> Result<u32, (Class, String)> {
         let found = self.engine.inspect_container(container, None).await.ok();
-        listing_of_container(found, name).map_err(|e| (Class::Silo, e))
+        init_pid(found, name).map_err(|e| (Class::Silo, e))
     }
 
     /// `silo ARGS… --json`, parsed.
@@ -302,7 +316,7 @@ impl Player<'_> {
         for (at, action) in plan.iter().enumerate() {
             let started = Instant::now();
             let done = match action {
-                Action::Step(ops) => self.step(&plan::script(ops)),
+                Action::Step(ops) => self.step(ops).await,
                 Action::Snapshot(label) => self.snapshot(*label).await,
                 Action::Rewind(label) => self.rewind(*label).await,
                 Action::Fork(label) => self.fork(*label, at).await,
@@ -329,10 +343,26 @@ impl Player<'_> {
         Ok(())
     }
 
-    fn step(&mut self, script: &str) -> Done {
+    /// The step's lines in the sandbox, then what it does from the host.
+    async fn step(&mut self, ops: &[Op]) -> Done {
         let started = Instant::now();
+        let script = plan::script(ops);
         self.target
-            .silo(&["exec", &self.name, "--", "sh", "-c", script])?;
+            .silo(&["exec", &self.name, "--", "sh", "-c", &script])?;
+        let behind: Vec<&Behind> = ops.iter().filter_map(|op| op.behind.as_ref()).collect();
+        if !behind.is_empty() {
+            let name = self.name.clone();
+            let container = self.container(&name).await?;
+            let pid = self.target.pid_in(&container, &name).await?;
+            for change in behind {
+                // Refused (too large, a symlink, gone): nothing done, as a
+                // step's line that fails.
+                let _ = match change {
+                    Behind::SetXattr { path, name, value } => set_xattr(pid, path, name, value),
+                    Behind::RemoveXattr { path, name } => remove_xattr(pid, path, name),
+                };
+            }
+        }
         self.stats.steps += 1;
         self.stats.step_time += started.elapsed();
         Ok(String::new())
@@ -442,16 +472,19 @@ impl Player<'_> {
         })
     }
 
+    /// The container of sandbox `name`, asked once.
+    async fn container(&mut self, name: &str) -> Result<String, (Class, String)> {
+        if let Some(container) = self.containers.get(name) {
+            return Ok(container.clone());
+        }
+        let container = self.target.container_of(name).await?;
+        self.containers.insert(name.to_owned(), container.clone());
+        Ok(container)
+    }
+
     async fn listing(&mut self, name: &str) -> Result<Listing, (Class, String)> {
         let started = Instant::now();
-        let container = match self.containers.get(name) {
-            Some(container) => container.clone(),
-            None => {
-                let container = self.target.container_of(name).await?;
-                self.containers.insert(name.to_owned(), container.clone());
-                container
-            }
-        };
+        let container = self.container(name).await?;
         let listing = self.target.listing_in(&container, name).await;
         self.stats.listing_time += started.elapsed();
         listing
