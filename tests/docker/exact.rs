@@ -234,6 +234,18 @@ b",
     let forked = listing_of(&engine, &fork_id).await.unwrap();
     assert_same(&at_s1, &forked, "the fork's tree is not s1's");
     cli.ok(&["rm", "t-fork"]);
+
+    // A step that changed the root alone is a change all the same: its
+    // snapshot keeps a layer.
+    snapshot(&cli, "t");
+    sh(&cli, "t", "chmod 711 /");
+    let s2 = snapshot(&cli, "t");
+    let at_s2 = listing_of(&engine, &id).await.unwrap();
+    let fork = json(&cli.ok(&["fork", &s2, "--name", "t-fork", "--json"]));
+    let fork_id = fork["sandbox"]["id"].as_str().unwrap().to_owned();
+    let forked = listing_of(&engine, &fork_id).await.unwrap();
+    assert_same(&at_s2, &forked, "the fork's tree is not s2's");
+    cli.ok(&["rm", "t-fork"]);
     cli.ok(&["rm", "t"]);
 }
 

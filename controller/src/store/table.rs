@@ -62,6 +62,15 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Whether `other` is the same entry wherever it is stored: kind,
+    /// mode, owner, time, attributes, size and link.
+    pub fn same_as(&self, other: &Entry) -> bool {
+        (self.kind, self.mode, self.uid, self.gid, self.size)
+            == (other.kind, other.mode, other.uid, other.gid, other.size)
+            && self.extras == other.extras
+            && self.link == other.link
+    }
+
     /// Whether it is a directory.
     pub fn is_dir(&self) -> bool {
         self.kind == EntryType::Directory

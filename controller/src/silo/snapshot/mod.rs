@@ -457,6 +457,9 @@ pub enum SnapshotError {
     /// Two stored trees could not be compared.
     #[error(transparent)]
     Diff(#[from] crate::store::DiffError),
+    /// A stored layer could not be read as a table of its entries.
+    #[error(transparent)]
+    Table(#[from] crate::store::table::TableError),
     /// A layer that puts back what the engine left out of a tree could not
     /// be made.
     #[error("putting back what the engine left out of the tree")]

@@ -49,6 +49,7 @@ use crate::naming::new_snapshot_id;
 use crate::silo::{Silo, SiloError};
 use crate::state::{Checkpoint, SandboxRecord, Snapshot, StoredImage, now_ms};
 use crate::store::squash::squash;
+use crate::store::table::table;
 use crate::store::{Index, LayerStats, Store, Written};
 
 /// How far before a moment (a container's creation, a snapshot, a rewind)
@@ -229,7 +230,8 @@ impl<'a> Snapshotter<'a> {
             .silo
             .publish(&self.store, std::slice::from_ref(&captured.written.digest))
             .await?;
-        let snapshot = self.record(&footing, &captured, message)?;
+        let unchanged = self.unchanged(&footing, &captured).await?;
+        let snapshot = self.record(&footing, &captured, unchanged, message)?;
         let durable_ms = ms_since(start);
         let (snapshot, compacted) = self.compact(&footing.base, snapshot).await;
         drop(lock);
@@ -442,6 +444,36 @@ impl<'a> Snapshotter<'a> {
         }
     }
 
+    /// Whether the captured layer changes nothing of the snapshot it builds
+    /// on: no path, no deletion, and the root's own metadata as that
+    /// snapshot's top layer has it (a layer with no root entry, from an
+    /// older agent, says nothing of the root).
+    async fn unchanged(
+        &self,
+        footing: &Footing,
+        captured: &Captured,
+    ) -> Result<bool, SnapshotError> {
+        let stats = &captured.stats;
+        let Some(top) = footing.layers.last().filter(|_| footing.parent.is_some()) else {
+            return Ok(false);
+        };
+        if stats.entries > 0 || stats.whiteouts > 0 {
+            return Ok(false);
+        }
+        let (store, top) = (self.store.clone(), parse_digest(top)?);
+        let new = captured.written.digest.clone();
+        blocking(move || {
+            let now = table(&store, &new)?;
+            let Some(root) = now.root() else {
+                return Ok(true);
+            };
+            Ok(table(&store, &top)?
+                .root()
+                .is_some_and(|was| was.same_as(root)))
+        })
+        .await
+    }
+
     /// Records the snapshot: its row, naming the base and every layer, its
     /// `snapshot` event and the sandbox's new checkpoint, in one
     /// transaction. From here it is durable.
@@ -449,6 +481,7 @@ impl<'a> Snapshotter<'a> {
         &self,
         footing: &Footing,
         captured: &Captured,
+        unchanged: bool,
         message: Option<String>,
     ) -> Result<Snapshot, SiloError> {
         let (sandbox, written) = (&self.sandbox, &captured.written);
@@ -456,8 +489,6 @@ impl<'a> Snapshotter<'a> {
         let mut layers = footing.layers.clone();
         // Nothing changed since the snapshot this one builds on: it restores
         // to the same files with the same layers, and the chain stays short.
-        let stats = &captured.stats;
-        let unchanged = footing.parent.is_some() && stats.entries == 0 && stats.whiteouts == 0;
         if !unchanged {
             layers.push(written.digest.to_string());
         }
