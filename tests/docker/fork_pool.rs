@@ -217,6 +217,45 @@ async fn forks_take_warm_sandboxes_and_say_when_they_cannot() {
 }
 
 #[tokio::test]
+async fn a_snapshot_too_heavy_for_a_fresh_member_goes_onto_a_new_machine_and_says_why() {
+    if engine_with_base().await.is_none() {
+        return;
+    }
+    let cli = crate::cli();
+    cli.ok(&["up", "heavy", "--image", BASE_IMAGE]);
+    // About 12 MB above the base: a claim would apply all of it.
+    sh(
+        &cli,
+        "heavy",
+        "mkdir /w && i=0; while [ $i -lt 12 ]; do head -c 1000000 /dev/urandom > /w/f$i; i=$((i+1)); done",
+    );
+    let snap = snapshot(&cli, "heavy");
+    cli.ok(&[
+        "pool", "create", "plain", "--size", "1", "--image", BASE_IMAGE,
+    ]);
+    cli.ok(&["pool", "fill", "plain"]);
+    let fork = json(&cli.ok(&["fork", &snap, "--name", "heavy-fork", "--json"]));
+    assert!(fork["pool"].is_null(), "{fork}");
+    let why = fork["new_machine_because"].as_str().unwrap();
+    assert!(
+        why.contains("pool plain") && why.contains("a new machine is expected sooner"),
+        "{why}"
+    );
+    assert_eq!(
+        members(&cli, "plain").len(),
+        1,
+        "the member stays in its pool"
+    );
+    let sum = "cat /w/f* | md5sum";
+    assert_eq!(
+        cli.ok(&["exec", "heavy-fork", "--", "sh", "-c", sum]),
+        cli.ok(&["exec", "heavy", "--", "sh", "-c", sum])
+    );
+    cli.ok(&["pool", "rm", "plain"]);
+    cli.ok(&["rm", "heavy", "heavy-fork"]);
+}
+
+#[tokio::test]
 async fn a_pool_on_a_snapshot_hands_out_forks_that_stand_on_it_and_checks_them() {
     let Some(engine) = engine_with_base().await else {
         return;
