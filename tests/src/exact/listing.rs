@@ -336,37 +336,68 @@ fn read_sized(mut call: impl FnMut(*mut u8, usize) -> isize) -> io::Result<Vec<u
 pub fn diff(expected: &Listing, actual: &Listing, compare: Compare) -> Vec<String> {
     let mut lines = Vec::new();
     let mut more = 0usize;
-    let mut note = |line: String| {
-        if lines.len() < DIFF_LINES {
-            lines.push(line);
-        } else {
+    for (path, difference) in differences(expected, actual, compare) {
+        if lines.len() == DIFF_LINES {
             more += 1;
-        }
-    };
-    let paths: BTreeSet<&Vec<u8>> = expected.keys().chain(actual.keys()).collect();
-    for path in paths {
-        if compare.machine_own.iter().any(|own| path.starts_with(own)) {
             continue;
         }
-        match (expected.get(path), actual.get(path)) {
-            (Some(want), None) => note(format!("- {}: missing ({})", escape(path), summary(want))),
-            (None, Some(got)) => note(format!("+ {}: extra ({})", escape(path), summary(got))),
-            (Some(want), Some(got)) => {
-                let mut fields = fields_differing(want, got, compare);
-                if compare.across_engines && path.as_slice() == b"/" {
-                    fields.retain(|field| !field.starts_with("mode "));
-                }
-                if !fields.is_empty() {
-                    note(format!("~ {}: {}", escape(path), fields.join(", ")));
-                }
-            }
-            (None, None) => {}
-        }
+        lines.push(match difference {
+            Difference::Missing(want) => format!("- {}: missing ({})", escape(path), summary(want)),
+            Difference::Extra(got) => format!("+ {}: extra ({})", escape(path), summary(got)),
+            Difference::Fields(fields) => format!("~ {}: {}", escape(path), fields.join(", ")),
+        });
     }
     if more > 0 {
         lines.push(format!("… and {more} more differences"));
     }
     lines
+}
+
+/// Every path at which `actual` differs from `expected`, sorted.
+pub fn differing_paths(expected: &Listing, actual: &Listing, compare: Compare) -> Vec<Vec<u8>> {
+    differences(expected, actual, compare)
+        .map(|(path, _)| path.clone())
+        .collect()
+}
+
+/// How one path differs.
+enum Difference<'a> {
+    /// Only `expected` has it.
+    Missing(&'a Entry),
+    /// Only `actual` has it.
+    Extra(&'a Entry),
+    /// Both, with these fields differing (`name want → got`).
+    Fields(Vec<String>),
+}
+
+/// Each path at which the listings differ, in order, and how.
+fn differences<'a>(
+    expected: &'a Listing,
+    actual: &'a Listing,
+    compare: Compare,
+) -> impl Iterator<Item = (&'a Vec<u8>, Difference<'a>)> {
+    let paths: BTreeSet<&Vec<u8>> = expected.keys().chain(actual.keys()).collect();
+    paths.into_iter().filter_map(move |path| {
+        if compare.machine_own.iter().any(|own| path.starts_with(own)) {
+            return None;
+        }
+        let difference = match (expected.get(path), actual.get(path)) {
+            (Some(want), None) => Difference::Missing(want),
+            (None, Some(got)) => Difference::Extra(got),
+            (Some(want), Some(got)) => {
+                let mut fields = fields_differing(want, got, compare);
+                if compare.across_engines && path.as_slice() == b"/" {
+                    fields.retain(|field| !field.starts_with("mode "));
+                }
+                if fields.is_empty() {
+                    return None;
+                }
+                Difference::Fields(fields)
+            }
+            (None, None) => return None,
+        };
+        Some((path, difference))
+    })
 }
 
 /// Each field that differs, as `name want → got`.

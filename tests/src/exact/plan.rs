@@ -21,6 +21,8 @@ const STEPS_PER_ROUND: (u64, u64) = (1, 3);
 const SNAPSHOT_PERCENT: u64 = 60;
 /// How often a rewind or fork aims at the newest snapshot rather than any.
 const NEWEST_PERCENT: u64 = 40;
+/// How often a round asks `silo diff` what changed since a snapshot.
+const DIFF_PERCENT: u64 = 25;
 
 /// One thing a run does to its sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,13 +40,17 @@ pub enum Action {
     /// `silo stop NAME` then `silo start NAME` on a backend whose stop
     /// deletes the machine (a pod): the tree must be as it was before.
     Restart,
+    /// `silo diff NAME` against the snapshot of this label: the paths it
+    /// names must be exactly those at which the host's listing of the live
+    /// tree differs from the one the snapshot recorded.
+    Diff(u32),
 }
 
 impl Action {
     /// The snapshot label it needs taken before it, if any.
     pub fn needs(&self) -> Option<u32> {
         match self {
-            Self::Rewind(label) | Self::Fork(label) => Some(*label),
+            Self::Rewind(label) | Self::Fork(label) | Self::Diff(label) => Some(*label),
             Self::Step(_) | Self::Snapshot(_) | Self::Restart => None,
         }
     }
@@ -60,6 +66,7 @@ impl Action {
             Self::Rewind(label) => format!("rewind to s{label}"),
             Self::Fork(label) => format!("fork of s{label}"),
             Self::Restart => "stop and start".to_owned(),
+            Self::Diff(label) => format!("diff against s{label}"),
         }
     }
 }
@@ -97,6 +104,9 @@ pub fn generate(
                 })
                 .collect();
             plan.push(Action::Step(ops));
+        }
+        if labels > 0 && rng.chance(DIFF_PERCENT) {
+            plan.push(Action::Diff(rng.between(1, u64::from(labels)) as u32));
         }
         if labels == 0 || rng.chance(SNAPSHOT_PERCENT) {
             labels += 1;
@@ -184,6 +194,11 @@ pub fn render(plan: &[Action], name: &str, backend: Backend) -> String {
                 out,
                 "# {index}: the tree must be as before the stop\n\
                  silo stop {name} && silo start {name}"
+            ),
+            Action::Diff(label) => writeln!(
+                out,
+                "# {index}: it must name exactly the paths that differ from s{label}'s\n\
+                 silo diff {name} \"$s{label}\""
             ),
         };
     }

@@ -4,7 +4,7 @@
 //! place, and a fork's tree is exactly its snapshot's. Every tree is read
 //! from the host ([`super::listing`]), never through silo.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -321,6 +321,7 @@ impl Player<'_> {
                 Action::Rewind(label) => self.rewind(*label).await,
                 Action::Fork(label) => self.fork(*label, at).await,
                 Action::Restart => self.restart().await,
+                Action::Diff(label) => self.diff(*label).await,
             };
             let took = started.elapsed();
             match done {
@@ -463,6 +464,49 @@ impl Player<'_> {
         Ok(format!(" ({})", report["image"]))
     }
 
+    /// `silo diff` against snapshot `label` must name exactly the paths
+    /// at which the host's listing differs from the snapshot's, both ways
+    /// (times to the nanosecond, as silo compares them).
+    async fn diff(&mut self, label: u32) -> Done {
+        let snapshot = self.snapshot_id(label)?;
+        let name = self.name.clone();
+        let live = self.listing(&name).await?;
+        let report = self
+            .target
+            .silo_json(&["diff", &name, &snapshot, "--json"])?;
+        let said: BTreeSet<Vec<u8>> = report["paths"]
+            .as_array()
+            .map(|paths| paths.iter().map(path_of).collect())
+            .unwrap_or_default();
+        let compare = Compare {
+            nanoseconds: true,
+            ..self.compare
+        };
+        // Taking the diff's own snapshot must not change the tree either.
+        let after = self.listing(&name).await?;
+        self.differ(&live, &after, "silo diff changed the live tree")?;
+        let expected = &self.taken[&label].tree;
+        let seen: BTreeSet<Vec<u8>> = listing::differing_paths(expected, &live, compare)
+            .into_iter()
+            .collect();
+        if said == seen {
+            return Ok(format!(" ({} paths differ)", said.len()));
+        }
+        let shown = |paths: BTreeSet<&Vec<u8>>| -> Vec<String> {
+            paths.into_iter().map(|p| listing::escape(p)).collect()
+        };
+        let only_said = shown(said.difference(&seen).collect());
+        let only_seen = shown(seen.difference(&said).collect());
+        Err((
+            Class::Mismatch,
+            format!(
+                "silo diff disagrees with the listing: it names {only_said:?}, which do not \
+                 differ, and misses {only_seen:?}, which do; the listing says:\n  {}",
+                listing::diff(expected, &live, compare).join("\n  ")
+            ),
+        ))
+    }
+
     fn snapshot_id(&self, label: u32) -> Result<String, (Class, String)> {
         self.taken.get(&label).map(|t| t.id.clone()).ok_or_else(|| {
             (
@@ -520,6 +564,22 @@ impl Player<'_> {
             args.extend(ids);
             let _ = self.target.silo(&args);
         }
+    }
+}
+
+/// A path `silo diff --json` names, as its bytes (`path_raw` where it is
+/// not UTF-8).
+fn path_of(found: &serde_json::Value) -> Vec<u8> {
+    match found["path_raw"].as_array() {
+        Some(raw) => raw
+            .iter()
+            .filter_map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
+            .collect(),
+        None => found["path"]
+            .as_str()
+            .unwrap_or_default()
+            .as_bytes()
+            .to_vec(),
     }
 }
 
