@@ -20,7 +20,7 @@ use sha2::{Digest as _, Sha256};
 use tar::EntryType;
 
 use super::table::{DataError, Entry, TableError, Tree};
-use super::{Digest, Store, StoreError};
+use super::{Digest, Index, Store, StoreError};
 
 /// How one path differs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -86,7 +86,18 @@ pub enum DiffError {
 /// path (blocking), the root directory's own metadata first (the empty
 /// path). Directories' times are left out: they move whenever an entry of
 /// theirs does, which the entry's own line says.
-pub fn diff(store: &Store, from: &[Digest], to: &[Digest]) -> Result<Vec<PathDiff>, DiffError> {
+///
+/// Where both stand on a base whose files the store does not hold (a
+/// provider's template, `unheld_base` its paths), a directory of the base
+/// that one tree has in a layer (as the parent of a change) and the other
+/// has from the base alone cannot be compared, and is not reported: as a
+/// rewind leaves such a directory as it is.
+pub fn diff(
+    store: &Store,
+    from: &[Digest],
+    to: &[Digest],
+    unheld_base: Option<&Index>,
+) -> Result<Vec<PathDiff>, DiffError> {
     let shared = from.iter().zip(to).take_while(|(a, b)| a == b).count();
     let (a, b) = (Tree::of(store, from)?, Tree::of(store, to)?);
     let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
@@ -120,6 +131,11 @@ pub fn diff(store: &Store, from: &[Digest], to: &[Digest]) -> Result<Vec<PathDif
     for path in paths {
         let change = match (a.lookup(&path), b.lookup(&path)) {
             (None, None) => continue,
+            (None, Some((_, one))) | (Some((_, one)), None)
+                if one.is_dir() && unheld_base.is_some_and(|base| base.contains(&path)) =>
+            {
+                continue;
+            }
             (None, Some(_)) => PathChange::Added,
             (Some(_), None) => PathChange::Removed,
             (Some(old), Some(new)) => {
@@ -290,7 +306,7 @@ mod tests {
         let (before, after) = (E::DirMode("./", 0o755), E::DirMode("./", 0o1777));
         let a = stored(&store, &[before, E::Dir("w")]);
         let b = stored(&store, &[E::Xattrs(&after, X), E::Dir("w")]);
-        let found = diff(&store, std::slice::from_ref(&a), &[b]).unwrap();
+        let found = diff(&store, std::slice::from_ref(&a), &[b], None).unwrap();
         assert_eq!(
             changes(&found),
             [(&b""[..], &changed(&[Aspect::Mode, Aspect::Xattrs]))]
@@ -298,7 +314,21 @@ mod tests {
         // A tree that knows nothing of its root (no layer has one) is not
         // said to differ there.
         let none = stored(&store, &[E::Dir("w")]);
-        assert!(diff(&store, &[a], &[none]).unwrap().is_empty());
+        assert!(diff(&store, &[a], &[none], None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_template_directory_that_only_parents_a_change_is_not_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let template = Index::from_paths(b"sbin\0sbin/init\0").unwrap();
+        let first = stored(&store, &[E::Dir("./")]);
+        let next = stored(&store, &[E::Dir("./"), E::Dir("sbin"), E::Dir("sbin/new")]);
+        let (from, to) = (std::slice::from_ref(&first), &[first.clone(), next][..]);
+        let found = diff(&store, from, to, Some(&template)).unwrap();
+        assert_eq!(changes(&found), [(&b"sbin/new"[..], &PathChange::Added)]);
+        // Without the template's paths, its directory reads as added.
+        assert_eq!(diff(&store, from, to, None).unwrap().len(), 2);
     }
 
     #[test]
@@ -318,7 +348,13 @@ mod tests {
                 E::Xattrs(&E::Link("w/b", "w/a"), X),
             ],
         );
-        let found = diff(&store, std::slice::from_ref(&base), &[base.clone(), both]).unwrap();
+        let found = diff(
+            &store,
+            std::slice::from_ref(&base),
+            &[base.clone(), both],
+            None,
+        )
+        .unwrap();
         assert_eq!(
             changes(&found),
             [
@@ -329,7 +365,13 @@ mod tests {
         // The second name alone captured (an overlay copies up the name
         // written through, alone): the other name is no longer its file's.
         let second = stored(&store, &[E::Dir("w"), E::Xattrs(&E::File("w/b", "x"), X)]);
-        let found = diff(&store, std::slice::from_ref(&base), &[base.clone(), second]).unwrap();
+        let found = diff(
+            &store,
+            std::slice::from_ref(&base),
+            &[base.clone(), second],
+            None,
+        )
+        .unwrap();
         assert_eq!(
             changes(&found),
             [
@@ -348,7 +390,13 @@ mod tests {
             &store,
             &[E::Dir("w"), E::File("w/a", "x"), E::Link("w/c", "w/a")],
         );
-        let found = diff(&store, std::slice::from_ref(&base), &[base.clone(), linked]).unwrap();
+        let found = diff(
+            &store,
+            std::slice::from_ref(&base),
+            &[base.clone(), linked],
+            None,
+        )
+        .unwrap();
         assert_eq!(
             changes(&found),
             [

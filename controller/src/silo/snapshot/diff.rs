@@ -13,7 +13,7 @@
 
 use serde::Serialize;
 
-use super::{SnapshotError, blocking, digests, no_progress};
+use super::{SnapshotError, blocking, digests, no_progress, remembered};
 use crate::silo::{Silo, SiloError};
 use crate::store::{PathChange, diff};
 
@@ -103,8 +103,18 @@ impl Silo {
             .await?
             .snapshot;
         let store = self.store()?;
+        // A provider's template is held as its paths alone.
+        let base = self.base_of(&target)?;
+        let unheld_base = match base.layers.is_empty() {
+            true => Some(remembered::index(&store, &base, &[]).await?),
+            false => None,
+        };
         let (from, to) = (digests(&target.layers)?, digests(&live.layers)?);
-        let found = blocking(move || Ok(diff(&store, &from, &to)?)).await?;
+        let found = blocking(move || {
+            let unheld = unheld_base.as_ref().map(|tree| &tree.index);
+            Ok(diff(&store, &from, &to, unheld)?)
+        })
+        .await?;
         let paths = found
             .into_iter()
             .map(|found| DiffedPath::new(&found.path, found.change))
