@@ -98,11 +98,12 @@ pub struct Entry {
     pub mtime_nsec: i64,
     /// `user.*` and `security.capability` attributes, name → value.
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
-    /// For a path hard-linked to others in the listing: the smallest path
-    /// of its group, so two listings compare groups by their members and
-    /// never by inode numbers. `None` when no other listed path shares
+    /// For a path hard-linked to others in the listing: every path of its
+    /// group, sorted, so two listings compare groups by their members and
+    /// never by inode numbers (a name added to a group changes every name
+    /// of it, as `silo diff` says). `None` when no other listed path shares
     /// its inode (a link outside the listing is not the tree's).
-    pub link_group: Option<Vec<u8>>,
+    pub link_group: Option<Vec<Vec<u8>>>,
 }
 
 /// A whole tree: container path (bytes, from `/`) → entry.
@@ -171,11 +172,11 @@ pub fn of_pid(pid: u32) -> io::Result<Listing> {
             listing.insert(path, found);
         }
     }
-    for group in inodes.into_values().filter(|g| g.len() > 1) {
-        let first = group.iter().min().cloned();
+    for mut group in inodes.into_values().filter(|g| g.len() > 1) {
+        group.sort();
         for path in &group {
             if let Some(found) = listing.get_mut(path) {
-                found.link_group.clone_from(&first);
+                found.link_group = Some(group.clone());
             }
         }
     }
@@ -475,8 +476,14 @@ fn xattr_text(xattrs: &BTreeMap<Vec<u8>, Vec<u8>>) -> String {
     format!("{{{}}}", pairs.join(","))
 }
 
-fn group_text(group: &Option<Vec<u8>>) -> String {
-    group.as_deref().map_or_else(|| "-".to_owned(), escape)
+fn group_text(group: &Option<Vec<Vec<u8>>>) -> String {
+    group.as_deref().map_or_else(
+        || "-".to_owned(),
+        |names| {
+            let names: Vec<String> = names.iter().map(|name| escape(name)).collect();
+            names.join(" ")
+        },
+    )
 }
 
 /// A path (or any name) as text: UTF-8 as it is, other bytes as `\xNN`,

@@ -495,7 +495,14 @@ impl Player<'_> {
         let shown = |paths: BTreeSet<&Vec<u8>>| -> Vec<String> {
             paths.into_iter().map(|p| listing::escape(p)).collect()
         };
-        let only_said = shown(said.difference(&seen).collect());
+        // What silo says of each path it names that does not differ.
+        let only_said: Vec<String> = report["paths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|found| !seen.contains(&path_of(found)))
+            .map(|found| format!("{} {} {}", found["path"], found["change"], found["what"]))
+            .collect();
         let only_seen = shown(seen.difference(&said).collect());
         Err((
             Class::Mismatch,
