@@ -115,6 +115,17 @@ pub fn split_changes(body: &[u8]) -> Option<Vec<(Change, &[u8])>> {
         .collect()
 }
 
+/// The change list as a client speaking `version` reads it: before
+/// [`crate::Feature::RootEntry`], without the root's own record (which
+/// the walk lists first), since such a client refuses an empty path.
+pub fn as_spoken(changes: Vec<u8>, version: u32) -> Vec<u8> {
+    let root = [Change::Dir.byte(), RECORD_END];
+    match changes.strip_prefix(&root) {
+        Some(rest) if !crate::Feature::RootEntry.in_version(version) => rest.to_vec(),
+        _ => changes,
+    }
+}
+
 /// The request path.
 pub fn path() -> &'static str {
     PATH_REWIND
@@ -158,6 +169,10 @@ mod tests {
             [(Change::Dir, &b""[..])],
             "the root"
         );
+        // A client before the root's entry is spared its record.
+        assert_eq!(as_spoken(b"d\0fa\0".to_vec(), 8), b"fa\0");
+        assert_eq!(as_spoken(b"d\0fa\0".to_vec(), 9), b"d\0fa\0");
+        assert_eq!(as_spoken(b"dx\0".to_vec(), 8), b"dx\0");
         assert_eq!(path(), "/v1/rewind");
         assert_eq!(apply_path("ab12", false), "/v1/layers?rewind=ab12");
         assert!(apply_path("ab12", true).starts_with("/v1/layers?rewind=ab12&settle"));

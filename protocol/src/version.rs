@@ -20,7 +20,7 @@ use std::fmt;
 use crate::{files, http};
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
@@ -83,11 +83,17 @@ pub enum Feature {
     /// [`crate::exec::ClientMessage::Watch`]: a directory's changes
     /// streamed on the exec channel.
     Watch,
+    /// The root directory's own entry ([`crate::snapshot::ROOT_ENTRY`]):
+    /// every snapshot layer starts with it, a change list names it under
+    /// the empty path when it changed, and a layer applied with it gives
+    /// the root its mode, owner, time and attributes (older agents leave
+    /// the root as it is).
+    RootEntry,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -106,6 +112,7 @@ impl Feature {
         Self::FileRename,
         Self::Deadline,
         Self::Watch,
+        Self::RootEntry,
     ];
 
     /// The first protocol version that has this feature.
@@ -128,6 +135,7 @@ impl Feature {
             | Self::FileRename
             | Self::Deadline
             | Self::Watch => 8,
+            Self::RootEntry => 9,
         }
     }
 
@@ -182,6 +190,7 @@ impl Feature {
             Self::FileRename => "file rename",
             Self::Deadline => "lifetime deadline",
             Self::Watch => "directory watches",
+            Self::RootEntry => "the root directory's own entry",
         }
     }
 }

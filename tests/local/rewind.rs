@@ -143,6 +143,8 @@ async fn a_rewind_ends_every_process_lists_what_changed_and_starts_the_workload_
     assert_eq!(
         changes,
         [
+            // The root's own entry: names were made and removed in it.
+            (Change::Dir, String::new()),
             (Change::Gone, "gone".to_owned()),
             (Change::File, "keep".to_owned()),
             (Change::File, "made".to_owned()),

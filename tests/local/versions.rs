@@ -468,6 +468,7 @@ async fn a_baseline_goes_by_digest_only_to_an_agent_of_5_and_its_paths_follow_an
         .unwrap();
     assert_eq!(sent, BaselineSent::Paths);
     let by_paths = changes(&begun);
+    // No root record for a client before `RootEntry`.
     assert_eq!(by_paths, ["File made", "Gone gone"]);
     client.finish_rewind(&begun.token, empty()).await.unwrap();
     drop(agent);

@@ -11,8 +11,9 @@ use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use silo_protocol::http::HEADER_PROTOCOL;
 use silo_protocol::http::error_chain;
-use silo_protocol::rewind::{CHANGES_CONTENT_TYPE, HEADER_REWIND};
+use silo_protocol::rewind::{CHANGES_CONTENT_TYPE, HEADER_REWIND, as_spoken};
 use silo_protocol::snapshot::{HEADER_STOPPED, HEADER_UNSETTLED, SnapshotRequest};
 
 use super::json_body::{JsonBodyError, read_json};
@@ -28,6 +29,13 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body
         Err(err) => return err.response(),
     };
     let _busy = state.activity.busy();
+    // Admitted, so announced and in range.
+    let version = req
+        .headers()
+        .get(HEADER_PROTOCOL)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
     let request: SnapshotRequest = match read_json(
         req,
         &signed.content_sha256,
@@ -46,7 +54,8 @@ pub async fn handle(req: Request<Incoming>, state: &AgentState) -> Response<Body
     };
     match state.rewinder.begin(request, &state.snapshots).await {
         Ok(begun) => {
-            let mut response = Response::new(Full::new(Bytes::from(begun.changes)));
+            let changes = as_spoken(begun.changes, version);
+            let mut response = Response::new(Full::new(Bytes::from(changes)));
             *response.status_mut() = StatusCode::OK;
             let headers = response.headers_mut();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(CHANGES_CONTENT_TYPE));

@@ -79,6 +79,9 @@ pub struct Restore<'a> {
     /// store does not hold (see the module docs); `None` when every file
     /// of the target is in its layers.
     pub unheld_base: Option<&'a Index>,
+    /// The agent applies the root directory's own entry (protocol
+    /// feature `RootEntry`); an older one would only count it as skipped.
+    pub root: bool,
 }
 
 /// The restoring layer and what it holds.
@@ -176,7 +179,7 @@ pub fn restoring_layer(store: &Store, restore: &Restore<'_>) -> Result<Restoring
         .map(|(change, path)| (*path, *change))
         .collect();
     // The root's own metadata, whatever changed: one header.
-    if let Some(root) = target.root() {
+    if let Some(root) = target.root().filter(|_| restore.root) {
         writer.root(root)?;
     }
     let mut covered: HashSet<&[u8]> = HashSet::new();
@@ -282,9 +285,14 @@ fn with_link_groups(target: &Tree, paths: &mut BTreeSet<Vec<u8>>) {
 /// the root directory's own metadata (a container's root is the engine's
 /// own directory, whatever the layers say) and every extended attribute
 /// with an empty value (the engine's tar reader drops them), each entry
-/// that has one going in whole with its other names. `None` when the
-/// tree has neither (blocking).
-pub fn engine_gaps(store: &Store, layers: &[Digest]) -> Result<Option<Restoring>, RestoreError> {
+/// that has one going in whole with its other names; the root only
+/// `with_root` (an agent that applies it). `None` when the tree has
+/// neither (blocking).
+pub fn engine_gaps(
+    store: &Store,
+    layers: &[Digest],
+    with_root: bool,
+) -> Result<Option<Restoring>, RestoreError> {
     let target = Tree::of(store, layers)?;
     let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
     for (at, layer) in target.layers().iter().enumerate() {
@@ -301,7 +309,7 @@ pub fn engine_gaps(store: &Store, layers: &[Digest]) -> Result<Option<Restoring>
             }
         }
     }
-    let root = target.root();
+    let root = target.root().filter(|_| with_root);
     if root.is_none() && paths.is_empty() {
         return Ok(None);
     }

@@ -200,10 +200,9 @@ impl Silo {
         let start = Instant::now();
         // The agent first: a stopped machine or an old agent says so at once.
         let client = self.client(sandbox)?;
-        client
-            .protocol()
-            .await?
-            .require(silo_protocol::Feature::Rewind)?;
+        let spoken = client.protocol().await?;
+        spoken.require(silo_protocol::Feature::Rewind)?;
+        let root = spoken.require(silo_protocol::Feature::RootEntry).is_ok();
         let store = self.store()?;
         let anchor = self.anchor(strategy, sandbox, &store).await?;
         if anchor.base.image_id != snapshot.base_image {
@@ -250,6 +249,7 @@ impl Silo {
                     changes: &changes,
                     excluded: &excluded,
                     unheld_base: unheld_base.as_ref().map(|tree| &tree.index),
+                    root,
                 };
                 match restoring_layer(&store, &restore) {
                     Ok(restoring) => Ok(Ok((restoring, ms_since(computing)))),

@@ -382,11 +382,13 @@ impl Silo {
     ) -> Result<(), SiloError> {
         let store = self.store()?;
         let layers = digests(&snapshot.layers)?;
-        let gaps = blocking(move || Ok(engine_gaps(&store, &layers)?)).await?;
+        let client = self.client(sandbox)?;
+        let spoken = client.protocol().await.map_err(agent_error(sandbox))?;
+        let root = spoken.require(silo_protocol::Feature::RootEntry).is_ok();
+        let gaps = blocking(move || Ok(engine_gaps(&store, &layers, root)?)).await?;
         let Some(gaps) = gaps else {
             return Ok(());
         };
-        let client = self.client(sandbox)?;
         client
             .apply_layer(gaps.layer.into())
             .await

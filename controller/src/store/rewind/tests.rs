@@ -81,6 +81,7 @@ fn rewind(store: &Store, from: &[Digest], to: &[Digest], live: &Model) -> (Model
             changes: &borrowed,
             excluded: &[b"proc".to_vec()],
             unheld_base: None,
+            root: true,
         },
     )
     .unwrap();
@@ -246,6 +247,7 @@ fn a_template_held_only_as_a_listing_is_left_where_the_machine_kept_it() {
                 changes: &borrowed,
                 excluded: &[],
                 unheld_base: Some(&target_paths),
+                root: true,
             },
         )
         .map(|restoring| {
@@ -303,6 +305,7 @@ fn a_file_with_several_names_goes_back_with_all_of_them() {
                 changes: &changes,
                 excluded: &[],
                 unheld_base: None,
+                root: true,
             },
         )
         .unwrap();
@@ -465,6 +468,7 @@ fn the_root_goes_back_first_with_its_own_metadata() {
             changes: &changes,
             excluded: &[],
             unheld_base: None,
+            root: true,
         },
     )
     .unwrap();
@@ -496,11 +500,11 @@ fn engine_gaps_hold_the_root_and_every_empty_xattr_with_its_file_s_other_names()
     );
     // Nothing an engine leaves out: no layer to send.
     let plain = stored_layer(&store, &[E::Dir("d"), E::File("d/plain", "p")]);
-    assert!(engine_gaps(&store, &[plain]).unwrap().is_none());
+    assert!(engine_gaps(&store, &[plain], true).unwrap().is_none());
 
     let (root, gone) = (E::DirMode("./", 0o700), E::File("gone", "y"));
     let top = stored_layer(&store, &[E::Xattrs(&root, &[("user.r", b"")]), gone]);
-    let gaps = engine_gaps(&store, &[base, top]).unwrap().unwrap();
+    let gaps = engine_gaps(&store, &[base, top], true).unwrap().unwrap();
     let shown: Vec<(String, EntryType, Option<String>)> = listed(&gaps.layer)
         .into_iter()
         .map(|(path, kind, _, link, _)| (path, kind, link))
