@@ -120,6 +120,20 @@ async fn a_file_two_levels_below_an_untouched_image_directory_is_captured() {
     eprintln!("designed case: {:.1} s", started.elapsed().as_secs_f64());
 }
 
+/// Forks `snapshot` as `t-fork`, fails unless its tree is `expected`,
+/// and removes it.
+async fn assert_fork_same(cli: &Cli, engine: &bollard::Docker, snapshot: &str, expected: &Listing) {
+    let fork = json(&cli.ok(&["fork", snapshot, "--name", "t-fork", "--json"]));
+    let fork_id = fork["sandbox"]["id"].as_str().unwrap().to_owned();
+    let forked = listing_of(engine, &fork_id).await.unwrap();
+    assert_same(
+        expected,
+        &forked,
+        &format!("the fork's tree is not {snapshot}'s"),
+    );
+    cli.ok(&["rm", "t-fork"]);
+}
+
 /// The blocks `path` takes in sandbox `name`, as `stat` counts them.
 fn blocks(cli: &Cli, name: &str, path: &str) -> u64 {
     let out = cli.ok(&["exec", name, "--", "stat", "-c", "%b", path]);
@@ -168,11 +182,7 @@ async fn a_directory_swapped_for_a_symlink_and_back_odd_link_targets_and_sparse_
         "the sparse file came back with other blocks"
     );
 
-    let fork = json(&cli.ok(&["fork", &s3, "--name", "t-fork", "--json"]));
-    let fork_id = fork["sandbox"]["id"].as_str().unwrap().to_owned();
-    let forked = listing_of(&engine, &fork_id).await.unwrap();
-    assert_same(&at_s3, &forked, "the fork's tree is not s3's");
-    cli.ok(&["rm", "t-fork"]);
+    assert_fork_same(&cli, &engine, &s3, &at_s3).await;
     cli.ok(&["rm", "t"]);
 }
 
@@ -229,11 +239,7 @@ b",
     let live = listing_of(&engine, &id).await.unwrap();
     assert_same(&at_s1, &live, "after the rewind, the tree is not s1's");
 
-    let fork = json(&cli.ok(&["fork", &s1, "--name", "t-fork", "--json"]));
-    let fork_id = fork["sandbox"]["id"].as_str().unwrap().to_owned();
-    let forked = listing_of(&engine, &fork_id).await.unwrap();
-    assert_same(&at_s1, &forked, "the fork's tree is not s1's");
-    cli.ok(&["rm", "t-fork"]);
+    assert_fork_same(&cli, &engine, &s1, &at_s1).await;
 
     // A step that changed the root alone is a change all the same: its
     // snapshot keeps a layer.
@@ -241,11 +247,7 @@ b",
     sh(&cli, "t", "chmod 711 /");
     let s2 = snapshot(&cli, "t");
     let at_s2 = listing_of(&engine, &id).await.unwrap();
-    let fork = json(&cli.ok(&["fork", &s2, "--name", "t-fork", "--json"]));
-    let fork_id = fork["sandbox"]["id"].as_str().unwrap().to_owned();
-    let forked = listing_of(&engine, &fork_id).await.unwrap();
-    assert_same(&at_s2, &forked, "the fork's tree is not s2's");
-    cli.ok(&["rm", "t-fork"]);
+    assert_fork_same(&cli, &engine, &s2, &at_s2).await;
     cli.ok(&["rm", "t"]);
 }
 
