@@ -63,11 +63,14 @@ pub struct Entry {
 
 impl Entry {
     /// Whether `other` is the same entry wherever it is stored: kind,
-    /// mode, owner, time, attributes, size and link.
+    /// mode, owner, attributes, size, link, and time but a directory's (it
+    /// moves whenever an entry of it does, which the entries say; and an
+    /// overlay may report a directory's new time only a moment later).
     pub fn same_as(&self, other: &Entry) -> bool {
-        (self.kind, self.mode, self.uid, self.gid, self.size)
+        let time = self.is_dir() || self.extras.mtime == other.extras.mtime;
+        time && (self.kind, self.mode, self.uid, self.gid, self.size)
             == (other.kind, other.mode, other.uid, other.gid, other.size)
-            && self.extras == other.extras
+            && self.extras.xattrs == other.extras.xattrs
             && self.link == other.link
     }
 

@@ -446,8 +446,9 @@ impl<'a> Snapshotter<'a> {
 
     /// Whether the captured layer changes nothing of the snapshot it builds
     /// on: no path, no deletion, and the root's own metadata as that
-    /// snapshot's top layer has it (a layer with no root entry, from an
-    /// older agent, says nothing of the root).
+    /// snapshot's top layer has it, its time aside as any directory's (a
+    /// layer with no root entry, from an older agent, says nothing of the
+    /// root).
     async fn unchanged(
         &self,
         footing: &Footing,
