@@ -285,7 +285,8 @@ fn with_link_groups(target: &Tree, paths: &mut BTreeSet<Vec<u8>>) {
 /// the root directory's own metadata (a container's root is the engine's
 /// own directory, whatever the layers say) and every extended attribute
 /// with an empty value (the engine's tar reader drops them), each entry
-/// that has one going in whole with its other names; the root only
+/// that has one going in whole with its other names and below its own
+/// directories (whose metadata it puts back after placing it); the root only
 /// `with_root` (an agent that applies it). `None` when the tree has
 /// neither (blocking).
 pub fn engine_gaps(
@@ -314,6 +315,16 @@ pub fn engine_gaps(
         return Ok(None);
     }
     with_link_groups(&target, &mut paths);
+    // Every directory above them too, with its own metadata: placing an
+    // entry in a directory of a lower layer copies it up, and an overlay's
+    // copy-up may not keep its setuid and setgid bits.
+    let parents: Vec<Vec<u8>> = paths
+        .iter()
+        .flat_map(|path| ancestors(path))
+        .filter(|dir| target.lookup(dir).is_some_and(|(_, entry)| entry.is_dir()))
+        .map(<[u8]>::to_vec)
+        .collect();
+    paths.extend(parents);
     let mut writer = Writer {
         store,
         layers,

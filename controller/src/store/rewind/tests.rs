@@ -488,6 +488,7 @@ fn engine_gaps_hold_the_root_and_every_empty_xattr_with_its_file_s_other_names()
     let store = Store::open(dir.path()).unwrap();
     let empty: &[(&str, &[u8])] = &[("user.e", b"")];
     let (d, f) = (E::Dir("d"), E::File("d/f", "data"));
+    let below = E::File("s/x", "x");
     let base = stored_layer(
         &store,
         &[
@@ -496,6 +497,10 @@ fn engine_gaps_hold_the_root_and_every_empty_xattr_with_its_file_s_other_names()
             E::Link("d/g", "d/f"),
             E::File("d/plain", "p"),
             E::File("gone", "x"),
+            // Its directory has no such value, but setgid bits an
+            // overlay's copy-up may drop: it goes in too.
+            E::DirMode("s", 0o6755),
+            E::Xattrs(&below, empty),
         ],
     );
     // Nothing an engine leaves out: no layer to send.
@@ -516,9 +521,11 @@ fn engine_gaps_hold_the_root_and_every_empty_xattr_with_its_file_s_other_names()
             ("d".to_owned(), EntryType::Directory, None),
             ("d/f".to_owned(), EntryType::Regular, None),
             ("d/g".to_owned(), EntryType::Link, Some("d/f".to_owned())),
+            ("s".to_owned(), EntryType::Directory, None),
+            ("s/x".to_owned(), EntryType::Regular, None),
         ],
-        "the root, the entries with an empty value and the file's other name; \
-         nothing else"
+        "the root, the entries with an empty value, the file's other name and \
+         the directories above them; nothing else"
     );
     assert_eq!(
         listed(&gaps.layer)[1].4,
