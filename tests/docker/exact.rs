@@ -53,6 +53,12 @@ fn cli() -> Cli {
     }
 }
 
+/// Makes sandbox `t` on the base image; its id.
+fn up_t(cli: &Cli) -> String {
+    let up = json(&cli.ok(&["up", "t", "--image", BASE_IMAGE, "--json"]));
+    up["sandbox"]["id"].as_str().unwrap().to_owned()
+}
+
 /// A snapshot's id.
 fn snapshot(cli: &Cli, name: &str) -> String {
     let report = json(&cli.ok(&["snapshot", name, "--json"]));
@@ -76,8 +82,7 @@ async fn a_file_two_levels_below_an_untouched_image_directory_is_captured() {
     };
     let started = Instant::now();
     let cli = cli();
-    let up = json(&cli.ok(&["up", "t", "--image", BASE_IMAGE, "--json"]));
-    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    let id = up_t(&cli);
 
     sh(&cli, "t", "mkdir /w");
     let s1 = snapshot(&cli, "t");
@@ -146,8 +151,7 @@ async fn a_directory_swapped_for_a_symlink_and_back_odd_link_targets_and_sparse_
         return;
     };
     let cli = cli();
-    let up = json(&cli.ok(&["up", "t", "--image", BASE_IMAGE, "--json"]));
-    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    let id = up_t(&cli);
     sh(
         &cli,
         "t",
@@ -193,8 +197,7 @@ async fn the_root_s_own_metadata_and_empty_xattrs_come_back_in_place_and_in_a_fo
         return;
     };
     let cli = cli();
-    let up = json(&cli.ok(&["up", "t", "--image", BASE_IMAGE, "--json"]));
-    let id = up["sandbox"]["id"].as_str().unwrap().to_owned();
+    let id = up_t(&cli);
     sh(
         &cli,
         "t",
