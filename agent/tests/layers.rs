@@ -150,6 +150,7 @@ async fn a_snapshot_layer_applies_onto_another_machine() {
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     };
     let body = serde_json::to_vec(&request).unwrap();
     let sha = body_sha256(&body);
@@ -264,6 +265,7 @@ async fn whiteouts_apply_and_hostile_layers_are_refused_over_the_wire() {
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     })
     .unwrap();
     let (status, bytes) = agent.call("POST", PATH_SNAPSHOT, &body, true).await;

@@ -16,6 +16,8 @@ use std::io::{self, Write};
 
 use tar::Builder;
 
+use crate::blocks::{PAX_PATCH, Patch};
+
 /// The PAX key of an entry's modification time.
 pub const PAX_MTIME: &str = "mtime";
 /// The prefix of the PAX keys of extended attributes (the name follows).
@@ -34,6 +36,10 @@ pub struct Extras {
     pub mtime: Mtime,
     /// Its extended attributes, by name.
     pub xattrs: Vec<Xattr>,
+    /// For a rewind's layer only: the entry's data patches the file at its
+    /// path rather than being all of it ([`crate::blocks`]). Written only
+    /// by [`Extras::append_patch`].
+    pub patch: Option<Patch>,
 }
 
 impl Extras {
@@ -41,7 +47,25 @@ impl Extras {
     /// entry; nothing when its header says it all. An attribute whose
     /// name holds `=` or a NUL cannot be a PAX key, and is refused.
     pub fn append<W: Write>(&self, builder: &mut Builder<W>) -> io::Result<()> {
-        let mut records: Vec<(String, Vec<u8>)> = Vec::new();
+        self.append_records(builder, Vec::new())
+    }
+
+    /// [`Extras::append`], and `patch` in the same block: the entry after
+    /// it is that patch on the file at its path.
+    pub fn append_patch<W: Write>(
+        &self,
+        builder: &mut Builder<W>,
+        patch: &Patch,
+    ) -> io::Result<()> {
+        let record = (PAX_PATCH.to_owned(), patch.to_pax().into_bytes());
+        self.append_records(builder, vec![record])
+    }
+
+    fn append_records<W: Write>(
+        &self,
+        builder: &mut Builder<W>,
+        mut records: Vec<(String, Vec<u8>)>,
+    ) -> io::Result<()> {
         if self.mtime.nanos != 0 || self.mtime.secs < 0 {
             records.push((PAX_MTIME.to_owned(), format(self.mtime).into_bytes()));
         }
@@ -140,6 +164,7 @@ mod tests {
             Extras {
                 mtime: *time,
                 xattrs,
+                patch: None,
             }
             .append(&mut builder)
             .unwrap();

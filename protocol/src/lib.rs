@@ -40,6 +40,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod blocks;
 pub mod bundle;
 pub mod error;
 pub mod exact;

@@ -27,6 +27,7 @@ use std::io::{self, Read};
 
 use tar::{Entries, Entry, EntryType, Header};
 
+use crate::blocks::{PAX_PATCH, Patch};
 use crate::extras::{Extras, MAX_XATTR_BYTES, PAX_MTIME, PAX_XATTR_PREFIX, parse_mtime};
 
 /// Most bytes of one extension's data (a long name, a long link, a PAX
@@ -82,6 +83,12 @@ pub enum MemberError {
     /// An entry's attributes are over [`MAX_XATTR_BYTES`].
     #[error("an entry carries over {MAX_XATTR_BYTES} bytes of extended attributes")]
     XattrsTooLarge,
+    /// A PAX patch record that is not one, or not of the entry's data.
+    #[error("malformed patch record {value:?}")]
+    Patch {
+        /// The record's value.
+        value: String,
+    },
     /// A GNU sparse entry whose map goes on in blocks after its header.
     #[error("a gnu sparse entry with extension blocks cannot be read")]
     ExtendedSparse,
@@ -166,6 +173,7 @@ impl<'a, R: 'a + Read> Members<'a, R> {
             let mut extras = Extras {
                 mtime: crate::extras::Mtime::of_header(&header)?,
                 xattrs: Vec::new(),
+                patch: None,
             };
             let said = match &pax {
                 Some(block) => apply_pax(block, &mut header, &mut extras, entry.size())?,
@@ -245,6 +253,17 @@ fn apply_pax<'b>(
                 if let Some(mtime) = parse_mtime(value) {
                     extras.mtime = mtime;
                 }
+            }
+            _ if key == PAX_PATCH.as_bytes() => {
+                let patch = Patch::from_pax(value).ok_or_else(|| MemberError::Patch {
+                    value: String::from_utf8_lossy(value).into_owned(),
+                })?;
+                if patch.data_len() != size {
+                    return Err(MemberError::Patch {
+                        value: format!("{} for {size} bytes of data", patch.to_pax()),
+                    });
+                }
+                extras.patch = Some(patch);
             }
             _ => {
                 // A name that is not UTF-8 cannot be an attribute's here.
@@ -376,6 +395,7 @@ mod tests {
                 nanos: 1,
             },
             xattrs,
+            patch: None,
         }
         .append(&mut builder)
         .unwrap();
@@ -455,6 +475,7 @@ mod tests {
             let extras = Extras {
                 mtime: Mtime::default(),
                 xattrs: vec![(name.to_owned(), b"v".to_vec())],
+                patch: None,
             };
             assert!(extras.append(&mut builder).is_err(), "{name:?}");
         }

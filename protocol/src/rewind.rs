@@ -22,6 +22,7 @@
 //! Its answer carries [`crate::layers::ApplyResponse::applied_at_ns`]: the
 //! moment from which a path changed after the rewind.
 
+use crate::blocks::BlockSums;
 use crate::http::PATH_REWIND;
 
 /// Content type of the change list.
@@ -46,6 +47,10 @@ pub const HOLD_SECS: u64 = 60;
 pub const MAX_CHANGES_BYTES: usize = 64 * 1024 * 1024;
 /// The byte that ends each record of the change list.
 pub const RECORD_END: u8 = 0;
+/// The first byte of a record that gives the block sums of the file the
+/// record before it names (protocol 10, asked for by `block_sums`): `s`,
+/// then the sums as hex ([`BlockSums::to_hex`]).
+pub const SUMS_RECORD: u8 = b's';
 
 /// What a changed path is now: the first byte of its record, before the
 /// path (relative to `/`, as in a layer).
@@ -96,23 +101,52 @@ pub fn push_record(out: &mut Vec<u8>, kind: Change, path: &[u8]) {
     out.push(RECORD_END);
 }
 
-/// Splits a change list into its records; `None` if it is not one (a
-/// record without its end, an unknown kind, an empty path but a
-/// directory's, a NUL inside). A directory with the empty path is the root
-/// itself: its own metadata changed.
+/// Appends the block sums of the file whose record was appended last.
+pub fn push_sums(out: &mut Vec<u8>, sums: &BlockSums) {
+    out.push(SUMS_RECORD);
+    out.extend_from_slice(&sums.to_hex());
+    out.push(RECORD_END);
+}
+
+/// A change list read: its records, and the block sums some of its files
+/// came with.
+pub type Split<'a> = (Vec<(Change, &'a [u8])>, Vec<(&'a [u8], BlockSums)>);
+
+/// Splits a change list into its records, without block sums; `None` if it
+/// is not one (see [`split_with_sums`]).
 pub fn split_changes(body: &[u8]) -> Option<Vec<(Change, &[u8])>> {
+    split_with_sums(body).map(|(records, _)| records)
+}
+
+/// Splits a change list into its records and the block sums that follow
+/// file records; `None` if it is not one (a record without its end, an
+/// unknown kind, an empty path but a directory's, a NUL inside, sums that
+/// are not hex or follow anything but a file's record). A directory with
+/// the empty path is the root itself: its own metadata changed.
+pub fn split_with_sums(body: &[u8]) -> Option<Split<'_>> {
+    let mut records: Vec<(Change, &[u8])> = Vec::new();
+    let mut sums = Vec::new();
     if body.is_empty() {
-        return Some(Vec::new());
+        return Some((records, sums));
     }
     let body = body.strip_suffix(&[RECORD_END])?;
-    body.split(|&b| b == RECORD_END)
-        .map(|record| {
-            let (&kind, path) = record.split_first()?;
-            let kind = Change::from_byte(kind)?;
-            (!path.is_empty() || kind == Change::Dir).then_some(())?;
-            Some((kind, path))
-        })
-        .collect()
+    for record in body.split(|&b| b == RECORD_END) {
+        let (&kind, rest) = record.split_first()?;
+        if kind == SUMS_RECORD {
+            let (Change::File, path) = *records.last()? else {
+                return None;
+            };
+            if sums.last().is_some_and(|(last, _)| *last == path) {
+                return None;
+            }
+            sums.push((path, BlockSums::from_hex(rest)?));
+            continue;
+        }
+        let kind = Change::from_byte(kind)?;
+        (!rest.is_empty() || kind == Change::Dir).then_some(())?;
+        records.push((kind, rest));
+    }
+    Some((records, sums))
 }
 
 /// The change list as a client speaking `version` reads it: before
@@ -176,5 +210,30 @@ mod tests {
         assert_eq!(path(), "/v1/rewind");
         assert_eq!(apply_path("ab12", false), "/v1/layers?rewind=ab12");
         assert!(apply_path("ab12", true).starts_with("/v1/layers?rewind=ab12&settle"));
+    }
+
+    #[test]
+    fn block_sums_follow_their_file_and_nothing_else() {
+        let sums = BlockSums::read(&[5u8; 40_000][..]).unwrap();
+        let mut body = Vec::new();
+        push_record(&mut body, Change::Dir, b"w");
+        push_record(&mut body, Change::File, b"w/big");
+        push_sums(&mut body, &sums);
+        push_record(&mut body, Change::File, b"w/small");
+        let (records, got) = split_with_sums(&body).unwrap();
+        assert_eq!(records.len(), 3);
+        assert_eq!(got, [(&b"w/big"[..], sums.clone())]);
+        assert_eq!(split_changes(&body).unwrap(), records);
+        // Sums after a directory, twice for one file, or not hex.
+        let mut after_dir = Vec::new();
+        push_record(&mut after_dir, Change::Dir, b"w");
+        push_sums(&mut after_dir, &sums);
+        assert_eq!(split_with_sums(&after_dir), None);
+        let mut twice = body.clone();
+        twice.truncate(twice.len() - b"fw/small\0".len());
+        push_sums(&mut twice, &sums);
+        assert_eq!(split_with_sums(&twice), None);
+        assert_eq!(split_with_sums(b"fa\0szz\0"), None);
+        assert_eq!(split_with_sums(b"s\0"), None, "sums of nothing");
     }
 }

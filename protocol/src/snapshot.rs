@@ -121,6 +121,12 @@ pub struct SnapshotRequest {
     /// An agent that does not know the field ignores it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewind_to: Option<String>,
+    /// Rewinds only (protocol 10, [`crate::Feature::BlockRewind`]): follow
+    /// each changed regular file's record by its block sums where it has
+    /// one name and at least [`crate::blocks::MIN_SUMMED_BYTES`], so the
+    /// restoring layer can patch it. An older agent ignores the field.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub block_sums: bool,
 }
 
 impl SnapshotRequest {
@@ -364,6 +370,7 @@ mod tests {
             baseline_digest: Some(tree_digest([&b"etc"[..], b"etc/passwd"])),
             walk_hint: None,
             rewind_to: None,
+            block_sums: false,
         };
         let text = serde_json::to_string(&request).unwrap();
         assert_eq!(

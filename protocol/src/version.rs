@@ -20,7 +20,7 @@ use std::fmt;
 use crate::{files, http};
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
@@ -89,11 +89,15 @@ pub enum Feature {
     /// the root its mode, owner, time and attributes (older agents leave
     /// the root as it is).
     RootEntry,
+    /// Block sums and patches ([`crate::blocks`]): a rewind request may
+    /// ask for the block sums of changed files (`block_sums`), and a layer
+    /// may carry a patch on a file instead of the whole file.
+    BlockRewind,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -113,6 +117,7 @@ impl Feature {
         Self::Deadline,
         Self::Watch,
         Self::RootEntry,
+        Self::BlockRewind,
     ];
 
     /// The first protocol version that has this feature.
@@ -136,6 +141,7 @@ impl Feature {
             | Self::Deadline
             | Self::Watch => 8,
             Self::RootEntry => 9,
+            Self::BlockRewind => 10,
         }
     }
 
@@ -191,6 +197,7 @@ impl Feature {
             Self::Deadline => "lifetime deadline",
             Self::Watch => "directory watches",
             Self::RootEntry => "the root directory's own entry",
+            Self::BlockRewind => "rewinds by changed blocks",
         }
     }
 }
@@ -350,7 +357,10 @@ mod tests {
         // An older agent: we step down to it.
         assert_eq!(ours.common(V1), Ok(1));
         // A newer agent that still speaks ours: it steps down to us.
-        let newer = Versions { min: 1, max: 9 };
+        let newer = Versions {
+            min: 1,
+            max: PROTOCOL_VERSION + 1,
+        };
         assert_eq!(ours.common(newer), Ok(PROTOCOL_VERSION));
         // A newer agent that dropped ours, and a peer older than our oldest.
         let dropped = Versions {

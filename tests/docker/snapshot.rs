@@ -472,6 +472,7 @@ async fn a_command_started_while_a_snapshot_reads_waits_for_the_thaw() {
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     })
     .unwrap();
     let mut reading = start_signed_post(

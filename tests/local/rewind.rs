@@ -125,6 +125,7 @@ async fn a_rewind_ends_every_process_lists_what_changed_and_starts_the_workload_
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     };
     let begun = client.begin_rewind(&request).await.unwrap();
     for sleeper in [&workload_sleep, &command_sleep, &daemon_sleep] {
@@ -218,6 +219,7 @@ async fn an_agent_that_may_end_nothing_refuses_and_ends_nothing() {
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     };
     let err = client.begin_rewind(&request).await.unwrap_err();
     assert!(

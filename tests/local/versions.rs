@@ -152,6 +152,7 @@ async fn a_controller_speaks_an_older_agents_version_and_refuses_what_it_lacks()
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     };
     let err = client.snapshot(&request).await.err().unwrap();
     assert!(
@@ -316,6 +317,7 @@ async fn incremental_snapshots_need_protocol_4_and_are_refused_before_anything_s
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     };
     let refused = |err: ClientError| {
         assert!(
@@ -432,6 +434,7 @@ async fn a_baseline_goes_by_digest_only_to_an_agent_of_5_and_its_paths_follow_an
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     };
     let flags = |max: &str| {
         [

@@ -97,6 +97,7 @@ impl<W: Write> Layer<W> {
                 nanos: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
             },
             xattrs: xattrs_of(&self.root.join(rel))?,
+            patch: None,
         };
         header.set_mtime(extras.mtime.header_secs());
         // A hard link carries its inode's time too: an engine sets the

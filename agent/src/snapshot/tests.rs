@@ -390,6 +390,7 @@ async fn outside_pid_1_a_snapshot_is_unsupported() {
         baseline_digest: None,
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     };
     let unused = async { Err(SnapshotError::Internal("not reached".into())) };
     let ops = Arc::new(crate::process::System::default());
@@ -484,6 +485,7 @@ async fn a_digest_of_no_kept_tree_is_refused_before_anything_stops() {
         baseline_digest: Some(silo_protocol::snapshot::tree_digest([&b"etc"[..]])),
         walk_hint: None,
         rewind_to: None,
+        block_sums: false,
     };
     let pushes = Arc::new(Semaphore::new(1));
     let hold = async move {

@@ -242,6 +242,7 @@ fn append_entry(builder: &mut tar::Builder<impl io::Write>, entry: &E<'_>) {
                     .iter()
                     .map(|(name, value)| ((*name).to_owned(), value.to_vec()))
                     .collect(),
+                patch: None,
             }
             .append(builder)
             .unwrap();

@@ -232,6 +232,7 @@ impl SnapshotWay {
                     baseline_digest: None,
                     walk_hint: hint,
                     rewind_to: None,
+                    block_sums: false,
                 };
                 let image = StartImage::Engine {
                     images: images.clone(),
@@ -264,6 +265,7 @@ impl SnapshotWay {
                     baseline_digest: None,
                     walk_hint: None,
                     rewind_to: None,
+                    block_sums: false,
                 };
                 Ok(StartPoint {
                     image: StartImage::Stored(base),
