@@ -44,6 +44,7 @@ use silo_protocol::snapshot::split_parent;
 use super::stage::{Meta, Plan, Removal, RootDir, Step, set_xattrs};
 use crate::fs_error::FsError;
 use crate::paths::as_path;
+use crate::push::extract::HOLE_BLOCK;
 use crate::snapshot::layer::carried;
 
 /// Mode of a directory made for a parent the layer does not list.
@@ -52,6 +53,8 @@ const IMPLIED_DIR_MODE: u32 = 0o755;
 const PLACING_DIR_MODE: u32 = 0o700;
 /// Mode of a file copied across file systems while it is written.
 const COPY_MODE: u32 = 0o600;
+/// Bytes of a patch read from staging at a time: whole hole blocks.
+const PATCH_BUFFER: usize = 64 * HOLE_BLOCK;
 
 /// What placing a plan did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -316,8 +319,85 @@ impl Placer<'_> {
                 self.link(path, target)?;
                 self.placed.hard_links += 1;
             }
+            Step::Patch {
+                path,
+                staged,
+                size,
+                ranges,
+                meta,
+                xattrs,
+            } => {
+                let patch = Patching {
+                    staged,
+                    size: *size,
+                    ranges,
+                };
+                self.placed.bytes += self.patch(path, &patch, meta, xattrs)?;
+                self.placed.files += 1;
+            }
         }
         Ok(())
+    }
+
+    /// Writes a patch's staged bytes into the regular file at `path`, in
+    /// place, then gives it the patch's size and `meta`, and exactly
+    /// `xattrs`; the bytes written. Placing it again gives the same file.
+    fn patch(
+        &mut self,
+        path: &[u8],
+        patch: &Patching<'_>,
+        meta: &Meta,
+        xattrs: &[Xattr],
+    ) -> Result<u64, FsError> {
+        let shown = self.guard.root.join(as_path(path));
+        let (parent, name) = split_parent(path);
+        let at = self.dirs.dir(parent, false)?.ok_or_else(|| gone(&shown))?;
+        let flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        let file = File::from(openat(at, name, flags, Mode::empty()).map_err(sys("open", &shown))?);
+        let stat = nix::sys::stat::fstat(&file).map_err(sys("inspect", &shown))?;
+        if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG
+            || stat.st_nlink != 1
+        {
+            return Err(FsError::new(
+                "patch",
+                &shown,
+                io::Error::other("is no longer a regular file with one name"),
+            ));
+        }
+        let staged = File::from(
+            openat(
+                &self.staging,
+                patch.staged,
+                OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(sys("open the staged patch of", &shown))?,
+        );
+        let mut from = 0u64;
+        let mut buf = vec![0u8; PATCH_BUFFER];
+        for &(to, len) in patch.ranges {
+            copy_range(&staged, from, &file, (to, len), &mut buf)
+                .map_err(FsError::at("patch", &shown))?;
+            from += len;
+        }
+        file.set_len(patch.size)
+            .map_err(FsError::at("cut", &shown))?;
+        // Owner first: a chown clears setuid and setgid, and drops
+        // `security.capability`.
+        if self.owners {
+            fchown(
+                &file,
+                Some(Uid::from_raw(meta.uid)),
+                Some(Gid::from_raw(meta.gid)),
+            )
+            .map_err(sys("chown", &shown))?;
+        }
+        fchmod(&file, Mode::from_bits_truncate(meta.mode)).map_err(sys("chmod", &shown))?;
+        set_xattrs_exactly(&file, xattrs, &shown)
+            .map_err(FsError::at("set the attributes of", &shown))?;
+        let time = meta.time();
+        futimens(&file, &time, &time).map_err(sys("set the time of", &shown))?;
+        Ok(from)
     }
 
     fn make_dir(&mut self, path: &[u8]) -> Result<(), FsError> {
@@ -440,7 +520,8 @@ impl Placer<'_> {
         }
         fchmod(fd, Mode::from_bits_truncate(meta.mode)).map_err(sys("chmod", shown))?;
         let dir = File::from(fd.try_clone().map_err(FsError::at("open", shown))?);
-        set_dir_xattrs(&dir, xattrs, shown).map_err(FsError::at("set the attributes of", shown))?;
+        set_xattrs_exactly(&dir, xattrs, shown)
+            .map_err(FsError::at("set the attributes of", shown))?;
         let time = meta.time();
         futimens(fd, &time, &time).map_err(sys("set the time of", shown))
     }
@@ -451,7 +532,7 @@ impl Placer<'_> {
 /// wanted one goes before any is set: the space beside an inode is small
 /// (about 4 KiB on ext4), and the old values and the new ones together may
 /// not fit where either set alone does.
-fn set_dir_xattrs(dir: &File, xattrs: &[Xattr], shown: &Path) -> io::Result<()> {
+fn set_xattrs_exactly(dir: &File, xattrs: &[Xattr], shown: &Path) -> io::Result<()> {
     use xattr::FileExt;
     let present = match dir.list_xattr() {
         Ok(names) => names,
@@ -482,6 +563,66 @@ fn set_dir_xattrs(dir: &File, xattrs: &[Xattr], shown: &Path) -> io::Result<()> 
         .cloned()
         .collect();
     set_xattrs(shown, &missing, |name, value| dir.set_xattr(name, value))
+}
+
+/// A patch step's parts: the staged bytes' name, the size after, the
+/// ranges (offset, length) the bytes go to, in order.
+struct Patching<'a> {
+    staged: &'a str,
+    size: u64,
+    ranges: &'a [(u64, u64)],
+}
+
+/// Copies `len` bytes at `from` of `staged` to `to` of `file`: each whole
+/// [`HOLE_BLOCK`] of zeros (aligned to the file) as a hole, as a whole
+/// file written from a layer has them, the rest as it is.
+fn copy_range(
+    staged: &File,
+    from: u64,
+    file: &File,
+    (to, len): (u64, u64),
+    buf: &mut [u8],
+) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0u64;
+    while done < len {
+        let want = usize::try_from(len - done)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let chunk = &mut buf[..want];
+        staged.read_exact_at(chunk, from + done)?;
+        let mut i = 0usize;
+        while i < chunk.len() {
+            let at = to + done + i as u64;
+            let into_block = usize::try_from(at % HOLE_BLOCK as u64).unwrap_or(0);
+            let end = (i + HOLE_BLOCK - into_block).min(chunk.len());
+            let block = &chunk[i..end];
+            if block.len() == HOLE_BLOCK && block.iter().all(|&b| b == 0) {
+                punch_hole(file, at, block)?;
+            } else {
+                file.write_all_at(block, at)?;
+            }
+            i = end;
+        }
+        done += want as u64;
+    }
+    Ok(())
+}
+
+/// Makes `zeros`' place at `at` of `file` a hole; where the file system
+/// cannot punch one, writes the zeros.
+fn punch_hole(file: &File, at: u64, zeros: &[u8]) -> io::Result<()> {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    use std::os::unix::fs::FileExt;
+    let (Ok(offset), Ok(len)) = (i64::try_from(at), i64::try_from(zeros.len())) else {
+        return file.write_all_at(zeros, at);
+    };
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    match fallocate(file, flags, offset, len) {
+        Ok(()) => Ok(()),
+        Err(Errno::EOPNOTSUPP | Errno::ENOSYS) => file.write_all_at(zeros, at),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// Removes a directory at `name` in `at`, which a file or link replaces.

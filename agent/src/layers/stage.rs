@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -33,6 +33,7 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::mkfifo;
 use nix::unistd::{Gid, Uid, fchownat};
 use serde::{Deserialize, Serialize};
+use silo_protocol::blocks::Patch;
 use silo_protocol::bundle::MAX_NAME_BYTES;
 use silo_protocol::extras::{Mtime, Xattr};
 use silo_protocol::layers::{
@@ -135,6 +136,24 @@ pub enum Step {
         /// Its name in the staging directory.
         staged: String,
     },
+    /// A patch on the regular file at `path` ([`silo_protocol::blocks`]):
+    /// the staged bytes written at `ranges`, then the size, owner, mode,
+    /// attributes and time set; writing it twice gives the same file.
+    Patch {
+        /// Relative to the root.
+        #[serde(with = "byte_path")]
+        path: Vec<u8>,
+        /// The ranges' bytes, one after another, under this name.
+        staged: String,
+        /// The file's size afterwards.
+        size: u64,
+        /// Where each run of the staged bytes goes: (offset, length).
+        ranges: Vec<(u64, u64)>,
+        /// What to set.
+        meta: Meta,
+        /// Its extended attributes: those it has that are not here go.
+        xattrs: Vec<Xattr>,
+    },
     /// A second name for a file placed earlier.
     HardLink {
         /// Relative to the root.
@@ -195,6 +214,7 @@ impl Plan {
             match step {
                 Step::Dir { path, .. } => changes.entry(path, true),
                 Step::File { path, .. }
+                | Step::Patch { path, .. }
                 | Step::Symlink { path, .. }
                 | Step::Fifo { path, .. }
                 | Step::HardLink { path, .. } => changes.entry(path, false),
@@ -384,6 +404,49 @@ impl<'a> Stager<'a> {
         Ok(())
     }
 
+    /// A patch: its bytes staged as they come (where they go, and which
+    /// runs of zeros become holes, is for placing), on a path the machine
+    /// has as a regular file with one name and this layer does not touch
+    /// before.
+    #[allow(clippy::too_many_arguments, reason = "one entry's parts")]
+    fn stage_patch<R: Read>(
+        &mut self,
+        name: &str,
+        entry: &mut tar::Entry<'_, R>,
+        path: Vec<u8>,
+        (meta, xattrs): (Meta, Vec<Xattr>),
+        patch: Patch,
+        meter: &Meter,
+    ) -> Result<(), ExtractError> {
+        let on_disk = self.root.join(as_path(&path));
+        let plain = !self.known.contains_key(&path)
+            && std::fs::symlink_metadata(&on_disk)
+                .is_ok_and(|found| found.file_type().is_file() && found.nlink() == 1);
+        if !plain {
+            return Err(reject(name, Reject::PatchTarget));
+        }
+        let staged = self.staged_name();
+        let target = self.staging.join(&staged);
+        write_new_file(
+            entry,
+            &target,
+            STAGED_FILE_MODE,
+            Zeros::Written,
+            &mut self.buf,
+            meter,
+        )?;
+        self.known.insert(path.clone(), Known::File);
+        self.plan.steps.push(Step::Patch {
+            path,
+            staged,
+            size: patch.size,
+            ranges: patch.ranges.iter().map(|r| (r.at, r.len)).collect(),
+            meta,
+            xattrs,
+        });
+        Ok(())
+    }
+
     fn stage_symlink(
         &mut self,
         name: &str,
@@ -567,7 +630,12 @@ impl Unpack for Stager<'_> {
             EntryType::Symlink => self.stage_symlink(&name, link, path, meta, &xattrs),
             EntryType::Link => self.stage_hard_link(&name, link, path),
             EntryType::Fifo => self.stage_fifo(path, meta, &xattrs),
-            _ => self.stage_file(&mut entry.data, path, meta, &xattrs, meter),
+            _ => match entry.extras.patch.take() {
+                Some(patch) => {
+                    self.stage_patch(&name, &mut entry.data, path, (meta, xattrs), patch, meter)
+                }
+                None => self.stage_file(&mut entry.data, path, meta, &xattrs, meter),
+            },
         }
     }
 }

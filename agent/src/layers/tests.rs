@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use sha2::{Digest, Sha256};
+use silo_protocol::blocks::{BLOCK_BYTES as BLOCK, Patch};
 use silo_protocol::extras::{Extras, Mtime};
 use tar::{EntryType, Header};
 
@@ -436,6 +437,7 @@ fn fifos_are_placed_and_times_and_attributes_kept() {
         Extras {
             mtime: time,
             xattrs,
+            patch: None,
         }
         .append(&mut builder)
         .unwrap();
@@ -916,4 +918,133 @@ fn a_directory_s_attributes_are_replaced_without_overflowing_the_inode_s_space()
     let get = |name: &str| xattr::get(root.join("etc"), name).unwrap();
     assert_eq!(get("user.a"), Some(big));
     assert_eq!(get("user.b"), Some(small));
+}
+
+/// A layer of one patch entry on `name`: `patch`'s ranges taken from
+/// `target`, with `xattrs`.
+fn patch_layer(
+    name: &str,
+    target: &[u8],
+    patch: &Patch,
+    xattrs: Vec<(String, Vec<u8>)>,
+) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut data = Vec::new();
+    for range in &patch.ranges {
+        let at = usize::try_from(range.at).unwrap();
+        data.extend_from_slice(&target[at..at + usize::try_from(range.len).unwrap()]);
+    }
+    Extras {
+        mtime: Mtime {
+            secs: 1_700_000_000,
+            nanos: 123,
+        },
+        xattrs,
+        patch: None,
+    }
+    .append_patch(&mut builder, patch)
+    .unwrap();
+    let mut header = Header::new_gnu();
+    header.set_entry_type(EntryType::Regular);
+    let (uid, gid) = owner();
+    header.set_uid(uid);
+    header.set_gid(gid);
+    header.set_mode(0o4751);
+    header.set_mtime(1_700_000_000);
+    header.set_size(data.len() as u64);
+    builder.append_data(&mut header, name, &data[..]).unwrap();
+    builder.into_inner().unwrap()
+}
+
+#[test]
+fn a_patch_writes_only_the_blocks_that_differ_and_keeps_holes() {
+    use silo_protocol::blocks::{BlockSums, Range};
+    let (dir, root) = machine();
+    // The target: data, a hole's worth of zeros, data, a partial tail.
+    let block = BLOCK as usize;
+    let mut target: Vec<u8> = (0..6 * block + 300).map(|i| (i % 253) as u8).collect();
+    target[2 * block..3 * block].fill(0);
+    // The live file: one byte changed in block 1, block 2 written with
+    // data where the target has zeros, block 4 the same, and 9 KiB more.
+    let mut live_data = target.clone();
+    live_data[block + 17] ^= 0xff;
+    live_data[2 * block..3 * block].fill(5);
+    live_data.extend_from_slice(&[1u8; 9000]);
+    fs::write(root.join("data/big"), &live_data).unwrap();
+    xattr::set(root.join("data/big"), "user.gone", b"x").unwrap();
+    let sums = BlockSums::read(&live_data[..]).unwrap();
+    let wanted = BlockSums::read(&target[..]).unwrap();
+    let size = target.len() as u64;
+    let ranges = sums.differing(&wanted, size);
+    assert_eq!(
+        ranges,
+        [
+            Range {
+                at: BLOCK,
+                len: 2 * BLOCK
+            },
+            Range {
+                at: 6 * BLOCK,
+                len: 300
+            }
+        ]
+    );
+    let inode = fs::metadata(root.join("data/big")).unwrap().ino();
+    let patch = Patch { size, ranges };
+    let bytes = patch_layer(
+        "data/big",
+        &target,
+        &patch,
+        vec![("user.kept".into(), b"".to_vec())],
+    );
+    let applied = apply(&root, &bytes).unwrap();
+    assert_eq!(
+        applied.placed.bytes,
+        2 * BLOCK + 300,
+        "only the patch's bytes are written"
+    );
+    let placed = root.join("data/big");
+    assert_eq!(fs::read(&placed).unwrap(), target);
+    let meta = fs::metadata(&placed).unwrap();
+    assert_eq!(meta.ino(), inode, "patched in place");
+    assert_eq!(meta.mode() & 0o7777, 0o4751);
+    assert_eq!((meta.mtime(), meta.mtime_nsec()), (1_700_000_000, 123));
+    let names: Vec<_> = xattr::list(&placed).unwrap().collect();
+    assert_eq!(names, ["user.kept"], "attributes made exactly the entry's");
+    // Block 2, zeros in the target, became a hole where holes are made.
+    let probe = dir.path().join("probe");
+    fs::File::create(&probe).unwrap().set_len(1 << 20).unwrap();
+    if fs::metadata(&probe).unwrap().blocks() == 0 {
+        let allocated = meta.blocks() * 512;
+        assert!(allocated <= 5 * BLOCK + 8192, "{allocated} bytes allocated");
+    }
+    // Placed twice (an agent that died half way): the same file.
+    apply(&root, &bytes).unwrap();
+    assert_eq!(fs::read(&placed).unwrap(), target);
+    assert_no_staging_left(&root);
+}
+
+#[test]
+fn a_patch_on_anything_but_a_file_with_one_name_is_refused_and_changes_nothing() {
+    let (_dir, root) = machine();
+    fs::hard_link(root.join("data/a"), root.join("data/a2")).unwrap();
+    let patch = Patch {
+        size: 3,
+        ranges: vec![silo_protocol::blocks::Range { at: 0, len: 3 }],
+    };
+    for name in ["ln", "data", "data/a", "missing"] {
+        let bytes = patch_layer(name, b"new", &patch, Vec::new());
+        assert_eq!(
+            reason(&refused(&root, &bytes, name)),
+            Reject::PatchTarget,
+            "{name}"
+        );
+    }
+    // A patch whose data is not its ranges' is no layer at all.
+    let mut bytes = patch_layer("plain", b"new", &patch, Vec::new());
+    let at = bytes.windows(7).position(|w| w == b"=3 0+3\n").unwrap();
+    bytes[at + 5] = b'2';
+    let before = live(&root);
+    assert!(apply(&root, &bytes).is_err());
+    assert_eq!(live(&root), before);
 }

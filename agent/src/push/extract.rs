@@ -297,7 +297,7 @@ pub enum Zeros {
 }
 
 /// The block a hole is made of: the smallest a file system allocates.
-const HOLE_BLOCK: usize = 4096;
+pub(crate) const HOLE_BLOCK: usize = 4096;
 
 /// Creates `target` (which must not exist, and is never followed if it is
 /// a link) with `mode`, fills it with the entry's contents through `buf`,
@@ -501,6 +501,12 @@ pub enum Reject {
     /// A whiteout naming nothing (`.wh.`, `.wh..`, `.wh...`).
     #[error("a whiteout must name an entry")]
     BadWhiteout,
+    /// A patch on what is not a regular file with one name on the machine,
+    /// or on a path the same layer already brings.
+    #[error(
+        "a patch needs a regular file with one name at its path, which the layer does not bring"
+    )]
+    PatchTarget,
 }
 
 /// Why an extract failed.

@@ -6,25 +6,36 @@
 //! A path the walk would put in a layer is listed with what it is now; a
 //! whiteout the walk finds (a baseline path gone from a changed directory)
 //! is listed as gone, under its own name; the root's own metadata, when it
-//! changed, under the empty path. The list is held in memory up to
-//! [`MAX_CHANGES_BYTES`]: a sandbox that changed more than that is better
-//! made again than rewound in place.
+//! changed, under the empty path. Asked to (`block_sums`), a changed
+//! regular file with one name and at least [`MIN_SUMMED_BYTES`] is
+//! followed by its block sums ([`silo_protocol::blocks`]), read while no
+//! process runs, so the controller can send back only its blocks that
+//! differ. The list is held in memory up to [`MAX_CHANGES_BYTES`]: a
+//! sandbox that changed more than that is better made again than rewound
+//! in place (sums that would not fit are left out: the file goes back
+//! whole).
 
-use std::fs::Metadata;
+use std::fs::{File, Metadata, OpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
-use silo_protocol::rewind::{Change, MAX_CHANGES_BYTES, push_record};
+use silo_protocol::blocks::{BlockSums, MIN_SUMMED_BYTES};
+use silo_protocol::rewind::{Change, MAX_CHANGES_BYTES, push_record, push_sums};
 use silo_protocol::snapshot::WHITEOUT_PREFIX;
 
 use crate::paths::as_path;
 use crate::snapshot::SnapshotError;
 use crate::snapshot::walk::{self, Sink, WalkSpec, Walked};
 
-/// The changed paths under `root`, as the walk finds them (blocking).
-pub fn list(root: &Path, spec: &WalkSpec) -> Result<Listed, SnapshotError> {
-    let mut sink = Listed::default();
+/// The changed paths under `root`, as the walk finds them, with the block
+/// sums of big files when `block_sums` (blocking).
+pub fn list(root: &Path, spec: &WalkSpec, block_sums: bool) -> Result<Listed, SnapshotError> {
+    let mut sink = Listed {
+        summed_under: block_sums.then(|| root.to_path_buf()),
+        ..Listed::default()
+    };
     walk::walk(root, spec, &mut sink)?;
     Ok(sink)
 }
@@ -38,8 +49,12 @@ pub struct Listed {
     pub present: u64,
     /// Paths that are gone.
     pub gone: u64,
+    /// Files followed by their block sums.
+    pub summed: u64,
     /// What the walk looked at.
     pub walked: Walked,
+    /// The root the walk reads, when big files are summed.
+    summed_under: Option<PathBuf>,
 }
 
 impl Listed {
@@ -53,6 +68,43 @@ impl Listed {
         push_record(&mut self.body, kind, path);
         Ok(())
     }
+
+    /// Follows the file record just pushed by the file's block sums, where
+    /// they are asked for, it has one name and is big enough. A file that
+    /// cannot be read, or sums that would not fit, are left out: the file
+    /// then goes back whole.
+    fn sums(&mut self, rel: &Path, meta: &Metadata) {
+        let Some(root) = &self.summed_under else {
+            return;
+        };
+        if meta.nlink() != 1 || meta.len() < MIN_SUMMED_BYTES {
+            return;
+        }
+        let path = root.join(rel);
+        let sums = open_plain(&path).and_then(BlockSums::read);
+        let sums = match sums {
+            Ok(sums) => sums,
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "left its block sums out");
+                return;
+            }
+        };
+        if self.body.len() + sums.0.len() * 2 * silo_protocol::blocks::SUM_BYTES + 2
+            > MAX_CHANGES_BYTES
+        {
+            return;
+        }
+        push_sums(&mut self.body, &sums);
+        self.summed += 1;
+    }
+}
+
+/// `path` opened to read, never through a symlink.
+fn open_plain(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 impl Sink for Listed {
@@ -77,7 +129,11 @@ impl Sink for Listed {
             Change::Other
         };
         self.present += 1;
-        self.push(kind, rel.as_os_str().as_bytes())
+        self.push(kind, rel.as_os_str().as_bytes())?;
+        if kind == Change::File {
+            self.sums(rel, meta);
+        }
+        Ok(())
     }
 
     fn whiteout(&mut self, rel: &Path) -> io::Result<()> {
@@ -131,7 +187,7 @@ mod tests {
             baseline: Baseline::new(&["etc".into(), "etc/group".into(), "etc/apt".into()]),
             hint: None,
         };
-        let listed = list(root, &spec).unwrap();
+        let listed = list(root, &spec, false).unwrap();
         let records = split_changes(&listed.body).unwrap();
         let shown: Vec<(Change, &str)> = records
             .iter()
@@ -149,5 +205,32 @@ mod tests {
             ]
         );
         assert_eq!((listed.present, listed.gone), (5, 1));
+    }
+
+    #[test]
+    fn big_files_with_one_name_come_with_their_block_sums_when_asked() {
+        use silo_protocol::blocks::{BlockSums, MIN_SUMMED_BYTES};
+        use silo_protocol::rewind::split_with_sums;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let big: Vec<u8> = (0..MIN_SUMMED_BYTES + 5).map(|i| (i % 7) as u8).collect();
+        std::fs::write(root.join("big"), &big).unwrap();
+        std::fs::write(root.join("linked"), &big).unwrap();
+        std::fs::hard_link(root.join("linked"), root.join("linked2")).unwrap();
+        std::fs::write(root.join("small"), b"small").unwrap();
+        let spec = || WalkSpec {
+            changed_since_ns: 0,
+            excluded: HashSet::new(),
+            baseline: Baseline::new(&[]),
+            hint: None,
+        };
+        let listed = list(root, &spec(), true).unwrap();
+        let (records, sums) = split_with_sums(&listed.body).unwrap();
+        assert_eq!(records.len(), 5, "the root and four files");
+        assert_eq!(sums, [(&b"big"[..], BlockSums::read(&big[..]).unwrap())]);
+        assert_eq!(listed.summed, 1);
+        // Not asked: none.
+        let listed = list(root, &spec(), false).unwrap();
+        assert!(split_with_sums(&listed.body).unwrap().1.is_empty());
     }
 }

@@ -213,6 +213,7 @@ impl Rewinder {
             _writes: snapshots.write_gate().close_to_replace().await,
         };
         let to = request.rewind_to.clone().unwrap_or_default();
+        let block_sums = request.block_sums;
         tokio::join!(
             self.workload.pause(STOP_GRACE),
             self.commands.execs().end_for_rewind(STOP_GRACE, &to),
@@ -227,7 +228,7 @@ impl Rewinder {
             spec.baseline = baseline;
             let mut listed = end::end_all(&*ops, scope, END_WITHIN)
                 .map_err(|err| RewindError::Internal(error_chain(&err)))
-                .and_then(|ended| Ok((ended, changes::list(&root, &spec)?)));
+                .and_then(|ended| Ok((ended, changes::list(&root, &spec, block_sums)?)));
             if let Ok((_, listed)) = &mut listed {
                 // Nothing runs until the layer is placed: the tree after
                 // it is on these inodes, but where the layer puts paths.
@@ -254,6 +255,7 @@ impl Rewinder {
             killed = ended.killed,
             changed = listed.present,
             gone = listed.gone,
+            summed = listed.summed,
             ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "rewind begun; waiting for its layer"
         );
