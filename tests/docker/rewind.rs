@@ -380,3 +380,45 @@ async fn a_rewind_whose_client_died_before_its_layer_went_out_changes_nothing_an
     assert!(rewound_events(&cli, "early").is_empty());
     cli.ok(&["rm", "early"]);
 }
+
+#[tokio::test]
+async fn a_big_file_changed_in_the_middle_goes_back_by_the_blocks_that_changed() {
+    if engine_with_base().await.is_none() {
+        return;
+    }
+    let cli = crate::cli();
+    cli.ok(&["up", "blocks", "--image", BASE_IMAGE]);
+    // 3 MiB of random bytes, and a 2 MiB sparse file with 4 bytes of data
+    // in the middle (holes at both ends).
+    sh(
+        &cli,
+        "blocks",
+        "mkdir /w && head -c 3145728 /dev/urandom > /w/big && truncate -s 2097152 /w/sparse && \
+         printf data | dd of=/w/sparse bs=1 seek=1048576 conv=notrunc 2>/dev/null",
+    );
+    let snap = snapshot(&cli, "blocks");
+    let look = "sha256sum /w/big /w/sparse; stat -c '%n %s %b %a %Y' /w/big /w/sparse";
+    let before = sh(&cli, "blocks", look);
+    for round in 0..2 {
+        // 4 KiB changed in the middle and 1 MiB appended; the sparse
+        // file written where it had a hole.
+        sh(
+            &cli,
+            "blocks",
+            "head -c 4096 /dev/urandom | dd of=/w/big bs=4096 seek=300 conv=notrunc 2>/dev/null && \
+             head -c 1048576 /dev/urandom >> /w/big && \
+             printf XXXX | dd of=/w/sparse bs=1 seek=1500000 conv=notrunc 2>/dev/null",
+        );
+        let report = rewind(&cli, "blocks", &snap);
+        let stats = &report["image"]["in_place"];
+        assert_eq!(stats["patched"], 2, "round {round}: {report}");
+        // One 16 KiB block of each file.
+        assert_eq!(stats["bytes"], 2 * 16384, "round {round}: {report}");
+        assert!(
+            stats["layer_bytes"].as_u64().unwrap() < 40 * 1024,
+            "round {round}: {report}"
+        );
+        assert_eq!(sh(&cli, "blocks", look), before, "round {round}");
+    }
+    cli.ok(&["rm", "blocks"]);
+}

@@ -7,7 +7,10 @@ use bytes::Bytes;
 use silo_protocol::Feature;
 use silo_protocol::auth::body_sha256;
 use silo_protocol::layers::ApplyResponse;
-use silo_protocol::rewind::{self, Change, HEADER_REWIND, split_changes};
+use std::collections::HashMap;
+
+use silo_protocol::blocks::BlockSums;
+use silo_protocol::rewind::{self, Change, HEADER_REWIND, split_changes, split_with_sums};
 use silo_protocol::snapshot::{HEADER_STOPPED, HEADER_UNSETTLED, SnapshotRequest};
 
 use super::snapshot::header;
@@ -30,6 +33,14 @@ impl RewindBegun {
     /// The change list's records.
     pub fn changes(&self) -> Vec<(Change, &[u8])> {
         split_changes(&self.body).unwrap_or_default()
+    }
+
+    /// The block sums the change list gives its big files, by path (asked
+    /// for with the request's `block_sums`).
+    pub fn sums(&self) -> HashMap<&[u8], BlockSums> {
+        split_with_sums(&self.body)
+            .map(|(_, sums)| sums.into_iter().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -58,9 +69,9 @@ impl AgentClient {
         let token = token.ok_or_else(|| {
             ClientError::Protocol("the agent began a rewind without a token".into())
         })?;
-        if split_changes(&body).is_none() {
+        if split_with_sums(&body).is_none() {
             return Err(ClientError::Protocol(
-                "the agent's change list is not one (cut short, or an unknown kind)".into(),
+                "the agent's change list is not one (cut short, an unknown kind, or bad block sums)".into(),
             ));
         }
         Ok(RewindBegun {

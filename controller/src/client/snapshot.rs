@@ -68,6 +68,9 @@ impl AgentClient {
         if request.descend_since_ns.is_some() {
             self.speak(Feature::IncrementalSnapshot).await?;
         }
+        if request.block_sums {
+            self.speak(Feature::BlockRewind).await?;
+        }
         Ok(())
     }
 

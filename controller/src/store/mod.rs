@@ -5,7 +5,8 @@
 //!
 //! Layout: `blobs/sha256/<hex>` holds each blob under the lowercase hex
 //! sha256 of its bytes ([`Digest`]); `tmp/` holds blobs being written;
-//! `lock` is the store's `flock`. Everything is synchronous `std::io`
+//! `sums/` the block sums read from layers (derived, rebuilt when
+//! missing); `lock` is the store's `flock`. Everything is synchronous `std::io`
 //! (callers run it in `spawn_blocking`).
 //!
 //! Invariants:
@@ -36,10 +37,13 @@
 //! - [`table`]: a layer's entries by path (cached), and a stack of layers
 //!   read as one tree.
 //! - [`rewind`]: the layer that brings a live tree back to a stored one.
+//! - `blocks`: the block sums of the files layers hold, cached under
+//!   `sums/`, for rewinds that patch a file's changed blocks.
 //! - [`shared`]: [`SharedStore`], a fleet's bucket on the S3 API behind
 //!   this store, which then caches it: a blob missing here is fetched from
 //!   there when first read ([`Store::open_blob`], [`Store::size`]).
 
+pub mod blocks;
 mod diff;
 mod digest;
 mod error;
@@ -207,6 +211,8 @@ impl Store {
     pub fn remove(&self, digest: &Digest, lock: &ExclusiveLock) -> Result<bool, StoreError> {
         self.check_lock(lock)?;
         let path = self.path(digest);
+        blocks::forget_layer(&self.root, digest)
+            .map_err(io_err("remove the block sums of", &path))?;
         match fs::remove_file(&path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),

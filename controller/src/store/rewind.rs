@@ -33,7 +33,10 @@
 //! links to it (the agent links only within one layer). Devices cannot be made by the agent:
 //! a path the target has as one is removed, and counted. Times go to the
 //! nanosecond and extended attributes with them, as PAX records
-//! ([`silo_protocol::extras`]). The target's root directory entry, where
+//! ([`silo_protocol::extras`]). A regular file the agent sent block sums
+//! of, which the target has with one name, goes as a patch instead
+//! ([`silo_protocol::blocks`]): the blocks of the target's file whose sums
+//! differ from the live file's, its size and metadata. The target's root directory entry, where
 //! its layers have one, always goes in first: it is one header.
 //!
 //! A target whose bottom is a listing of paths the store holds no files
@@ -50,14 +53,16 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet, hash_map};
 use std::fs::File;
-use std::io;
+use std::io::{self, Read, Seek, SeekFrom};
 
 use serde::Serialize;
+use silo_protocol::blocks::{BlockSums, Patch};
 use silo_protocol::link::append_symlink;
 use silo_protocol::rewind::Change;
 use silo_protocol::snapshot::{ROOT_ENTRY, WHITEOUT_PREFIX, join_child, split_parent};
 use tar::{EntryType, Header};
 
+use super::blocks;
 use super::squash::{append_marker, as_path};
 use super::table::{DataError, Entry, TableError, Tree, ancestors};
 use super::{Digest, Index, Store, StoreError};
@@ -82,6 +87,10 @@ pub struct Restore<'a> {
     /// The agent applies the root directory's own entry (protocol
     /// feature `RootEntry`); an older one would only count it as skipped.
     pub root: bool,
+    /// The block sums the agent sent of changed files as they are now
+    /// (protocol feature `BlockRewind`): such a file the target has with
+    /// one name goes back as a patch of the blocks that differ.
+    pub sums: &'a HashMap<&'a [u8], BlockSums>,
 }
 
 /// The restoring layer and what it holds.
@@ -106,6 +115,8 @@ pub struct RestoreStats {
     pub removed: u64,
     /// Bytes of file data in the layer.
     pub bytes: u64,
+    /// Of the entries put back, files patched by the blocks that differ.
+    pub patched: u64,
     /// Devices of the target the agent cannot make.
     pub left_out: u64,
 }
@@ -205,7 +216,15 @@ pub fn restoring_layer(store: &Store, restore: &Restore<'_>) -> Result<Restoring
                 if !entry.is_dir() {
                     covered.insert(path);
                 }
-                stats.bytes += writer.put(&target, path, layer, entry)?;
+                let live = restore.sums.get(path.as_slice());
+                let one_name = || target.layers()[layer].link_group(path).len() == 1;
+                stats.bytes += match live {
+                    Some(live) if is_regular(entry.kind) && one_name() => {
+                        stats.patched += 1;
+                        writer.patch(path, layer, entry, live)?
+                    }
+                    _ => writer.put(&target, path, layer, entry)?,
+                };
                 stats.restored += 1;
             }
             found => {
@@ -376,6 +395,11 @@ fn is_made_by_agent(kind: EntryType) -> bool {
     )
 }
 
+/// Whether an entry of `kind` is a regular file's data.
+fn is_regular(kind: EntryType) -> bool {
+    matches!(kind, EntryType::Regular | EntryType::Continuous)
+}
+
 /// The layer being written, and the blobs its data comes from.
 struct Writer<'a> {
     store: &'a Store,
@@ -450,14 +474,56 @@ impl Writer<'_> {
         Ok(size)
     }
 
+    /// Writes `entry` (a regular file of layer `layer` with one name) at
+    /// `path` as a patch on the live file whose blocks have the sums
+    /// `live`: the blocks of the entry's data that differ, and the entry's
+    /// size and metadata; the patch's size.
+    fn patch(
+        &mut self,
+        path: &[u8],
+        layer: usize,
+        entry: &Entry,
+        live: &BlockSums,
+    ) -> Result<u64, RestoreError> {
+        let digest = self.layers[layer].clone();
+        let root = self.store.root().to_path_buf();
+        let blob = blob(&mut self.open, self.store, self.layers, layer)?;
+        let wanted = blocks::of_entry(&root, blob, &digest, path, entry)?;
+        let patch = Patch {
+            size: entry.size,
+            ranges: live.differing(&wanted, entry.size),
+        };
+        let mut data = Vec::with_capacity(usize::try_from(patch.data_len()).unwrap_or(0));
+        for range in &patch.ranges {
+            let read = |source| DataError::new(&digest, path, source);
+            blob.seek(SeekFrom::Start(entry.data_at + range.at))
+                .map_err(read)?;
+            let before = data.len();
+            (&mut *blob)
+                .take(range.len)
+                .read_to_end(&mut data)
+                .map_err(read)?;
+            if (data.len() - before) as u64 != range.len {
+                return Err(read(io::ErrorKind::UnexpectedEof.into()).into());
+            }
+        }
+        let write = |result: io::Result<()>| result.map_err(RestoreError::Write);
+        write(entry.extras.append_patch(&mut self.builder, &patch))?;
+        let mut header = header_of(entry);
+        header.set_entry_type(EntryType::Regular);
+        header.set_size(data.len() as u64);
+        write(
+            self.builder
+                .append_data(&mut header, as_path(path), &data[..]),
+        )?;
+        Ok(data.len() as u64)
+    }
+
     /// Writes a regular file with `entry`'s metadata and data at `path`.
     fn file(&mut self, path: &[u8], layer: usize, entry: &Entry) -> Result<u64, RestoreError> {
-        let digest = &self.layers[layer];
-        let file = match self.open.entry(layer) {
-            hash_map::Entry::Occupied(open) => open.into_mut(),
-            hash_map::Entry::Vacant(slot) => slot.insert(self.store.open_blob(digest)?),
-        };
-        let mut data = entry.data(file, digest, path)?;
+        let digest = self.layers[layer].clone();
+        let file = blob(&mut self.open, self.store, self.layers, layer)?;
+        let mut data = entry.data(file, &digest, path)?;
         let mut header = header_of(entry);
         header.set_entry_type(EntryType::Regular);
         header.set_size(entry.size);
@@ -485,6 +551,19 @@ impl Writer<'_> {
         marker.extend_from_slice(name);
         append_marker(&mut self.builder, &join_child(parent, &marker)).map_err(RestoreError::Write)
     }
+}
+
+/// The blob of layer `layer` of `layers`, opened once into `open`.
+fn blob<'o>(
+    open: &'o mut HashMap<usize, File>,
+    store: &Store,
+    layers: &[Digest],
+    layer: usize,
+) -> Result<&'o mut File, RestoreError> {
+    Ok(match open.entry(layer) {
+        hash_map::Entry::Occupied(open) => open.into_mut(),
+        hash_map::Entry::Vacant(slot) => slot.insert(store.open_blob(&layers[layer])?),
+    })
 }
 
 /// A header with `entry`'s kind, owner, mode and time, no size yet.

@@ -418,9 +418,10 @@ impl Player<'_> {
             return Err((Class::NotInPlace, format!("not done in place: {report}")));
         }
         Ok(format!(
-            " (in place: {} changed, {} put back, {} removed, baseline by {})",
+            " (in place: {} changed, {} put back ({} patched), {} removed, baseline by {})",
             in_place["changed"],
             in_place["restored"],
+            in_place["patched"],
             in_place["removed"],
             in_place["baseline_sent"]
         ))

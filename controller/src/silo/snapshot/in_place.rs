@@ -203,6 +203,7 @@ impl Silo {
         let spoken = client.protocol().await?;
         spoken.require(silo_protocol::Feature::Rewind)?;
         let root = spoken.require(silo_protocol::Feature::RootEntry).is_ok();
+        let block_sums = spoken.require(silo_protocol::Feature::BlockRewind).is_ok();
         let store = self.store()?;
         let anchor = self.anchor(strategy, sandbox, &store).await?;
         if anchor.base.image_id != snapshot.base_image {
@@ -214,6 +215,7 @@ impl Silo {
         // The commands the rewind ends say so, and to what.
         let request = SnapshotRequest {
             rewind_to: Some(snapshot.id.clone()),
+            block_sums,
             ..anchor.request
         };
         let baseline = remembered::index(&store, &anchor.base, &anchor.layers).await?;
@@ -243,6 +245,7 @@ impl Silo {
             blocking(move || {
                 let computing = Instant::now();
                 let changes = begun.changes();
+                let sums = begun.sums();
                 let restore = Restore {
                     from: &from,
                     to: &to,
@@ -250,6 +253,7 @@ impl Silo {
                     excluded: &excluded,
                     unheld_base: unheld_base.as_ref().map(|tree| &tree.index),
                     root,
+                    sums: &sums,
                 };
                 match restoring_layer(&store, &restore) {
                     Ok(restoring) => Ok(Ok((restoring, ms_since(computing)))),
@@ -314,6 +318,7 @@ impl Silo {
             baseline_digest: None,
             walk_hint: start.walk_hint.clone(),
             rewind_to: None,
+            block_sums: false,
         };
         let (snapshot, request) = match (self.checkpoint_of(sandbox)?, &sandbox.origin_snapshot) {
             (Some((stopped_at_ns, snapshot)), _) => {

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::collections::BTreeMap;
+use std::fs;
 
 use silo_protocol::rewind::Change;
 
@@ -82,6 +83,7 @@ fn rewind(store: &Store, from: &[Digest], to: &[Digest], live: &Model) -> (Model
             excluded: &[b"proc".to_vec()],
             unheld_base: None,
             root: true,
+            sums: &HashMap::new(),
         },
     )
     .unwrap();
@@ -248,6 +250,7 @@ fn a_template_held_only_as_a_listing_is_left_where_the_machine_kept_it() {
                 excluded: &[],
                 unheld_base: Some(&target_paths),
                 root: true,
+                sums: &HashMap::new(),
             },
         )
         .map(|restoring| {
@@ -306,6 +309,7 @@ fn a_file_with_several_names_goes_back_with_all_of_them() {
                 excluded: &[],
                 unheld_base: None,
                 root: true,
+                sums: &HashMap::new(),
             },
         )
         .unwrap();
@@ -469,6 +473,7 @@ fn the_root_goes_back_first_with_its_own_metadata() {
             excluded: &[],
             unheld_base: None,
             root: true,
+            sums: &HashMap::new(),
         },
     )
     .unwrap();
@@ -531,4 +536,115 @@ fn engine_gaps_hold_the_root_and_every_empty_xattr_with_its_file_s_other_names()
         listed(&gaps.layer)[1].4,
         [("user.e".to_owned(), Vec::new())]
     );
+}
+
+/// The file `path` of a restoring layer applied to `live` as the agent
+/// applies it: a patch written into it, or the entry's data.
+fn applied_file(layer: &[u8], path: &str, live: &[u8]) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut archive = tar::Archive::new(std::io::Cursor::new(layer));
+    for member in silo_protocol::members::Members::new(archive.entries_with_seek().unwrap()) {
+        let mut member = member.unwrap();
+        if member.path != path.as_bytes() {
+            continue;
+        }
+        let mut data = Vec::new();
+        member.data.read_to_end(&mut data).unwrap();
+        let Some(patch) = member.extras.patch else {
+            return data;
+        };
+        let mut file = live.to_vec();
+        let mut from = 0;
+        for range in &patch.ranges {
+            let (at, len) = (range.at as usize, range.len as usize);
+            if file.len() < at + len {
+                file.resize(at + len, 0);
+            }
+            file[at..at + len].copy_from_slice(&data[from..from + len]);
+            from += len;
+        }
+        file.resize(patch.size as usize, 0);
+        return file;
+    }
+    panic!("{path} is not in the layer");
+}
+
+#[test]
+fn a_file_sent_with_block_sums_goes_back_as_the_blocks_that_differ() {
+    use silo_protocol::blocks::{BLOCK_BYTES, BlockSums};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let block = BLOCK_BYTES as usize;
+    let big: String = (0..20 * block + 77)
+        .map(|i| char::from(b'a' + (i % 23) as u8))
+        .collect();
+    let snap = stored_layer(
+        &store,
+        &[
+            E::Dir("w"),
+            E::File("w/big", &big),
+            E::File("w/twice", &big),
+            E::Link("w/twice2", "w/twice"),
+        ],
+    );
+    let chain = [snap.clone()];
+    // The live file: one byte changed in block 3, and 5 KiB appended.
+    let mut live = big.clone().into_bytes();
+    live[3 * block + 9] = b'#';
+    live.extend_from_slice(&[b'z'; 5000]);
+    let sums_of_live = BlockSums::read(&live[..]).unwrap();
+    let changes = [
+        (Change::Dir, &b"w"[..]),
+        (Change::File, b"w/big"),
+        (Change::File, b"w/twice"),
+    ];
+    let sums: HashMap<&[u8], BlockSums> = [
+        (&b"w/big"[..], sums_of_live.clone()),
+        (b"w/twice", sums_of_live.clone()),
+    ]
+    .into_iter()
+    .collect();
+    let restore = Restore {
+        from: &chain,
+        to: &chain,
+        changes: &changes,
+        excluded: &[],
+        unheld_base: None,
+        root: true,
+        sums: &sums,
+    };
+    let restoring = restoring_layer(&store, &restore).unwrap();
+    assert_eq!(
+        applied_file(&restoring.layer, "w/big", &live),
+        big.as_bytes(),
+        "the patched file is the snapshot's"
+    );
+    // A file with two names goes back whole, with its other name.
+    assert_eq!(
+        applied_file(&restoring.layer, "w/twice", &live),
+        big.as_bytes()
+    );
+    assert_eq!(restoring.stats.patched, 1);
+    let whole = big.len() as u64;
+    // The changed block, the tail block the appended bytes moved, and the
+    // file with two names.
+    assert_eq!(restoring.stats.bytes, BLOCK_BYTES + 77 + whole);
+    // The target's sums are kept beside the store, and go with its layer.
+    let kept = dir.path().join("sums").join(snap.to_string());
+    assert_eq!(fs::read_dir(&kept).unwrap().count(), 1);
+    let again = restoring_layer(&store, &restore).unwrap();
+    assert_eq!(again.layer, restoring.layer, "read back from the kept sums");
+    // A torn cache is read again from the layer.
+    for file in fs::read_dir(&kept).unwrap() {
+        fs::write(file.unwrap().path(), b"torn").unwrap();
+    }
+    assert_eq!(
+        restoring_layer(&store, &restore).unwrap().layer,
+        restoring.layer
+    );
+    let lock = store
+        .exclusive_lock(std::time::Duration::from_secs(5))
+        .unwrap();
+    store.remove(&snap, &lock).unwrap();
+    assert!(!kept.exists(), "the layer's sums went with it");
 }
