@@ -39,18 +39,19 @@ pub type Sum = [u8; SUM_BYTES];
 pub struct BlockSums(pub Vec<Sum>);
 
 impl BlockSums {
-    /// Reads `reader` to its end, summing each block.
+    /// Reads `reader` to its end, summing each block: a few megabytes
+    /// read at a time, their blocks summed on up to [`MAX_SUM_THREADS`]
+    /// threads (SHA-256 is slower than a read from the page cache).
     pub fn read(mut reader: impl Read) -> io::Result<Self> {
-        let block = usize::try_from(BLOCK_BYTES).unwrap_or(usize::MAX);
-        let mut buf = vec![0u8; block];
+        let mut buf = vec![0u8; READ_BYTES];
         let mut sums = Vec::new();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(MAX_SUM_THREADS);
         loop {
             let n = fill(&mut reader, &mut buf)?;
-            if n == 0 {
-                return Ok(Self(sums));
-            }
-            sums.push(sum(&buf[..n]));
-            if n < block {
+            sum_blocks(&buf[..n], threads, &mut sums)?;
+            if n < buf.len() {
                 return Ok(Self(sums));
             }
         }
@@ -99,6 +100,47 @@ impl BlockSums {
         }
         ranges
     }
+}
+
+/// Bytes read at a time by [`BlockSums::read`]: whole blocks.
+const READ_BYTES: usize = 256 * BLOCK_BYTES as usize;
+/// Most threads that sum one read's blocks.
+pub const MAX_SUM_THREADS: usize = 4;
+/// Fewest blocks worth a thread of their own.
+const BLOCKS_PER_THREAD: usize = 16;
+
+/// Appends the sums of `data`'s blocks to `out`, on up to `threads`
+/// threads (a thread that cannot be made leaves its share to this one).
+fn sum_blocks(data: &[u8], threads: usize, out: &mut Vec<Sum>) -> io::Result<()> {
+    let block = usize::try_from(BLOCK_BYTES).unwrap_or(usize::MAX);
+    let blocks: Vec<&[u8]> = data.chunks(block).collect();
+    let threads = threads.min(blocks.len() / BLOCKS_PER_THREAD).max(1);
+    let per = blocks.len().div_ceil(threads).max(1);
+    let sum_all = |part: &[&[u8]]| part.iter().map(|b| sum(b)).collect::<Vec<Sum>>();
+    std::thread::scope(|scope| {
+        let mut parts = blocks.chunks(per);
+        let first = parts.next().unwrap_or_default();
+        let spawned: Vec<_> = parts
+            .map(|part| {
+                let handle = std::thread::Builder::new()
+                    .name("block-sums".into())
+                    .spawn_scoped(scope, move || sum_all(part));
+                (part, handle)
+            })
+            .collect();
+        out.extend(sum_all(first));
+        for (part, handle) in spawned {
+            match handle {
+                Ok(handle) => out.extend(
+                    handle
+                        .join()
+                        .map_err(|_| io::Error::other("a thread summing blocks failed"))?,
+                ),
+                Err(_) => out.extend(sum_all(part)),
+            }
+        }
+        Ok(())
+    })
 }
 
 /// The sum of one block.
@@ -233,6 +275,18 @@ mod tests {
         assert!(target_sums.differing(&target_sums, size).is_empty());
         // An empty file has no blocks.
         assert!(BlockSums::read(&[][..]).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn a_file_of_many_reads_has_its_blocks_sums_in_order() {
+        // Over two reads' worth, summed on several threads, with a short
+        // tail block.
+        let data = file(2 * READ_BYTES + 3 * BLOCK_BYTES as usize + 77, 9);
+        let one_by_one: Vec<Sum> = data.chunks(BLOCK_BYTES as usize).map(sum).collect();
+        assert_eq!(BlockSums::read(&data[..]).unwrap().0, one_by_one);
+        let mut alone = Vec::new();
+        sum_blocks(&data, 1, &mut alone).unwrap();
+        assert_eq!(alone, one_by_one);
     }
 
     #[test]
