@@ -380,11 +380,16 @@ impl Placer<'_> {
                 .map_err(FsError::at("patch", &shown))?;
             from += len;
         }
-        file.set_len(patch.size)
-            .map_err(FsError::at("cut", &shown))?;
+        // What is already as wanted is left alone: on an overlay each call
+        // is a trip to its daemon, and a new size drops the file's cache.
+        if u64::try_from(stat.st_size).ok() != Some(patch.size) {
+            file.set_len(patch.size)
+                .map_err(FsError::at("cut", &shown))?;
+        }
         // Owner first: a chown clears setuid and setgid, and drops
         // `security.capability`.
-        if self.owners {
+        let owner_differs = (stat.st_uid, stat.st_gid) != (meta.uid, meta.gid);
+        if self.owners && owner_differs {
             fchown(
                 &file,
                 Some(Uid::from_raw(meta.uid)),
@@ -392,7 +397,9 @@ impl Placer<'_> {
             )
             .map_err(sys("chown", &shown))?;
         }
-        fchmod(&file, Mode::from_bits_truncate(meta.mode)).map_err(sys("chmod", &shown))?;
+        if (self.owners && owner_differs) || stat.st_mode & 0o7777 != meta.mode & 0o7777 {
+            fchmod(&file, Mode::from_bits_truncate(meta.mode)).map_err(sys("chmod", &shown))?;
+        }
         set_xattrs_exactly(&file, xattrs, &shown)
             .map_err(FsError::at("set the attributes of", &shown))?;
         let time = meta.time();
