@@ -79,6 +79,8 @@ fn run() -> Result<(), String> {
 
     println!("cargo:rerun-if-env-changed=SILO_AGENT_BIN");
     for watched in [
+        // The workspace's profiles say how the agent is built.
+        "Cargo.toml",
         "agent/src",
         "agent/Cargo.toml",
         "protocol/src",
