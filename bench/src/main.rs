@@ -13,6 +13,7 @@
     reason = "a benchmark on a broken machine should stop loudly"
 )]
 
+mod big_files;
 mod cli;
 mod cli_snapshot;
 mod daytona;
@@ -70,6 +71,7 @@ const SCENARIOS: &[&str] = &[
     "snapshot",
     "snapshot-chain",
     "rewind",
+    "big-files",
     "pool",
     "fork-pool",
     "fork-many-pool",
@@ -100,7 +102,9 @@ struct Args {
     /// snapshot-chain (100 snapshots of one sandbox, a 1 KB change each,
     /// and rewinds along the chain), rewind (in place to first output after
     /// a 1 KB step beside a new machine, and the change list's cost as the
-    /// tree grows), pool (`up --pool` to first output
+    /// tree grows), big-files (in place after 4 KiB changed in a 50 MB file,
+    /// 1 MiB appended to a 50 MB log and 20 of 1,000 files of 1-5 MB
+    /// changed, beside `docker commit` and a new container), pool (`up --pool` to first output
     /// beside a plain container's create and start), scale (`silo ls` and
     /// `silo exec` with 1,000 local and 100 Docker sandboxes, and memory),
     /// files (write and read through the agent beside docker cp), soak
@@ -194,6 +198,7 @@ async fn run(scenario: &str, quick: bool) -> anyhow::Result<Vec<report::Row>> {
         "snapshot" => snapshot::run(quick).await?,
         "snapshot-chain" => snapshot_chain::run(quick).await?,
         "rewind" => rewind::run(quick).await?,
+        "big-files" => big_files::run(quick).await?,
         "pool" => pool::run(quick).await?,
         "fork-pool" => fork_pool::run(quick).await?,
         "fork-many-pool" => fork_many_pool::run(quick).await?,

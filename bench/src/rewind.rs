@@ -26,11 +26,13 @@ const TARGET_IN_PLACE_MS: f64 = 30.0;
 
 /// Times of in-place rewinds and of what they did.
 #[derive(Default)]
-struct InPlaceSamples {
-    total: Samples,
+pub(crate) struct InPlaceSamples {
+    pub(crate) total: Samples,
     listed: Samples,
     computed: Samples,
     applied: Samples,
+    /// Bytes of the restoring layer.
+    pub(crate) layer_bytes: Samples,
     /// Paths the agent listed as changed.
     changed: Samples,
     /// Entries the restoring layer put back or removed.
@@ -43,6 +45,7 @@ impl InPlaceSamples {
         self.listed.push_value(done.listed_ms);
         self.computed.push_value(done.computed_ms);
         self.applied.push_value(done.applied_ms);
+        self.layer_bytes.push_value(done.layer_bytes as f64);
         self.changed.push_value(done.stats.changed as f64);
         self.restored
             .push_value((done.stats.restored + done.stats.removed) as f64);
@@ -162,7 +165,7 @@ async fn measure(
 
 /// A sandbox of the Debian image, its first snapshot taken (which stores
 /// the image), so later ones are checkpoints of a step.
-async fn create(silo: &Silo, name: &str) -> anyhow::Result<()> {
+pub(crate) async fn create(silo: &Silo, name: &str) -> anyhow::Result<()> {
     let request = CreateRequest {
         name: Some(name.to_owned()),
         spec: SandboxSpec {
@@ -176,12 +179,12 @@ async fn create(silo: &Silo, name: &str) -> anyhow::Result<()> {
 }
 
 /// Runs `script` in the sandbox and snapshots it; the snapshot's id.
-async fn checkpoint(silo: &Silo, name: &str, script: &str) -> anyhow::Result<String> {
+pub(crate) async fn checkpoint(silo: &Silo, name: &str, script: &str) -> anyhow::Result<String> {
     step(silo, name, script).await?;
     Ok(silo.snapshots_of(name)?.take(None).await?.snapshot.id)
 }
 
-async fn step(silo: &Silo, name: &str, script: &str) -> anyhow::Result<()> {
+pub(crate) async fn step(silo: &Silo, name: &str, script: &str) -> anyhow::Result<()> {
     let out = silo
         .client(&silo.get(name)?)?
         .run(silo_tests::sh(script))
@@ -200,34 +203,9 @@ async fn rewinds(
     rounds: usize,
     new_machines: usize,
 ) -> anyhow::Result<(InPlaceSamples, Samples)> {
+    let one_kb = |i: usize| format!("head -c 1024 /dev/urandom > /root/step-{i}.bin");
+    let in_place = in_place_rewinds(silo, name, parent, rounds, one_kb).await?;
     let progress = no_progress();
-    let mut in_place = InPlaceSamples::default();
-    for i in 0..rounds {
-        step(
-            silo,
-            name,
-            &format!("head -c 1024 /dev/urandom > /root/step-{i}.bin"),
-        )
-        .await?;
-        let t = Instant::now();
-        let report = silo
-            .snapshots_of(name)?
-            .with_progress(std::sync::Arc::clone(&progress))
-            .rewind(parent)
-            .await?;
-        let conn = silo.connect(&report.sandbox).await?;
-        first_output(&conn, &["ls", "-a", "/root"])
-            .await
-            .with_context(|| format!("after in-place rewind {i} of {name}: {report:?}"))?;
-        let took = t.elapsed();
-        let ImageSource::InPlace(done) = &report.image else {
-            anyhow::bail!(
-                "the rewind made a new machine: {}",
-                report.new_machine_because.unwrap_or_default()
-            );
-        };
-        in_place.push(took, done);
-    }
     let mut new_machine = Samples::default();
     for i in 0..new_machines.max(1) {
         step(
@@ -256,9 +234,45 @@ async fn rewinds(
     Ok((in_place, new_machine))
 }
 
+/// `rounds` in-place rewinds to `parent`, each after the step
+/// `script(round)`, each to the first output of a command on a new
+/// connection.
+pub(crate) async fn in_place_rewinds(
+    silo: &Silo,
+    name: &str,
+    parent: &str,
+    rounds: usize,
+    script: impl Fn(usize) -> String,
+) -> anyhow::Result<InPlaceSamples> {
+    let progress = no_progress();
+    let mut in_place = InPlaceSamples::default();
+    for i in 0..rounds {
+        step(silo, name, &script(i)).await?;
+        let t = Instant::now();
+        let report = silo
+            .snapshots_of(name)?
+            .with_progress(std::sync::Arc::clone(&progress))
+            .rewind(parent)
+            .await?;
+        let conn = silo.connect(&report.sandbox).await?;
+        first_output(&conn, &["ls", "-a", "/root"])
+            .await
+            .with_context(|| format!("after in-place rewind {i} of {name}: {report:?}"))?;
+        let took = t.elapsed();
+        let ImageSource::InPlace(done) = &report.image else {
+            anyhow::bail!(
+                "the rewind made a new machine: {}",
+                report.new_machine_because.unwrap_or_default()
+            );
+        };
+        in_place.push(took, done);
+    }
+    Ok(in_place)
+}
+
 /// Where an in-place rewind's time goes, p50 of each part, and how much
 /// it listed and put back.
-fn parts(what: &str, samples: &InPlaceSamples) -> Vec<Row> {
+pub(crate) fn parts(what: &str, samples: &InPlaceSamples) -> Vec<Row> {
     [
         ("agent ends and lists", "ms", &samples.listed),
         ("store makes the layer", "ms", &samples.computed),
