@@ -215,17 +215,10 @@ async fn rewinds(
         )
         .await?;
         silo.stop(name).await?;
-        let t = Instant::now();
-        let report = silo
-            .snapshots_of(name)?
-            .with_progress(std::sync::Arc::clone(&progress))
-            .rewind(parent)
-            .await?;
-        let conn = silo.connect(&report.sandbox).await?;
-        first_output(&conn, &["ls", "-a", "/root"])
+        let (report, took) = rewind_to_output(silo, name, parent, &progress)
             .await
-            .with_context(|| format!("after rewind {i} of {name} onto a new machine"))?;
-        new_machine.push(t.elapsed());
+            .with_context(|| format!("rewind {i} of {name} onto a new machine"))?;
+        new_machine.push(took);
         anyhow::ensure!(
             report.new_machine_because.is_some(),
             "a stopped sandbox was rewound in place"
@@ -248,17 +241,9 @@ pub(crate) async fn in_place_rewinds(
     let mut in_place = InPlaceSamples::default();
     for i in 0..rounds {
         step(silo, name, &script(i)).await?;
-        let t = Instant::now();
-        let report = silo
-            .snapshots_of(name)?
-            .with_progress(std::sync::Arc::clone(&progress))
-            .rewind(parent)
-            .await?;
-        let conn = silo.connect(&report.sandbox).await?;
-        first_output(&conn, &["ls", "-a", "/root"])
+        let (report, took) = rewind_to_output(silo, name, parent, &progress)
             .await
-            .with_context(|| format!("after in-place rewind {i} of {name}: {report:?}"))?;
-        let took = t.elapsed();
+            .with_context(|| format!("in-place rewind {i} of {name}"))?;
         let ImageSource::InPlace(done) = &report.image else {
             anyhow::bail!(
                 "the rewind made a new machine: {}",
@@ -268,6 +253,27 @@ pub(crate) async fn in_place_rewinds(
         in_place.push(took, done);
     }
     Ok(in_place)
+}
+
+/// Rewinds `name` to `parent` and waits for the first output of a command
+/// on a new connection; the report, and how long it all took.
+async fn rewind_to_output(
+    silo: &Silo,
+    name: &str,
+    parent: &str,
+    progress: &silo::SnapshotProgressFn,
+) -> anyhow::Result<(silo::RestoreReport, Duration)> {
+    let t = Instant::now();
+    let report = silo
+        .snapshots_of(name)?
+        .with_progress(std::sync::Arc::clone(progress))
+        .rewind(parent)
+        .await?;
+    let conn = silo.connect(&report.sandbox).await?;
+    first_output(&conn, &["ls", "-a", "/root"])
+        .await
+        .with_context(|| format!("after {report:?}"))?;
+    Ok((report, t.elapsed()))
 }
 
 /// Where an in-place rewind's time goes, p50 of each part, and how much

@@ -211,8 +211,9 @@ impl Patch {
     }
 }
 
-/// Reads into `buf` until it is full or `reader` ends; how many bytes.
-fn fill(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+/// Reads into `buf` until it is full or `reader` ends; how many bytes
+/// (fewer than `buf` holds only at the end).
+pub fn fill(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match reader.read(&mut buf[filled..]) {

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use silo_protocol::ErrorKind;
+use silo_protocol::blocks::fill;
 use silo_protocol::bundle::{BundleLimits, MAX_NAME_BYTES, MAX_PATH_BYTES};
 use silo_protocol::members::Member;
 use silo_protocol::snapshot::WHITEOUT_PREFIX;
@@ -320,6 +321,10 @@ pub fn write_new_file<R: Read>(
         .map_err(write_error("create", target))?;
     let mut at = 0u64;
     loop {
+        // Every read but the last ends on a block boundary (the buffer is
+        // a whole number of blocks), so a block of zeros is never split
+        // between two reads and written as data: a body arrives in chunks
+        // of any size.
         let n = fill(entry, buf).map_err(|e| meter.read_error(e))?;
         if n == 0 {
             break;
@@ -334,23 +339,6 @@ pub fn write_new_file<R: Read>(
     file.set_permissions(Permissions::from_mode(mode))
         .map_err(write_error("chmod", target))?;
     Ok(file)
-}
-
-/// Reads into `buf` until it is full or the entry ends; how many bytes.
-/// Every read but the last then ends on a block boundary (the buffer is a
-/// whole number of blocks), so a block of zeros is never split between
-/// two reads and written as data: a body arrives in chunks of any size.
-fn fill(entry: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match entry.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(filled)
 }
 
 /// Writes `data` at offset `at` of `file`, skipping its whole blocks of
