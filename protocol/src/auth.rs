@@ -10,7 +10,7 @@
 //! Failures name what was wrong (missing header, stale clock, replay, bad
 //! signature) and never echo key material.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, KeyInit, Mac};
@@ -179,7 +179,9 @@ pub fn sign_at(
 /// Checks signatures for one sandbox key and refuses replays.
 #[derive(Debug)]
 pub struct Verifier {
-    key: Key,
+    /// Replaced whole by [`Verifier::rekey`] (a restored copy of a sandbox
+    /// takes its own key).
+    key: Mutex<Key>,
     skew: Duration,
     /// The nonces seen within the window.
     seen: Mutex<ReplayGuard>,
@@ -194,10 +196,15 @@ impl Verifier {
     /// A verifier accepting timestamps within `skew` of its own clock.
     pub fn with_skew(key: Key, skew: Duration) -> Self {
         Self {
-            key,
+            key: Mutex::new(key),
             skew,
             seen: Mutex::new(ReplayGuard::new()),
         }
+    }
+
+    /// From now on, accepts only signatures made with `key`.
+    pub fn rekey(&self, key: Key) {
+        *self.key.lock().unwrap_or_else(PoisonError::into_inner) = key;
     }
 
     /// Verifies a request at the current time. `header` looks up a header by name.
@@ -243,7 +250,11 @@ impl Verifier {
             });
         }
 
-        let mut mac = self.key.mac();
+        let mut mac = self
+            .key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .mac();
         mac.update(
             canonical_request(method, path_and_query, timestamp, nonce, content_sha256).as_bytes(),
         );
@@ -371,6 +382,21 @@ mod tests {
             verify(&v, 1001, "GET", "/v1/exec", &h),
             Err(AuthError::Replayed)
         );
+    }
+
+    #[test]
+    fn a_rekeyed_verifier_refuses_the_old_key_and_takes_the_new_one() {
+        let old = Key::generate().unwrap();
+        let new = Key::generate().unwrap();
+        let v = Verifier::new(old.clone());
+        v.rekey(new.clone());
+        let signed = |key: &Key, nonce: &str| {
+            sign_at(key, "GET", "/v1/exec", EMPTY_BODY_SHA256, 1000, nonce)
+        };
+        let by_old = signed(&old, "00112233445566778899aabbccddeeff");
+        assert!(verify(&v, 1000, "GET", "/v1/exec", &by_old).is_err());
+        let by_new = signed(&new, "ffeeddccbbaa99887766554433221100");
+        assert!(verify(&v, 1000, "GET", "/v1/exec", &by_new).is_ok());
     }
 
     #[test]

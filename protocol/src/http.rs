@@ -28,6 +28,12 @@ pub const PATH_REWIND: &str = "/v1/rewind";
 /// The sandbox's lifetime deadline: `GET` reads it, `PUT` sets or clears it
 /// ([`Deadline`] body; answers [`DeadlineState`]). New in protocol 8.
 pub const PATH_DEADLINE: &str = "/v1/deadline";
+/// Suspend for a memory checkpoint (`POST`, [`crate::suspend::SuspendRequest`]
+/// body; answers [`crate::suspend::Suspended`]). New in protocol 11.
+pub const PATH_SUSPEND: &str = "/v1/suspend";
+/// Continue what a suspend stopped (`POST`, empty body; answers
+/// [`crate::suspend::Resumed`]). New in protocol 11.
+pub const PATH_RESUME: &str = "/v1/resume";
 
 /// On a request: the protocol version the client speaks (one the agent
 /// accepts, see [`crate::version`]). On every answer: the newest version

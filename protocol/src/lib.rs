@@ -60,6 +60,7 @@ pub mod replay;
 pub mod rewind;
 pub mod session;
 pub mod snapshot;
+pub mod suspend;
 pub mod version;
 pub mod workload;
 

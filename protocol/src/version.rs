@@ -20,7 +20,7 @@ use std::fmt;
 use crate::{files, http};
 
 /// The newest protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 /// The oldest protocol version this build still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
@@ -93,11 +93,17 @@ pub enum Feature {
     /// ask for the block sums of changed files (`block_sums`), and a layer
     /// may carry a patch on a file instead of the whole file.
     BlockRewind,
+    /// [`crate::http::PATH_SUSPEND`] and [`crate::http::PATH_RESUME`]
+    /// ([`crate::suspend`]): the agent stops the sandbox's processes and
+    /// lets go of every host socket so the runtime can checkpoint its
+    /// memory, wakes with the key it then finds, and continues the
+    /// processes when told.
+    Suspend,
 }
 
 impl Feature {
     /// Every feature, oldest first.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::Exec,
         Self::Push,
         Self::Snapshot,
@@ -118,6 +124,7 @@ impl Feature {
         Self::Watch,
         Self::RootEntry,
         Self::BlockRewind,
+        Self::Suspend,
     ];
 
     /// The first protocol version that has this feature.
@@ -142,6 +149,7 @@ impl Feature {
             | Self::Watch => 8,
             Self::RootEntry => 9,
             Self::BlockRewind => 10,
+            Self::Suspend => 11,
         }
     }
 
@@ -166,6 +174,7 @@ impl Feature {
             http::PATH_LAYERS => Some(Self::Layers),
             http::PATH_INDEX => Some(Self::Index),
             http::PATH_REWIND => Some(Self::Rewind),
+            http::PATH_SUSPEND | http::PATH_RESUME => Some(Self::Suspend),
             _ => None,
         }
     }
@@ -198,6 +207,7 @@ impl Feature {
             Self::Watch => "directory watches",
             Self::RootEntry => "the root directory's own entry",
             Self::BlockRewind => "rewinds by changed blocks",
+            Self::Suspend => "suspend for a memory checkpoint",
         }
     }
 }
