@@ -195,6 +195,9 @@ pub struct Config {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// The sandbox key.
     pub key: Key,
+    /// The file the key came from, if any: a suspended agent wakes on its
+    /// new key there (see [`crate::suspend`]).
+    pub key_file: Option<KeyFile>,
     /// Default working directory of execs.
     pub workdir: PathBuf,
     /// Output bytes kept per exec.
@@ -311,8 +314,12 @@ impl Config {
     /// Validates `args`; `env_key` is the key variable's value, already removed
     /// from the environment.
     pub fn resolve(args: Args, env_key: Option<OsString>) -> Result<Self, ConfigError> {
-        let key = match (&args.key_file, env_key) {
-            (Some(path), _) => read_key_file(path, args.remove_key_file)?,
+        let key_file = args.key_file.clone().map(|path| KeyFile {
+            path,
+            remove: args.remove_key_file,
+        });
+        let key = match (&key_file, env_key) {
+            (Some(file), _) => file.read()?,
             (None, Some(value)) => {
                 let bad = |source| ConfigError::BadKey {
                     origin: KEY_ENV.to_owned(),
@@ -377,6 +384,7 @@ impl Config {
             listen: args.listen,
             tls,
             key,
+            key_file,
             workdir,
             ring_bytes: args.ring_bytes,
             output_budget: memory::bounded_budget(args.output_budget, memory_limit),
@@ -421,23 +429,35 @@ fn resolve_apply_root(given: Option<PathBuf>, push_base: &Path) -> Result<PathBu
         .map_err(|source| ConfigError::ApplyRoot { path: root, source })
 }
 
-/// Reads the key from `path`, then deletes the file when `remove` (before
-/// the key is even checked, so a bad key leaves nothing readable either).
-fn read_key_file(path: &std::path::Path, remove: bool) -> Result<Key, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if remove {
-        std::fs::remove_file(path).map_err(|source| ConfigError::KeyFileRemove {
-            path: path.to_path_buf(),
+/// Where the sandbox key is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Whether it is deleted once read (`--remove-key-file`).
+    pub remove: bool,
+}
+
+impl KeyFile {
+    /// Reads the key, then deletes the file when asked to (before the key
+    /// is even checked, so a bad key leaves nothing readable either).
+    pub fn read(&self) -> Result<Key, ConfigError> {
+        let path = &self.path;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::KeyFile {
+            path: path.clone(),
             source,
         })?;
+        if self.remove {
+            std::fs::remove_file(path).map_err(|source| ConfigError::KeyFileRemove {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        Key::from_hex(&text).map_err(|source| ConfigError::BadKey {
+            origin: path.display().to_string(),
+            source,
+        })
     }
-    Key::from_hex(&text).map_err(|source| ConfigError::BadKey {
-        origin: path.display().to_string(),
-        source,
-    })
 }
 
 #[cfg(test)]

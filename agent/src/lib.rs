@@ -60,6 +60,7 @@ pub mod server;
 pub mod session;
 pub mod shutdown;
 pub mod snapshot;
+pub mod suspend;
 pub mod watch;
 pub mod workload;
 pub mod workload_handle;

@@ -36,9 +36,10 @@ use silo_agent::push::Pusher;
 use silo_agent::reaper::Reaper;
 use silo_agent::rewind::Rewinder;
 use silo_agent::server::listener::Listener;
-use silo_agent::server::{AgentState, Services};
+use silo_agent::server::{AgentState, Rebind, Services};
 use silo_agent::shutdown::Phase;
 use silo_agent::snapshot::{FreezeScope, Snapshotter};
+use silo_agent::suspend::Suspender;
 use silo_agent::workload_handle::WorkloadHandle;
 use silo_agent::{activity, random_hex, reserve, server};
 
@@ -154,7 +155,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     let reaper = start_reaper(signals.child);
     reserve::hold_threads().await;
     finish_interrupted_applies(&config).await?;
-    let listener = bind_listener(&config).await?;
+    let (listener, rebind) = bind_listener(&config).await?;
     let boot_id = random_hex::<16>()?;
     start_cleanup(&config, &boot_id);
     let ops: Arc<dyn ProcessOps> = Arc::new(System::inheriting(inherited));
@@ -165,6 +166,11 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
     let scope = FreezeScope::of_agent(is_pid1, config.machine_agent);
     let snapshots = Snapshotter::new(config.apply_root.clone(), scope, Arc::clone(&ops));
     let layers = start_layers(&config, &boot_id);
+    let suspender = Arc::new(Suspender::new(
+        scope,
+        Arc::clone(&ops),
+        config.key_file.clone(),
+    ));
     let rewinder = start_rewinds(&config, scope, ops, &workload, &commands, &pusher);
     let state = Arc::new(AgentState::new(
         Verifier::new(config.key.clone()),
@@ -179,6 +185,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
                 workdir: config.workdir.clone(),
                 tree_limits: config.push.limits,
             }),
+            suspender,
         },
         boot_id,
     ));
@@ -189,7 +196,7 @@ async fn boot(config: Config) -> anyhow::Result<u8> {
         pid = std::process::id(),
         "silo-agent ready"
     );
-    let server = tokio::spawn(server::run(listener, Arc::clone(&state), phase_rx));
+    let server = tokio::spawn(server::run(listener, rebind, Arc::clone(&state), phase_rx));
     serve_until_shutdown(Serving {
         signals: signals.control,
         is_pid1,
@@ -270,14 +277,20 @@ fn start_reaper(sigchld: Signal) -> Reaper {
     reaper
 }
 
-async fn bind_listener(config: &Config) -> anyhow::Result<Listener> {
+/// Binds the listener; answers it with what binds it again after a suspend.
+async fn bind_listener(config: &Config) -> anyhow::Result<(Listener, Rebind)> {
     let tls = match &config.tls {
         Some((cert, key)) => Some(server::tls::acceptor(cert, key).context("cannot set up TLS")?),
         None => None,
     };
-    Listener::bind(&config.listen, tls)
+    let rebind = Rebind {
+        addr: config.listen.clone(),
+        tls: tls.clone(),
+    };
+    let listener = Listener::bind(&config.listen, tls)
         .await
-        .context("cannot bind the listener")
+        .context("cannot bind the listener")?;
+    Ok((listener, rebind))
 }
 
 /// Places the layers an earlier agent was killed placing, before anything

@@ -22,6 +22,13 @@
 //! - `json_body`: a signed JSON request body, read whole and checked (snapshot, index, rewind).
 //! - `connection`: one exec WebSocket connection after the upgrade.
 //! - `sessions`: the shell-session requests of that connection (open, list, close, interrupt).
+//! - `suspend`: `POST /v1/suspend` and `/v1/resume`: admission for `crate::suspend`.
+//!
+//! A suspend is the one time the agent serves without a listener: once
+//! it is answered, [`run`] ends every connection, closes the listener
+//! (its socket file goes last, which tells the client nothing of the host
+//! is held any more), waits for the wake, takes the key it woke with and
+//! binds the same address again.
 
 pub mod auth;
 mod connection;
@@ -36,6 +43,7 @@ mod push;
 mod rewind;
 mod sessions;
 mod snapshot;
+mod suspend;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -56,7 +64,7 @@ use silo_protocol::auth::Verifier;
 use silo_protocol::health::Health;
 use silo_protocol::http::{
     ErrorBody, HEADER_PROTOCOL, HEADER_PROTOCOL_MIN, PATH_DEADLINE, PATH_EXEC, PATH_HEALTHZ,
-    PATH_INDEX, PATH_LAYERS, PATH_PUSH, PATH_REWIND, PATH_SNAPSHOT,
+    PATH_INDEX, PATH_LAYERS, PATH_PUSH, PATH_RESUME, PATH_REWIND, PATH_SNAPSHOT, PATH_SUSPEND,
 };
 use silo_protocol::{ErrorKind, Versions};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -72,7 +80,9 @@ use crate::push::Pusher;
 use crate::rewind::Rewinder;
 use crate::shutdown::{self, Phase};
 use crate::snapshot::{LayerStream, Snapshotter};
+use crate::suspend::{Suspender, Wake};
 use listener::{Accepted, Listener};
+pub use suspend::Suspends;
 
 /// Most simultaneous connections, exec connections included.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -107,6 +117,10 @@ pub struct AgentState {
     pub rewinder: Rewinder,
     /// The file API.
     pub files: Files,
+    /// The suspend for memory checkpoints.
+    pub suspender: Arc<Suspender>,
+    /// Suspends answered, for the serving loop.
+    pub suspends: Suspends,
     /// Use tracking for the idle timeout.
     pub activity: Arc<Activity>,
     /// The lifetime deadline.
@@ -132,6 +146,8 @@ pub struct Services {
     pub rewinder: Rewinder,
     /// The file API.
     pub files: Files,
+    /// The suspend for memory checkpoints.
+    pub suspender: Arc<Suspender>,
 }
 
 impl AgentState {
@@ -149,6 +165,7 @@ impl AgentState {
             layers,
             rewinder,
             files,
+            suspender,
         } = services;
         Self {
             verifier,
@@ -159,6 +176,8 @@ impl AgentState {
             layers,
             rewinder,
             files,
+            suspender,
+            suspends: Suspends::default(),
             activity: Arc::new(Activity::default()),
             lifetime: Lifetime::default(),
             started: Instant::now(),
@@ -182,11 +201,85 @@ pub struct ConnGuard {
 }
 
 /// Serves until `phase` reaches [`Phase::Draining`], then waits for every
-/// connection to end (exec connections end at [`Phase::Closing`]).
-pub async fn run(listener: Listener, state: Arc<AgentState>, phase: watch::Receiver<Phase>) {
+/// connection to end (exec connections end at [`Phase::Closing`]). A
+/// suspend ends every connection and the listener, and after the wake the
+/// same address is bound again (see the module's docs).
+pub async fn run(
+    mut listener: Listener,
+    rebind: Rebind,
+    state: Arc<AgentState>,
+    phase: watch::Receiver<Phase>,
+) {
+    loop {
+        let Some(wake_after) = serve_round(listener, &state, &phase).await else {
+            return;
+        };
+        match state.suspender.wake(wake_after).await {
+            Wake::Restored(key) => {
+                state.verifier.rekey(key);
+                state.suspender.release_after_hold();
+                tracing::info!("woke from a checkpoint with the key the restore left");
+            }
+            Wake::TimedOut => {
+                let continued = state.suspender.resume();
+                tracing::warn!(
+                    continued,
+                    "no checkpoint came; woke and continued the processes"
+                );
+            }
+        }
+        listener = loop {
+            match Listener::bind(&rebind.addr, rebind.tls.clone()).await {
+                Ok(listener) => break listener,
+                Err(err) => {
+                    tracing::error!(%err, "cannot listen again after a suspend");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                }
+            }
+        };
+    }
+}
+
+/// What a woken agent binds again.
+#[derive(Clone)]
+pub struct Rebind {
+    /// The address it listened on.
+    pub addr: crate::config::ListenAddr,
+    /// TLS, when configured.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// Serves on `listener` until shutdown (answers `None`) or a suspend
+/// (answers how long to wait for the wake), with every connection ended
+/// and the listener closed either way.
+async fn serve_round(
+    listener: Listener,
+    state: &Arc<AgentState>,
+    phase: &watch::Receiver<Phase>,
+) -> Option<Duration> {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    // Connections follow the agent's phase, or end at once on a suspend.
+    let (conn_phase_tx, conn_phase_rx) = watch::channel(*phase.borrow());
+    let forward = {
+        let mut phase = phase.clone();
+        let conn_phase_tx = conn_phase_tx.clone();
+        tokio::spawn(async move {
+            while phase.changed().await.is_ok() {
+                let now = *phase.borrow();
+                conn_phase_tx.send_if_modified(|p| {
+                    let later = now > *p;
+                    if later {
+                        *p = now;
+                    }
+                    later
+                });
+            }
+        })
+    };
     let mut shutdown = phase.clone();
+    let mut suspends = state.suspends.subscribe();
+    let mut suspended = None;
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&limit).acquire_owned() => match permit {
@@ -198,15 +291,19 @@ pub async fn run(listener: Listener, state: Arc<AgentState>, phase: watch::Recei
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = shutdown::reached(&mut shutdown, Phase::Draining) => break,
+            Ok(wake_after) = suspends.wait_for(Option::is_some) => {
+                suspended = *wake_after;
+                break;
+            }
         };
         match accepted {
             Ok(conn) => {
                 let guard = ConnGuard {
                     _permit: permit,
                     _done: done_tx.clone(),
-                    phase: phase.clone(),
+                    phase: conn_phase_rx.clone(),
                 };
-                tokio::spawn(serve(conn, Arc::clone(&state), guard));
+                tokio::spawn(serve(conn, Arc::clone(state), guard));
             }
             Err(err) => {
                 tracing::warn!(%err, "accept failed");
@@ -214,9 +311,16 @@ pub async fn run(listener: Listener, state: Arc<AgentState>, phase: watch::Recei
             }
         }
     }
-    listener.close();
+    if suspended.is_some() {
+        state.suspends.taken();
+        conn_phase_tx.send_replace(Phase::Closing);
+    }
     drop(done_tx);
     let _ = done_rx.recv().await;
+    forward.abort();
+    // Last, so the socket file's going means nothing of the host is held.
+    listener.close();
+    suspended
 }
 
 /// Any connection stream. Serving through one boxed type keeps a single copy
@@ -302,9 +406,11 @@ async fn route_whole(
         (PATH_LAYERS, Method::POST) => layers::handle(req, state).await,
         (PATH_REWIND, Method::POST) => rewind::handle(req, state).await,
         (PATH_DEADLINE, Method::GET | Method::PUT) => deadline::handle(req, state).await,
+        (PATH_SUSPEND, Method::POST) => suspend::suspend(req, state).await,
+        (PATH_RESUME, Method::POST) => suspend::resume(req, state).await,
         (
             PATH_HEALTHZ | PATH_EXEC | PATH_PUSH | PATH_SNAPSHOT | PATH_LAYERS | PATH_INDEX
-            | PATH_REWIND | PATH_DEADLINE,
+            | PATH_REWIND | PATH_DEADLINE | PATH_SUSPEND | PATH_RESUME,
             _,
         ) => error_response(
             ErrorKind::MethodNotAllowed,
