@@ -124,10 +124,10 @@ pub use sandbox::{
 };
 pub use silo::{
     BaseStored, COMPACT_AT, Collected, Compacted, CreateRequest, DiffReport, DiffedPath,
-    FillReport, ForkTarget, GcReport, ImageSource, InPlace, MAX_FORKS, MAX_POOL_SIZE, PoolError,
-    PoolStatus, RestoreReport, STATUS_CONCURRENCY, Silo, SiloError, SiloOptions, SnapshotError,
-    SnapshotProgress, SnapshotProgressFn, SnapshotReport, Started, StoreGc, UpAction, UpOutcome,
-    UpRequest, no_progress,
+    FillReport, ForkTarget, GcReport, ImageSource, InPlace, MAX_FORKS, MAX_POOL_SIZE,
+    MemoryCheckpoint, PoolError, PoolStatus, RestoreReport, STATUS_CONCURRENCY, Silo, SiloError,
+    SiloOptions, SnapshotError, SnapshotProgress, SnapshotProgressFn, SnapshotReport, Started,
+    StoreGc, UpAction, UpOutcome, UpRequest, no_progress,
 };
 pub use spec::{BackendKind, SandboxSpec};
 pub use state::{

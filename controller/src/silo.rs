@@ -34,6 +34,7 @@ use crate::state::{
 
 mod gc;
 mod lease;
+mod memory;
 mod memory_fork;
 mod network;
 mod open;
@@ -43,6 +44,7 @@ mod snapshot;
 
 pub use gc::{Collected, GcReport};
 pub use lease::Lease;
+pub use memory::MemoryCheckpoint;
 pub use open::{UpAction, UpOutcome, UpRequest};
 pub use pool::{FillReport, MAX_POOL_SIZE, PoolError, PoolStatus};
 pub use snapshot::{

@@ -20,6 +20,7 @@ mod kubernetes;
 mod lease;
 mod listing;
 mod long_use;
+mod memory;
 mod podman;
 mod pool;
 mod push;

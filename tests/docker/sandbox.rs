@@ -287,7 +287,7 @@ async fn sandboxes_are_confined_by_default_and_each_flag_loosens_one_thing() {
 
 /// Whether the engine has the gVisor runtime (`.ci/run` registers it; in CI
 /// its absence fails the test).
-async fn has_runsc(engine: &bollard::Docker) -> bool {
+pub(crate) async fn has_runsc(engine: &bollard::Docker) -> bool {
     let info = engine.info().await.unwrap();
     let found = info.runtimes.is_some_and(|r| r.contains_key("runsc"));
     assert!(

@@ -152,6 +152,19 @@ pub struct NoMemoryFork {
     pub backend: BackendKind,
 }
 
+/// A memory snapshot asked of a backend whose machines silo cannot
+/// checkpoint with their memory.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "the {backend} backend's machines cannot be checkpointed with their memory \
+     (only docker sandboxes made with --runtime runsc can); a snapshot without \
+     --memory keeps the files"
+)]
+pub struct NoMemorySnapshot {
+    /// The backend.
+    pub backend: BackendKind,
+}
+
 /// A change of outbound rules asked of a backend whose machines keep the
 /// ones they were made with.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -488,6 +501,9 @@ macro_rules! register_backends {
             /// The backend cannot fork a sandbox with its memory.
             #[error(transparent)]
             NoMemoryFork(#[from] NoMemoryFork),
+            /// The backend cannot checkpoint a machine's memory.
+            #[error(transparent)]
+            NoMemorySnapshot(#[from] NoMemorySnapshot),
             /// The backend cannot change a made machine's outbound rules.
             #[error(transparent)]
             NoNetworkChange(#[from] NoNetworkChange),

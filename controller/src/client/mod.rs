@@ -18,7 +18,8 @@
 //! back the layer as it streams; `layers` lists a machine's paths and
 //! applies layers onto it; `rewind` begins an in-place rewind and finishes
 //! it with the restoring layer; `baseline` sends the baseline of either by
-//! digest, and by its paths to an agent that does not keep it.
+//! digest, and by its paths to an agent that does not keep it; `suspend`
+//! stops the sandbox and lets go of the host for a memory checkpoint.
 
 mod baseline;
 mod connection;
@@ -28,6 +29,7 @@ mod negotiate;
 mod rewind;
 mod session;
 mod snapshot;
+mod suspend;
 pub(crate) mod transport;
 
 use std::sync::{Arc, Mutex};

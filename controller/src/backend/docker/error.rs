@@ -9,6 +9,36 @@ use crate::agent_binary::AgentBinaryError;
 /// Why the Docker backend failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
+    /// A memory checkpoint of a sandbox whose runtime cannot take one.
+    #[error(
+        "its runtime is {runtime}, which silo cannot checkpoint with its memory; \
+         make the sandbox with --runtime runsc (gVisor) for memory snapshots"
+    )]
+    NoMemoryRuntime {
+        /// The sandbox's runtime.
+        runtime: String,
+    },
+    /// The engine's checkpoint API is off.
+    #[error(
+        "the engine's checkpoint API is off: it needs the engine's experimental mode \
+         (\"experimental\": true in /etc/docker/daemon.json, then restart dockerd)"
+    )]
+    NoCheckpoints,
+    /// The engine keeps its containers where this host cannot read them.
+    #[error(
+        "the engine keeps its containers under {}, which is not on this host; \
+         memory snapshots need a local engine", root.display()
+    )]
+    RemoteCheckpoints {
+        /// The engine's root directory.
+        root: PathBuf,
+    },
+    /// A suspended agent kept its socket.
+    #[error("the agent did not let go of its socket {} for the checkpoint", socket.display())]
+    NotReleased {
+        /// The socket.
+        socket: PathBuf,
+    },
     /// No engine answers at the configured address.
     #[error("cannot reach the {engine} engine at {host}; {hint}")]
     Unreachable {

@@ -29,6 +29,7 @@ mod engine;
 mod error;
 mod image;
 mod labels;
+mod memory;
 mod ready;
 pub mod security;
 mod snapshot;
@@ -54,7 +55,7 @@ use super::{
 };
 use crate::agent_binary::{AgentLocator, is_static_executable};
 use crate::client::{AgentClient, Endpoint};
-use crate::fsutil::{remove_if_present, write_atomic};
+use crate::fsutil::remove_if_present;
 use crate::home::{Home, HomeId, create_private_dir};
 use crate::spec::{BackendKind, SpecError};
 use crate::timestamp::rfc3339_to_unix_ms;
@@ -65,6 +66,7 @@ pub use engine::{DOCKER, Flavor, LONG_REQUEST_TIMEOUT, connect, connect_to, engi
 pub use error::DockerError;
 pub use image::ensure_image;
 pub use labels::container_name;
+pub use memory::wait_released;
 pub use snapshot::{ContainerFacts, EngineImages, SnapshotLabels};
 pub use upper::UpperLayer;
 
@@ -78,7 +80,7 @@ const MAX_SOCKET_PATH: usize = 107;
 /// socket there; the host side is guarded by `$SILO_HOME`'s own 0700.
 const RUN_DIR_MODE: u32 = 0o777;
 /// Mode of the key file, for the same reason; it exists only while the agent starts.
-const KEY_MODE: u32 = 0o644;
+pub(super) const KEY_MODE: u32 = 0o644;
 
 /// Runs sandboxes as containers on the Docker engine named by `DOCKER_HOST`
 /// (or, with another [`Flavor`], on another engine with the same API).
@@ -264,15 +266,27 @@ impl DockerBackend {
         paths: &Paths,
         machine: &Machine<'_>,
     ) -> Result<(), DockerError> {
+        self.boot_from(engine, paths, machine, None).await
+    }
+
+    /// [`Self::boot`], from the engine's checkpoint `checkpoint` of the
+    /// container when one is named (a memory restore: the restored agent
+    /// wakes on the key written here).
+    async fn boot_from(
+        &self,
+        engine: &Docker,
+        paths: &Paths,
+        machine: &Machine<'_>,
+        checkpoint: Option<&str>,
+    ) -> Result<(), DockerError> {
         let name = container_name(machine.id);
         prepare_run_dir(paths)?;
-        write_atomic(
-            &paths.key,
-            format!("{}\n", machine.key.to_hex()).as_bytes(),
-            KEY_MODE,
-        )
-        .map_err(io("write", &paths.key))?;
+        memory::key_file(paths, machine)?;
         let booted = async {
+            let engine = match checkpoint {
+                Some(checkpoint) => &with_checkpoint(engine, checkpoint),
+                None => engine,
+            };
             engine
                 .start_container(&name, None)
                 .await
@@ -280,7 +294,7 @@ impl DockerBackend {
             ready::wait_for_agent(engine, &name, &Self::client(paths, machine)).await
         }
         .await;
-        remove_if_present(&paths.key).map_err(io("remove", &paths.key))?;
+        memory::forget_key(paths)?;
         booted
     }
 
@@ -580,6 +594,32 @@ fn check_socket_path(paths: &Paths) -> Result<(), DockerError> {
 
 /// Creates the run directory (if needed) with a mode the agent can use
 /// whatever user it runs as.
+/// A client of the same engine whose container starts name `checkpoint`
+/// (the Engine API's `checkpoint` query parameter, which bollard's start
+/// options do not carry).
+fn with_checkpoint(engine: &Docker, checkpoint: &str) -> Docker {
+    let query = format!("checkpoint={checkpoint}");
+    engine.clone().with_request_modifier(move |mut request| {
+        let uri = request.uri();
+        if request.method() == http::Method::POST && uri.path().ends_with("/start") {
+            let joined = match uri.query() {
+                Some(existing) if !existing.is_empty() => {
+                    format!("{}?{existing}&{query}", uri.path())
+                }
+                _ => format!("{}?{query}", uri.path()),
+            };
+            let mut parts = uri.clone().into_parts();
+            if let Ok(path_and_query) = joined.parse() {
+                parts.path_and_query = Some(path_and_query);
+                if let Ok(rewritten) = http::Uri::from_parts(parts) {
+                    *request.uri_mut() = rewritten;
+                }
+            }
+        }
+        request
+    })
+}
+
 fn prepare_run_dir(paths: &Paths) -> Result<(), DockerError> {
     fs::create_dir_all(&paths.run).map_err(io("create", &paths.run))?;
     fs::set_permissions(&paths.run, fs::Permissions::from_mode(RUN_DIR_MODE))
