@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{Silo, SiloError, backend_error, machine};
-use crate::backend::{DockerError, NoMemorySnapshot, docker};
+use crate::backend::NoMemorySnapshot;
 use crate::spec::BackendKind;
 use crate::state::SandboxRecord;
 
@@ -55,13 +55,7 @@ impl Silo {
         };
         let started = Instant::now();
         let stopped = client.suspend(WAKE_AFTER).await.map_err(agent_error)?;
-        let socket = self.socket_of(&sandbox)?;
-        let checkpointed = async {
-            docker::wait_released(&socket).await?;
-            docker.checkpoint_memory(machine, into).await
-        }
-        .await;
-        let bytes = match checkpointed {
+        let bytes = match docker.checkpoint_memory(machine, into).await {
             Ok(bytes) => bytes,
             Err(error) => {
                 self.wake_after_failed_checkpoint(&sandbox).await;
@@ -128,21 +122,6 @@ impl Silo {
             .await
             .map_err(|e| backend_error("checkpoint the memory of", sandbox, e.into()))?;
         Ok(docker)
-    }
-
-    /// The agent's socket on the host: a suspended agent removes it last.
-    fn socket_of(&self, sandbox: &SandboxRecord) -> Result<std::path::PathBuf, SiloError> {
-        match self.client(sandbox)?.endpoint() {
-            crate::client::Endpoint::Unix(path) => Ok(path.clone()),
-            _ => Err(backend_error(
-                "checkpoint the memory of",
-                sandbox,
-                DockerError::RemoteCheckpoints {
-                    root: std::path::PathBuf::new(),
-                }
-                .into(),
-            )),
-        }
     }
 
     /// After a failed checkpoint: a container the engine left running has

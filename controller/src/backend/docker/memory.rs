@@ -28,9 +28,8 @@ use bollard::container::CreateCheckpointOptions;
 
 use super::error::{DockerError, api, io};
 use super::labels::container_name;
-use super::{DockerBackend, Found, Paths, ready};
+use super::{DockerBackend, Found, ready};
 use crate::backend::Machine;
-use crate::fsutil::{remove_if_present, write_atomic};
 
 /// The checkpoint's name at the engine: one at a time per container, gone
 /// again once copied out or restored from.
@@ -55,8 +54,17 @@ impl DockerBackend {
         self.checkpoints_dir_root().await.map(drop)
     }
 
-    /// The engine's root directory, checked to take checkpoints here.
+    /// The engine's root directory, checked to take checkpoints here (read
+    /// once: every checkpoint and restore needs it).
     async fn checkpoints_dir_root(&self) -> Result<PathBuf, DockerError> {
+        self.inner
+            .checkpoint_root
+            .get_or_try_init(|| self.read_checkpoint_root())
+            .await
+            .cloned()
+    }
+
+    async fn read_checkpoint_root(&self) -> Result<PathBuf, DockerError> {
         let engine = self.engine().await?;
         let info = engine
             .info()
@@ -74,7 +82,8 @@ impl DockerBackend {
 
     /// Checkpoints the running container (it stops) and copies its memory
     /// image into the empty directory `into`; answers the image's bytes.
-    /// The agent must have let go of the host first (suspended).
+    /// The agent must be suspended: the checkpoint waits until it has let
+    /// go of the host (its socket file is gone).
     pub async fn checkpoint_memory(
         &self,
         machine: Machine<'_>,
@@ -83,6 +92,7 @@ impl DockerBackend {
         let root = self.checkpoints_dir_root().await?;
         let engine = self.engine().await?;
         let (name, id) = self.container_id(engine, &machine).await?;
+        wait_released(&self.paths(&machine).socket).await?;
         let options = CreateCheckpointOptions {
             checkpoint_id: CHECKPOINT.to_owned(),
             checkpoint_dir: None,
@@ -142,10 +152,10 @@ impl DockerBackend {
         let name = container_name(machine.id);
         match self.find(engine, &machine).await? {
             Found::Ours(info) if ready::is_running(&info) => {
-                key_file(&paths, &machine)?;
+                super::write_key(&paths, &machine)?;
                 let woken =
                     ready::wait_for_agent(engine, &name, &Self::client(&paths, &machine)).await;
-                forget_key(&paths)?;
+                super::forget_key(&paths)?;
                 woken
             }
             Found::Ours(_) => self.boot(engine, &paths, &machine).await,
@@ -198,24 +208,9 @@ fn copy_files(from: &Path, to: &Path) -> Result<u64, DockerError> {
     Ok(bytes)
 }
 
-/// Writes the key the restored agent wakes on, and removes it again.
-pub(super) fn key_file(paths: &Paths, machine: &Machine<'_>) -> Result<(), DockerError> {
-    write_atomic(
-        &paths.key,
-        format!("{}\n", machine.key.to_hex()).as_bytes(),
-        super::KEY_MODE,
-    )
-    .map_err(io("write", &paths.key))
-}
-
-/// Removes the key file once the agent has answered.
-pub(super) fn forget_key(paths: &Paths) -> Result<(), DockerError> {
-    remove_if_present(&paths.key).map_err(io("remove", &paths.key))
-}
-
 /// Waits until the suspended agent's socket file is gone: the agent holds
 /// nothing of the host any more.
-pub async fn wait_released(socket: &Path) -> Result<(), DockerError> {
+async fn wait_released(socket: &Path) -> Result<(), DockerError> {
     let deadline = std::time::Instant::now() + ready::READY_TIMEOUT;
     while socket.exists() {
         if std::time::Instant::now() > deadline {

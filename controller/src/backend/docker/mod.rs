@@ -55,7 +55,7 @@ use super::{
 };
 use crate::agent_binary::{AgentLocator, is_static_executable};
 use crate::client::{AgentClient, Endpoint};
-use crate::fsutil::remove_if_present;
+use crate::fsutil::{remove_if_present, write_atomic};
 use crate::home::{Home, HomeId, create_private_dir};
 use crate::spec::{BackendKind, SpecError};
 use crate::timestamp::rfc3339_to_unix_ms;
@@ -66,7 +66,6 @@ pub use engine::{DOCKER, Flavor, LONG_REQUEST_TIMEOUT, connect, connect_to, engi
 pub use error::DockerError;
 pub use image::ensure_image;
 pub use labels::container_name;
-pub use memory::wait_released;
 pub use snapshot::{ContainerFacts, EngineImages, SnapshotLabels};
 pub use upper::UpperLayer;
 
@@ -80,7 +79,7 @@ const MAX_SOCKET_PATH: usize = 107;
 /// socket there; the host side is guarded by `$SILO_HOME`'s own 0700.
 const RUN_DIR_MODE: u32 = 0o777;
 /// Mode of the key file, for the same reason; it exists only while the agent starts.
-pub(super) const KEY_MODE: u32 = 0o644;
+const KEY_MODE: u32 = 0o644;
 
 /// Runs sandboxes as containers on the Docker engine named by `DOCKER_HOST`
 /// (or, with another [`Flavor`], on another engine with the same API).
@@ -101,6 +100,8 @@ struct Inner {
     home_id: HomeId,
     /// The agent binary, once found and checked to be static.
     agent_path: OnceLock<PathBuf>,
+    /// The engine's root directory, once checked to take memory checkpoints.
+    checkpoint_root: tokio::sync::OnceCell<PathBuf>,
 }
 
 /// The Docker backend's `backend_ref`.
@@ -156,6 +157,7 @@ impl DockerBackend {
                 flavor,
                 engine: tokio::sync::OnceCell::new(),
                 agent_path: OnceLock::new(),
+                checkpoint_root: tokio::sync::OnceCell::new(),
             }),
         }
     }
@@ -281,7 +283,7 @@ impl DockerBackend {
     ) -> Result<(), DockerError> {
         let name = container_name(machine.id);
         prepare_run_dir(paths)?;
-        memory::key_file(paths, machine)?;
+        write_key(paths, machine)?;
         let booted = async {
             let engine = match checkpoint {
                 Some(checkpoint) => &with_checkpoint(engine, checkpoint),
@@ -294,7 +296,7 @@ impl DockerBackend {
             ready::wait_for_agent(engine, &name, &Self::client(paths, machine)).await
         }
         .await;
-        memory::forget_key(paths)?;
+        forget_key(paths)?;
         booted
     }
 
@@ -594,6 +596,21 @@ fn check_socket_path(paths: &Paths) -> Result<(), DockerError> {
 
 /// Creates the run directory (if needed) with a mode the agent can use
 /// whatever user it runs as.
+/// Writes the sandbox key for the agent a start boots or a restore wakes.
+fn write_key(paths: &Paths, machine: &Machine<'_>) -> Result<(), DockerError> {
+    write_atomic(
+        &paths.key,
+        format!("{}\n", machine.key.to_hex()).as_bytes(),
+        KEY_MODE,
+    )
+    .map_err(io("write", &paths.key))
+}
+
+/// Removes the key file once the agent has answered (or failed to).
+fn forget_key(paths: &Paths) -> Result<(), DockerError> {
+    remove_if_present(&paths.key).map_err(io("remove", &paths.key))
+}
+
 /// A client of the same engine whose container starts name `checkpoint`
 /// (the Engine API's `checkpoint` query parameter, which bollard's start
 /// options do not carry).
