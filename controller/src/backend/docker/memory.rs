@@ -18,13 +18,20 @@
 //!   the caller does before [`DockerBackend::checkpoint_memory`].
 //! - A restore needs the file system the image saw: the container's own
 //!   (a rewind puts the files back first), or one made from the snapshot
-//!   taken with it (a fork).
+//!   taken with it (a fork). Snapshots leave the agent's own directory
+//!   out, but the agent holds its cleanup journal there open (locked), so
+//!   that part of it travels with the image ([`AGENT_STATE`]), read from
+//!   the stopped container and written into the one restored.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use bollard::Docker;
 use bollard::container::CreateCheckpointOptions;
+use bollard::query_parameters::{
+    DownloadFromContainerOptions, StopContainerOptionsBuilder, UploadToContainerOptions,
+};
+use futures_util::StreamExt;
 
 use super::error::{DockerError, api, io};
 use super::labels::container_name;
@@ -34,6 +41,14 @@ use crate::backend::Machine;
 /// The checkpoint's name at the engine: one at a time per container, gone
 /// again once copied out or restored from.
 const CHECKPOINT: &str = "silo-memory";
+/// The file in a memory image's directory that holds the agent's own
+/// files the restored agent still has open (its cleanup journal), as a tar
+/// of [`AGENT_STATE_PATH`] taken through the engine.
+pub const AGENT_STATE: &str = "agent-state.tar";
+/// What of the agent's own directory a restore needs.
+const AGENT_STATE_PATH: &str = "/.silo/cleanup";
+/// Where that tar is unpacked.
+const AGENT_STATE_PARENT: &str = "/.silo";
 /// The runtime whose checkpoints silo can take.
 const MEMORY_RUNTIME: &str = "runsc";
 
@@ -105,7 +120,12 @@ impl DockerBackend {
             .await
             .map_err(api(format!("checkpoint container {name}")))?;
         let dir = checkpoint_dir(&root, &id);
-        let copied = copy_files(&dir, into);
+        let copied = async {
+            let image = copy_files(&dir, into)?;
+            let state = save_agent_state(engine, &name, &into.join(AGENT_STATE)).await?;
+            Ok(image + state)
+        }
+        .await;
         if let Err(error) = engine.delete_checkpoint(&name, CHECKPOINT, None).await {
             tracing::warn!(container = name, "deleting a copied checkpoint: {error}");
         }
@@ -124,15 +144,18 @@ impl DockerBackend {
         let root = self.checkpoints_dir_root().await?;
         let engine = self.engine().await?;
         let (name, id) = self.container_id(engine, &machine).await?;
-        let _ = engine
-            .kill_container(
-                &name,
-                None::<bollard::query_parameters::KillContainerOptions>,
-            )
-            .await;
+        // Its processes are replaced: no grace. The engine answers once the
+        // container has stopped (a start from the image while the old one
+        // still ran would find it running and restore nothing).
+        let now = StopContainerOptionsBuilder::new().t(0).build();
+        engine
+            .stop_container(&name, Some(now))
+            .await
+            .map_err(api(format!("stop container {name}")))?;
         let _ = engine.delete_checkpoint(&name, CHECKPOINT, None).await;
         let dir = checkpoint_dir(&root, &id);
         copy_files(from, &dir)?;
+        load_agent_state(engine, &name, &from.join(AGENT_STATE)).await?;
         let paths = self.paths(&machine);
         let started = self
             .boot_from(engine, &paths, &machine, Some(CHECKPOINT))
@@ -192,15 +215,44 @@ fn checkpoint_dir(root: &Path, id: &str) -> PathBuf {
         .join(CHECKPOINT)
 }
 
-/// Copies the regular files of `from` into `to` (made if missing); answers
-/// their bytes.
+/// Reads the agent's own files a restore needs out of the stopped
+/// container `name` into the tar file `to`; answers its bytes.
+async fn save_agent_state(engine: &Docker, name: &str, to: &Path) -> Result<u64, DockerError> {
+    let options = DownloadFromContainerOptions {
+        path: AGENT_STATE_PATH.to_owned(),
+    };
+    let mut tar = Vec::new();
+    let mut stream = engine.download_from_container(name, Some(options));
+    while let Some(chunk) = stream.next().await {
+        tar.extend_from_slice(&chunk.map_err(api(format!("read {AGENT_STATE_PATH} of {name}")))?);
+    }
+    fs::write(to, &tar).map_err(io("write", to))?;
+    Ok(tar.len() as u64)
+}
+
+/// Writes the agent's files saved in the tar file `from` into the stopped
+/// container `name`.
+async fn load_agent_state(engine: &Docker, name: &str, from: &Path) -> Result<(), DockerError> {
+    let tar = fs::read(from).map_err(io("read", from))?;
+    let options = UploadToContainerOptions {
+        path: AGENT_STATE_PARENT.to_owned(),
+        ..Default::default()
+    };
+    engine
+        .upload_to_container(name, Some(options), bollard::body_full(tar.into()))
+        .await
+        .map_err(api(format!("write {AGENT_STATE_PATH} of {name}")))
+}
+
+/// Copies the regular files of `from` into `to` (made if missing), the
+/// agent's saved files aside; answers their bytes.
 fn copy_files(from: &Path, to: &Path) -> Result<u64, DockerError> {
     fs::create_dir_all(to).map_err(io("create", to))?;
     let mut bytes = 0;
     for entry in fs::read_dir(from).map_err(io("list", from))? {
         let entry = entry.map_err(io("list", from))?;
         let kind = entry.file_type().map_err(io("look at", &entry.path()))?;
-        if kind.is_file() {
+        if kind.is_file() && entry.file_name() != AGENT_STATE {
             let target = to.join(entry.file_name());
             bytes += fs::copy(entry.path(), &target).map_err(io("copy", &entry.path()))?;
         }
